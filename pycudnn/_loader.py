@@ -1,0 +1,191 @@
+"""Find and dlopen libcudnn, lazily, once, under a lock.
+
+Nothing here runs at import: ``import pycudnn`` must work on a machine without cuDNN, and must not
+load a second cuDNN into a process that already has one (torch's, say). The search order is
+
+1. ``PYCUDNN_LIBRARY=/path/to/libcudnn.so.9`` - an explicit override; if it is set and cannot be
+   loaded that is an error (falling back would silently load a different cuDNN);
+2. ``cuda.pathfinder.load_nvidia_dynamic_lib("cudnn")`` - a copy already loaded in this process,
+   the ``nvidia-cudnn-cu12``/``-cu13`` wheels, conda, ``CUDNN_PATH``, then the system;
+3. the OS loader (``libcudnn.so.9``: ``LD_LIBRARY_PATH``, ldconfig).
+
+The result is a frozen :class:`LoadedLibrary` with the absolute path and how it was found.
+This module uses the standard library only (``cuda.pathfinder`` is imported lazily).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from dataclasses import dataclass
+
+SONAME = "libcudnn.so.9"
+ENV_OVERRIDE = "PYCUDNN_LIBRARY"
+INSTALL_HINT = (
+    "Install cuDNN 9 with `pip install pycudnn[cu12]` (CUDA 12) or `pip install pycudnn[cu13]` "
+    f"(CUDA 13), or point {ENV_OVERRIDE} at a libcudnn.so.9."
+)
+
+
+class LibraryNotFoundError(ImportError):
+    """libcudnn could not be loaded; the message lists every place that was tried."""
+
+
+class SymbolNotFoundError(AttributeError):
+    """The loaded libcudnn lacks a function of the headers the bindings were generated from."""
+
+
+@dataclass(frozen=True)
+class LoadedLibrary:
+    """The libcudnn this process uses."""
+
+    path: str
+    """Absolute path of the loaded ``libcudnn.so.9``."""
+    found_via: str
+    """How it was found: ``PYCUDNN_LIBRARY``, ``cuda.pathfinder (...)`` or ``system loader``."""
+    cdll: ctypes.CDLL
+
+
+_lock = threading.Lock()
+_loaded: LoadedLibrary | None = None
+
+
+def _path_of(cdll: ctypes.CDLL, symbol: str = "cudnnGetVersion") -> str:
+    """Absolute path of the file that defines *symbol*, via ``dladdr``."""
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = (
+            ("dli_fname", ctypes.c_char_p),
+            ("dli_fbase", ctypes.c_void_p),
+            ("dli_sname", ctypes.c_char_p),
+            ("dli_saddr", ctypes.c_void_p),
+        )
+
+    try:
+        libdl = ctypes.CDLL(None)
+        dladdr = libdl.dladdr
+        dladdr.argtypes = (ctypes.c_void_p, ctypes.POINTER(DlInfo))
+        info = DlInfo()
+        addr = ctypes.cast(getattr(cdll, symbol), ctypes.c_void_p)
+        if dladdr(addr, ctypes.byref(info)) and info.dli_fname:
+            return os.path.realpath(info.dli_fname.decode())
+    except (AttributeError, OSError):
+        pass
+    return cdll._name
+
+
+def _try_override(tried: list[str]) -> LoadedLibrary | None:
+    path = os.environ.get(ENV_OVERRIDE)
+    if not path:
+        tried.append(f"{ENV_OVERRIDE}: not set")
+        return None
+    try:
+        cdll = ctypes.CDLL(path)
+    except OSError as exc:
+        raise LibraryNotFoundError(
+            f"{ENV_OVERRIDE}={path!r} could not be loaded: {exc}. Fix or unset {ENV_OVERRIDE}."
+        ) from exc
+    return LoadedLibrary(_path_of(cdll), ENV_OVERRIDE, cdll)
+
+
+def _try_pathfinder(tried: list[str]) -> LoadedLibrary | None:
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+    except ImportError as exc:
+        tried.append(f"cuda.pathfinder: not importable ({exc})")
+        return None
+    try:
+        dl = load_nvidia_dynamic_lib("cudnn")
+    except Exception as exc:  # pathfinder raises several types; each means "not found there"
+        tried.append(f"cuda.pathfinder.load_nvidia_dynamic_lib('cudnn'): {exc}")
+        return None
+    via = "already loaded in process" if dl.was_already_loaded_from_elsewhere else None
+    via = via or getattr(dl, "found_via", None) or "search"
+    cdll = ctypes.CDLL(dl.abs_path) if dl.abs_path else ctypes.CDLL(SONAME)
+    return LoadedLibrary(_path_of(cdll), f"cuda.pathfinder ({via})", cdll)
+
+
+def _try_system(tried: list[str]) -> LoadedLibrary | None:
+    try:
+        cdll = ctypes.CDLL(SONAME)
+    except OSError as exc:
+        tried.append(f"system loader ({SONAME}): {exc}")
+        return None
+    return LoadedLibrary(_path_of(cdll), "system loader", cdll)
+
+
+def load() -> LoadedLibrary:
+    """Load libcudnn on first call (thread-safe) and return it; later calls return the same."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    with _lock:
+        if _loaded is None:
+            tried: list[str] = []
+            for attempt in (_try_override, _try_pathfinder, _try_system):
+                found = attempt(tried)
+                if found is not None:
+                    _loaded = found
+                    break
+            else:
+                lines = "\n".join(f"  - {t}" for t in tried)
+                raise LibraryNotFoundError(f"libcudnn.so.9 not found. Tried:\n{lines}\n{INSTALL_HINT}")
+    return _loaded
+
+
+def loaded() -> LoadedLibrary | None:
+    """The loaded library, or None if nothing has been loaded yet (never loads)."""
+    return _loaded
+
+
+def runtime_version() -> int:
+    """``cudnnGetVersion()`` of the loaded library (loads it)."""
+    fn = load().cdll.cudnnGetVersion
+    fn.restype, fn.argtypes = ctypes.c_size_t, ()
+    return int(fn())
+
+
+def has_symbol(name: str) -> bool:
+    """True when the loaded library (loading it if needed) exports *name*."""
+    try:
+        getattr(load().cdll, name)
+    except AttributeError:
+        return False
+    return True
+
+
+def bind(name: str, restype, argtypes):
+    """Return the C function *name* with its prototype set.
+
+    A symbol the loaded library lacks yields a callable that raises :class:`SymbolNotFoundError`
+    when called, so an older cuDNN 9.x still imports and runs everything it does have.
+    """
+    lib = load()
+    try:
+        fn = getattr(lib.cdll, name)
+    except AttributeError:
+        version = runtime_version()
+
+        def missing(*args, **kwargs):
+            raise SymbolNotFoundError(
+                f"{name} is not exported by the loaded cuDNN {version} ({lib.path}); "
+                "it is newer than that library. Upgrade cuDNN or avoid this function."
+            )
+
+        missing.__name__ = name
+        missing.missing = True  # type: ignore[attr-defined]
+        return missing
+    fn.restype = restype
+    fn.argtypes = argtypes
+    return fn
+
+
+def libcudnn_files_in_process() -> list[str]:
+    """Distinct ``libcudnn.so*`` files mapped into this process (Linux; [] elsewhere)."""
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = {ln.split()[-1] for ln in fh if "/libcudnn.so" in ln}
+    except OSError:
+        return []
+    return sorted(paths)
