@@ -61,6 +61,7 @@ _EXPORTS: dict[str, str] = {
     "empty": ".memory",
     "zeros": ".memory",
     "asarray": ".memory",
+    "config": "._config",
     # high-level layer
     "dnn_conv": ".highlevel",
     "dnn_conv3d": ".highlevel",
@@ -79,7 +80,6 @@ _SUBMODULES = {
     "descriptors": ".descriptors",
     "handle": ".handle",
     "memory": ".memory",
-    "config": ".config",
     "highlevel": ".highlevel",
 }
 
