@@ -130,7 +130,9 @@ def load() -> LoadedLibrary:
                     break
             else:
                 lines = "\n".join(f"  - {t}" for t in tried)
-                raise LibraryNotFoundError(f"libcudnn.so.9 not found. Tried:\n{lines}\n{INSTALL_HINT}")
+                raise LibraryNotFoundError(
+                    f"libcudnn.so.9 not found. Tried:\n{lines}\n{INSTALL_HINT}"
+                )
     return _loaded
 
 

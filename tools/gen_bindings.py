@@ -4,9 +4,10 @@
 Pipeline: ``cudnn.h`` --libclang--> manifest (JSON) --render--> ``pycudnn/_lib.py``,
 ``pycudnn/_lib.pyi`` and ``pycudnn/enums.py``.
 
-The header is parsed hermetically (``-nostdinc`` with the stubs in ``tools/stubs``) and with
-``-DCUDNN_WARN_DEPRECATED`` so deprecation is visible to clang. Any error diagnostic aborts: when
-clang cannot see ``size_t`` it silently types it as ``int``, which would corrupt memory through ctypes.
+The header is parsed hermetically (``-nostdinc``, the stubs in ``tools/stubs``) and with
+``-DCUDNN_WARN_DEPRECATED`` so deprecation is visible to clang. Any error diagnostic aborts:
+when clang cannot see ``size_t`` it silently types it as ``int``, which would corrupt memory
+through ctypes.
 
 Usage::
 
@@ -26,6 +27,7 @@ import json
 import keyword
 import re
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,7 +157,9 @@ def parse_headers(include_dir: Path, libclang_path: str | None = None) -> Parsed
     errors = [d for d in tu.diagnostics if d.severity >= ci.Diagnostic.Error]
     if errors:
         msg = "\n".join(f"  {d.location.file}:{d.location.line}: {d.spelling}" for d in errors)
-        raise GenerationError(f"libclang reported {len(errors)} error(s); refusing to guess:\n{msg}")
+        raise GenerationError(
+            f"libclang reported {len(errors)} error(s); refusing to guess:\n{msg}"
+        )
     is_fn_like = ci.conf.lib.clang_Cursor_isMacroFunctionLike
     is_fn_like.argtypes, is_fn_like.restype = [ci.Cursor], ctypes.c_uint
 
@@ -493,7 +497,8 @@ def _enum_class_name(c_name: str) -> str:
 MEMBER_OVERRIDES: dict[str, str] = {}
 
 
-def _member_names(enum: dict) -> dict[str, str]:
+def _member_prefix(enum: dict) -> tuple[str, dict[str, str]]:
+    """The C prefix stripped from *enum*'s members, and {C name: Python name}."""
     names = [m["name"] for m in enum["members"]]
     parts = [n.split("_") for n in names]
     common = 0
@@ -513,11 +518,12 @@ def _member_names(enum: dict) -> dict[str, str]:
     while common > 0 and not all(ok("_".join(p[common:])) for p in parts):
         common -= 1
     result = {}
-    for n, p in zip(names, parts):
+    for n, p in zip(names, parts, strict=True):
         result[n] = MEMBER_OVERRIDES.get(n, "_".join(p[common:]))
     if len(set(result.values())) != len(result):
         raise GenerationError(f"member names of {enum['name']} collide after prefix stripping")
-    return result
+    prefix = "_".join(parts[0][:common]) + "_" if common else ""
+    return prefix, result
 
 
 def _banner(m: dict, what: str) -> list[str]:
@@ -554,12 +560,18 @@ def _py_literal(v) -> str:
     return repr(v)
 
 
+def _section(title: str) -> str:
+    return f"# -- {title} ".ljust(99, "-")
+
+
 def _docstring(summary: str, ref: str, indent: str = "    ") -> list[str]:
     """A one-line docstring when it fits in 100 columns, else summary + blank line + reference."""
     one = f'{indent}"""{summary + " " if summary else ""}{ref}"""'
     if len(one) <= 100:
         return [one]
-    return [f'{indent}"""{summary}', "", f"{indent}{ref}", f'{indent}"""']
+    body = textwrap.wrap(summary, 96 - len(indent)) or [""]
+    first, rest = body[0], [f"{indent}{ln}" for ln in body[1:]]
+    return [f'{indent}"""{first}', *rest, "", f"{indent}{ref}", f'{indent}"""']
 
 
 # ---------------------------------------------------------------------------------------------
@@ -583,7 +595,11 @@ class CudnnEnum(enum.IntEnum):
     @property
     def c_name(self) -> str:
         """The C name of this member (``CUDNN_DATA_FLOAT``)."""
-        return _C_NAMES[type(self).__name__][self.name]
+        cls = type(self).__name__
+        for c_name, (owner, name) in _C_NAME_OVERRIDES.items():
+            if owner == cls and name == self.name:
+                return c_name
+        return _C_PREFIXES[cls] + self.name
 
     @classmethod
     def c_type(cls) -> str:
@@ -613,27 +629,33 @@ def category_of(code: int) -> int:
 
 def by_c_name(name: str) -> CudnnEnum:
     """Return the member whose C name is *name* (``by_c_name("CUDNN_DATA_FLOAT")``)."""
-    for cls_name, members in _C_NAMES.items():
-        for member, c_name in members.items():
-            if c_name == name:
-                return globals()[cls_name][member]
+    if name in _C_NAME_OVERRIDES:
+        cls_name, member = _C_NAME_OVERRIDES[name]
+        return globals()[cls_name][member]
+    # the longest matching prefix wins (CUDNN_ATTR_ vs CUDNN_ATTR_POINTWISE_, say)
+    for cls_name, prefix in sorted(_C_PREFIXES.items(), key=lambda kv: -len(kv[1])):
+        if name.startswith(prefix):
+            member = globals()[cls_name].__members__.get(name[len(prefix) :])
+            if member is not None:
+                return member
     raise KeyError(f"no cuDNN enum member is named {name!r}")
 '''
 
 
 def render_enums(m: dict) -> str:
-    out = _banner(m, "cuDNN enums.") + [ENUMS_HEAD.rstrip("\n"), ""]
-    c_names: dict[str, dict[str, str]] = {}
+    out = [*_banner(m, "cuDNN enums."), ENUMS_HEAD.rstrip("\n"), ""]
+    prefixes: dict[str, str] = {}
+    overrides: dict[str, tuple[str, str]] = {}
     deprecated: list[str] = []
     for e in m["enums"]:
         cls = _enum_class_name(e["name"])
-        names = _member_names(e)
+        prefix, names = _member_prefix(e)
+        prefixes[cls] = prefix
         out.append("")
         out.append(f"class {cls}(CudnnEnum):")
         dep = " Deprecated." if e["deprecated"] else ""
         out += _docstring(e["summary"], f"See ``{e['name']}`` ({e['where']}).{dep}")
         out.append("")
-        cmap: dict[str, str] = {}
         for mem in e["members"]:
             py = names[mem["name"]]
             note = " (deprecated)" if mem["deprecated"] or e["deprecated"] else ""
@@ -643,25 +665,27 @@ def render_enums(m: dict) -> str:
                 out.append(f"    #{comment[3:]}")
                 comment = ""
             out.append(line + comment)
-            cmap.setdefault(py, mem["name"])
+            if prefix + py != mem["name"]:
+                overrides[mem["name"]] = (cls, py)
             if mem["deprecated"] or e["deprecated"]:
                 deprecated.append(mem["name"])
         if e["name"] == "cudnnStatus_t":
             out.append(STATUS_EXTRA.rstrip("\n"))
-        c_names[cls] = cmap
         out.append("")
     out.append("")
     out.append("_C_TYPES = {")
     for e in m["enums"]:
         out.append(f'    "{_enum_class_name(e["name"])}": "{e["name"]}",')
     out.append("}")
-    out.append("_C_NAMES = {")
-    for cls, cmap in c_names.items():
-        out.append(f'    "{cls}": {{')
-        for py, c in cmap.items():
-            out.append(f'        "{py}": "{c}",')
-        out.append("    },")
+    out.append("# C name = prefix + Python name, except for the overrides below")
+    out.append("_C_PREFIXES = {")
+    for cls, prefix in prefixes.items():
+        out.append(f'    "{cls}": "{prefix}",')
     out.append("}")
+    out.append("_C_NAME_OVERRIDES: dict[str, tuple[str, str]] = {" + ("" if overrides else "}"))
+    if overrides:
+        out.extend(f'    "{c}": ("{cls}", "{py}"),' for c, (cls, py) in overrides.items())
+        out.append("}")
     out.append("DEPRECATED_MEMBERS = frozenset(")
     out.append("    {")
     for c in deprecated:
@@ -735,12 +759,12 @@ def _wrap_tuple(items: list[str], indent: str) -> list[str]:
 
 def render_lib(m: dict) -> str:
     T = Types(m)
-    out = _banner(m, "cuDNN raw API (ctypes).") + [LIB_DOC.rstrip("\n"), ""]
+    out = [*_banner(m, "cuDNN raw API (ctypes)."), LIB_DOC.rstrip("\n"), ""]
     hv = m["header_version"]
     out.append(f'HEADER_VERSION_STRING = "{hv}"')
     out.append(f"HEADER_VERSION = {m['header_version_int']}")
     out.append("")
-    out.append("# -- #define constants " + "-" * 77)
+    out.append(_section("#define constants"))
     for d in m["defines"]:
         if "value" in d:
             out.append(f"{d['name']} = {_py_literal(d['value'])}  # {d['where']}")
@@ -759,24 +783,24 @@ def render_lib(m: dict) -> str:
     out.append("    return full_error_code % 1000")
     out.append("")
     out.append("")
-    out.append("# -- enum members under their C names " + "-" * 63)
+    out.append(_section("enum members under their C names"))
     for e in m["enums"]:
         out.append(f"# {e['name']} ({e['where']})")
         for mem in e["members"]:
             out.append(f"{mem['name']} = {mem['value']}")
     out.append("")
-    out.append("# -- enum types: every cuDNN enum is int-sized " + "-" * 54)
+    out.append(_section("enum types: every cuDNN enum is int-sized"))
     for e in m["enums"]:
         out.append(f"{e['name']} = ctypes.c_int")
     out.append("")
     out.append("")
-    out.append("# -- opaque handles " + "-" * 81)
+    out.append(_section("opaque handles"))
     ext = [{"name": n, "struct": s, "where": "CUDA", "summary": "CUDA type used by cudnn.h."}
            for n, s in EXTERNAL_HANDLES.items()]  # fmt: skip
     for h in ext + m["handles"]:
         target = f"``struct {h['struct']} *``" if h["struct"] else "``void *``"
         out.append(f"class {h['name']}(ctypes.c_void_p):")
-        out.append(f'    """Opaque {target}: see ``{h["name"]}`` ({h["where"]})."""')
+        out += _docstring(f"Opaque {target}.", f"See ``{h['name']}`` ({h['where']}).")
         out.append("")
         out.append("    __slots__ = ()")
         out.append("")
@@ -786,7 +810,7 @@ def render_lib(m: dict) -> str:
         out.append(f'    """Incomplete struct, used only by pointer ({s["where"]})."""')
         out.append("")
         out.append("")
-    out.append("# -- structs " + "-" * 88)
+    out.append(_section("structs"))
     for s in m["structs"]:
         out.append(f"class {s['name']}(ctypes.Structure):")
         out += _docstring(s["summary"], f"See ``{s['name']}`` ({s['where']}), {s['size']} bytes.")
@@ -797,7 +821,7 @@ def render_lib(m: dict) -> str:
         out.append("    )")
         out.append("")
         out.append("")
-    out.append("# -- callbacks " + "-" * 86)
+    out.append(_section("callbacks"))
     for c in m["callbacks"]:
         args = [T.ctype(c["result"]) or "None"] + [T.ctype(p["type"]) for p in c["params"]]
         out.append(f"# {c['where']}")
@@ -805,7 +829,7 @@ def render_lib(m: dict) -> str:
         out.extend(f"    {a}," for a in args)
         out.append(")")
     out.append("")
-    out.append("# -- prototypes: C name -> (restype, argtypes, header:line, deprecated) " + "-" * 28)
+    out.append(_section("prototypes: C name -> (restype, argtypes, header:line, deprecated)"))
     out.append("PROTOTYPES = {")
     for f in m["functions"]:
         out.append(f'    "{f["name"]}": (')

@@ -1,0 +1,364 @@
+"""Which cuDNN this process really runs, whether it fits these bindings, and a report.
+
+The compatibility rule (``check_compatibility``): the runtime's major version must equal the
+headers' the bindings were generated from. A runtime older than the headers is allowed (functions
+it lacks raise ``SymbolNotFoundError`` when called) and a newer one too (its additions are simply
+not bound); both are reported. The sub-library checks (``cudnnGraphVersionCheck``, ...) load each
+sub-library and confirm it matches the dispatcher ``libcudnn.so.9``; a sub-library mismatch is as
+fatal as a major-version mismatch. ``PYCUDNN_SKIP_VERSION_CHECK=1`` skips the rule.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import _lib, _loader, errors
+from ._version import __version__
+
+SKIP_ENV = "PYCUDNN_SKIP_VERSION_CHECK"
+SUBLIBRARY_CHECKS = {
+    "graph": "cudnnGraphVersionCheck",
+    "ops": "cudnnOpsVersionCheck",
+    "cnn": "cudnnCnnVersionCheck",
+    "adv": "cudnnAdvVersionCheck",
+    "subquadratic_ops": "cudnnSubquadraticOpsVersionCheck",
+}
+
+
+def decode_version(v: int) -> tuple[int, int, int]:
+    """(major, minor, patch) of a cuDNN version integer, for both encodings.
+
+    cuDNN 9+ encodes ``MAJOR*10000 + MINOR*100 + PATCH`` (92800); cuDNN 8 used
+    ``MAJOR*1000 + MINOR*100 + PATCH`` (8907 for 8.9.7).
+    """
+    v = int(v)
+    if v >= 10000:
+        return v // 10000, v // 100 % 100, v % 100
+    return v // 1000, v // 100 % 10, v % 100
+
+
+def format_version(v: int) -> str:
+    return "{}.{}.{}".format(*decode_version(v))
+
+
+@dataclass(frozen=True)
+class Compatibility:
+    """Outcome of comparing the runtime with the headers."""
+
+    ok: bool
+    kind: str  # "same", "older", "newer" or "mismatch"
+    message: str
+
+
+def check_compatibility(
+    runtime: int, header: int, *, runtime_path: str = "?", bindings_path: str | None = None
+) -> Compatibility:
+    """Apply the version rule to two version integers (pure: tests inject fake versions)."""
+    bindings_path = bindings_path or _lib.__file__
+    rt, hd = decode_version(runtime), decode_version(header)
+    rts, hds = format_version(runtime), format_version(header)
+    if rt[0] != hd[0]:
+        return Compatibility(
+            False,
+            "mismatch",
+            f"cuDNN {rts} was loaded from {runtime_path}, but pycudnn's bindings "
+            f"({bindings_path}) were generated from cuDNN {hds} headers and need cuDNN "
+            f"{hd[0]}.x. Install cuDNN {hd[0]} (`pip install pycudnn[cu12]` or `[cu13]`), or point "
+            f"PYCUDNN_LIBRARY at a libcudnn.so.{hd[0]}; {SKIP_ENV}=1 bypasses this check at your "
+            "own risk (wrong prototypes can crash the process).",
+        )
+    if rt < hd:
+        return Compatibility(
+            True,
+            "older",
+            f"cuDNN {rts} ({runtime_path}) is older than the {hds} headers of the bindings: "
+            f"functions added after {rts} raise SymbolNotFoundError when called.",
+        )
+    if rt > hd:
+        return Compatibility(
+            True,
+            "newer",
+            f"cuDNN {rts} ({runtime_path}) is newer than the {hds} headers of the bindings: "
+            "its newer functions and enum members are not bound (regenerate with "
+            "tools/gen_bindings.py).",
+        )
+    return Compatibility(True, "same", f"cuDNN {rts} matches the bindings' headers.")
+
+
+_sub_lock = threading.Lock()
+_sub_results: dict[str, str] | None = None
+
+
+def sublibrary_checks() -> dict[str, str]:
+    """Run each sub-library version check once; name -> status name (``CUDNN_STATUS_SUCCESS``,
+    ``CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH``, ...) or ``"not in this cuDNN"``."""
+    global _sub_results
+    with _sub_lock:
+        if _sub_results is None:
+            out = {}
+            for sub, fn in SUBLIBRARY_CHECKS.items():
+                if not _lib.has(fn):
+                    out[sub] = "not in this cuDNN"
+                    continue
+                status = getattr(_lib, fn)()
+                out[sub] = errors.status_name(status)
+                if status:
+                    errors.last_error_string()  # consume it so it cannot leak into a later error
+            _sub_results = out
+    return dict(_sub_results)
+
+
+def _sublibrary_mismatch() -> str | None:
+    bad = {k: v for k, v in sublibrary_checks().items() if "VERSION_MISMATCH" in v}
+    if not bad:
+        return None
+    lib = _loader.load()
+    files = ", ".join(f for f in _loader.libcudnn_files_in_process() if f != lib.path) or "?"
+    return (
+        f"cuDNN sub-libraries do not match the dispatcher {lib.path} "
+        f"({format_version(_loader.runtime_version())}): "
+        + ", ".join(f"{k}: {v}" for k, v in bad.items())
+        + f". Files mapped: {files}. Reinstall one consistent cuDNN (all libcudnn_*.so.9 from the "
+        "same release, in one directory)."
+    )
+
+
+def version(raises: bool = True) -> int:
+    """The runtime cuDNN version (``cudnnGetVersion()``, e.g. 92800), checked against the bindings.
+
+    Parameters
+    ----------
+    raises : bool
+        On an unusable library raise :class:`VersionMismatchError` (True) or return -1 (False).
+
+    Raises
+    ------
+    LibraryNotFoundError
+        If no libcudnn can be loaded.
+    VersionMismatchError
+        If *raises* and the major versions differ or a sub-library does not match.
+    """
+    runtime = _loader.runtime_version()
+    if os.environ.get(SKIP_ENV) == "1":
+        return runtime
+    compat = check_compatibility(runtime, _lib.HEADER_VERSION, runtime_path=_loader.load().path)
+    problem = None if compat.ok else compat.message
+    problem = problem or _sublibrary_mismatch()
+    if problem:
+        if raises:
+            raise errors.VersionMismatchError(problem)
+        return -1
+    return runtime
+
+
+def header_version() -> int:
+    """Version of the cuDNN headers the bindings were generated from (e.g. 92800)."""
+    return _lib.HEADER_VERSION
+
+
+def cudart_version() -> int:
+    """CUDA runtime version cuDNN was built with (``cudnnGetCudartVersion()``, e.g. 12090)."""
+    return int(_lib.cudnnGetCudartVersion())
+
+
+@dataclass(frozen=True)
+class LibraryInfo:
+    """Facts about the loaded cuDNN (see :func:`library_info`)."""
+
+    path: str
+    found_via: str
+    runtime_version: int
+    header_version: int
+    cudart_version: int
+    max_device_version: int
+    sublibraries: dict[str, str] = field(default_factory=dict)
+    compatibility: str = ""
+    other_libcudnn_files: tuple[str, ...] = ()
+
+
+def library_info() -> LibraryInfo:
+    """Load cuDNN (if needed) and describe it; never checks-and-raises, only reports."""
+    lib = _loader.load()
+    runtime = _loader.runtime_version()
+    compat = check_compatibility(runtime, _lib.HEADER_VERSION, runtime_path=lib.path)
+    return LibraryInfo(
+        path=lib.path,
+        found_via=lib.found_via,
+        runtime_version=runtime,
+        header_version=_lib.HEADER_VERSION,
+        cudart_version=cudart_version(),
+        max_device_version=int(_lib.cudnnGetMaxDeviceVersion()),
+        sublibraries=sublibrary_checks(),
+        compatibility=compat.message,
+        other_libcudnn_files=tuple(
+            f
+            for f in _loader.libcudnn_files_in_process()
+            if os.path.basename(f).startswith("libcudnn.so") and f != lib.path
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class GPU:
+    index: int
+    name: str
+    capability: tuple[int, int]
+    memory_bytes: int
+
+
+def cuda_devices() -> tuple[list[GPU], str]:
+    """(GPUs the CUDA runtime sees, a note); never raises (no GPU -> [], and why)."""
+    try:
+        from cuda.bindings import runtime as rt
+    except ImportError as exc:
+        return [], f"cuda.bindings not importable ({exc})"
+    try:
+        err, count = rt.cudaGetDeviceCount()
+        if int(err) != 0:
+            return [], f"cudaGetDeviceCount: {getattr(err, 'name', err)}"
+        gpus = []
+        for i in range(count):
+            err, prop = rt.cudaGetDeviceProperties(i)
+            if int(err) == 0:
+                name = prop.name.decode(errors="replace") if isinstance(prop.name, bytes) else ""
+                gpus.append(
+                    GPU(i, name.rstrip("\0"), (prop.major, prop.minor), prop.totalGlobalMem)
+                )
+        return gpus, ""
+    except Exception as exc:  # a broken driver install can raise from inside cuda.bindings
+        return [], f"CUDA runtime error: {exc}"
+
+
+def is_available() -> bool:
+    """True when libcudnn loads, fits these bindings, and a CUDA GPU is usable. Never raises."""
+    try:
+        if version(raises=False) < 0:
+            return False
+    except Exception:
+        return False
+    gpus, _note = cuda_devices()
+    return bool(gpus)
+
+
+def _driver_versions() -> str:
+    try:
+        from cuda.bindings import runtime as rt
+
+        err, drv = rt.cudaDriverGetVersion()
+        err2, run = rt.cudaRuntimeGetVersion()
+        r = f"{run // 1000}.{run % 1000 // 10}" if int(err2) == 0 else "?"
+        if int(err) != 0 or not drv:
+            return f"no NVIDIA driver found; cuda.bindings runtime {r}"
+        return f"driver supports CUDA {drv // 1000}.{drv % 1000 // 10}; cuda.bindings runtime {r}"
+    except Exception as exc:
+        return f"unknown ({exc})"
+
+
+def _pkg_version(name: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def report(self_test: bool = True) -> tuple[str, bool]:
+    """The diagnostics text and whether everything checked is healthy."""
+    lines = [
+        f"pycudnn {__version__}",
+        f"  Python {platform.python_version()} on {platform.system()} {platform.machine()}",
+        "  numpy {}, cuda-bindings {}, cuda-pathfinder {}".format(
+            _pkg_version("numpy"), _pkg_version("cuda-bindings"), _pkg_version("cuda-pathfinder")
+        ),
+        "",
+        "cuDNN",
+    ]
+    healthy = True
+    try:
+        info = library_info()
+    except errors.LibraryNotFoundError as exc:
+        lines += [f"  NOT FOUND: {exc}"]
+        return "\n".join(lines), False
+    rt, hd = info.runtime_version, info.header_version
+    lines += [
+        f"  library     {info.path}",
+        f"  found via   {info.found_via}",
+        f"  runtime     {format_version(rt)} ({rt})",
+        f"  headers     {format_version(hd)} ({hd}), the version the bindings were generated from",
+    ]
+    try:
+        version(raises=True)
+        verdict = "OK" if os.environ.get(SKIP_ENV) != "1" else f"SKIPPED ({SKIP_ENV}=1)"
+    except errors.VersionMismatchError as exc:
+        verdict, healthy = f"MISMATCH: {exc}", False
+    lines += [f"  check       {verdict}: {info.compatibility}"]
+    subs = {k: "OK" if v == "CUDNN_STATUS_SUCCESS" else v for k, v in info.sublibraries.items()}
+    lines += ["  sub-libs    " + ", ".join(f"{k} {v}" for k, v in subs.items())]
+    if any(v != "OK" and v != "not in this cuDNN" for v in subs.values()):
+        healthy = False
+    cv = info.cudart_version
+    lines += [
+        f"  cudart      {cv // 1000}.{cv % 1000 // 10} ({cv}), CUDA runtime cuDNN was built with"
+    ]
+    mdv = info.max_device_version
+    lines += [
+        f"  max device  sm_{mdv // 100}{mdv % 100 // 10} (newest compute capability supported)"
+    ]
+    if info.other_libcudnn_files:
+        healthy = False
+        lines += [
+            "  WARNING     another libcudnn is also mapped into this process: "
+            + ", ".join(info.other_libcudnn_files)
+            + " (two cuDNNs in one process; set PYCUDNN_LIBRARY to the one you mean)"
+        ]
+    lines += ["", "CUDA", f"  {_driver_versions()}"]
+    gpus, note = cuda_devices()
+    if not gpus:
+        lines += [
+            f"  GPUs        none found ({note})",
+            "  No GPU was found: everything above works without one, but handles, compute and the",
+            "  self-test need a CUDA GPU.",
+        ]
+        return "\n".join(lines), healthy
+    for g in gpus:
+        cc = g.capability[0] * 100 + g.capability[1] * 10
+        ok = "supported" if cc <= mdv else f"NEWER than this cuDNN supports (sm_{mdv // 10})"
+        lines += [
+            f"  GPU {g.index}       {g.name}, sm_{g.capability[0]}{g.capability[1]}, "
+            f"{g.memory_bytes / 2**30:.0f} GiB: {ok}"
+        ]
+    if self_test:
+        lines += ["", "Self-test (GPU 0, against float64 NumPy references)"]
+        results = _self_test()
+        for name, ok, msg in results:
+            healthy &= ok
+            lines += [f"  {'PASS' if ok else 'FAIL'}  {name:<10} {msg}"]
+    return "\n".join(lines), healthy
+
+
+def _self_test() -> list[tuple[str, bool, str]]:
+    """Run each self-test case; a failing case is reported, not raised."""
+    from . import _selftest
+
+    out = []
+    for name, case in _selftest.CASES:
+        t0 = time.perf_counter()
+        try:
+            msg = case()
+            out.append((name, True, f"{msg} ({(time.perf_counter() - t0) * 1e3:.1f} ms)"))
+        except Exception as exc:  # report every failure, keep going
+            out.append((name, False, f"{type(exc).__name__}: {exc}"))
+    return out
+
+
+def show_config(file=None) -> bool:
+    """Print the diagnostics report (to *file*, default stdout); return True when healthy."""
+    text, healthy = report()
+    print(text, file=file or sys.stdout)
+    return healthy
