@@ -80,8 +80,10 @@ def _try_override(tried: list[str]) -> LoadedLibrary | None:
     if not path:
         tried.append(f"{ENV_OVERRIDE}: not set")
         return None
+    # Open the real file: libcudnn finds its sub-libraries through RUNPATH $ORIGIN, which glibc
+    # takes from the path as given, so a symlink elsewhere would make cuDNN abort the process.
     try:
-        cdll = ctypes.CDLL(path)
+        cdll = ctypes.CDLL(os.path.realpath(path))
     except OSError as exc:
         raise LibraryNotFoundError(
             f"{ENV_OVERRIDE}={path!r} could not be loaded: {exc}. Fix or unset {ENV_OVERRIDE}."

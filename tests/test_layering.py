@@ -1,0 +1,99 @@
+"""The import rules of DESIGN.md, checked on the source (AST) and for cycles."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "pycudnn"
+
+# module -> pycudnn modules it may import (None: anything not listed in FORBIDDEN)
+ALLOWED: dict[str, set[str] | None] = {
+    "_version": set(),
+    "_loader": set(),
+    "_lib": {"_loader"},
+    "enums": set(),
+    "errors": {"_lib", "_loader", "enums"},
+    "api": {"_lib", "errors"},
+    "lib": {"_lib"},
+    "_types": {"enums"},
+    "_logging": {"_lib", "api", "errors"},
+    "_config": {"_types", "enums", "errors"},
+}
+FORBIDDEN: dict[str, set[str]] = {
+    "_resource": {"descriptors", "handle", "memory", "highlevel"},
+    "descriptors": {"handle", "memory", "highlevel"},
+    "handle": {"descriptors", "highlevel"},
+    "memory": {"descriptors", "highlevel"},
+    "highlevel": {"_lib", "lib"},
+}
+
+
+def pycudnn_imports(path: Path) -> set[str]:
+    """Top-level pycudnn modules imported by *path* (relative or absolute imports)."""
+    tree = ast.parse(path.read_text())
+    pkg_parts = path.relative_to(PKG.parent).with_suffix("").parts[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(pkg_parts[: len(pkg_parts) - node.level + 1])
+                target = [*base, *(node.module.split(".") if node.module else [])]
+                names = [target] if node.module else [[*base, a.name] for a in node.names]
+            elif node.module and node.module.split(".")[0] == "pycudnn":
+                names = [node.module.split(".")]
+            else:
+                continue
+            for parts in names:
+                if len(parts) > 1 and parts[0] == "pycudnn":
+                    found.add(parts[1])
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if parts[0] == "pycudnn" and len(parts) > 1:
+                    found.add(parts[1])
+    return found
+
+
+def modules():
+    for p in sorted(PKG.rglob("*.py")):
+        rel = p.relative_to(PKG).with_suffix("").parts
+        yield (rel[0] if rel[0] != "highlevel" else "highlevel"), p
+
+
+@pytest.mark.parametrize(("name", "path"), list(modules()), ids=lambda x: str(x))
+def test_imports_follow_layers(name, path):
+    imported = pycudnn_imports(path) - {name}
+    if name in ALLOWED:
+        assert imported <= ALLOWED[name], f"{path.name} imports {imported - ALLOWED[name]}"
+    bad = imported & FORBIDDEN.get(name, set())
+    assert not bad, f"{path.relative_to(PKG)} must not import {bad}"
+
+
+def test_no_import_cycles_at_package_import():
+    code = (
+        "import pycudnn, importlib, pkgutil\n"
+        "for m in pkgutil.walk_packages(pycudnn.__path__, 'pycudnn.'):\n"
+        "    if m.name not in ('pycudnn.__main__',):\n"
+        "        importlib.import_module(m.name)\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                       cwd=PKG.parent)  # fmt: skip
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_public_names_resolve():
+    import pycudnn
+
+    missing = []
+    for name in pycudnn.__all__:
+        try:
+            getattr(pycudnn, name)
+        except (AttributeError, ImportError) as exc:
+            missing.append(f"{name}: {exc}")
+    assert not missing, "public names in pycudnn.__all__ that do not resolve:\n" + "\n".join(missing)
