@@ -1,0 +1,133 @@
+"""pycudnn vs PyTorch convolution benchmarks (GitHub issue 6).
+
+Run on the GPU machine from the repository root::
+
+    PYTHONPATH=. python3 bench/run.py
+
+Each mode (heuristic vs heuristic, autotuned vs autotuned) runs in its own process (torch keeps
+one cuDNN plan per problem regardless of ``cudnn.benchmark``). Both libraries use the same
+libcudnn (asserted), torch's current stream, and TF32 off unless a case says otherwise. The
+summary tables are printed last; the merged JSON goes to ``results/bench-<UTC time>.json`` (and
+``$OUT`` when set), with the text and Markdown reports beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.harness import evaluate_targets, render_report  # noqa: E402
+
+MODES = ("heuristic", "autotune")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--modes", default=",".join(MODES), help="comma list of: heuristic,autotune")
+    p.add_argument("--cases", default=None, help="comma list of case ids (1,2,...,6a,...,12)")
+    p.add_argument("--budget", type=float, default=400.0, help="seconds for all modes together")
+    p.add_argument("--quick", action="store_true", help="fewer repetitions")
+    p.add_argument("--results", default=str(ROOT / "results"), help="results folder")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--json", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--child-budget", type=float, default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def run_modes(args: argparse.Namespace, stamp: str, outdir: Path) -> dict[str, Any]:
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in MODES:
+            raise SystemExit(f"unknown mode {m!r}; expected one of {MODES}")
+    start = time.monotonic()
+    results: dict[str, Any] = {"meta": {}, "modes": {}}
+    # the autotuned mode does more work (autotuning every problem twice): give it more time
+    weights = {"heuristic": 0.45, "autotune": 0.55}
+    for i, mode in enumerate(modes):
+        left = args.budget - (time.monotonic() - start)
+        share = weights[mode] / sum(weights[m] for m in modes[i:])
+        budget = max(30.0, left * share)
+        path = outdir / f"bench-{stamp}-{mode}.json"
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            mode,
+            "--json",
+            str(path),
+            "--child-budget",
+            f"{budget:.0f}",
+        ]
+        if args.quick:
+            cmd.append("--quick")
+        if args.cases:
+            cmd += ["--cases", args.cases]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        print(f"[bench] mode {mode}: budget {budget:.0f} s", flush=True)
+        t0 = time.monotonic()
+        rc: int | str
+        try:
+            rc = subprocess.run(cmd, env=env, timeout=budget + 60).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        res: dict[str, Any] = {}
+        if path.exists():
+            with open(path) as fh:
+                res = json.load(fh)
+        if rc != 0:
+            res.setdefault("error", f"child exited with {rc}")
+        res["wall_s"] = round(time.monotonic() - t0, 1)
+        results["modes"][mode] = res
+        if res.get("meta") and not results["meta"]:
+            results["meta"] = dict(res["meta"])
+    results["meta"]["total_s"] = round(time.monotonic() - start, 1)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        from bench.runner import child_main
+
+        return child_main(
+            args.child, args.json, args.child_budget or args.budget, args.quick, args.cases
+        )
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    outdir = Path(args.results)
+    outdir.mkdir(parents=True, exist_ok=True)
+    results = run_modes(args, stamp, outdir)
+    results["meta"]["command"] = "PYTHONPATH=. python3 bench/run.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    results["meta"]["timestamp_utc"] = stamp
+    results["targets"] = [t.__dict__ | {"verdict": t.verdict} for t in evaluate_targets(results)]
+    text = render_report(results)
+    md = render_report(results, markdown=True)
+    base = outdir / f"bench-{stamp}"
+    paths = [base.with_suffix(".json"), base.with_suffix(".txt"), base.with_suffix(".md")]
+    paths[0].write_text(json.dumps(results, indent=1, default=str))
+    paths[1].write_text(text + "\n")
+    paths[2].write_text(md + "\n")
+    out_env = os.environ.get("OUT")
+    if out_env:
+        for p in paths:
+            shutil.copy(p, Path(out_env) / p.name)
+    print("\n" + text, flush=True)
+    print(f"\n[bench] wrote {', '.join(str(p) for p in paths)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

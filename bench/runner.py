@@ -1,0 +1,708 @@
+"""One benchmark mode in one process: torch first, then pycudnn on the same libcudnn.
+
+``run.py`` starts this once per mode (``heuristic``, ``autotune``) in a fresh process, because
+torch keeps one plan per problem whatever ``cudnn.benchmark`` says (its v8 plan cache key has no
+benchmark flag), so the two modes cannot share a process. The child writes its results as JSON
+after every section, so a timeout still leaves what was measured.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import math
+import os
+import pstats
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from .cases import GPU_CASES, Case
+from .harness import (
+    MARKER_KERNEL,
+    ConvGeom,
+    SideResult,
+    Stats,
+    alternate,
+    math_mode,
+    measure_pair,
+    peak_tflops,
+    peaks_for,
+    ratio,
+    split_by_marker,
+    summarize_kernels,
+)
+
+PY_ALGO = {"heuristic": "guess_once", "autotune": "time_once"}
+SLEEP_CYCLES_PER_US = 2000  # spin_kernel counts SM cycles; <= 2 GHz on H100/H200
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class TorchBackend:
+    """Timing on torch's current stream: host clock without sync, CUDA events for the GPU."""
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.e0 = torch.cuda.Event(enable_timing=True)
+        self.e1 = torch.cuda.Event(enable_timing=True)
+
+    def sync(self) -> None:
+        self.torch.cuda.synchronize()
+
+    def host_us_per_call(self, fn: Callable[[], object], calls: int) -> float:
+        self.sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        self.sync()
+        return (t1 - t0) / calls * 1e6
+
+    def gpu_ms_per_call(self, fn: Callable[[], object], calls: int, host_us_hint: float) -> float:
+        # Queue the calls behind a spin kernel long enough to cover their host time, so the
+        # events time back-to-back GPU work only, even for host-bound calls.
+        self.sync()
+        sleep_us = min(host_us_hint * calls * 1.5 + 200.0, 200_000.0)
+        self.torch.cuda._sleep(int(sleep_us * SLEEP_CYCLES_PER_US))
+        self.e0.record()
+        for _ in range(calls):
+            fn()
+        self.e1.record()
+        self.e1.synchronize()
+        return self.e0.elapsed_time(self.e1) / calls
+
+
+class Child:
+    """Everything one mode measures."""
+
+    def __init__(self, mode: str, json_path: str, deadline: float, quick: bool) -> None:
+        self.mode = mode
+        self.json_path = json_path
+        self.deadline = deadline
+        self.quick = quick
+        self.result: dict[str, Any] = {"mode": mode, "items": [], "skipped": []}
+        self.meta: dict[str, Any] = {}
+        self.keep: list[tuple[str, Callable[[], object], Callable[[], object]]] = []
+
+    # -- setup ----------------------------------------------------------------------------------
+    def setup(self) -> None:
+        import torch  # first: pycudnn must find the libcudnn torch loaded
+
+        self.torch = torch
+        tv = torch.backends.cudnn.version()
+        import pycudnn
+        import pycudnn._loader as loader
+
+        self.pc = pycudnn
+        pv = pycudnn.version()
+        files = [
+            f for f in loader.libcudnn_files_in_process() if os.path.basename(f) == "libcudnn.so.9"
+        ]
+        info = loader.load()
+        assert pv == tv, f"pycudnn sees cuDNN {pv}, torch {tv}: not the same library"
+        assert len(files) == 1, f"expected one libcudnn.so.9 mapped, found {files}"
+        torch.backends.cudnn.enabled = True
+        torch.backends.cudnn.benchmark = self.mode == "autotune"
+        torch.backends.cudnn.deterministic = False
+        torch.backends.cudnn.allow_tf32 = False
+        self.stream = torch.cuda.current_stream()
+        self.stream_int = int(self.stream.cuda_stream)
+        self.backend = TorchBackend(torch)
+        props = torch.cuda.get_device_properties(0)
+        gpu = torch.cuda.get_device_name(0)
+        self.peaks, peaks_source = peaks_for(gpu)
+        self.meta = {
+            "gpu": gpu,
+            "sm_count": props.multi_processor_count,
+            "gpu_mem_gib": round(props.total_memory / 2**30, 1),
+            "cudnn_version": tv,
+            "pycudnn_cudnn_version": pv,
+            "libcudnn_path": files[0],
+            "libcudnn_found_via": info.found_via,
+            "torch_version": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "torch_benchmark_limit": getattr(torch.backends.cudnn, "benchmark_limit", None),
+            "pycudnn_version": getattr(pycudnn, "__version__", "?"),
+            "python": sys.version.split()[0],
+            "peaks_source": peaks_source,
+            "peaks": self.peaks.__dict__,
+            "stream": self.stream_int,
+            "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING", "(default)"),
+        }
+        self.result["meta"] = self.meta
+        log(f"{self.mode}: {gpu}, cuDNN {tv} at {files[0]} ({info.found_via})")
+
+    def flush(self) -> None:
+        tmp = self.json_path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(self.result, fh, indent=1, default=str)
+        os.replace(tmp, self.json_path)
+
+    def time_left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    # -- tensors and calls ----------------------------------------------------------------------
+    def tensor(self, shape: tuple[int, ...], dtype: str, channels_last: bool, empty: bool = False):
+        torch = self.torch
+        tdt = getattr(torch, dtype)
+        t = (torch.empty if empty else torch.randn)(shape, device="cuda", dtype=tdt)
+        if channels_last:
+            fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+            t = t.contiguous(memory_format=fmt)
+        return t
+
+    def pc_fns(self, nd: int) -> tuple[Callable, Callable, Callable]:
+        pc = self.pc
+        if nd == 3:
+            return pc.dnn_conv3d, pc.dnn_gradinput3d, pc.dnn_gradweight3d
+        return pc.dnn_conv, pc.dnn_gradinput, pc.dnn_gradweight
+
+    def build(self, g: ConvGeom, dtype: str, cl: bool, op: str):
+        """(pycudnn call, torch call, pycudnn result, torch result) for one op of one problem."""
+        torch = self.torch
+        F = torch.nn.functional
+        conv, gradinput, gradweight = self.pc_fns(g.nd)
+        kw = dict(
+            border_mode=g.pad,
+            subsample=g.stride,
+            dilation=g.dilation,
+            conv_mode="cross",
+            num_groups=g.groups,
+            stream=self.stream_int,
+        )
+        x = self.tensor(g.x_shape, dtype, cl)
+        w = self.tensor(g.w_shape, dtype, cl)
+        stride, pad, dil = list(g.stride), list(g.pad), list(g.dilation)
+        tconv = F.conv2d if g.nd == 2 else F.conv3d
+        bwd = torch.ops.aten.convolution_backward
+        zeros = [0] * g.nd
+        if op == "fwd":
+            y = self.tensor(g.y_shape, dtype, cl, empty=True)
+
+            def py() -> object:
+                return conv(x, w, out=y, **kw)
+
+            def th() -> object:
+                return tconv(x, w, None, g.stride, g.pad, g.dilation, g.groups)
+
+            return py, th, lambda: y, th
+        dy = self.tensor(g.y_shape, dtype, cl)
+        if op == "dgrad":
+            dx = self.tensor(g.x_shape, dtype, cl, empty=True)
+            mask = [True, False, False]
+
+            def py() -> object:
+                return gradinput(w, dy, g.x_shape, out=dx, **kw)
+
+            def th() -> object:
+                return bwd(dy, x, w, None, stride, pad, dil, False, zeros, g.groups, mask)
+
+            return py, th, lambda: dx, lambda: th()[0]
+        if op == "wgrad":
+            dw = self.tensor(g.w_shape, dtype, cl, empty=True)
+            mask = [False, True, False]
+
+            def py() -> object:
+                return gradweight(x, dy, g.w_shape, out=dw, **kw)
+
+            def th() -> object:
+                return bwd(dy, x, w, None, stride, pad, dil, False, zeros, g.groups, mask)
+
+            return py, th, lambda: dw, lambda: th()[1]
+        raise ValueError(op)
+
+    def relerr(self, a: Any, b: Any) -> float:
+        a64, b64 = a.double(), b.double()
+        return float((a64 - b64).norm() / max(float(b64.norm()), 1e-30))
+
+    def first_call_ms(self, fn: Callable[[], object]) -> float:
+        self.backend.sync()
+        t0 = time.perf_counter()
+        fn()
+        self.backend.sync()
+        return (time.perf_counter() - t0) * 1e3
+
+    # -- GPU-bound cases ------------------------------------------------------------------------
+    def run_case(self, case: Case) -> None:
+        torch = self.torch
+        for op in case.ops:
+            label = f"case {case.id} {op}"
+            if self.time_left() < 20:
+                self.result["skipped"].append(f"{label}: out of time")
+                log(f"SKIP {label}: out of time")
+                continue
+            item: dict[str, Any] = {
+                "case": case.id,
+                "op": op,
+                "label": case.title(),
+                "dtype": case.dtype,
+                "layout": case.layout,
+                "math": math_mode(case.dtype, case.tf32),
+                "flops": case.geom.flops(),
+                "min_bytes": case.geom.min_bytes(case.itemsize),
+            }
+            t_item = time.perf_counter()
+            py_side, th_side = SideResult(), SideResult()
+            try:
+                torch.backends.cudnn.allow_tf32 = case.tf32
+                with self.pc.config.override(allow_tf32=case.tf32):
+                    built = self.build(case.geom, case.dtype, case.channels_last, op)
+                    py, th, py_out, th_out = built
+                    # first calls build (heuristic) or autotune the plans
+                    try:
+                        py_side.first_call_ms = self.first_call_ms(py)
+                    except Exception as exc:
+                        py_side.error = f"{type(exc).__name__}: {exc}"
+                        log(f"{label}: pycudnn failed: {py_side.error}")
+                    th_side.first_call_ms = self.first_call_ms(th)
+                    if py_side.error is None:
+                        item["relerr"] = self.relerr(py_out(), th_out())
+                        for _ in range(3):
+                            py()
+                            th()
+                        reps = 3 if self.quick else 5
+                        a, b = measure_pair(self.backend, py, th, reps=reps, host_calls=20)
+                        py_side.gpu_ms, py_side.host_us = a.gpu_ms, a.host_us
+                        th_side.gpu_ms, th_side.host_us = b.gpu_ms, b.host_us
+                        item["calls_per_block"] = a.extra.get("calls_per_block")
+                        self.keep.append((f"{case.id} {op}", py, th))
+                    else:
+                        self.keep.append((f"{case.id} {op}", lambda: None, th))
+            except Exception as exc:
+                th_side.error = th_side.error or f"{type(exc).__name__}: {exc}"
+                log(f"{label}: failed: {traceback.format_exc(limit=3)}")
+            finally:
+                torch.backends.cudnn.allow_tf32 = False
+            item["pycudnn"], item["torch"] = py_side.to_dict(), th_side.to_dict()
+            peak = peak_tflops(self.peaks, item["math"])
+            for side, res in (("pycudnn", py_side), ("torch", th_side)):
+                if res.gpu_ms:
+                    tf = item["flops"] / (res.gpu_ms.median * 1e-3) / 1e12
+                    item[f"tflops_{side}"] = tf
+                    item[f"pct_peak_{side}"] = 100.0 * tf / peak
+                    item[f"gbs_{side}"] = item["min_bytes"] / (res.gpu_ms.median * 1e-3) / 1e9
+            item["ratio"] = ratio(
+                py_side.gpu_ms.median if py_side.gpu_ms else None,
+                th_side.gpu_ms.median if th_side.gpu_ms else None,
+            )
+            item["ratio_min"] = ratio(
+                py_side.gpu_ms.min if py_side.gpu_ms else None,
+                th_side.gpu_ms.min if th_side.gpu_ms else None,
+            )
+            item["seconds"] = round(time.perf_counter() - t_item, 2)
+            self.result["items"].append(item)
+            self.flush()
+            log(
+                f"{label} {case.title()}: pycudnn {fmt_ms(py_side.gpu_ms)} torch "
+                f"{fmt_ms(th_side.gpu_ms)} ratio {fmt(item['ratio'])} relerr "
+                f"{fmt(item.get('relerr'), '.1e')} ({item['seconds']} s)"
+            )
+
+    # -- (1) tiny conv: host cost per call ------------------------------------------------------
+    def run_tiny(self) -> None:
+        torch, pc = self.torch, self.pc
+        F = torch.nn.functional
+        s = self.stream_int
+        x = torch.randn(1, 8, 8, 8, device="cuda")
+        w = torch.randn(8, 8, 3, 3, device="cuda")
+        y = torch.empty(1, 8, 8, 8, device="cuda")
+        n = 300
+        pool = [torch.randn(1, 8, 8, 8, device="cuda") for _ in range(n)]
+        conv = pc.dnn_conv
+        reps = 5 if self.quick else 9
+
+        def py_reuse() -> object:
+            return conv(x, w, border_mode=(1, 1), conv_mode="cross", out=y, stream=s)
+
+        def th_reuse() -> object:
+            return F.conv2d(x, w, None, 1, 1)
+
+        py_reuse()
+        y_ref = F.conv2d(x, w, None, 1, 1)
+        tiny: dict[str, Any] = {"relerr": self.relerr(y, y_ref)}
+        self.result["tiny"] = tiny
+
+        def host_loop(fn: Callable[[Any], object], inputs: list[Any]) -> Callable[[], float]:
+            def run() -> float:
+                self.backend.sync()
+                t0 = time.perf_counter()
+                for xi in inputs:
+                    fn(xi)
+                t1 = time.perf_counter()
+                self.backend.sync()
+                return (t1 - t0) / len(inputs) * 1e6
+
+            return run
+
+        same = [x] * n
+        variants: list[tuple[str, str, Callable[[Any], object], Callable[[Any], object], list]] = [
+            (
+                "reuse",
+                "same x, w; pycudnn out= preallocated, stream= int; torch F.conv2d",
+                lambda xi: conv(xi, w, border_mode=(1, 1), conv_mode="cross", out=y, stream=s),
+                lambda xi: F.conv2d(xi, w, None, 1, 1),
+                same,
+            ),
+            (
+                "new_buffers",
+                "new x every call (pool of 300), pycudnn allocates its output",
+                lambda xi: conv(xi, w, border_mode=(1, 1), conv_mode="cross", stream=s),
+                lambda xi: F.conv2d(xi, w, None, 1, 1),
+                pool,
+            ),
+            (
+                "new_x_out_reused",
+                "new x every call, pycudnn out= preallocated",
+                lambda xi: conv(xi, w, border_mode=(1, 1), conv_mode="cross", out=y, stream=s),
+                lambda xi: F.conv2d(xi, w, None, 1, 1),
+                pool,
+            ),
+            (
+                "no_stream_arg",
+                "as reuse, but no stream= (pycudnn uses its handle's stream)",
+                lambda xi: conv(xi, w, border_mode=(1, 1), conv_mode="cross", out=y),
+                lambda xi: F.conv2d(xi, w, None, 1, 1),
+                same,
+            ),
+        ]
+        try:
+            xd, wd, yd = pc.asarray(x), pc.asarray(w), pc.asarray(y)
+            variants.append(
+                (
+                    "prewrapped",
+                    "as reuse, inputs pre-wrapped once with pycudnn.asarray (no per-call interop)",
+                    lambda xi: conv(
+                        xd, wd, border_mode=(1, 1), conv_mode="cross", out=yd, stream=s
+                    ),
+                    lambda xi: F.conv2d(xi, w, None, 1, 1),
+                    same,
+                )
+            )
+        except Exception as exc:
+            tiny["prewrapped_error"] = f"{type(exc).__name__}: {exc}"
+        for key, what, fpy, fth, inputs in variants:
+            entry: dict[str, Any] = {"what": what}
+            try:
+                for _ in range(2):  # warm: plans and variant packs for every pointer in the pool
+                    host_loop(fpy, inputs)()
+                    host_loop(fth, inputs)()
+                a, b = alternate(host_loop(fpy, inputs), host_loop(fth, inputs), reps)
+                entry["pycudnn"], entry["torch"] = Stats.of(a).to_dict(), Stats.of(b).to_dict()
+                entry["ratio"] = ratio(entry["pycudnn"]["median"], entry["torch"]["median"])
+                entry["ratio_min"] = ratio(entry["pycudnn"]["min"], entry["torch"]["min"])
+            except Exception as exc:
+                entry["error"] = f"{type(exc).__name__}: {exc}"
+                log(f"tiny {key}: {traceback.format_exc(limit=4)}")
+            tiny[key] = entry
+            log(
+                f"(1) tiny {key}: pycudnn {fmt((entry.get('pycudnn') or {}).get('median'), '.2f')}"
+                f" us, torch {fmt((entry.get('torch') or {}).get('median'), '.2f')} us, "
+                f"ratio {fmt(entry.get('ratio'))}"
+            )
+        # wall per call (2000 calls then one sync) and GPU time per call
+        wall: dict[str, float] = {}
+        for name, fn in (("pycudnn", py_reuse), ("torch", th_reuse)):
+            self.backend.sync()
+            t0 = time.perf_counter()
+            for _ in range(2000):
+                fn()
+            self.backend.sync()
+            wall[name] = (time.perf_counter() - t0) / 2000 * 1e6
+        tiny["wall_us"] = wall
+        try:
+            a, b = measure_pair(self.backend, py_reuse, th_reuse, reps=3, host_calls=300)
+            tiny["gpu_us"] = {"pycudnn": a.gpu_ms.median * 1e3, "torch": b.gpu_ms.median * 1e3}
+        except Exception as exc:
+            tiny["gpu_us"] = {"error": str(exc)}
+        self.interop_costs(x, tiny)
+        self.profile_tiny(py_reuse, tiny)
+        self.flush()
+
+    def interop_costs(self, x: Any, tiny: dict[str, Any]) -> None:
+        """Host cost of the zero-copy views pycudnn takes of torch tensors, per call."""
+        pc, torch = self.pc, self.torch
+        costs: dict[str, float] = {}
+        probes: list[tuple[str, Callable[[], object]]] = [
+            ("torch __cuda_array_interface__", lambda: x.__cuda_array_interface__),
+            ("torch __dlpack__()", lambda: x.__dlpack__()),
+            ("torch data_ptr()", lambda: x.data_ptr()),
+            ("torch current_stream().cuda_stream", lambda: torch.cuda.current_stream().cuda_stream),
+            ("pycudnn.asarray(torch tensor)", lambda: pc.asarray(x)),
+        ]
+        for name, fn in probes:
+            try:
+                fn()
+                t0 = time.perf_counter()
+                for _ in range(2000):
+                    fn()
+                costs[name] = (time.perf_counter() - t0) / 2000 * 1e6
+            except Exception as exc:
+                costs[name] = float("nan")
+                tiny.setdefault("interop_errors", {})[name] = str(exc)
+        tiny["interop_us"] = costs
+        log("interop us/call: " + ", ".join(f"{k} {v:.2f}" for k, v in costs.items()))
+
+    def profile_tiny(
+        self, fn: Callable[[], object], tiny: dict[str, Any], calls: int = 2000
+    ) -> None:
+        """cProfile of the reused-buffer tiny call: where pycudnn's host time goes."""
+        prof = cProfile.Profile()
+        self.backend.sync()
+        prof.enable()
+        for _ in range(calls):
+            fn()
+        prof.disable()
+        self.backend.sync()
+        st = pstats.Stats(prof)
+        rows = []
+        for (file, line, func), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
+            rows.append(
+                {
+                    "func": f"{os.path.basename(file)}:{line}({func})",
+                    "calls_per_conv": nc / calls,
+                    "tottime_us": tt / calls * 1e6,
+                    "cumtime_us": ct / calls * 1e6,
+                }
+            )
+        rows.sort(key=lambda r: -r["tottime_us"])
+        tiny["cprofile_top"] = rows[:20]
+        total = sum(r["tottime_us"] for r in rows)
+        tiny["cprofile_total_us"] = total
+        log(f"cProfile of pycudnn tiny call (inflated by the profiler): {total:.1f} us/call; top:")
+        for r in rows[:12]:
+            log(f"   {r['tottime_us']:7.2f} us  x{r['calls_per_conv']:.1f}  {r['func']}")
+
+    # -- (11) cold first call of a new shape ----------------------------------------------------
+    def run_cold(self) -> None:
+        torch, pc = self.torch, self.pc
+        F = torch.nn.functional
+        s = self.stream_int
+        reps = 4 if self.quick else 6
+        # distinct shapes never seen elsewhere in this process, one per call
+        geoms = [_cold_geom(i, self.mode) for i in range(2 * reps)]
+
+        def make(i: int):
+            g = geoms[i]
+            return self.tensor(g.x_shape, "float16", True), self.tensor(g.w_shape, "float16", True)
+
+        inputs = [make(i) for i in range(2 * reps)]
+        it_py = iter(range(0, 2 * reps, 2))
+        it_th = iter(range(1, 2 * reps, 2))
+
+        def py_cold() -> float:
+            x, w = inputs[next(it_py)]
+            return self.first_call_ms(
+                lambda: pc.dnn_conv(x, w, border_mode=(1, 1), conv_mode="cross", stream=s)
+            )
+
+        def th_cold() -> float:
+            x, w = inputs[next(it_th)]
+            return self.first_call_ms(lambda: F.conv2d(x, w, None, 1, 1))
+
+        cold: dict[str, Any] = {
+            "what": "first call of a never-seen fp16 NHWC 3x3 shape (N=8, 20x20, C=K varies), "
+            "host wall time to completion incl. sync; outputs allocated by each library",
+        }
+        try:
+            a, b = alternate(py_cold, th_cold, reps)
+            cold["pycudnn_ms"], cold["torch_ms"] = Stats.of(a).to_dict(), Stats.of(b).to_dict()
+            cold["pycudnn_all_ms"], cold["torch_all_ms"] = a, b
+            cold["ratio"] = ratio(cold["pycudnn_ms"]["median"], cold["torch_ms"]["median"])
+        except Exception as exc:
+            cold["error"] = f"{type(exc).__name__}: {exc}"
+            log(f"cold: {traceback.format_exc(limit=4)}")
+        self.result["cold"] = cold
+        self.flush()
+        log(
+            f"(11) cold: pycudnn {fmt((cold.get('pycudnn_ms') or {}).get('median'), '.2f')} ms, "
+            f"torch {fmt((cold.get('torch_ms') or {}).get('median'), '.2f')} ms"
+        )
+
+    # -- (12) two shapes alternating every call -------------------------------------------------
+    def run_thrash(self) -> None:
+        torch, pc = self.torch, self.pc
+        F = torch.nn.functional
+        s = self.stream_int
+        w = torch.randn(8, 8, 3, 3, device="cuda")
+        xa, xb = torch.randn(1, 8, 8, 8, device="cuda"), torch.randn(1, 8, 10, 10, device="cuda")
+        ya, yb = torch.empty(1, 8, 8, 8, device="cuda"), torch.empty(1, 8, 10, 10, device="cuda")
+        conv = pc.dnn_conv
+
+        def py_ab() -> None:
+            conv(xa, w, border_mode=(1, 1), conv_mode="cross", out=ya, stream=s)
+            conv(xb, w, border_mode=(1, 1), conv_mode="cross", out=yb, stream=s)
+
+        def th_ab() -> None:
+            F.conv2d(xa, w, None, 1, 1)
+            F.conv2d(xb, w, None, 1, 1)
+
+        thrash: dict[str, Any] = {
+            "what": "fp32 NCHW tiny convs on 8x8 and 10x10 inputs, alternating every call"
+        }
+        try:
+            for _ in range(20):
+                py_ab()
+                th_ab()
+            reps = 5 if self.quick else 9
+            a, b = alternate(
+                lambda: self.backend.host_us_per_call(py_ab, 150) / 2,
+                lambda: self.backend.host_us_per_call(th_ab, 150) / 2,
+                reps,
+            )
+            thrash["pycudnn_host_us"], thrash["torch_host_us"] = (
+                Stats.of(a).to_dict(),
+                Stats.of(b).to_dict(),
+            )
+            thrash["ratio_host"] = ratio(
+                thrash["pycudnn_host_us"]["median"], thrash["torch_host_us"]["median"]
+            )
+
+            def wall(fn: Callable[[], None]) -> float:
+                self.backend.sync()
+                t0 = time.perf_counter()
+                for _ in range(500):
+                    fn()
+                self.backend.sync()
+                return (time.perf_counter() - t0) / 1000 * 1e6
+
+            a, b = alternate(lambda: wall(py_ab), lambda: wall(th_ab), 3)
+            thrash["pycudnn_wall_us"], thrash["torch_wall_us"] = (
+                Stats.of(a).to_dict(),
+                Stats.of(b).to_dict(),
+            )
+            thrash["ratio_wall"] = ratio(
+                thrash["pycudnn_wall_us"]["median"], thrash["torch_wall_us"]["median"]
+            )
+        except Exception as exc:
+            thrash["error"] = f"{type(exc).__name__}: {exc}"
+            log(f"thrash: {traceback.format_exc(limit=4)}")
+        self.result["thrash"] = thrash
+        self.flush()
+        log(
+            f"(12) thrash host us/call: pycudnn "
+            f"{fmt((thrash.get('pycudnn_host_us') or {}).get('median'), '.2f')}, torch "
+            f"{fmt((thrash.get('torch_host_us') or {}).get('median'), '.2f')}"
+        )
+
+    # -- engines: kernel names of one call of each side, from the torch profiler ---------------
+    def capture_engines(self) -> None:
+        if not self.keep:
+            return
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+
+        try:
+            self.backend.sync()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _label, py, th in self.keep:
+                    for fn in (py, th):
+                        torch.cuda._sleep(1)
+                        try:
+                            fn()
+                        except Exception:
+                            pass
+                torch.cuda._sleep(1)
+                self.backend.sync()
+            kernels = _kernel_events(prof)
+            segments = split_by_marker(kernels, MARKER_KERNEL)
+            by_label = {}
+            for i, (label, _py, _th) in enumerate(self.keep):
+                seg_py = segments[2 * i] if 2 * i < len(segments) else []
+                seg_th = segments[2 * i + 1] if 2 * i + 1 < len(segments) else []
+                by_label[label] = (summarize_kernels(seg_py), summarize_kernels(seg_th))
+            for item in self.result["items"]:
+                eng = by_label.get(f"{item['case']} {item['op']}")
+                if eng:
+                    item["pycudnn"]["engine"], item["torch"]["engine"] = eng
+            self.result["engine_capture"] = f"{len(kernels)} kernels, {len(segments)} segments"
+        except Exception as exc:
+            self.result["engine_capture"] = f"failed: {type(exc).__name__}: {exc}"
+            log(f"engine capture: {traceback.format_exc(limit=4)}")
+        self.flush()
+
+    # -- main -----------------------------------------------------------------------------------
+    def run(self, case_filter: set[str] | None) -> None:
+        t0 = time.perf_counter()
+        self.setup()
+        self.flush()
+        algo = PY_ALGO[self.mode]
+        with self.pc.config.override(
+            algo_fwd=algo, algo_bwd_data=algo, algo_bwd_filter=algo, allow_tf32=False
+        ):
+            if not case_filter or "1" in case_filter:
+                self.section("tiny", self.run_tiny)
+            if not case_filter or "11" in case_filter:
+                self.section("cold", self.run_cold)
+            if not case_filter or "12" in case_filter:
+                self.section("thrash", self.run_thrash)
+            for case in GPU_CASES:
+                wanted = {case.id, case.id.rstrip("ab")}
+                if case_filter and not wanted & case_filter:
+                    continue
+                self.run_case(case)
+            self.section("engines", self.capture_engines)
+        self.result["seconds"] = round(time.perf_counter() - t0, 1)
+        self.flush()
+        log(f"{self.mode}: done in {self.result['seconds']} s")
+
+    def section(self, name: str, fn: Callable[[], None]) -> None:
+        if self.time_left() < 15:
+            self.result["skipped"].append(f"{name}: out of time")
+            return
+        try:
+            fn()
+        except Exception as exc:
+            self.result.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
+            log(f"{name} failed: {traceback.format_exc(limit=5)}")
+            self.flush()
+
+
+def _cold_geom(i: int, mode: str) -> ConvGeom:
+    base = 24 if mode == "heuristic" else 28  # each mode has its own process; shapes differ anyway
+    c = base + 8 * i
+    return ConvGeom(8, c, c, (20, 20), (3, 3), (1, 1), (1, 1), (1, 1))
+
+
+def _kernel_events(prof: Any) -> list[tuple[float, str]]:
+    """(start, name) of every GPU kernel the profiler recorded."""
+    out: list[tuple[float, str]] = []
+    try:
+        for ev in prof.profiler.kineto_results.events():
+            if "cuda" in str(ev.device_type()).lower():
+                start = ev.start_ns() if hasattr(ev, "start_ns") else ev.start_us() * 1e3
+                out.append((float(start), ev.name()))
+    except Exception:
+        out = []
+    if not out:
+        for ev in prof.events():
+            if "cuda" in str(getattr(ev, "device_type", "")).lower():
+                out.append((float(ev.time_range.start), ev.name))
+    return out
+
+
+def fmt(v: float | None, spec: str = ".3f") -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def fmt_ms(s: Stats | None) -> str:
+    return "n/a" if s is None else f"{s.median:.4f} ms"
+
+
+def child_main(mode: str, json_path: str, budget_s: float, quick: bool, cases: str | None) -> int:
+    deadline = time.monotonic() + budget_s
+    child = Child(mode, json_path, deadline, quick)
+    case_filter = set(cases.split(",")) if cases else None
+    try:
+        child.run(case_filter)
+    except Exception as exc:
+        child.result["error"] = f"{type(exc).__name__}: {exc}"
+        child.result["traceback"] = traceback.format_exc()
+        log(f"{mode} failed: {traceback.format_exc()}")
+        child.flush()
+        return 1
+    return 0
