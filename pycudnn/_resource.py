@@ -193,6 +193,12 @@ class Resource:
         """The typed handle for a C call; raises ``ValueError`` when closed (no C call made)."""
         if not self._ptr:
             self._raise_closed()
+        if not self._owned and self._refs:
+            # a borrowed wrapper dies with an owner that was closed explicitly (no dangling use)
+            owner = self._refs[0]
+            if isinstance(owner, Resource) and not owner._ptr:
+                self._mark_closed()
+                self._raise_closed()
         return self._as_parameter_
 
     @classmethod

@@ -48,7 +48,20 @@ from .enums import (
 )
 
 __all__ = [
+    "ActivationDescriptor",
     "BackendDescriptor",
+    "CTCLossDescriptor",
+    "ConvolutionDescriptor",
+    "DropoutDescriptor",
+    "FilterDescriptor",
+    "LRNDescriptor",
+    "OpTensorDescriptor",
+    "PoolingDescriptor",
+    "RNNDataDescriptor",
+    "RNNDescriptor",
+    "ReduceTensorDescriptor",
+    "SpatialTransformerDescriptor",
+    "TensorDescriptor",
     "live_counts",
 ]
 
@@ -184,7 +197,9 @@ def _enum(
         member = value
     elif isinstance(value, str):
         key = value.strip().lower().replace("-", "_")
-        member = (aliases or {}).get(key) or _enum_table(cls).get(key)
+        member = aliases.get(key) if aliases else None  # members may be 0: test `is None`
+        if member is None:
+            member = _enum_table(cls).get(key)
         if member is None:
             names = sorted(aliases) if aliases else [m.name.lower() for m in cls]
             raise ValueError(
@@ -964,3 +979,1630 @@ def _packed_strides(shape: Sequence[int]) -> tuple[int, ...]:
     for i in range(len(shape) - 2, -1, -1):
         strides[i] = strides[i + 1] * shape[i + 1]
     return tuple(strides)
+
+
+# ==================================================================================================
+# Legacy descriptor families
+# ==================================================================================================
+_TENSOR_DTYPES = (
+    DataType.FLOAT,
+    DataType.DOUBLE,
+    DataType.HALF,
+    DataType.BFLOAT16,
+    DataType.INT8,
+    DataType.UINT8,
+    DataType.INT32,
+)
+_FILTER_DTYPES = (
+    DataType.FLOAT,
+    DataType.DOUBLE,
+    DataType.HALF,
+    DataType.BFLOAT16,
+    DataType.INT8,
+    DataType.UINT8,
+)
+_CONV_COMPUTE_TYPES = (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.INT32)
+_FLOAT_TYPES = (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16)
+_LAYOUTS = {
+    "nchw": enums.TensorFormat.NCHW,
+    "nhwc": enums.TensorFormat.NHWC,
+    "ncdhw": enums.TensorFormat.NCHW,
+    "ndhwc": enums.TensorFormat.NHWC,
+    "channels_first": enums.TensorFormat.NCHW,
+    "channels_last": enums.TensorFormat.NHWC,
+}
+_NAN = {
+    "propagate": enums.NanPropagation.PROPAGATE_NAN,
+    "not_propagate": enums.NanPropagation.NOT_PROPAGATE_NAN,
+}
+
+
+def _layout(value: Any, argument: str = "layout") -> enums.TensorFormat:
+    return _enum(
+        value,
+        enums.TensorFormat,
+        argument,
+        _LAYOUTS,
+        allowed=(enums.TensorFormat.NCHW, enums.TensorFormat.NHWC),
+    )
+
+
+def _nan_opt(value: Any, argument: str = "nan_propagation") -> enums.NanPropagation:
+    if isinstance(value, bool):
+        return enums.NanPropagation(int(value))
+    return _enum(value, enums.NanPropagation, argument, _NAN)
+
+
+def _layout_strides(shape: Sequence[int], layout: enums.TensorFormat) -> tuple[int, ...]:
+    """Packed strides of *shape* (given as N, C, spatial...) in *layout*."""
+    if layout == enums.TensorFormat.NCHW:
+        return _packed_strides(shape)
+    n, c, *spatial = shape
+    strides = [0] * len(shape)
+    strides[1] = 1
+    acc = c
+    for i in range(len(shape) - 1, 1, -1):
+        strides[i] = acc
+        acc *= shape[i]
+    strides[0] = acc
+    del n, spatial
+    return tuple(strides)
+
+
+def _check_span(shape: Sequence[int], strides: Sequence[int], argument: str) -> None:
+    count = math.prod(shape)
+    if count > INT32_MAX:
+        raise OverflowError(
+            f"{argument}={tuple(shape)} has {count} elements; cuDNN's limit is {INT32_MAX}"
+        )
+    span = 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
+    if span > INT32_MAX:
+        raise OverflowError(
+            f"shape {tuple(shape)} with strides {tuple(strides)} spans {span} elements; "
+            f"cuDNN's limit is {INT32_MAX}"
+        )
+
+
+class TensorDescriptor(Resource):
+    """``cudnnTensorDescriptor_t``: an N-d tensor's shape, strides and data type.
+
+    Parameters
+    ----------
+    shape : sequence of int
+        3 to 8 positive sizes, ``(N, C, spatial...)`` (``(N, C, H, W)`` for 4-D), whatever the
+        layout.
+    dtype : numpy dtype, str or DataType, default ``"float32"``
+        float32, float64, float16, bfloat16, int8, uint8 or int32.
+    strides : sequence of int, optional
+        Element strides (>= 1), in the order of *shape*. Default: packed in *layout*.
+    layout : {"NCHW", "NHWC"} or TensorFormat, optional
+        Memory layout; default NCHW. With *strides* as well, the strides must be the packed
+        strides of that layout (omit *layout* for arbitrary strides).
+
+    Raises
+    ------
+    TypeError
+        A size is not an int, or the dtype is not one of the above.
+    ValueError
+        Wrong rank, a size or stride < 1, strides inconsistent with *layout*.
+    OverflowError
+        A size, stride, the element count or the strided span exceeds 2**31 - 1.
+    CudnnError
+        cuDNN rejected the combination (e.g. ``BadParamError``).
+
+    Examples
+    --------
+    >>> TensorDescriptor((2, 3, 4, 5), "float32")
+    TensorDescriptor(shape=(2, 3, 4, 5), dtype=float32, layout=NCHW)
+    """
+
+    _c_type = _lib.cudnnTensorDescriptor_t
+    _destroy_name = "cudnnDestroyTensorDescriptor"
+    __slots__ = ()
+
+    def __init__(
+        self,
+        shape: Sequence[int],
+        dtype: Any = "float32",
+        strides: Sequence[int] | None = None,
+        layout: Any = None,
+    ) -> None:
+        shape = _int_seq(shape, "shape", lo=1, min_len=3, max_len=DIM_MAX)
+        dt = _dtype(dtype, "dtype", _TENSOR_DTYPES)
+        fmt = None if layout is None else _layout(layout)
+        if strides is None:
+            strides = _layout_strides(shape, fmt or enums.TensorFormat.NCHW)
+        else:
+            strides = _int_seq(strides, "strides", lo=1, length=len(shape))
+            if fmt is not None and strides != _layout_strides(shape, fmt):
+                raise ValueError(
+                    f"strides={strides} are not the packed {fmt.name} strides of shape {shape} "
+                    f"({_layout_strides(shape, fmt)}); omit layout to use arbitrary strides"
+                )
+        _check_span(shape, strides, "shape")
+        h = self._new_handle()
+        _api("cudnnCreateTensorDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        _api("cudnnSetTensorNdDescriptor")(
+            h, dt, len(shape), _c_int_array(shape), _c_int_array(strides)
+        )
+
+    def _read(self) -> tuple[DataType, tuple[int, ...], tuple[int, ...]]:
+        h = self._h()
+        dt, n = ctypes.c_int(), ctypes.c_int()
+        dims, strides = (ctypes.c_int * DIM_MAX)(), (ctypes.c_int * DIM_MAX)()
+        _api("cudnnGetTensorNdDescriptor")(
+            h, DIM_MAX, ctypes.byref(dt), ctypes.byref(n), dims, strides
+        )
+        k = min(n.value, DIM_MAX)
+        return DataType(dt.value), tuple(dims[:k]), tuple(strides[:k])
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Sizes, ``(N, C, spatial...)`` (read back with ``cudnnGetTensorNdDescriptor``)."""
+        return self._read()[1]
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Element strides in the order of :attr:`shape`."""
+        return self._read()[2]
+
+    @property
+    def dtype(self) -> DataType:
+        """The :class:`~pycudnn.enums.DataType`."""
+        return self._read()[0]
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self._read()[1])
+
+    @property
+    def layout(self) -> enums.TensorFormat | None:
+        """NCHW or NHWC when the strides are packed in that layout (NCHW wins when both
+        match), else None."""
+        _dt, shape, strides = self._read()
+        for fmt in (enums.TensorFormat.NCHW, enums.TensorFormat.NHWC):
+            if len(shape) >= 3 and strides == _layout_strides(shape, fmt):
+                return fmt
+        return None
+
+    @property
+    def size_in_bytes(self) -> int:
+        """``cudnnGetTensorSizeInBytes``: bytes a buffer for this tensor needs."""
+        size = ctypes.c_size_t()
+        _api("cudnnGetTensorSizeInBytes")(self._h(), ctypes.byref(size))
+        return size.value
+
+    @classmethod
+    def derive_bn(cls, x: TensorDescriptor, mode: Any = "spatial") -> TensorDescriptor:
+        """``cudnnDeriveBNTensorDescriptor``: the scale/bias/mean/var descriptor for batch
+        normalization of *x*.
+
+        Parameters
+        ----------
+        x : TensorDescriptor
+            A 4-D or 5-D input descriptor.
+        mode : {"spatial", "per_activation", "spatial_persistent"} or BatchNormMode
+        """
+        if not isinstance(x, TensorDescriptor):
+            raise TypeError(f"x must be a TensorDescriptor, got {_describe(x)}")
+        xh = x._h()
+        if x.ndim not in (4, 5):
+            raise ValueError(f"x must be 4-D or 5-D for batch normalization, got shape {x.shape}")
+        mode = _enum(mode, enums.BatchNormMode, "mode", _BN_MODES)
+        self = cls.__new__(cls)
+        h = cls._new_handle()
+        _api("cudnnCreateTensorDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        _api("cudnnDeriveBNTensorDescriptor")(h, xh, mode)
+        return self
+
+    def _repr_fields(self) -> str:
+        dt, shape, strides = self._read()
+        layout = self.layout
+        tail = f"layout={layout.name}" if layout is not None else f"strides={strides}"
+        return f"shape={shape}, dtype={_dtype_str(dt)}, {tail}"
+
+
+_BN_MODES = {
+    "spatial": enums.BatchNormMode.SPATIAL,
+    "per_activation": enums.BatchNormMode.PER_ACTIVATION,
+    "spatial_persistent": enums.BatchNormMode.SPATIAL_PERSISTENT,
+}
+
+
+class FilterDescriptor(Resource):
+    """``cudnnFilterDescriptor_t``: convolution weights ``(K, C/groups, spatial...)``.
+
+    Parameters
+    ----------
+    shape : sequence of int
+        3 to 8 positive sizes: output channels, input channels per group, kernel sizes.
+    dtype : numpy dtype, str or DataType, default ``"float32"``
+        float32, float64, float16, bfloat16, int8 or uint8.
+    layout : {"NCHW", "NHWC"} or TensorFormat, default ``"NCHW"``
+
+    Raises
+    ------
+    TypeError, ValueError, OverflowError
+        As for :class:`TensorDescriptor`.
+    """
+
+    _c_type = _lib.cudnnFilterDescriptor_t
+    _destroy_name = "cudnnDestroyFilterDescriptor"
+    __slots__ = ()
+
+    def __init__(self, shape: Sequence[int], dtype: Any = "float32", layout: Any = "NCHW") -> None:
+        shape = _int_seq(shape, "shape", lo=1, min_len=3, max_len=DIM_MAX)
+        dt = _dtype(dtype, "dtype", _FILTER_DTYPES)
+        fmt = _layout(layout)
+        _check_span(shape, _packed_strides(shape), "shape")
+        h = self._new_handle()
+        _api("cudnnCreateFilterDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        _api("cudnnSetFilterNdDescriptor")(h, dt, fmt, len(shape), _c_int_array(shape))
+
+    def _read(self) -> tuple[DataType, enums.TensorFormat, tuple[int, ...]]:
+        h = self._h()
+        dt, fmt, n = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        dims = (ctypes.c_int * DIM_MAX)()
+        _api("cudnnGetFilterNdDescriptor")(
+            h, DIM_MAX, ctypes.byref(dt), ctypes.byref(fmt), ctypes.byref(n), dims
+        )
+        return DataType(dt.value), enums.TensorFormat(fmt.value), tuple(dims[: n.value])
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """``(K, C/groups, spatial...)``."""
+        return self._read()[2]
+
+    @property
+    def dtype(self) -> DataType:
+        """The :class:`~pycudnn.enums.DataType`."""
+        return self._read()[0]
+
+    @property
+    def layout(self) -> enums.TensorFormat:
+        """The :class:`~pycudnn.enums.TensorFormat` (NCHW or NHWC)."""
+        return self._read()[1]
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self._read()[2])
+
+    @property
+    def size_in_bytes(self) -> int:
+        """``cudnnGetFilterSizeInBytes``."""
+        size = ctypes.c_size_t()
+        _api("cudnnGetFilterSizeInBytes")(self._h(), ctypes.byref(size))
+        return size.value
+
+    def _repr_fields(self) -> str:
+        dt, fmt, shape = self._read()
+        return f"shape={shape}, dtype={_dtype_str(dt)}, layout={fmt.name}"
+
+
+_MATH_TYPES = {
+    "default": enums.MathType.DEFAULT_MATH,
+    "tensor_op": enums.MathType.TENSOR_OP_MATH,
+    "tensor_op_allow_conversion": enums.MathType.TENSOR_OP_MATH_ALLOW_CONVERSION,
+    "fma": enums.MathType.FMA_MATH,
+}
+
+
+def _spatial_len(*values: Any, default: int) -> int:
+    """The spatial rank implied by the sequence-valued arguments (or *default*)."""
+    for v in values:
+        if not isinstance(v, str | bytes) and isinstance(v, Iterable):
+            return len(tuple(v))
+    return default
+
+
+class ConvolutionDescriptor(Resource):
+    """``cudnnConvolutionDescriptor_t``: padding, stride, dilation, mode, groups, math type.
+
+    Parameters
+    ----------
+    pad : int or sequence of int, default 0
+        Zero padding per spatial dim (>= 0, symmetric).
+    stride : int or sequence of int, default 1
+        Filter stride per spatial dim (>= 1).
+    dilation : int or sequence of int, default 1
+        Filter dilation per spatial dim (>= 1).
+    mode : {"cross_correlation", "convolution"} or ConvolutionMode
+        ``"cross_correlation"`` (alias ``"cross"``, PyTorch's semantics) or ``"convolution"``
+        (alias ``"conv"``, flipped kernel).
+    compute_type : dtype, default ``"float32"``
+        float32, float64, float16 or int32.
+    groups : int, default 1
+        Group count (>= 1); :meth:`forward_output_shape` checks it divides the channels.
+    math_type : {"default", "tensor_op", "tensor_op_allow_conversion", "fma"} or MathType
+    ndim : int, optional
+        Number of spatial dims (1 to 6) when every one of pad/stride/dilation is a plain int;
+        default 2. Sequence lengths must agree with each other and with *ndim*.
+    """
+
+    _c_type = _lib.cudnnConvolutionDescriptor_t
+    _destroy_name = "cudnnDestroyConvolutionDescriptor"
+    __slots__ = ()
+
+    def __init__(
+        self,
+        pad: int | Sequence[int] = 0,
+        stride: int | Sequence[int] = 1,
+        dilation: int | Sequence[int] = 1,
+        *,
+        mode: Any = "cross_correlation",
+        compute_type: Any = "float32",
+        groups: int = 1,
+        math_type: Any = "default",
+        ndim: int | None = None,
+    ) -> None:
+        n = (
+            _int_in(ndim, "ndim", 1, DIM_MAX - 2, "1 to 6 spatial dims")
+            if ndim is not None
+            else _spatial_len(pad, stride, dilation, default=2)
+        )
+        if n > DIM_MAX - 2:
+            raise ValueError(f"{n} spatial dims given; cuDNN supports 1 to {DIM_MAX - 2}")
+        pad = _spatial(pad, "pad", n, lo=0)
+        stride = _spatial(stride, "stride", n, lo=1)
+        dilation = _spatial(dilation, "dilation", n, lo=1)
+        mode = _enum(mode, enums.ConvolutionMode, "mode", _CONV_MODES)
+        ct = _dtype(compute_type, "compute_type", _CONV_COMPUTE_TYPES)
+        groups = _int_in(groups, "groups", 1)
+        math = _enum(math_type, enums.MathType, "math_type", _MATH_TYPES)
+        h = self._new_handle()
+        _api("cudnnCreateConvolutionDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        _api("cudnnSetConvolutionNdDescriptor")(
+            h, n, _c_int_array(pad), _c_int_array(stride), _c_int_array(dilation), mode, ct
+        )
+        if groups != 1:
+            _api("cudnnSetConvolutionGroupCount")(h, groups)
+        if math != enums.MathType.DEFAULT_MATH:
+            _api("cudnnSetConvolutionMathType")(h, math)
+
+    def _read(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int, int]:
+        h = self._h()
+        n = ctypes.c_int()
+        arrs = [(ctypes.c_int * DIM_MAX)() for _ in range(3)]
+        mode, ct = ctypes.c_int(), ctypes.c_int()
+        fn = _api("cudnnGetConvolutionNdDescriptor")
+        # cuDNN fails (3000) when more dims are requested than were set: ask for 1, then n
+        fn(h, 1, ctypes.byref(n), *arrs, ctypes.byref(mode), ctypes.byref(ct))
+        k = n.value
+        if k > 1:
+            fn(h, k, ctypes.byref(n), *arrs, ctypes.byref(mode), ctypes.byref(ct))
+        pad, stride, dil = (tuple(a[:k]) for a in arrs)
+        return pad, stride, dil, mode.value, ct.value
+
+    @property
+    def pad(self) -> tuple[int, ...]:
+        """Padding per spatial dim."""
+        return self._read()[0]
+
+    @property
+    def stride(self) -> tuple[int, ...]:
+        """Filter stride per spatial dim."""
+        return self._read()[1]
+
+    @property
+    def dilation(self) -> tuple[int, ...]:
+        """Dilation per spatial dim."""
+        return self._read()[2]
+
+    @property
+    def ndim(self) -> int:
+        """Number of spatial dims."""
+        return len(self._read()[0])
+
+    @property
+    def mode(self) -> enums.ConvolutionMode:
+        """CONVOLUTION or CROSS_CORRELATION."""
+        return enums.ConvolutionMode(self._read()[3])
+
+    @property
+    def compute_type(self) -> DataType:
+        """The compute :class:`~pycudnn.enums.DataType`."""
+        return DataType(self._read()[4])
+
+    @property
+    def groups(self) -> int:
+        """``cudnnGetConvolutionGroupCount``."""
+        g = ctypes.c_int()
+        _api("cudnnGetConvolutionGroupCount")(self._h(), ctypes.byref(g))
+        return g.value
+
+    @property
+    def math_type(self) -> enums.MathType:
+        """``cudnnGetConvolutionMathType``."""
+        m = ctypes.c_int()
+        _api("cudnnGetConvolutionMathType")(self._h(), ctypes.byref(m))
+        return enums.MathType(m.value)
+
+    @property
+    def reorder_type(self) -> enums.ReorderType:
+        """``cudnnGetConvolutionReorderType``."""
+        r = ctypes.c_int()
+        _api("cudnnGetConvolutionReorderType")(self._h(), ctypes.byref(r))
+        return enums.ReorderType(r.value)
+
+    @reorder_type.setter
+    def reorder_type(self, value: Any) -> None:
+        r = _enum(value, enums.ReorderType, "reorder_type")
+        _api("cudnnSetConvolutionReorderType")(self._h(), r)
+
+    def forward_output_shape(self, x: TensorDescriptor, w: FilterDescriptor) -> tuple[int, ...]:
+        """``cudnnGetConvolutionNdForwardOutputDim``: the output shape for input *x* and
+        filter *w*.
+
+        Checks first (``ValueError``, no C call for these): ranks agree with this descriptor,
+        ``x.C == w.C * groups``, ``w.K`` divisible by ``groups``, and every output size >= 1
+        (``(in + 2*pad - dilation*(k-1) - 1) // stride + 1``).
+        """
+        if not isinstance(x, TensorDescriptor):
+            raise TypeError(f"x must be a TensorDescriptor, got {_describe(x)}")
+        if not isinstance(w, FilterDescriptor):
+            raise TypeError(f"w must be a FilterDescriptor, got {_describe(w)}")
+        h, xh, wh = self._h(), x._h(), w._h()
+        pad, stride, dil, _mode, _ct = self._read()
+        xs, ws = x.shape, w.shape
+        n = len(pad)
+        if len(xs) != n + 2 or len(ws) != n + 2:
+            raise ValueError(
+                f"x shape {xs} and w shape {ws} must both have {n + 2} dims for a {n}-d convolution"
+            )
+        g = self.groups
+        if xs[1] != ws[1] * g:
+            raise ValueError(
+                f"x has {xs[1]} channels but w shape {ws} with groups={g} expects {ws[1] * g}"
+            )
+        if ws[0] % g:
+            raise ValueError(f"w has {ws[0]} output channels, not divisible by groups={g}")
+        expected = [xs[0], ws[0]]
+        for i in range(n):
+            eff = dil[i] * (ws[i + 2] - 1) + 1
+            o = (xs[i + 2] + 2 * pad[i] - eff) // stride[i] + 1
+            if o < 1:
+                raise ValueError(
+                    f"dilated kernel size {eff} exceeds padded input size "
+                    f"{xs[i + 2] + 2 * pad[i]} in spatial dim {i} (x {xs}, w {ws}, pad {pad}, "
+                    f"dilation {dil})"
+                )
+            expected.append(o)
+        out = (ctypes.c_int * (n + 2))()
+        _api("cudnnGetConvolutionNdForwardOutputDim")(h, xh, wh, n + 2, out)
+        return tuple(out)
+
+    def _repr_fields(self) -> str:
+        pad, stride, dil, mode, ct = self._read()
+        g = self.groups
+        tail = f", groups={g}" if g != 1 else ""
+        return (
+            f"pad={pad}, stride={stride}, dilation={dil}, "
+            f"mode={enums.ConvolutionMode(mode).name}, compute_type={_dtype_str(DataType(ct))}"
+            f"{tail}"
+        )
+
+
+_POOL_MODES = {
+    "max": enums.PoolingMode.MAX,
+    "average_inc_pad": enums.PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING,
+    "average_exc_pad": enums.PoolingMode.AVERAGE_COUNT_EXCLUDE_PADDING,
+    "average": enums.PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING,
+    "avg": enums.PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING,
+    "max_deterministic": enums.PoolingMode.MAX_DETERMINISTIC,
+}
+
+
+class PoolingDescriptor(Resource):
+    """``cudnnPoolingDescriptor_t``: window, padding, stride and mode (2-D or 3-D, or any
+    1 to 6 spatial dims).
+
+    Parameters
+    ----------
+    window : int or sequence of int
+        Window size per spatial dim (>= 1). A plain int means 2-D (square) unless *ndim*.
+    stride : int or sequence of int, optional
+        Default: the window (non-overlapping).
+    pad : int or sequence of int, default 0
+        Padding (>= 0).
+    mode : {"max", "average_inc_pad", "average_exc_pad", "max_deterministic"} or PoolingMode
+    nan_propagation : bool, default False
+    ndim : int, optional
+        Spatial dims when every size is a plain int (default 2).
+    """
+
+    _c_type = _lib.cudnnPoolingDescriptor_t
+    _destroy_name = "cudnnDestroyPoolingDescriptor"
+    __slots__ = ()
+
+    def __init__(
+        self,
+        window: int | Sequence[int],
+        stride: int | Sequence[int] | None = None,
+        pad: int | Sequence[int] = 0,
+        *,
+        mode: Any = "max",
+        nan_propagation: Any = False,
+        ndim: int | None = None,
+    ) -> None:
+        n = (
+            _int_in(ndim, "ndim", 1, DIM_MAX - 2, "1 to 6 spatial dims")
+            if ndim is not None
+            else _spatial_len(window, stride, pad, default=2)
+        )
+        if n > DIM_MAX - 2:
+            raise ValueError(f"{n} spatial dims given; cuDNN supports 1 to {DIM_MAX - 2}")
+        window = _spatial(window, "window", n, lo=1)
+        stride = window if stride is None else _spatial(stride, "stride", n, lo=1)
+        pad = _spatial(pad, "pad", n, lo=0)
+        mode = _enum(mode, enums.PoolingMode, "mode", _POOL_MODES)
+        nan = _nan_opt(nan_propagation)
+        h = self._new_handle()
+        _api("cudnnCreatePoolingDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        _api("cudnnSetPoolingNdDescriptor")(
+            h, mode, nan, n, _c_int_array(window), _c_int_array(pad), _c_int_array(stride)
+        )
+
+    def _read(self) -> tuple[int, int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        h = self._h()
+        mode, nan, n = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        arrs = [(ctypes.c_int * DIM_MAX)() for _ in range(3)]
+        _api("cudnnGetPoolingNdDescriptor")(
+            h, DIM_MAX - 2, ctypes.byref(mode), ctypes.byref(nan), ctypes.byref(n), *arrs
+        )
+        k = n.value
+        win, pad, stride = (tuple(a[:k]) for a in arrs)
+        return mode.value, nan.value, win, pad, stride
+
+    @property
+    def window(self) -> tuple[int, ...]:
+        """Window size per spatial dim."""
+        return self._read()[2]
+
+    @property
+    def pad(self) -> tuple[int, ...]:
+        """Padding per spatial dim."""
+        return self._read()[3]
+
+    @property
+    def stride(self) -> tuple[int, ...]:
+        """Stride per spatial dim."""
+        return self._read()[4]
+
+    @property
+    def ndim(self) -> int:
+        """Number of spatial dims."""
+        return len(self._read()[2])
+
+    @property
+    def mode(self) -> enums.PoolingMode:
+        """The :class:`~pycudnn.enums.PoolingMode`."""
+        return enums.PoolingMode(self._read()[0])
+
+    @property
+    def nan_propagation(self) -> enums.NanPropagation:
+        """The :class:`~pycudnn.enums.NanPropagation`."""
+        return enums.NanPropagation(self._read()[1])
+
+    def forward_output_shape(self, x: TensorDescriptor) -> tuple[int, ...]:
+        """``cudnnGetPoolingNdForwardOutputDim``: the output shape for input *x*.
+
+        Checks first (``ValueError``): ``x`` has ``ndim + 2`` dims and every output size,
+        ``(in + 2*pad - window) // stride + 1``, is >= 1.
+        """
+        if not isinstance(x, TensorDescriptor):
+            raise TypeError(f"x must be a TensorDescriptor, got {_describe(x)}")
+        h, xh = self._h(), x._h()
+        _m, _nan, win, pad, stride = self._read()
+        xs = x.shape
+        n = len(win)
+        if len(xs) != n + 2:
+            raise ValueError(f"x shape {xs} must have {n + 2} dims for {n}-d pooling")
+        for i in range(n):
+            if (xs[i + 2] + 2 * pad[i] - win[i]) // stride[i] + 1 < 1:
+                raise ValueError(
+                    f"window {win[i]} exceeds padded input size {xs[i + 2] + 2 * pad[i]} in "
+                    f"spatial dim {i} (x {xs}, window {win}, pad {pad})"
+                )
+        out = (ctypes.c_int * (n + 2))()
+        _api("cudnnGetPoolingNdForwardOutputDim")(h, xh, n + 2, out)
+        return tuple(out)
+
+    def _repr_fields(self) -> str:
+        mode, _nan, win, pad, stride = self._read()
+        return f"window={win}, stride={stride}, pad={pad}, mode={enums.PoolingMode(mode).name}"
+
+
+_ACT_MODES = {
+    "sigmoid": enums.ActivationMode.SIGMOID,
+    "relu": enums.ActivationMode.RELU,
+    "tanh": enums.ActivationMode.TANH,
+    "clipped_relu": enums.ActivationMode.CLIPPED_RELU,
+    "elu": enums.ActivationMode.ELU,
+    "identity": enums.ActivationMode.IDENTITY,
+    "swish": enums.ActivationMode.SWISH,
+}
+
+
+def _finite(value: Any, argument: str) -> float:
+    f = _as_float(value, argument)
+    if math.isinf(f):
+        raise ValueError(f"{argument}={f} must be finite")
+    return f
+
+
+class ActivationDescriptor(Resource):
+    """``cudnnActivationDescriptor_t``.
+
+    Parameters
+    ----------
+    mode : {"relu", "sigmoid", "tanh", "clipped_relu", "elu", "identity", "swish"} or
+        ActivationMode
+    coef : float, default 0.0
+        The clipping threshold (clipped_relu) or alpha (elu); finite.
+    nan_propagation : bool, default False
+    swish_beta : float, optional
+        Beta of swish (``cudnnSetActivationDescriptorSwishBeta``).
+    """
+
+    _c_type = _lib.cudnnActivationDescriptor_t
+    _destroy_name = "cudnnDestroyActivationDescriptor"
+    __slots__ = ()
+
+    def __init__(
+        self,
+        mode: Any = "relu",
+        coef: float = 0.0,
+        *,
+        nan_propagation: Any = False,
+        swish_beta: float | None = None,
+    ) -> None:
+        mode = _enum(mode, enums.ActivationMode, "mode", _ACT_MODES)
+        coef = _finite(coef, "coef")
+        nan = _nan_opt(nan_propagation)
+        beta = None if swish_beta is None else _finite(swish_beta, "swish_beta")
+        h = self._new_handle()
+        _api("cudnnCreateActivationDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        _api("cudnnSetActivationDescriptor")(h, mode, nan, coef)
+        if beta is not None:
+            _api("cudnnSetActivationDescriptorSwishBeta")(h, beta)
+
+    def _read(self) -> tuple[int, int, float]:
+        mode, nan, coef = ctypes.c_int(), ctypes.c_int(), ctypes.c_double()
+        _api("cudnnGetActivationDescriptor")(
+            self._h(), ctypes.byref(mode), ctypes.byref(nan), ctypes.byref(coef)
+        )
+        return mode.value, nan.value, coef.value
+
+    @property
+    def mode(self) -> enums.ActivationMode:
+        """The :class:`~pycudnn.enums.ActivationMode`."""
+        return enums.ActivationMode(self._read()[0])
+
+    @property
+    def coef(self) -> float:
+        """Clipping threshold or elu alpha."""
+        return self._read()[2]
+
+    @property
+    def nan_propagation(self) -> enums.NanPropagation:
+        """The :class:`~pycudnn.enums.NanPropagation`."""
+        return enums.NanPropagation(self._read()[1])
+
+    @property
+    def swish_beta(self) -> float:
+        """``cudnnGetActivationDescriptorSwishBeta``."""
+        b = ctypes.c_double()
+        _api("cudnnGetActivationDescriptorSwishBeta")(self._h(), ctypes.byref(b))
+        return b.value
+
+    def _repr_fields(self) -> str:
+        mode, _nan, coef = self._read()
+        return f"mode={enums.ActivationMode(mode).name}, coef={coef}"
+
+
+class LRNDescriptor(Resource):
+    """``cudnnLRNDescriptor_t``: local response normalization parameters.
+
+    Parameters
+    ----------
+    n : int, default 5
+        Window size, ``CUDNN_LRN_MIN_N`` (1) to ``CUDNN_LRN_MAX_N`` (16).
+    alpha : float, default 1e-4
+    beta : float, default 0.75
+        At least ``CUDNN_LRN_MIN_BETA`` (0.01).
+    k : float, default 2.0
+        At least ``CUDNN_LRN_MIN_K`` (1e-5).
+    """
+
+    _c_type = _lib.cudnnLRNDescriptor_t
+    _destroy_name = "cudnnDestroyLRNDescriptor"
+    __slots__ = ()
+
+    def __init__(self, n: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0) -> None:
+        n = _int_in(n, "n", _lib.CUDNN_LRN_MIN_N, what="1 to 16")
+        if n > _lib.CUDNN_LRN_MAX_N:
+            raise ValueError(f"n={n} is invalid; expected 1 to 16 (CUDNN_LRN_MAX_N)")
+        alpha = _finite(alpha, "alpha")
+        beta = _finite(beta, "beta")
+        k = _finite(k, "k")
+        if beta < _lib.CUDNN_LRN_MIN_BETA:
+            raise ValueError(f"beta={beta} is below CUDNN_LRN_MIN_BETA ({_lib.CUDNN_LRN_MIN_BETA})")
+        if k < _lib.CUDNN_LRN_MIN_K:
+            raise ValueError(f"k={k} is below CUDNN_LRN_MIN_K ({_lib.CUDNN_LRN_MIN_K})")
+        h = self._new_handle()
+        _api("cudnnCreateLRNDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        _api("cudnnSetLRNDescriptor")(h, n, alpha, beta, k)
+
+    def _read(self) -> tuple[int, float, float, float]:
+        n, a, b, k = ctypes.c_uint(), ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
+        _api("cudnnGetLRNDescriptor")(
+            self._h(), ctypes.byref(n), ctypes.byref(a), ctypes.byref(b), ctypes.byref(k)
+        )
+        return n.value, a.value, b.value, k.value
+
+    @property
+    def n(self) -> int:
+        """Window size."""
+        return self._read()[0]
+
+    @property
+    def alpha(self) -> float:
+        """Alpha."""
+        return self._read()[1]
+
+    @property
+    def beta(self) -> float:
+        """Beta."""
+        return self._read()[2]
+
+    @property
+    def k(self) -> float:
+        """k."""
+        return self._read()[3]
+
+    def _repr_fields(self) -> str:
+        n, a, b, k = self._read()
+        return f"n={n}, alpha={a}, beta={b}, k={k}"
+
+
+_OP_TENSOR_OPS = {m.name.lower(): m for m in enums.OpTensorOp}
+
+
+class OpTensorDescriptor(Resource):
+    """``cudnnOpTensorDescriptor_t``: the element-wise op of ``cudnnOpTensor``.
+
+    Parameters
+    ----------
+    op : {"add", "mul", "min", "max", "sqrt", "not"} or OpTensorOp
+    compute_type : dtype, default ``"float32"``
+        float32, float64, float16 or bfloat16.
+    nan_propagation : bool, default False
+    """
+
+    _c_type = _lib.cudnnOpTensorDescriptor_t
+    _destroy_name = "cudnnDestroyOpTensorDescriptor"
+    __slots__ = ()
+
+    def __init__(
+        self, op: Any = "add", compute_type: Any = "float32", *, nan_propagation: Any = False
+    ) -> None:
+        op = _enum(op, enums.OpTensorOp, "op", _OP_TENSOR_OPS)
+        ct = _dtype(compute_type, "compute_type", _FLOAT_TYPES)
+        nan = _nan_opt(nan_propagation)
+        h = self._new_handle()
+        _api("cudnnCreateOpTensorDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        _api("cudnnSetOpTensorDescriptor")(h, op, ct, nan)
+
+    def _read(self) -> tuple[int, int, int]:
+        op, ct, nan = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        _api("cudnnGetOpTensorDescriptor")(
+            self._h(), ctypes.byref(op), ctypes.byref(ct), ctypes.byref(nan)
+        )
+        return op.value, ct.value, nan.value
+
+    @property
+    def op(self) -> enums.OpTensorOp:
+        """The :class:`~pycudnn.enums.OpTensorOp`."""
+        return enums.OpTensorOp(self._read()[0])
+
+    @property
+    def compute_type(self) -> DataType:
+        """The compute :class:`~pycudnn.enums.DataType`."""
+        return DataType(self._read()[1])
+
+    @property
+    def nan_propagation(self) -> enums.NanPropagation:
+        """The :class:`~pycudnn.enums.NanPropagation`."""
+        return enums.NanPropagation(self._read()[2])
+
+    def _repr_fields(self) -> str:
+        op, ct, _nan = self._read()
+        return f"op={enums.OpTensorOp(op).name}, compute_type={_dtype_str(DataType(ct))}"
+
+
+_REDUCE_OPS = {m.name.lower(): m for m in enums.ReduceTensorOp}
+_INDICES = {
+    "none": enums.ReduceTensorIndices.NO_INDICES,
+    "no_indices": enums.ReduceTensorIndices.NO_INDICES,
+    "flattened": enums.ReduceTensorIndices.FLATTENED_INDICES,
+}
+_INDICES_TYPES = {
+    "uint32": enums.IndicesType.CUDNN_32BIT_INDICES,
+    "uint64": enums.IndicesType.CUDNN_64BIT_INDICES,
+    "uint16": enums.IndicesType.CUDNN_16BIT_INDICES,
+    "uint8": enums.IndicesType.CUDNN_8BIT_INDICES,
+    "32bit": enums.IndicesType.CUDNN_32BIT_INDICES,
+    "64bit": enums.IndicesType.CUDNN_64BIT_INDICES,
+    "16bit": enums.IndicesType.CUDNN_16BIT_INDICES,
+    "8bit": enums.IndicesType.CUDNN_8BIT_INDICES,
+}
+
+
+class ReduceTensorDescriptor(Resource):
+    """``cudnnReduceTensorDescriptor_t``: the reduction of ``cudnnReduceTensor``.
+
+    Parameters
+    ----------
+    op : {"add", "mul", "min", "max", "amax", "avg", "norm1", "norm2", "mul_no_zeros"} or
+        ReduceTensorOp
+    compute_type : dtype, default ``"float32"``
+        float32, float64 or float16.
+    nan_propagation : bool, default False
+    indices : bool or {"none", "flattened"} or ReduceTensorIndices, default False
+        Whether min/max/amax also compute (flattened) indices.
+    indices_type : {"uint32", "uint64", "uint16", "uint8"} or IndicesType, default ``"uint32"``
+    """
+
+    _c_type = _lib.cudnnReduceTensorDescriptor_t
+    _destroy_name = "cudnnDestroyReduceTensorDescriptor"
+    __slots__ = ()
+
+    def __init__(
+        self,
+        op: Any = "add",
+        compute_type: Any = "float32",
+        *,
+        nan_propagation: Any = False,
+        indices: Any = False,
+        indices_type: Any = "uint32",
+    ) -> None:
+        op = _enum(op, enums.ReduceTensorOp, "op", _REDUCE_OPS)
+        ct = _dtype(compute_type, "compute_type", (DataType.FLOAT, DataType.DOUBLE, DataType.HALF))
+        nan = _nan_opt(nan_propagation)
+        if isinstance(indices, bool):
+            ind = enums.ReduceTensorIndices(int(indices))
+        else:
+            ind = _enum(indices, enums.ReduceTensorIndices, "indices", _INDICES)
+        it = _enum(indices_type, enums.IndicesType, "indices_type", _INDICES_TYPES)
+        h = self._new_handle()
+        _api("cudnnCreateReduceTensorDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        _api("cudnnSetReduceTensorDescriptor")(h, op, ct, nan, ind, it)
+
+    def _read(self) -> tuple[int, int, int, int, int]:
+        vals = [ctypes.c_int() for _ in range(5)]
+        _api("cudnnGetReduceTensorDescriptor")(self._h(), *(ctypes.byref(v) for v in vals))
+        return tuple(v.value for v in vals)  # type: ignore[return-value]
+
+    @property
+    def op(self) -> enums.ReduceTensorOp:
+        """The :class:`~pycudnn.enums.ReduceTensorOp`."""
+        return enums.ReduceTensorOp(self._read()[0])
+
+    @property
+    def compute_type(self) -> DataType:
+        """The compute :class:`~pycudnn.enums.DataType`."""
+        return DataType(self._read()[1])
+
+    @property
+    def nan_propagation(self) -> enums.NanPropagation:
+        """The :class:`~pycudnn.enums.NanPropagation`."""
+        return enums.NanPropagation(self._read()[2])
+
+    @property
+    def indices(self) -> enums.ReduceTensorIndices:
+        """The :class:`~pycudnn.enums.ReduceTensorIndices`."""
+        return enums.ReduceTensorIndices(self._read()[3])
+
+    @property
+    def indices_type(self) -> enums.IndicesType:
+        """The :class:`~pycudnn.enums.IndicesType`."""
+        return enums.IndicesType(self._read()[4])
+
+    def _repr_fields(self) -> str:
+        op, ct, _nan, ind, _it = self._read()
+        return (
+            f"op={enums.ReduceTensorOp(op).name}, compute_type={_dtype_str(DataType(ct))}, "
+            f"indices={enums.ReduceTensorIndices(ind).name}"
+        )
+
+
+class DropoutDescriptor(Resource):
+    """``cudnnDropoutDescriptor_t``.
+
+    Creating one needs no GPU; *configuring* it (``cudnnSetDropoutDescriptor``, which also
+    initialises the random states on the device) needs a cuDNN handle and a states buffer.
+
+    Parameters
+    ----------
+    handle : object with ``.ptr``, optional
+        A cuDNN handle (``pycudnn.get_handle()``). Without it the descriptor stays unset (valid
+        as "no dropout" for an :class:`RNNDescriptor`); call :meth:`set` later.
+    dropout : float, default 0.0
+        Probability in ``[0, 1)``.
+    states : object with ``.ptr``, optional
+        Device buffer of at least :meth:`states_size` bytes (required when *dropout* > 0).
+    states_size : int, optional
+        Size of *states* in bytes; default ``states.nbytes`` / ``len(states)`` when available,
+        else ``DropoutDescriptor.states_size(handle)``.
+    seed : int, default 0
+        0 to 2**64 - 1.
+
+    Notes
+    -----
+    The descriptor keeps *handle* and *states* alive (cuDNN writes to the states on every
+    dropout call).
+    """
+
+    _c_type = _lib.cudnnDropoutDescriptor_t
+    _destroy_name = "cudnnDestroyDropoutDescriptor"
+    __slots__ = ("_handle",)
+
+    def __init__(
+        self,
+        handle: HasPtr | None = None,
+        dropout: float = 0.0,
+        states: HasPtr | None = None,
+        states_size: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        args = None
+        if handle is not None:
+            args = self._validate(handle, dropout, states, states_size, seed)
+        elif states is not None or states_size is not None:
+            raise TypeError("states need a handle: pass handle= as well")
+        else:
+            _dropout_p(dropout)
+            _int_in(seed, "seed", 0, 2**64 - 1)
+        h = self._new_handle()
+        _api("cudnnCreateDropoutDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        self._handle = None
+        if args is not None:
+            self._set("cudnnSetDropoutDescriptor", handle, states, *args)
+
+    def _init_from_ptr(self) -> None:
+        self._handle = None
+
+    @staticmethod
+    def _validate(
+        handle: Any, dropout: Any, states: Any, states_size: Any, seed: Any
+    ) -> tuple[float, int, int, int]:
+        hptr = _keep_handle(handle, "handle")
+        p = _dropout_p(dropout)
+        seed = _int_in(seed, "seed", 0, 2**64 - 1)
+        if states is None:
+            if states_size not in (None, 0):
+                raise ValueError(f"states_size={states_size} given without states")
+            sptr, size = 0, 0
+            if p > 0:
+                raise ValueError(f"dropout={p} > 0 needs a states buffer (states=)")
+        else:
+            sptr = _keep_handle(states, "states")
+            if states_size is None:
+                states_size = getattr(states, "nbytes", None)
+                if states_size is None:
+                    states_size = getattr(states, "size", None)
+                if states_size is None:
+                    raise TypeError("states_size is required: states has no .nbytes or .size")
+            size = _int_in(states_size, "states_size", 0, 2**63 - 1)
+        del hptr  # validated; the call re-reads handle.ptr
+        return p, sptr, size, seed
+
+    def _set(
+        self, fn: str, handle: Any, states: Any, p: float, sptr: int, size: int, seed: int
+    ) -> None:
+        _api(fn)(self._h(), _keep_handle(handle, "handle"), p, sptr or None, size, seed)
+        # children keep their parents alive: cuDNN uses the handle's stream and the states
+        self._handle = handle
+        self._refs[:] = [r for r in (handle, states) if r is not None]
+
+    def set(
+        self,
+        handle: HasPtr,
+        dropout: float,
+        states: HasPtr | None,
+        states_size: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        """``cudnnSetDropoutDescriptor``: configure and initialise the random states."""
+        args = self._validate(handle, dropout, states, states_size, seed)
+        self._set("cudnnSetDropoutDescriptor", handle, states, *args)
+
+    def restore(
+        self,
+        handle: HasPtr,
+        dropout: float,
+        states: HasPtr,
+        states_size: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        """``cudnnRestoreDropoutDescriptor``: reuse states initialised before (no re-init)."""
+        args = self._validate(handle, dropout, states, states_size, seed)
+        self._set("cudnnRestoreDropoutDescriptor", handle, states, *args)
+
+    @staticmethod
+    def states_size(handle: HasPtr) -> int:
+        """``cudnnDropoutGetStatesSize``: bytes of random state this GPU needs (needs a handle)."""
+        size = ctypes.c_size_t()
+        _api("cudnnDropoutGetStatesSize")(_keep_handle(handle, "handle"), ctypes.byref(size))
+        return size.value
+
+    @staticmethod
+    def reserve_space_size(x: TensorDescriptor) -> int:
+        """``cudnnDropoutGetReserveSpaceSize``: reserve-space bytes for input *x* (no GPU)."""
+        if not isinstance(x, TensorDescriptor):
+            raise TypeError(f"x must be a TensorDescriptor, got {_describe(x)}")
+        size = ctypes.c_size_t()
+        _api("cudnnDropoutGetReserveSpaceSize")(x._h(), ctypes.byref(size))
+        return size.value
+
+    def read(self, handle: HasPtr | None = None) -> tuple[float, int, int]:
+        """``cudnnGetDropoutDescriptor``: ``(dropout, states pointer, seed)``.
+
+        Needs a handle: *handle*, or the one given at construction / :meth:`set`.
+        """
+        h = self._h()
+        handle = handle if handle is not None else self._handle
+        if handle is None:
+            raise ValueError("reading a DropoutDescriptor needs a cuDNN handle (pass handle=)")
+        p, states, seed = ctypes.c_float(), ctypes.c_void_p(), ctypes.c_ulonglong()
+        _api("cudnnGetDropoutDescriptor")(
+            h,
+            _keep_handle(handle, "handle"),
+            ctypes.byref(p),
+            ctypes.byref(states),
+            ctypes.byref(seed),
+        )
+        return p.value, states.value or 0, seed.value
+
+    @property
+    def dropout(self) -> float:
+        """Dropout probability (read back through cuDNN; needs the handle given at set time)."""
+        return self.read()[0]
+
+    @property
+    def seed(self) -> int:
+        """Seed (read back through cuDNN; needs the handle given at set time)."""
+        return self.read()[2]
+
+    @property
+    def is_set(self) -> bool:
+        """True once configured with a handle (by this wrapper)."""
+        self._h()
+        return self._handle is not None
+
+    def _repr_fields(self) -> str:
+        if self._handle is None:
+            return "unset" if self._owned else f"ptr={self._ptr:#x}"
+        p, _states, seed = self.read()
+        return f"dropout={p:g}, seed={seed}"
+
+
+def _dropout_p(value: Any) -> float:
+    p = _as_float(value, "dropout")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout={p} is invalid; expected a probability in [0, 1)")
+    return p
+
+
+_RNN_MODES = {
+    "rnn_relu": enums.RNNMode.RNN_RELU,
+    "relu": enums.RNNMode.RNN_RELU,
+    "rnn_tanh": enums.RNNMode.RNN_TANH,
+    "tanh": enums.RNNMode.RNN_TANH,
+    "lstm": enums.RNNMode.LSTM,
+    "gru": enums.RNNMode.GRU,
+}
+_RNN_BIAS = {
+    "none": enums.RNNBiasMode.NO_BIAS,
+    "no_bias": enums.RNNBiasMode.NO_BIAS,
+    "single_inp": enums.RNNBiasMode.SINGLE_INP_BIAS,
+    "single_rec": enums.RNNBiasMode.SINGLE_REC_BIAS,
+    "double": enums.RNNBiasMode.DOUBLE_BIAS,
+}
+_DIRECTIONS = {
+    "unidirectional": enums.DirectionMode.UNIDIRECTIONAL,
+    "bidirectional": enums.DirectionMode.BIDIRECTIONAL,
+}
+_INPUT_MODES = {
+    "linear": enums.RNNInputMode.LINEAR_INPUT,
+    "skip": enums.RNNInputMode.SKIP_INPUT,
+}
+_RNN_ALGOS = {
+    "standard": enums.RNNAlgo.STANDARD,
+    "persist_static": enums.RNNAlgo.PERSIST_STATIC,
+    "persist_dynamic": enums.RNNAlgo.PERSIST_DYNAMIC,
+    "persist_static_small_h": enums.RNNAlgo.PERSIST_STATIC_SMALL_H,
+}
+_AUX_FLAGS = {"padded_io": _lib.CUDNN_RNN_PADDED_IO_ENABLED}
+_RNN_MATH_PREC = {
+    DataType.FLOAT: (DataType.FLOAT,),
+    DataType.DOUBLE: (DataType.DOUBLE,),
+    DataType.HALF: (DataType.FLOAT, DataType.HALF),
+    DataType.BFLOAT16: (DataType.FLOAT, DataType.BFLOAT16),
+}
+
+
+class RNNDescriptor(Resource):
+    """``cudnnRNNDescriptor_t`` configured with the cuDNN 8+ API (``cudnnSetRNNDescriptor_v8``).
+
+    Parameters
+    ----------
+    hidden_size : int
+        Hidden state size (>= 1).
+    num_layers : int, default 1
+    cell_mode : {"lstm", "gru", "rnn_tanh", "rnn_relu"} or RNNMode, default ``"lstm"``
+    input_size : int, optional
+        Input vector size; default *hidden_size*.
+    proj_size : int, optional
+        LSTM projection size (<= *hidden_size*; only LSTM may project); default *hidden_size*.
+    bias_mode : {"double", "single_inp", "single_rec", "none"} or RNNBiasMode
+    direction : {"unidirectional", "bidirectional"} or DirectionMode
+    input_mode : {"linear", "skip"} or RNNInputMode (``"skip"`` needs input_size ==
+        hidden_size)
+    dtype : dtype, default ``"float32"``
+        float32, float64, float16 or bfloat16.
+    math_precision : dtype, optional
+        Default: float64 for float64 data, else float32. float16/bfloat16 data may also use
+        their own type.
+    math_type : {"default", "tensor_op", "tensor_op_allow_conversion", "fma"} or MathType
+    dropout : DropoutDescriptor, optional
+        Applied between layers; kept alive by this descriptor. Default: no dropout.
+    aux_flags : int or "padded_io", default 0
+    algo : {"standard", "persist_static", "persist_dynamic", "persist_static_small_h"} or RNNAlgo
+    """
+
+    _c_type = _lib.cudnnRNNDescriptor_t
+    _destroy_name = "cudnnDestroyRNNDescriptor"
+    __slots__ = ()
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_layers: int = 1,
+        *,
+        cell_mode: Any = "lstm",
+        input_size: int | None = None,
+        proj_size: int | None = None,
+        bias_mode: Any = "double",
+        direction: Any = "unidirectional",
+        input_mode: Any = "linear",
+        dtype: Any = "float32",
+        math_precision: Any = None,
+        math_type: Any = "default",
+        dropout: DropoutDescriptor | None = None,
+        aux_flags: int | str = 0,
+        algo: Any = "standard",
+    ) -> None:
+        hidden = _int_in(hidden_size, "hidden_size", 1)
+        layers = _int_in(num_layers, "num_layers", 1)
+        inp = hidden if input_size is None else _int_in(input_size, "input_size", 1)
+        proj = hidden if proj_size is None else _int_in(proj_size, "proj_size", 1)
+        cell = _enum(cell_mode, enums.RNNMode, "cell_mode", _RNN_MODES)
+        if proj > hidden:
+            raise ValueError(f"proj_size={proj} must not exceed hidden_size={hidden}")
+        if proj != hidden and cell != enums.RNNMode.LSTM:
+            raise ValueError(f"proj_size={proj} != hidden_size={hidden} is only valid for LSTM")
+        bias = _enum(bias_mode, enums.RNNBiasMode, "bias_mode", _RNN_BIAS)
+        dirm = _enum(direction, enums.DirectionMode, "direction", _DIRECTIONS)
+        inm = _enum(input_mode, enums.RNNInputMode, "input_mode", _INPUT_MODES)
+        if inm == enums.RNNInputMode.SKIP_INPUT and inp != hidden:
+            raise ValueError(
+                f"input_mode='skip' needs input_size == hidden_size, got {inp} and {hidden}"
+            )
+        dt = _dtype(dtype, "dtype", _FLOAT_TYPES)
+        if math_precision is None:
+            mp = DataType.DOUBLE if dt == DataType.DOUBLE else DataType.FLOAT
+        else:
+            mp = _dtype(math_precision, "math_precision", _RNN_MATH_PREC[dt])
+        math = _enum(math_type, enums.MathType, "math_type", _MATH_TYPES)
+        if dropout is not None and not isinstance(dropout, DropoutDescriptor):
+            raise TypeError(
+                f"dropout must be a DropoutDescriptor or None, got {_describe(dropout)}"
+            )
+        dh = dropout._h() if dropout is not None else None
+        if isinstance(aux_flags, str):
+            key = aux_flags.strip().lower()
+            if key not in _AUX_FLAGS:
+                raise ValueError(
+                    f"aux_flags={aux_flags!r} is invalid; expected 'padded_io' or an int"
+                )
+            flags = _AUX_FLAGS[key]
+        else:
+            flags = _int_in(aux_flags, "aux_flags", 0, 2**32 - 1)
+        algo = _enum(algo, enums.RNNAlgo, "algo", _RNN_ALGOS)
+        h = self._new_handle()
+        _api("cudnnCreateRNNDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        _api("cudnnSetRNNDescriptor_v8")(
+            h, algo, cell, bias, dirm, inm, dt, mp, math, inp, hidden, proj, layers, dh, flags
+        )
+        if dropout is not None:
+            self._refs.append(dropout)  # cuDNN keeps the dropout descriptor's pointer
+
+    def _read(self) -> dict[str, Any]:
+        ints = [ctypes.c_int() for _ in range(8)]
+        sizes = [ctypes.c_int32() for _ in range(4)]
+        drop, flags = _lib.cudnnDropoutDescriptor_t(), ctypes.c_uint32()
+        _api("cudnnGetRNNDescriptor_v8")(
+            self._h(),
+            *(ctypes.byref(v) for v in ints),
+            *(ctypes.byref(v) for v in sizes),
+            ctypes.byref(drop),
+            ctypes.byref(flags),
+        )
+        algo, cell, bias, dirm, inm, dt, mp, math = (v.value for v in ints)
+        inp, hidden, proj, layers = (v.value for v in sizes)
+        return {
+            "algo": enums.RNNAlgo(algo),
+            "cell_mode": enums.RNNMode(cell),
+            "bias_mode": enums.RNNBiasMode(bias),
+            "direction": enums.DirectionMode(dirm),
+            "input_mode": enums.RNNInputMode(inm),
+            "dtype": DataType(dt),
+            "math_precision": DataType(mp),
+            "math_type": enums.MathType(math),
+            "input_size": inp,
+            "hidden_size": hidden,
+            "proj_size": proj,
+            "num_layers": layers,
+            "dropout_ptr": drop.value or 0,
+            "aux_flags": flags.value,
+        }
+
+    def config(self) -> dict[str, Any]:
+        """Everything ``cudnnGetRNNDescriptor_v8`` reports, as a dict."""
+        return self._read()
+
+    algo = property(lambda self: self._read()["algo"], doc="The :class:`~pycudnn.enums.RNNAlgo`.")
+    cell_mode = property(lambda self: self._read()["cell_mode"], doc="The RNNMode.")
+    bias_mode = property(lambda self: self._read()["bias_mode"], doc="The RNNBiasMode.")
+    direction = property(lambda self: self._read()["direction"], doc="The DirectionMode.")
+    input_mode = property(lambda self: self._read()["input_mode"], doc="The RNNInputMode.")
+    dtype = property(lambda self: self._read()["dtype"], doc="Data type.")
+    math_precision = property(lambda self: self._read()["math_precision"], doc="Math precision.")
+    math_type = property(lambda self: self._read()["math_type"], doc="The MathType.")
+    input_size = property(lambda self: self._read()["input_size"], doc="Input vector size.")
+    hidden_size = property(lambda self: self._read()["hidden_size"], doc="Hidden size.")
+    proj_size = property(lambda self: self._read()["proj_size"], doc="Projection size.")
+    num_layers = property(lambda self: self._read()["num_layers"], doc="Number of layers.")
+    aux_flags = property(lambda self: self._read()["aux_flags"], doc="Auxiliary flags.")
+
+    def set_clip(self, mode: Any = "minmax", lclip: float = 0.0, rclip: float = 0.0) -> None:
+        """``cudnnRNNSetClip_v9``: LSTM cell clipping (``mode="none"`` turns it off)."""
+        m = _enum(mode, enums.RNNClipMode, "mode")
+        lo, hi = _finite(lclip, "lclip"), _finite(rclip, "rclip")
+        if m == enums.RNNClipMode.MINMAX and lo > hi:
+            raise ValueError(f"lclip={lo} must not exceed rclip={hi}")
+        _api("cudnnRNNSetClip_v9")(self._h(), m, lo, hi)
+
+    @property
+    def clip(self) -> tuple[enums.RNNClipMode, float, float]:
+        """``cudnnRNNGetClip_v9``: ``(mode, lclip, rclip)``."""
+        m, lo, hi = ctypes.c_int(), ctypes.c_double(), ctypes.c_double()
+        _api("cudnnRNNGetClip_v9")(self._h(), ctypes.byref(m), ctypes.byref(lo), ctypes.byref(hi))
+        return enums.RNNClipMode(m.value), lo.value, hi.value
+
+    def weight_space_size(self, handle: HasPtr) -> int:
+        """``cudnnGetRNNWeightSpaceSize`` (needs a handle)."""
+        size = ctypes.c_size_t()
+        _api("cudnnGetRNNWeightSpaceSize")(
+            _keep_handle(handle, "handle"), self._h(), ctypes.byref(size)
+        )
+        return size.value
+
+    def temp_space_sizes(
+        self, handle: HasPtr, x: RNNDataDescriptor, training: bool = True
+    ) -> tuple[int, int]:
+        """``cudnnGetRNNTempSpaceSizes``: ``(workspace, reserve space)`` bytes for input *x*."""
+        if not isinstance(x, RNNDataDescriptor):
+            raise TypeError(f"x must be an RNNDataDescriptor, got {_describe(x)}")
+        ws, rs = ctypes.c_size_t(), ctypes.c_size_t()
+        mode = enums.ForwardMode.TRAINING if training else enums.ForwardMode.INFERENCE
+        _api("cudnnGetRNNTempSpaceSizes")(
+            _keep_handle(handle, "handle"),
+            self._h(),
+            mode,
+            x._h(),
+            ctypes.byref(ws),
+            ctypes.byref(rs),
+        )
+        return ws.value, rs.value
+
+    def _repr_fields(self) -> str:
+        c = self._read()
+        return (
+            f"cell_mode={c['cell_mode'].name}, hidden_size={c['hidden_size']}, "
+            f"num_layers={c['num_layers']}, input_size={c['input_size']}, "
+            f"direction={c['direction'].name}, dtype={_dtype_str(c['dtype'])}"
+        )
+
+
+_RNN_LAYOUTS = {
+    "seq_major_unpacked": enums.RNNDataLayout.SEQ_MAJOR_UNPACKED,
+    "seq_major_packed": enums.RNNDataLayout.SEQ_MAJOR_PACKED,
+    "batch_major_unpacked": enums.RNNDataLayout.BATCH_MAJOR_UNPACKED,
+}
+
+
+def _fill_bytes(dt: DataType, value: float) -> ctypes.Array:
+    """*value* encoded as one element of *dt* in a host buffer (cuDNN reads dataType bytes)."""
+    import numpy as np
+
+    from ._types import numpy_dtype
+
+    buf = ctypes.create_string_buffer(8)
+    raw = np.array([value], dtype=numpy_dtype(dt)).tobytes()
+    ctypes.memmove(buf, raw, len(raw))
+    return buf
+
+
+class RNNDataDescriptor(Resource):
+    """``cudnnRNNDataDescriptor_t``: a batch of variable-length sequences.
+
+    Parameters
+    ----------
+    seq_lengths : sequence of int
+        Length of each sequence (0 to *max_seq_length*); its length is the batch size.
+    vector_size : int
+        Size of each input/output vector (>= 1).
+    max_seq_length : int, optional
+        Default ``max(seq_lengths)``.
+    dtype : dtype, default ``"float32"``
+        float32, float64, float16 or bfloat16.
+    layout : {"seq_major_unpacked", "seq_major_packed", "batch_major_unpacked"} or
+        RNNDataLayout, default ``"seq_major_packed"``
+    padding_fill : float, default 0.0
+        Written into padding positions of outputs (unpacked layouts).
+    """
+
+    _c_type = _lib.cudnnRNNDataDescriptor_t
+    _destroy_name = "cudnnDestroyRNNDataDescriptor"
+    __slots__ = ()
+
+    def __init__(
+        self,
+        seq_lengths: Sequence[int],
+        vector_size: int,
+        max_seq_length: int | None = None,
+        *,
+        dtype: Any = "float32",
+        layout: Any = "seq_major_packed",
+        padding_fill: float = 0.0,
+    ) -> None:
+        lengths = _int_seq(seq_lengths, "seq_lengths", lo=0, min_len=1, max_len=INT32_MAX)
+        vec = _int_in(vector_size, "vector_size", 1)
+        max_len = (
+            max(lengths) if max_seq_length is None else _int_in(max_seq_length, "max_seq_length", 1)
+        )
+        if max_len < 1:
+            raise ValueError("max_seq_length must be >= 1 (all seq_lengths are 0)")
+        longest = max(lengths)
+        if longest > max_len:
+            raise ValueError(f"seq_lengths contains {longest}, more than max_seq_length={max_len}")
+        batch = len(lengths)
+        total = max_len * batch * vec
+        if total > INT32_MAX:
+            raise OverflowError(
+                f"max_seq_length * batch * vector_size = {total} exceeds cuDNN's limit of "
+                f"{INT32_MAX}"
+            )
+        dt = _dtype(dtype, "dtype", _FLOAT_TYPES)
+        lay = _enum(layout, enums.RNNDataLayout, "layout", _RNN_LAYOUTS)
+        fill = _fill_bytes(dt, _as_float(padding_fill, "padding_fill"))
+        h = self._new_handle()
+        _api("cudnnCreateRNNDataDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        _api("cudnnSetRNNDataDescriptor")(
+            h, dt, lay, max_len, batch, vec, _c_int_array(lengths), fill
+        )
+
+    def _read(self) -> dict[str, Any]:
+        h = self._h()
+        dt, lay, mx, b, v = (ctypes.c_int() for _ in range(5))
+        fill = ctypes.create_string_buffer(8)
+        fn = _api("cudnnGetRNNDataDescriptor")
+        refs = [ctypes.byref(x) for x in (dt, lay, mx, b, v)]
+        fn(h, *refs, 0, None, fill)
+        n = b.value
+        lengths = (ctypes.c_int * max(n, 1))()
+        fn(h, *refs, n, lengths, fill)
+        import numpy as np
+
+        from ._types import numpy_dtype
+
+        dtype = DataType(dt.value)
+        npdt = numpy_dtype(dtype)
+        pad = float(np.frombuffer(fill.raw[: npdt.itemsize], dtype=npdt)[0])
+        return {
+            "dtype": dtype,
+            "layout": enums.RNNDataLayout(lay.value),
+            "max_seq_length": mx.value,
+            "batch_size": n,
+            "vector_size": v.value,
+            "seq_lengths": tuple(lengths[:n]),
+            "padding_fill": pad,
+        }
+
+    def config(self) -> dict[str, Any]:
+        """Everything ``cudnnGetRNNDataDescriptor`` reports, as a dict."""
+        return self._read()
+
+    dtype = property(lambda self: self._read()["dtype"], doc="Data type.")
+    layout = property(lambda self: self._read()["layout"], doc="The RNNDataLayout.")
+    max_seq_length = property(lambda self: self._read()["max_seq_length"], doc="Max length.")
+    batch_size = property(lambda self: self._read()["batch_size"], doc="Batch size.")
+    vector_size = property(lambda self: self._read()["vector_size"], doc="Vector size.")
+    seq_lengths = property(lambda self: self._read()["seq_lengths"], doc="Sequence lengths.")
+    padding_fill = property(lambda self: self._read()["padding_fill"], doc="Padding fill.")
+
+    def _repr_fields(self) -> str:
+        c = self._read()
+        return (
+            f"batch_size={c['batch_size']}, max_seq_length={c['max_seq_length']}, "
+            f"vector_size={c['vector_size']}, dtype={_dtype_str(c['dtype'])}, "
+            f"layout={c['layout'].name}"
+        )
+
+
+class SpatialTransformerDescriptor(Resource):
+    """``cudnnSpatialTransformerDescriptor_t``: the output grid of a spatial transformer.
+
+    Parameters
+    ----------
+    shape : sequence of int
+        Output shape ``(N, C, H, W)`` (4 positive sizes).
+    dtype : dtype, default ``"float32"``
+        float32, float64 or float16.
+    sampler : {"bilinear"} or SamplerType
+
+    Notes
+    -----
+    cuDNN has no getter for this descriptor, so :attr:`shape`, :attr:`dtype` and
+    :attr:`sampler` are the constructor's (validated) arguments; on a ``from_ptr`` wrapper they
+    are None.
+    """
+
+    _c_type = _lib.cudnnSpatialTransformerDescriptor_t
+    _destroy_name = "cudnnDestroySpatialTransformerDescriptor"
+    __slots__ = ("_cfg",)
+
+    def __init__(
+        self, shape: Sequence[int], dtype: Any = "float32", sampler: Any = "bilinear"
+    ) -> None:
+        shape = _int_seq(shape, "shape", lo=1, length=4)
+        _check_span(shape, _packed_strides(shape), "shape")
+        dt = _dtype(dtype, "dtype", (DataType.FLOAT, DataType.DOUBLE, DataType.HALF))
+        smp = _enum(sampler, enums.SamplerType, "sampler")
+        h = self._new_handle()
+        _api("cudnnCreateSpatialTransformerDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        self._cfg: tuple[Any, Any, Any] = (None, None, None)
+        _api("cudnnSetSpatialTransformerNdDescriptor")(h, smp, dt, 4, _c_int_array(shape))
+        self._cfg = (shape, dt, smp)
+
+    def _init_from_ptr(self) -> None:
+        self._cfg = (None, None, None)
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        """Output shape ``(N, C, H, W)`` (None when wrapped with ``from_ptr``)."""
+        self._h()
+        return self._cfg[0]
+
+    @property
+    def dtype(self) -> DataType | None:
+        """Data type (None when wrapped with ``from_ptr``)."""
+        self._h()
+        return self._cfg[1]
+
+    @property
+    def sampler(self) -> enums.SamplerType | None:
+        """Sampler type (None when wrapped with ``from_ptr``)."""
+        self._h()
+        return self._cfg[2]
+
+    def _repr_fields(self) -> str:
+        shape, dt, smp = self._cfg
+        if shape is None:
+            return f"ptr={self._ptr:#x}"
+        return f"shape={shape}, dtype={_dtype_str(dt)}, sampler={smp.name}"
+
+
+_CTC_NORM = {
+    "none": enums.LossNormalizationMode.NONE,
+    "softmax": enums.LossNormalizationMode.SOFTMAX,
+}
+_CTC_GRAD = {
+    "zero_oob": enums.CTCGradMode.ZERO_OOB_GRADIENTS,
+    "skip_oob": enums.CTCGradMode.SKIP_OOB_GRADIENTS,
+}
+
+
+class CTCLossDescriptor(Resource):
+    """``cudnnCTCLossDescriptor_t`` (set with ``cudnnSetCTCLossDescriptor_v9``).
+
+    Parameters
+    ----------
+    compute_type : dtype, default ``"float32"``
+        float32 or float64.
+    normalization : {"softmax", "none"} or LossNormalizationMode, default ``"softmax"``
+    grad_mode : {"zero_oob", "skip_oob"} or CTCGradMode, default ``"zero_oob"``
+    max_label_length : int, default 255
+        Longest label sequence (>= 1).
+    """
+
+    _c_type = _lib.cudnnCTCLossDescriptor_t
+    _destroy_name = "cudnnDestroyCTCLossDescriptor"
+    __slots__ = ()
+
+    def __init__(
+        self,
+        compute_type: Any = "float32",
+        *,
+        normalization: Any = "softmax",
+        grad_mode: Any = "zero_oob",
+        max_label_length: int = 255,
+    ) -> None:
+        ct = _dtype(compute_type, "compute_type", (DataType.FLOAT, DataType.DOUBLE))
+        norm = _enum(normalization, enums.LossNormalizationMode, "normalization", _CTC_NORM)
+        grad = _enum(grad_mode, enums.CTCGradMode, "grad_mode", _CTC_GRAD)
+        mll = _int_in(max_label_length, "max_label_length", 1)
+        h = self._new_handle()
+        _api("cudnnCreateCTCLossDescriptor")(ctypes.byref(h))
+        self._adopt(h)
+        _api("cudnnSetCTCLossDescriptor_v9")(h, ct, norm, grad, mll)
+
+    def _read(self) -> tuple[int, int, int, int]:
+        vals = [ctypes.c_int() for _ in range(4)]
+        _api("cudnnGetCTCLossDescriptor_v9")(self._h(), *(ctypes.byref(v) for v in vals))
+        return tuple(v.value for v in vals)  # type: ignore[return-value]
+
+    @property
+    def compute_type(self) -> DataType:
+        """The compute :class:`~pycudnn.enums.DataType`."""
+        return DataType(self._read()[0])
+
+    @property
+    def normalization(self) -> enums.LossNormalizationMode:
+        """The :class:`~pycudnn.enums.LossNormalizationMode`."""
+        return enums.LossNormalizationMode(self._read()[1])
+
+    @property
+    def grad_mode(self) -> enums.CTCGradMode:
+        """The :class:`~pycudnn.enums.CTCGradMode`."""
+        return enums.CTCGradMode(self._read()[2])
+
+    @property
+    def max_label_length(self) -> int:
+        """Longest label sequence."""
+        return self._read()[3]
+
+    def _repr_fields(self) -> str:
+        ct, norm, grad, mll = self._read()
+        return (
+            f"compute_type={_dtype_str(DataType(ct))}, "
+            f"normalization={enums.LossNormalizationMode(norm).name}, "
+            f"grad_mode={enums.CTCGradMode(grad).name}, max_label_length={mll}"
+        )
