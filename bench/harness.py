@@ -499,7 +499,9 @@ def item_rows(mode_result: dict[str, Any], engines: bool = True) -> list[list[st
             _stat(th.get("host_us"), spec=".1f"),
         ]
         if engines:
-            eng = f"{py.get('engine') or '-'} | {th.get('engine') or '-'}"
+            plan = py.get("plan") or ""
+            plan = plan.split(" (")[0].replace("engine ", "e") + ": " if plan else ""
+            eng = f"{plan}{py.get('engine') or '-'} | {th.get('engine') or '-'}"
             row.append(eng if not err else f"ERROR: {err[:120]}")
         rows.append(row)
     return rows

@@ -79,7 +79,7 @@ def run_modes(args: argparse.Namespace, stamp: str, outdir: Path) -> dict[str, A
         t0 = time.monotonic()
         rc: int | str
         try:
-            rc = subprocess.run(cmd, env=env, timeout=budget + 60).returncode
+            rc = subprocess.run(cmd, env=env, timeout=budget + 25).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
         res: dict[str, Any] = {}

@@ -216,6 +216,24 @@ class Child:
             return py, th, lambda: dw, lambda: th()[1]
         raise ValueError(op)
 
+    def pc_last_plan(self) -> str | None:
+        """pycudnn's most recently used plan in this thread (engine index, workspace)."""
+        try:
+            from pycudnn.highlevel import _plans
+
+            data = _plans._plans().data
+            return data[next(reversed(data))].describe() if data else None
+        except Exception as exc:  # internal API: diagnostics only
+            return f"? ({type(exc).__name__})"
+
+    def pc_cache_info(self) -> dict[str, Any] | None:
+        try:
+            from pycudnn.highlevel import _plans
+
+            return _plans.cache_info()._asdict()
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
     def relerr(self, a: Any, b: Any) -> float:
         a64, b64 = a.double(), b.double()
         return float((a64 - b64).norm() / max(float(b64.norm()), 1e-30))
@@ -270,6 +288,7 @@ class Child:
                         py_side.gpu_ms, py_side.host_us = a.gpu_ms, a.host_us
                         th_side.gpu_ms, th_side.host_us = b.gpu_ms, b.host_us
                         item["calls_per_block"] = a.extra.get("calls_per_block")
+                        py_side.extra["plan"] = self.pc_last_plan()
                         self.keep.append((f"{case.id} {op}", py, th))
                     else:
                         self.keep.append((f"{case.id} {op}", lambda: None, th))
@@ -494,11 +513,17 @@ class Child:
         it_py = iter(range(0, 2 * reps, 2))
         it_th = iter(range(1, 2 * reps, 2))
 
+        search_ms: list[float] = []
+
         def py_cold() -> float:
             x, w = inputs[next(it_py)]
-            return self.first_call_ms(
+            before = (self.pc_cache_info() or {}).get("search_seconds") or 0.0
+            ms = self.first_call_ms(
                 lambda: pc.dnn_conv(x, w, border_mode=(1, 1), conv_mode="cross", stream=s)
             )
+            after = (self.pc_cache_info() or {}).get("search_seconds") or 0.0
+            search_ms.append((after - before) * 1e3)
+            return ms
 
         def th_cold() -> float:
             x, w = inputs[next(it_th)]
@@ -513,6 +538,7 @@ class Child:
             cold["pycudnn_ms"], cold["torch_ms"] = Stats.of(a).to_dict(), Stats.of(b).to_dict()
             cold["pycudnn_all_ms"], cold["torch_all_ms"] = a, b
             cold["ratio"] = ratio(cold["pycudnn_ms"]["median"], cold["torch_ms"]["median"])
+            cold["pycudnn_search_ms"] = search_ms
         except Exception as exc:
             cold["error"] = f"{type(exc).__name__}: {exc}"
             log(f"cold: {traceback.format_exc(limit=4)}")
@@ -646,6 +672,7 @@ class Child:
                     continue
                 self.run_case(case)
             self.section("engines", self.capture_engines)
+        self.result["pycudnn_plan_cache"] = self.pc_cache_info()
         self.result["seconds"] = round(time.perf_counter() - t0, 1)
         self.flush()
         log(f"{self.mode}: done in {self.result['seconds']} s")

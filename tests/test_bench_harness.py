@@ -344,3 +344,200 @@ def test_run_main_merges_children_and_writes_reports(tmp_path, monkeypatch) -> N
     assert merged["modes"]["autotune"]["error"] == "child exited with 3"
     assert any(t["verdict"] == "MET" for t in merged["targets"])
     assert math.isfinite(merged["meta"]["total_s"])
+
+
+# -- the per-mode child, end to end, against fake torch and fake pycudnn conv functions -------
+
+
+class FakeTensor:
+    """Just enough of a CUDA tensor for bench/runner.py: a shape and arithmetic stubs."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = tuple(shape)
+
+    def contiguous(self, memory_format: Any = None) -> FakeTensor:
+        return self
+
+    def double(self) -> FakeTensor:
+        return self
+
+    def __sub__(self, other: FakeTensor) -> FakeTensor:
+        return FakeTensor(self.shape)
+
+    def norm(self) -> float:
+        return 1.0
+
+    def data_ptr(self) -> int:
+        return id(self)
+
+    def __dlpack__(self) -> object:
+        return object()
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": self.shape, "data": (id(self), False), "version": 3}
+
+
+def make_fake_torch(monkeypatch) -> Any:
+    import types
+
+    torch = types.ModuleType("torch")
+    torch.__version__ = "0.0-fake"
+    torch.float32, torch.float16, torch.bfloat16 = "float32", "float16", "bfloat16"
+    torch.channels_last, torch.channels_last_3d = "cl", "cl3d"
+    torch.version = types.SimpleNamespace(cuda="13.0")
+    torch.randn = lambda *shape, device=None, dtype=None: FakeTensor(
+        shape[0] if isinstance(shape[0], tuple) else shape
+    )
+    torch.empty = torch.randn
+    cudnn = types.SimpleNamespace(
+        version=lambda: 91900, enabled=True, benchmark=False, deterministic=False, allow_tf32=True
+    )
+    torch.backends = types.SimpleNamespace(cudnn=cudnn)
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            self.t = 0.0
+
+        def record(self) -> None:
+            import time
+
+            self.t = time.perf_counter()
+
+        def synchronize(self) -> None:
+            pass
+
+        def elapsed_time(self, other: Event) -> float:
+            return max((other.t - self.t) * 1e3, 1e-6)
+
+    launched: list[str] = []
+    torch.cuda = types.SimpleNamespace(
+        synchronize=lambda: None,
+        current_stream=lambda: types.SimpleNamespace(cuda_stream=0),
+        Event=Event,
+        _sleep=lambda cycles: launched.append("spin_kernel"),
+        get_device_properties=lambda i: types.SimpleNamespace(
+            multi_processor_count=132, total_memory=80 * 2**30
+        ),
+        get_device_name=lambda i: "NVIDIA H100 80GB HBM3",
+    )
+
+    def conv(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+        launched.append("torch_conv_kernel<float>(Params)")
+        return FakeTensor(x.shape)
+
+    def convolution_backward(dy, x, w, *args):
+        launched.append("torch_bwd_kernel")
+        return FakeTensor(x.shape), FakeTensor(w.shape), None
+
+    torch.nn = types.SimpleNamespace(functional=types.SimpleNamespace(conv2d=conv, conv3d=conv))
+    torch.ops = types.SimpleNamespace(
+        aten=types.SimpleNamespace(convolution_backward=convolution_backward)
+    )
+
+    profiler = types.ModuleType("torch.profiler")
+    profiler.ProfilerActivity = types.SimpleNamespace(CUDA="cuda")
+
+    class Profile:
+        def __init__(self, activities: Any) -> None:
+            pass
+
+        def __enter__(self) -> Profile:
+            launched.clear()
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            self.names = list(launched)
+
+        def events(self) -> list:
+            return [
+                types.SimpleNamespace(
+                    device_type="DeviceType.CUDA", time_range=types.SimpleNamespace(start=i), name=n
+                )
+                for i, n in enumerate(self.names)
+            ]
+
+    profiler.profile = Profile
+    torch.profiler = profiler
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.profiler", profiler)
+    torch._launched = launched
+    return torch
+
+
+def test_runner_child_end_to_end_with_fakes(tmp_path, monkeypatch) -> None:
+    import pycudnn
+    import pycudnn._loader as loader
+    from bench import runner
+
+    torch = make_fake_torch(monkeypatch)
+    seen: dict[str, list] = {"conv": [], "gi": [], "gw": []}
+
+    def fake_conv(img, kerns, border_mode="valid", subsample=(1, 1), dilation=(1, 1),
+                  conv_mode="conv", num_groups=1, *, out=None, stream=None):  # fmt: skip
+        assert conv_mode == "cross" and isinstance(img, FakeTensor)
+        seen["conv"].append((len(img.shape), out is not None))
+        torch._launched.append("sm90_xmma_fprop<1>")
+        return out if out is not None else FakeTensor(img.shape)
+
+    def fake_gi(kerns, topgrad, img_shp, **kw):
+        seen["gi"].append(tuple(img_shp))
+        torch._launched.append("sm90_xmma_dgrad")
+        return kw["out"]
+
+    def fake_gw(img, topgrad, kerns_shp, **kw):
+        seen["gw"].append(tuple(kerns_shp))
+        return kw["out"]
+
+    import contextlib
+    import types
+
+    overrides: list[dict] = []
+
+    @contextlib.contextmanager
+    def override(**kw: Any):
+        overrides.append(kw)
+        yield
+
+    for name, fn in [
+        ("config", types.SimpleNamespace(override=override)),
+        ("dnn_conv", fake_conv),
+        ("dnn_conv3d", fake_conv),
+        ("dnn_gradinput", fake_gi),
+        ("dnn_gradinput3d", fake_gi),
+        ("dnn_gradweight", fake_gw),
+        ("dnn_gradweight3d", fake_gw),
+        ("asarray", lambda t: t),
+        ("version", lambda raises=True: 91900),
+    ]:
+        monkeypatch.setitem(pycudnn.__dict__, name, fn)
+    monkeypatch.setattr(loader, "libcudnn_files_in_process", lambda: ["/x/libcudnn.so.9"])
+    monkeypatch.setattr(
+        loader, "load", lambda: loader.LoadedLibrary("/x/libcudnn.so.9", "fake", None)
+    )
+    path = tmp_path / "child.json"
+    assert runner.child_main("autotune", str(path), 60.0, True, None) == 0
+    res = json.loads(path.read_text())
+    assert res["meta"]["gpu"] == "NVIDIA H100 80GB HBM3" and not res.get("errors"), res.get(
+        "errors"
+    )
+    assert not res["skipped"]
+    n_items = sum(len(c.ops) for c in GPU_CASES)
+    assert len(res["items"]) == n_items
+    assert all(it["ratio"] is not None and it["relerr"] == 1.0 for it in res["items"])
+    first = res["items"][0]
+    assert first["pycudnn"]["engine"] == "sm90_xmma_fprop"
+    assert first["torch"]["engine"] == "torch_conv_kernel"
+    assert res["items"][1]["pycudnn"]["engine"] == "sm90_xmma_dgrad"
+    for key in ("reuse", "new_buffers", "new_x_out_reused", "no_stream_arg", "prewrapped"):
+        assert res["tiny"][key]["ratio"] is not None, key
+    assert res["tiny"]["cprofile_top"] and res["tiny"]["interop_us"]
+    assert res["cold"]["ratio"] is not None and res["thrash"]["ratio_host"] is not None
+    assert (5, True) in seen["conv"] and (4, False) in seen["conv"]
+    assert (2, 64, 32, 32, 32) in seen["gi"] and (512, 1, 3, 3) in seen["gw"]
+    assert torch.backends.cudnn.benchmark is True and torch.backends.cudnn.allow_tf32 is False
+    assert overrides[0] == dict(
+        algo_fwd="time_once", algo_bwd_data="time_once", algo_bwd_filter="time_once",
+        allow_tf32=False,
+    )  # fmt: skip
+    assert {"allow_tf32": True} in overrides
