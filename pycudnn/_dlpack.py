@@ -1,0 +1,405 @@
+"""DLPack capsules in pure ctypes: export (``__dlpack__``) and import (``from_dlpack``).
+
+Design decisions
+----------------
+* Hand-written against the DLPack C ABI (``dlpack.h`` v0.8 ``DLManagedTensor`` and v1.x
+  ``DLManagedTensorVersioned``) rather than borrowed from ``cuda.core``: it needs no compiled
+  extension, works with every ``cuda.bindings`` version, and its parsing is tested without a GPU
+  (numpy's CPU capsules and our own CUDA capsules round-trip in CI).
+* **Export.** A capsule named ``"dltensor"`` (or ``"dltensor_versioned"`` when the consumer asks
+  for ``max_version >= (1, 0)``) points to a ctypes struct that we allocate. Its ``manager_ctx``
+  is a key into :data:`_exports`, which holds the struct, the shape/strides arrays and the
+  exporting object (so the memory outlives every consumer). The ``deleter`` removes that entry.
+  The capsule destructor calls the deleter only if no consumer took the capsule (a consumer
+  renames it to ``"used_dltensor"``/``"used_dltensor_versioned"`` and calls the deleter itself).
+* **Import.** :func:`from_dlpack` asks the producer for a versioned capsule and falls back to a
+  plain one, reads device, dtype, shape, strides and byte offset, renames the capsule to mark it
+  used, and returns an :class:`Imported` record whose ``owner`` calls the producer's deleter when
+  garbage-collected (a ``weakref.finalize``; skipped at interpreter shutdown, when the producer
+  may already be gone).
+* The C callbacks are module-level ``CFUNCTYPE`` objects, alive for the life of the process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import sys
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DLPACK_MAX_VERSION",
+    "KDL_CPU",
+    "KDL_CUDA",
+    "KDL_CUDA_HOST",
+    "KDL_CUDA_MANAGED",
+    "Imported",
+    "dtype_from_dl",
+    "dtype_to_dl",
+    "export",
+    "from_dlpack",
+]
+
+# DLDeviceType
+KDL_CPU = 1
+KDL_CUDA = 2
+KDL_CUDA_HOST = 3
+KDL_CUDA_MANAGED = 13
+_DEVICE_NAMES = {
+    1: "kDLCPU",
+    2: "kDLCUDA",
+    3: "kDLCUDAHost",
+    4: "kDLOpenCL",
+    7: "kDLVulkan",
+    8: "kDLMetal",
+    10: "kDLROCM",
+    11: "kDLROCMHost",
+    13: "kDLCUDAManaged",
+    14: "kDLOneAPI",
+}
+
+# DLDataTypeCode
+_KDL_INT, _KDL_UINT, _KDL_FLOAT, _KDL_BFLOAT, _KDL_BOOL = 0, 1, 2, 4, 6
+DLPACK_MAX_VERSION = (1, 0)
+_FLAG_READ_ONLY = 1 << 0
+_FLAG_IS_COPIED = 1 << 1
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [
+        ("dl_tensor", DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", _Deleter),
+    ]
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [
+        ("version", DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", _Deleter),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", DLTensor),
+    ]
+
+
+# -- dtypes ------------------------------------------------------------------------------------
+def _bfloat16() -> np.dtype | None:
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def dtype_to_dl(dtype: np.dtype) -> tuple[int, int]:
+    """``(code, bits)`` of a numpy dtype (bfloat16 from ``ml_dtypes``)."""
+    dtype = np.dtype(dtype)
+    if dtype.name == "bfloat16":
+        return _KDL_BFLOAT, 16
+    kind = dtype.kind
+    code = {"i": _KDL_INT, "u": _KDL_UINT, "f": _KDL_FLOAT, "b": _KDL_BOOL}.get(kind)
+    if code is None:
+        raise BufferError(f"dtype {dtype} has no DLPack equivalent here")
+    return code, dtype.itemsize * 8
+
+
+def dtype_from_dl(code: int, bits: int, lanes: int) -> np.dtype:
+    """The numpy dtype of a DLPack ``DLDataType`` (bfloat16 needs ``ml_dtypes``)."""
+    if lanes != 1:
+        raise TypeError(f"DLPack dtype with {lanes} lanes (vector types) is not supported")
+    if code == _KDL_BFLOAT and bits == 16:
+        bf16 = _bfloat16()
+        if bf16 is None:
+            raise TypeError("bfloat16 on the host needs `pip install ml_dtypes`")
+        return bf16
+    if code == _KDL_BOOL and bits == 8:
+        return np.dtype(np.bool_)
+    kind = {_KDL_INT: "i", _KDL_UINT: "u", _KDL_FLOAT: "f"}.get(code)
+    if kind is None or bits % 8:
+        raise TypeError(f"DLPack dtype (code={code}, bits={bits}) is not supported")
+    return np.dtype(f"{kind}{bits // 8}")
+
+
+# -- Python C-API through ctypes ---------------------------------------------------------------
+_api = ctypes.pythonapi
+_PyCapsule_New = _api.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+# capsules are passed as raw addresses: the destructor runs while the capsule is being freed, so
+# no py_object (which would touch its reference count) may be made from it there.
+_PyCapsule_IsValid = _api.PyCapsule_IsValid
+_PyCapsule_IsValid.restype = ctypes.c_int
+_PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_PyCapsule_GetPointer = _api.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = ctypes.c_void_p
+_PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_PyCapsule_SetName = _api.PyCapsule_SetName
+_PyCapsule_SetName.restype = ctypes.c_int
+_PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_PyCapsule_GetName = _api.PyCapsule_GetName
+_PyCapsule_GetName.restype = ctypes.c_char_p
+_PyCapsule_GetName.argtypes = [ctypes.py_object]
+
+# capsule names must outlive every capsule: module-level bytes objects are never freed
+_NAME = b"dltensor"
+_USED_NAME = b"used_dltensor"
+_NAME_V = b"dltensor_versioned"
+_USED_NAME_V = b"used_dltensor_versioned"
+
+
+# -- export ------------------------------------------------------------------------------------
+_exports: dict[int, tuple[Any, ...]] = {}  # manager_ctx key -> (struct, shape, strides, owner)
+_exports_lock = threading.Lock()
+_keys = itertools.count(1)
+
+
+def _release(key: int) -> None:
+    with _exports_lock:
+        _exports.pop(key, None)
+
+
+@_Deleter
+def _deleter(managed: int) -> None:  # pragma: no cover - exercised through consumers
+    try:
+        _release(DLManagedTensor.from_address(managed).manager_ctx)
+    except Exception:
+        pass
+
+
+@_Deleter
+def _deleter_versioned(managed: int) -> None:  # pragma: no cover - exercised through consumers
+    try:
+        _release(DLManagedTensorVersioned.from_address(managed).manager_ctx)
+    except Exception:
+        pass
+
+
+_CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@_CapsuleDestructor
+def _capsule_destructor(capsule: int) -> None:  # pragma: no cover - exercised through GC
+    try:
+        if _PyCapsule_IsValid(capsule, _NAME):  # nobody consumed it: we release it
+            _deleter(_PyCapsule_GetPointer(capsule, _NAME))
+        elif _PyCapsule_IsValid(capsule, _NAME_V):
+            _deleter_versioned(_PyCapsule_GetPointer(capsule, _NAME_V))
+    except Exception:
+        pass
+
+
+def export(
+    owner: Any,
+    data: int,
+    shape: tuple[int, ...],
+    strides_bytes: tuple[int, ...] | None,
+    dtype: np.dtype,
+    device: tuple[int, int],
+    *,
+    versioned: bool = False,
+    read_only: bool = False,
+    copied: bool = False,
+) -> Any:
+    """A DLPack capsule viewing *data*; *owner* is kept alive until the consumer releases it.
+
+    Parameters
+    ----------
+    strides_bytes
+        Strides in bytes (numpy/CAI convention); converted to DLPack's element strides. Must be
+        multiples of the item size.
+    device
+        ``(device_type, device_id)``.
+    versioned
+        Produce a ``dltensor_versioned`` capsule (DLPack >= 1.0) instead of ``dltensor``.
+    """
+    dtype = np.dtype(dtype)
+    ndim = len(shape)
+    code, bits = dtype_to_dl(dtype)
+    itemsize = dtype.itemsize
+    shape_arr = (ctypes.c_int64 * max(ndim, 1))(*shape)
+    strides_arr = None
+    if strides_bytes is not None:
+        if any(s % itemsize for s in strides_bytes):
+            raise BufferError(
+                f"strides {strides_bytes} are not multiples of the item size {itemsize}: "
+                "DLPack cannot express them"
+            )
+        strides_arr = (ctypes.c_int64 * max(ndim, 1))(*(s // itemsize for s in strides_bytes))
+    if versioned:
+        managed: Any = DLManagedTensorVersioned()
+        managed.version = DLPackVersion(*DLPACK_MAX_VERSION)
+        managed.flags = (_FLAG_READ_ONLY if read_only else 0) | (_FLAG_IS_COPIED if copied else 0)
+        name = _NAME_V
+    else:
+        managed = DLManagedTensor()
+        name = _NAME
+    t = managed.dl_tensor
+    t.data = data or None
+    t.device = DLDevice(*device)
+    t.ndim = ndim
+    t.dtype = DLDataType(code, bits, 1)
+    t.shape = ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64))
+    t.strides = (
+        ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64))
+        if strides_arr is not None
+        else ctypes.POINTER(ctypes.c_int64)()
+    )
+    t.byte_offset = 0
+    key = next(_keys)
+    managed.manager_ctx = key
+    managed.deleter = _deleter_versioned if versioned else _deleter
+    address = ctypes.addressof(managed)
+    with _exports_lock:
+        _exports[key] = (managed, shape_arr, strides_arr, owner)
+    try:
+        return _PyCapsule_New(address, name, ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+    except BaseException:
+        _release(key)
+        raise
+
+
+def live_exports() -> int:
+    """How many exported capsules (or their consumers) still hold memory (for leak tests)."""
+    return len(_exports)
+
+
+# -- import ------------------------------------------------------------------------------------
+@dataclass
+class Imported:
+    """What a DLPack capsule describes; ``owner`` keeps the producer's memory alive."""
+
+    data: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None  # bytes; None when the producer said C-contiguous
+    dtype: np.dtype
+    device_type: int
+    device_id: int
+    read_only: bool
+    owner: Any
+
+
+class _ImportedOwner:
+    """Calls the producer's deleter when the last view of the imported memory goes away."""
+
+    __slots__ = ("__weakref__", "_finalizer", "capsule_name")
+
+    def __init__(self, managed: int, deleter: int, capsule_name: str):
+        self.capsule_name = capsule_name
+        self._finalizer = (
+            weakref.finalize(self, _call_deleter, managed, deleter) if deleter else None
+        )
+        if self._finalizer is not None:
+            self._finalizer.atexit = False  # the producer may be torn down already
+
+
+def _call_deleter(managed: int, deleter: int) -> None:
+    if sys.is_finalizing():
+        return
+    try:
+        _Deleter(deleter)(managed)
+    except Exception:  # pragma: no cover - nothing to do in a finalizer
+        pass
+
+
+def device_name(device_type: int) -> str:
+    return _DEVICE_NAMES.get(device_type, f"device type {device_type}")
+
+
+def from_dlpack(obj: Any, *, stream: int | None) -> Imported:
+    """Take a DLPack capsule from *obj* (``obj.__dlpack__``) and describe its tensor.
+
+    Parameters
+    ----------
+    stream
+        The consumer's stream, passed to ``__dlpack__(stream=...)`` so the producer orders its
+        pending work before it (``None`` asks for no synchronization by the producer's rules).
+
+    Raises
+    ------
+    TypeError
+        If *obj* has no ``__dlpack__``, or the capsule is not a DLPack tensor.
+    """
+    fn = getattr(obj, "__dlpack__", None)
+    if fn is None:
+        raise TypeError(f"{type(obj).__name__} has no __dlpack__")
+    kwargs: dict[str, Any] = {} if stream is None else {"stream": stream}
+    try:
+        capsule = fn(max_version=DLPACK_MAX_VERSION, **kwargs)
+    except TypeError:  # a pre-1.0 producer: no max_version keyword
+        capsule = fn(**kwargs)
+    name = _PyCapsule_GetName(capsule)
+    if name == _NAME_V:
+        managed_addr = _PyCapsule_GetPointer(id(capsule), _NAME_V)
+        managed: Any = DLManagedTensorVersioned.from_address(managed_addr)
+        if managed.version.major > DLPACK_MAX_VERSION[0]:
+            raise BufferError(
+                f"{type(obj).__name__}.__dlpack__ returned DLPack {managed.version.major}."
+                f"{managed.version.minor}; pycudnn reads up to {DLPACK_MAX_VERSION[0]}.x"
+            )
+        read_only = bool(managed.flags & _FLAG_READ_ONLY)
+        used = _USED_NAME_V
+    elif name == _NAME:
+        managed_addr = _PyCapsule_GetPointer(id(capsule), _NAME)
+        managed = DLManagedTensor.from_address(managed_addr)
+        read_only = False
+        used = _USED_NAME
+    else:
+        raise TypeError(
+            f"{type(obj).__name__}.__dlpack__ returned a capsule named {name!r}, not a DLPack "
+            "tensor (it may have been consumed already)"
+        )
+    t = managed.dl_tensor
+    ndim = int(t.ndim)
+    dtype = dtype_from_dl(t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    shape = tuple(int(t.shape[i]) for i in range(ndim))
+    strides = None
+    if t.strides and ndim:
+        strides = tuple(int(t.strides[i]) * dtype.itemsize for i in range(ndim))
+    data = int(t.data or 0) + int(t.byte_offset)
+    deleter = ctypes.cast(managed.deleter, ctypes.c_void_p).value or 0
+    # from here on we own the managed tensor: mark the capsule used, arm the deleter
+    _PyCapsule_SetName(capsule, used)
+    owner = _ImportedOwner(managed_addr, deleter, name.decode())
+    return Imported(
+        data=data,
+        shape=shape,
+        strides=strides,
+        dtype=dtype,
+        device_type=int(t.device.device_type),
+        device_id=int(t.device.device_id),
+        read_only=read_only,
+        owner=owner,
+    )

@@ -1,0 +1,1346 @@
+"""Device memory: ``DeviceArray``, host transfers, zero-copy interop, pointer checks, workspaces.
+
+Design decisions
+----------------
+* **Ownership.** Memory pycudnn allocates comes from the CUDA runtime's stream-ordered pool
+  (``cudaMallocAsync`` on the stream you pass, ``cudaMalloc`` where pools are unsupported) and is
+  owned by a small allocation object whose ``weakref.finalize`` frees it (``cudaFreeAsync`` on the
+  allocating stream); every :class:`DeviceArray` over that memory references the allocation, so
+  the memory lives as long as the last array. A stream *object* passed at allocation is kept
+  alive with the memory (its free is queued on it); a raw ``int`` stream must outlive the array.
+  Finalizers do nothing at interpreter shutdown (``atexit=False``, ``sys.is_finalizing()``): the
+  driver reclaims the memory with the process, and CUDA may already be gone.
+* **Zero-copy interop by protocol.** :func:`asarray` views anything with
+  ``__cuda_array_interface__`` (v2/v3) or ``__dlpack__`` (torch, CuPy, JAX, Numba...) without a
+  copy and keeps the producer (or its DLPack deleter) alive. ``__cuda_array_interface__`` is tried
+  first (no capsule to build); DLPack is used when it is absent or refuses (torch's bfloat16).
+  :class:`DeviceArray` exports both protocols, with stream synchronization as the protocols say.
+  Host arrays are refused with a ``TypeError`` that names :func:`to_device`: copies are explicit.
+* **Checks before C.** :func:`check_device_pointer` asks ``cudaPointerGetAttributes`` where a
+  pointer lives (host, unregistered and, unless allowed, managed memory are refused; a pointer on
+  another device than the handle is refused); :func:`check_alignment` and :func:`check_operand`
+  add alignment (to the element size) and contiguity. :func:`asarray` runs the pointer check once
+  when it wraps a ``__cuda_array_interface__`` object (that protocol carries no device), so a
+  ``DeviceArray`` needs no query per call.
+* **Strides are bytes** (numpy and ``__cuda_array_interface__`` convention), converted to element
+  strides only for DLPack. Dense layouts other than C order (NHWC viewed as NCHW) are kept by
+  :func:`to_device`, :meth:`DeviceArray.get` and :func:`empty_like`.
+* **Workspaces.** :func:`get_workspace` keeps one grow-only allocation per (handle, stream) on the
+  handle itself, so it dies with the handle; it never exceeds ``pycudnn.config.workspace_limit``
+  and raises :class:`~pycudnn.errors.AllocationError` (a ``MemoryError``) naming the bytes asked
+  for and free, so a caller can retry with an algorithm that needs less.
+* **bfloat16.** On the device it is just 2-byte data; on the host it needs the ``ml_dtypes``
+  package (``np.dtype(ml_dtypes.bfloat16)``). ``__cuda_array_interface__`` has no bfloat16 type
+  string (it shows as ``'<V2'``), so bfloat16 travels through DLPack.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from . import _dlpack, _types, enums, errors
+from ._config import config
+from .handle import (
+    CudaError,
+    CudaUnavailableError,
+    DeviceContext,
+    _check,
+    _driver,
+    _error_name,
+    _runtime,
+    _validate_device,
+    coerce_stream,
+    current_device,
+    require_gpu,
+)
+
+__all__ = [
+    "DeviceArray",
+    "NotDeviceMemoryError",
+    "asarray",
+    "check_alignment",
+    "check_device_pointer",
+    "check_operand",
+    "empty",
+    "empty_like",
+    "get_workspace",
+    "mem_get_info",
+    "pointer_alignment",
+    "release_workspace",
+    "to_device",
+    "workspace_size",
+    "zeros",
+]
+
+_ONE_TIB = 1 << 40
+_WORKSPACE_GRANULE = 1 << 20  # workspaces grow in whole MiB (capped at the limit)
+_MEMTYPE_NAMES = {0: "unregistered host memory", 1: "page-locked host memory", 3: "managed memory"}
+
+
+class NotDeviceMemoryError(TypeError, ValueError):
+    """A pointer or array is not device memory (host, unregistered, or managed unless allowed).
+
+    Both a ``TypeError`` (wrong kind of argument) and a ``ValueError`` (bad pointer value).
+    """
+
+
+# -- layout helpers ------------------------------------------------------------------------------
+def _as_shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        out = tuple(int(operator_index(s)) for s in shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a sequence of ints, not {shape!r}") from None
+    if any(s < 0 for s in out):
+        raise ValueError(f"shape {out} has a negative dimension")
+    return out
+
+
+def operator_index(value: Any) -> int:
+    if isinstance(value, bool):
+        raise TypeError("a bool is not a dimension")
+    return value.__index__()
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides = []
+    acc = itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _is_c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    if 0 in shape:
+        return True
+    expected = itemsize
+    for n, s in zip(reversed(shape), reversed(strides), strict=True):
+        if n != 1 and s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _is_dense(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    """No gaps, no overlap, no negative strides: the elements fill ``size * itemsize`` bytes."""
+    if 0 in shape:
+        return True
+    dims = sorted(((s, n) for n, s in zip(shape, strides, strict=True) if n != 1), reverse=True)
+    expected = itemsize
+    for s, n in reversed(dims):
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _extent(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:
+    """Byte offsets ``[lo, hi)`` (relative to the pointer) that the elements touch."""
+    if 0 in shape:
+        return 0, 0
+    lo = hi = 0
+    for n, s in zip(shape, strides, strict=True):
+        if s < 0:
+            lo += s * (n - 1)
+        else:
+            hi += s * (n - 1)
+    return lo, hi + itemsize
+
+
+def _numpy_dtype(dtype: Any, argument: str = "dtype") -> np.dtype:
+    """Validate against cuDNN's dtype table and return the numpy dtype (bfloat16: ml_dtypes)."""
+    if isinstance(dtype, np.dtype) and dtype.kind == "V" and dtype.name != "bfloat16":
+        raise TypeError(
+            f"{argument}={dtype!r} is an untyped void type; bfloat16 needs "
+            "ml_dtypes.bfloat16 (or the string 'bfloat16')"
+        )
+    return _types.numpy_dtype(_types.as_data_type(dtype, argument=argument))
+
+
+# -- allocation ----------------------------------------------------------------------------------
+def mem_get_info(device: int | None = None) -> tuple[int, int]:
+    """``(free, total)`` bytes of *device* (default: the current device), per ``cudaMemGetInfo``."""
+    dev = current_device() if device is None else _validate_device(device, "mem_get_info")
+    with DeviceContext(dev):
+        free, total = _check(_runtime().cudaMemGetInfo(), "cudaMemGetInfo")
+    return int(free), int(total)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _allocation_error(
+    nbytes: int, device: int, api_name: str, reason: str, *, limit: int | None = None
+) -> errors.AllocationError:
+    try:
+        free, total = mem_get_info(device)
+        mem = f"{_fmt_bytes(free)} ({free} bytes) free of {_fmt_bytes(total)}"
+    except Exception:  # the device may be in a bad state: still raise the allocation error
+        free = total = -1
+        mem = "free memory unknown"
+    detail = (
+        f"cannot allocate {_fmt_bytes(nbytes)} ({nbytes} bytes) on device {device}: {reason}; {mem}"
+    )
+    if limit is not None:
+        detail += f"; pycudnn.config.workspace_limit={limit}"
+    exc = errors.AllocationError(
+        enums.Status.INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED, api_name, detail
+    )
+    exc.requested = nbytes
+    exc.free = free
+    exc.total = total
+    exc.device = device
+    return exc
+
+
+_ASYNC, _SYNC = 1, 0
+
+
+def _free(ptr: int, device: int, stream: int, mode: int, keep: Any) -> None:
+    """Finalizer body (values only): free *ptr* on *device*; ``keep`` is the stream object."""
+    if sys.is_finalizing():
+        return
+    try:
+        rt = _runtime()
+        err, previous = rt.cudaGetDevice()
+        switch = int(err) == 0 and int(previous) != device
+        if switch:
+            rt.cudaSetDevice(device)
+        try:
+            if mode == _ASYNC:
+                rt.cudaFreeAsync(ptr, stream)
+            else:
+                rt.cudaFree(ptr)
+        finally:
+            if switch:
+                rt.cudaSetDevice(previous)
+    except Exception:  # pragma: no cover - a finalizer has no one to raise to
+        pass
+
+
+class _Allocation:
+    """Owns one device allocation; freed by its finalizer, :meth:`close` or :meth:`release`."""
+
+    __slots__ = ("__weakref__", "_finalizer", "device", "nbytes", "ptr", "stream")
+
+    def __init__(
+        self, nbytes: int, device: int, stream: int, keep: Any = None, *, free_sync: bool = False
+    ):
+        self.nbytes = nbytes
+        self.device = device
+        self.stream = stream
+        rt = _runtime()
+        if nbytes >= _ONE_TIB:  # cuDNN has asked for > 2**63 before (see ATen's Conv_v7.cpp)
+            raise _allocation_error(nbytes, device, "cudaMallocAsync", "absurd size (>= 1 TiB)")
+        with DeviceContext(device):
+            mode = _ASYNC
+            err, ptr = rt.cudaMallocAsync(nbytes, stream)
+            if _error_name(err) == "cudaErrorNotSupported":  # no memory pools on this device
+                rt.cudaGetLastError()
+                mode = _SYNC
+                err, ptr = rt.cudaMalloc(nbytes)
+            if _error_name(err) == "cudaErrorMemoryAllocation":
+                rt.cudaGetLastError()
+                # frees queued on this stream (or pooled) may be pending: drain and retry once
+                rt.cudaStreamSynchronize(stream)
+                err, ptr = rt.cudaMallocAsync(nbytes, stream) if mode else rt.cudaMalloc(nbytes)
+                if _error_name(err) == "cudaErrorMemoryAllocation":
+                    rt.cudaGetLastError()
+                    api_name = "cudaMallocAsync" if mode else "cudaMalloc"
+                    raise _allocation_error(nbytes, device, api_name, "out of memory")
+            _check((err, ptr), "cudaMallocAsync" if mode else "cudaMalloc")
+        self.ptr = int(ptr)
+        free_mode = _SYNC if free_sync else mode
+        self._finalizer = weakref.finalize(self, _free, self.ptr, device, stream, free_mode, keep)
+        self._finalizer.atexit = False
+
+    def close(self) -> None:
+        """Free now (as the finalizer would). Idempotent."""
+        self._finalizer()
+
+    def release(self, stream: int) -> None:
+        """Free now, stream-ordered on *stream* (a live stream the memory was last used on)."""
+        info = self._finalizer.detach()
+        if info is not None:
+            _obj, _fn, args, _kw = info
+            ptr, device, _stream, _mode, _keep = args
+            _free(ptr, device, stream, _ASYNC, None)
+
+
+# -- pointer checks ------------------------------------------------------------------------------
+def pointer_alignment(ptr: int) -> int:
+    """The largest power of two (up to 256) dividing *ptr*: for plan-cache keys."""
+    ptr = int(ptr)
+    return 256 if ptr == 0 else min(ptr & -ptr, 256)
+
+
+def check_alignment(ptr: int, alignment: int, *, argument: str = "ptr") -> None:
+    """Raise ``ValueError`` unless *ptr* is a multiple of *alignment* bytes."""
+    if alignment > 1 and int(ptr) % alignment:
+        raise ValueError(
+            f"{argument}: device pointer 0x{int(ptr):x} is not aligned to {alignment} bytes "
+            "(cuDNN needs at least the element size); copy it into a fresh array"
+        )
+
+
+def check_device_pointer(
+    ptr: int, device: int | None = None, *, argument: str = "ptr", allow_managed: bool = False
+) -> int:
+    """Check with ``cudaPointerGetAttributes`` that *ptr* is device memory; return its device.
+
+    Parameters
+    ----------
+    ptr : int
+        The address.
+    device : int, optional
+        If given, the pointer must be on this device (the handle's).
+    argument : str
+        The argument name used in error messages.
+    allow_managed : bool
+        Accept managed (unified) memory. Default False.
+
+    Raises
+    ------
+    NotDeviceMemoryError
+        Host memory (pageable or page-locked), a pointer CUDA does not know, or managed memory
+        without *allow_managed*. A ``TypeError`` and a ``ValueError``; the message names
+        *argument* and ``pycudnn.to_device``.
+    ValueError
+        A null pointer, or a pointer on another device than *device*.
+    CudaUnavailableError
+        When no GPU is usable.
+    """
+    ptr = int(ptr)
+    if ptr == 0:
+        raise ValueError(f"{argument}: null device pointer")
+    require_gpu(f"checking {argument}")
+    rt = _runtime()
+    err, attrs = rt.cudaPointerGetAttributes(ptr)
+    if int(err) != 0:
+        rt.cudaGetLastError()  # do not leave the error for the next caller of cudaGetLastError
+        raise NotDeviceMemoryError(
+            f"{argument}: 0x{ptr:x} is not memory CUDA knows ({_error_name(err)}); pass device "
+            "memory, or copy host data to the GPU with pycudnn.to_device()"
+        )
+    mtype = int(attrs.type)
+    if mtype == 3 and not allow_managed:
+        raise NotDeviceMemoryError(
+            f"{argument}: 0x{ptr:x} is managed (unified) memory; pass allow_managed=True to use "
+            "it, or copy it with pycudnn.to_device()"
+        )
+    if mtype not in (2, 3):
+        raise NotDeviceMemoryError(
+            f"{argument}: 0x{ptr:x} is {_MEMTYPE_NAMES.get(mtype, 'not device memory')}, not GPU "
+            "memory; copy it to the GPU with pycudnn.to_device()"
+        )
+    dev = int(attrs.device)
+    if device is not None and dev != int(device):
+        raise ValueError(
+            f"{argument} is on device {dev}, but the handle is on device {int(device)}; "
+            "use the handle of that device (pycudnn.get_handle(device)) or move the data"
+        )
+    return dev
+
+
+# -- stream ordering between producer and consumer -----------------------------------------------
+def _norm_stream(s: int) -> int:
+    return 0 if s == 1 else s  # cudaStreamLegacy is the legacy default stream 0
+
+
+def _stream_wait(consumer: int, producer: int, device: int) -> None:
+    """Make *consumer* wait for the work queued so far on *producer* (an event, no host sync)."""
+    if _norm_stream(consumer) == _norm_stream(producer):
+        return
+    rt = _runtime()
+    with DeviceContext(device):
+        event = _check(rt.cudaEventCreateWithFlags(2), "cudaEventCreateWithFlags")  # no timing
+        try:
+            _check(rt.cudaEventRecord(event, producer), "cudaEventRecord")
+            _check(rt.cudaStreamWaitEvent(consumer, event, 0), "cudaStreamWaitEvent")
+        finally:
+            rt.cudaEventDestroy(event)
+
+
+# -- DeviceArray ---------------------------------------------------------------------------------
+class DeviceArray:
+    """An n-dimensional array in GPU memory (owned by pycudnn, or a zero-copy view).
+
+    Make one with :func:`empty`, :func:`zeros`, :func:`to_device`, :func:`asarray` or
+    :meth:`from_ptr`.
+
+    Attributes
+    ----------
+    ptr : int
+        Device address of element ``[0, ..., 0]``.
+    shape : tuple of int
+    dtype : numpy.dtype
+        bfloat16 is ``ml_dtypes.bfloat16``.
+    strides : tuple of int
+        In bytes, like numpy and ``__cuda_array_interface__``.
+    device : int
+        CUDA device ordinal.
+    stream : int
+        The stream the data is ordered on (allocation/last transfer; 0 = legacy default).
+    nbytes : int
+        ``size * itemsize``.
+
+    Notes
+    -----
+    The array supports ``__cuda_array_interface__`` (v3) and ``__dlpack__``, so
+    ``torch.as_tensor(a, device="cuda")``, ``cupy.asarray(a)`` and ``torch.from_dlpack(a)`` view
+    it without a copy. There is no implicit conversion to numpy: call :meth:`get`.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_base",
+        "_device",
+        "_dl_device_type",
+        "_dtype",
+        "_ptr",
+        "_readonly",
+        "_shape",
+        "_stream",
+        "_strides",
+    )
+
+    def __init__(
+        self,
+        ptr: int,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        strides: tuple[int, ...],
+        device: int,
+        stream: int,
+        base: Any,
+        readonly: bool = False,
+        dl_device_type: int = _dlpack.KDL_CUDA,
+    ):
+        # internal: the public constructors validate; see from_ptr
+        self._ptr = ptr
+        self._shape = shape
+        self._dtype = dtype
+        self._strides = strides
+        self._device = device
+        self._stream = stream
+        self._base = base
+        self._readonly = readonly
+        self._dl_device_type = dl_device_type
+
+    @classmethod
+    def from_ptr(
+        cls,
+        ptr: int,
+        shape: Any,
+        dtype: Any,
+        strides: Iterable[int] | None = None,
+        *,
+        device: int | None = None,
+        stream: Any = None,
+        owner: Any = None,
+        readonly: bool = False,
+        check: bool = True,
+        allow_managed: bool = False,
+    ) -> DeviceArray:
+        """View existing device memory at *ptr* (not owned: nothing is freed here).
+
+        Parameters
+        ----------
+        ptr : int
+            Device address.
+        shape, dtype
+            Array shape and element type (a cuDNN-supported dtype).
+        strides : sequence of int, optional
+            In bytes; default C-contiguous.
+        device : int, optional
+            Device ordinal; found from the pointer when *check* (else the current device).
+        stream : optional
+            The stream the data is ordered on (default 0).
+        owner : object, optional
+            Kept alive as long as the view (whatever owns the memory).
+        check : bool
+            Check the pointer with :func:`check_device_pointer` (needs a GPU).
+        """
+        dt = _numpy_dtype(dtype)
+        shp = _as_shape(shape)
+        st = _c_strides(shp, dt.itemsize) if strides is None else tuple(int(s) for s in strides)
+        if len(st) != len(shp):
+            raise ValueError(f"strides {st} do not match shape {shp}")
+        ptr = int(ptr)
+        size = math.prod(shp)
+        if check and size:
+            dev = check_device_pointer(ptr, device, argument="ptr", allow_managed=allow_managed)
+        elif device is not None:
+            dev = int(device)
+        else:
+            dev = _default_device()
+        return cls(ptr, shp, dt, st, dev, coerce_stream(stream), owner, bool(readonly))
+
+    # -- metadata -------------------------------------------------------------------------------
+    @property
+    def ptr(self) -> int:
+        return self._ptr
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return self._strides
+
+    @property
+    def device(self) -> int:
+        return self._device
+
+    @property
+    def stream(self) -> int:
+        return self._stream
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self._shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self._dtype.itemsize
+
+    @property
+    def readonly(self) -> bool:
+        return self._readonly
+
+    @property
+    def base(self) -> Any:
+        """What keeps the memory alive (pycudnn's allocation, or the viewed object)."""
+        return self._base
+
+    @property
+    def data_type(self) -> enums.DataType:
+        """The cuDNN ``DataType`` of the elements."""
+        return _types.as_data_type(self._dtype)
+
+    @property
+    def is_c_contiguous(self) -> bool:
+        return _is_c_contiguous(self._shape, self._strides, self._dtype.itemsize)
+
+    @property
+    def is_dense(self) -> bool:
+        """No gaps, overlaps or negative strides, in any dimension order (C, NHWC, F, ...)."""
+        return _is_dense(self._shape, self._strides, self._dtype.itemsize)
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d DeviceArray")
+        return self._shape[0]
+
+    def __repr__(self) -> str:
+        layout = "" if self.is_c_contiguous else f", strides={self._strides}"
+        return (
+            f"DeviceArray(shape={self._shape}, dtype={self._dtype.name}{layout}, "
+            f"device={self._device}, ptr=0x{self._ptr:x})"
+        )
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise TypeError(
+            "implicit conversion of a DeviceArray to numpy is not allowed; call .get() to copy "
+            "it to the host"
+        )
+
+    def reshape(self, *shape: Any) -> DeviceArray:
+        """A view with a new shape (C-contiguous arrays only; one dimension may be -1)."""
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        shape = tuple(int(s) for s in shape)
+        if shape.count(-1) > 1:
+            raise ValueError("only one dimension can be -1")
+        if -1 in shape:
+            rest = math.prod(s for s in shape if s != -1)
+            if rest == 0 or self.size % rest:
+                raise ValueError(f"cannot reshape size {self.size} into {shape}")
+            shape = tuple(self.size // rest if s == -1 else s for s in shape)
+        new = _as_shape(shape)
+        if math.prod(new) != self.size:
+            raise ValueError(f"cannot reshape size {self.size} into {new}")
+        if not self.is_c_contiguous:
+            raise ValueError("reshape needs a C-contiguous array; copy it first")
+        return DeviceArray(
+            self._ptr,
+            new,
+            self._dtype,
+            _c_strides(new, self.itemsize),
+            self._device,
+            self._stream,
+            self._base if self._base is not None else self,
+            self._readonly,
+            self._dl_device_type,
+        )
+
+    # -- protocols ------------------------------------------------------------------------------
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """Version 3: the stream is this array's (1 for the legacy default stream)."""
+        return {
+            "shape": self._shape,
+            "typestr": self._dtype.str,
+            "descr": [("", self._dtype.str)],
+            "data": (self._ptr, self._readonly),
+            "version": 3,
+            "strides": None if self.is_c_contiguous else self._strides,
+            "stream": self._stream or 1,
+        }
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (self._dl_device_type, self._device)
+
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """Export as a DLPack capsule (``dltensor``, or ``dltensor_versioned`` if asked).
+
+        Parameters
+        ----------
+        stream : int, optional
+            The consumer's stream: ``None`` or ``1`` the legacy default stream, ``2`` the
+            per-thread default stream, another int a ``cudaStream_t``, ``-1`` no
+            synchronization. The consumer's stream is made to wait for this array's stream.
+        max_version : (int, int), optional
+            The highest DLPack version the consumer reads; ``>= (1, 0)`` gives a versioned
+            capsule.
+        dl_device : (int, int), optional
+            Must be this array's device.
+        copy : bool, optional
+            True exports a fresh copy; False/None never copies.
+        """
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(
+                f"cannot export to device {tuple(dl_device)}: the array is on "
+                f"{self.__dlpack_device__()} and __dlpack__ does not copy across devices"
+            )
+        if (
+            stream is not None
+            and stream != -1
+            and (isinstance(stream, bool) or not isinstance(stream, int) or stream < 0)
+        ):
+            raise ValueError(f"__dlpack__: stream={stream!r} is not a CUDA stream integer")
+        if stream != -1 and self.size:
+            _stream_wait(1 if stream is None or stream == 0 else stream, self._stream, self._device)
+        src = self.copy() if copy else self
+        versioned = max_version is not None and int(max_version[0]) >= 1
+        return _dlpack.export(
+            src,
+            src._ptr,
+            src._shape,
+            None if src.is_c_contiguous else src._strides,
+            src._dtype,
+            src.__dlpack_device__(),
+            versioned=versioned,
+            read_only=src._readonly,
+            copied=bool(copy),
+        )
+
+    # -- transfers ------------------------------------------------------------------------------
+    def _stream_of(self, stream: Any) -> int:
+        return self._stream if stream is None else coerce_stream(stream)
+
+    def get(self, stream: Any = None) -> np.ndarray:
+        """Copy to a new numpy array (waits for the copy to finish).
+
+        Parameters
+        ----------
+        stream : optional
+            Stream to copy on; default the array's stream.
+
+        Returns
+        -------
+        numpy.ndarray
+            Same shape and dtype; same strides when the array is dense (C, NHWC, ...), else
+            C-contiguous.
+        """
+        sid = self._stream_of(stream)
+        itemsize = self.itemsize
+        if self.size == 0:
+            return np.empty(self._shape, self._dtype)
+        lo, hi = _extent(self._shape, self._strides, itemsize)
+        host = np.empty(hi - lo, np.uint8)
+        host_ptr = host.ctypes.data
+        rt = _runtime()
+        with DeviceContext(self._device):
+            _check(
+                rt.cudaMemcpyAsync(
+                    host_ptr, self._ptr + lo, hi - lo, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost, sid
+                ),
+                "cudaMemcpyAsync",
+            )
+            _check(rt.cudaStreamSynchronize(sid), "cudaStreamSynchronize")
+        out = np.ndarray(self._shape, self._dtype, buffer=host, offset=-lo, strides=self._strides)
+        if self.is_dense:
+            return out
+        return np.array(out, copy=True)
+
+    def copy_(self, src: Any, stream: Any = None) -> DeviceArray:
+        """Copy *src* (a numpy array or any device array) into this array, in place.
+
+        Shapes and dtypes must match. Both layouts must be dense; a device source must have
+        the same strides (a host source may have any layout). Returns ``self``.
+        """
+        if self._readonly:
+            raise ValueError("the array is read-only")
+        sid = self._stream_of(stream)
+        if not self.is_dense:
+            raise NotImplementedError(
+                "copy_ into a non-dense view (gaps or overlaps) is not supported; copy into a "
+                "dense array instead"
+            )
+        rt = _runtime()
+        if _is_host_array(src):
+            host = np.asarray(src)
+            if host.dtype != self._dtype or host.shape != self._shape:
+                raise ValueError(
+                    f"copy_: source {host.shape} {host.dtype} does not match the array "
+                    f"{self._shape} {self._dtype}"
+                )
+            host = _host_in_layout(host, self._strides)
+            lo, hi = _extent(self._shape, self._strides, self.itemsize)
+            if hi > lo:
+                with DeviceContext(self._device):
+                    _check(
+                        rt.cudaMemcpyAsync(
+                            self._ptr,
+                            host.ctypes.data,
+                            hi - lo,
+                            rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
+                            sid,
+                        ),
+                        "cudaMemcpyAsync",
+                    )
+            return self
+        other = asarray(src, stream=sid)
+        if other.dtype != self._dtype or other.shape != self._shape:
+            raise ValueError(
+                f"copy_: source {other.shape} {other.dtype} does not match the array "
+                f"{self._shape} {self._dtype}"
+            )
+        if self.size == 0:
+            return self
+        if not other.is_dense or not _same_layout(other, self):
+            raise NotImplementedError(
+                f"copy_ between different device layouts (strides {other.strides} -> "
+                f"{self._strides}) is not supported; make the source contiguous first"
+            )
+        with DeviceContext(self._device):
+            _stream_wait(sid, other._stream, other._device)
+            _check(
+                rt.cudaMemcpyAsync(
+                    self._ptr, other._ptr, self.nbytes, rt.cudaMemcpyKind.cudaMemcpyDefault, sid
+                ),
+                "cudaMemcpyAsync",
+            )
+        return self
+
+    def copy(self, stream: Any = None) -> DeviceArray:
+        """A new array with the same contents and (dense) layout."""
+        out = empty_like(self, stream=self._stream_of(stream))
+        return out.copy_(self, stream=out._stream)
+
+    def fill_(self, value: Any, stream: Any = None) -> DeviceArray:
+        """Set every element to *value* (stream-ordered memset; the array must be dense)."""
+        if self._readonly:
+            raise ValueError("the array is read-only")
+        if not self.is_dense:
+            raise NotImplementedError("fill_ of a non-dense view is not supported")
+        sid = self._stream_of(stream)
+        pattern = np.array(value, dtype=self._dtype).tobytes()  # numpy checks range and kind
+        n = self.size
+        if n == 0:
+            return self
+        rt = _runtime()
+        with DeviceContext(self._device):
+            if pattern == pattern[:1] * len(pattern):  # one repeated byte (0, any 1-byte type)
+                _check(rt.cudaMemsetAsync(self._ptr, pattern[0], self.nbytes, sid), "cudaMemset")
+                return self
+            # the driver memsets need the primary context current on this thread
+            _check(rt.cudaSetDevice(self._device), "cudaSetDevice")
+            dr = _driver()
+            word = int.from_bytes(pattern[:4].ljust(4, b"\0"), "little")
+            if len(pattern) == 2:
+                res = dr.cuMemsetD16Async(self._ptr, word & 0xFFFF, n, sid)
+            elif len(pattern) == 4:
+                res = dr.cuMemsetD32Async(self._ptr, word, n, sid)
+            else:  # 8 bytes: two strided 32-bit memsets
+                high = int.from_bytes(pattern[4:8], "little")
+                res = dr.cuMemsetD2D32Async(self._ptr, 8, word, 1, n, sid)
+                if int(res[0]) == 0:
+                    res = dr.cuMemsetD2D32Async(self._ptr + 4, 8, high, 1, n, sid)
+            if int(res[0]) != 0:
+                raise CudaError("cuMemsetAsync", int(res[0]), getattr(res[0], "name", ""))
+        return self
+
+    def synchronize(self) -> None:
+        """Wait for the work queued on the array's stream."""
+        with DeviceContext(self._device):
+            _check(_runtime().cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
+
+
+def _same_layout(a: DeviceArray, b: DeviceArray) -> bool:
+    if a.is_c_contiguous and b.is_c_contiguous:
+        return True
+    return all(n == 1 or sa == sb for n, sa, sb in zip(a.shape, a.strides, b.strides, strict=True))
+
+
+def _is_host_array(obj: Any) -> bool:
+    return isinstance(obj, np.ndarray | np.generic | list | tuple | int | float)
+
+
+def _host_in_layout(host: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
+    """*host*'s elements laid out with the dense byte *strides* (copied only if needed)."""
+    itemsize = host.itemsize
+    if host.strides == strides and _is_dense(host.shape, strides, itemsize):
+        return host
+    if host.flags.c_contiguous and _is_c_contiguous(host.shape, strides, itemsize):
+        return host
+    buf = np.empty(host.size, host.dtype)
+    np.ndarray(host.shape, host.dtype, buffer=buf, strides=strides)[...] = host
+    return buf
+
+
+def _default_device() -> int:
+    try:
+        return current_device()
+    except (CudaUnavailableError, RuntimeError):
+        return 0
+
+
+def _resolve(device: Any, stream: Any, what: str) -> tuple[int, int]:
+    if device is None:
+        require_gpu(what)
+        dev = current_device()
+    else:
+        dev = _validate_device(device, what)
+    return dev, coerce_stream(stream)
+
+
+def _allocate(
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    strides: tuple[int, ...] | None,
+    device: int,
+    sid: int,
+    keep: Any,
+) -> DeviceArray:
+    itemsize = dtype.itemsize
+    if strides is None:
+        strides = _c_strides(shape, itemsize)
+    elif len(strides) != len(shape) or not _is_dense(shape, strides, itemsize):
+        raise ValueError(
+            f"strides {strides} are not a dense layout of shape {shape} with itemsize {itemsize}"
+        )
+    nbytes = math.prod(shape) * itemsize
+    if nbytes == 0:
+        return DeviceArray(0, shape, dtype, strides, device, sid, None)
+    alloc = _Allocation(nbytes, device, sid, keep)
+    return DeviceArray(alloc.ptr, shape, dtype, strides, device, sid, alloc)
+
+
+# -- public constructors -------------------------------------------------------------------------
+def empty(
+    shape: Any,
+    dtype: Any = np.float32,
+    device: int | None = None,
+    stream: Any = None,
+    *,
+    strides: Iterable[int] | None = None,
+) -> DeviceArray:
+    """A new, uninitialized device array.
+
+    Parameters
+    ----------
+    shape : int or sequence of int
+    dtype : dtype-like
+        float16, bfloat16, float32 (default), float64, int8, int32, int64, uint8 or bool.
+    device : int, optional
+        Default the current device.
+    stream : optional
+        Stream the allocation is ordered on (and later freed on); default 0.
+    strides : sequence of int, optional
+        A dense layout in bytes (e.g. NHWC strides for an NCHW shape); default C order.
+
+    Raises
+    ------
+    CudaUnavailableError
+        Without a usable GPU (a ``RuntimeError`` saying one is needed and what was found).
+    AllocationError
+        Out of device memory (a ``MemoryError``), naming the bytes asked for and free.
+    """
+    dt = _numpy_dtype(dtype)
+    shp = _as_shape(shape)
+    st = None if strides is None else tuple(int(s) for s in strides)
+    dev, sid = _resolve(device, stream, "pycudnn.empty")
+    return _allocate(shp, dt, st, dev, sid, _keep(stream))
+
+
+def _keep(stream: Any) -> Any:
+    return None if stream is None or isinstance(stream, int) else stream
+
+
+def zeros(
+    shape: Any,
+    dtype: Any = np.float32,
+    device: int | None = None,
+    stream: Any = None,
+    *,
+    strides: Iterable[int] | None = None,
+) -> DeviceArray:
+    """Like :func:`empty`, filled with zeros (a stream-ordered memset)."""
+    out = empty(shape, dtype, device, stream, strides=strides)
+    if out.nbytes:
+        rt = _runtime()
+        with DeviceContext(out.device):
+            _check(rt.cudaMemsetAsync(out.ptr, 0, out.nbytes, out.stream), "cudaMemsetAsync")
+    return out
+
+
+def empty_like(
+    a: Any, dtype: Any = None, *, device: int | None = None, stream: Any = None
+) -> DeviceArray:
+    """A new array with *a*'s shape and (if dense) layout; dtype and device default to *a*'s."""
+    shape = tuple(a.shape)
+    dt = _numpy_dtype(a.dtype if dtype is None else dtype)
+    src_strides = tuple(getattr(a, "strides", None) or ())
+    src_dt = np.dtype(a.dtype) if not isinstance(a, DeviceArray) else a.dtype
+    strides = None
+    if (
+        len(src_strides) == len(shape)
+        and _is_dense(shape, src_strides, src_dt.itemsize)
+        and not _is_c_contiguous(shape, src_strides, src_dt.itemsize)
+    ):
+        # same dimension order, rescaled to the new item size
+        strides = tuple(s // src_dt.itemsize * dt.itemsize for s in src_strides)
+    if device is None:
+        device = getattr(a, "device", None)
+        device = device if isinstance(device, int) else None
+    if stream is None and isinstance(a, DeviceArray):
+        stream = a.stream
+    return empty(shape, dt, device, stream, strides=strides)
+
+
+def to_device(
+    array: Any, stream: Any = None, *, device: int | None = None, dtype: Any = None
+) -> DeviceArray:
+    """Copy a host array (numpy, or anything ``numpy.asarray`` accepts) to a new device array.
+
+    Parameters
+    ----------
+    array : array-like
+        Host data. A dense layout (C, Fortran, NHWC-as-NCHW transposes) is kept; any other is
+        made C-contiguous first. bfloat16 host arrays use ``ml_dtypes.bfloat16``.
+    stream : optional
+        Stream to copy on (and that the new array is ordered on); default 0.
+    device : int, optional
+        Default the current device.
+    dtype : dtype-like, optional
+        Convert on the host first.
+
+    Returns
+    -------
+    DeviceArray
+
+    Examples
+    --------
+    >>> x = pycudnn.to_device(np.ones((2, 3), np.float32))
+    >>> x.get()
+    array([[1., 1., 1.],
+           [1., 1., 1.]], dtype=float32)
+    """
+    if isinstance(array, DeviceArray) or (
+        not _is_host_array(array)
+        and (hasattr(array, "__cuda_array_interface__") or _dlpack_device_type(array) == 2)
+    ):
+        src = asarray(array, stream=stream)
+        if dtype is not None and _numpy_dtype(dtype) != src.dtype:
+            raise TypeError("to_device copies device data as is; it cannot convert its dtype")
+        return src.copy(stream=stream)
+    host = np.asarray(array, dtype=None if dtype is None else _numpy_dtype(dtype))
+    dt = _numpy_dtype(host.dtype, argument="array.dtype")
+    if host.dtype != dt:
+        host = host.astype(dt)
+    strides: tuple[int, ...] | None
+    if _is_dense(host.shape, host.strides, host.itemsize) and not host.flags.c_contiguous:
+        strides = host.strides
+    else:
+        host = np.ascontiguousarray(host)
+        strides = None
+    dev, sid = _resolve(device, stream, "pycudnn.to_device")
+    out = _allocate(host.shape, dt, strides, dev, sid, _keep(stream))
+    if out.nbytes:
+        rt = _runtime()
+        base = host.ctypes.data + _extent(host.shape, host.strides, host.itemsize)[0]
+        with DeviceContext(dev):
+            _check(
+                rt.cudaMemcpyAsync(
+                    out.ptr, base, out.nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice, sid
+                ),
+                "cudaMemcpyAsync",
+            )
+    return out
+
+
+def _dlpack_device_type(obj: Any) -> int | None:
+    fn = getattr(obj, "__dlpack_device__", None)
+    if fn is None:
+        return None
+    try:
+        return int(fn()[0])
+    except Exception:
+        return None
+
+
+def _host_error(obj: Any, argument: str) -> NotDeviceMemoryError:
+    return NotDeviceMemoryError(
+        f"{argument} is a host array ({type(obj).__module__}.{type(obj).__name__}); pycudnn "
+        "works on GPU memory: copy it with pycudnn.to_device(x) first"
+    )
+
+
+def asarray(
+    obj: Any,
+    *,
+    stream: Any = None,
+    device: int | None = None,
+    check: bool = True,
+    allow_managed: bool = False,
+    argument: str = "array",
+) -> DeviceArray:
+    """View *obj* as a :class:`DeviceArray` without copying.
+
+    Parameters
+    ----------
+    obj
+        A ``DeviceArray`` (returned as is), or any object with ``__cuda_array_interface__`` or
+        ``__dlpack__``: torch tensors, CuPy arrays, JAX arrays, Numba device arrays...
+    stream : optional
+        The stream the view will be used on; the producer's pending work is ordered before it
+        (protocol stream / ``__dlpack__(stream=...)``). Default 0, the legacy default stream.
+    device : int, optional
+        Expected device: a view on another device raises ``ValueError``.
+    check : bool
+        Query the pointer's attributes (``__cuda_array_interface__`` carries no device): needs a
+        GPU. ``check=False`` trusts the producer and takes *device* (or the current device).
+    allow_managed : bool
+        Accept managed (unified) memory.
+    argument : str
+        Name used in error messages.
+
+    Raises
+    ------
+    NotDeviceMemoryError
+        For host arrays (numpy, CPU tensors): a ``TypeError`` naming :func:`to_device`.
+    TypeError
+        For objects that expose no device-array protocol, or unsupported dtypes.
+    ValueError
+        For a view on another device than *device*.
+
+    Notes
+    -----
+    The view keeps *obj* (or, for DLPack, the producer's deleter) alive. Writes through the view
+    are visible to *obj* and the other way round.
+    """
+    if isinstance(obj, DeviceArray):
+        if device is not None and obj.device != int(device):
+            raise ValueError(f"{argument} is on device {obj.device}, expected device {device}")
+        return obj
+    if isinstance(obj, np.ndarray | np.generic):
+        raise _host_error(obj, argument)
+    sid = coerce_stream(stream)
+    cai_error: BaseException | None = None
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError as exc:
+        cai = None
+        cai_error = exc if hasattr(type(obj), "__cuda_array_interface__") else None
+    except Exception as exc:  # torch: bfloat16 has no CAI typestr; requires_grad refuses
+        cai = None
+        cai_error = exc
+    if cai is not None:
+        return _from_cai(obj, cai, sid, device, check, allow_managed, argument)
+    if hasattr(obj, "__dlpack__"):
+        return _from_dlpack(obj, sid, device, check, allow_managed, argument)
+    if cai_error is not None:
+        raise cai_error
+    if hasattr(obj, "__array_interface__") or hasattr(obj, "__array__"):
+        raise _host_error(obj, argument)
+    raise TypeError(
+        f"{argument}: cannot view {type(obj).__name__} as a device array; pass a pycudnn "
+        "DeviceArray or an object with __cuda_array_interface__ or __dlpack__ (torch, CuPy, JAX), "
+        "or copy host data with pycudnn.to_device()"
+    )
+
+
+def _cai_dtype(typestr: str, descr: Any, argument: str) -> np.dtype:
+    try:
+        dt = np.dtype(typestr)
+    except TypeError:
+        raise TypeError(f"{argument}: unknown typestr {typestr!r}") from None
+    if dt.kind == "V":
+        raise TypeError(
+            f"{argument}: typestr {typestr!r} is an untyped {dt.itemsize}-byte type; "
+            "__cuda_array_interface__ cannot say bfloat16 - pass the array through DLPack "
+            "(its __dlpack__) instead"
+        )
+    if dt.byteorder == ">":
+        raise TypeError(f"{argument}: big-endian data ({typestr!r}) is not supported")
+    return _numpy_dtype(dt, argument=f"{argument}.dtype")
+
+
+def _from_cai(
+    obj: Any,
+    cai: dict[str, Any],
+    sid: int,
+    device: int | None,
+    check: bool,
+    allow_managed: bool,
+    argument: str,
+) -> DeviceArray:
+    version = int(cai.get("version", 0))
+    if version < 2:
+        raise TypeError(f"{argument}: __cuda_array_interface__ version {version} is too old (< 2)")
+    if cai.get("mask") is not None:
+        raise NotImplementedError(f"{argument}: masked __cuda_array_interface__ arrays")
+    shape = _as_shape(cai["shape"])
+    dt = _cai_dtype(cai["typestr"], cai.get("descr"), argument)
+    ptr, readonly = cai["data"]
+    ptr = int(ptr or 0)
+    raw_strides = cai.get("strides")
+    strides = (
+        _c_strides(shape, dt.itemsize)
+        if raw_strides is None
+        else tuple(int(s) for s in raw_strides)
+    )
+    if len(strides) != len(shape):
+        raise ValueError(f"{argument}: strides {strides} do not match shape {shape}")
+    size = math.prod(shape)
+    if check and size:
+        dev = check_device_pointer(ptr, None, argument=argument, allow_managed=allow_managed)
+    elif device is not None:
+        dev = int(device)
+    else:
+        dev = _default_device()
+    if device is not None and dev != int(device):
+        raise ValueError(f"{argument} is on device {dev}, expected device {int(device)}")
+    producer = cai.get("stream") if version >= 3 else None
+    if producer is not None:
+        producer = int(producer)
+        if producer == 0:
+            raise ValueError(
+                f"{argument}: __cuda_array_interface__ stream 0 is not allowed (v3: use 1 for "
+                "the legacy default stream, 2 for per-thread)"
+            )
+        if size:
+            _stream_wait(sid, producer, dev)
+    return DeviceArray(ptr, shape, dt, strides, dev, sid, obj, bool(readonly))
+
+
+def _from_dlpack(
+    obj: Any, sid: int, device: int | None, check: bool, allow_managed: bool, argument: str
+) -> DeviceArray:
+    dev_type = _dlpack_device_type(obj)
+    allowed = {_dlpack.KDL_CUDA} | ({_dlpack.KDL_CUDA_MANAGED} if allow_managed else set())
+    if dev_type in (_dlpack.KDL_CPU, _dlpack.KDL_CUDA_HOST):
+        raise _host_error(obj, argument)
+    if dev_type is not None and dev_type not in allowed:
+        extra = " (pass allow_managed=True)" if dev_type == _dlpack.KDL_CUDA_MANAGED else ""
+        raise NotDeviceMemoryError(
+            f"{argument}: DLPack device {_dlpack.device_name(dev_type)} is not CUDA device "
+            f"memory{extra}"
+        )
+    imported = _dlpack.from_dlpack(obj, stream=sid or 1)  # 1: legacy default stream
+    if imported.device_type in (_dlpack.KDL_CPU, _dlpack.KDL_CUDA_HOST):
+        raise _host_error(obj, argument)
+    if imported.device_type not in allowed:
+        raise NotDeviceMemoryError(
+            f"{argument}: DLPack device {_dlpack.device_name(imported.device_type)} is not CUDA "
+            "device memory"
+        )
+    dt = _numpy_dtype(imported.dtype, argument=f"{argument}.dtype")
+    dev = imported.device_id
+    if device is not None and dev != int(device):
+        raise ValueError(f"{argument} is on device {dev}, expected device {int(device)}")
+    shape = imported.shape
+    strides = imported.strides if imported.strides is not None else _c_strides(shape, dt.itemsize)
+    base = (obj, imported.owner)  # the producer object and its deleter guard
+    return DeviceArray(
+        imported.data,
+        shape,
+        dt,
+        strides,
+        dev,
+        sid,
+        base,
+        imported.read_only,
+        imported.device_type,
+    )
+
+
+def check_operand(
+    obj: Any,
+    device: Any,
+    *,
+    argument: str,
+    c_contiguous: bool = False,
+    dense: bool = False,
+    dtype: Any = None,
+    allow_managed: bool = False,
+    stream: Any = None,
+) -> DeviceArray:
+    """Validate an operand of a cuDNN call and return it as a :class:`DeviceArray`.
+
+    Parameters
+    ----------
+    obj
+        Any device array (see :func:`asarray`). Host arrays raise ``TypeError`` naming
+        :func:`to_device`.
+    device : int or Handle
+        The handle's device: the operand must live there.
+    argument : str
+        The argument name for error messages (``"img"``).
+    c_contiguous, dense : bool
+        Require a C-contiguous / dense (any dimension order) layout.
+    dtype : dtype-like, optional
+        Require this dtype.
+
+    Raises
+    ------
+    NotDeviceMemoryError, TypeError, ValueError
+        Host data, wrong device, misalignment (pointer not a multiple of the item size),
+        wrong dtype, or a layout the operation cannot use.
+    """
+    dev = int(getattr(device, "device", device))
+    arr = asarray(obj, stream=stream, allow_managed=allow_managed, argument=argument)
+    if arr.device != dev:
+        raise ValueError(
+            f"{argument} is on device {arr.device}, but the handle is on device {dev}; use "
+            f"pycudnn.get_handle({arr.device}) or move the data"
+        )
+    if arr.size:
+        check_alignment(arr.ptr, arr.itemsize, argument=argument)
+    if dtype is not None and arr.dtype != _numpy_dtype(dtype):
+        raise TypeError(
+            f"{argument} has dtype {arr.dtype}, expected {np.dtype(_numpy_dtype(dtype))}"
+        )
+    if c_contiguous and not arr.is_c_contiguous:
+        raise ValueError(
+            f"{argument} must be C-contiguous; got shape {arr.shape} with strides {arr.strides} "
+            "bytes (make it contiguous, e.g. tensor.contiguous())"
+        )
+    if dense and not arr.is_dense:
+        raise ValueError(
+            f"{argument} must be dense (no gaps, overlaps or negative strides); got shape "
+            f"{arr.shape} with strides {arr.strides} bytes"
+        )
+    return arr
+
+
+# -- workspaces ----------------------------------------------------------------------------------
+def _workspaces(handle: Any) -> dict[int, _Allocation]:
+    try:
+        return handle._workspaces
+    except AttributeError:
+        raise TypeError(
+            f"get_workspace needs a pycudnn Handle, not {type(handle).__name__}"
+        ) from None
+
+
+def get_workspace(handle: Any, nbytes: int, stream: Any = None) -> tuple[int, int]:
+    """A device workspace of at least *nbytes* for *handle* on *stream*: ``(ptr, size)``.
+
+    One grow-only buffer per (handle, stream): a smaller request reuses it, a larger one frees
+    it (stream-ordered) and allocates anew. Zero bytes gives ``(0, 0)`` unless a buffer exists.
+
+    Parameters
+    ----------
+    handle : Handle
+    nbytes : int
+    stream : optional
+        Default the handle's stream.
+
+    Raises
+    ------
+    AllocationError
+        A ``MemoryError`` when *nbytes* exceeds ``pycudnn.config.workspace_limit`` or the device
+        is out of memory; the message names the bytes asked for and free, and the exception has
+        ``requested``, ``free`` and ``total`` attributes. Catch it to fall back to an algorithm
+        with a smaller workspace.
+    """
+    nbytes = int(nbytes)
+    if nbytes < 0:
+        raise ValueError(f"workspace size {nbytes} is negative")
+    sid = handle.stream if stream is None else coerce_stream(stream)
+    table = _workspaces(handle)
+    ws = table.get(sid)
+    if ws is not None and ws.nbytes >= nbytes:
+        return ws.ptr, ws.nbytes
+    if nbytes == 0:
+        return 0, 0
+    device = handle.device
+    limit = config.workspace_limit
+    if limit is not None and nbytes > limit:
+        raise _allocation_error(
+            nbytes, device, "get_workspace", "more than the workspace limit", limit=limit
+        )
+    if ws is not None:  # grow: free the old one first, in order on the stream it was used on
+        del table[sid]
+        ws.release(sid)
+    size = -(-nbytes // _WORKSPACE_GRANULE) * _WORKSPACE_GRANULE
+    if limit is not None:
+        size = min(size, limit)
+    try:
+        alloc = _Allocation(size, device, sid, free_sync=True)
+    except errors.AllocationError:
+        if size == nbytes:
+            raise
+        alloc = _Allocation(nbytes, device, sid, free_sync=True)
+    table[sid] = alloc
+    return alloc.ptr, alloc.nbytes
+
+
+def workspace_size(handle: Any, stream: Any = None) -> int:
+    """Bytes of the workspace *handle* holds for *stream* (default its stream); 0 if none."""
+    sid = handle.stream if stream is None else coerce_stream(stream)
+    ws = _workspaces(handle).get(sid)
+    return 0 if ws is None else ws.nbytes
+
+
+def release_workspace(handle: Any, stream: Any = None) -> None:
+    """Free *handle*'s workspace for *stream* (default its stream), stream-ordered."""
+    sid = handle.stream if stream is None else coerce_stream(stream)
+    ws = _workspaces(handle).pop(sid, None)
+    if ws is not None:
+        ws.release(sid)
