@@ -519,6 +519,7 @@ class BackendDescriptor(Resource):
     @property
     def descriptor_type(self) -> BackendDescriptorType | None:
         """The :class:`~pycudnn.enums.BackendDescriptorType` (None if wrapped and unknown)."""
+        self._h()
         return self._type
 
     @property
