@@ -2354,7 +2354,11 @@ def _fill_bytes(dt: DataType, value: float) -> ctypes.Array:
     from ._types import numpy_dtype
 
     buf = ctypes.create_string_buffer(8)
-    raw = np.array([value], dtype=numpy_dtype(dt)).tobytes()
+    with np.errstate(over="ignore"):
+        arr = np.array([value], dtype=numpy_dtype(dt))
+    if math.isfinite(value) and not np.isfinite(arr[0].astype(np.float64)):
+        raise OverflowError(f"padding_fill={value} does not fit in {_dtype_str(dt)}")
+    raw = arr.tobytes()
     ctypes.memmove(buf, raw, len(raw))
     return buf
 
