@@ -330,6 +330,8 @@ class Config:
 
         Cached per thread and rebuilt only when :attr:`version` moved.
         """
+        if not self._env_loaded:
+            self._load_env()
         local = self._local
         cached = getattr(local, "snapshot", None)
         version = self._version

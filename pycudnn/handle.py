@@ -294,18 +294,22 @@ def coerce_stream(stream: Any) -> int:
         value = proto() if callable(proto) else proto  # early cuda.core made it a property
         try:
             _version, handle = value
-            return coerce_stream(int(handle))
+            handle = int(handle)
         except (TypeError, ValueError):
             raise TypeError(
                 f"{type(stream).__name__}.__cuda_stream__() returned {value!r}; expected a "
                 "(version, handle) tuple"
             ) from None
+        return coerce_stream(handle)
     if isinstance(stream, ctypes.c_void_p):
         return stream.value or 0
     for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
         value = getattr(stream, attr, None)
         if isinstance(value, int) and not isinstance(value, bool):
             return coerce_stream(value)
+    index = getattr(stream, "__index__", None)  # numpy integers
+    if index is not None:
+        return coerce_stream(int(index()))
     module = type(stream).__module__ or ""
     if module.startswith("cuda.") and hasattr(stream, "__int__"):  # CUstream, cudaStream_t
         return coerce_stream(int(stream))
@@ -379,9 +383,11 @@ class Handle:
     )
 
     def __init__(self, device: int | None = None, stream: Any = None):
-        dev = current_device() if device is None else _validate_device(device, "a cuDNN handle")
         if device is None:
             require_gpu("a cuDNN handle")
+            dev = current_device()
+        else:
+            dev = _validate_device(device, "a cuDNN handle")
         handle = _lib.cudnnHandle_t()
         with _create_lock, DeviceContext(dev):
             api.cudnnCreate(ctypes.byref(handle))

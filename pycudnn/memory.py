@@ -37,6 +37,7 @@ Design decisions
 from __future__ import annotations
 
 import math
+import operator
 import sys
 import weakref
 from collections.abc import Iterable
@@ -106,7 +107,7 @@ def _as_shape(shape: Any) -> tuple[int, ...]:
 def operator_index(value: Any) -> int:
     if isinstance(value, bool):
         raise TypeError("a bool is not a dimension")
-    return value.__index__()
+    return operator.index(value)
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -233,7 +234,7 @@ def _free(ptr: int, device: int, stream: int, mode: int, keep: Any) -> None:
 class _Allocation:
     """Owns one device allocation; freed by its finalizer, :meth:`close` or :meth:`release`."""
 
-    __slots__ = ("__weakref__", "_finalizer", "device", "nbytes", "ptr", "stream")
+    __slots__ = ("__weakref__", "_finalizer", "device", "is_async", "nbytes", "ptr", "stream")
 
     def __init__(
         self, nbytes: int, device: int, stream: int, keep: Any = None, *, free_sync: bool = False
@@ -262,6 +263,7 @@ class _Allocation:
                     raise _allocation_error(nbytes, device, api_name, "out of memory")
             _check((err, ptr), "cudaMallocAsync" if mode else "cudaMalloc")
         self.ptr = int(ptr)
+        self.is_async = mode == _ASYNC
         free_mode = _SYNC if free_sync else mode
         self._finalizer = weakref.finalize(self, _free, self.ptr, device, stream, free_mode, keep)
         self._finalizer.atexit = False
@@ -276,7 +278,7 @@ class _Allocation:
         if info is not None:
             _obj, _fn, args, _kw = info
             ptr, device, _stream, _mode, _keep = args
-            _free(ptr, device, stream, _ASYNC, None)
+            _free(ptr, device, stream, _ASYNC if self.is_async else _SYNC, None)
 
 
 # -- pointer checks ------------------------------------------------------------------------------
@@ -694,6 +696,7 @@ class DeviceArray:
         host_ptr = host.ctypes.data
         rt = _runtime()
         with DeviceContext(self._device):
+            _stream_wait(sid, self._stream, self._device)
             _check(
                 rt.cudaMemcpyAsync(
                     host_ptr, self._ptr + lo, hi - lo, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost, sid
@@ -732,6 +735,7 @@ class DeviceArray:
             lo, hi = _extent(self._shape, self._strides, self.itemsize)
             if hi > lo:
                 with DeviceContext(self._device):
+                    _stream_wait(sid, self._stream, self._device)
                     _check(
                         rt.cudaMemcpyAsync(
                             self._ptr,
@@ -757,6 +761,7 @@ class DeviceArray:
                 f"{self._strides}) is not supported; make the source contiguous first"
             )
         with DeviceContext(self._device):
+            _stream_wait(sid, self._stream, self._device)
             _stream_wait(sid, other._stream, other._device)
             _check(
                 rt.cudaMemcpyAsync(
@@ -784,6 +789,7 @@ class DeviceArray:
             return self
         rt = _runtime()
         with DeviceContext(self._device):
+            _stream_wait(sid, self._stream, self._device)
             if pattern == pattern[:1] * len(pattern):  # one repeated byte (0, any 1-byte type)
                 _check(rt.cudaMemsetAsync(self._ptr, pattern[0], self.nbytes, sid), "cudaMemset")
                 return self
@@ -1013,14 +1019,21 @@ def to_device(
     return out
 
 
-def _dlpack_device_type(obj: Any) -> int | None:
+def _dlpack_device(obj: Any) -> tuple[int, int] | None:
+    """``obj.__dlpack_device__()`` as ints, or None when absent or failing."""
     fn = getattr(obj, "__dlpack_device__", None)
     if fn is None:
         return None
     try:
-        return int(fn()[0])
+        kind, ordinal = fn()
+        return int(kind), int(ordinal)
     except Exception:
         return None
+
+
+def _dlpack_device_type(obj: Any) -> int | None:
+    dl = _dlpack_device(obj)
+    return None if dl is None else dl[0]
 
 
 def _host_error(obj: Any, argument: str) -> NotDeviceMemoryError:
@@ -1077,7 +1090,7 @@ def asarray(
         if device is not None and obj.device != int(device):
             raise ValueError(f"{argument} is on device {obj.device}, expected device {device}")
         return obj
-    if isinstance(obj, np.ndarray | np.generic):
+    if _is_host_array(obj):
         raise _host_error(obj, argument)
     sid = coerce_stream(stream)
     cai_error: BaseException | None = None
@@ -1147,7 +1160,12 @@ def _from_cai(
     if len(strides) != len(shape):
         raise ValueError(f"{argument}: strides {strides} do not match shape {shape}")
     size = math.prod(shape)
-    if check and size:
+    dl = _dlpack_device(obj) if check and size else None
+    if dl is not None and dl[0] == _dlpack.KDL_CUDA:
+        dev = dl[1]  # the producer says where it lives: no pointer query needed (torch, CuPy)
+    elif dl is not None and dl[0] in (_dlpack.KDL_CPU, _dlpack.KDL_CUDA_HOST):
+        raise _host_error(obj, argument)
+    elif check and size:
         dev = check_device_pointer(ptr, None, argument=argument, allow_managed=allow_managed)
     elif device is not None:
         dev = int(device)
@@ -1181,7 +1199,10 @@ def _from_dlpack(
             f"{argument}: DLPack device {_dlpack.device_name(dev_type)} is not CUDA device "
             f"memory{extra}"
         )
-    imported = _dlpack.from_dlpack(obj, stream=sid or 1)  # 1: legacy default stream
+    # a CUDA producer orders its work before our stream (1: the legacy default stream); one that
+    # does not say where it lives gets no stream (CPU producers refuse any)
+    cuda_like = dev_type in (_dlpack.KDL_CUDA, _dlpack.KDL_CUDA_MANAGED)
+    imported = _dlpack.from_dlpack(obj, stream=(sid or 1) if cuda_like else None)
     if imported.device_type in (_dlpack.KDL_CPU, _dlpack.KDL_CUDA_HOST):
         raise _host_error(obj, argument)
     if imported.device_type not in allowed:
@@ -1302,8 +1323,8 @@ def get_workspace(handle: Any, nbytes: int, stream: Any = None) -> tuple[int, in
     nbytes = int(nbytes)
     if nbytes < 0:
         raise ValueError(f"workspace size {nbytes} is negative")
-    sid = handle.stream if stream is None else coerce_stream(stream)
     table = _workspaces(handle)
+    sid = handle.stream if stream is None else coerce_stream(stream)
     ws = table.get(sid)
     if ws is not None and ws.nbytes >= nbytes:
         return ws.ptr, ws.nbytes

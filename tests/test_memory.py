@@ -1,0 +1,594 @@
+"""DeviceArray metadata and interop logic without a GPU: fake CAI producers, DLPack capsules
+(numpy's real ones and our own), layout helpers, operand checks, workspace limits, no-GPU errors.
+
+Views are built with ``check=False`` (no pointer query) on fake addresses; nothing dereferences
+them.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import pycudnn
+from pycudnn import _dlpack, errors
+from pycudnn import handle as hmod
+from pycudnn import memory as mem
+from pycudnn.enums import DataType
+from pycudnn.handle import CudaUnavailableError, Handle
+from pycudnn.memory import DeviceArray, NotDeviceMemoryError
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+no_gpu = pytest.mark.skipif(
+    hmod.gpu_unavailable_reason() is None, reason="a GPU is present: the no-GPU path is not taken"
+)
+
+ADDR = 0x7F00_0000_0000  # a fake, well-aligned device address
+
+
+class FakeCAI:
+    """A producer exposing only __cuda_array_interface__ (like Numba device arrays)."""
+
+    def __init__(self, shape, typestr="<f4", strides=None, ptr=ADDR, version=3, stream=None, **kw):
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": typestr,
+            "data": (ptr, kw.pop("readonly", False)),
+            "version": version,
+            "strides": strides,
+            **kw,
+        }
+        if version >= 3:
+            self.__cuda_array_interface__["stream"] = stream
+
+
+class DLPackOnly:
+    """Forwards the DLPack protocol of another object, hiding everything else."""
+
+    def __init__(self, target, *, with_device=True, versioned_ok=True):
+        self.target = target
+        self.calls = []
+        self.versioned_ok = versioned_ok
+        if with_device:
+            self.__dlpack_device__ = target.__dlpack_device__
+
+    def __dlpack__(self, **kwargs):
+        self.calls.append(kwargs)
+        if not self.versioned_ok and "max_version" in kwargs:
+            raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
+        return self.target.__dlpack__(**kwargs)
+
+
+def fake(shape, dtype=np.float32, strides=None, ptr=ADDR, **kw) -> DeviceArray:
+    return DeviceArray.from_ptr(ptr, shape, dtype, strides, device=0, check=False, **kw)
+
+
+# -- layout helpers ------------------------------------------------------------------------------
+def test_c_strides_and_contiguity():
+    assert mem._c_strides((2, 3, 4), 4) == (48, 16, 4)
+    assert mem._c_strides((), 8) == ()
+    assert mem._c_strides((0, 3), 2) == (6, 2)
+    assert mem._is_c_contiguous((2, 3), (12, 4), 4)
+    assert mem._is_c_contiguous((2, 1, 3), (12, 999, 4), 4)  # size-1 dims: any stride
+    assert not mem._is_c_contiguous((2, 3), (4, 8), 4)
+    assert mem._is_c_contiguous((0, 3), (5, 7), 4)
+
+
+def test_dense_layouts():
+    # NCHW shape with NHWC strides (float32): dense, not C-contiguous
+    shape, nhwc = (2, 3, 4, 5), (240, 4, 60, 12)
+    assert mem._is_dense(shape, nhwc, 4)
+    assert not mem._is_c_contiguous(shape, nhwc, 4)
+    assert mem._is_dense((3, 4), (4, 12), 4)  # Fortran order
+    assert not mem._is_dense((3, 4), (32, 4), 4)  # row gaps
+    assert not mem._is_dense((3, 4), (4, 4), 4)  # overlap
+    assert not mem._is_dense((3, 4), (-16, 4), 4)  # negative stride
+    assert mem._is_dense((), (), 4)
+
+
+def test_extent():
+    assert mem._extent((2, 3), (12, 4), 4) == (0, 24)
+    assert mem._extent((2, 3), (-12, 4), 4) == (-12, 12)
+    assert mem._extent((0, 3), (12, 4), 4) == (0, 0)
+    assert mem._extent((), (), 8) == (0, 8)
+
+
+def test_host_in_layout_reorders_only_when_needed():
+    host = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    assert mem._host_in_layout(host, host.strides) is host
+    fortran = (4, 8, 24)
+    buf = mem._host_in_layout(host, fortran)
+    back = np.ndarray(host.shape, host.dtype, buffer=buf, strides=fortran)
+    np.testing.assert_array_equal(back, host)
+
+
+# -- DeviceArray metadata ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("dtype", "itemsize", "data_type"),
+    [
+        (np.float16, 2, DataType.HALF),
+        ("bfloat16", 2, DataType.BFLOAT16),
+        (BF16, 2, DataType.BFLOAT16),
+        (np.float32, 4, DataType.FLOAT),
+        (np.float64, 8, DataType.DOUBLE),
+        (np.int8, 1, DataType.INT8),
+        (np.int32, 4, DataType.INT32),
+        (np.uint8, 1, DataType.UINT8),
+        (np.bool_, 1, DataType.BOOLEAN),
+    ],
+)
+def test_metadata_for_every_dtype(dtype, itemsize, data_type):
+    a = fake((2, 3, 4), dtype)
+    assert a.shape == (2, 3, 4)
+    assert a.ndim == 3 and a.size == 24 and len(a) == 2
+    assert a.itemsize == itemsize
+    assert a.nbytes == 24 * itemsize
+    assert a.strides == (12 * itemsize, 4 * itemsize, itemsize)  # bytes, like numpy
+    assert a.data_type == data_type
+    assert a.is_c_contiguous and a.is_dense
+    assert a.ptr == ADDR and a.device == 0 and a.stream == 0
+    assert "DeviceArray(shape=(2, 3, 4)" in repr(a)
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.complex64, np.uint32, "V2", object])
+def test_unsupported_dtypes_are_type_errors(dtype):
+    with pytest.raises(TypeError):
+        fake((2,), dtype)
+
+
+def test_bad_shapes_and_strides():
+    with pytest.raises(ValueError, match="negative"):
+        fake((2, -1))
+    with pytest.raises(TypeError, match="shape"):
+        fake("ab")
+    with pytest.raises(ValueError, match="do not match"):
+        fake((2, 3), strides=(4,))
+
+
+def test_strided_view_metadata():
+    a = fake((3, 4), np.float32, strides=(4, 12))
+    assert not a.is_c_contiguous and a.is_dense
+    assert "strides=(4, 12)" in repr(a)
+    b = fake((3, 4), np.float32, strides=(32, 4))
+    assert not b.is_dense
+
+
+def test_no_implicit_numpy_conversion():
+    with pytest.raises(TypeError, match=r"\.get\(\)"):
+        np.asarray(fake((2,)))
+
+
+def test_len_of_scalar():
+    with pytest.raises(TypeError):
+        len(fake(()))
+
+
+def test_reshape():
+    a = fake((2, 3, 4))
+    b = a.reshape(6, -1)
+    assert b.shape == (6, 4) and b.strides == (16, 4) and b.ptr == a.ptr
+    assert b.base is a  # keeps the viewed array alive
+    assert a.reshape((24,)).shape == (24,)
+    with pytest.raises(ValueError):
+        a.reshape(5, 5)
+    with pytest.raises(ValueError):
+        fake((3, 4), strides=(4, 12)).reshape(12)
+
+
+# -- __cuda_array_interface__ --------------------------------------------------------------------
+def test_cai_export():
+    a = fake((2, 3), np.float16)
+    cai = a.__cuda_array_interface__
+    assert cai["version"] == 3
+    assert cai["shape"] == (2, 3)
+    assert cai["typestr"] == "<f2"
+    assert cai["data"] == (ADDR, False)
+    assert cai["strides"] is None  # C-contiguous
+    assert cai["stream"] == 1  # legacy default stream: 1, never 0
+
+
+def test_cai_export_strided_readonly_and_stream():
+    a = fake((3, 4), np.int32, strides=(4, 12), stream=0xABC0, readonly=True)
+    cai = a.__cuda_array_interface__
+    assert cai["strides"] == (4, 12)
+    assert cai["data"] == (ADDR, True)
+    assert cai["stream"] == 0xABC0
+    assert fake((2,), np.bool_).__cuda_array_interface__["typestr"] == "|b1"
+
+
+def test_asarray_from_cai_is_zero_copy_and_keeps_owner():
+    producer = FakeCAI((4, 5), "<f8", strides=(8, 32))
+    ref = weakref.ref(producer)
+    view = pycudnn.asarray(producer, check=False)
+    assert view.ptr == ADDR
+    assert view.shape == (4, 5) and view.dtype == np.float64
+    assert view.strides == (8, 32)
+    assert not view.is_c_contiguous
+    del producer
+    gc.collect()
+    assert ref() is not None  # the view keeps its producer alive
+    del view
+    gc.collect()
+    assert ref() is None
+
+
+def test_asarray_cai_round_trip_of_our_export():
+    a = fake((2, 3, 4), np.int8, strides=(1, 2, 6))
+    b = pycudnn.asarray(FakeCAI(**_cai_kwargs(a)), check=False)
+    assert (b.ptr, b.shape, b.strides, b.dtype) == (a.ptr, a.shape, a.strides, a.dtype)
+
+
+def _cai_kwargs(a):
+    cai = a.__cuda_array_interface__
+    return {
+        "shape": cai["shape"],
+        "typestr": cai["typestr"],
+        "strides": cai["strides"],
+        "ptr": cai["data"][0],
+        "stream": None,
+    }
+
+
+def test_asarray_cai_v2_and_readonly():
+    v = pycudnn.asarray(FakeCAI((3,), "|u1", version=2, readonly=True), check=False, device=0)
+    assert v.dtype == np.uint8 and v.readonly
+    with pytest.raises(ValueError, match="read-only"):
+        v.fill_(1)
+
+
+def test_asarray_cai_same_stream_needs_no_sync():
+    # producer stream 1 (legacy default) and consumer stream 0 are the same stream: no CUDA call
+    v = pycudnn.asarray(FakeCAI((3,), stream=1), check=False)
+    assert v.stream == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"typestr": "<V2"}, TypeError, "bfloat16.*DLPack"),
+        ({"typestr": "<i2"}, TypeError, "int16"),
+        ({"typestr": ">f4"}, TypeError, "big-endian"),
+        ({"version": 1}, TypeError, "too old"),
+        ({"mask": object()}, NotImplementedError, "masked"),
+        ({"stream": 0}, ValueError, "stream 0 is not allowed"),
+        ({"strides": (4,)}, ValueError, "do not match"),
+    ],
+)
+def test_asarray_cai_rejects(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        pycudnn.asarray(FakeCAI((2, 3), **kwargs), check=False)
+
+
+def test_asarray_expected_device():
+    assert pycudnn.asarray(FakeCAI((2,)), check=False, device=1).device == 1  # trusted
+    with pytest.raises(ValueError, match="on device 0, expected device 1"):
+        pycudnn.asarray(DLPackOnly(fake((2,))), device=1)
+
+
+def test_device_array_passes_through_asarray():
+    a = fake((2,))
+    assert pycudnn.asarray(a) is a
+    with pytest.raises(ValueError, match="expected device 1"):
+        pycudnn.asarray(a, device=1)
+
+
+# -- host data is refused, naming to_device --------------------------------------------------------
+@pytest.mark.parametrize(
+    "host",
+    [
+        np.zeros((2, 3), np.float32),
+        np.float32(1.0),
+        DLPackOnly(np.zeros(3, np.float32)),  # via __dlpack_device__: kDLCPU
+        DLPackOnly(np.zeros(3, np.float32), with_device=False),  # via the capsule itself
+    ],
+)
+def test_host_arrays_are_refused_naming_to_device(host):
+    with pytest.raises(NotDeviceMemoryError, match=r"host array.*pycudnn\.to_device") as info:
+        pycudnn.asarray(host, check=False, argument="img")
+    assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+    assert str(info.value).startswith("img")
+
+
+def test_objects_without_a_protocol():
+    with pytest.raises(TypeError, match="__cuda_array_interface__ or __dlpack__"):
+        pycudnn.asarray(object())
+    with pytest.raises(NotDeviceMemoryError, match="to_device"):
+        pycudnn.asarray([1.0, 2.0])
+
+
+def test_cai_property_errors_fall_back_to_dlpack():
+    class Refuses:
+        @property
+        def __cuda_array_interface__(self):
+            raise TypeError("dtype bfloat16 has no typestr")  # what torch does for bfloat16
+
+        def __init__(self):
+            self.target = fake((2, 2), BF16)
+
+        def __dlpack__(self, **kw):
+            return self.target.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.target.__dlpack_device__()
+
+    v = pycudnn.asarray(Refuses())
+    assert v.dtype == BF16 and v.ptr == ADDR
+
+
+def test_cai_property_error_without_dlpack_is_raised():
+    class Refuses:
+        @property
+        def __cuda_array_interface__(self):
+            raise RuntimeError("requires grad")
+
+    with pytest.raises(RuntimeError, match="requires grad"):
+        pycudnn.asarray(Refuses())
+
+
+# -- DLPack ------------------------------------------------------------------------------------
+def test_dlpack_device():
+    assert fake((2,)).__dlpack_device__() == (_dlpack.KDL_CUDA, 0)
+
+
+@pytest.mark.parametrize("versioned_ok", [True, False])
+@pytest.mark.parametrize(
+    ("shape", "dtype", "strides"),
+    [
+        ((2, 3), np.float32, None),
+        ((2, 3, 4, 5), np.float16, (240 // 2, 2, 60 // 2, 12 // 2)),  # NHWC strides, float16
+        ((4,), BF16, None),
+        ((3, 3), np.bool_, (1, 3)),
+        ((5,), np.int8, None),
+        ((), np.float64, None),
+        ((0, 4), np.int32, None),
+    ],
+)
+def test_dlpack_round_trip_through_our_exporter(shape, dtype, strides, versioned_ok):
+    a = fake(shape, dtype, strides=strides)
+    gc.collect()
+    before = _dlpack.live_exports()
+    producer = DLPackOnly(a, versioned_ok=versioned_ok)
+    v = pycudnn.asarray(producer)
+    assert producer.calls[-1]["stream"] == 1  # the consumer's stream: legacy default
+    assert producer.calls[0]["max_version"] == (1, 0)  # versioned first, then plain if refused
+    assert (v.shape, v.dtype, v.strides, v.device) == (a.shape, a.dtype, a.strides, 0)
+    assert v.ptr == (a.ptr if a.size else v.ptr)
+    assert _dlpack.live_exports() == before + 1  # held until the view goes
+    del v, producer
+    gc.collect()
+    assert _dlpack.live_exports() == before
+
+
+def test_dlpack_capsule_names_and_unconsumed_release():
+    a = fake((2, 2))
+    gc.collect()
+    before = _dlpack.live_exports()
+    cap = a.__dlpack__()
+    assert "dltensor" in repr(cap) and "versioned" not in repr(cap)
+    capv = a.__dlpack__(max_version=(1, 0))
+    assert "dltensor_versioned" in repr(capv)
+    assert "dltensor_versioned" not in repr(a.__dlpack__(max_version=(0, 8)))
+    gc.collect()
+    assert _dlpack.live_exports() == before + 2
+    del cap, capv
+    gc.collect()
+    assert _dlpack.live_exports() == before  # the capsule destructor released them
+
+
+def test_dlpack_export_keeps_the_array_alive():
+    a = fake((2, 2))
+    ref = weakref.ref(a)
+    cap = a.__dlpack__()
+    del a
+    gc.collect()
+    assert ref() is not None
+    del cap
+    gc.collect()
+    assert ref() is None
+
+
+def test_dlpack_export_arguments():
+    a = fake((2,))
+    with pytest.raises(BufferError, match="device"):
+        a.__dlpack__(dl_device=(1, 0))
+    assert a.__dlpack__(dl_device=(2, 0)) is not None
+    with pytest.raises(ValueError, match="stream"):
+        a.__dlpack__(stream=-2)
+    with pytest.raises(ValueError, match="stream"):
+        a.__dlpack__(stream="s")
+    assert a.__dlpack__(stream=-1) is not None  # -1: do not synchronize
+    assert a.__dlpack__(stream=1) is not None  # same stream: no CUDA call
+
+
+def test_dlpack_strides_must_be_whole_elements():
+    a = fake((2, 2), np.float32, strides=(8, 2))
+    with pytest.raises(BufferError, match="multiples"):
+        a.__dlpack__()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: np.arange(12, dtype=np.float32).reshape(3, 4),
+        lambda: np.arange(12, dtype=np.float64).reshape(3, 4)[:, ::2],
+        lambda: np.arange(24, dtype=np.int8).reshape(2, 3, 4).transpose(2, 0, 1),
+        lambda: np.array([True, False, True]),
+        lambda: np.arange(6, dtype=np.uint8)[1:],
+        lambda: np.zeros((0, 3), np.int32),
+        lambda: np.array(3.0, np.float16),
+    ],
+)
+def test_dlpack_import_of_numpy_capsules(make):
+    """Our consumer against a real producer: numpy (CPU capsules, so only parsing is checked)."""
+    arr = make()
+    ref = weakref.ref(arr) if arr.base is None else weakref.ref(arr.base)
+    imported = _dlpack.from_dlpack(arr, stream=None)
+    assert imported.device_type == _dlpack.KDL_CPU
+    assert imported.shape == arr.shape
+    assert imported.dtype == arr.dtype
+    if arr.size:
+        assert imported.data == arr.__array_interface__["data"][0]
+        got_strides = imported.strides or mem._c_strides(arr.shape, arr.itemsize)
+        for n, s, t in zip(arr.shape, got_strides, arr.strides, strict=True):
+            assert n == 1 or s == t
+    owner = imported.owner
+    del imported, arr
+    gc.collect()
+    assert ref() is not None  # numpy's manager context holds the array until we release it
+    del owner
+    gc.collect()
+    assert ref() is None  # our finalizer called numpy's deleter
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.bool_, np.float16, np.uint8])
+def test_numpy_consumes_our_capsules(dtype):
+    """Our exporter against a real consumer: numpy reads a kDLCPU capsule we build."""
+    src = (np.arange(12) % 3).astype(dtype).reshape(3, 4)
+    holder = [src]
+
+    class Exporter:
+        def __dlpack_device__(self):
+            return (_dlpack.KDL_CPU, 0)
+
+        def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+            versioned = max_version is not None and max_version[0] >= 1
+            return _dlpack.export(
+                holder,
+                src.ctypes.data,
+                src.shape,
+                src.strides,
+                src.dtype,
+                (_dlpack.KDL_CPU, 0),
+                versioned=versioned,
+            )
+
+    gc.collect()
+    before = _dlpack.live_exports()
+    out = np.from_dlpack(Exporter())
+    np.testing.assert_array_equal(out, src)
+    assert out.__array_interface__["data"][0] == src.ctypes.data  # zero-copy
+    assert _dlpack.live_exports() == before + 1
+    del out
+    gc.collect()
+    assert _dlpack.live_exports() == before  # numpy called our deleter
+
+
+def test_dlpack_dtype_table():
+    for dt in (np.float16, np.float32, np.float64, np.int8, np.int32, np.int64, np.uint8):
+        code, bits = _dlpack.dtype_to_dl(np.dtype(dt))
+        assert _dlpack.dtype_from_dl(code, bits, 1) == np.dtype(dt)
+    assert _dlpack.dtype_to_dl(BF16) == (4, 16)
+    assert _dlpack.dtype_from_dl(4, 16, 1) == BF16
+    assert _dlpack.dtype_to_dl(np.dtype(np.bool_)) == (6, 8)
+    with pytest.raises(TypeError, match="lanes"):
+        _dlpack.dtype_from_dl(2, 32, 4)
+    with pytest.raises(TypeError):
+        _dlpack.dtype_from_dl(5, 64, 1)  # complex
+
+
+def test_dlpack_managed_memory_needs_opt_in():
+    class Managed:
+        def __dlpack_device__(self):
+            return (_dlpack.KDL_CUDA_MANAGED, 0)
+
+        def __dlpack__(self, **kw):  # pragma: no cover - refused before
+            raise AssertionError
+
+    with pytest.raises(NotDeviceMemoryError, match="allow_managed=True"):
+        pycudnn.asarray(Managed())
+
+
+# -- checks ----------------------------------------------------------------------------------------
+def test_pointer_alignment_and_check_alignment():
+    assert mem.pointer_alignment(ADDR) == 256
+    assert mem.pointer_alignment(ADDR + 4) == 4
+    assert mem.pointer_alignment(ADDR + 48) == 16
+    mem.check_alignment(ADDR + 4, 4, argument="x")
+    with pytest.raises(ValueError, match=r"kerns: device pointer 0x.* not aligned to 4 bytes"):
+        mem.check_alignment(ADDR + 2, 4, argument="kerns")
+
+
+def test_check_operand():
+    a = fake((2, 3, 4, 5))
+    assert mem.check_operand(a, 0, argument="img") is a
+    assert mem.check_operand(a, Handle.from_ptr(0x1, 0), argument="img") is a
+    with pytest.raises(ValueError, match="img is on device 0, but the handle is on device 1"):
+        mem.check_operand(a, 1, argument="img")
+    with pytest.raises(ValueError, match=r"img: device pointer .* not aligned to 4"):
+        mem.check_operand(fake((4,), ptr=ADDR + 2), 0, argument="img")
+    nhwc = fake((2, 3, 4, 5), strides=(240, 4, 60, 12))
+    assert mem.check_operand(nhwc, 0, argument="x", dense=True) is nhwc
+    with pytest.raises(ValueError, match="x must be C-contiguous"):
+        mem.check_operand(nhwc, 0, argument="x", c_contiguous=True)
+    with pytest.raises(ValueError, match="must be dense"):
+        mem.check_operand(fake((3, 4), strides=(32, 4)), 0, argument="x", dense=True)
+    with pytest.raises(TypeError, match="dtype float32, expected float16"):
+        mem.check_operand(a, 0, argument="x", dtype=np.float16)
+    with pytest.raises(TypeError, match="to_device"):
+        mem.check_operand(np.zeros(3, np.float32), 0, argument="x")
+
+
+def test_check_device_pointer_null():
+    with pytest.raises(ValueError, match="w: null device pointer"):
+        mem.check_device_pointer(0, argument="w")
+
+
+# -- no GPU ----------------------------------------------------------------------------------------
+@no_gpu
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: pycudnn.empty((2, 3)),
+        lambda: pycudnn.zeros((2, 3), np.float16),
+        lambda: pycudnn.to_device(np.ones(3, np.float32)),
+        lambda: mem.empty_like(fake((2, 2))),
+        lambda: mem.check_device_pointer(ADDR, argument="x"),
+        lambda: pycudnn.asarray(FakeCAI((2,))),  # the pointer check needs a GPU
+        lambda: mem.mem_get_info(),
+    ],
+)
+def test_no_gpu_errors_say_a_gpu_is_needed(call):
+    with pytest.raises(CudaUnavailableError, match=r"needs a CUDA GPU.*none is usable"):
+        call()
+
+
+def test_dtype_is_checked_before_the_device():
+    with pytest.raises(TypeError, match="int16"):
+        pycudnn.empty((2,), np.int16)
+    with pytest.raises(TypeError, match="int16"):
+        pycudnn.to_device(np.zeros(2, np.int16))
+
+
+# -- workspaces (limit logic; allocation itself is in the GPU tests) -------------------------------
+def test_workspace_limit_raises_allocation_error():
+    h = Handle.from_ptr(0x1000, 0)
+    assert mem.get_workspace(h, 0) == (0, 0)
+    assert mem.workspace_size(h) == 0
+    with pytest.raises(ValueError, match="negative"):
+        mem.get_workspace(h, -1)
+    with (
+        pycudnn.config.override(workspace_limit=1024),
+        pytest.raises(errors.AllocationError) as info,
+    ):
+        mem.get_workspace(h, 4096)
+    exc = info.value
+    assert isinstance(exc, MemoryError)
+    assert exc.requested == 4096
+    text = str(exc)
+    assert "4096 bytes" in text and "workspace_limit=1024" in text
+    assert "free" in text  # free memory (or that it is unknown) is named
+
+
+def test_workspace_needs_a_handle():
+    with pytest.raises(TypeError, match="Handle"):
+        mem.get_workspace(object(), 10)
+
+
+def test_public_names():
+    for name in ("DeviceArray", "to_device", "empty", "zeros", "asarray"):
+        assert getattr(pycudnn, name) is getattr(mem, name)
