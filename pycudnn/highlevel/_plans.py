@@ -1,0 +1,750 @@
+"""Convolution plans on the cuDNN graph API, their search, and the per-thread LRU plan cache.
+
+Caching design
+--------------
+A convolution is described by a :class:`Problem` -- a named tuple of everything that changes the
+execution plan: operation (forward / backward-data / backward-filter), device, cuDNN version,
+data and compute types, the three tensors' shapes and strides (after size-1 strides are
+normalised), pads, filter strides, dilations, convolution mode, TF32 permission, determinism,
+the byte alignment of each data pointer, the workspace limit, ``alpha``/``beta`` (the graph API
+bakes them into the operation) and the algorithm policy. The tuple *is* the cache key.
+
+* **Plans** (:class:`GraphPlan` for the graph API, :class:`LegacyPlan` for Theano's named legacy
+  algorithms) live in a per-thread LRU (:class:`_LRU`, bound :func:`set_cache_size`, default
+  1024 entries or ``PYCUDNN_PLAN_CACHE_SIZE``). Per thread, because the plans are built on the
+  thread's cuDNN handle and cuDNN does not promise that one plan may run concurrently on two
+  handles (PyTorch keeps its v8 plan cache ``thread_local`` for the same reason).
+* **Variant packs** are cached per plan, keyed by the data and workspace pointers: a finalized
+  variant pack cannot be updated (``SetAttribute`` on it returns BAD_PARAM), and rebuilding one
+  costs 4-7 µs of host time per call (``research/graph_api_overhead.md``).
+* **The execute call** goes through a ctypes prototype without ``argtypes``/``errcheck`` and
+  with prebuilt ``c_void_p`` arguments; the status check is one integer comparison.
+* **Search** (cache miss): operation graph -> heuristics (mode INSTANT) -> the first engine
+  config is tried alone before the rest are fetched; configs are filtered by their numerical
+  notes (TF32 / down-conversion / non-determinism, as PyTorch's ``filterEngineConfigs``), then
+  built in rank order; an engine that fails to build, exceeds the workspace limit, or whose
+  workspace cannot be allocated is skipped (the allocation failure caps later candidates' size).
+  The FALLBACK heuristics are tried when mode INSTANT yields nothing. Timing policies build every
+  acceptable config (up to :data:`BENCHMARK_LIMIT`) and time them on the caller's buffers with
+  CUDA events, writing into a scratch output so that an accumulating (``beta != 0``) output is
+  not corrupted. When everything fails, one error lists every engine tried and why.
+* A failure while a cached plan runs (e.g. its workspace no longer fits) evicts the plan and
+  re-searches; a failed search is never cached.
+
+This module never imports ``pycudnn._lib``: raw addresses are plain ints / ``c_void_p``.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from .. import api, enums, errors
+from ..descriptors import BackendDescriptor
+from ..enums import (
+    BackendAttributeName as A,
+)
+from ..enums import (
+    BackendAttributeType as T,
+)
+from ..enums import (
+    BackendBehaviorNote,
+    BackendDescriptorType,
+    BackendHeurMode,
+    BackendNumericalNote,
+    DataType,
+)
+
+__all__ = [
+    "BENCHMARK_LIMIT",
+    "OP_BWD_DATA",
+    "OP_BWD_FILTER",
+    "OP_FWD",
+    "CacheInfo",
+    "GraphPlan",
+    "LegacyPlan",
+    "Problem",
+    "cache_info",
+    "clear_caches",
+    "get_plan",
+    "set_cache_size",
+]
+
+OP_FWD, OP_BWD_DATA, OP_BWD_FILTER = 0, 1, 2
+OP_NAMES = ("forward", "backward_data", "backward_filter")
+
+#: How many engine configs the ``time_*`` policies build and time at most (PyTorch's default
+#: ``benchmark_limit`` is 10). Set ``pycudnn.highlevel._plans.BENCHMARK_LIMIT`` to change it.
+BENCHMARK_LIMIT = int(os.environ.get("PYCUDNN_BENCHMARK_LIMIT", "16") or 16)
+#: variant packs kept per plan (each pins four pointers)
+PACKS_PER_PLAN = 16
+_TIMING_WARMUP, _TIMING_REPEATS = 1, 3
+
+
+class Problem(NamedTuple):
+    """Everything that changes a convolution's execution plan; hashable, it is the cache key.
+
+    Tensor roles follow cuDNN's forward naming for every operation: ``x`` is the image (the
+    output ``dx`` of backward-data), ``w`` the filter (the output ``dw`` of backward-filter),
+    ``y`` the convolution output (the input ``dy`` of both backward operations). Strides are in
+    elements, shapes in (N, C, spatial...) order.
+    """
+
+    op: int
+    device: int
+    cudnn_version: int
+    dtype: int
+    compute: int
+    mode: int
+    x_shape: tuple[int, ...]
+    x_strides: tuple[int, ...]
+    w_shape: tuple[int, ...]
+    w_strides: tuple[int, ...]
+    y_shape: tuple[int, ...]
+    y_strides: tuple[int, ...]
+    pads: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    allow_tf32: bool
+    deterministic: bool
+    x_align: int
+    w_align: int
+    y_align: int
+    workspace_limit: int  # bytes; -1 = unlimited
+    alpha: float
+    beta: float
+    algo: str  # 'guess' | 'time' | a legacy algorithm name
+
+
+# -- the raw execute call --------------------------------------------------------------------------
+_EXECUTE: Callable[..., int] | None = None
+
+
+def _raw(name: str) -> Callable[..., int]:
+    """A prototype of *name* without argtypes/errcheck (the cheapest ctypes call), by address."""
+    fn = getattr(api, name)
+    try:
+        addr = ctypes.cast(fn, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):  # a Python wrapper (deprecated): use it as is
+        return fn
+    return ctypes.CFUNCTYPE(ctypes.c_int)(addr)
+
+
+def _execute_fn() -> Callable[..., int]:
+    global _EXECUTE
+    if _EXECUTE is None:
+        _EXECUTE = _raw("cudnnBackendExecute")
+    return _EXECUTE
+
+
+_QUIET: dict[str, Callable[..., Any]] = {}
+
+
+def quiet_api(name: str) -> Callable[..., Any]:
+    """``pycudnn.api.<name>`` without the one-time ``CudnnDeprecationWarning``: the user chose a
+    legacy algorithm, not a deprecated function (errors warns only on a function's first call)."""
+    fn = _QUIET.get(name)
+    if fn is None:
+        checked = getattr(api, name)
+
+        def first(*args: Any) -> Any:
+            _QUIET[name] = checked
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", errors.CudnnDeprecationWarning)
+                return checked(*args)
+
+        fn = _QUIET[name] = first
+    return fn
+
+
+# -- graph construction ----------------------------------------------------------------------------
+_UIDS = (1, 2, 3)  # x, w, y
+_OP_DESC = {
+    OP_FWD: (
+        BackendDescriptorType.OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+        A.OPERATION_CONVOLUTION_FORWARD_X,
+        A.OPERATION_CONVOLUTION_FORWARD_W,
+        A.OPERATION_CONVOLUTION_FORWARD_Y,
+        A.OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+        A.OPERATION_CONVOLUTION_FORWARD_ALPHA,
+        A.OPERATION_CONVOLUTION_FORWARD_BETA,
+    ),
+    OP_BWD_DATA: (
+        BackendDescriptorType.OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+        A.OPERATION_CONVOLUTION_BWD_DATA_DX,
+        A.OPERATION_CONVOLUTION_BWD_DATA_W,
+        A.OPERATION_CONVOLUTION_BWD_DATA_DY,
+        A.OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+        A.OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+        A.OPERATION_CONVOLUTION_BWD_DATA_BETA,
+    ),
+    OP_BWD_FILTER: (
+        BackendDescriptorType.OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+        A.OPERATION_CONVOLUTION_BWD_FILTER_X,
+        A.OPERATION_CONVOLUTION_BWD_FILTER_DW,
+        A.OPERATION_CONVOLUTION_BWD_FILTER_DY,
+        A.OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+        A.OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+        A.OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+    ),
+}
+
+
+def build_operation_graph(p: Problem, handle: Any) -> BackendDescriptor:
+    """Tensors, convolution and operation descriptors, and the finalized operation graph.
+
+    Everything is created with ``set`` + ``finalize`` (no GPU is needed until ``finalize``); the
+    graph keeps its children alive.
+    """
+    dt = DataType(p.dtype)
+    tx = BackendDescriptor.tensor(p.x_shape, p.x_strides, dt, uid=_UIDS[0], alignment=p.x_align)
+    tw = BackendDescriptor.tensor(p.w_shape, p.w_strides, dt, uid=_UIDS[1], alignment=p.w_align)
+    ty = BackendDescriptor.tensor(p.y_shape, p.y_strides, dt, uid=_UIDS[2], alignment=p.y_align)
+    conv = BackendDescriptor.convolution(
+        p.pads,
+        p.pads,
+        p.strides,
+        p.dilations,
+        mode=enums.ConvolutionMode(p.mode),
+        compute_type=DataType(p.compute),
+    )
+    kind, ax, aw, ay, aconv, aalpha, abeta = _OP_DESC[p.op]
+    op = BackendDescriptor(kind)
+    op.set(ax, T.BACKEND_DESCRIPTOR, tx)
+    op.set(aw, T.BACKEND_DESCRIPTOR, tw)
+    op.set(ay, T.BACKEND_DESCRIPTOR, ty)
+    op.set(aconv, T.BACKEND_DESCRIPTOR, conv)
+    # the scaling type follows the compute type (double only for double), as in cuDNN's legacy API
+    st = T.DOUBLE if p.compute == DataType.DOUBLE else T.FLOAT
+    op.set(aalpha, st, p.alpha)
+    op.set(abeta, st, p.beta)
+    op.finalize()
+    return BackendDescriptor.operation_graph([op], handle)
+
+
+class EngineInfo(NamedTuple):
+    index: int
+    numerical: frozenset[int]
+    behavior: frozenset[int]
+    workspace: int  # the config's own estimate; -1 if unknown
+
+
+def engine_info(cfg: BackendDescriptor) -> EngineInfo:
+    """Global engine index, numerical/behaviour notes and workspace of an engine config."""
+    eng = cfg.get(A.ENGINECFG_ENGINE, T.BACKEND_DESCRIPTOR, 1, descriptor_type="ENGINE_DESCRIPTOR")[
+        0
+    ]
+    index = int(eng.get(A.ENGINE_GLOBAL_INDEX, T.INT64, 1)[0])
+    num = frozenset(int(v) for v in eng.get(A.ENGINE_NUMERICAL_NOTE, T.NUMERICAL_NOTE, 16))
+    beh = frozenset(int(v) for v in eng.get(A.ENGINE_BEHAVIOR_NOTE, T.BEHAVIOR_NOTE, 16))
+    try:
+        ws = int(cfg.get(A.ENGINECFG_WORKSPACE_SIZE, T.INT64, 1)[0])
+    except errors.CudnnError:
+        ws = -1
+    eng.close()
+    return EngineInfo(index, num, beh, ws)
+
+
+def rejection(p: Problem, info: EngineInfo) -> str | None:
+    """Why an engine may not run *p* under the numerics policy, or None if it may.
+
+    * non-deterministic engines are dropped when determinism is requested;
+    * fp32 data without ``allow_tf32``: engines with the TENSOR_CORE note (TF32) are dropped, as
+      PyTorch does -- the graph API has no per-convolution math-type switch, the notes are how
+      TF32 is kept out;
+    * engines that down-convert their inputs are dropped unless fp32 with TF32 allowed (they
+      compute in a narrower type than the caller asked for).
+    """
+    n = info.numerical
+    if p.deterministic and BackendNumericalNote.NONDETERMINISTIC in n:
+        return "non-deterministic"
+    fp32 = p.dtype == DataType.FLOAT
+    if fp32 and not p.allow_tf32 and BackendNumericalNote.TENSOR_CORE in n:
+        return "tensor cores (TF32) with allow_tf32=False"
+    if BackendNumericalNote.DOWN_CONVERT_INPUTS in n and not (fp32 and p.allow_tf32):
+        return "down-converts inputs"
+    return None
+
+
+def heuristics(graph: BackendDescriptor, mode: BackendHeurMode) -> BackendDescriptor:
+    """A finalized ENGINEHEUR descriptor for *graph* in *mode*."""
+    heur = BackendDescriptor(BackendDescriptorType.ENGINEHEUR_DESCRIPTOR)
+    heur.set(A.ENGINEHEUR_OPERATION_GRAPH, T.BACKEND_DESCRIPTOR, graph)
+    heur.set(A.ENGINEHEUR_MODE, T.HEUR_MODE, mode)
+    heur.finalize()
+    return heur
+
+
+def heuristic_configs(heur: BackendDescriptor, count: int | None) -> list[BackendDescriptor]:
+    """Engine configs of finalized heuristics, best first (*count* None: all of them)."""
+    return heur.get(
+        A.ENGINEHEUR_RESULTS, T.BACKEND_DESCRIPTOR, count, descriptor_type="ENGINECFG_DESCRIPTOR"
+    )
+
+
+# -- plans -----------------------------------------------------------------------------------------
+class GraphPlan:
+    """A finalized execution plan plus what a call needs: prebuilt ctypes args and packs."""
+
+    __slots__ = (
+        "__weakref__",
+        "engine",
+        "graph",
+        "handle",
+        "handle_c",
+        "packs",
+        "plan",
+        "plan_c",
+        "workspace",
+    )
+    kind = "graph"
+
+    def __init__(
+        self,
+        plan: BackendDescriptor,
+        graph: BackendDescriptor,
+        handle: Any,
+        engine: EngineInfo,
+        workspace: int,
+    ):
+        self.plan = plan
+        self.graph = graph
+        self.handle = handle
+        self.engine = engine
+        self.workspace = workspace
+        self.plan_c = ctypes.c_void_p(plan.ptr)
+        self.handle_c = ctypes.c_void_p(handle.ptr)
+        self.packs: dict[tuple[int, int, int, int], tuple[ctypes.c_void_p, BackendDescriptor]] = {}
+
+    def pack(self, xp: int, wp: int, yp: int, wsp: int) -> ctypes.c_void_p:
+        """The finalized variant pack for these pointers (built once, then cached)."""
+        key = (xp, wp, yp, wsp)
+        hit = self.packs.get(key)
+        if hit is not None:
+            return hit[0]
+        vp = BackendDescriptor(BackendDescriptorType.VARIANT_PACK_DESCRIPTOR)
+        vp.set(A.VARIANT_PACK_UNIQUE_IDS, T.INT64, (ctypes.c_int64 * 3)(*_UIDS))
+        vp.set(A.VARIANT_PACK_DATA_POINTERS, T.VOID_PTR, (ctypes.c_void_p * 3)(xp, wp, yp))
+        vp.set(A.VARIANT_PACK_WORKSPACE, T.VOID_PTR, ctypes.c_void_p(wsp or None))
+        vp.finalize()
+        if len(self.packs) >= PACKS_PER_PLAN:  # oldest first: dicts keep insertion order
+            self.packs.pop(next(iter(self.packs)))[1].close()
+        c = ctypes.c_void_p(vp.ptr)
+        self.packs[key] = (c, vp)
+        return c
+
+    def run(self, xp: int, wp: int, yp: int, wsp: int) -> None:
+        """Execute on the handle's current stream (the caller bound it)."""
+        rc = _execute_fn()(self.handle_c, self.plan_c, self.pack(xp, wp, yp, wsp))
+        if rc:
+            raise errors.error_for(rc, "cudnnBackendExecute")
+
+    def describe(self) -> str:
+        return f"engine {self.engine.index} (workspace {self.workspace} B)"
+
+    def close(self) -> None:
+        for _c, vp in self.packs.values():
+            vp.close()
+        self.packs.clear()
+
+
+class LegacyPlan:
+    """A legacy-API convolution with a pinned algorithm (Theano's named algorithms).
+
+    Holds the tensor/filter/convolution descriptors; :meth:`run` calls
+    ``cudnnConvolution{Forward,BackwardData,BackwardFilter}`` with prebuilt scaling arguments.
+    """
+
+    __slots__ = ("__weakref__", "algo", "args", "descs", "fn", "handle", "name", "workspace")
+    kind = "legacy"
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        algo: int,
+        descs: tuple,
+        handle: Any,
+        workspace: int,
+        alpha: Any,
+        beta: Any,
+    ):
+        self.fn, self.name, self.algo, self.descs = fn, name, algo, descs
+        self.handle, self.workspace = handle, workspace
+        self.args = (ctypes.byref(alpha), ctypes.byref(beta), alpha, beta)
+
+    def run(self, xp: int, wp: int, yp: int, wsp: int) -> None:
+        h = self.handle.ptr
+        dx, dw, dconv, dy = self.descs
+        alpha, beta = self.args[0], self.args[1]
+        ws = wsp or None
+        if self.name == "cudnnConvolutionForward":
+            self.fn(h, alpha, dx, xp, dw, wp, dconv, self.algo, ws, self.workspace, beta, dy, yp)
+        elif self.name == "cudnnConvolutionBackwardData":
+            self.fn(h, alpha, dw, wp, dy, yp, dconv, self.algo, ws, self.workspace, beta, dx, xp)
+        else:
+            self.fn(h, alpha, dx, xp, dy, yp, dconv, self.algo, ws, self.workspace, beta, dw, wp)
+
+    def describe(self) -> str:
+        return f"legacy {self.name} algo {self.algo} (workspace {self.workspace} B)"
+
+    def close(self) -> None:
+        pass
+
+
+# -- the per-thread LRU ----------------------------------------------------------------------------
+class _LRU:
+    """An ordered dict with a size bound; lookups move the entry to the most-recent end."""
+
+    __slots__ = ("__weakref__", "data", "maxsize")
+
+    def __init__(self, maxsize: int):
+        self.data: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+        self.maxsize = maxsize
+
+    def get(self, key: Any) -> Any:
+        data = self.data
+        value = data.get(key)
+        if value is not None:
+            data.move_to_end(key)
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
+        data = self.data
+        data[key] = value
+        data.move_to_end(key)
+        while len(data) > self.maxsize > 0:
+            _k, old = data.popitem(last=False)
+            close = getattr(old, "close", None)
+            if close is not None:
+                close()
+
+    def pop(self, key: Any) -> None:
+        self.data.pop(key, None)
+
+    def clear(self) -> None:
+        for value in self.data.values():
+            close = getattr(value, "close", None)
+            if close is not None:
+                close()
+        self.data.clear()
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def _default_size() -> int:
+    try:
+        return int(os.environ.get("PYCUDNN_PLAN_CACHE_SIZE", "1024"))
+    except ValueError:
+        return 1024
+
+
+_maxsize = _default_size()
+_local = threading.local()
+_registry: weakref.WeakSet[_LRU] = weakref.WeakSet()
+_registry_lock = threading.Lock()
+
+
+class _Stats:
+    __slots__ = ("builds", "hits", "misses", "search_seconds")
+
+    def __init__(self) -> None:
+        self.hits = self.misses = self.builds = 0
+        self.search_seconds = 0.0
+
+
+stats = _Stats()
+
+
+def new_lru() -> _LRU:
+    """A per-thread LRU bound by the configured size and cleared by :func:`clear_caches`."""
+    lru = _LRU(_maxsize)
+    with _registry_lock:
+        _registry.add(lru)
+    return lru
+
+
+def _plans() -> _LRU:
+    try:
+        return _local.plans
+    except AttributeError:
+        lru = _local.plans = new_lru()
+        return lru
+
+
+class CacheInfo(NamedTuple):
+    hits: int
+    misses: int
+    builds: int
+    currsize: int
+    maxsize: int
+    search_seconds: float
+
+
+def cache_info() -> CacheInfo:
+    """Counters of the convolution plan cache (all threads): calls served by a cached plan
+    (``hits``), calls that searched (``misses``), plans built, current size (this thread),
+    bound, and total seconds spent searching."""
+    return CacheInfo(
+        stats.hits, stats.misses, stats.builds, len(_plans()), _maxsize, stats.search_seconds
+    )
+
+
+def clear_caches() -> None:
+    """Drop every cached plan, variant pack and call entry in every thread; reset counters."""
+    with _registry_lock:
+        lrus = list(_registry)
+    for lru in lrus:
+        lru.clear()
+    stats.hits = stats.misses = stats.builds = 0
+    stats.search_seconds = 0.0
+
+
+def set_cache_size(maxsize: int) -> None:
+    """Bound every plan cache to *maxsize* entries (0: unbounded); shrinks existing ones."""
+    global _maxsize
+    if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
+        raise ValueError(f"maxsize must be an int >= 0, got {maxsize!r}")
+    _maxsize = maxsize
+    with _registry_lock:
+        lrus = list(_registry)
+    for lru in lrus:
+        lru.maxsize = maxsize
+        while maxsize and len(lru.data) > maxsize:
+            _k, old = lru.data.popitem(last=False)
+            getattr(old, "close", lambda: None)()
+
+
+# -- search ----------------------------------------------------------------------------------------
+class Workspace:
+    """What the search needs from the memory layer: a pointer for *nbytes* of workspace on the
+    handle's stream (raising ``MemoryError``/``AllocationError`` when it cannot be had)."""
+
+    def __init__(self, get: Callable[[int], int]):
+        self.get = get
+
+
+def _fail(p: Problem, tried: list[str], alloc_failed: bool) -> errors.CudnnError:
+    what = (
+        f"{OP_NAMES[p.op]} convolution, x{p.x_shape} w{p.w_shape} y{p.y_shape}, "
+        f"{DataType(p.dtype).name} data, {DataType(p.compute).name} compute"
+    )
+    detail = f"no cuDNN engine could run the {what}; tried: " + (
+        "; ".join(tried) or "nothing (the heuristics returned no engine)"
+    )
+    if alloc_failed and all("workspace" in t or "alloc" in t for t in tried):
+        return errors.AllocationError(4004, "dnn_conv", detail)
+    return errors.NotSupportedError(3000, "dnn_conv", detail)
+
+
+def _candidates(p: Problem, graph: BackendDescriptor, tried: list[str], first_only: bool):
+    """Yield (rank, cfg, info) acceptable under the numerics policy, best first: INSTANT rank 0
+    alone (*first_only*), then the other INSTANT configs, then the FALLBACK ones.
+
+    With *first_only* (the guess policy) engines that compile at run time (NVRTC, behaviour
+    note RUNTIME_COMPILATION: hundreds of ms per new shape) are deferred behind every
+    precompiled one.
+    """
+    deferred: list = []
+
+    def screen(rank: int, cfg: BackendDescriptor, mode: BackendHeurMode):
+        try:
+            info = engine_info(cfg)
+        except errors.CudnnError as exc:
+            tried.append(f"{mode.name} config {rank}: {errors.status_name(exc.status)}")
+            return None
+        why = rejection(p, info)
+        if why:
+            tried.append(f"engine {info.index}: {why}")
+            return None
+        if first_only and BackendBehaviorNote.RUNTIME_COMPILATION in info.behavior:
+            deferred.append((rank, cfg, info))
+            return None
+        return rank, cfg, info
+
+    for mode in (BackendHeurMode.MODE_INSTANT, BackendHeurMode.MODE_FALLBACK):
+        try:
+            heur = heuristics(graph, mode)
+        except errors.CudnnError as exc:
+            tried.append(f"heuristics {mode.name}: {errors.status_name(exc.status)}")
+            continue
+        try:
+            start = 0
+            if mode == BackendHeurMode.MODE_INSTANT and first_only:
+                # the rank-0 config is usually the answer: fetching it alone skips making
+                # descriptors for the (often 30-40) others
+                try:
+                    first = heuristic_configs(heur, 1)[:1]
+                except errors.CudnnError:
+                    first = []
+                for cfg in first:
+                    start = 1
+                    got = screen(0, cfg, mode)
+                    if got:
+                        yield got
+            try:
+                cfgs = heuristic_configs(heur, None)
+            except errors.CudnnError as exc:
+                tried.append(f"heuristics {mode.name}: {errors.status_name(exc.status)}")
+                continue
+            for rank in range(start, len(cfgs)):
+                got = screen(rank, cfgs[rank], mode)
+                if got:
+                    yield got
+        finally:
+            heur.close()
+    yield from deferred
+
+
+def engine_plans(p: Problem, handle: Any) -> list[tuple[EngineInfo, GraphPlan | str]]:
+    """Every engine config the heuristics (INSTANT, then FALLBACK) return for *p* that the
+    numerics policy allows, built: ``(info, GraphPlan)``, or ``(info, why not)`` when it did not
+    build. For tests and diagnostics (each engine checked against a reference)."""
+    graph = build_operation_graph(p, handle)
+    out: list[tuple[EngineInfo, GraphPlan | str]] = []
+    for _rank, cfg, info in _candidates(p, graph, [], first_only=False):
+        try:
+            plan, ws = _build_plan(cfg, handle)
+        except errors.CudnnError as exc:
+            out.append((info, errors.status_name(exc.status)))
+            continue
+        out.append((info, GraphPlan(plan, graph, handle, info, ws)))
+    return out
+
+
+def _build_plan(cfg: BackendDescriptor, handle: Any) -> tuple[BackendDescriptor, int]:
+    plan = BackendDescriptor(BackendDescriptorType.EXECUTION_PLAN_DESCRIPTOR)
+    try:
+        plan.set(A.EXECUTION_PLAN_HANDLE, T.HANDLE, handle.ptr)
+        plan.set(A.EXECUTION_PLAN_ENGINE_CONFIG, T.BACKEND_DESCRIPTOR, cfg)
+        plan.finalize()
+        ws = int(plan.get(A.EXECUTION_PLAN_WORKSPACE_SIZE, T.INT64, 1)[0])
+    except BaseException:
+        plan.close()
+        raise
+    return plan, ws
+
+
+def search_graph_plan(
+    p: Problem,
+    handle: Any,
+    workspace: Callable[[int], int],
+    timing: Callable[[list[GraphPlan]], list[float]] | None,
+) -> GraphPlan:
+    """Build the plan for *p*: the first engine that builds (guess), or the fastest (timing).
+
+    *workspace(nbytes)* returns a device pointer or raises ``MemoryError``; *timing(plans)*
+    returns one time per plan (``time_*`` policies only).
+    """
+    graph = build_operation_graph(p, handle)
+    tried: list[str] = []
+    alloc_failed = False
+    cap = p.workspace_limit if p.workspace_limit >= 0 else None
+    built: list[GraphPlan] = []
+    want = BENCHMARK_LIMIT if timing is not None else 1
+    for _rank, cfg, info in _candidates(p, graph, tried, first_only=timing is None):
+        if cap is not None and info.workspace > cap:
+            tried.append(
+                f"engine {info.index}: workspace {info.workspace} B over the limit {cap} B"
+            )
+            continue
+        try:
+            plan, ws = _build_plan(cfg, handle)
+        except errors.CudnnError as exc:
+            tried.append(f"engine {info.index}: {errors.status_name(exc.status)}")
+            continue
+        if cap is not None and ws > cap:
+            plan.close()
+            tried.append(f"engine {info.index}: workspace {ws} B over the limit {cap} B")
+            continue
+        if ws:
+            try:
+                workspace(ws)
+            except MemoryError as exc:  # AllocationError is a MemoryError too
+                plan.close()
+                alloc_failed = True
+                cap = ws - 1  # smaller candidates only from now on
+                tried.append(
+                    f"engine {info.index}: workspace of {ws} B could not be allocated ({exc})"
+                )
+                continue
+        stats.builds += 1
+        built.append(GraphPlan(plan, graph, handle, info, ws))
+        if len(built) >= want:
+            break
+    if not built:
+        raise _fail(p, tried, alloc_failed)
+    if timing is None or len(built) == 1:
+        return built[0]
+    times = timing(built)
+    best = min(range(len(built)), key=times.__getitem__)
+    for i, gp in enumerate(built):
+        if i != best:
+            gp.close()
+            gp.plan.close()
+    return built[best]
+
+
+def get_plan(p: Problem, build: Callable[[], Any]) -> Any:
+    """The cached plan for *p*, or ``build()``'s (cached only if it succeeded)."""
+    lru = _plans()
+    plan = lru.get(p)
+    if plan is not None:
+        return plan
+    t0 = time.perf_counter()
+    plan = build()
+    stats.search_seconds += time.perf_counter() - t0
+    lru.put(p, plan)
+    return plan
+
+
+def evict(p: Problem) -> None:
+    """Forget the plan of *p* in this thread (after it failed to run)."""
+    lru = _plans()
+    plan = lru.data.pop(p, None)
+    if plan is not None:
+        plan.close()
+
+
+def time_plans(
+    plans: Sequence[GraphPlan], run: Callable[[GraphPlan], None], stream: int
+) -> list[float]:
+    """Milliseconds per call of each plan, by CUDA events on *stream* (min over repeats)."""
+    from cuda.bindings import runtime as rt
+
+    def ok(res: Any) -> Any:
+        err = res[0] if isinstance(res, tuple) else res
+        if int(err) != 0:
+            raise errors.InternalError(4000, "time_plans", f"CUDA runtime error {err!r}")
+        return res[1] if isinstance(res, tuple) and len(res) > 1 else None
+
+    start = ok(rt.cudaEventCreate())
+    stop = ok(rt.cudaEventCreate())
+    out: list[float] = []
+    try:
+        for gp in plans:
+            try:
+                for _ in range(_TIMING_WARMUP):
+                    run(gp)
+                best = float("inf")
+                for _ in range(_TIMING_REPEATS):
+                    ok(rt.cudaEventRecord(start, stream))
+                    run(gp)
+                    ok(rt.cudaEventRecord(stop, stream))
+                    ok(rt.cudaEventSynchronize(stop))
+                    best = min(best, ok(rt.cudaEventElapsedTime(start, stop)))
+            except errors.CudnnError:
+                best = float("inf")  # a plan that fails to run never wins
+            out.append(best)
+    finally:
+        rt.cudaEventDestroy(start)
+        rt.cudaEventDestroy(stop)
+    return out
