@@ -394,6 +394,15 @@ def _to_c(atype: int, v: Any, argument: str) -> Any:
                 f"got {_describe(v)}"
             )
         return _lib.cudnnFraction_t(num, den)
+    if (
+        atype == _T.DATA_TYPE
+        and not isinstance(v, DataType)
+        and not (isinstance(v, str) and v.strip().lower() in _enum_table(DataType))
+    ):
+        # numpy dtypes and their names as well as DataType names ("float32", np.float16, "HALF")
+        if isinstance(v, int) and not isinstance(v, bool | enum.Enum):
+            return int(_enum(v, DataType, argument))
+        return int(as_data_type(v, argument=argument))
     cls = _ENUM_OF_TYPE.get(atype)
     if cls is not None:
         return int(_enum(v, cls, argument))
