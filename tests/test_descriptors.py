@@ -1015,7 +1015,7 @@ def test_bad_backend_values_make_no_c_call(monkeypatch):
         (("TENSOR_DIMENSIONS", "INT32", [2**40]), OverflowError, "fit in INT32"),
         (("TENSOR_DIMENSIONS", "INT32", [np.int64(2**40)]), OverflowError, "does not fit in INT32"),
         (("TENSOR_DIMENSIONS", "INT64", [2**63]), OverflowError, "do not fit"),
-        (("TENSOR_DATA_TYPE", "DATA_TYPE", "float128"), ValueError, "not a valid DataType"),
+        (("TENSOR_DATA_TYPE", "DATA_TYPE", "float128"), TypeError, "values[0]='float128'"),
         (("TENSOR_IS_VIRTUAL", "BOOLEAN", "yes"), TypeError, "must be a bool"),
         (("TENSOR_DIMENSIONS", "DOUBLE", ["x"]), TypeError, "must be a real number"),
         (
