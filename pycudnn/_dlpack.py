@@ -221,6 +221,14 @@ def _capsule_destructor(capsule: int) -> None:  # pragma: no cover - exercised t
         pass
 
 
+# The C callbacks must outlive every consumer, including consumers freed while the interpreter
+# shuts down (after this module's globals are cleared): give each an extra, never-released
+# reference so its thunk is never freed.
+for _callback in (_deleter, _deleter_versioned, _capsule_destructor):
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_callback))
+del _callback
+
+
 def export(
     owner: Any,
     data: int,
@@ -343,6 +351,8 @@ def from_dlpack(obj: Any, *, stream: int | None) -> Imported:
 
     Parameters
     ----------
+    obj
+        An object with ``__dlpack__``, or a bare ``dltensor`` capsule (consumed).
     stream
         The consumer's stream, passed to ``__dlpack__(stream=...)`` so the producer orders its
         pending work before it (``None`` asks for no synchronization by the producer's rules).
@@ -352,14 +362,17 @@ def from_dlpack(obj: Any, *, stream: int | None) -> Imported:
     TypeError
         If *obj* has no ``__dlpack__``, or the capsule is not a DLPack tensor.
     """
-    fn = getattr(obj, "__dlpack__", None)
-    if fn is None:
-        raise TypeError(f"{type(obj).__name__} has no __dlpack__")
-    kwargs: dict[str, Any] = {} if stream is None else {"stream": stream}
-    try:
-        capsule = fn(max_version=DLPACK_MAX_VERSION, **kwargs)
-    except TypeError:  # a pre-1.0 producer: no max_version keyword
-        capsule = fn(**kwargs)
+    if type(obj).__name__ == "PyCapsule":  # a bare capsule (to_dlpack): nothing to ask
+        capsule = obj
+    else:
+        fn = getattr(obj, "__dlpack__", None)
+        if fn is None:
+            raise TypeError(f"{type(obj).__name__} has no __dlpack__")
+        kwargs: dict[str, Any] = {} if stream is None else {"stream": stream}
+        try:
+            capsule = fn(max_version=DLPACK_MAX_VERSION, **kwargs)
+        except TypeError:  # a pre-1.0 producer: no max_version keyword
+            capsule = fn(**kwargs)
     name = _PyCapsule_GetName(capsule)
     if name == _NAME_V:
         managed_addr = _PyCapsule_GetPointer(id(capsule), _NAME_V)

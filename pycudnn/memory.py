@@ -653,9 +653,9 @@ class DeviceArray:
             and (isinstance(stream, bool) or not isinstance(stream, int) or stream < 0)
         ):
             raise ValueError(f"__dlpack__: stream={stream!r} is not a CUDA stream integer")
-        if stream != -1 and self.size:
-            _stream_wait(1 if stream is None or stream == 0 else stream, self._stream, self._device)
-        src = self.copy() if copy else self
+        src = self.copy() if copy else self  # queued on our stream, so the wait covers it
+        if stream != -1 and src.size:
+            _stream_wait(1 if stream is None or stream == 0 else stream, src._stream, src._device)
         versioned = max_version is not None and int(max_version[0]) >= 1
         return _dlpack.export(
             src,
@@ -1093,18 +1093,28 @@ def asarray(
     if _is_host_array(obj):
         raise _host_error(obj, argument)
     sid = coerce_stream(stream)
+    has_dlpack = hasattr(obj, "__dlpack__")
+    if type(obj).__name__ == "PyCapsule":  # a bare DLPack capsule (torch.utils.dlpack.to_dlpack)
+        return _from_dlpack(obj, sid, device, check, allow_managed, argument)
     cai_error: BaseException | None = None
-    try:
-        cai = obj.__cuda_array_interface__
-    except AttributeError as exc:
-        cai = None
-        cai_error = exc if hasattr(type(obj), "__cuda_array_interface__") else None
-    except Exception as exc:  # torch: bfloat16 has no CAI typestr; requires_grad refuses
-        cai = None
-        cai_error = exc
+    cai = None
+    # torch labels bfloat16 '<f2' in its __cuda_array_interface__ (and others use '<V2'): for
+    # bfloat16 only DLPack says the truth, so take that road whenever the object says bfloat16
+    if not (has_dlpack and "bfloat16" in str(getattr(obj, "dtype", ""))):
+        try:
+            cai = obj.__cuda_array_interface__
+        except AttributeError as exc:
+            cai_error = exc if hasattr(type(obj), "__cuda_array_interface__") else None
+        except Exception as exc:  # torch refuses tensors that require grad
+            cai_error = exc
     if cai is not None:
-        return _from_cai(obj, cai, sid, device, check, allow_managed, argument)
-    if hasattr(obj, "__dlpack__"):
+        try:
+            return _from_cai(obj, cai, sid, device, check, allow_managed, argument)
+        except TypeError:
+            if not has_dlpack:
+                raise
+            # an untyped CAI typestr ('<V2'): let DLPack say what the elements are
+    if has_dlpack:
         return _from_dlpack(obj, sid, device, check, allow_managed, argument)
     if cai_error is not None:
         raise cai_error

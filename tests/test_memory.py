@@ -592,3 +592,42 @@ def test_workspace_needs_a_handle():
 def test_public_names():
     for name in ("DeviceArray", "to_device", "empty", "zeros", "asarray"):
         assert getattr(pycudnn, name) is getattr(mem, name)
+
+
+class TorchLikeBF16:
+    """torch's quirk: a bfloat16 tensor's __cuda_array_interface__ says '<f2' (float16)."""
+
+    dtype = "torch.bfloat16"
+
+    def __init__(self):
+        self.target = fake((2, 3), BF16)
+        self.__cuda_array_interface__ = {**self.target.__cuda_array_interface__, "typestr": "<f2"}
+
+    def __dlpack__(self, **kw):
+        return self.target.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.target.__dlpack_device__()
+
+
+def test_bfloat16_goes_through_dlpack_not_the_mislabelled_cai():
+    v = pycudnn.asarray(TorchLikeBF16(), check=False)
+    assert v.dtype == BF16
+    assert v.data_type == DataType.BFLOAT16
+
+
+def test_untyped_cai_falls_back_to_dlpack():
+    obj = TorchLikeBF16()
+    obj.dtype = None
+    obj.__cuda_array_interface__["typestr"] = "<V2"
+    assert pycudnn.asarray(obj, check=False).dtype == BF16
+
+
+def test_bare_capsule_is_consumed_once():
+    a = fake((3, 4), np.float16, strides=(2, 6))
+    cap = a.__dlpack__()
+    v = pycudnn.asarray(cap)
+    assert (v.ptr, v.shape, v.strides, v.dtype) == (a.ptr, a.shape, a.strides, a.dtype)
+    assert "used_dltensor" in repr(cap)
+    with pytest.raises(TypeError, match="consumed already"):
+        pycudnn.asarray(cap)

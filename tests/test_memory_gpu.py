@@ -1,0 +1,386 @@
+"""Device memory on a real GPU: round trips for every dtype, zero-copy with torch and CuPy both
+ways (same pointer, writes visible), DLPack consumer/producer, workspaces and the OOM path,
+rejection of host / wrong-device / misaligned pointers.
+
+Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q``.
+"""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import weakref
+
+import numpy as np
+import pytest
+
+import pycudnn
+from pycudnn import _dlpack, errors
+from pycudnn import memory as mem
+from pycudnn.handle import Handle, get_handle
+from pycudnn.memory import DeviceArray, NotDeviceMemoryError
+
+pytestmark = pytest.mark.gpu
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+DTYPES = [np.float16, BF16, np.float32, np.float64, np.int8, np.int32, np.uint8, np.bool_, np.int64]
+
+
+def _rt():
+    from cuda.bindings import runtime
+
+    return runtime
+
+
+def _sample(dtype, shape=(3, 5, 7)) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape))
+    if dtype == np.bool_:
+        return (np.arange(n) % 3 == 0).reshape(shape)
+    if dtype.kind in "iu":
+        return (np.arange(n) % 100 - (0 if dtype.kind == "u" else 50)).astype(dtype).reshape(shape)
+    return (np.arange(n, dtype=np.float32) / 8 - 3).astype(dtype).reshape(shape)
+
+
+@pytest.fixture
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    return torch
+
+
+@pytest.fixture
+def cupy():
+    return pytest.importorskip("cupy")
+
+
+# -- allocation and host round trips -------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_round_trip_every_dtype(dtype):
+    x = _sample(dtype)
+    d = pycudnn.to_device(x)
+    assert isinstance(d, DeviceArray)
+    assert d.shape == x.shape and d.dtype == x.dtype and d.strides == x.strides
+    assert d.nbytes == x.nbytes and d.ptr != 0 and d.device == 0
+    mem.check_device_pointer(d.ptr, 0)
+    y = d.get()
+    assert y.dtype == x.dtype
+    np.testing.assert_array_equal(y, x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_fill_zeros_empty_every_dtype(dtype):
+    value = {np.dtype(np.bool_): True, np.dtype(np.uint8): 200}.get(np.dtype(dtype), -1.5)
+    if np.dtype(dtype).kind == "i":
+        value = -7
+    a = pycudnn.empty((4, 33), dtype)
+    assert a.shape == (4, 33) and a.dtype == np.dtype(dtype)
+    a.fill_(value)
+    np.testing.assert_array_equal(a.get(), np.full((4, 33), value, dtype))
+    z = pycudnn.zeros((4, 33), dtype)
+    np.testing.assert_array_equal(z.get(), np.zeros((4, 33), dtype))
+
+
+def test_round_trip_on_a_stream_and_dense_layouts(torch):
+    s = torch.cuda.Stream()
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 4, 5, 3).transpose(0, 3, 1, 2)
+    d = pycudnn.to_device(x, stream=s)  # NHWC memory viewed as NCHW: the layout is kept
+    assert d.stream == s.cuda_stream
+    assert d.__cuda_array_interface__["stream"] == s.cuda_stream
+    assert d.strides == x.strides and d.is_dense and not d.is_c_contiguous
+    y = d.get()
+    assert y.strides == x.strides
+    np.testing.assert_array_equal(y, x)
+    like = mem.empty_like(d, np.float16)
+    assert like.strides == tuple(st // 2 for st in x.strides)
+    c = d.copy()
+    assert c.ptr != d.ptr and c.strides == d.strides
+    np.testing.assert_array_equal(c.get(), x)
+    s.synchronize()
+
+
+def test_copy_in_place_and_scalar_arrays():
+    a = pycudnn.empty((3, 4), np.float64)
+    a.copy_(np.arange(12.0).reshape(3, 4))
+    b = pycudnn.empty((3, 4), np.float64).copy_(a)
+    np.testing.assert_array_equal(b.get(), np.arange(12.0).reshape(3, 4))
+    f = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    a.copy_(f)  # host source in another layout: reordered on the host
+    np.testing.assert_array_equal(a.get(), f)
+    with pytest.raises(ValueError, match="does not match"):
+        a.copy_(np.zeros((4, 3)))
+    s = pycudnn.to_device(np.float32(2.5))
+    assert s.shape == () and s.get() == np.float32(2.5)
+    e = pycudnn.zeros((0, 5))
+    assert e.ptr == 0 and e.get().shape == (0, 5)
+
+
+def test_memory_is_freed_with_the_last_view():
+    a = pycudnn.empty((1024,), np.float32)
+    v = a.reshape(32, 32)
+    ref = weakref.ref(a.base)
+    del a
+    gc.collect()
+    assert ref() is not None  # the reshaped view keeps the allocation
+    del v
+    gc.collect()
+    assert ref() is None
+
+
+# -- zero copy with torch --------------------------------------------------------------------------
+def test_torch_tensor_viewed_without_copy(torch):
+    t = torch.arange(24, dtype=torch.float32, device="cuda").reshape(4, 6)
+    v = pycudnn.asarray(t)
+    assert v.ptr == t.data_ptr()
+    assert v.shape == (4, 6) and v.dtype == np.float32 and v.strides == (24, 4)
+    t.mul_(2)  # torch writes, we see them
+    np.testing.assert_array_equal(v.get(), np.arange(24, dtype=np.float32).reshape(4, 6) * 2)
+    v.fill_(7.0)  # we write, torch sees them
+    torch.cuda.synchronize()
+    assert bool((t == 7).all())
+
+
+def test_torch_views_our_array_without_copy(torch):
+    a = pycudnn.to_device(np.arange(12, dtype=np.float32).reshape(3, 4))
+    t = torch.as_tensor(a, device="cuda")  # __cuda_array_interface__
+    assert t.data_ptr() == a.ptr and tuple(t.shape) == (3, 4)
+    t.add_(1)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(a.get(), np.arange(12, dtype=np.float32).reshape(3, 4) + 1)
+    t2 = torch.from_dlpack(a)  # DLPack
+    assert t2.data_ptr() == a.ptr
+    a.fill_(3.0)
+    torch.cuda.synchronize()
+    assert bool((t2 == 3).all())
+
+
+def test_torch_layouts_and_dtypes(torch):
+    x = torch.randn(2, 3, 4, 5, device="cuda").contiguous(memory_format=torch.channels_last)
+    v = pycudnn.asarray(x)
+    assert v.strides == tuple(s * 4 for s in x.stride())
+    assert v.is_dense and not v.is_c_contiguous
+    np.testing.assert_array_equal(v.get(), x.cpu().numpy())
+    for tdt, ndt in [
+        (torch.float16, np.float16),
+        (torch.bfloat16, BF16),
+        (torch.float64, np.float64),
+        (torch.int8, np.int8),
+        (torch.int32, np.int32),
+        (torch.uint8, np.uint8),
+        (torch.bool, np.bool_),
+    ]:
+        t = (torch.arange(10, device="cuda") % 3).to(tdt)
+        v = pycudnn.asarray(t)
+        assert v.dtype == ndt, tdt  # bfloat16 must not come out as float16 (torch's CAI says <f2)
+        assert v.ptr == t.data_ptr()
+        expected = t.cpu().float().numpy().astype(ndt) if tdt == torch.bfloat16 else t.cpu().numpy()
+        np.testing.assert_array_equal(v.get(), expected)
+    bf = torch.full((4,), 1.5, dtype=torch.bfloat16, device="cuda")
+    t2 = torch.from_dlpack(pycudnn.asarray(bf))
+    assert t2.dtype == torch.bfloat16 and t2.data_ptr() == bf.data_ptr()
+
+
+def test_torch_strided_and_cpu_tensors(torch):
+    base = torch.arange(48, dtype=torch.float32, device="cuda").reshape(6, 8)
+    view = base[1:5, ::2]  # gaps: not dense
+    v = pycudnn.asarray(view)
+    assert not v.is_dense
+    np.testing.assert_array_equal(v.get(), view.cpu().numpy())
+    with pytest.raises(ValueError, match="C-contiguous"):
+        mem.check_operand(view, 0, argument="img", c_contiguous=True)
+    with pytest.raises(TypeError, match="to_device"):
+        pycudnn.asarray(torch.zeros(3))  # a CPU tensor
+
+
+def test_torch_owner_kept_alive(torch):
+    t = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+    ptr = t.data_ptr()
+    v = pycudnn.asarray(t)
+    via_dlpack = pycudnn.asarray(torch.utils.dlpack.to_dlpack(t))  # a bare capsule
+    assert via_dlpack.ptr == ptr
+    del t
+    gc.collect()
+    torch.cuda.empty_cache()
+    junk = torch.full((1 << 20,), -1.0, device="cuda")  # would reuse the block if it were freed
+    np.testing.assert_array_equal(v.get()[:5], np.arange(5, dtype=np.float32))
+    np.testing.assert_array_equal(via_dlpack.get()[-3:], np.arange((1 << 20) - 3, 1 << 20))
+    del junk
+
+
+# -- zero copy with CuPy ---------------------------------------------------------------------------
+def test_cupy_both_ways(cupy):
+    c = cupy.arange(20, dtype=cupy.float32).reshape(4, 5)
+    v = pycudnn.asarray(c)
+    assert v.ptr == c.data.ptr and v.strides == c.strides
+    c *= 3
+    np.testing.assert_array_equal(v.get(), cupy.asnumpy(c))
+    v.fill_(1.0)
+    assert float(c.sum()) == 20.0
+    a = pycudnn.to_device(np.arange(6, dtype=np.int32))
+    c2 = cupy.asarray(a)  # __cuda_array_interface__
+    assert c2.data.ptr == a.ptr
+    c2 += 10
+    np.testing.assert_array_equal(a.get(), np.arange(6) + 10)
+    c3 = cupy.from_dlpack(a)  # DLPack
+    assert c3.data.ptr == a.ptr
+    np.testing.assert_array_equal(cupy.asnumpy(c3), np.arange(6) + 10)
+
+
+def test_cupy_strided_and_negative_strides(cupy):
+    c = cupy.arange(60, dtype=cupy.float64).reshape(6, 10)
+    for view in (c[:, ::3], c[::-1], c.T, c[2:4, 1:9:2]):
+        v = pycudnn.asarray(view)
+        assert v.ptr == view.data.ptr and v.strides == view.strides
+        np.testing.assert_array_equal(v.get(), cupy.asnumpy(view))
+
+
+def test_cupy_stream_protocol(cupy):
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        c = cupy.ones(1000, dtype=cupy.float32)
+        v = pycudnn.asarray(c, stream=s)
+    assert v.stream == s.ptr
+    np.testing.assert_array_equal(v.get(), np.ones(1000, np.float32))
+    s.synchronize()
+
+
+# -- our own DLPack round trip on real memory ----------------------------------------------------
+def test_dlpack_round_trip_on_device():
+    a = pycudnn.to_device(np.arange(10, dtype=np.float16))
+    gc.collect()
+    before = _dlpack.live_exports()
+    b = pycudnn.asarray(a.__dlpack__(max_version=(1, 0)))
+    assert b.ptr == a.ptr and b.dtype == np.float16
+    c = a.__dlpack__(copy=True)
+    cc = pycudnn.asarray(c)
+    assert cc.ptr != a.ptr
+    np.testing.assert_array_equal(cc.get(), a.get())
+    del b, c, cc
+    gc.collect()
+    assert _dlpack.live_exports() == before
+
+
+# -- pointer checks --------------------------------------------------------------------------------
+def test_host_pointers_are_rejected():
+    host = np.zeros(16, np.float32)
+    with pytest.raises(NotDeviceMemoryError, match=r"img: .*host memory.*to_device") as info:
+        mem.check_device_pointer(host.ctypes.data, argument="img")
+    assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+    with pytest.raises(NotDeviceMemoryError, match="to_device"):
+        DeviceArray.from_ptr(host.ctypes.data, (16,), np.float32)
+    rt = _rt()
+    err, pinned = rt.cudaMallocHost(4096)
+    assert int(err) == 0
+    try:
+        with pytest.raises(NotDeviceMemoryError, match="page-locked host memory"):
+            mem.check_device_pointer(pinned, argument="w")
+    finally:
+        rt.cudaFreeHost(pinned)
+    assert int(rt.cudaGetLastError()[0]) == 0  # the failed queries left no error behind
+
+
+def test_managed_memory_needs_opt_in():
+    rt = _rt()
+    err, ptr = rt.cudaMallocManaged(4096, 1)  # cudaMemAttachGlobal; small on purpose
+    assert int(err) == 0
+    try:
+        with pytest.raises(NotDeviceMemoryError, match="allow_managed=True"):
+            mem.check_device_pointer(ptr, argument="x")
+        assert mem.check_device_pointer(ptr, argument="x", allow_managed=True) == 0
+    finally:
+        rt.cudaFree(ptr)
+
+
+def test_wrong_device_and_misaligned_pointers():
+    a = pycudnn.to_device(np.arange(8, dtype=np.float32))
+    assert mem.check_device_pointer(a.ptr, 0) == 0
+    with pytest.raises(ValueError, match="x is on device 0, but the handle is on device 1"):
+        mem.check_device_pointer(a.ptr, 1, argument="x")
+    with pytest.raises(ValueError, match="img is on device 0, but the handle is on device 1"):
+        mem.check_operand(a, 1, argument="img")
+    h = get_handle()
+    assert mem.check_operand(a, h, argument="img") is a
+    odd = DeviceArray.from_ptr(a.ptr + 2, (4,), np.float32, owner=a)  # an interior pointer
+    assert odd.device == 0
+    with pytest.raises(ValueError, match=r"img: device pointer .* not aligned to 4 bytes"):
+        mem.check_operand(odd, h, argument="img")
+    assert mem.pointer_alignment(a.ptr) >= 16  # pool allocations are well aligned
+
+
+# -- workspaces and out-of-memory ------------------------------------------------------------------
+def test_workspace_grows_per_stream():
+    rt = _rt()
+    h = Handle(0)
+    err, s2 = rt.cudaStreamCreateWithFlags(1)
+    assert int(err) == 0
+    s2 = int(s2)
+    try:
+        ptr, size = mem.get_workspace(h, 1000)
+        assert ptr and size >= 1000
+        assert mem.get_workspace(h, 10) == (ptr, size)  # smaller: reused
+        assert mem.workspace_size(h) == size
+        ptr2, size2 = mem.get_workspace(h, size + 1)
+        assert size2 > size and mem.workspace_size(h) == size2
+        mem.check_device_pointer(ptr2, 0)
+        p3, s3 = mem.get_workspace(h, 5000, stream=s2)  # a different stream: its own buffer
+        assert p3 != ptr2 and mem.workspace_size(h, s2) == s3
+        assert mem.get_workspace(h, 0) == (ptr2, size2)
+        with pycudnn.config.override(workspace_limit=size2 + 10):
+            assert mem.get_workspace(h, size2 + 5)[1] <= size2 + 10  # capped at the limit
+            with pytest.raises(errors.AllocationError, match="workspace_limit"):
+                mem.get_workspace(h, size2 + 11)
+        mem.release_workspace(h, s2)
+        assert mem.workspace_size(h, s2) == 0
+    finally:
+        h.close()  # frees the workspaces before the stream goes
+        rt.cudaStreamSynchronize(s2)
+        rt.cudaStreamDestroy(s2)
+
+
+def test_out_of_memory_raises_allocation_error_and_recovers():
+    h = Handle(0)
+    free, total = mem.mem_get_info()
+    ask = free + (1 << 30)
+    with pytest.raises(errors.AllocationError) as info:
+        mem.get_workspace(h, ask)
+    exc = info.value
+    assert isinstance(exc, MemoryError)
+    assert exc.requested == ask and exc.total == total and exc.free > 0
+    text = str(exc)
+    assert f"({ask} bytes)" in text and "free of" in text
+    with pytest.raises(MemoryError, match="out of memory"):
+        pycudnn.empty((ask // 4,), np.float32)
+    with pytest.raises(MemoryError, match="absurd"):
+        pycudnn.empty((1 << 41,), np.uint8)
+    # nothing sticky: allocation and cuDNN still work
+    assert int(_rt().cudaGetLastError()[0]) == 0
+    ptr, size = mem.get_workspace(h, 1 << 20)  # the caller's fallback: a smaller workspace
+    assert ptr and size >= 1 << 20
+    np.testing.assert_array_equal(pycudnn.to_device(np.ones(3)).get(), np.ones(3))
+    h.close()
+
+
+# -- interpreter shutdown --------------------------------------------------------------------------
+def test_exit_with_live_arrays_handles_and_exports_is_clean():
+    code = """
+import numpy as np, pycudnn
+h = pycudnn.get_handle()
+a = pycudnn.to_device(np.ones(1000, np.float32))
+ws = pycudnn.memory.get_workspace(h, 1 << 20)
+cap = a.__dlpack__()
+try:
+    import torch
+    t = torch.from_dlpack(pycudnn.empty((10,)))
+    v = pycudnn.asarray(torch.ones(5, device="cuda"))
+except ImportError:
+    pass
+print("done")
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().endswith("done")
+    assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr
