@@ -324,7 +324,11 @@ _CTYPE_OF_TYPE: dict[int, Any] = {
     _T.FRACTION: _lib.cudnnFraction_t,
     **{t: ctypes.c_int for t in _ENUM_OF_TYPE},
 }
-_INT_RANGE = {_T.INT64: (-(2**63), INT64_MAX), _T.INT32: (-(2**31), INT32_MAX)}
+_REF_TYPES = frozenset((int(_T.BACKEND_DESCRIPTOR), int(_T.HANDLE), int(_T.VOID_PTR)))
+_INT_RANGE = {int(_T.INT64): (-(2**63), INT64_MAX), int(_T.INT32): (-(2**31), INT32_MAX)}
+# Enum members hash by name (a Python-level __hash__): key the hot tables by plain ints
+_ENUM_OF_TYPE = {int(k): v for k, v in _ENUM_OF_TYPE.items()}
+_CTYPE_OF_TYPE = {int(k): v for k, v in _CTYPE_OF_TYPE.items()}
 
 
 def _backend_type(value: Any) -> BackendDescriptorType:
@@ -337,16 +341,16 @@ def _backend_type(value: Any) -> BackendDescriptorType:
 
 
 def _attr_name(value: Any) -> int:
-    # hot path: members and ints skip the coercion machinery
+    # hot path: members skip the coercion machinery
     if type(value) is BackendAttributeName:
-        return value
-    return _enum(value, BackendAttributeName, "attribute")
+        return int(value)
+    return int(_enum(value, BackendAttributeName, "attribute"))
 
 
 def _attr_type(value: Any) -> int:
     if type(value) is BackendAttributeType:
-        return value
-    return _enum(value, BackendAttributeType, "attr_type")
+        return int(value)
+    return int(_enum(value, BackendAttributeType, "attr_type"))
 
 
 def _to_c(atype: int, v: Any, argument: str) -> Any:
@@ -414,27 +418,43 @@ def _to_c(atype: int, v: Any, argument: str) -> Any:
 def _pack(atype: int, values: Any) -> tuple[Any, int]:
     """Python value(s) -> (ctypes array, element count)."""
     ctype = _CTYPE_OF_TYPE[atype]
+    rng = _INT_RANGE.get(atype)
+    vt = type(values)
+    if rng is not None:
+        # fast paths for the common int cases (dims, strides, uids, counts)
+        if vt is int:
+            if not rng[0] <= values <= rng[1]:
+                raise OverflowError(f"value {values} does not fit in {_T(atype).name}")
+            return (ctype * 1)(values), 1
+        if (vt is list or vt is tuple) and values and all(type(v) is int for v in values):
+            if min(values) < rng[0] or max(values) > rng[1]:
+                raise OverflowError(f"values {_describe(values)} do not fit in {_T(atype).name}")
+            return (ctype * len(values))(*values), len(values)
+    elif (
+        atype == _T.VOID_PTR
+        and (vt is list or vt is tuple)
+        and values
+        and all(type(v) is int and 0 <= v < 2**64 for v in values)
+    ):
+        # variant-pack data pointers: plain int addresses go straight into the array
+        return (ctype * len(values))(*values), len(values)
     if atype == _T.CHAR:
         data = values.encode() if isinstance(values, str) else values
         if not isinstance(data, bytes | bytearray):
             raise TypeError(f"values for CHAR must be str or bytes, got {_describe(values)}")
         return ctypes.create_string_buffer(bytes(data), len(data)), len(data)
-    if isinstance(values, list | tuple) and not (
+    if (vt is list or vt is tuple) and not (
         atype == _T.FRACTION and len(values) == 2 and isinstance(values[0], int)
     ):
         items = values
-    elif isinstance(values, Iterable) and not isinstance(values, str | bytes):
-        items = tuple(values)
-    else:
+    elif isinstance(values, str | bytes | int | float | enum.Enum) or not isinstance(
+        values, Iterable
+    ):
         items = (values,)
+    else:
+        items = tuple(values)
     n = len(items)
     arr = (ctype * n)()
-    if atype in _INT_RANGE and n and all(type(v) is int for v in items):
-        lo, hi = _INT_RANGE[atype]
-        if min(items) < lo or max(items) > hi:
-            raise OverflowError(f"values {_describe(items)} do not fit in {_T(atype).name}")
-        arr[:] = items  # fast path for plain int lists (dims, strides, uids)
-        return arr, n
     for i, v in enumerate(items):
         arr[i] = _to_c(atype, v, f"values[{i}]")
     return arr, n
@@ -575,8 +595,9 @@ class BackendDescriptor(Resource):
             arr, n = ctypes.byref(values), 1
         else:
             arr, n = _pack(atype, values)
-            if atype == _T.BACKEND_DESCRIPTOR:
-                # children keep their parents alive: cuDNN may refer to them until we are gone
+            if atype in _REF_TYPES and not isinstance(values, int):
+                # children keep their parents alive: cuDNN refers to these descriptors, handles
+                # and buffers by address until this descriptor is gone (or the value replaced)
                 self._attr_refs[int(name)] = values
         _api("cudnnBackendSetAttribute")(h, name, atype, n, arr)
 
