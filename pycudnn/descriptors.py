@@ -1218,10 +1218,11 @@ class TensorDescriptor(Resource):
         """
         if not isinstance(x, TensorDescriptor):
             raise TypeError(f"x must be a TensorDescriptor, got {_describe(x)}")
+        mode = _enum(mode, enums.BatchNormMode, "mode", _BN_MODES)
         xh = x._h()
         if x.ndim not in (4, 5):
+            # cuDNN batch normalization is defined for 4-D and 5-D tensors only
             raise ValueError(f"x must be 4-D or 5-D for batch normalization, got shape {x.shape}")
-        mode = _enum(mode, enums.BatchNormMode, "mode", _BN_MODES)
         self = cls.__new__(cls)
         h = cls._new_handle()
         _api("cudnnCreateTensorDescriptor")(ctypes.byref(h))
@@ -1493,7 +1494,6 @@ class ConvolutionDescriptor(Resource):
             )
         if ws[0] % g:
             raise ValueError(f"w has {ws[0]} output channels, not divisible by groups={g}")
-        expected = [xs[0], ws[0]]
         for i in range(n):
             eff = dil[i] * (ws[i + 2] - 1) + 1
             o = (xs[i + 2] + 2 * pad[i] - eff) // stride[i] + 1
@@ -1503,7 +1503,6 @@ class ConvolutionDescriptor(Resource):
                     f"{xs[i + 2] + 2 * pad[i]} in spatial dim {i} (x {xs}, w {ws}, pad {pad}, "
                     f"dilation {dil})"
                 )
-            expected.append(o)
         out = (ctypes.c_int * (n + 2))()
         _api("cudnnGetConvolutionNdForwardOutputDim")(h, xh, wh, n + 2, out)
         return tuple(out)
@@ -1974,8 +1973,8 @@ class DropoutDescriptor(Resource):
     states : object with ``.ptr``, optional
         Device buffer of at least :meth:`states_size` bytes (required when *dropout* > 0).
     states_size : int, optional
-        Size of *states* in bytes; default ``states.nbytes`` / ``len(states)`` when available,
-        else ``DropoutDescriptor.states_size(handle)``.
+        Size of *states* in bytes; default ``states.nbytes`` (required when *states* has no
+        ``nbytes``). :meth:`states_size` tells how many bytes the GPU needs.
     seed : int, default 0
         0 to 2**64 - 1.
 
@@ -2033,9 +2032,7 @@ class DropoutDescriptor(Resource):
             if states_size is None:
                 states_size = getattr(states, "nbytes", None)
                 if states_size is None:
-                    states_size = getattr(states, "size", None)
-                if states_size is None:
-                    raise TypeError("states_size is required: states has no .nbytes or .size")
+                    raise TypeError("states_size is required: states has no .nbytes")
             size = _int_in(states_size, "states_size", 0, 2**63 - 1)
         del hptr  # validated; the call re-reads handle.ptr
         return p, sptr, size, seed

@@ -1035,3 +1035,14 @@ def test_bad_backend_values_make_no_c_call(monkeypatch):
             with pytest.raises(exc, match=fragment.replace("[", r"\[").replace("(", r"\(")):
                 b.set(*args)
             assert c_calls.calls == []
+
+
+def test_docs_examples_run():
+    import pathlib
+    import re
+
+    doc = pathlib.Path(__file__).resolve().parent.parent / "docs" / "descriptors.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    assert len(blocks) >= 2
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"docs/descriptors.md[{i}]", "exec"), {"__name__": "docs"})
