@@ -107,15 +107,14 @@ def capture(monkeypatch):
         plans.append(plan)
         return plan
 
-    def allocate(shape, byte_strides, dtype, device, h):
+    def allocate(shape, dtype, device=None, stream=None, *, strides=None):
         isz = np.dtype(dtype).itemsize
-        return Fake(shape, conv._data_type(dtype), tuple(s // isz for s in byte_strides))
+        return Fake(shape, conv._data_type(dtype), tuple(s // isz for s in strides))
 
     monkeypatch.setattr(conv._handle, "get_handle", lambda device=None: handle)
     monkeypatch.setattr(conv, "_cudnn_version", lambda: 91900)
     monkeypatch.setattr(conv, "_plan_for", plan_for)
-    monkeypatch.setattr(conv, "_allocate", allocate)
-    monkeypatch.setattr(conv.memory, "empty", _boom)
+    monkeypatch.setattr(conv.memory, "empty", allocate)
     monkeypatch.setattr(conv.memory, "zeros", _boom)
     conv.clear_caches()
     yield problems, plans
@@ -440,7 +439,7 @@ def test_output_shape_matches_torch_formula():
 # The plan key: every field that changes the plan changes the Problem
 # ==================================================================================================
 def _problem(capture, fn=pycudnn.dnn_conv, *args, **kwargs):
-    problems, _plans_ = capture
+    problems = capture[0]
     n = len(problems)
     fn(*args, **kwargs)
     assert len(problems) == n + 1, "expected a new plan"
@@ -456,7 +455,6 @@ def test_every_argument_changes_the_key(capture):
         "shape": ((x4(n=3), w4()), {}),
         "filter shape": ((x4(), w4(k=5)), {}),
         "layout NHWC": ((x4(nhwc=True), w4(nhwc=True)), {}),
-        "strides (padded rows)": ((x4(strides=(4 * 8 * 9, 8 * 9, 9, 1)), w4()), {}),
         "pads": (base_args, {"border_mode": 1}),
         "stride": (base_args, {"subsample": (2, 1)}),
         "dilation": (base_args, {"dilation": (1, 2)}),
@@ -544,7 +542,7 @@ def test_nhwc_output_allocated_channels_last(capture):
 # Routes (direction_hint) and pointer roles
 # ==================================================================================================
 def test_pointer_roles_per_operation(capture):
-    problems, plans = capture
+    _problems, plans = capture
     img, kerns, top = x4(), w4(), Fake((2, 6, 6, 6))
     y = pycudnn.dnn_conv(img, kerns)
     assert plans[-1].runs[-1][:3] == (img.ptr, kerns.ptr, y.ptr)
@@ -556,38 +554,43 @@ def test_pointer_roles_per_operation(capture):
 
 def test_direction_hint_routes(capture):
     problems, plans = capture
-    img, kerns = x4(), w4()
+    # routes apply when every N/C-transposed view is packed: N == 1 and C == 1 here
+    img, kerns = Fake((1, 1, 8, 8)), Fake((6, 1, 3, 3))
     # 'bprop weights': backward-filter on transposed views, cross-correlation only
     y = pycudnn.dnn_conv(img, kerns, conv_mode="cross", direction_hint="bprop weights")
     p = problems[-1]
     assert p.op == OP_BWD_FILTER
-    assert p.x_shape == (4, 2, 8, 8) and p.y_shape == (4, 6, 3, 3) and p.w_shape == (6, 2, 6, 6)
+    assert p.x_shape == (1, 1, 8, 8) and p.y_shape == (1, 6, 3, 3) and p.w_shape == (6, 1, 6, 6)
     assert plans[-1].runs[-1][:3] == (img.ptr, y.ptr, kerns.ptr)
     # with conv_mode='conv' the kernel would need flipping: stays forward
     pycudnn.dnn_conv(img, kerns, conv_mode="conv", direction_hint="bprop weights")
     assert problems[-1].op == OP_FWD
     # 'full': backward-data of a valid conv with the filters transposed and the mode swapped
-    y = pycudnn.dnn_conv(img, kerns, border_mode="full")
+    img2 = Fake((2, 1, 8, 8))
+    y = pycudnn.dnn_conv(img2, kerns, border_mode="full")
     p = problems[-1]
     assert p.op == OP_BWD_DATA and p.mode == ConvolutionMode.CROSS_CORRELATION
-    assert p.w_shape == (4, 6, 3, 3) and p.y_shape == (2, 4, 8, 8) and p.x_shape == (2, 6, 10, 10)
+    assert p.w_shape == (1, 6, 3, 3) and p.y_shape == (2, 1, 8, 8) and p.x_shape == (2, 6, 10, 10)
     assert p.pads == (0, 0)
-    assert plans[-1].runs[-1][:3] == (y.ptr, kerns.ptr, img.ptr)
-    # 'forward!' keeps the forward operation; groups and strides too
-    pycudnn.dnn_conv(img, kerns, border_mode="full", direction_hint="forward!")
+    assert plans[-1].runs[-1][:3] == (y.ptr, kerns.ptr, img2.ptr)
+    # 'forward!' keeps the forward operation; strides too
+    pycudnn.dnn_conv(img2, kerns, border_mode="full", direction_hint="forward!")
     assert problems[-1].op == OP_FWD and problems[-1].pads == (2, 2)
-    pycudnn.dnn_conv(img, kerns, border_mode="full", subsample=2)
+    pycudnn.dnn_conv(img2, kerns, border_mode="full", subsample=2)
     assert problems[-1].op == OP_FWD
     # a named forward algorithm gives way to the backward-data default on the route
-    pycudnn.dnn_conv(img, kerns, border_mode="full", algo="large")
+    pycudnn.dnn_conv(img2, kerns, border_mode="full", algo="large")
     assert problems[-1].op == OP_BWD_DATA and problems[-1].algo == "guess"
+    # views that are not packed (C > 1): the forward operation
+    pycudnn.dnn_conv(x4(), w4(), border_mode="full")
+    assert problems[-1].op == OP_FWD
 
 
 # ==================================================================================================
 # The hot path: one validation per distinct call, counters
 # ==================================================================================================
 def test_second_call_skips_validation(capture, monkeypatch):
-    problems, plans = capture
+    _problems, plans = capture
     slow_calls = []
     real_slow = conv._slow
 
@@ -622,7 +625,6 @@ def test_second_call_skips_validation(capture, monkeypatch):
 
 
 def test_stream_argument_binds_the_handle(capture):
-    _, plans = capture
     pycudnn.dnn_conv(x4(), w4(), stream=7)
     h = conv._handle.get_handle()
     assert h.stream == 7
@@ -773,9 +775,48 @@ def test_layout_helpers():
     assert conv._layout_of(shape, _packed(shape)) == (True, False)
     assert conv._layout_of(shape, _packed(shape, True)) == (False, True)
     assert conv._layout_of((2, 1, 4, 5), _packed((2, 1, 4, 5))) == (True, True)  # C == 1
-    assert conv._normalise((2, 1, 4, 5), (20, 7, 5, 1), False) == (20, 20, 5, 1)
-    assert conv._normalise((2, 1, 4, 5), (20, 7, 5, 1), True) == (20, 1, 5, 1)
-    assert conv._normalise((2, 3, 4, 5), (120, 40, 10, 2), False) == (120, 40, 10, 2)  # strided
+    assert conv._matches((2, 1, 4, 5), (20, 7, 5, 1), _packed((2, 1, 4, 5)))  # size-1 dim
     assert conv._non_overlapping(shape, _packed(shape))
     assert not conv._non_overlapping(shape, (60, 20, 5, 2))
     assert conv._alignment(0, 4) == 16 and conv._alignment(8, 4) == 8 and conv._alignment(2, 2) == 2
+
+
+def test_unpacked_operands_are_staged(capture, monkeypatch):
+    """Strides that are not packed NCHW/NHWC never reach a plan: the Problem sees packed
+    strides and the call entry copies through cudnnTransformTensor."""
+    problems, plans = capture
+    transforms = []
+
+    def transform(h, alpha, src, x, beta, dst, y):
+        transforms.append((x, y))
+
+    monkeypatch.setattr(_plans, "_QUIET", {"cudnnTransformTensor": transform})
+    padded = Fake((2, 4, 8, 8), strides=(4 * 8 * 9, 8 * 9, 9, 1))  # padded rows
+    base = _problem(capture, pycudnn.dnn_conv, x4(), w4())
+    p = _problem(capture, pycudnn.dnn_conv, padded, w4(), alpha=2.0, beta=0.5)
+    assert p.x_strides == base.x_strides
+    assert len(transforms) == 1 and transforms[0][0] == padded.ptr
+    assert plans[-1].runs[-1][0] == transforms[0][1]  # the plan read the packed copy
+    # a strided output: the plan writes a packed buffer with alpha=1, beta=0; the final copy
+    # applies alpha and beta
+    transforms.clear()
+    out = Fake((2, 6, 6, 6), strides=(6 * 6 * 7, 6 * 7, 7, 1))
+    p = _problem(capture, pycudnn.dnn_conv, x4(), w4(), alpha=2.0, beta=0.5, out=out)
+    assert (p.alpha, p.beta) == (1.0, 0.0)
+    assert len(transforms) == 1 and transforms[0][1] == out.ptr
+    assert plans[-1].runs[-1][2] == transforms[0][0]
+    # mixed layouts: the NCHW image is copied to the NHWC layout of the filter
+    transforms.clear()
+    img, kerns = Fake((2, 4, 8, 8)), Fake((6, 4, 3, 3), nhwc=True)
+    p = _problem(capture, pycudnn.dnn_conv, img, kerns)
+    assert len(transforms) == 1 and transforms[0][0] == img.ptr
+    assert p.x_strides == _packed((2, 4, 8, 8), True) and p.w_strides == _packed((6, 4, 3, 3), True)
+    # transposed N/C views (the direction-hint routes) stay on the forward path
+    img, kerns = x4(), w4()
+    pycudnn.dnn_conv(img, kerns, conv_mode="cross", direction_hint="bprop weights")
+    assert problems[-1].op == OP_FWD
+    # ...unless every view is packed (N == C == 1)
+    pycudnn.dnn_conv(
+        Fake((1, 1, 8, 8)), Fake((3, 1, 3, 3)), conv_mode="cross", direction_hint="bprop weights"
+    )
+    assert problems[-1].op == OP_BWD_FILTER

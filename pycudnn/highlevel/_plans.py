@@ -295,6 +295,7 @@ class GraphPlan:
 
     __slots__ = (
         "__weakref__",
+        "descs",
         "engine",
         "graph",
         "handle",
@@ -321,28 +322,36 @@ class GraphPlan:
         self.workspace = workspace
         self.plan_c = ctypes.c_void_p(plan.ptr)
         self.handle_c = ctypes.c_void_p(handle.ptr)
-        self.packs: dict[tuple[int, int, int, int], tuple[ctypes.c_void_p, BackendDescriptor]] = {}
+        # (x, w, y, workspace) pointers -> finalized variant pack (its address, and its owner)
+        self.packs: dict[tuple[int, int, int, int], ctypes.c_void_p] = {}
+        self.descs: dict[tuple[int, int, int, int], BackendDescriptor] = {}
 
     def pack(self, xp: int, wp: int, yp: int, wsp: int) -> ctypes.c_void_p:
         """The finalized variant pack for these pointers (built once, then cached)."""
         key = (xp, wp, yp, wsp)
-        hit = self.packs.get(key)
-        if hit is not None:
-            return hit[0]
+        c = self.packs.get(key)
+        if c is not None:
+            return c
         vp = BackendDescriptor(BackendDescriptorType.VARIANT_PACK_DESCRIPTOR)
         vp.set(A.VARIANT_PACK_UNIQUE_IDS, T.INT64, (ctypes.c_int64 * 3)(*_UIDS))
         vp.set(A.VARIANT_PACK_DATA_POINTERS, T.VOID_PTR, (ctypes.c_void_p * 3)(xp, wp, yp))
         vp.set(A.VARIANT_PACK_WORKSPACE, T.VOID_PTR, ctypes.c_void_p(wsp or None))
         vp.finalize()
-        if len(self.packs) >= PACKS_PER_PLAN:  # oldest first: dicts keep insertion order
-            self.packs.pop(next(iter(self.packs)))[1].close()
-        c = ctypes.c_void_p(vp.ptr)
-        self.packs[key] = (c, vp)
+        packs = self.packs
+        if len(packs) >= PACKS_PER_PLAN:  # oldest first: dicts keep insertion order
+            old = next(iter(packs))
+            del packs[old]
+            self.descs.pop(old).close()
+        c = packs[key] = ctypes.c_void_p(vp.ptr)
+        self.descs[key] = vp
         return c
 
     def run(self, xp: int, wp: int, yp: int, wsp: int) -> None:
         """Execute on the handle's current stream (the caller bound it)."""
-        rc = _execute_fn()(self.handle_c, self.plan_c, self.pack(xp, wp, yp, wsp))
+        c = self.packs.get((xp, wp, yp, wsp))
+        if c is None:
+            c = self.pack(xp, wp, yp, wsp)
+        rc = (_EXECUTE or _execute_fn())(self.handle_c, self.plan_c, c)
         if rc:
             raise errors.error_for(rc, "cudnnBackendExecute")
 
@@ -350,9 +359,11 @@ class GraphPlan:
         return f"engine {self.engine.index} (workspace {self.workspace} B)"
 
     def close(self) -> None:
-        for _c, vp in self.packs.values():
-            vp.close()
+        """Drop the cached variant packs (the plan itself stays usable)."""
         self.packs.clear()
+        for vp in self.descs.values():
+            vp.close()
+        self.descs.clear()
 
 
 class LegacyPlan:

@@ -190,12 +190,15 @@ _GETTERS: dict[type, Callable[[Any], tuple]] = {}
 
 
 def _getter(tp: type) -> Callable[[Any], tuple]:
+    global _FAST_T
     getter = _GETTERS.get(tp)
     if getter is not None:
         return getter
     module = tp.__module__ or ""
     if module.startswith("torch") and hasattr(tp, "data_ptr") and hasattr(tp, "get_device"):
         getter = _from_torch
+        if module == "torch" and tp.__name__ == "Tensor":
+            _FAST_T = tp
     elif issubclass(tp, memory.DeviceArray):
         getter = _from_device_array
     elif module.startswith("numpy") or (tp.__name__ == "ndarray" and module == "numpy"):
@@ -340,20 +343,6 @@ def _layout_of(shape: Sequence[int], strides: Sequence[int]) -> tuple[bool, bool
     )
 
 
-def _normalise(shape: Sequence[int], strides: Sequence[int], nhwc: bool) -> tuple[int, ...]:
-    """Strides as cuDNN should see them: the canonical packed strides when the tensor is packed
-    in either layout (fixes size-1 dims, like ATen's ``fixSizeOneDimStride``), else as given
-    (size-1 dims get stride 1 if they had 0)."""
-    nchw_ok, nhwc_ok = _layout_of(shape, strides)
-    if nhwc and nhwc_ok:
-        return _layout_strides(shape, True)
-    if nchw_ok:
-        return _layout_strides(shape, False)
-    if nhwc_ok:
-        return _layout_strides(shape, True)
-    return tuple(max(st, 1) if s == 1 else st for s, st in zip(shape, strides, strict=True))
-
-
 def _span(shape: Sequence[int], strides: Sequence[int]) -> int:
     """Elements from the first to one past the last addressed element (0 if empty)."""
     if any(s == 0 for s in shape):
@@ -433,34 +422,61 @@ class _Call:
 
     __slots__ = (
         "alloc",
-        "flip",
+        "alloc_strides",
         "handle",
+        "op",
         "perm",
         "plan",
         "problem",
         "spans",
+        "stage",
         "workspace",
     )
 
     def __init__(
         self,
+        op: int,
         problem: Problem,
         plan: Any,
         handle: Any,
         perm: tuple[int, int, int],
         alloc: tuple | None,
         spans: tuple[int, int, int],
+        stage: _Stage | None = None,
     ):
+        self.op = op  # the user-facing operation (error messages)
         self.problem = problem
         self.plan = plan
         self.handle = handle
-        self.perm = perm
-        self.alloc = alloc  # (shape, element strides, numpy dtype, device) when out is None
-        self.spans = spans  # byte spans of (a, b, out)
+        self.perm = perm  # (a, b, out) index feeding the plan's x, w, y
+        # (shape, numpy dtype, device) and byte strides of a new output when out is None
+        self.alloc = None if alloc is None else alloc[:3]
+        self.alloc_strides = None if alloc is None else alloc[3]
+        self.spans = spans  # byte spans of (a, b, out), for the overlap check
+        self.stage = stage
         self.workspace = plan.workspace
 
 
+class _Stage:
+    """Copies around a plan for operands cuDNN should not see as they are (strides not packed
+    NCHW/NHWC in the problem's layout): inputs are copied into packed buffers before, and a
+    staged output is computed into a packed buffer and then scaled into ``out`` (``alpha``,
+    ``beta`` applied by ``cudnnTransformTensor``)."""
+
+    __slots__ = ("inputs", "output", "scales")
+
+    def __init__(self, inputs: list[tuple], output: tuple | None, scales: tuple):
+        self.inputs = inputs  # [(operand index, shape, numpy dtype, byte strides, src, dst)]
+        self.output = output  # (shape, numpy dtype, byte strides, src, dst) or None
+        self.scales = scales  # ctypes (one, zero, alpha, beta)
+
+
 _local = threading.local()
+
+
+_snapshot = _config.config.snapshot
+#: torch.Tensor once one was seen (the call key then reads tensors without intermediate tuples)
+_FAST_T: type | None = None
 
 
 def _calls() -> Any:
@@ -477,32 +493,58 @@ def _workspace_ptr(h: Any, nbytes: int) -> int:
     return memory.get_workspace(h, nbytes)[0]
 
 
-def _allocate(
-    shape: tuple[int, ...], byte_strides: tuple[int, ...], dtype: Any, device: int, h: Any
-) -> Any:
-    """A new ``DeviceArray`` (stream-ordered on the handle's stream) in a dense layout."""
-    return memory.empty(shape, dtype, device, h.stream, strides=byte_strides)
-
-
-def _execute(call: _Call, pa: int, pb: int, po: int | None, out: Any, stream: Any) -> Any:
-    """Run a ready call entry; *po* is out's pointer (None: allocate the output)."""
+def _run_call(call: _Call, pa: int, pb: int, po: int | None, out: Any, stream: Any) -> Any:
+    """Run a ready call entry (the slow path's twin of the inlined hot path)."""
+    if call.stage is not None:
+        return _execute_staged(call, pa, pb, po, out, stream)
     h = call.handle
     if stream is not None:
-        h.set_stream(stream)  # no C call when unchanged
+        h.set_stream(stream)
     if out is None:
-        shape, strides, dtype, device = call.alloc
-        out = _allocate(shape, strides, dtype, device, h)
+        out = memory.empty(*call.alloc, h.stream, strides=call.alloc_strides)
         po = out.ptr
     sa, sb, so = call.spans
-    if so and ((po < pa + sa and pa < po + so) or (po < pb + sb and pb < po + so)):
-        raise ValueError(
-            f"{_FUNC[(call.problem.op, len(call.problem.x_shape) - 2)]}: out overlaps an input; "
-            "cuDNN's outputs may not alias its inputs"
-        )
+    if (po < pa + sa and pa < po + so) or (po < pb + sb and pb < po + so):
+        _overlap(call)
     ptrs = (pa, pb, po)
-    perm = call.perm
-    wsp = _workspace_ptr(h, call.workspace) if call.workspace else 0
-    call.plan.run(ptrs[perm[0]], ptrs[perm[1]], ptrs[perm[2]], wsp)
+    x, w, y = call.perm
+    ws = call.workspace
+    call.plan.run(ptrs[x], ptrs[w], ptrs[y], _workspace_ptr(h, ws) if ws else 0)
+    return out
+
+
+def _execute_staged(call: _Call, pa: int, pb: int, po: int | None, out: Any, stream: Any) -> Any:
+    h = call.handle
+    if stream is not None:
+        h.set_stream(stream)
+    if out is None:
+        out = memory.empty(*call.alloc, h.stream, strides=call.alloc_strides)
+        po = out.ptr
+    sa, sb, so = call.spans
+    if (po < pa + sa and pa < po + so) or (po < pb + sb and pb < po + so):
+        _overlap(call)
+    st = call.stage
+    one, zero, alpha, beta = st.scales
+    transform = _plans.quiet_api("cudnnTransformTensor")
+    device = h.device
+    ptrs = [pa, pb, po]
+    keep = []  # the packed copies live until the plan has been queued (freed stream-ordered)
+    for idx, shape, npdt, strides, src, dst in st.inputs:
+        tmp = memory.empty(shape, npdt, device, h.stream, strides=strides)
+        transform(h.ptr, ctypes.byref(one), src, ptrs[idx], ctypes.byref(zero), dst, tmp.ptr)
+        keep.append(tmp)
+        ptrs[idx] = tmp.ptr
+    final = None
+    if st.output is not None:
+        shape, npdt, strides, src, dst = st.output
+        final = memory.empty(shape, npdt, device, h.stream, strides=strides)
+        keep.append(final)
+        ptrs[2] = final.ptr
+    x, w, y = call.perm
+    ws = call.workspace
+    call.plan.run(ptrs[x], ptrs[w], ptrs[y], _workspace_ptr(h, ws) if ws else 0)
+    if final is not None:
+        transform(h.ptr, ctypes.byref(alpha), src, final.ptr, ctypes.byref(beta), dst, po)
     return out
 
 
@@ -525,51 +567,60 @@ def _conv(
     out: Any,
     stream: Any,
 ) -> Any:
-    ga = _operand(a)
-    gb = _operand(b)
-    if out is not None:
+    # -- the call key: what the caller passed, read as cheaply as each array kind allows --------
+    # (one flat tuple: hashing nested tuples costs more; op and nd fix the operands' ranks)
+    if type(a) is _FAST_T and type(b) is _FAST_T:  # torch tensors: no intermediate tuples
+        pa = a.data_ptr()
+        pb = b.data_ptr()
+        ka = (a.shape, a.stride(), a.dtype, a.get_device(), pa & 15,
+              b.shape, b.stride(), b.dtype, b.get_device(), pb & 15)  # fmt: skip
+    else:
+        ga = _operand(a)
+        gb = _operand(b)
+        pa, pb = ga[0], gb[0]
+        ka = (ga[1], ga[2], ga[3], ga[4], pa & 15, gb[1], gb[2], gb[3], gb[4], pb & 15)
+    if out is None:
+        po = okey = None
+    elif type(out) is _FAST_T:
+        po = out.data_ptr()
+        okey = (out.shape, out.stride(), out.dtype, out.get_device(), po & 15)
+    else:
         go = _operand(out)
         po = go[0]
         okey = (go[1], go[2], go[3], go[4], po & 15)
-    else:
-        po = okey = None
     if type(shp) is list:
         shp = tuple(shp)
-    key = (
-        op,
-        nd,
-        ga[1],
-        ga[2],
-        ga[3],
-        ga[4],
-        ga[0] & 15,
-        gb[1],
-        gb[2],
-        gb[3],
-        gb[4],
-        gb[0] & 15,
-        okey,
-        shp,
-        border_mode,
-        subsample,
-        dilation,
-        conv_mode,
-        hint,
-        algo,
-        precision,
-        num_groups,
-        alpha,
-        beta,
-        _config.config.snapshot(),
-    )
-    calls = _calls()
+    key = (op, nd, ka, okey, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
+           precision, num_groups, alpha, beta, _snapshot())  # fmt: skip
     try:
-        call = calls.get(key)
+        calls = _local.calls
+    except AttributeError:
+        calls = _calls()
+    data = calls.data
+    try:
+        call = data.get(key)
     except TypeError:  # an unhashable argument (a list, an array): no call caching
-        call, key = None, None
-    if call is not None:
+        call = key = None
+    if call is not None:  # (no LRU reordering here: the call cache evicts oldest-inserted)
         try:
-            result = _execute(call, ga[0], gb[0], po, out, stream)
+            if call.stage is not None:
+                result = _execute_staged(call, pa, pb, po, out, stream)
+            else:
+                # -- the hot path, inlined -----------------------------------------------------
+                h = call.handle
+                if stream is not None:
+                    h.set_stream(stream)  # no C call when unchanged
+                if out is None:
+                    out = memory.empty(*call.alloc, h.stream, strides=call.alloc_strides)
+                    po = out.ptr
+                sa, sb, so = call.spans
+                if (po < pa + sa and pa < po + so) or (po < pb + sb and pb < po + so):
+                    _overlap(call)
+                ptrs = (pa, pb, po)
+                x, w, y = call.perm
+                ws = call.workspace
+                call.plan.run(ptrs[x], ptrs[w], ptrs[y], _workspace_ptr(h, ws) if ws else 0)
+                result = out
         except MemoryError:
             # the plan's workspace no longer fits: forget it and search again (smaller ones)
             _plans.evict(call.problem)
@@ -577,27 +628,15 @@ def _conv(
         else:
             _plans.stats.hits += 1
             return result
-    return _slow(
-        op,
-        nd,
-        a,
-        b,
-        ga,
-        gb,
-        shp,
-        border_mode,
-        subsample,
-        dilation,
-        conv_mode,
-        hint,
-        algo,
-        precision,
-        num_groups,
-        alpha,
-        beta,
-        out,
-        stream,
-        key,
+    return _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
+                 precision, num_groups, alpha, beta, out, stream, key)  # fmt: skip
+
+
+def _overlap(call: _Call) -> None:
+    p = call.problem
+    raise ValueError(
+        f"{_FUNC[(call.op, len(p.x_shape) - 2)]}: out overlaps an input; cuDNN's outputs may not "
+        "alias its inputs"
     )
 
 
@@ -623,28 +662,11 @@ def _shape_arg(value: Any, nd: int, name: str, func: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _slow(
-    op,
-    nd,
-    a,
-    b,
-    ga,
-    gb,
-    shp,
-    border_mode,
-    subsample,
-    dilation,
-    conv_mode,
-    hint,
-    algo,
-    precision,
-    num_groups,
-    alpha,
-    beta,
-    out,
-    stream,
-    key,
-):
+def _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
+          precision, num_groups, alpha, beta, out, stream, key):  # fmt: skip
+    """Validate and normalise a call, find (or search) its plan, cache the call entry, run it."""
+    ga = _operand(a)
+    gb = _operand(b)
     func = _FUNC[(op, nd)]
     flags = _config.config.snapshot()
     go = _operand(out) if out is not None else None
@@ -822,24 +844,42 @@ def _slow(
     ):
         _check_int32(func, what, s, st)
 
-    # -- roles and routes --------------------------------------------------------------------------
+    # -- layouts: what cuDNN sees is packed NCHW or NHWC, the rest is staged through copies ------
+    # (the graph API's engines computed garbage for other stride orders, e.g. N/C-transposed
+    # views, instead of refusing them; ATen also makes operands contiguous first)
     mode = ConvolutionMode.CONVOLUTION if conv_mode == "conv" else ConvolutionMode.CROSS_CORRELATION
-    a_str, b_str = _normalise(ga[1], ga[2], nhwc), _normalise(gb[1], gb[2], nhwc)
-    o_str = _normalise(out_shape, o_strides, nhwc)
+    a_can = _layout_strides(ga[1], nhwc)
+    b_can = _layout_strides(gb[1], nhwc)
+    o_can = _layout_strides(out_shape, nhwc)
+    staged_in = [
+        i for i, g, can in ((0, ga, a_can), (1, gb, b_can)) if not _matches(g[1], g[2], can)
+    ]
+    staged_out = go is not None and not _matches(out_shape, o_strides, o_can)
     if op == OP_FWD:
-        roles = (xs, a_str, ws_, b_str, ys, o_str, (0, 1, 2))
+        roles = (xs, a_can, ws_, b_can, ys, o_can, (0, 1, 2))
     elif op == OP_BWD_DATA:
-        roles = (xs, o_str, ws_, a_str, ys, b_str, (2, 0, 1))
+        roles = (xs, o_can, ws_, a_can, ys, b_can, (2, 0, 1))
     else:
-        roles = (xs, a_str, ws_, o_str, ys, b_str, (0, 2, 1))
+        roles = (xs, a_can, ws_, o_can, ys, b_can, (0, 2, 1))
     route = None
-    if op == OP_FWD and groups == 1 and all(s == 1 for s in sub) and all(d == 1 for d in dil):
+    if (
+        op == OP_FWD
+        and groups == 1
+        and all(s == 1 for s in sub)
+        and all(d == 1 for d in dil)
+        and not staged_in
+        and not staged_out
+    ):
         if hint == "bprop weights" and all(p == 0 for p in pads) and conv_mode == "cross":
             route = OP_BWD_FILTER
         elif hint != "forward!" and isinstance(border_mode, str) and border_mode.lower() == "full":
             route = OP_BWD_DATA
-    residues = (ga[0] & 15, gb[0] & 15, 0 if go is None else go[0] & 15)
-    align = tuple(_alignment(r, isz) for r in residues)
+    residues = (
+        16 if 0 in staged_in else ga[0] & 15,
+        16 if 1 in staged_in else gb[0] & 15,
+        0 if go is None or staged_out else go[0] & 15,
+    )
+    align = tuple(_alignment(r & 15, isz) for r in residues)
     h = _handle.get_handle(device)
     if stream is not None:
         h.set_stream(stream)
@@ -851,8 +891,9 @@ def _slow(
         allow_tf32=bool(flags.allow_tf32) and dt == DataType.FLOAT,
         deterministic=bool(flags.deterministic or det),
         workspace_limit=-1 if flags.workspace_limit is None else int(flags.workspace_limit),
-        alpha=float(alpha),
-        beta=float(beta),
+        # a staged output takes alpha/beta in its final copy; the plan writes a fresh buffer
+        alpha=1.0 if staged_out else float(alpha),
+        beta=0.0 if staged_out else float(beta),
     )
     ptrs = (ga[0], gb[0], go[0] if go is not None else None)
     spans = (
@@ -860,35 +901,20 @@ def _slow(
         _span(gb[1], gb[2]) * isz,
         _span(out_shape, o_strides) * isz,
     )
+    npdt = numpy_dtype(dt)
     alloc = None
     if go is None:
-        alloc = (out_shape, tuple(st * isz for st in o_strides), numpy_dtype(dt), device)
+        alloc = (out_shape, npdt, device, tuple(st * isz for st in o_can))
+    stage = None
+    if staged_in or staged_out:
+        stage = _make_stage(dt, npdt, isz, staged_in, staged_out, (ga, gb), (a_can, b_can),
+                            out_shape, o_strides, o_can, alpha, beta)  # fmt: skip
 
     call = None
     if route is not None:
-        call = _routed_call(
-            route,
-            op,
-            nd,
-            xs,
-            ws_,
-            ys,
-            a_str,
-            b_str,
-            o_str,
-            mode,
-            dil,
-            align,
-            base,
-            algo,
-            explicit,
-            flags,
-            func,
-            h,
-            ptrs,
-            alloc,
-            spans,
-        )
+        call = _routed_call(route, op, nd, xs, ws_, ys, a_can, b_can, o_can, mode, dil,
+                            align, base, algo, explicit, flags, func, h, ptrs, alloc, spans,
+                            nhwc)  # fmt: skip
     if call is None:
         xshape, xstr, wshape, wstr, yshape, ystr, perm = roles
         p = Problem(
@@ -909,10 +935,11 @@ def _slow(
             algo=policy,
             **base,
         )
-        plan = _plan_for(p, h, ptrs, perm, alloc, flags)
-        call = _Call(p, plan, h, perm, alloc, spans)
+        # timing (time_*) runs on the caller's buffers, or on the packed copies when staged
+        plan = _plan_for(p, h, ptrs if stage is None else None, perm, alloc, flags)
+        call = _Call(op, p, plan, h, perm, alloc, spans, stage)
     try:
-        result = _execute(call, ga[0], gb[0], go[0] if go is not None else None, out, None)
+        result = _run_call(call, ga[0], gb[0], go[0] if go is not None else None, out, None)
     except (errors.CudnnError, MemoryError):
         _plans.evict(call.problem)  # a plan that cannot run is never kept
         raise
@@ -921,31 +948,40 @@ def _slow(
     return result
 
 
-def _routed_call(
-    route,
-    op,
-    nd,
-    xs,
-    ws_,
-    ys,
-    a_str,
-    b_str,
-    o_str,
-    mode,
-    dil,
-    align,
-    base,
-    algo,
-    explicit,
-    flags,
-    func,
-    h,
-    ptrs,
-    alloc,
-    spans,
-):
+def _make_stage(dt, npdt, isz, staged_in, staged_out, gs, cans, out_shape, o_strides, o_can,
+                alpha, beta):  # fmt: skip
+    from ..descriptors import TensorDescriptor
+
+    def desc(shape: tuple, strides: tuple) -> Any:
+        fixed = tuple(max(st, 1) for st in strides)  # size-1 dims may carry stride 0
+        return TensorDescriptor(shape, dt, fixed)
+
+    inputs = []
+    for i in staged_in:
+        g, can = gs[i], cans[i]
+        shape = tuple(g[1])
+        inputs.append(
+            (i, shape, npdt, tuple(st * isz for st in can), desc(shape, g[2]), desc(shape, can))
+        )
+    output = None
+    if staged_out:
+        output = (
+            out_shape,
+            npdt,
+            tuple(st * isz for st in o_can),
+            desc(out_shape, o_can),
+            desc(out_shape, o_strides),
+        )
+    st = ctypes.c_double if dt == DataType.DOUBLE else ctypes.c_float
+    return _Stage(inputs, output, (st(1.0), st(0.0), st(float(alpha)), st(float(beta))))
+
+
+def _routed_call(route, op, nd, xs, ws_, ys, a_str, b_str, o_str, mode, dil, align, base, algo,
+                 explicit, flags, func, h, ptrs, alloc, spans, nhwc):  # fmt: skip
     """Theano's ``direction_hint`` routes of ``dnn_conv`` (views only, no copies), or None when
-    the gradient operation has no engine for the views (then the forward runs as usual)."""
+    a view is not packed in the problem's layout (transposing N and C of a packed tensor rarely
+    is: only with a size-1 N or C) or the gradient operation has no engine for the views; the
+    forward then runs as usual."""
     try:
         chosen = algo if explicit else getattr(flags, _CONFIG_ALGO[route])
         policy, det = _policy(route, chosen, flags, func, routed=True)
@@ -972,6 +1008,15 @@ def _routed_call(
             if mode == ConvolutionMode.CONVOLUTION
             else ConvolutionMode.CONVOLUTION
         )
+    for shape, strides in ((x_shape, x_str), (w_shape, w_str), (y_shape, y_str)):
+        if not _matches(shape, strides, _layout_strides(shape, nhwc)):
+            return None
+        # the views' strides, made canonical for their size-1 dims
+    x_str, w_str, y_str = (
+        _layout_strides(x_shape, nhwc),
+        _layout_strides(w_shape, nhwc),
+        _layout_strides(y_shape, nhwc),
+    )
     p = Problem(
         op=route,
         mode=int(mode2),
@@ -994,7 +1039,7 @@ def _routed_call(
         plan = _plan_for(p, h, ptrs, perm, alloc, flags)
     except (errors.NotSupportedError, errors.BadParamError):
         return None
-    return _Call(p, plan, h, perm, alloc, spans)
+    return _Call(op, p, plan, h, perm, alloc, spans)
 
 
 def _alignment(residue: int, isz: int) -> int:
@@ -1044,7 +1089,7 @@ def _plan_for(p: Problem, h: Any, ptrs: tuple, perm: tuple, alloc: tuple | None,
     return plan
 
 
-def _graph_plan(p: Problem, h: Any, ptrs: tuple, perm: tuple, alloc: tuple | None) -> Any:
+def _graph_plan(p: Problem, h: Any, ptrs: tuple | None, perm: tuple, alloc: tuple | None) -> Any:
     def ws(nbytes: int) -> int:
         return _workspace_ptr(h, nbytes)
 
@@ -1052,15 +1097,22 @@ def _graph_plan(p: Problem, h: Any, ptrs: tuple, perm: tuple, alloc: tuple | Non
     if p.algo == "time":
 
         def timing(plans: list) -> list[float]:
-            # time on the real inputs and a scratch output (an accumulating out must stay intact)
+            # time on the caller's inputs and a scratch output (an accumulating out must stay
+            # intact); staged calls (ptrs None) time on scratch buffers throughout
             out_role = {OP_FWD: 2, OP_BWD_DATA: 0, OP_BWD_FILTER: 1}[p.op]
-            shape = (p.x_shape, p.w_shape, p.y_shape)[out_role]
-            strides = (p.x_strides, p.w_strides, p.y_strides)[out_role]
             npdt = numpy_dtype(DataType(p.dtype))
-            n = max(_span(shape, strides), 1)
-            scratch = _allocate((n,), (npdt.itemsize,), npdt, p.device, h)
-            role_ptrs = [ptrs[perm[0]], ptrs[perm[1]], ptrs[perm[2]]]
-            role_ptrs[out_role] = scratch.ptr
+            keep = []
+            role_ptrs = []
+            for role, (shape, strides) in enumerate(
+                ((p.x_shape, p.x_strides), (p.w_shape, p.w_strides), (p.y_shape, p.y_strides))
+            ):
+                if ptrs is not None and role != out_role:
+                    role_ptrs.append(ptrs[perm[role]])
+                    continue
+                n = max(_span(shape, strides), 1)
+                buf = memory.empty((n,), npdt, p.device, h.stream)
+                keep.append(buf)
+                role_ptrs.append(buf.ptr)
 
             def run(gp: Any) -> None:
                 gp.run(*role_ptrs, ws(gp.workspace) if gp.workspace else 0)
@@ -1068,9 +1120,9 @@ def _graph_plan(p: Problem, h: Any, ptrs: tuple, perm: tuple, alloc: tuple | Non
             try:
                 return _plans.time_plans(plans, run, h.stream)
             finally:
-                for gp in plans:  # packs for the scratch pointer are of no further use
+                for gp in plans:  # packs for the scratch pointers are of no further use
                     gp.close()
-                del scratch
+                del keep
 
     return _plans.search_graph_plan(p, h, ws, timing)
 
