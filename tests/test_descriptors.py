@@ -375,16 +375,30 @@ def test_from_ptr_reads_through_cudnn():
     api.cudnnDestroyTensorDescriptor(raw)
 
 
-def test_no_cudnn_deprecation_warnings():
+def test_no_cudnn_deprecation_warnings(monkeypatch):
+    # fresh state: no deprecated function has been called (and warned about) in this process
+    monkeypatch.setattr(errors, "_warned", set())
+    monkeypatch.setattr(errors, "_checked", {})
+    monkeypatch.setattr(pycudnn.descriptors, "_API", {})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ConvolutionDescriptor(1).forward_output_shape(
             TensorDescriptor((1, 1, 4, 4)), FilterDescriptor((1, 1, 3, 3))
         )
         PoolingDescriptor(2).forward_output_shape(TensorDescriptor((1, 1, 4, 4)))
-        ActivationDescriptor().close()
-        ReduceTensorDescriptor().close()
-        OpTensorDescriptor().close()
+        TensorDescriptor.derive_bn(TensorDescriptor((1, 2, 3, 4)))
+        for make in (ActivationDescriptor, ReduceTensorDescriptor, OpTensorDescriptor):
+            make().close()
+    # direct use of the checked raw API still warns (for a function this layer never called)
+    import ctypes
+
+    from pycudnn import api
+
+    with pytest.warns(errors.CudnnDeprecationWarning, match="cudnnGetFilter4dDescriptor"):
+        w = FilterDescriptor((1, 2, 3, 4))
+        out = [ctypes.c_int() for _ in range(6)]
+        api.cudnnGetFilter4dDescriptor(w, *(ctypes.byref(o) for o in out))
+    assert [o.value for o in out[2:]] == [1, 2, 3, 4]
 
 
 def test_only_cudnn_can_judge_gives_categorised_error():
