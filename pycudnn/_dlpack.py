@@ -182,7 +182,9 @@ _USED_NAME_V = b"used_dltensor_versioned"
 
 # -- export ------------------------------------------------------------------------------------
 _exports: dict[int, tuple[Any, ...]] = {}  # manager_ctx key -> (struct, shape, strides, owner)
-_exports_lock = threading.Lock()
+# re-entrant: a consumer's deleter (which removes an entry) may run from a garbage collection
+# triggered while this thread is adding one
+_exports_lock = threading.RLock()
 _keys = itertools.count(1)
 
 

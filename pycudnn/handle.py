@@ -322,12 +322,21 @@ def coerce_stream(stream: Any) -> int:
 
 # -- handles -------------------------------------------------------------------------------------
 _create_lock = threading.Lock()
+_live = [0]  # owned handles not yet destroyed (Handle.live_count)
+# re-entrant: a finalizer (which counts) may run while this thread holds the lock
+_live_lock = threading.RLock()
+
+
+def _count(n: int) -> None:
+    with _live_lock:
+        _live[0] += n
 
 
 def _destroy_handle(ptr: int, device: int, destroy: Any) -> None:
     """Finalizer body: only values and an early-bound function, never the Handle itself."""
     if sys.is_finalizing():  # too late: CUDA may already be torn down; the OS reclaims it
         return
+    _count(-1)
     try:
         rt = _runtime()
         err, previous = rt.cudaGetDevice()
@@ -393,6 +402,7 @@ class Handle:
             api.cudnnCreate(ctypes.byref(handle))
         ptr = int(handle.value or 0)
         self._finalizer = weakref.finalize(self, _destroy_handle, ptr, dev, _lib.cudnnDestroy)
+        _count(1)
         self._init(ptr, dev, None)
         if stream is not None:
             self.set_stream(stream)
@@ -454,7 +464,13 @@ class Handle:
 
     @property
     def closed(self) -> bool:
+        """True after :meth:`close` or :meth:`detach`."""
         return not self._ptr
+
+    @classmethod
+    def live_count(cls) -> int:
+        """How many handles pycudnn created and has not destroyed yet (for leak tests)."""
+        return _live[0]
 
     def set_stream(self, stream: Any) -> int:
         """Bind the handle to *stream* (``cudnnSetStream``) unless it is already bound to it.
@@ -501,9 +517,11 @@ class Handle:
     def detach(self) -> int:
         """Give up ownership: return the pointer; this object will no longer destroy it."""
         ptr = self.ptr
-        if self._finalizer is not None:
-            self._finalizer.detach()
-            self._finalizer = None
+        if self._finalizer is not None and self._finalizer.detach() is not None:
+            _count(-1)
+        self._finalizer = None
+        self._ptr = 0
+        self._stream_obj = None
         return ptr
 
     def __enter__(self) -> Handle:

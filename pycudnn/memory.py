@@ -1002,7 +1002,7 @@ def to_device(
     if _is_dense(host.shape, host.strides, host.itemsize) and not host.flags.c_contiguous:
         strides = host.strides
     else:
-        host = np.ascontiguousarray(host)
+        host = np.array(host, order="C", copy=not host.flags.c_contiguous)  # keeps 0-d
         strides = None
     dev, sid = _resolve(device, stream, "pycudnn.to_device")
     out = _allocate(host.shape, dt, strides, dev, sid, _keep(stream))

@@ -203,8 +203,10 @@ def test_from_ptr_is_not_owning_and_close_is_idempotent():
 
 
 def test_detach_returns_pointer():
+    n = Handle.live_count()
     h = Handle.from_ptr(0x1000, 0)
     assert h.detach() == 0x1000
+    assert h.closed and Handle.live_count() == n  # borrowed wrappers are not counted
 
 
 def test_close_frees_workspaces():

@@ -83,16 +83,26 @@ def test_bad_device_ordinal():
 
 
 def test_private_handle_lifecycle():
+    get_handle(0)
+    gc.collect()
+    live = Handle.live_count()
     with Handle(0) as h:
         assert h.ptr and h is not get_handle(0)
+        assert Handle.live_count() == live + 1
         fin = h._finalizer
     assert h.closed and not fin.alive
+    assert Handle.live_count() == live
     h.close()  # idempotent
     h3 = Handle(0)
     fin = h3._finalizer
     del h3
     gc.collect()
     assert not fin.alive  # destroyed by the finalizer
+    assert Handle.live_count() == live
+    h4 = Handle(0)
+    ptr = h4.detach()  # ours to destroy now
+    assert h4.closed and Handle.live_count() == live
+    api.cudnnDestroy(ptr)
 
 
 def test_set_stream_binds_and_skips_unchanged(monkeypatch):
