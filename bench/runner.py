@@ -87,7 +87,8 @@ class Child:
         self.quick = quick
         self.result: dict[str, Any] = {"mode": mode, "items": [], "skipped": []}
         self.meta: dict[str, Any] = {}
-        self.keep: list[tuple[str, Callable[[], object], Callable[[], object]]] = []
+        # (label, pycudnn call, torch call, tf32) of every item, for the engine capture
+        self.keep: list[tuple[str, Callable[[], object], Callable[[], object], bool]] = []
 
     # -- setup ----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -289,9 +290,9 @@ class Child:
                         th_side.gpu_ms, th_side.host_us = b.gpu_ms, b.host_us
                         item["calls_per_block"] = a.extra.get("calls_per_block")
                         py_side.extra["plan"] = self.pc_last_plan()
-                        self.keep.append((f"{case.id} {op}", py, th))
+                        self.keep.append((f"{case.id} {op}", py, th, case.tf32))
                     else:
-                        self.keep.append((f"{case.id} {op}", lambda: None, th))
+                        self.keep.append((f"{case.id} {op}", lambda: None, th, case.tf32))
             except Exception as exc:
                 th_side.error = th_side.error or f"{type(exc).__name__}: {exc}"
                 log(f"{label}: failed: {traceback.format_exc(limit=3)}")
@@ -625,19 +626,23 @@ class Child:
         try:
             self.backend.sync()
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _label, py, th in self.keep:
-                    for fn in (py, th):
-                        torch.cuda._sleep(1)
-                        try:
-                            fn()
-                        except Exception:
-                            pass
+                for _label, py, th, tf32 in self.keep:
+                    # the same math mode as when timed (the call caches key on it)
+                    torch.backends.cudnn.allow_tf32 = tf32
+                    with self.pc.config.override(allow_tf32=tf32):
+                        for fn in (py, th):
+                            torch.cuda._sleep(1)
+                            try:
+                                fn()
+                            except Exception:
+                                pass
+                torch.backends.cudnn.allow_tf32 = False
                 torch.cuda._sleep(1)
                 self.backend.sync()
             kernels = _kernel_events(prof)
             segments = split_by_marker(kernels, MARKER_KERNEL)
             by_label = {}
-            for i, (label, _py, _th) in enumerate(self.keep):
+            for i, (label, _py, _th, _tf32) in enumerate(self.keep):
                 seg_py = segments[2 * i] if 2 * i < len(segments) else []
                 seg_th = segments[2 * i + 1] if 2 * i + 1 < len(segments) else []
                 by_label[label] = (summarize_kernels(seg_py), summarize_kernels(seg_th))
