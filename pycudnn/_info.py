@@ -335,15 +335,14 @@ def report(self_test: bool = True) -> tuple[str, bool]:
         ]
     if self_test:
         lines += ["", "Self-test (GPU 0, against float64 NumPy references)"]
-        results = _self_test()
-        for name, ok, msg in results:
-            healthy &= ok
-            lines += [f"  {'PASS' if ok else 'FAIL'}  {name:<10} {msg}"]
+        for name, verdict, msg in _self_test():
+            healthy &= verdict != "FAIL"
+            lines += [f"  {verdict:<4}  {name:<10} {msg}"]
     return "\n".join(lines), healthy
 
 
-def _self_test() -> list[tuple[str, bool, str]]:
-    """Run each self-test case; a failing case is reported, not raised."""
+def _self_test() -> list[tuple[str, str, str]]:
+    """Run each self-test case: (name, PASS/FAIL/SKIP, detail); failures are reported."""
     from . import _selftest
 
     out = []
@@ -351,9 +350,11 @@ def _self_test() -> list[tuple[str, bool, str]]:
         t0 = time.perf_counter()
         try:
             msg = case()
-            out.append((name, True, f"{msg} ({(time.perf_counter() - t0) * 1e3:.1f} ms)"))
+            out.append((name, "PASS", f"{msg} ({(time.perf_counter() - t0) * 1e3:.1f} ms)"))
+        except _selftest.SelfTestSkip as exc:
+            out.append((name, "SKIP", str(exc)))
         except Exception as exc:  # report every failure, keep going
-            out.append((name, False, f"{type(exc).__name__}: {exc}"))
+            out.append((name, "FAIL", f"{type(exc).__name__}: {exc}"))
     return out
 
 

@@ -1,0 +1,143 @@
+"""The GPU self-test of ``python -m pycudnn``: small real cuDNN calls checked against NumPy.
+
+Each case returns a one-line summary (the max error against a float64 NumPy reference) or raises;
+``SelfTestSkip`` marks a case this version cannot run yet. Outputs are poisoned with NaN first,
+so a call that writes nothing cannot pass.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import warnings
+
+import numpy as np
+
+__all__ = ["CASES", "SelfTestSkip"]
+
+
+class SelfTestSkip(Exception):
+    """The case cannot run in this build (reported as SKIP, not as a failure)."""
+
+
+_rng = np.random.default_rng()
+
+
+def _check(name: str, got: np.ndarray, want: np.ndarray, tol: float) -> str:
+    err = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
+    if not np.isfinite(got).all() or err > tol:
+        raise AssertionError(f"{name}: max abs error {err:.3g} > {tol:g}")
+    return f"max abs error {err:.1e}"
+
+
+def _legacy(fn_name: str, *args) -> None:
+    from . import api, errors
+
+    with warnings.catch_warnings():  # the legacy API is CUDNN_DEPRECATED; this is deliberate
+        warnings.simplefilter("ignore", errors.CudnnDeprecationWarning)
+        getattr(api, fn_name)(*args)
+
+
+def _poisoned(shape) -> object:
+    from . import memory
+
+    out = memory.empty(shape, np.float32)
+    out.fill_(np.nan)
+    return out
+
+
+def conv() -> str:
+    from . import memory
+    from .highlevel import dnn_conv
+
+    x = _rng.standard_normal((2, 3, 9, 9))
+    w = _rng.standard_normal((4, 3, 3, 3))
+    out = _poisoned((2, 4, 9, 9))
+    dnn_conv(
+        memory.to_device(x.astype(np.float32)),
+        memory.to_device(w.astype(np.float32)),
+        border_mode="half",
+        conv_mode="cross",
+        out=out,
+    )
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))  # n c h w kh kw
+    want = np.einsum("nchwij,kcij->nkhw", win, w)
+    return _check("conv", out.get(), want, 1e-3)
+
+
+def _scalars():
+    one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+    return ctypes.byref(one), ctypes.byref(zero)
+
+
+def softmax() -> str:
+    from . import memory
+    from .descriptors import TensorDescriptor
+    from .enums import SoftmaxAlgorithm, SoftmaxMode
+    from .handle import get_handle
+
+    x = _rng.standard_normal((4, 10, 1, 1))
+    xd = memory.to_device(x.astype(np.float32))
+    out = _poisoned(x.shape)
+    desc = TensorDescriptor(x.shape, "float32")
+    one, zero = _scalars()
+    h = get_handle()
+    _legacy("cudnnSoftmaxForward", h.ptr, SoftmaxAlgorithm.ACCURATE, SoftmaxMode.CHANNEL,
+            one, desc.ptr, xd.ptr, zero, desc.ptr, out.ptr)  # fmt: skip
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return _check("softmax", out.get(), e / e.sum(axis=1, keepdims=True), 1e-5)
+
+
+def pool() -> str:
+    from . import memory
+    from .descriptors import PoolingDescriptor, TensorDescriptor
+    from .handle import get_handle
+
+    x = _rng.standard_normal((2, 3, 8, 8))
+    xd = memory.to_device(x.astype(np.float32))
+    out = _poisoned((2, 3, 4, 4))
+    pd = PoolingDescriptor(2, 2, mode="max")
+    one, zero = _scalars()
+    _legacy("cudnnPoolingForward", get_handle().ptr, pd.ptr, one,
+            TensorDescriptor(x.shape, "float32").ptr, xd.ptr, zero,
+            TensorDescriptor(out.shape, "float32").ptr, out.ptr)  # fmt: skip
+    want = x.reshape(2, 3, 4, 2, 4, 2).max(axis=(3, 5))
+    return _check("pool", out.get(), want, 0.0)
+
+
+def batchnorm() -> str:
+    from . import memory
+    from .descriptors import TensorDescriptor
+    from .enums import BatchNormMode
+    from .handle import get_handle
+
+    x = _rng.standard_normal((4, 3, 5, 5))
+    scale, bias = _rng.standard_normal(3), _rng.standard_normal(3)
+    mean, var = _rng.standard_normal(3), _rng.uniform(0.5, 2.0, 3)
+    eps = 1e-5
+    xd_, out = memory.to_device(x.astype(np.float32)), _poisoned(x.shape)
+    params = [
+        memory.to_device(a.astype(np.float32).reshape(1, 3, 1, 1)) for a in (scale, bias, mean, var)
+    ]
+    xdesc = TensorDescriptor(x.shape, "float32")
+    pdesc = TensorDescriptor.derive_bn(xdesc, "spatial")
+    one, zero = _scalars()
+    _legacy("cudnnBatchNormalizationForwardInference", get_handle().ptr, BatchNormMode.SPATIAL,
+            one, zero, xdesc.ptr, xd_.ptr, xdesc.ptr, out.ptr, pdesc.ptr,
+            *(p.ptr for p in params), ctypes.c_double(eps))  # fmt: skip
+    c = (slice(None), None, None)
+    want = scale[c] * (x - mean[c]) / np.sqrt(var[c] + eps) + bias[c]
+    return _check("batchnorm", out.get(), want, 1e-4)
+
+
+def lstm() -> str:
+    raise SelfTestSkip("RNNBlock (the v8 RNN API) is not in this version of pycudnn yet")
+
+
+CASES = [
+    ("conv", conv),
+    ("pool", pool),
+    ("batchnorm", batchnorm),
+    ("softmax", softmax),
+    ("lstm", lstm),
+]
