@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pycudnn._selftest import _check as _orig
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -39,6 +41,3 @@ def test_self_test_cases_detect_wrong_results(name, monkeypatch):
     monkeypatch.setattr(_selftest, "_check", lambda n, got, want, tol: _orig(n, got, want + 1, tol))
     with pytest.raises(AssertionError):
         dict(_selftest.CASES)[name]()
-
-
-from pycudnn._selftest import _check as _orig  # noqa: E402
