@@ -982,10 +982,8 @@ class BackendDescriptor(Resource):
         if handle is not None:
             _keep_handle(handle, "handle")
             attrs.append((BackendAttributeName.OPERATIONGRAPH_HANDLE, _T.HANDLE, handle))
-        self = cls._build(BackendDescriptorType.OPERATIONGRAPH_DESCRIPTOR, attrs, finalize)
-        if handle is not None:
-            self._refs.append(handle)
-        return self
+        # set() keeps the handle object alive with the other attribute values
+        return cls._build(BackendDescriptorType.OPERATIONGRAPH_DESCRIPTOR, attrs, finalize)
 
 
 _CONV_MODES = {
@@ -1986,7 +1984,7 @@ class DropoutDescriptor(Resource):
 
     _c_type = _lib.cudnnDropoutDescriptor_t
     _destroy_name = "cudnnDestroyDropoutDescriptor"
-    __slots__ = ("_handle",)
+    __slots__ = ("_handle", "_states")
 
     def __init__(
         self,
@@ -2007,12 +2005,16 @@ class DropoutDescriptor(Resource):
         h = self._new_handle()
         _api("cudnnCreateDropoutDescriptor")(ctypes.byref(h))
         self._adopt(h)
-        self._handle = None
+        self._handle = self._states = None
         if args is not None:
             self._set("cudnnSetDropoutDescriptor", handle, states, *args)
 
     def _init_from_ptr(self) -> None:
-        self._handle = None
+        self._handle = self._states = None
+
+    def _mark_closed(self) -> None:
+        super()._mark_closed()
+        self._handle = self._states = None
 
     @staticmethod
     def _validate(
@@ -2043,7 +2045,7 @@ class DropoutDescriptor(Resource):
         _api(fn)(self._h(), _keep_handle(handle, "handle"), p, sptr or None, size, seed)
         # children keep their parents alive: cuDNN uses the handle's stream and the states
         self._handle = handle
-        self._refs[:] = [r for r in (handle, states) if r is not None]
+        self._states = states
 
     def set(
         self,
