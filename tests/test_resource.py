@@ -347,3 +347,28 @@ def test_explicit_close_works_for_raw_handles():
     api.cudnnGetTensorSizeInBytes(t, ctypes.byref(size))
     assert size.value == 4
     t.close()
+
+
+@pytest.mark.parametrize("make", FAMILIES, ids=IDS)
+def test_from_ptr_wrapper_reads_the_same(make):
+    """Properties read through cuDNN: a borrowed wrapper reports what the owner does."""
+    d = make()
+    view = type(d).from_ptr(d.ptr, owner=d)
+    skip = {"ptr", "owned", "closed", "is_set", "descriptor_type", "is_finalized"}
+    names = [
+        n
+        for n in dir(type(d))
+        if not n.startswith("_") and isinstance(getattr(type(d), n), property) and n not in skip
+    ]
+    for name in names:
+        try:
+            expected = getattr(d, name)
+        except ValueError:  # e.g. DropoutDescriptor.dropout without a handle
+            continue
+        if isinstance(d, descriptors.SpatialTransformerDescriptor):
+            assert getattr(view, name) is None  # no getter in cuDNN
+        else:
+            assert getattr(view, name) == expected, name
+    assert repr(view).endswith(", borrowed)") or "ptr=" in repr(view)
+    view.close()
+    d.close()
