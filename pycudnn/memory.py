@@ -589,17 +589,93 @@ class DeviceArray:
             raise ValueError(f"cannot reshape size {self.size} into {new}")
         if not self.is_c_contiguous:
             raise ValueError("reshape needs a C-contiguous array; copy it first")
+        return self._view(self._ptr, new, _c_strides(new, self.itemsize))
+
+    def _view(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> DeviceArray:
+        """A view of the same memory (keeps the allocation, or this array, alive)."""
         return DeviceArray(
-            self._ptr,
-            new,
+            ptr,
+            shape,
             self._dtype,
-            _c_strides(new, self.itemsize),
+            strides,
             self._device,
             self._stream,
             self._base if self._base is not None else self,
             self._readonly,
             self._dl_device_type,
         )
+
+    def __getitem__(self, key: Any) -> DeviceArray:
+        """Basic indexing, as in numpy: ints, slices (any step), ``...`` and ``None``.
+
+        Returns a view (no copy); an int removes its dimension. Boolean and array indexing are
+        not supported.
+        """
+        if not isinstance(key, tuple):
+            key = (key,)
+        if sum(k is Ellipsis for k in key) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        ndim = len(self._shape)
+        n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+        if n_real > ndim:
+            raise IndexError(f"too many indices: array is {ndim}-dimensional, {n_real} given")
+        fill = (slice(None),) * (ndim - n_real)
+        if Ellipsis in key:
+            at = next(i for i, k in enumerate(key) if k is Ellipsis)
+            key = key[:at] + fill + key[at + 1 :]
+        else:
+            key = key + fill
+        ptr = self._ptr
+        shape: list[int] = []
+        strides: list[int] = []
+        dim = 0
+        for k in key:
+            if k is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            n, st = self._shape[dim], self._strides[dim]
+            dim += 1
+            if isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                length = len(range(start, stop, step))
+                if length:
+                    ptr += start * st
+                shape.append(length)
+                strides.append(st * step)
+                continue
+            if isinstance(k, (bool, np.bool_)) or not hasattr(k, "__index__"):
+                raise IndexError(
+                    f"only integers, slices, '...' and None index a DeviceArray, not {k!r}"
+                )
+            i = operator.index(k)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {dim - 1} with size {n}")
+            ptr += (i % n) * st
+        return self._view(ptr, tuple(shape), tuple(strides))
+
+    def transpose(self, *axes: Any) -> DeviceArray:
+        """A view with the dimensions permuted (default: reversed), as ``numpy.transpose``.
+
+        ``x.transpose(0, 3, 1, 2)`` views NHWC-ordered data as NCHW without a copy.
+        """
+        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
+            axes = tuple(axes[0])
+        ndim = len(self._shape)
+        order = tuple(reversed(range(ndim))) if not axes else tuple(operator.index(a) for a in axes)
+        order = tuple(a + ndim if a < 0 else a for a in order)
+        if sorted(order) != list(range(ndim)):
+            raise ValueError(f"axes {axes} are not a permutation of {ndim} dimensions")
+        return self._view(
+            self._ptr,
+            tuple(self._shape[a] for a in order),
+            tuple(self._strides[a] for a in order),
+        )
+
+    @property
+    def T(self) -> DeviceArray:
+        """The transposed view (dimensions reversed)."""
+        return self.transpose()
 
     # -- protocols ------------------------------------------------------------------------------
     @property

@@ -255,3 +255,15 @@ def test_importing_the_runtime_modules_loads_nothing():
         "assert 'torch' not in sys.modules and 'cupy' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@no_gpu
+def test_high_level_call_without_gpu_says_a_gpu_is_needed():
+    np = pytest.importorskip("numpy")
+    highlevel = pytest.importorskip("pycudnn.highlevel")
+    from pycudnn.memory import DeviceArray
+
+    x = DeviceArray.from_ptr(0x7F0000000000, (1, 3, 8, 8), np.float32, device=0, check=False)
+    w = DeviceArray.from_ptr(0x7F0000100000, (4, 3, 3, 3), np.float32, device=0, check=False)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        highlevel.dnn_conv(x, w)

@@ -244,3 +244,13 @@ def test_eight_threads_get_their_own_handles_and_streams():
         assert own == bound == s
         assert r["ok"]
     gc.collect()  # the threads' handles are destroyed with their thread-local storage
+
+
+def test_one_handle_per_device():
+    if hmod.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    before = hmod.current_device()
+    h0, h1 = get_handle(0), get_handle(1)
+    assert h0 is not h1 and (h0.device, h1.device) == (0, 1)
+    assert get_handle(1) is h1
+    assert hmod.current_device() == before  # creation restored the caller's device

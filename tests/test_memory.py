@@ -631,3 +631,133 @@ def test_bare_capsule_is_consumed_once():
     assert "used_dltensor" in repr(cap)
     with pytest.raises(TypeError, match="consumed already"):
         pycudnn.asarray(cap)
+
+
+# -- views: indexing and transposes match numpy (metadata only: host memory as the fake address) --
+def _mirror(host: np.ndarray) -> DeviceArray:
+    return DeviceArray.from_ptr(
+        host.ctypes.data, host.shape, host.dtype, host.strides, device=0, check=False, owner=host
+    )
+
+
+def _same_view(view: DeviceArray, ref: np.ndarray) -> None:
+    assert view.shape == ref.shape
+    assert view.dtype == ref.dtype
+    if ref.size:
+        assert view.ptr == ref.__array_interface__["data"][0]
+        for n, a, b in zip(ref.shape, view.strides, ref.strides, strict=True):
+            assert n == 1 or a == b
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        0,
+        -1,
+        slice(None),
+        slice(1, None),
+        slice(None, None, -1),
+        slice(4, 0, -2),
+        slice(2, 2),
+        (Ellipsis, 1),
+        (1, Ellipsis, slice(None, None, 2)),
+        (None, 0),
+        (slice(None), None, 1, Ellipsis),
+        (2, 3, 1),
+        (slice(-2, None), slice(None, None, 3), -1),
+        Ellipsis,
+        (),
+        np.int64(1),
+    ],
+)
+def test_getitem_matches_numpy(key):
+    host = np.arange(5 * 6 * 4, dtype=np.float32).reshape(5, 6, 4)
+    _same_view(_mirror(host)[key], _np_view(host, key))
+
+
+def _np_view(host: np.ndarray, key) -> np.ndarray:
+    """numpy's view for *key* (a trailing ... keeps all-integer keys from giving a scalar)."""
+    key = key if isinstance(key, tuple) else (key,)
+    return host[key] if Ellipsis in key else host[(*key, Ellipsis)]
+
+
+def test_getitem_errors_and_keeps_the_base():
+    host = np.zeros((3, 4), np.float32)
+    a = _mirror(host)
+    for bad, exc in [
+        ((0, 0, 0), IndexError),
+        (3, IndexError),
+        (-4, IndexError),
+        ((Ellipsis, Ellipsis), IndexError),
+        (True, IndexError),
+        (1.0, IndexError),
+        ([0, 1], IndexError),
+    ]:
+        with pytest.raises(exc):
+            a[bad]
+    view = a[1:, ::2]
+    assert view.base is host and not view.is_dense  # the owner of the memory is kept
+    assert view[0].base is host
+    b = fake((3, 4))
+    assert b[1].base is b and b[1][2].base is b  # views of views share the root
+
+
+@pytest.mark.parametrize(
+    "axes", [(), ((0, 2, 3, 1),), (0, 3, 1, 2), (3, 2, 1, 0), (-1, 0, 1, 2), ([1, 0, 2, 3],)]
+)
+def test_transpose_matches_numpy(axes):
+    host = np.arange(2 * 3 * 4 * 5, dtype=np.float16).reshape(2, 3, 4, 5)
+    view = _mirror(host).transpose(*axes)
+    _same_view(view, host.transpose(*axes))
+    assert view.is_dense
+
+
+def test_transpose_views_nhwc_as_nchw():
+    nhwc = np.zeros((2, 4, 5, 3), np.float32)
+    v = _mirror(nhwc).transpose(0, 3, 1, 2)
+    assert v.shape == (2, 3, 4, 5) and v.is_dense and not v.is_c_contiguous
+    assert _mirror(nhwc).T.shape == (3, 5, 4, 2)
+    with pytest.raises(ValueError, match="permutation"):
+        _mirror(nhwc).transpose(0, 1, 1, 2)
+
+
+hypothesis = pytest.importorskip("hypothesis")
+st = hypothesis.strategies
+
+
+@st.composite
+def _arrays_and_keys(draw):
+    shape = tuple(draw(st.lists(st.integers(0, 5), min_size=0, max_size=4)))
+    host = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+    if draw(st.booleans()) and host.ndim:
+        host = host.transpose(draw(st.permutations(range(host.ndim))))
+    key = []
+    for n in host.shape:
+        if n and draw(st.booleans()):
+            key.append(draw(st.integers(-n, n - 1)))
+        else:
+            key.append(
+                slice(
+                    draw(st.none() | st.integers(-6, 6)),
+                    draw(st.none() | st.integers(-6, 6)),
+                    draw(st.none() | st.sampled_from([-3, -2, -1, 1, 2, 3])),
+                )
+            )
+    return host, tuple(key)
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(_arrays_and_keys())
+def test_views_and_layout_predicates_agree_with_numpy(case):
+    host, key = case
+    view = _mirror(host)[key]
+    ref = _np_view(host, key)
+    _same_view(view, ref)
+    assert view.is_c_contiguous == ref.flags.c_contiguous or ref.size <= 1
+    lo, hi = mem._extent(view.shape, view.strides, view.itemsize)
+    if ref.size:
+        low, high = np.lib.array_utils.byte_bounds(ref)
+        assert (view.ptr + lo, view.ptr + hi) == (low, high)
+    # a dense view is exactly its elements, packed
+    if view.is_dense and ref.size:
+        assert hi - lo == ref.nbytes

@@ -384,3 +384,47 @@ print("done")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().endswith("done")
     assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr
+
+
+# -- several devices (skipped on one-GPU machines) -------------------------------------------------
+def _two_devices():
+    from pycudnn import handle as hmod
+
+    if hmod.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+
+
+def test_arrays_on_another_device_are_placed_and_checked():
+    _two_devices()
+    from pycudnn import handle as hmod
+
+    before = hmod.current_device()
+    x = np.arange(10, dtype=np.float32)
+    a1 = pycudnn.to_device(x, device=1)
+    assert a1.device == 1 and hmod.current_device() == before
+    assert mem.check_device_pointer(a1.ptr) == 1
+    np.testing.assert_array_equal(a1.get(), x)
+    a1.fill_(2.0)
+    np.testing.assert_array_equal(a1.get(), np.full(10, 2.0, np.float32))
+    with pytest.raises(ValueError, match="a is on device 1, but the handle is on device 0"):
+        mem.check_operand(a1, get_handle(0), argument="a")
+    assert mem.check_operand(a1, get_handle(1), argument="a") is a1
+    h1 = get_handle(1)
+    ptr, _size = mem.get_workspace(h1, 1 << 20)
+    assert mem.check_device_pointer(ptr) == 1
+    assert hmod.current_device() == before
+
+
+def test_views_read_and_write_the_right_elements():
+    x = np.arange(6 * 8, dtype=np.float32).reshape(6, 8)
+    a = pycudnn.to_device(x)
+    for key in [(slice(1, None), slice(None, None, 2)), slice(None, None, -1), (2,), (Ellipsis, 3)]:
+        np.testing.assert_array_equal(a[key].get(), x[key])
+    np.testing.assert_array_equal(a.T.get(), x.T)
+    a[2].fill_(-1.0)  # a dense row of a bigger array
+    a[4:].copy_(np.zeros((2, 8), np.float32))
+    x[2] = -1.0
+    x[4:] = 0.0
+    np.testing.assert_array_equal(a.get(), x)
+    with pytest.raises(NotImplementedError):
+        a[:, ::2].fill_(0.0)
