@@ -395,6 +395,8 @@ def _problem_of_last_call():
         ("bwd_filter", "fp32"),
         ("fwd", "fp16"),
         ("bwd_filter", "bf16"),
+        ("fwd", "tf32"),
+        ("bwd_data", "fp64"),
     ],
 )
 def test_every_engine_agrees_with_the_reference(op, prec):

@@ -11,22 +11,32 @@ Caching design (the hot path)
 A call first builds a *call key*: a flat tuple of what the caller passed that is cheap to read
 -- each operand's shape, element strides, dtype, device and pointer residue mod 16 (which fixes
 its byte alignment), the convolution arguments exactly as given, ``alpha``/``beta`` and the
-calling thread's ``pycudnn.config.snapshot()`` (a cached, hashable tuple). A per-thread LRU maps
+calling thread's ``pycudnn.config.snapshot()`` (a cached, hashable tuple). A per-thread bounded
+dict (oldest-inserted evicted first; no reordering on hits, which would hash the key twice) maps
 call keys to a ready *call entry*: the plan (from :mod:`._plans`), the handle, how the three
 pointers map onto the plan's x/w/y, the output's allocation spec and the operands' byte spans.
 A hit therefore skips parsing and validation entirely (the key pins everything they depend on)
 and only reads three pointers, checks that ``out`` does not overlap an input, fetches the
 workspace pointer when the plan needs one, finds the variant pack cached for those pointers and
 calls ``cudnnBackendExecute`` -- no stream query, and ``cudnnSetStream`` only when ``stream=``
-names a different stream than the handle's.
+names a different stream than the handle's. Measured on an H200 (tiny fp32 conv, ``out=``
+given): 9.5 us per call, of which 3.0 us Python and 6.5 us variant-pack lookup + execute;
+torch's ``F.conv2d`` 12.8 us.
 
 A miss validates everything before any C call (ranks, channels and groups, pads, strides,
 dilations, empty outputs, dtypes and precision, int32 limits, alignment, devices, overlap),
 normalises the problem to a :class:`._plans.Problem` (so differently spelt calls share one plan)
-and gets its plan from the plan cache, searching only when that misses too.
+and gets its plan from the LRU plan cache, searching only when that misses too (0.7 ms cold for
+the tiny conv: the heuristics' first config is tried before the others are fetched).
+
+Layouts: cuDNN only ever sees operands packed NCHW or NHWC, all in one layout (NHWC when an
+operand is unambiguously channels-last). Any other strides -- sliced or padded views, transposed
+N/C views, a mix of layouts, a strided ``out`` -- are staged through packed copies made with
+``cudnnTransformTensor`` (the graph API's engines returned wrong results, not an error, for
+N/C-transposed strides). PyTorch likewise makes operands contiguous in one memory format.
 
 ``pycudnn.highlevel.conv.cache_info()`` exposes hit/miss counters; ``clear_caches()`` empties all
-of it.
+of it; ``set_cache_size()`` bounds it.
 """
 
 from __future__ import annotations
