@@ -428,3 +428,38 @@ def test_views_read_and_write_the_right_elements():
     np.testing.assert_array_equal(a.get(), x)
     with pytest.raises(NotImplementedError):
         a[:, ::2].fill_(0.0)
+
+
+# -- the README snippets of this issue, run as written ---------------------------------------------
+README_NUMPY = """
+# GPU: move a numpy array to the GPU and back
+import numpy as np
+import pycudnn
+
+x = pycudnn.to_device(np.arange(12, dtype=np.float32).reshape(3, 4))
+print(x)                    # DeviceArray(shape=(3, 4), dtype=float32, device=0, ptr=0x...)
+y = x.get()                 # a new numpy array
+assert (y == np.arange(12).reshape(3, 4)).all()
+"""
+
+README_TORCH = """
+# GPU: view a torch tensor without a copy, and the other way round
+import torch
+import pycudnn
+
+t = torch.ones(2, 3, device="cuda")
+v = pycudnn.asarray(t)      # no copy: the same memory
+assert v.ptr == t.data_ptr()
+t.mul_(5)                   # written through torch ...
+assert (v.get() == 5).all() # ... read through pycudnn
+u = torch.from_dlpack(v)    # back to torch, still no copy
+assert u.data_ptr() == t.data_ptr()
+"""
+
+
+def test_readme_numpy_snippet():
+    exec(compile(README_NUMPY, "README.md", "exec"), {"__name__": "readme"})
+
+
+def test_readme_torch_snippet(torch):
+    exec(compile(README_TORCH, "README.md", "exec"), {"__name__": "readme"})
