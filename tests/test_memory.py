@@ -8,6 +8,7 @@ them.
 from __future__ import annotations
 
 import gc
+import typing
 import weakref
 
 import numpy as np
@@ -761,3 +762,69 @@ def test_views_and_layout_predicates_agree_with_numpy(case):
     # a dense view is exactly its elements, packed
     if view.is_dense and ref.size:
         assert hi - lo == ref.nbytes
+
+
+# -- workspace growth logic, with the allocation faked (the GPU tests do it for real) --------------
+class FakeAllocation:
+    log: typing.ClassVar[list] = []
+    fail_above: int | None = None
+    next_ptr = ADDR
+
+    def __init__(self, nbytes, device, stream, keep=None, *, free_sync=False):
+        if FakeAllocation.fail_above is not None and nbytes > FakeAllocation.fail_above:
+            raise errors.AllocationError(4004, "cudaMallocAsync", f"{nbytes} bytes")
+        self.nbytes, self.device, self.stream, self.free_sync = nbytes, device, stream, free_sync
+        self.ptr = FakeAllocation.next_ptr
+        FakeAllocation.next_ptr += 1 << 30
+        FakeAllocation.log.append(("alloc", nbytes, stream))
+
+    def release(self, stream):
+        FakeAllocation.log.append(("release", self.nbytes, stream))
+
+    def close(self):
+        FakeAllocation.log.append(("close", self.nbytes, self.stream))
+
+
+@pytest.fixture
+def fake_alloc(monkeypatch):
+    FakeAllocation.log = []
+    FakeAllocation.fail_above = None
+    monkeypatch.setattr(mem, "_Allocation", FakeAllocation)
+    return FakeAllocation
+
+
+def test_workspace_is_grow_only_per_stream(fake_alloc):
+    mib = 1 << 20
+    h = Handle.from_ptr(0x1000, 0, stream=0x50)
+    p1, s1 = mem.get_workspace(h, 1000)
+    assert s1 == mib and fake_alloc.log == [("alloc", mib, 0x50)]  # whole MiB, handle's stream
+    assert mem.get_workspace(h, mib) == (p1, s1)  # fits: reused, nothing allocated
+    p2, s2 = mem.get_workspace(h, mib + 1)
+    assert s2 == 2 * mib and p2 != p1
+    assert fake_alloc.log[-2:] == [("release", mib, 0x50), ("alloc", 2 * mib, 0x50)]
+    p3, s3 = mem.get_workspace(h, 10, stream=0x60)  # its own buffer on another stream
+    assert p3 != p2 and mem.workspace_size(h, 0x60) == s3 == mib
+    assert mem.workspace_size(h) == 2 * mib
+    mem.release_workspace(h, 0x60)
+    assert fake_alloc.log[-1] == ("release", mib, 0x60) and mem.workspace_size(h, 0x60) == 0
+    h.close()  # frees what is left, synchronously
+    assert fake_alloc.log[-1] == ("close", 2 * mib, 0x50)
+
+
+def test_workspace_rounding_is_capped_by_the_limit(fake_alloc):
+    h = Handle.from_ptr(0x1000, 0)
+    with pycudnn.config.override(workspace_limit=1500):
+        assert mem.get_workspace(h, 1200)[1] == 1500
+        with pytest.raises(errors.AllocationError, match="1501 bytes"):
+            mem.get_workspace(h, 1501)
+    assert mem.get_workspace(h, 1400)[1] == 1500  # still there after the failure
+
+
+def test_workspace_falls_back_to_the_exact_size(fake_alloc):
+    h = Handle.from_ptr(0x1000, 0)
+    fake_alloc.fail_above = 3000  # the rounded size fails, the exact one fits
+    assert mem.get_workspace(h, 2500)[1] == 2500
+    fake_alloc.fail_above = 0
+    with pytest.raises(MemoryError):
+        mem.get_workspace(h, 2 << 20)
+    assert mem.workspace_size(h) == 0  # the old buffer was released before the attempt
