@@ -1390,6 +1390,8 @@ def get_workspace(handle: Any, nbytes: int, stream: Any = None) -> tuple[int, in
 
     One grow-only buffer per (handle, stream): a smaller request reuses it, a larger one frees
     it (stream-ordered) and allocates anew. Zero bytes gives ``(0, 0)`` unless a buffer exists.
+    The pointer stays valid for work queued on *stream* until the next larger request for the
+    same (handle, stream), or until the handle is closed.
 
     Parameters
     ----------
