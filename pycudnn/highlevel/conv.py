@@ -19,9 +19,9 @@ A hit therefore skips parsing and validation entirely (the key pins everything t
 and only reads three pointers, checks that ``out`` does not overlap an input, fetches the
 workspace pointer when the plan needs one, finds the variant pack cached for those pointers and
 calls ``cudnnBackendExecute`` -- no stream query, and ``cudnnSetStream`` only when ``stream=``
-names a different stream than the handle's. Measured on an H200 (tiny fp32 conv, ``out=``
-given): 9.5 us per call, of which 3.0 us Python and 6.5 us variant-pack lookup + execute;
-torch's ``F.conv2d`` 12.8 us.
+names a different stream than the handle's. Measured on two H200 hosts (tiny fp32 conv,
+``out=`` given): 9.5 / 11.9 us per call, of which 3.0 / 3.5 us Python and 6.5 / 7.7 us
+variant-pack lookup + execute; torch's ``F.conv2d`` 12.8 / 15.2 us in the same processes.
 
 A miss validates everything before any C call (ranks, channels and groups, pads, strides,
 dilations, empty outputs, dtypes and precision, int32 limits, alignment, devices, overlap),
