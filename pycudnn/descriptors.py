@@ -33,7 +33,6 @@ import enum
 import fractions
 import math
 import operator
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Self
 
@@ -69,28 +68,11 @@ INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 DIM_MAX = 8  # CUDNN_DIM_MAX
 
+
 # -- calling cuDNN ---------------------------------------------------------------------------------
-_API: dict[str, Callable[..., Any]] = {}
-
-
 def _api(name: str) -> Callable[..., Any]:
-    """The checked C function *name*, without cuDNN deprecation warnings for this layer's calls."""
-    fn = _API.get(name)
-    if fn is None:
-        checked = errors.checked(name)
-        if _lib.PROTOTYPES[name][3]:  # CUDNN_DEPRECATED: only its first call can warn
-
-            def first_call(*args: Any, _checked: Any = checked, _name: str = name) -> Any:
-                _API[_name] = _checked  # later calls never warn (errors warns once per function)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", errors.CudnnDeprecationWarning)
-                    return _checked(*args)
-
-            fn = first_call
-        else:
-            fn = checked
-        _API[name] = fn
-    return fn
+    """The checked C function *name*; no deprecation warning for calls this layer makes."""
+    return errors.checked(name, warn=False)
 
 
 # -- argument validation (pure Python, no C calls) -------------------------------------------------

@@ -179,14 +179,18 @@ def _deprecated(name: str, fn):
     return call
 
 
-def checked(name: str):
+_quiet: dict[str, object] = {}
+
+
+def checked(name: str, *, warn: bool = True):
     """The checked form of the C function *name*: raises on a non-zero status, returns None.
 
     Functions that return something other than a status (versions, strings) are returned as is.
     Calling a ``CUDNN_DEPRECATED`` one warns once per function with
-    :class:`CudnnDeprecationWarning`.
+    :class:`CudnnDeprecationWarning`; pycudnn's own layers pass ``warn=False`` where they call a
+    legacy function on the user's behalf, which neither warns nor uses up that one warning.
     """
-    fn = _checked.get(name)
+    fn = (_checked if warn else _quiet).get(name)
     if fn is not None:
         return fn
     proto = _lib.PROTOTYPES.get(name)
@@ -194,15 +198,13 @@ def checked(name: str):
         raise AttributeError(f"cudnn.h has no function {name!r}")
     restype, argtypes, _where, deprecated = proto
     with _checked_lock:
-        if name in _checked:
-            return _checked[name]
-        raw = getattr(_lib, name)
-        if getattr(raw, "missing", False) or restype is not _lib.cudnnStatus_t:
-            fn = raw
-        else:
-            fn = _loader.load().cdll[name]  # a new function object: errcheck stays off _lib's
-            fn.restype, fn.argtypes, fn.errcheck = restype, argtypes, _errcheck
-        if deprecated:
-            fn = _deprecated(name, fn)
-        _checked[name] = fn
-    return fn
+        if name not in _quiet:
+            raw = getattr(_lib, name)
+            if getattr(raw, "missing", False) or restype is not _lib.cudnnStatus_t:
+                fn = raw
+            else:
+                fn = _loader.load().cdll[name]  # a new function object: errcheck stays off _lib's
+                fn.restype, fn.argtypes, fn.errcheck = restype, argtypes, _errcheck
+            _quiet[name] = fn
+            _checked[name] = _deprecated(name, fn) if deprecated else fn
+    return (_checked if warn else _quiet)[name]

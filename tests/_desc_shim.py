@@ -12,7 +12,7 @@ import contextlib
 
 import pytest
 
-from pycudnn import _lib, descriptors, errors
+from pycudnn import _lib, errors
 
 
 class CCalls:
@@ -41,8 +41,7 @@ def counting_c_calls(monkeypatch: pytest.MonkeyPatch):
         counted.__name__ = name
         return counted
 
-    monkeypatch.setattr(errors, "checked", lambda name: wrap(name, real_checked(name)))
-    monkeypatch.setattr(descriptors, "_API", {})
+    monkeypatch.setattr(errors, "checked", lambda name, **kw: wrap(name, real_checked(name, **kw)))
     for name in _lib.PROTOTYPES:
         monkeypatch.setattr(_lib, name, wrap(name, getattr(_lib, name)), raising=False)
     yield rec

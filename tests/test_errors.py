@@ -70,7 +70,8 @@ def test_builtin_mixins():
 def test_message_format_and_pickle():
     e = errors.BadParamError(2002, "cudnnSetTensorNdDescriptor", "dimA is NULL")
     assert str(e) == (
-        "cudnnSetTensorNdDescriptor failed: CUDNN_STATUS_BAD_PARAM_NULL_POINTER (2002): dimA is NULL"
+        "cudnnSetTensorNdDescriptor failed: CUDNN_STATUS_BAD_PARAM_NULL_POINTER (2002): "
+        "dimA is NULL"
     )
     e2 = pickle.loads(pickle.dumps(e))
     assert type(e2) is errors.BadParamError and str(e2) == str(e)
@@ -99,7 +100,9 @@ def test_failing_call_raises_with_last_error_text():
         assert e.api == "cudnnSetTensor4dDescriptor"
         assert e.status == enums.Status.BAD_PARAM
         assert "n <= 0" in e.detail  # cuDNN's own text from cudnnGetLastErrorString
-        assert str(e).startswith("cudnnSetTensor4dDescriptor failed: CUDNN_STATUS_BAD_PARAM (2000): ")
+        assert str(e).startswith(
+            "cudnnSetTensor4dDescriptor failed: CUDNN_STATUS_BAD_PARAM (2000): "
+        )
         assert errors.last_error_string() == ""  # read once
     finally:
         api.cudnnDestroyTensorDescriptor(d)

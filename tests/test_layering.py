@@ -96,4 +96,6 @@ def test_public_names_resolve():
             getattr(pycudnn, name)
         except (AttributeError, ImportError) as exc:
             missing.append(f"{name}: {exc}")
-    assert not missing, "public names in pycudnn.__all__ that do not resolve:\n" + "\n".join(missing)
+    assert not missing, "public names in pycudnn.__all__ that do not resolve:\n" + "\n".join(
+        missing
+    )

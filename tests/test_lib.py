@@ -123,7 +123,7 @@ def test_enum_classes_and_deprecation_marks():
 def test_constants():
     assert lib.CUDNN_DIM_MAX == 8
     assert (lib.CUDNN_SEV_ERROR_EN, lib.CUDNN_SEV_WARNING_EN, lib.CUDNN_SEV_INFO_EN) == (2, 4, 8)
-    assert lib.CUDNN_BN_MIN_EPSILON == 0.0 and lib.CUDNN_LRN_MIN_K == pytest.approx(1e-5)
+    assert lib.CUDNN_BN_MIN_EPSILON == 0.0 and pytest.approx(1e-5) == lib.CUDNN_LRN_MIN_K
     assert lib.CUDNN_VERSION == lib.HEADER_VERSION == 92800
     assert lib.CUDNN_MAX_DEVICE_VERSION == 1210
     assert lib.CUDNN_STATUS_CATEGORY(2007) == 2000 and lib.CUDNN_STATUS_SPECIFIC_ERROR(2007) == 7

@@ -48,7 +48,8 @@ def test_import_loads_nothing_and_is_fast():
             "dt": dt,
             "mapped": "libcudnn" in maps,
             "lib_imported": "pycudnn._lib" in sys.modules,
-            "loaded": sys.modules.get("pycudnn._loader") and sys.modules["pycudnn._loader"].loaded(),
+            "loaded": "pycudnn._loader" in sys.modules
+                      and sys.modules["pycudnn._loader"].loaded() is not None,
         }))
         """
     )
@@ -153,7 +154,8 @@ def test_concurrent_first_use_loads_once():
             seen.append(id(_loader.load()))
         ts = [threading.Thread(target=work) for _ in range(16)]
         [t.start() for t in ts]; [t.join() for t in ts]
-        print(json.dumps({"distinct": len(set(seen)), "files": _loader.libcudnn_files_in_process()}))
+        files = _loader.libcudnn_files_in_process()
+        print(json.dumps({"distinct": len(set(seen)), "files": files}))
         """
     )
     assert out["distinct"] == 1

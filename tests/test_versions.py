@@ -30,7 +30,9 @@ def test_decode_both_encodings(runtime, decoded):
     ],
 )
 def test_compatibility_rule(runtime, ok, kind):
-    c = _info.check_compatibility(runtime, HEADER, runtime_path="/x/libcudnn.so", bindings_path="/b")
+    c = _info.check_compatibility(
+        runtime, HEADER, runtime_path="/x/libcudnn.so", bindings_path="/b"
+    )
     assert (c.ok, c.kind) == (ok, kind)
     if kind == "mismatch":
         # both versions, both paths, and what to do
@@ -64,7 +66,10 @@ def test_sublibrary_mismatch_is_fatal(monkeypatch):
     monkeypatch.setattr(
         _info,
         "sublibrary_checks",
-        lambda: {"graph": "CUDNN_STATUS_SUCCESS", "ops": "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH"},
+        lambda: {
+            "graph": "CUDNN_STATUS_SUCCESS",
+            "ops": "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH",
+        },
     )
     with pytest.raises(errors.VersionMismatchError, match="ops: CUDNN_STATUS_SUBLIBRARY"):
         pycudnn.version()

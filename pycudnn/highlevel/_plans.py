@@ -41,7 +41,6 @@ import ctypes
 import os
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -144,24 +143,10 @@ def _execute_fn() -> Callable[..., int]:
     return _EXECUTE
 
 
-_QUIET: dict[str, Callable[..., Any]] = {}
-
-
 def quiet_api(name: str) -> Callable[..., Any]:
-    """``pycudnn.api.<name>`` without the one-time ``CudnnDeprecationWarning``: the user chose a
-    legacy algorithm, not a deprecated function (errors warns only on a function's first call)."""
-    fn = _QUIET.get(name)
-    if fn is None:
-        checked = getattr(api, name)
-
-        def first(*args: Any) -> Any:
-            _QUIET[name] = checked
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", errors.CudnnDeprecationWarning)
-                return checked(*args)
-
-        fn = _QUIET[name] = first
-    return fn
+    """``pycudnn.api.<name>`` without ``CudnnDeprecationWarning``: the user chose a legacy
+    algorithm, not a deprecated function."""
+    return errors.checked(name, warn=False)
 
 
 # -- graph construction ----------------------------------------------------------------------------
