@@ -192,3 +192,17 @@ def test_descriptor_roundtrip_through_api():
         api.cudnnDestroyConvolutionDescriptor(conv)
         api.cudnnDestroyFilterDescriptor(w)
         api.cudnnDestroyTensorDescriptor(x)
+
+
+def test_quiet_checked_neither_warns_nor_uses_up_the_warning(monkeypatch):
+    monkeypatch.setattr(errors, "_warned", set())
+    f = lib.cudnnFilterDescriptor_t()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        errors.checked("cudnnCreateFilterDescriptor", warn=False)(ctypes.byref(f))
+        errors.checked("cudnnDestroyFilterDescriptor", warn=False)(f)
+    with pytest.warns(errors.CudnnDeprecationWarning, match="cudnnCreateFilterDescriptor"):
+        api.cudnnCreateFilterDescriptor(ctypes.byref(f))
+    api.cudnnDestroyFilterDescriptor(f)
+    with pytest.raises(errors.BadParamError):
+        errors.checked("cudnnSetFilter4dDescriptor", warn=False)(None, 0, 0, 1, 1, 1, 1)
