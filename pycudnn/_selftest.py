@@ -97,10 +97,11 @@ def pool() -> str:
     xd = memory.to_device(x.astype(np.float32))
     out = _poisoned((2, 3, 4, 4))
     pd = PoolingDescriptor(2, 2, mode="max")
+    # keep every descriptor referenced until the call returns: .ptr of a temporary would dangle
+    xdesc, ydesc = TensorDescriptor(x.shape, "float32"), TensorDescriptor(out.shape, "float32")
     one, zero = _scalars()
-    _legacy("cudnnPoolingForward", get_handle().ptr, pd.ptr, one,
-            TensorDescriptor(x.shape, "float32").ptr, xd.ptr, zero,
-            TensorDescriptor(out.shape, "float32").ptr, out.ptr)  # fmt: skip
+    _legacy("cudnnPoolingForward", get_handle().ptr, pd.ptr, one, xdesc.ptr, xd.ptr, zero,
+            ydesc.ptr, out.ptr)  # fmt: skip
     want = x.reshape(2, 3, 4, 2, 4, 2).max(axis=(3, 5))
     return _check("pool", out.get(), want, 0.0)
 
