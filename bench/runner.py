@@ -390,6 +390,17 @@ class Child:
                 same,
             ),
         ]
+        variants.insert(
+            2,
+            (
+                "alloc_only",
+                "same x, no out=: pycudnn allocates its output (torch always does)",
+                lambda xi: conv(xi, w, border_mode=(1, 1), conv_mode="cross", stream=s),
+                lambda xi: F.conv2d(xi, w, None, 1, 1),
+                same,
+            ),
+        )
+        variants += self.tiny_floor_variants(x, w, y, F)
         try:
             xd, wd, yd = pc.asarray(x), pc.asarray(w), pc.asarray(y)
             variants.append(
@@ -442,6 +453,45 @@ class Child:
         self.interop_costs(x, tiny)
         self.profile_tiny(py_reuse, tiny)
         self.flush()
+
+    def tiny_floor_variants(self, x: Any, w: Any, y: Any, F: Any) -> list[tuple]:
+        """Diagnostics below dnn_conv: the cached plan's run() (variant-pack lookup + execute)
+        and the bare cudnnBackendExecute with a prebuilt pack (pycudnn internals)."""
+        try:
+            from pycudnn.highlevel import _plans
+            from pycudnn.highlevel import conv as pconv
+
+            call = next(
+                c
+                for c in reversed(pconv._local.calls.data.values())
+                if c.problem.x_shape == (1, 8, 8, 8) and c.stage is None and c.alloc is None
+            )
+            ptrs = (x.data_ptr(), w.data_ptr(), y.data_ptr())
+            px, pw, py_ = (ptrs[i] for i in call.perm)
+            wsp = pconv._workspace_ptr(call.handle, call.workspace) if call.workspace else 0
+            plan = call.plan
+            execute = _plans._execute_fn()
+            pack = plan.pack(px, pw, py_, wsp)
+            hc, pc_ = plan.handle_c, plan.plan_c
+            return [
+                (
+                    "plan_run_only",
+                    "pycudnn internals: cached plan.run() = variant-pack lookup + execute",
+                    lambda xi: plan.run(px, pw, py_, wsp),
+                    lambda xi: F.conv2d(xi, w, None, 1, 1),
+                    [x] * 300,
+                ),
+                (
+                    "execute_only",
+                    "bare ctypes cudnnBackendExecute with a prebuilt variant pack (the floor)",
+                    lambda xi: execute(hc, pc_, pack),
+                    lambda xi: F.conv2d(xi, w, None, 1, 1),
+                    [x] * 300,
+                ),
+            ]
+        except Exception as exc:
+            self.result.setdefault("tiny", {})["floor_error"] = f"{type(exc).__name__}: {exc}"
+            return []
 
     def interop_costs(self, x: Any, tiny: dict[str, Any]) -> None:
         """Host cost of the zero-copy views pycudnn takes of torch tensors, per call."""
