@@ -547,7 +547,7 @@ def render_report(results: dict[str, Any], markdown: bool = False) -> str:
         if tiny:
             rows = []
             for key, entry in tiny.items():
-                if not isinstance(entry, dict) or "pycudnn" not in entry:
+                if not isinstance(entry, dict) or not isinstance(entry.get("pycudnn"), dict):
                     continue
                 rows.append(
                     [

@@ -112,18 +112,29 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv
     )
     results["meta"]["timestamp_utc"] = stamp
-    results["targets"] = [t.__dict__ | {"verdict": t.verdict} for t in evaluate_targets(results)]
-    text = render_report(results)
-    md = render_report(results, markdown=True)
     base = outdir / f"bench-{stamp}"
     paths = [base.with_suffix(".json"), base.with_suffix(".txt"), base.with_suffix(".md")]
-    paths[0].write_text(json.dumps(results, indent=1, default=str))
-    paths[1].write_text(text + "\n")
-    paths[2].write_text(md + "\n")
     out_env = os.environ.get("OUT")
-    if out_env:
-        for p in paths:
-            shutil.copy(p, Path(out_env) / p.name)
+
+    def save(path: Path, text: str) -> None:
+        path.write_text(text)
+        if out_env:
+            shutil.copy(path, Path(out_env) / path.name)
+
+    # the raw results first: a bug in the report code must not lose a run
+    save(paths[0], json.dumps(results, indent=1, default=str))
+    try:
+        results["targets"] = [
+            t.__dict__ | {"verdict": t.verdict} for t in evaluate_targets(results)
+        ]
+        save(paths[0], json.dumps(results, indent=1, default=str))
+        text = render_report(results)
+        save(paths[1], text + "\n")
+        save(paths[2], render_report(results, markdown=True) + "\n")
+    except Exception:
+        import traceback
+
+        text = "report failed:\n" + traceback.format_exc()
     print("\n" + text, flush=True)
     print(f"\n[bench] wrote {', '.join(str(p) for p in paths)}", flush=True)
     return 0

@@ -163,7 +163,7 @@ class Child:
             return pc.dnn_conv3d, pc.dnn_gradinput3d, pc.dnn_gradweight3d
         return pc.dnn_conv, pc.dnn_gradinput, pc.dnn_gradweight
 
-    def build(self, g: ConvGeom, dtype: str, cl: bool, op: str):
+    def build(self, g: ConvGeom, dtype: str, cl: bool, op: str, **extra: Any):
         """(pycudnn call, torch call, pycudnn result, torch result) for one op of one problem."""
         torch = self.torch
         F = torch.nn.functional
@@ -175,6 +175,7 @@ class Child:
             conv_mode="cross",
             num_groups=g.groups,
             stream=self.stream_int,
+            **extra,
         )
         x = self.tensor(g.x_shape, dtype, cl)
         w = self.tensor(g.w_shape, dtype, cl)
@@ -216,6 +217,30 @@ class Child:
 
             return py, th, lambda: dw, lambda: th()[1]
         raise ValueError(op)
+
+    def try_time_once(self, case: Case, op: str, th: Callable[[], object]) -> dict[str, Any]:
+        """For a heuristic-mode item slower than torch: would pycudnn's autotuning find a
+        faster engine among cuDNN's candidates? (explicit algo='time_once', a new call key)"""
+        try:
+            py2, _th, _o1, _o2 = self.build(
+                case.geom, case.dtype, case.channels_last, op, algo="time_once"
+            )
+            first = self.first_call_ms(py2)
+            plan = self.pc_last_plan()
+            for _ in range(3):
+                py2()
+            a, b = measure_pair(self.backend, py2, th, reps=5, host_calls=10)
+            out = {
+                "gpu_ms": a.gpu_ms.to_dict() if a.gpu_ms else None,
+                "torch_gpu_ms": b.gpu_ms.to_dict() if b.gpu_ms else None,
+                "ratio": ratio(a.gpu_ms.median, b.gpu_ms.median),
+                "first_call_ms": first,
+                "plan": plan,
+            }
+            log(f"   time_once retry: ratio {fmt(out['ratio'])} with {plan}")
+            return out
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
 
     def pc_last_plan(self) -> str | None:
         """pycudnn's most recently used plan in this thread (engine index, workspace)."""
@@ -284,12 +309,17 @@ class Child:
                         for _ in range(3):
                             py()
                             th()
-                        reps = 3 if self.quick else 5
-                        a, b = measure_pair(self.backend, py, th, reps=reps, host_calls=20)
+                        reps = 3 if self.quick else 7
+                        a, b = measure_pair(
+                            self.backend, py, th, reps=reps, host_calls=20, target_ms=5.0
+                        )
                         py_side.gpu_ms, py_side.host_us = a.gpu_ms, a.host_us
                         th_side.gpu_ms, th_side.host_us = b.gpu_ms, b.host_us
                         item["calls_per_block"] = a.extra.get("calls_per_block")
                         py_side.extra["plan"] = self.pc_last_plan()
+                        r = ratio(a.gpu_ms.median, b.gpu_ms.median)
+                        if self.mode == "heuristic" and r is not None and r > 1.05:
+                            item["pycudnn_time_once"] = self.try_time_once(case, op, th)
                         self.keep.append((f"{case.id} {op}", py, th, case.tf32))
                     else:
                         self.keep.append((f"{case.id} {op}", lambda: None, th, case.tf32))
@@ -347,20 +377,8 @@ class Child:
         tiny: dict[str, Any] = {"relerr": self.relerr(y, y_ref)}
         self.result["tiny"] = tiny
 
-        def host_loop(fn: Callable[[Any], object], inputs: list[Any]) -> Callable[[], float]:
-            def run() -> float:
-                self.backend.sync()
-                t0 = time.perf_counter()
-                for xi in inputs:
-                    fn(xi)
-                t1 = time.perf_counter()
-                self.backend.sync()
-                return (t1 - t0) / len(inputs) * 1e6
-
-            return run
-
         same = [x] * n
-        variants: list[tuple[str, str, Callable[[Any], object], Callable[[Any], object], list]] = [
+        variants: list[tuple] = [
             (
                 "reuse",
                 "same x, w; pycudnn out= preallocated, stream= int; torch F.conv2d",
@@ -400,7 +418,7 @@ class Child:
                 same,
             ),
         )
-        variants += self.tiny_floor_variants(x, w, y, F)
+        self.tiny_inputs = (x, w, y, pool)
         try:
             xd, wd, yd = pc.asarray(x), pc.asarray(w), pc.asarray(y)
             variants.append(
@@ -416,25 +434,7 @@ class Child:
             )
         except Exception as exc:
             tiny["prewrapped_error"] = f"{type(exc).__name__}: {exc}"
-        for key, what, fpy, fth, inputs in variants:
-            entry: dict[str, Any] = {"what": what}
-            try:
-                for _ in range(2):  # warm: plans and variant packs for every pointer in the pool
-                    host_loop(fpy, inputs)()
-                    host_loop(fth, inputs)()
-                a, b = alternate(host_loop(fpy, inputs), host_loop(fth, inputs), reps)
-                entry["pycudnn"], entry["torch"] = Stats.of(a).to_dict(), Stats.of(b).to_dict()
-                entry["ratio"] = ratio(entry["pycudnn"]["median"], entry["torch"]["median"])
-                entry["ratio_min"] = ratio(entry["pycudnn"]["min"], entry["torch"]["min"])
-            except Exception as exc:
-                entry["error"] = f"{type(exc).__name__}: {exc}"
-                log(f"tiny {key}: {traceback.format_exc(limit=4)}")
-            tiny[key] = entry
-            log(
-                f"(1) tiny {key}: pycudnn {fmt((entry.get('pycudnn') or {}).get('median'), '.2f')}"
-                f" us, torch {fmt((entry.get('torch') or {}).get('median'), '.2f')} us, "
-                f"ratio {fmt(entry.get('ratio'))}"
-            )
+        self.measure_tiny_variants(variants, tiny, reps)
         # wall per call (2000 calls then one sync) and GPU time per call
         wall: dict[str, float] = {}
         for name, fn in (("pycudnn", py_reuse), ("torch", th_reuse)):
@@ -454,6 +454,45 @@ class Child:
         self.profile_tiny(py_reuse, tiny)
         self.flush()
 
+    def host_loop(self, fn: Callable[[Any], object], inputs: list[Any]) -> Callable[[], float]:
+        """A timer: host µs per call of fn(x) over *inputs*, no sync inside."""
+
+        def run() -> float:
+            self.backend.sync()
+            t0 = time.perf_counter()
+            for xi in inputs:
+                fn(xi)
+            t1 = time.perf_counter()
+            self.backend.sync()
+            return (t1 - t0) / len(inputs) * 1e6
+
+        return run
+
+    def measure_tiny_variants(self, variants: list[tuple], tiny: dict[str, Any], reps: int) -> None:
+        """(key, what, pycudnn fn(x), torch fn(x), inputs[, prepare]) -> tiny[key]."""
+        host_loop = self.host_loop
+        for key, what, fpy, fth, inputs, *prepare in variants:
+            entry: dict[str, Any] = {"what": what}
+            try:
+                for fn in prepare:
+                    fn()
+                for _ in range(2):  # warm: plans and variant packs for every pointer in the pool
+                    host_loop(fpy, inputs)()
+                    host_loop(fth, inputs)()
+                a, b = alternate(host_loop(fpy, inputs), host_loop(fth, inputs), reps)
+                entry["pycudnn"], entry["torch"] = Stats.of(a).to_dict(), Stats.of(b).to_dict()
+                entry["ratio"] = ratio(entry["pycudnn"]["median"], entry["torch"]["median"])
+                entry["ratio_min"] = ratio(entry["pycudnn"]["min"], entry["torch"]["min"])
+            except Exception as exc:
+                entry["error"] = f"{type(exc).__name__}: {exc}"
+                log(f"tiny {key}: {traceback.format_exc(limit=4)}")
+            tiny[key] = entry
+            log(
+                f"(1) tiny {key}: pycudnn {fmt((entry.get('pycudnn') or {}).get('median'), '.2f')}"
+                f" us, torch {fmt((entry.get('torch') or {}).get('median'), '.2f')} us, "
+                f"ratio {fmt(entry.get('ratio'))}"
+            )
+
     def tiny_floor_variants(self, x: Any, w: Any, y: Any, F: Any) -> list[tuple]:
         """Diagnostics below dnn_conv: the cached plan's run() (variant-pack lookup + execute)
         and the bare cudnnBackendExecute with a prebuilt pack (pycudnn internals)."""
@@ -471,9 +510,25 @@ class Child:
             wsp = pconv._workspace_ptr(call.handle, call.workspace) if call.workspace else 0
             plan = call.plan
             execute = _plans._execute_fn()
-            pack = plan.pack(px, pw, py_, wsp)
             hc, pc_ = plan.handle_c, plan.plan_c
+            state: dict[str, Any] = {}
+
+            def prepare() -> None:
+                # fetched right before use: the pack cache evicts (and destroys) packs when
+                # other pointers come by, so a pack fetched earlier may be gone
+                state["pack"] = plan.pack(px, pw, py_, wsp)
+
+            raw = self.raw_pack_executor(call, _plans, pw, py_, wsp)
+            pool = self.tiny_inputs[3]
             return [
+                (
+                    "raw_pack_per_call",
+                    "new x every call: variant pack built, executed and destroyed per call by "
+                    "bare ctypes calls with prebuilt arguments (what a leaner pack path costs)",
+                    raw,
+                    lambda xi: F.conv2d(xi, w, None, 1, 1),
+                    pool,
+                ),
                 (
                     "plan_run_only",
                     "pycudnn internals: cached plan.run() = variant-pack lookup + execute",
@@ -484,14 +539,84 @@ class Child:
                 (
                     "execute_only",
                     "bare ctypes cudnnBackendExecute with a prebuilt variant pack (the floor)",
-                    lambda xi: execute(hc, pc_, pack),
+                    lambda xi: execute(hc, pc_, state["pack"]),
                     lambda xi: F.conv2d(xi, w, None, 1, 1),
                     [x] * 300,
+                    prepare,
                 ),
             ]
         except Exception as exc:
             self.result.setdefault("tiny", {})["floor_error"] = f"{type(exc).__name__}: {exc}"
             return []
+
+    @staticmethod
+    def raw_pack_executor(call: Any, _plans: Any, pw: int, py_: int, wsp: int):
+        """fn(x): create, fill, finalize, execute and destroy a variant pack with bare ctypes
+        calls and prebuilt arguments (forward plans, operands in x, w, y order only)."""
+        import ctypes
+
+        from pycudnn.enums import BackendAttributeName as A
+        from pycudnn.enums import BackendAttributeType as T
+        from pycudnn.enums import BackendDescriptorType as D
+
+        if tuple(call.perm) != (0, 1, 2) or tuple(_plans._UIDS) != (1, 2, 3):
+            raise RuntimeError(f"unexpected operand order {call.perm} / uids {_plans._UIDS}")
+        create = _plans._raw("cudnnBackendCreateDescriptor")
+        set_attr = _plans._raw("cudnnBackendSetAttribute")
+        finalize = _plans._raw("cudnnBackendFinalize")
+        destroy = _plans._raw("cudnnBackendDestroyDescriptor")
+        execute = _plans._execute_fn()
+        c_int, c_int64, c_void_p = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
+        vp_type = c_int(int(D.VARIANT_PACK_DESCRIPTOR))
+        a_uids = c_int(int(A.VARIANT_PACK_UNIQUE_IDS))
+        a_ptrs = c_int(int(A.VARIANT_PACK_DATA_POINTERS))
+        a_ws = c_int(int(A.VARIANT_PACK_WORKSPACE))
+        t_i64, t_ptr = c_int(int(T.INT64)), c_int(int(T.VOID_PTR))
+        n3, n1 = c_int64(3), c_int64(1)
+        uids = (c_int64 * 3)(1, 2, 3)
+        ptrs = (c_void_p * 3)(0, pw, py_)
+        ws = c_void_p(wsp or None)
+        desc = c_void_p()
+        ref_desc, ref_ws = ctypes.byref(desc), ctypes.byref(ws)
+        hc, pc_ = call.plan.handle_c, call.plan.plan_c
+
+        def run(xi: Any) -> None:
+            ptrs[0] = xi.data_ptr()
+            rc = create(vp_type, ref_desc)
+            if rc:
+                raise RuntimeError(f"cudnnBackendCreateDescriptor: {rc}")
+            try:
+                rc = (
+                    set_attr(desc, a_uids, t_i64, n3, uids)
+                    or set_attr(desc, a_ptrs, t_ptr, n3, ptrs)
+                    or set_attr(desc, a_ws, t_ptr, n1, ref_ws)
+                    or finalize(desc)
+                    or execute(hc, pc_, desc)
+                )
+            finally:
+                destroy(desc)
+            if rc:
+                raise RuntimeError(f"raw variant pack: status {rc}")
+
+        return run
+
+    def run_tiny_floor(self) -> None:
+        """pycudnn internals below dnn_conv (last: it calls the C API by hand)."""
+        tiny = self.result.get("tiny")
+        if tiny is None or not hasattr(self, "tiny_inputs"):
+            return
+        x, w, y, pool = self.tiny_inputs
+        F = self.torch.nn.functional
+        variants = self.tiny_floor_variants(x, w, y, F)
+        self.measure_tiny_variants(variants, tiny, 5 if self.quick else 9)
+        if variants and "raw_pack_per_call" in tiny:
+            try:  # the hand-built pack computed the same convolution
+                variants[0][2](pool[-1])
+                self.backend.sync()
+                tiny["raw_pack_relerr"] = self.relerr(y, F.conv2d(pool[-1], w, None, 1, 1))
+            except Exception as exc:
+                tiny["raw_pack_relerr"] = f"{type(exc).__name__}: {exc}"
+        self.flush()
 
     def interop_costs(self, x: Any, tiny: dict[str, Any]) -> None:
         """Host cost of the zero-copy views pycudnn takes of torch tensors, per call."""
@@ -730,6 +855,9 @@ class Child:
         self.result["pycudnn_plan_cache"] = self.pc_cache_info()
         self.result["seconds"] = round(time.perf_counter() - t0, 1)
         self.flush()
+        if self.mode == "heuristic":  # everything is saved: a crash here loses nothing else
+            with self.pc.config.override(algo_fwd="guess_once", allow_tf32=False):
+                self.section("tiny_floor", self.run_tiny_floor)
         log(f"{self.mode}: done in {self.result['seconds']} s")
 
     def section(self, name: str, fn: Callable[[], None]) -> None:

@@ -474,7 +474,7 @@ def test_runner_child_end_to_end_with_fakes(tmp_path, monkeypatch) -> None:
     seen: dict[str, list] = {"conv": [], "gi": [], "gw": []}
 
     def fake_conv(img, kerns, border_mode="valid", subsample=(1, 1), dilation=(1, 1),
-                  conv_mode="conv", num_groups=1, *, out=None, stream=None):  # fmt: skip
+                  conv_mode="conv", num_groups=1, algo=None, *, out=None, stream=None):  # fmt: skip
         assert conv_mode == "cross" and isinstance(img, FakeTensor)
         seen["conv"].append((len(img.shape), out is not None))
         torch._launched.append("sm90_xmma_fprop<1>")
@@ -541,3 +541,14 @@ def test_runner_child_end_to_end_with_fakes(tmp_path, monkeypatch) -> None:
         allow_tf32=False,
     )  # fmt: skip
     assert {"allow_tf32": True} in overrides
+    # heuristic mode: items slower than torch by > 5% are retried with algo='time_once'
+    path2 = tmp_path / "child2.json"
+    assert runner.child_main("heuristic", str(path2), 60.0, True, "3") == 0
+    res2 = json.loads(path2.read_text())
+    assert [it["case"] for it in res2["items"]] == ["3", "3", "3"]
+    assert "tiny" not in res2 and "cold" not in res2
+    retry = res2["items"][0]["pycudnn_time_once"]
+    assert retry["ratio"] is not None and "error" not in retry
+    # the report copes with every kind of tiny entry (gpu_us / wall_us hold plain floats)
+    res["tiny"]["gpu_us"] = {"pycudnn": 4.9, "torch": 4.9}
+    assert "tiny conv" in h.render_report({"modes": {"autotune": res}})
