@@ -820,11 +820,13 @@ class Child:
             for i, (label, _py, _th, _tf32) in enumerate(self.keep):
                 seg_py = segments[2 * i] if 2 * i < len(segments) else []
                 seg_th = segments[2 * i + 1] if 2 * i + 1 < len(segments) else []
-                by_label[label] = (summarize_kernels(seg_py), summarize_kernels(seg_th))
+                by_label[label] = (seg_py, seg_th)
             for item in self.result["items"]:
-                eng = by_label.get(f"{item['case']} {item['op']}")
-                if eng:
-                    item["pycudnn"]["engine"], item["torch"]["engine"] = eng
+                segs = by_label.get(f"{item['case']} {item['op']}")
+                if segs:
+                    for side, seg in zip(("pycudnn", "torch"), segs, strict=True):
+                        item[side]["engine"] = summarize_kernels(seg)
+                        item[side]["kernels"] = list(seg)  # full names
             self.result["engine_capture"] = f"{len(kernels)} kernels, {len(segments)} segments"
         except Exception as exc:
             self.result["engine_capture"] = f"failed: {type(exc).__name__}: {exc}"
@@ -842,6 +844,10 @@ class Child:
         ):
             if not case_filter or "1" in case_filter:
                 self.section("tiny", self.run_tiny)
+                # pycudnn internals below dnn_conv; before the profiler runs (CUPTI, once
+                # attached, slows every later launch), after the tiny results are saved
+                with self.pc.config.override(algo_fwd="guess_once"):
+                    self.section("tiny_floor", self.run_tiny_floor)
             if not case_filter or "11" in case_filter:
                 self.section("cold", self.run_cold)
             if not case_filter or "12" in case_filter:
@@ -855,9 +861,6 @@ class Child:
         self.result["pycudnn_plan_cache"] = self.pc_cache_info()
         self.result["seconds"] = round(time.perf_counter() - t0, 1)
         self.flush()
-        if self.mode == "heuristic":  # everything is saved: a crash here loses nothing else
-            with self.pc.config.override(algo_fwd="guess_once", allow_tf32=False):
-                self.section("tiny_floor", self.run_tiny_floor)
         log(f"{self.mode}: done in {self.result['seconds']} s")
 
     def section(self, name: str, fn: Callable[[], None]) -> None:

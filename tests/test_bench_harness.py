@@ -306,6 +306,16 @@ def test_render_report_text_and_markdown() -> None:
     assert "| case | op |" in md and "|---|" in md
 
 
+def test_report_cli_renders_a_results_file(tmp_path, capsys) -> None:
+    from bench import report
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(fake_results()))
+    assert report.main([str(path), "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "| engine pycudnn \\| torch |" in out and "### targets" in out
+
+
 def test_format_table_aligns() -> None:
     t = h.format_table(["a", "bb"], [["xxx", 1], [None, "y"]])
     lines = t.splitlines()
