@@ -487,6 +487,8 @@ class Handle:
         """
         if stream is self._stream_obj and stream is not None:
             return self._stream
+        if type(stream) is int and stream == self._stream:  # the common per-call case: no work
+            return stream
         sid = coerce_stream(stream)
         if sid != self._stream:
             api.cudnnSetStream(self._as_parameter_, sid)
