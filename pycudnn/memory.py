@@ -4,12 +4,19 @@ Design decisions
 ----------------
 * **Ownership.** Memory pycudnn allocates comes from the CUDA runtime's stream-ordered pool
   (``cudaMallocAsync`` on the stream you pass, ``cudaMalloc`` where pools are unsupported) and is
-  owned by a small allocation object whose ``weakref.finalize`` frees it (``cudaFreeAsync`` on the
-  allocating stream); every :class:`DeviceArray` over that memory references the allocation, so
-  the memory lives as long as the last array. A stream *object* passed at allocation is kept
-  alive with the memory (its free is queued on it); a raw ``int`` stream must outlive the array.
-  Finalizers do nothing at interpreter shutdown (``atexit=False``, ``sys.is_finalizing()``): the
-  driver reclaims the memory with the process, and CUDA may already be gone.
+  owned by a small block object whose ``weakref.finalize`` gives it back; every
+  :class:`DeviceArray` over that memory references the block, so the memory lives as long as the
+  last array. A stream *object* passed at allocation is kept alive with the memory; a raw ``int``
+  stream must outlive the array (and its cached block: see :func:`empty_cache`). Finalizers do
+  nothing at interpreter shutdown (``atexit=False``, ``sys.is_finalizing()``): the driver
+  reclaims the memory with the process, and CUDA may already be gone.
+* **Caching allocator** (arrays, not workspaces). A freed block goes to a free list keyed by
+  (device, stream, size class) instead of ``cudaFreeAsync``; the next allocation of that class
+  on the same device and stream takes it back with no CUDA call (the stream orders the new work
+  after the old; a block never moves to another stream). Classes: 512-byte multiples up to
+  1 MiB, then eight per power of two (< 12.5% rounding). At most :func:`get_cache_limit` idle
+  bytes per device (default 1 GiB; oldest blocks freed first); out of memory releases the
+  device's cache, synchronizes and retries once. :func:`empty_cache`, :func:`cache_stats`.
 * **Zero-copy interop by protocol.** :func:`asarray` views anything with
   ``__cuda_array_interface__`` (v2/v3) or ``__dlpack__`` (torch, CuPy, JAX, Numba...) without a
   copy and keeps the producer (or its DLPack deleter) alive. ``__cuda_array_interface__`` is tried
@@ -36,9 +43,12 @@ Design decisions
 
 from __future__ import annotations
 
+import collections
 import math
 import operator
+import os
 import sys
+import threading
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -65,15 +75,19 @@ __all__ = [
     "DeviceArray",
     "NotDeviceMemoryError",
     "asarray",
+    "cache_stats",
     "check_alignment",
     "check_device_pointer",
     "check_operand",
     "empty",
+    "empty_cache",
     "empty_like",
+    "get_cache_limit",
     "get_workspace",
     "mem_get_info",
     "pointer_alignment",
     "release_workspace",
+    "set_cache_limit",
     "to_device",
     "workspace_size",
     "zeros",
@@ -209,6 +223,39 @@ def _allocation_error(
 _ASYNC, _SYNC = 1, 0
 
 
+def _device_malloc(
+    nbytes: int, device: int, stream: int, mode: int = _ASYNC, requested: int | None = None
+) -> tuple[int, int]:
+    """Allocate *nbytes* on *device*, ordered on *stream*: ``(ptr, mode)``.
+
+    ``cudaMallocAsync`` (``cudaMalloc`` where the device has no memory pools: *mode* becomes
+    ``_SYNC``). Out of memory: the caching allocator's blocks on *device* are released and the
+    device synchronized (frees still queued then complete), and the allocation is retried once
+    before :class:`~pycudnn.errors.AllocationError` is raised. Errors name *requested* (the
+    caller's size before rounding to a size class; default *nbytes*).
+    """
+    asked = nbytes if requested is None else requested
+    if asked >= _ONE_TIB:  # cuDNN has asked for > 2**63 before (see ATen's Conv_v7.cpp)
+        raise _allocation_error(asked, device, "cudaMallocAsync", "absurd size (>= 1 TiB)")
+    rt = _runtime()
+    with DeviceContext(device):
+        err, ptr = rt.cudaMallocAsync(nbytes, stream) if mode else rt.cudaMalloc(nbytes)
+        if mode and _error_name(err) == "cudaErrorNotSupported":  # no memory pools here
+            rt.cudaGetLastError()
+            mode = _SYNC
+            err, ptr = rt.cudaMalloc(nbytes)
+        if _error_name(err) == "cudaErrorMemoryAllocation":
+            rt.cudaGetLastError()
+            _release_device(device, force_sync=True)
+            err, ptr = rt.cudaMallocAsync(nbytes, stream) if mode else rt.cudaMalloc(nbytes)
+            if _error_name(err) == "cudaErrorMemoryAllocation":
+                rt.cudaGetLastError()
+                api_name = "cudaMallocAsync" if mode else "cudaMalloc"
+                raise _allocation_error(asked, device, api_name, "out of memory")
+        _check((err, ptr), "cudaMallocAsync" if mode else "cudaMalloc")
+    return int(ptr), mode
+
+
 def _free(ptr: int, device: int, stream: int, mode: int, keep: Any) -> None:
     """Finalizer body (values only): free *ptr* on *device*; ``keep`` is the stream object."""
     if sys.is_finalizing():
@@ -232,7 +279,8 @@ def _free(ptr: int, device: int, stream: int, mode: int, keep: Any) -> None:
 
 
 class _Allocation:
-    """Owns one device allocation; freed by its finalizer, :meth:`close` or :meth:`release`."""
+    """One uncached device allocation (workspaces); freed by its finalizer, :meth:`close` or
+    :meth:`release`."""
 
     __slots__ = ("__weakref__", "_finalizer", "device", "is_async", "nbytes", "ptr", "stream")
 
@@ -242,30 +290,11 @@ class _Allocation:
         self.nbytes = nbytes
         self.device = device
         self.stream = stream
-        rt = _runtime()
-        if nbytes >= _ONE_TIB:  # cuDNN has asked for > 2**63 before (see ATen's Conv_v7.cpp)
-            raise _allocation_error(nbytes, device, "cudaMallocAsync", "absurd size (>= 1 TiB)")
-        with DeviceContext(device):
-            mode = _ASYNC
-            err, ptr = rt.cudaMallocAsync(nbytes, stream)
-            if _error_name(err) == "cudaErrorNotSupported":  # no memory pools on this device
-                rt.cudaGetLastError()
-                mode = _SYNC
-                err, ptr = rt.cudaMalloc(nbytes)
-            if _error_name(err) == "cudaErrorMemoryAllocation":
-                rt.cudaGetLastError()
-                # frees queued on this stream (or pooled) may be pending: drain and retry once
-                rt.cudaStreamSynchronize(stream)
-                err, ptr = rt.cudaMallocAsync(nbytes, stream) if mode else rt.cudaMalloc(nbytes)
-                if _error_name(err) == "cudaErrorMemoryAllocation":
-                    rt.cudaGetLastError()
-                    api_name = "cudaMallocAsync" if mode else "cudaMalloc"
-                    raise _allocation_error(nbytes, device, api_name, "out of memory")
-            _check((err, ptr), "cudaMallocAsync" if mode else "cudaMalloc")
-        self.ptr = int(ptr)
+        ptr, mode = _device_malloc(nbytes, device, stream)
+        self.ptr = ptr
         self.is_async = mode == _ASYNC
         free_mode = _SYNC if free_sync else mode
-        self._finalizer = weakref.finalize(self, _free, self.ptr, device, stream, free_mode, keep)
+        self._finalizer = weakref.finalize(self, _free, ptr, device, stream, free_mode, keep)
         self._finalizer.atexit = False
 
     def close(self) -> None:
@@ -279,6 +308,346 @@ class _Allocation:
             _obj, _fn, args, _kw = info
             ptr, device, _stream, _mode, _keep = args
             _free(ptr, device, stream, _ASYNC if self.is_async else _SYNC, None)
+
+
+# -- caching allocator ---------------------------------------------------------------------------
+# The arrays of empty()/zeros()/to_device() come from here. A block freed by its arrays'
+# finalizer goes to a free list keyed by (device, stream, size class) instead of cudaFreeAsync;
+# the next allocation of that class on the same (device, stream) takes it back with no CUDA call.
+# Same-stream reuse is safe because the stream orders the new work after the old; a block is
+# never handed to another stream (that would need an event per block).
+_SMALL_MAX = 1 << 20  # up to 1 MiB: 512-byte classes
+_SMALL_GRANULE = 512
+DEFAULT_CACHE_LIMIT = 1 << 30
+_cache_limit = DEFAULT_CACHE_LIMIT  # idle bytes kept per device (set_cache_limit)
+# cudaStreamPerThread (2) is a different stream in every thread, and a finalizer runs on any
+# thread: blocks on it are never cached. cuda-python can make 0 mean the per-thread stream too.
+_UNCACHED_STREAMS = frozenset(
+    {2, 0}
+    if os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
+    else {2}
+)
+# One lock for all free lists (a threading.Lock round trip costs ~0.1-0.2 us). Per-thread lists
+# would strand blocks: a finalizer runs on whichever thread drops the last reference (or the
+# garbage collector's), so frees and the next allocation are often on different threads.
+# Finalizers never wait for the lock: when it is taken (another thread, or this one, with the
+# collector running a finalizer in the middle of an allocation) the block waits in _pending,
+# which the next holder of the lock drains. So no deadlock and no re-entrant list surgery.
+_lock = threading.Lock()
+_pending: collections.deque[tuple[Any, tuple[int, int], int, Any]] = collections.deque()
+
+
+def _size_class(nbytes: int) -> int:
+    """Bytes actually allocated for a request of *nbytes* (> 0).
+
+    Up to 1 MiB: a multiple of 512 B. Above: eight classes per power of two (a multiple of
+    1/8 of the power of two below), so rounding wastes less than 12.5%.
+    """
+    if nbytes <= _SMALL_MAX:
+        return (nbytes + _SMALL_GRANULE - 1) & -_SMALL_GRANULE
+    step = 1 << ((nbytes - 1).bit_length() - 4)
+    return (nbytes + step - 1) & -step
+
+
+class _Pool:
+    """The cache of one device: free lists, eviction order, byte counts and counters."""
+
+    __slots__ = (
+        "cached",
+        "device",
+        "free",
+        "hits",
+        "misses",
+        "mode",
+        "oom_releases",
+        "order",
+        "released",
+        "used",
+        "used_blocks",
+    )
+
+    def __init__(self, device: int):
+        self.device = device
+        self.free: dict[tuple[int, int], list[int]] = {}  # (stream, class) -> ptrs, newest last
+        self.order: dict[int, tuple[tuple[int, int], Any]] = {}  # ptr -> (key, stream object)
+        self.cached = 0  # bytes in the free lists
+        self.used = 0  # bytes of live blocks
+        self.used_blocks = 0
+        self.hits = 0
+        self.misses = 0
+        self.released = 0  # cached blocks given back to CUDA (limit, empty_cache, OOM)
+        self.oom_releases = 0
+        self.mode = _ASYNC  # _SYNC once the device refused cudaMallocAsync
+
+
+_pools: dict[int, _Pool] = {}
+
+
+def _pool(device: int) -> _Pool:
+    pool = _pools.get(device)
+    if pool is None:
+        pool = _pools.setdefault(device, _Pool(device))  # setdefault: one pool if threads race
+    return pool
+
+
+class _Block:
+    """A cached-allocator block: the ``base`` of the arrays over it. When the last of them is
+    gone, its finalizer returns the memory to the cache (see :func:`_recycle`)."""
+
+    __slots__ = ("__weakref__", "device", "nbytes", "ptr", "stream")
+
+    def __init__(self, ptr: int, nbytes: int, device: int, stream: int):
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.device = device
+        self.stream = stream
+
+    def __repr__(self) -> str:
+        return (
+            f"<pycudnn block 0x{self.ptr:x}, {self.nbytes} bytes, device {self.device}, "
+            f"stream 0x{self.stream:x}>"
+        )
+
+
+def _new_block(device: int, stream: int, nbytes: int, cls: int, keep: Any) -> _Block:
+    """A block of class *cls* (for *nbytes*) on (*device*, *stream*): cached if one fits."""
+    pool = _pools.get(device) or _pool(device)
+    if cls > _cache_limit or stream in _UNCACHED_STREAMS:
+        cls = nbytes  # never cached: allocate the exact size, no rounding to waste
+        key = (stream, -nbytes)  # a negative class marks it for a direct free
+        ptr = 0
+        with _lock:
+            pool.misses += 1
+            pool.used += nbytes
+            pool.used_blocks += 1
+    else:
+        key = (stream, cls)
+        with _lock:
+            if _pending:
+                _drain()
+            lst = pool.free.get(key)
+            if lst:
+                ptr = lst.pop()
+                del pool.order[ptr]
+                pool.cached -= cls
+                pool.hits += 1
+            else:
+                ptr = 0
+                pool.misses += 1
+            pool.used += cls
+            pool.used_blocks += 1
+    if not ptr:
+        try:
+            ptr, mode = _device_malloc(cls, device, stream, pool.mode, nbytes)
+        except BaseException:
+            with _lock:
+                pool.used -= cls
+                pool.used_blocks -= 1
+            raise
+        pool.mode = mode
+    blk = _Block(ptr, cls, device, stream)
+    fin = weakref.finalize(blk, _recycle, pool, key, ptr, keep)
+    fin.atexit = False  # at exit nothing is freed: the driver reclaims it, CUDA may be gone
+    return blk
+
+
+def _recycle(pool: _Pool, key: tuple[int, int], ptr: int, keep: Any) -> None:
+    """Finalizer of a :class:`_Block`: into the cache (or freed), never waiting for the lock."""
+    if sys.is_finalizing():
+        return
+    if not _lock.acquire(blocking=False):
+        _pending.append((pool, key, ptr, keep))  # deque.append is atomic
+        return
+    try:
+        if _pending:
+            _drain()
+        _put(pool, key, ptr, keep)
+    except Exception:  # pragma: no cover - a finalizer has no one to raise to
+        pass
+    finally:
+        _lock.release()
+
+
+def _drain() -> None:
+    """Cache the blocks whose finalizers found the lock taken. Lock held."""
+    while _pending:
+        try:
+            item = _pending.popleft()
+        except IndexError:  # pragma: no cover - another thread won the race
+            break
+        _put(*item)
+
+
+def _put(pool: _Pool, key: tuple[int, int], ptr: int, keep: Any) -> None:
+    """A freed block goes to its free list, the oldest ones out past the limit. Lock held."""
+    stream, cls = key
+    pool.used_blocks -= 1
+    if cls < 0:  # allocated uncached (per-thread stream, or larger than the limit)
+        pool.used += cls
+        _free_blocks(pool, [(ptr, stream)])
+        return
+    pool.used -= cls
+    lst = pool.free.get(key)
+    if lst is None:
+        lst = pool.free[key] = []
+    lst.append(ptr)  # newest last: reused first (likeliest still in L2), evicted last
+    pool.order[ptr] = (key, keep)  # keep: a stream object stays alive while its block is cached
+    pool.cached += cls
+    if pool.cached > _cache_limit:
+        _trim(pool, _cache_limit)
+
+
+def _trim(pool: _Pool, limit: int) -> None:
+    """Free the oldest cached blocks until at most *limit* bytes are cached. Lock held."""
+    victims = []
+    order = pool.order
+    while pool.cached > limit and order:
+        ptr = next(iter(order))
+        (stream, cls), _keep_obj = order.pop(ptr)
+        lst = pool.free[(stream, cls)]
+        lst.remove(ptr)
+        if not lst:
+            del pool.free[(stream, cls)]
+        pool.cached -= cls
+        victims.append((ptr, stream))
+    pool.released += len(victims)
+    if victims:
+        _free_blocks(pool, victims)
+
+
+def _free_blocks(pool: _Pool, blocks: list[tuple[int, int]]) -> None:
+    """``cudaFreeAsync`` each ``(ptr, stream)`` on its own stream (``cudaFree`` without pools).
+
+    A free that fails (its int stream was destroyed, against the rules) falls back to a device
+    synchronization and a free on the legacy default stream.
+    """
+    rt = _runtime()
+    err, previous = rt.cudaGetDevice()
+    switch = int(err) == 0 and int(previous) != pool.device
+    if switch:
+        rt.cudaSetDevice(pool.device)
+    try:
+        for ptr, stream in blocks:
+            if pool.mode == _SYNC:
+                rt.cudaFree(ptr)
+                continue
+            if int(rt.cudaFreeAsync(ptr, stream)[0]) != 0:
+                rt.cudaGetLastError()
+                rt.cudaDeviceSynchronize()
+                rt.cudaFreeAsync(ptr, 0)
+    finally:
+        if switch:
+            rt.cudaSetDevice(previous)
+
+
+def _release_device(device: int, *, force_sync: bool = False) -> int:
+    """Give *device*'s cached blocks back to CUDA; the bytes released.
+
+    The device is synchronized first, so the blocks' last work (on any stream) is done and they
+    can be freed on the legacy default stream, whichever stream they came from (it may have been
+    destroyed since); then once more so the memory is back in the pool for every stream.
+    """
+    pool = _pools.get(device)
+    blocks: list[int] = []
+    freed = 0
+    if pool is not None:
+        with _lock:
+            if _pending:
+                _drain()
+            blocks = list(pool.order)
+            freed = pool.cached
+            pool.order.clear()  # drops the stream objects the blocks kept alive
+            pool.free.clear()
+            pool.cached = 0
+            pool.released += len(blocks)
+            if force_sync:
+                pool.oom_releases += 1
+    if not blocks and not force_sync:
+        return 0
+    rt = _runtime()
+    with DeviceContext(device):
+        rt.cudaDeviceSynchronize()
+        if blocks:
+            mode = pool.mode if pool is not None else _ASYNC
+            for ptr in blocks:
+                if mode == _SYNC:
+                    rt.cudaFree(ptr)
+                else:
+                    rt.cudaFreeAsync(ptr, 0)
+            rt.cudaDeviceSynchronize()
+        rt.cudaGetLastError()  # leave no error behind for the caller's next check
+    return freed
+
+
+def empty_cache(device: int | None = None) -> int:
+    """Give the cached (unused) device memory back to CUDA; returns the bytes released.
+
+    Blocks held by live arrays are untouched. Synchronizes each device that had cached blocks
+    (then frees them stream-ordered, whatever stream they came from). Call it before destroying
+    a raw ``int`` stream you allocated on, or to leave memory to another library.
+
+    Parameters
+    ----------
+    device : int, optional
+        Only this device (default: all of them).
+    """
+    devices = list(_pools) if device is None else [int(device)]
+    return sum(_release_device(d) for d in devices)
+
+
+def cache_stats(device: int | None = None) -> dict[str, int]:
+    """Counters of the caching allocator (all devices summed, or one *device*).
+
+    Keys: ``cached_bytes`` / ``cached_blocks`` (idle in the cache), ``used_bytes`` /
+    ``used_blocks`` (held by live arrays, counted by size class), ``hits`` (allocations served
+    from the cache), ``misses`` (allocations that called CUDA), ``released_blocks`` (cached
+    blocks given back: limit, :func:`empty_cache`, out of memory), ``oom_releases`` (cache
+    releases forced by an out-of-memory error), ``limit`` (:func:`get_cache_limit`).
+    """
+    pools = list(_pools.values()) if device is None else [_pools.get(int(device))]
+    out = dict.fromkeys(
+        ("cached_bytes", "cached_blocks", "used_bytes", "used_blocks", "hits", "misses"), 0
+    )
+    out.update(released_blocks=0, oom_releases=0)
+    with _lock:
+        if _pending:
+            _drain()
+        for p in pools:
+            if p is None:
+                continue
+            out["cached_bytes"] += p.cached
+            out["cached_blocks"] += len(p.order)
+            out["used_bytes"] += p.used
+            out["used_blocks"] += p.used_blocks
+            out["hits"] += p.hits
+            out["misses"] += p.misses
+            out["released_blocks"] += p.released
+            out["oom_releases"] += p.oom_releases
+    out["limit"] = _cache_limit
+    return out
+
+
+def get_cache_limit() -> int:
+    """The most bytes of unused blocks the allocator keeps per device (default 1 GiB)."""
+    return _cache_limit
+
+
+def set_cache_limit(nbytes: int) -> int:
+    """Set the per-device limit of cached (unused) bytes; returns the previous one.
+
+    ``0`` turns caching off (every free is a ``cudaFreeAsync`` again). Lowering it frees the
+    oldest cached blocks at once. Blocks larger than the limit are never cached.
+    """
+    global _cache_limit
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        raise ValueError(f"the cache limit must be an int >= 0 (bytes), not {nbytes!r}")
+    previous, _cache_limit = _cache_limit, nbytes
+    with _lock:
+        if _pending:
+            _drain()
+        for pool in list(_pools.values()):
+            _trim(pool, nbytes)
+    return previous
 
 
 # -- pointer checks ------------------------------------------------------------------------------
@@ -930,14 +1299,16 @@ def _resolve(device: Any, stream: Any, what: str) -> tuple[int, int]:
     return dev, coerce_stream(stream)
 
 
-def _allocate(
-    shape: tuple[int, ...],
-    dtype: np.dtype,
-    strides: tuple[int, ...] | None,
-    device: int,
-    sid: int,
-    keep: Any,
-) -> DeviceArray:
+# A validated layout: (shape, numpy dtype, byte strides, nbytes, size class).
+_Layout = tuple[tuple[int, ...], np.dtype, tuple[int, ...], int, int]
+# empty()'s arguments (shape, dtype, strides, device) as given -> their validated layout, so a
+# repeated call (the convolution's output) skips the validation: one dict lookup. The device is
+# in the key, so a hit also means the device was validated. Cleared when it grows past the cap.
+_layouts: dict[Any, _Layout] = {}
+_LAYOUTS_MAX = 4096
+
+
+def _layout(shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...] | None) -> _Layout:
     itemsize = dtype.itemsize
     if strides is None:
         strides = _c_strides(shape, itemsize)
@@ -946,10 +1317,26 @@ def _allocate(
             f"strides {strides} are not a dense layout of shape {shape} with itemsize {itemsize}"
         )
     nbytes = math.prod(shape) * itemsize
-    if nbytes == 0:
+    return shape, dtype, strides, nbytes, _size_class(nbytes) if nbytes else 0
+
+
+def _new_array(lay: _Layout, device: int, sid: int, keep: Any) -> DeviceArray:
+    shape, dtype, strides, nbytes, cls = lay
+    if not nbytes:
         return DeviceArray(0, shape, dtype, strides, device, sid, None)
-    alloc = _Allocation(nbytes, device, sid, keep)
-    return DeviceArray(alloc.ptr, shape, dtype, strides, device, sid, alloc)
+    blk = _new_block(device, sid, nbytes, cls, keep)
+    return DeviceArray(blk.ptr, shape, dtype, strides, device, sid, blk)
+
+
+def _allocate(
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    strides: tuple[int, ...] | None,
+    device: int,
+    sid: int,
+    keep: Any,
+) -> DeviceArray:
+    return _new_array(_layout(shape, dtype, strides), device, sid, keep)
 
 
 # -- public constructors -------------------------------------------------------------------------
@@ -981,12 +1368,43 @@ def empty(
         Without a usable GPU (a ``RuntimeError`` saying one is needed and what was found).
     AllocationError
         Out of device memory (a ``MemoryError``), naming the bytes asked for and free.
+
+    Notes
+    -----
+    The memory comes from the caching allocator (see :func:`cache_stats`). A call repeating
+    earlier arguments with an int *device* and an int (or no) *stream* skips the argument
+    validation: a cache hit then makes no CUDA call and costs a few microseconds.
     """
+    if device is None and _layouts:  # entries exist only once a GPU was validated
+        device = current_device()
+    if type(device) is int and (stream is None or type(stream) is int):
+        # fast path: arguments seen before, a device ordinal and an int stream (no object to
+        # keep alive): the validated layout is a dict lookup away
+        try:
+            lay = _layouts.get((shape, dtype, strides, device))
+        except TypeError:  # unhashable (a list): the slow path validates it
+            lay = None
+        if lay is not None and (stream is None or stream >= 0):
+            shp, dt, st, nbytes, cls = lay  # _new_array, inlined
+            sid = stream or 0
+            if not nbytes:
+                return DeviceArray(0, shp, dt, st, device, sid, None)
+            blk = _new_block(device, sid, nbytes, cls, None)
+            return DeviceArray(blk.ptr, shp, dt, st, device, sid, blk)
     dt = _numpy_dtype(dtype)
     shp = _as_shape(shape)
     st = None if strides is None else tuple(int(s) for s in strides)
     dev, sid = _resolve(device, stream, "pycudnn.empty")
-    return _allocate(shp, dt, st, dev, sid, _keep(stream))
+    lay = _layout(shp, dt, st)
+    if type(device) is int:
+        if len(_layouts) >= _LAYOUTS_MAX:
+            _layouts.clear()
+        try:
+            _layouts[(shape, dtype, strides, device)] = lay
+        except TypeError:
+            pass
+        _layouts[(shp, dt, st, dev)] = lay
+    return _new_array(lay, dev, sid, _keep(stream))
 
 
 def _keep(stream: Any) -> Any:

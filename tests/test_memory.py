@@ -7,7 +7,11 @@ them.
 
 from __future__ import annotations
 
+import collections
+import enum
 import gc
+import threading
+import time
 import typing
 import weakref
 
@@ -828,3 +832,469 @@ def test_workspace_falls_back_to_the_exact_size(fake_alloc):
     with pytest.raises(MemoryError):
         mem.get_workspace(h, 2 << 20)
     assert mem.workspace_size(h) == 0  # the old buffer was released before the attempt
+
+
+# -- caching allocator, on a fake CUDA runtime that records what it is asked ----------------------
+class _Err(enum.IntEnum):
+    cudaSuccess = 0
+    cudaErrorMemoryAllocation = 2
+    cudaErrorInvalidResourceHandle = 400
+    cudaErrorNotSupported = 801
+
+
+class FakeRuntime:
+    """The few ``cuda.bindings.runtime`` calls the allocator makes, as no-ops returning
+    ``(status, value)``; mallocs and frees are logged in ``calls``."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+        self.next_ptr = ADDR
+        self.dev = 0
+        self.oom = 0  # this many next mallocs fail with cudaErrorMemoryAllocation (-1: all)
+        self.no_pools = False
+        self.dead_streams: set[int] = set()
+        self.log_lock = threading.Lock()
+
+    def _log(self, *entry):
+        with self.log_lock:
+            self.calls.append(entry)
+
+    def _new_ptr(self, n):
+        with self.log_lock:
+            ptr = self.next_ptr
+            self.next_ptr += max(n, 1 << 21)
+            return ptr
+
+    def cudaGetDevice(self):
+        return (_Err.cudaSuccess, self.dev)
+
+    def cudaSetDevice(self, d):
+        self.dev = d
+        return (_Err.cudaSuccess,)
+
+    def cudaMallocAsync(self, n, stream):
+        if self.no_pools:
+            return (_Err.cudaErrorNotSupported, 0)
+        if self.oom:
+            self.oom -= self.oom > 0
+            self._log("oom", n, stream)
+            return (_Err.cudaErrorMemoryAllocation, 0)
+        ptr = self._new_ptr(n)
+        self._log("malloc", n, stream, self.dev, ptr)
+        return (_Err.cudaSuccess, ptr)
+
+    def cudaMalloc(self, n):
+        ptr = self._new_ptr(n)
+        self._log("malloc_sync", n, self.dev, ptr)
+        return (_Err.cudaSuccess, ptr)
+
+    def cudaFreeAsync(self, ptr, stream):
+        if stream in self.dead_streams:
+            return (_Err.cudaErrorInvalidResourceHandle,)
+        self._log("free", ptr, stream, self.dev)
+        return (_Err.cudaSuccess,)
+
+    def cudaFree(self, ptr):
+        self._log("free_sync", ptr, self.dev)
+        return (_Err.cudaSuccess,)
+
+    def cudaDeviceSynchronize(self):
+        self._log("device_sync", self.dev)
+        return (_Err.cudaSuccess,)
+
+    def cudaStreamSynchronize(self, stream):
+        self._log("stream_sync", stream)
+        return (_Err.cudaSuccess,)
+
+    def cudaMemsetAsync(self, ptr, value, n, stream):
+        self._log("memset", ptr, value, n, stream)
+        return (_Err.cudaSuccess,)
+
+    def cudaGetLastError(self):
+        return (_Err.cudaSuccess,)
+
+    def cudaMemGetInfo(self):
+        return (_Err.cudaSuccess, 1 << 30, 16 << 30)
+
+    def cudaGetErrorName(self, err):
+        return (_Err.cudaSuccess, _Err(int(err)).name.encode())
+
+    def cudaGetErrorString(self, err):
+        return (_Err.cudaSuccess, b"fake error")
+
+    def of(self, kind):
+        return [c for c in self.calls if c[0] == kind]
+
+
+@pytest.fixture
+def rt(monkeypatch):
+    """A fake runtime with two devices and a fresh, empty allocator cache."""
+    fake_rt = FakeRuntime()
+    monkeypatch.setattr(hmod, "_rt", fake_rt)
+    monkeypatch.setattr(hmod, "_device_count", 2)
+    monkeypatch.setattr(mem, "_pools", {})
+    monkeypatch.setattr(mem, "_layouts", {})
+    monkeypatch.setattr(mem, "_pending", collections.deque())
+    monkeypatch.setattr(mem, "_cache_limit", mem.DEFAULT_CACHE_LIMIT)
+    yield fake_rt
+    gc.collect()  # blocks of this test go back to its pool while the fakes are still in place
+
+
+F32 = np.dtype(np.float32)
+
+
+def test_size_classes():
+    mib = 1 << 20
+    cases = {1: 512, 512: 512, 513: 1024, 1000: 1024, mib: mib, mib + 1: mib + mib // 8}
+    cases |= {3 * mib: 3 * mib, 3 * mib + 1: 3 * mib + mib // 4, 100 * mib: 104 * mib}
+    for n, cls in cases.items():
+        assert mem._size_class(n) == cls, n
+    rng = np.random.default_rng(0)
+    sizes = sorted(int(n) for n in rng.integers(1, 1 << 34, 2000))
+    classes = [mem._size_class(n) for n in sizes]
+    assert classes == sorted(classes)  # monotonic
+    for n, cls in zip(sizes, classes, strict=True):
+        assert n <= cls < n + max(512, n // 8)  # < 12.5% above 1 MiB
+        assert cls % 512 == 0
+
+
+def test_same_stream_reuses_the_block_without_a_cuda_call(rt):
+    a = mem.empty((100,), F32, 0, 0x10)
+    ptr, base = a.ptr, a.base
+    assert base.nbytes == 512 and base.stream == 0x10 and "block" in repr(base)
+    del a, base
+    calls = len(rt.calls)
+    b = mem.empty((120,), F32, 0, 0x10)  # 480 bytes: the same 512-byte class
+    assert b.ptr == ptr and b.shape == (120,) and b.nbytes == 480 and b.stream == 0x10
+    assert len(rt.calls) == calls  # no malloc, no free, not even cudaGetDevice
+    stats = mem.cache_stats()
+    assert (stats["hits"], stats["misses"]) == (1, 1)
+    assert stats["used_bytes"] == 512 and stats["used_blocks"] == 1 and stats["cached_bytes"] == 0
+    assert len(rt.of("malloc")) == 1 and not rt.of("free")
+
+
+def test_no_reuse_across_streams_or_devices(rt):
+    a = mem.empty((100,), F32, 0, 0x10)
+    pa = a.ptr
+    del a
+    b = mem.empty((100,), F32, 0, 0x20)  # another stream: its own block
+    c = mem.empty((100,), F32, 1, 0x10)  # another device
+    assert len({pa, b.ptr, c.ptr}) == 3
+    assert [m[2:4] for m in rt.of("malloc")] == [(0x10, 0), (0x20, 0), (0x10, 1)]
+    assert rt.dev == 0  # the device switch for device 1 was undone
+    assert mem.empty((100,), F32, 0, 0x10).ptr == pa  # back on the first stream: reused
+    del b, c
+    assert mem.cache_stats(1)["cached_blocks"] == 1 and mem.cache_stats(0)["cached_blocks"] == 2
+
+
+def test_allocations_are_rounded_to_their_class(rt):
+    mib = 1 << 20
+    a = mem.empty((1000,), np.uint8, 0, 0)
+    b = mem.empty((3 * mib + 1,), np.uint8, 0, 0)
+    assert [m[1] for m in rt.of("malloc")] == [1024, 3 * mib + mib // 4]
+    assert a.nbytes == 1000 and b.nbytes == 3 * mib + 1  # the arrays keep their own size
+    del a
+    c = mem.empty((4, 64), F32, 0, 0)  # 1024 bytes: reuses a's 1024-byte block
+    d = mem.empty((2000,), np.uint8, 0, 0)  # 2048: a new block
+    assert len(rt.of("malloc")) == 3 and c.ptr != d.ptr
+    zero = mem.empty((0, 5), F32, 0, 0)  # nothing allocated, nothing cached
+    assert zero.ptr == 0 and zero.base is None and len(rt.of("malloc")) == 3
+
+
+def test_cache_limit_frees_the_oldest_blocks(rt):
+    assert mem.get_cache_limit() == mem.DEFAULT_CACHE_LIMIT == 1 << 30
+    assert mem.set_cache_limit(4096) == 1 << 30
+    arrays = [mem.empty((512,), F32, 0, s) for s in (0x10, 0x20, 0x30)]  # 2048 bytes each
+    ptrs = [a.ptr for a in arrays]
+    while arrays:  # freed in order: 0x10's block, then 0x20's, then 0x30's
+        arrays.pop(0)
+    assert rt.of("free") == [("free", ptrs[0], 0x10, 0)]  # on its own stream
+    stats = mem.cache_stats()
+    assert stats["cached_bytes"] == 4096 and stats["cached_blocks"] == 2
+    assert stats["released_blocks"] == 1 and stats["limit"] == 4096
+    big = mem.empty((5000,), np.uint8, 0, 0x10)  # above the limit: exact size, never cached
+    assert rt.of("malloc")[-1][1] == 5000
+    pbig = big.ptr
+    del big
+    assert rt.of("free")[-1] == ("free", pbig, 0x10, 0)
+    assert mem.cache_stats()["cached_bytes"] == 4096
+    mem.set_cache_limit(2048)  # lowering it trims at once
+    assert rt.of("free")[-1] == ("free", ptrs[1], 0x20, 0)
+    mem.set_cache_limit(0)  # caching off
+    assert mem.cache_stats()["cached_blocks"] == 0 and len(rt.of("free")) == 4
+    a = mem.empty((10,), F32, 0, 0)
+    pa = a.ptr
+    del a
+    assert rt.of("free")[-1] == ("free", pa, 0, 0) and mem.cache_stats()["used_bytes"] == 0
+    for bad in (-1, 1.5, True, "1G"):
+        with pytest.raises(ValueError, match="cache limit"):
+            mem.set_cache_limit(bad)
+
+
+def test_empty_cache_frees_every_cached_block(rt):
+    keep = mem.empty((10,), F32, 0, 0x10)
+    arrays = [mem.empty((n,), F32, d, 0x10) for n in (10, 1000, 300_000) for d in (0, 1)]
+    ptrs = {a.ptr for a in arrays}
+    nbytes = sum(a.base.nbytes for a in arrays)
+    del arrays[:]
+    assert not rt.of("free")
+    rt.calls.clear()
+    assert mem.empty_cache() == nbytes
+    assert {f[1] for f in rt.of("free")} == ptrs  # every block, through cudaFreeAsync
+    assert {f[2] for f in rt.of("free")} == {0}  # after a device sync: safe on stream 0
+    for dev in (0, 1):
+        mine = [c for c in rt.calls if c[-1] == dev]
+        assert mine[0] == ("device_sync", dev) and mine[-1] == ("device_sync", dev)
+    stats = mem.cache_stats()
+    assert stats["cached_bytes"] == 0 and stats["released_blocks"] == 6
+    assert stats["used_blocks"] == 1  # a live array is untouched
+    rt.calls.clear()
+    assert mem.empty_cache() == 0 and rt.calls == []  # nothing cached: no sync either
+    del keep
+    assert mem.empty_cache(1) == 0 and mem.empty_cache(0) == 512
+
+
+def test_out_of_memory_releases_the_cache_and_retries(rt):
+    cached = [mem.empty((1 << 20,), F32, 0, 0x10) for _ in range(3)]
+    ptrs = {a.ptr for a in cached}
+    del cached[:]
+    rt.calls.clear()
+    rt.oom = 1  # the first attempt fails, the retry (after the release) succeeds
+    a = mem.empty((5 << 20,), F32, 0, 0x10)
+    kinds = [c[0] for c in rt.calls]
+    assert kinds == ["oom", "device_sync", "free", "free", "free", "device_sync", "malloc"]
+    assert {f[1] for f in rt.of("free")} == ptrs
+    stats = mem.cache_stats()
+    assert stats["oom_releases"] == 1 and stats["cached_bytes"] == 0
+    assert stats["used_blocks"] == 1
+    used = stats["used_bytes"]
+    rt.oom = -1  # the retry fails too: AllocationError, as before the cache existed
+    with pytest.raises(errors.AllocationError) as info:
+        mem.empty((1000 << 10,), np.uint8, 0, 0x10)  # 1000 KiB, a 1000 KiB class
+    exc = info.value
+    assert isinstance(exc, MemoryError) and "out of memory" in str(exc)
+    assert (exc.requested, exc.free, exc.total, exc.device) == (1000 << 10, 1 << 30, 16 << 30, 0)
+    with pytest.raises(errors.AllocationError) as info:
+        mem.empty((1000,), np.uint8, 0, 0x10)  # a 1024-byte class: the error names 1000 bytes
+    assert info.value.requested == 1000 and "(1000 bytes)" in str(info.value)
+    with pytest.raises(MemoryError, match="absurd"):
+        mem.empty((1 << 40,), np.uint8, 0, 0x10)
+    assert mem.cache_stats()["used_bytes"] == used  # the failed attempt is not counted
+    assert mem.cache_stats()["oom_releases"] == 3
+    rt.oom = 0
+    del a
+
+
+def test_workspaces_release_the_cache_on_out_of_memory(rt):
+    a = mem.empty((1 << 20,), F32, 0, 0)
+    pa = a.ptr
+    del a
+    rt.oom = 1
+    h = Handle.from_ptr(0x1000, 0)
+    ptr, size = mem.get_workspace(h, 1 << 20)
+    assert ptr and size == 1 << 20
+    assert ("free", pa, 0, 0) in rt.calls and mem.cache_stats()["cached_blocks"] == 0
+    h.close()
+
+
+def test_views_keep_the_block_alive(rt):
+    a = mem.empty((4, 8), F32, 0, 0)
+    ptr, ref = a.ptr, weakref.ref(a.base)
+    v = a[1:].T
+    del a
+    gc.collect()
+    assert ref() is not None and mem.cache_stats()["cached_blocks"] == 0
+    assert mem.empty((4, 8), F32, 0, 0).ptr != ptr  # still in use: not handed out
+    assert v.base is ref() and v.ptr == ptr + 32
+    del v
+    gc.collect()
+    assert ref() is None and mem.cache_stats()["cached_blocks"] == 2
+    assert mem.empty((4, 8), F32, 0, 0).ptr in {ptr, rt.of("malloc")[1][4]}
+
+
+def test_dlpack_and_cai_exports_of_cached_memory(rt):
+    a = mem.empty((2, 3), F32, 0, 0x10)
+    cai = a.__cuda_array_interface__
+    assert cai["data"] == (a.ptr, False) and cai["stream"] == 0x10
+    capsule = a.__dlpack__(stream=-1)
+    ref = weakref.ref(a.base)
+    del a
+    gc.collect()
+    assert ref() is not None  # the capsule keeps the array, and so the block
+    del capsule
+    gc.collect()
+    assert ref() is None and mem.cache_stats()["cached_blocks"] == 1
+
+
+def test_a_stream_object_stays_alive_while_its_block_is_cached(rt):
+    class Stream:
+        def __cuda_stream__(self):
+            return (0, 0x40)
+
+    s = Stream()
+    ref = weakref.ref(s)
+    a = mem.empty((10,), F32, 0, s)
+    assert a.stream == 0x40
+    del s, a
+    gc.collect()
+    assert ref() is not None and mem.cache_stats()["cached_blocks"] == 1
+    b = mem.empty((10,), F32, 0, 0x40)  # the same stream as an int: reused, object let go
+    gc.collect()
+    assert ref() is None and b.ptr == rt.of("malloc")[0][4]
+
+
+def test_per_thread_default_stream_is_never_cached(rt):
+    a = mem.empty((100,), F32, 0, 2)  # cudaStreamPerThread: another stream in every thread
+    pa = a.ptr
+    assert rt.of("malloc")[-1][1] == 400  # exact size
+    del a
+    assert rt.of("free") == [("free", pa, 2, 0)]
+    stats = mem.cache_stats()
+    assert stats["cached_blocks"] == stats["used_bytes"] == stats["used_blocks"] == 0
+
+
+def test_devices_without_memory_pools_use_cudamalloc(rt):
+    rt.no_pools = True
+    a = mem.empty((100,), F32, 0, 0)
+    assert rt.of("malloc_sync") and not rt.of("malloc")
+    pa = a.ptr
+    del a
+    assert mem.empty((100,), F32, 0, 0).ptr == pa  # cached like the others
+    gc.collect()
+    mem.empty_cache()
+    assert rt.of("free_sync") == [("free_sync", pa, 0)] and not rt.of("free")
+
+
+def test_a_destroyed_stream_falls_back_to_a_synchronized_free(rt):
+    mem.set_cache_limit(512)
+    a, b = mem.empty((10,), F32, 0, 0x10), mem.empty((10,), F32, 0, 0x20)
+    pa = a.ptr
+    rt.dead_streams.add(0x10)  # destroyed against the rules, its block still cached
+    del a, b  # b's block pushes a's out: its free on 0x10 fails
+    assert rt.calls[-2:] == [("device_sync", 0), ("free", pa, 0, 0)]
+
+
+def test_finalizers_never_wait_for_the_lock(rt):
+    a = mem.empty((10,), F32, 0, 0)
+    with mem._lock:  # as if another thread (or this one, inside an allocation) held it
+        del a
+        gc.collect()
+        assert len(mem._pending) == 1
+    stats = mem.cache_stats()  # the next holder of the lock takes the pending block in
+    assert stats["cached_blocks"] == 1 and not mem._pending
+
+
+def test_nothing_happens_at_interpreter_shutdown(rt, monkeypatch):
+    mem.set_cache_limit(0)  # a free would be a CUDA call
+    a = mem.empty((10,), F32, 0, 0)
+    with monkeypatch.context() as m:
+        m.setattr(mem.sys, "is_finalizing", lambda: True)
+        del a
+        gc.collect()
+    assert rt.calls == [rt.calls[0]] and mem._pools[0].used_blocks == 1  # untouched
+
+
+def test_fast_path_returns_what_the_slow_path_does(rt):
+    nhwc = (57600, 4, 1920, 64)
+    slow = mem.empty([8, 16, 30, 30], "float32", 0, 0, strides=list(nhwc))  # lists: slow path
+    assert len(mem._layouts) == 1  # only the normalized key (a list is not hashable)
+    fast = mem.empty((8, 16, 30, 30), F32, 0, 0, strides=nhwc)
+    for x in (slow, fast):
+        assert (x.shape, x.dtype, x.strides, x.device, x.stream) == (
+            (8, 16, 30, 30),
+            F32,
+            nhwc,
+            0,
+            0,
+        )
+    np_ints = tuple(np.int64(n) for n in (8, 16, 30, 30))
+    odd = mem.empty(np_ints, F32, 0, 0, strides=nhwc)  # equal key: the normalized shape comes back
+    assert all(type(n) is int for n in odd.shape)
+    default = mem.empty((3, 4))  # no device: the current one, default float32 C order
+    assert (default.device, default.dtype, default.strides) == (0, F32, (16, 4))
+    with pytest.raises(ValueError, match="dense"):
+        mem.empty((8, 16, 30, 30), F32, 0, 0, strides=(4, 4, 4, 4))
+    with pytest.raises(TypeError, match="int16"):
+        mem.empty((2,), np.int16, 0, 0)
+    with pytest.raises(ValueError, match="negative"):
+        mem.empty((8, 16, 30, 30), F32, 0, -1, strides=nhwc)
+    with pytest.raises(ValueError, match="does not exist"):
+        mem.empty((2,), F32, 5, 0)
+    z = mem.zeros((8, 16, 30, 30), F32, 0, 0, strides=nhwc)  # zeros shares the fast path
+    assert z.strides == nhwc
+
+
+def test_layout_cache_is_bounded(rt, monkeypatch):
+    monkeypatch.setattr(mem, "_LAYOUTS_MAX", 8)
+    for n in range(1, 20):
+        mem.empty((n,), F32, 0, 0)
+        assert len(mem._layouts) <= 8
+
+
+@pytest.mark.parametrize("limit", [None, 8192], ids=["default-limit", "evicting"])
+def test_threads_share_the_cache_safely(rt, limit):
+    if limit is not None:
+        mem.set_cache_limit(limit)
+    n_threads, rounds = 8, 300
+    live: set[int] = set()
+    live_lock = threading.Lock()
+    errors_seen: list[BaseException] = []
+    start = threading.Barrier(n_threads)
+
+    def work(i):
+        try:
+            rng = np.random.default_rng(i)
+            start.wait()
+            held = []
+            for _ in range(rounds):
+                stream = 0x10 if rng.random() < 0.5 else 0x100 + i
+                a = mem.empty((int(rng.integers(1, 3000)),), F32, int(rng.integers(0, 2)), stream)
+                with live_lock:
+                    assert a.ptr not in live, "a block handed out twice"
+                    live.add(a.ptr)
+                held.append(a)
+                if len(held) > 4 or rng.random() < 0.3:
+                    old = held.pop(int(rng.integers(0, len(held))))
+                    with live_lock:
+                        live.remove(old.ptr)
+                    del old
+            with live_lock:
+                live.difference_update(x.ptr for x in held)
+        except BaseException as exc:
+            errors_seen.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gc.collect()
+    assert not errors_seen, errors_seen
+    stats = mem.cache_stats()
+    assert stats["used_blocks"] == stats["used_bytes"] == 0
+    assert stats["hits"] + stats["misses"] == n_threads * rounds
+    assert stats["misses"] == len(rt.of("malloc"))
+    assert stats["cached_blocks"] == len(rt.of("malloc")) - len(rt.of("free"))
+    mem.empty_cache()
+    assert sorted(m[4] for m in rt.of("malloc")) == sorted(f[1] for f in rt.of("free"))
+
+
+def test_microbenchmark_of_a_cache_hit(rt):
+    """Prints the host cost of empty() on a cache hit and of the free (not asserted: speed
+    targets do not belong in unit tests; the fake runtime is never reached on a hit)."""
+    shape, strides, k, best_alloc, best_free = (8, 16, 30, 30), (57600, 3600, 120, 4), 100, 1e9, 1e9
+    held = [mem.empty(shape, F32, 0, 0, strides=strides) for _ in range(k)]
+    held.clear()
+    for _ in range(50):
+        t0 = time.perf_counter()
+        for _ in range(k):
+            held.append(mem.empty(shape, F32, 0, 0, strides=strides))
+        t1 = time.perf_counter()
+        held.clear()
+        t2 = time.perf_counter()
+        best_alloc, best_free = min(best_alloc, t1 - t0), min(best_free, t2 - t1)
+    assert mem.cache_stats()["misses"] == k
+    print(
+        f"\nempty() on a cache hit: {best_alloc / k * 1e6:.2f} us, "
+        f"free into the cache: {best_free / k * 1e6:.2f} us"
+    )

@@ -364,6 +364,109 @@ def test_out_of_memory_raises_allocation_error_and_recovers():
     h.close()
 
 
+# -- caching allocator ----------------------------------------------------------------------------
+def test_cache_reuses_blocks_on_the_same_stream_with_real_data():
+    mem.empty_cache()
+    x = np.arange(1000, dtype=np.float32)
+    a = pycudnn.to_device(x)
+    ptr = a.ptr
+    np.testing.assert_array_equal(a.get(), x)
+    before = mem.cache_stats()
+    del a
+    gc.collect()
+    assert mem.cache_stats()["cached_blocks"] == before["cached_blocks"] + 1
+    b = pycudnn.empty((10, 100), np.float32, 0, 0)  # same class, same stream: a's block
+    assert b.ptr == ptr and mem.cache_stats()["hits"] == before["hits"] + 1
+    y = (x[::-1] * 2).reshape(10, 100)
+    b.copy_(y)
+    np.testing.assert_array_equal(b.get(), y)
+    # work queued on the block, the block freed and reused at once: the stream orders them
+    big = 1 << 22
+    c = pycudnn.zeros((big,), np.float32)
+    c.fill_(3.0)
+    pc = c.ptr
+    del c
+    d = pycudnn.empty((big,), np.float32, 0, 0)
+    assert d.ptr == pc
+    d.fill_(5.0)
+    np.testing.assert_array_equal(d.get()[::4096], np.full(big // 4096, 5.0, np.float32))
+    del b  # cached on stream 0 ...
+    rt = _rt()
+    err, s2 = rt.cudaStreamCreateWithFlags(1)
+    assert int(err) == 0
+    s2 = int(s2)
+    try:
+        e = pycudnn.empty((1000,), np.float32, stream=s2)  # ... never handed to another stream
+        assert e.ptr != ptr and e.stream == s2
+        e.copy_(x, stream=s2)
+        np.testing.assert_array_equal(e.get(), x)
+        del e
+        gc.collect()
+        assert mem.cache_stats()["cached_bytes"] > 0
+        assert mem.empty_cache() > 0  # before the stream goes (an int stream must outlive them)
+        assert mem.cache_stats()["cached_bytes"] == 0
+    finally:
+        rt.cudaStreamSynchronize(s2)
+        rt.cudaStreamDestroy(s2)
+    assert int(rt.cudaGetLastError()[0]) == 0
+    np.testing.assert_array_equal(pycudnn.to_device(x).get(), x)
+
+
+def test_cache_limit_on_the_device():
+    mem.empty_cache()
+    previous = mem.set_cache_limit(1 << 20)
+    try:
+        arrays = [pycudnn.empty((1 << 18,), np.float32) for _ in range(3)]  # 1 MiB each
+        del arrays
+        gc.collect()
+        assert mem.cache_stats(0)["cached_bytes"] <= 1 << 20
+        big = pycudnn.empty((1 << 20,), np.float32)  # 4 MiB: above the limit, never cached
+        del big
+        gc.collect()
+        assert mem.cache_stats(0)["cached_bytes"] <= 1 << 20
+    finally:
+        mem.set_cache_limit(previous)
+        mem.empty_cache()
+    assert int(_rt().cudaGetLastError()[0]) == 0
+
+
+def test_out_of_memory_releases_the_cache_then_raises():
+    mem.empty_cache()
+    blocks = [pycudnn.empty((64 << 20,), np.uint8) for _ in range(4)]
+    del blocks
+    gc.collect()
+    stats = mem.cache_stats(0)
+    assert stats["cached_bytes"] >= 4 * (64 << 20)
+    free, total = mem.mem_get_info()
+    ask = free + (1 << 30)
+    with pytest.raises(errors.AllocationError) as info:
+        pycudnn.empty((ask,), np.uint8)
+    exc = info.value
+    assert isinstance(exc, MemoryError) and "out of memory" in str(exc)
+    assert exc.requested == ask and exc.total == total and exc.device == 0
+    after = mem.cache_stats(0)
+    assert after["oom_releases"] == stats["oom_releases"] + 1 and after["cached_bytes"] == 0
+    assert int(_rt().cudaGetLastError()[0]) == 0  # nothing sticky
+    x = np.arange(10, dtype=np.float64)
+    np.testing.assert_array_equal(pycudnn.to_device(x).get(), x)
+
+
+def test_exit_with_cached_blocks_is_clean():
+    code = """
+import gc, numpy as np, pycudnn
+keep = pycudnn.to_device(np.ones(1000, np.float32))
+for n in (10, 1000, 100000):
+    pycudnn.empty((n,), np.float32)
+gc.collect()
+assert pycudnn.memory.cache_stats()["cached_blocks"] == 3
+print("done")
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().endswith("done")
+    assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr
+
+
 # -- interpreter shutdown --------------------------------------------------------------------------
 def test_exit_with_live_arrays_handles_and_exports_is_clean():
     code = """
