@@ -36,6 +36,7 @@ def _new_stream() -> int:
 def _destroy_stream(s: int) -> None:
     rt = _rt()
     rt.cudaStreamSynchronize(s)
+    pycudnn.memory.empty_cache()  # cached blocks remember their stream: release before destroying
     rt.cudaStreamDestroy(s)
 
 
