@@ -84,7 +84,10 @@ def test_real_versions():
     assert info.runtime_version == pycudnn.version()
     assert info.max_device_version >= 900
     assert set(info.sublibraries) == set(_info.SUBLIBRARY_CHECKS)
-    assert all(v == "CUDNN_STATUS_SUCCESS" for v in info.sublibraries.values()), info.sublibraries
+    # a sub-library newer than the runtime (subquadratic_ops before 9.2x) is reported, not failed
+    ok = ("CUDNN_STATUS_SUCCESS", "not in this cuDNN")
+    assert all(v in ok for v in info.sublibraries.values()), info.sublibraries
+    assert info.sublibraries["graph"] == "CUDNN_STATUS_SUCCESS"
     with pytest.raises(AttributeError):
         info.path = "x"  # frozen
 
