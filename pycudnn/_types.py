@@ -1,26 +1,31 @@
-"""dtype rules and the protocols pycudnn accepts instead of concrete types.
+"""The one dtype table, and the protocols pycudnn accepts instead of concrete types.
 
-One table maps numpy dtypes (and their names) to ``cudnnDataType_t``; every layer converts through
-it, so a dtype is spelled the same everywhere. bfloat16 has no numpy dtype of its own: the
-``ml_dtypes`` package provides one, and the string ``"bfloat16"`` always works.
+Every layer converts dtypes through :data:`DTYPES`: a cuDNN ``DataType``, its canonical name
+(numpy's), element size, DLPack type code and scaling-parameter type. So a dtype is spelt, sized
+and exchanged the same way everywhere. bfloat16 has no numpy dtype of its own: the ``ml_dtypes``
+package provides one, and the string ``"bfloat16"`` always works.
 
-Scaling parameters (``alpha``/``beta``) follow cuDNN's rule: ``double`` for double data, ``float``
-for everything else.
+Scaling parameters (``alpha``/``beta``) follow cuDNN's rule: ``double`` for double data,
+``float`` for everything else.
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
 from .enums import DataType
 
 __all__ = [
-    "CudaStreamLike",
+    "DTYPES",
+    "DType",
     "HasPtr",
     "as_data_type",
+    "dtype_info",
+    "dtype_name",
+    "from_dlpack_code",
     "itemsize",
     "numpy_dtype",
     "scaling_ctype",
@@ -35,25 +40,34 @@ class HasPtr(Protocol):
     def ptr(self) -> int: ...
 
 
-@runtime_checkable
-class CudaStreamLike(Protocol):
-    """An object that can hand out a CUDA stream (the ``__cuda_stream__`` protocol)."""
+class DType(NamedTuple):
+    """One row of the dtype table."""
 
-    def __cuda_stream__(self) -> tuple[int, int]: ...
+    name: str  # numpy's name ("float32", "bfloat16")
+    data_type: DataType
+    itemsize: int  # bytes
+    dlpack_code: int  # DLDataTypeCode: 0 int, 1 uint, 2 float, 4 bfloat, 6 bool
+    scaling: type[ctypes.c_float] | type[ctypes.c_double]  # ctypes type of alpha/beta
 
 
-# name -> (DataType, itemsize in bytes)
-_BY_NAME: dict[str, tuple[DataType, int]] = {
-    "float32": (DataType.FLOAT, 4),
-    "float64": (DataType.DOUBLE, 8),
-    "float16": (DataType.HALF, 2),
-    "bfloat16": (DataType.BFLOAT16, 2),
-    "int8": (DataType.INT8, 1),
-    "uint8": (DataType.UINT8, 1),
-    "int32": (DataType.INT32, 4),
-    "int64": (DataType.INT64, 8),
-    "bool": (DataType.BOOLEAN, 1),
+_F, _D = ctypes.c_float, ctypes.c_double
+#: Every data type cuDNN tensors support here, keyed by ``DataType``.
+DTYPES: dict[DataType, DType] = {
+    row.data_type: row
+    for row in (
+        DType("float32", DataType.FLOAT, 4, 2, _F),
+        DType("float64", DataType.DOUBLE, 8, 2, _D),
+        DType("float16", DataType.HALF, 2, 2, _F),
+        DType("bfloat16", DataType.BFLOAT16, 2, 4, _F),
+        DType("int8", DataType.INT8, 1, 0, _F),
+        DType("uint8", DataType.UINT8, 1, 1, _F),
+        DType("int32", DataType.INT32, 4, 0, _F),
+        DType("int64", DataType.INT64, 8, 0, _F),
+        DType("bool", DataType.BOOLEAN, 1, 6, _F),
+    )
 }
+_BY_NAME = {row.name: row for row in DTYPES.values()}
+_BY_DLPACK = {(row.dlpack_code, row.itemsize * 8): row for row in DTYPES.values()}
 _ALIASES = {
     "float": "float32",
     "single": "float32",
@@ -64,8 +78,6 @@ _ALIASES = {
     "fp16": "float16",
     "fp64": "float64",
 }
-_NAME_BY_TYPE = {dt: name for name, (dt, _size) in _BY_NAME.items()}
-_ITEMSIZE = {dt: size for _name, (dt, size) in _BY_NAME.items()}
 
 
 def _dtype_name(dtype: Any) -> str | None:
@@ -96,19 +108,32 @@ def as_data_type(dtype: Any, *, argument: str = "dtype") -> DataType:
     name = _dtype_name(dtype)
     if name is not None and name.startswith("torch."):
         name = name[len("torch.") :]
-    if name in _BY_NAME:
-        return _BY_NAME[name][0]
+    row = _BY_NAME.get(name) if name is not None else None
+    if row is not None:
+        return row.data_type
     raise TypeError(
         f"{argument}={dtype!r} is not a dtype cuDNN supports here; expected one of "
         f"{', '.join(_BY_NAME)} (a numpy dtype, its name, or pycudnn.enums.DataType)"
     )
 
 
+def dtype_info(data_type: DataType) -> DType:
+    """The table row of *data_type*; ``TypeError`` for a type without one (FP8, INT4...)."""
+    row = DTYPES.get(data_type)
+    if row is None:
+        raise TypeError(f"{DataType(data_type).name} has no entry in pycudnn's dtype table")
+    return row
+
+
+def dtype_name(data_type: DataType) -> str:
+    """numpy's name of *data_type* (``"float32"``), or the enum name for other types."""
+    row = DTYPES.get(data_type)
+    return row.name if row is not None else DataType(data_type).name
+
+
 def numpy_dtype(data_type: DataType) -> np.dtype:
     """The numpy dtype for *data_type* (bfloat16 needs the ``ml_dtypes`` package)."""
-    name = _NAME_BY_TYPE.get(DataType(data_type))
-    if name is None:
-        raise TypeError(f"{DataType(data_type).name} has no numpy dtype")
+    name = dtype_info(DataType(data_type)).name
     if name == "bfloat16":
         try:
             import ml_dtypes
@@ -120,12 +145,14 @@ def numpy_dtype(data_type: DataType) -> np.dtype:
 
 def itemsize(data_type: DataType) -> int:
     """Bytes per element of *data_type*."""
-    try:
-        return _ITEMSIZE[DataType(data_type)]
-    except KeyError:
-        raise TypeError(f"no element size known for {DataType(data_type).name}") from None
+    return dtype_info(DataType(data_type)).itemsize
 
 
 def scaling_ctype(data_type: DataType) -> type[ctypes.c_float] | type[ctypes.c_double]:
     """ctypes type of ``alpha``/``beta`` for data of *data_type*: double for DOUBLE, else float."""
-    return ctypes.c_double if DataType(data_type) == DataType.DOUBLE else ctypes.c_float
+    return _D if data_type == DataType.DOUBLE else _F
+
+
+def from_dlpack_code(code: int, bits: int) -> DType | None:
+    """The row of a DLPack ``(code, bits)`` type, or None when cuDNN has no such type."""
+    return _BY_DLPACK.get((code, bits))

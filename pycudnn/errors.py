@@ -1,4 +1,5 @@
-"""cuDNN status codes as Python exceptions, and the checked-call namespace.
+"""cuDNN status codes as Python exceptions, the checked-call namespace, and every other
+exception pycudnn raises of its own (CUDA failures, no GPU, not device memory).
 
 cuDNN 9 status codes are hierarchical: the category is ``code // 1000 * 1000`` (1000
 uncategorised/sub-library, 2000 bad parameter, 3000 not supported, 4000 internal, 5000 execution
@@ -23,11 +24,14 @@ from ._loader import LibraryNotFoundError, SymbolNotFoundError
 __all__ = [
     "AllocationError",
     "BadParamError",
+    "CudaError",
+    "CudaUnavailableError",
     "CudnnDeprecationWarning",
     "CudnnError",
     "ExecutionFailedError",
     "InternalError",
     "LibraryNotFoundError",
+    "NotDeviceMemoryError",
     "NotSupportedError",
     "SublibraryError",
     "SymbolNotFoundError",
@@ -104,6 +108,45 @@ class VersionMismatchError(RuntimeError):
 
 class CudnnDeprecationWarning(DeprecationWarning):
     """A ``CUDNN_DEPRECATED`` function was called through ``pycudnn.api`` (warned once each)."""
+
+
+# -- CUDA (raised by pycudnn's own runtime/driver calls, never by cuDNN) ---------------------------
+class CudaError(RuntimeError):
+    """A CUDA runtime/driver call made by pycudnn failed.
+
+    Attributes
+    ----------
+    api : str
+        The CUDA function (``"cudaMemcpyAsync"``).
+    code : int
+        The ``cudaError_t``/``CUresult`` value.
+    name : str
+        Its name (``"cudaErrorInvalidValue"``).
+    detail : str
+        CUDA's description of the error.
+    """
+
+    def __init__(self, api: str, code: int, name: str = "", detail: str = ""):
+        self.api = api
+        self.code = int(code)
+        self.name = name
+        self.detail = detail
+        text = f"{api} failed: {name or 'CUDA error'} ({self.code})"
+        super().__init__(f"{text}: {detail}" if detail else text)
+
+    def __reduce__(self):
+        return (type(self), (self.api, self.code, self.name, self.detail))
+
+
+class CudaUnavailableError(RuntimeError):
+    """No usable CUDA GPU (no driver, no device, or cuda-python missing): pycudnn needs one here."""
+
+
+class NotDeviceMemoryError(TypeError, ValueError):
+    """A pointer or array is not device memory (host, unregistered, or managed unless allowed).
+
+    Both a ``TypeError`` (wrong kind of argument) and a ``ValueError`` (bad pointer value).
+    """
 
 
 _BY_CATEGORY: dict[int, type[CudnnError]] = {
