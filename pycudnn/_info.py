@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from . import _lib, _loader, errors
+from . import _cuda, _lib, _loader, errors
 from ._version import __version__
 
 SKIP_ENV = "PYCUDNN_SKIP_VERSION_CHECK"
@@ -203,37 +203,6 @@ def library_info() -> LibraryInfo:
     )
 
 
-@dataclass(frozen=True)
-class GPU:
-    index: int
-    name: str
-    capability: tuple[int, int]
-    memory_bytes: int
-
-
-def cuda_devices() -> tuple[list[GPU], str]:
-    """(GPUs the CUDA runtime sees, a note); never raises (no GPU -> [], and why)."""
-    try:
-        from cuda.bindings import runtime as rt
-    except ImportError as exc:
-        return [], f"cuda.bindings not importable ({exc})"
-    try:
-        err, count = rt.cudaGetDeviceCount()
-        if int(err) != 0:
-            return [], f"cudaGetDeviceCount: {getattr(err, 'name', err)}"
-        gpus = []
-        for i in range(count):
-            err, prop = rt.cudaGetDeviceProperties(i)
-            if int(err) == 0:
-                name = prop.name.decode(errors="replace") if isinstance(prop.name, bytes) else ""
-                gpus.append(
-                    GPU(i, name.rstrip("\0"), (prop.major, prop.minor), prop.totalGlobalMem)
-                )
-        return gpus, ""
-    except Exception as exc:  # a broken driver install can raise from inside cuda.bindings
-        return [], f"CUDA runtime error: {exc}"
-
-
 def is_available() -> bool:
     """True when libcudnn loads, fits these bindings, and a CUDA GPU is usable. Never raises."""
     try:
@@ -241,22 +210,16 @@ def is_available() -> bool:
             return False
     except Exception:
         return False
-    gpus, _note = cuda_devices()
+    gpus, _note = _cuda.devices()
     return bool(gpus)
 
 
-def _driver_versions() -> str:
-    try:
-        from cuda.bindings import runtime as rt
-
-        err, drv = rt.cudaDriverGetVersion()
-        err2, run = rt.cudaRuntimeGetVersion()
-        r = f"{run // 1000}.{run % 1000 // 10}" if int(err2) == 0 else "?"
-        if int(err) != 0 or not drv:
-            return f"no NVIDIA driver found; cuda.bindings runtime {r}"
-        return f"driver supports CUDA {drv // 1000}.{drv % 1000 // 10}; cuda.bindings runtime {r}"
-    except Exception as exc:
-        return f"unknown ({exc})"
+def _cuda_versions() -> str:
+    drv, run = _cuda.driver_versions()
+    r = f"{run // 1000}.{run % 1000 // 10}" if run else "?"
+    if not drv:
+        return f"no NVIDIA driver found; cuda.bindings runtime {r}"
+    return f"driver supports CUDA {drv // 1000}.{drv % 1000 // 10}; cuda.bindings runtime {r}"
 
 
 def _pkg_version(name: str) -> str:
@@ -317,8 +280,8 @@ def report(self_test: bool = True) -> tuple[str, bool]:
             + ", ".join(info.other_libcudnn_files)
             + " (two cuDNNs in one process; set PYCUDNN_LIBRARY to the one you mean)"
         ]
-    lines += ["", "CUDA", f"  {_driver_versions()}"]
-    gpus, note = cuda_devices()
+    lines += ["", "CUDA", f"  {_cuda_versions()}"]
+    gpus, note = _cuda.devices()
     if not gpus:
         lines += [
             f"  GPUs        none found ({note})",
