@@ -245,11 +245,11 @@ class Child:
     def pc_last_plan(self) -> str | None:
         """pycudnn's most recently used plan in this thread (engine index, workspace)."""
         try:
-            from pycudnn.highlevel import _plans
+            from pycudnn.highlevel import conv as pconv
 
-            data = _plans._plans().data
-            return data[next(reversed(data))].describe() if data else None
-        except Exception as exc:  # internal API: diagnostics only
+            info = pconv.last_call()
+            return info.plan.describe() if info is not None else None
+        except Exception as exc:  # diagnostics only
             return f"? ({type(exc).__name__})"
 
     def pc_cache_info(self) -> dict[str, Any] | None:
@@ -500,16 +500,17 @@ class Child:
             from pycudnn.highlevel import _plans
             from pycudnn.highlevel import conv as pconv
 
+            # the diagnostics hook: the tiny conv's cached call with out= given
             call = next(
                 c
-                for c in reversed(pconv._local.calls.data.values())
-                if c.problem.x_shape == (1, 8, 8, 8) and c.stage is None and c.alloc is None
+                for c in pconv.recent_calls()
+                if c.problem.x_shape == (1, 8, 8, 8) and not c.staged and not c.allocates_output
             )
             ptrs = (x.data_ptr(), w.data_ptr(), y.data_ptr())
             px, pw, py_ = (ptrs[i] for i in call.perm)
-            wsp = pconv._workspace_ptr(call.handle, call.workspace) if call.workspace else 0
+            wsp = call.workspace_ptr()
             plan = call.plan
-            execute = _plans._execute_fn()
+            execute = _plans.execute_function()
             hc, pc_ = plan.handle_c, plan.plan_c
             state: dict[str, Any] = {}
 
@@ -559,13 +560,13 @@ class Child:
         from pycudnn.enums import BackendAttributeType as T
         from pycudnn.enums import BackendDescriptorType as D
 
-        if tuple(call.perm) != (0, 1, 2) or tuple(_plans._UIDS) != (1, 2, 3):
-            raise RuntimeError(f"unexpected operand order {call.perm} / uids {_plans._UIDS}")
-        create = _plans._raw("cudnnBackendCreateDescriptor")
-        set_attr = _plans._raw("cudnnBackendSetAttribute")
-        finalize = _plans._raw("cudnnBackendFinalize")
-        destroy = _plans._raw("cudnnBackendDestroyDescriptor")
-        execute = _plans._execute_fn()
+        if tuple(call.perm) != (0, 1, 2) or tuple(_plans.UIDS) != (1, 2, 3):
+            raise RuntimeError(f"unexpected operand order {call.perm} / uids {_plans.UIDS}")
+        create = _plans.raw_function("cudnnBackendCreateDescriptor")
+        set_attr = _plans.raw_function("cudnnBackendSetAttribute")
+        finalize = _plans.raw_function("cudnnBackendFinalize")
+        destroy = _plans.raw_function("cudnnBackendDestroyDescriptor")
+        execute = _plans.execute_function()
         c_int, c_int64, c_void_p = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
         vp_type = c_int(int(D.VARIANT_PACK_DESCRIPTOR))
         a_uids = c_int(int(A.VARIANT_PACK_UNIQUE_IDS))

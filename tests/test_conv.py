@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import pycudnn
-from pycudnn import _config
+from pycudnn import _config, _layout
 from pycudnn.enums import ConvolutionMode, DataType
-from pycudnn.highlevel import _plans, conv
+from pycudnn.highlevel import _op, _plans, conv
 from pycudnn.highlevel._plans import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
 
 F32, F64, F16, BF16 = DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16
@@ -27,7 +27,7 @@ _addr = itertools.count(1)
 
 
 def _packed(shape, nhwc=False):
-    return conv._layout_strides(tuple(shape), nhwc)
+    return _layout.packed_strides(tuple(shape), nhwc)
 
 
 class Fake:
@@ -56,9 +56,9 @@ def _boom(*args, **kwargs):
 @pytest.fixture
 def no_c(monkeypatch):
     """Make every way into CUDA/cuDNN raise CCall."""
-    monkeypatch.setattr(conv._handle, "get_handle", _boom)
+    monkeypatch.setattr(_op._handle, "get_handle", _boom)
     monkeypatch.setattr(_plans, "BackendDescriptor", _boom)
-    monkeypatch.setattr(conv, "_cudnn_version", _boom)
+    monkeypatch.setattr(_op, "cudnn_version", _boom)
     for name in ("empty", "zeros", "get_workspace", "asarray"):
         monkeypatch.setattr(conv.memory, name, _boom)
     conv.clear_caches()
@@ -109,10 +109,10 @@ def capture(monkeypatch):
 
     def allocate(shape, dtype, device=None, stream=None, *, strides=None):
         isz = np.dtype(dtype).itemsize
-        return Fake(shape, conv._data_type(dtype), tuple(s // isz for s in strides))
+        return Fake(shape, _op.data_type(dtype), tuple(s // isz for s in strides))
 
-    monkeypatch.setattr(conv._handle, "get_handle", lambda device=None: handle)
-    monkeypatch.setattr(conv, "_cudnn_version", lambda: 91900)
+    monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: handle)
+    monkeypatch.setattr(_op, "cudnn_version", lambda: 91900)
     monkeypatch.setattr(conv, "_plan_for", plan_for)
     monkeypatch.setattr(conv.memory, "empty", allocate)
     monkeypatch.setattr(conv.memory, "zeros", _boom)
@@ -626,7 +626,7 @@ def test_second_call_skips_validation(capture, monkeypatch):
 
 def test_stream_argument_binds_the_handle(capture):
     pycudnn.dnn_conv(x4(), w4(), stream=7)
-    h = conv._handle.get_handle()
+    h = _op._handle.get_handle()
     assert h.stream == 7
     pycudnn.dnn_conv(x4(), w4(), stream=9)
     assert h.stream == 9
@@ -684,7 +684,7 @@ def test_call_cache_bounded(capture):
         conv.set_cache_size(3)
         for n in range(1, 8):
             pycudnn.dnn_conv(x4(n=n), w4())
-        assert len(conv._calls()) <= 3
+        assert len(_op.calls()) <= 3
     finally:
         _plans.set_cache_size(old)
 
@@ -772,12 +772,12 @@ def test_precision_rejected(dt, precision):
 
 def test_layout_helpers():
     shape = (2, 3, 4, 5)
-    assert conv._layout_of(shape, _packed(shape)) == (True, False)
-    assert conv._layout_of(shape, _packed(shape, True)) == (False, True)
-    assert conv._layout_of((2, 1, 4, 5), _packed((2, 1, 4, 5))) == (True, True)  # C == 1
-    assert conv._matches((2, 1, 4, 5), (20, 7, 5, 1), _packed((2, 1, 4, 5)))  # size-1 dim
-    assert conv._non_overlapping(shape, _packed(shape))
-    assert not conv._non_overlapping(shape, (60, 20, 5, 2))
+    assert _layout.layout_of(shape, _packed(shape)) == (True, False)
+    assert _layout.layout_of(shape, _packed(shape, True)) == (False, True)
+    assert _layout.layout_of((2, 1, 4, 5), _packed((2, 1, 4, 5))) == (True, True)  # C == 1
+    assert _layout.matches((2, 1, 4, 5), (20, 7, 5, 1), _packed((2, 1, 4, 5)))  # size-1 dim
+    assert _layout.non_overlapping(shape, _packed(shape))
+    assert not _layout.non_overlapping(shape, (60, 20, 5, 2))
     assert conv._alignment(0, 4) == 16 and conv._alignment(8, 4) == 8 and conv._alignment(2, 2) == 2
 
 
@@ -790,10 +790,10 @@ def test_unpacked_operands_are_staged(capture, monkeypatch):
     def transform(h, alpha, src, x, beta, dst, y):
         transforms.append((x, y))
 
-    real = _plans.quiet_api
+    real = _op.quiet
     monkeypatch.setattr(
-        _plans,
-        "quiet_api",
+        _op,
+        "quiet",
         lambda name: transform if name == "cudnnTransformTensor" else real(name),
     )
     padded = Fake((2, 4, 8, 8), strides=(4 * 8 * 9, 8 * 9, 9, 1))  # padded rows

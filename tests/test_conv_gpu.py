@@ -383,7 +383,7 @@ def test_equals_torch(prec, nhwc, nd):
 
 
 def _problem_of_last_call():
-    data = _plans._plans().data
+    data = _plans._plan_cache().data
     return next(reversed(data))
 
 
@@ -461,7 +461,7 @@ def test_deterministic_is_bit_identical(op):
             r = pycudnn.dnn_gradweight(x, dy, w.shape, **kw)
         outs.append(torch.from_dlpack(r).clone())
     assert all(torch.equal(outs[0], o) for o in outs[1:])
-    plan = _plans._plans().data[_problem_of_last_call()]
+    plan = _plans._plan_cache().data[_problem_of_last_call()]
     assert _plans.BackendNumericalNote.NONDETERMINISTIC not in plan.engine.numerical
     with _config.config.override(deterministic=True):
         r = pycudnn.dnn_gradweight(x, dy, w.shape, border_mode="half", conv_mode="cross")
@@ -474,7 +474,7 @@ def test_time_once_keeps_the_accumulating_output_intact():
              alpha_beta=True, use_out=True)  # fmt: skip
     conv.clear_caches()
     run_case(c, algo="time_once")
-    plan = _plans._plans().data[_problem_of_last_call()]
+    plan = _plans._plan_cache().data[_problem_of_last_call()]
     assert _problem_of_last_call().algo == "time"
     print(f"\n[time_once] chose {plan.describe()}, builds {conv.cache_info().builds}")
     c2 = dict(c, op="bwd_filter")
@@ -497,7 +497,7 @@ def test_legacy_named_algorithms(op, algo):
         warnings.simplefilter("always")
         got, ref = run_case(c, algo=algo, check=False)
     err = rel_err(got, ref)
-    plan = _plans._plans().data[_problem_of_last_call()]
+    plan = _plans._plan_cache().data[_problem_of_last_call()]
     fell_back = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     deprecations = [w for w in caught if issubclass(w.category, errors.CudnnDeprecationWarning)]
     print(f"\n[legacy] {op} {algo}: {plan.describe()} err {err:.2e} fallback={bool(fell_back)}")
@@ -692,13 +692,13 @@ def test_workspace_failures(monkeypatch):
     conv.clear_caches()
     for algo in ("time_once", "guess_once"):
         y = torch.from_dlpack(pycudnn.dnn_conv(x, w, algo=algo, **kw))
-        plan = _plans._plans().data[_problem_of_last_call()]
+        plan = _plans._plan_cache().data[_problem_of_last_call()]
         print(f"\n[workspace] {algo}: {plan.describe()}")
     assert float((y.double() - ref).abs().max() / ref.abs().max()) < 2e-5
     # a workspace limit of 0 picks a zero-workspace engine
     with _config.config.override(workspace_limit=0):
         y = torch.from_dlpack(pycudnn.dnn_conv(x, w, **kw))
-        plan = _plans._plans().data[_problem_of_last_call()]
+        plan = _plans._plan_cache().data[_problem_of_last_call()]
     assert plan.workspace == 0
     assert float((y.double() - ref).abs().max() / ref.abs().max()) < 2e-5
     # a cached plan whose workspace can no longer be allocated is re-searched, not kept: find a
@@ -714,7 +714,7 @@ def test_workspace_failures(monkeypatch):
         if algo == "fft":
             xx, ww = xx.contiguous(), ww.contiguous()
         pycudnn.dnn_conv(xx, ww, algo=algo, **kw)
-        plan = _plans._plans().data[_problem_of_last_call()]
+        plan = _plans._plan_cache().data[_problem_of_last_call()]
         if plan.workspace > 0:
             chosen = (xx, ww, algo, plan)
             break
@@ -734,7 +734,7 @@ def test_workspace_failures(monkeypatch):
         warnings.simplefilter("ignore", RuntimeWarning)  # the legacy algorithm falls back
         y = torch.from_dlpack(pycudnn.dnn_conv(xx, ww, algo=algo, **kw))
     assert conv.cache_info().misses == misses + 1
-    plan2 = _plans._plans().data[_problem_of_last_call()]
+    plan2 = _plans._plan_cache().data[_problem_of_last_call()]
     print(f"  re-searched: {plan.describe()} -> {plan2.describe()}")
     assert plan2.workspace < limit
     ref = torch.nn.functional.conv2d(xx.double(), ww.double(), padding=2)
@@ -791,8 +791,8 @@ def test_plan_cache_hits_and_host_time():
         lambda: torch.nn.functional.conv2d(x, w, padding=1),
     )
     # the Python part alone: cudnnBackendExecute stubbed out
-    plan = _plans._plans().data[_problem_of_last_call()]
-    real_exec = _plans._execute_fn()
+    plan = _plans._plan_cache().data[_problem_of_last_call()]
+    real_exec = _plans.execute_function()
     _plans._EXECUTE = lambda *a: 0
     try:
         python_only = _per_call_us(lambda: pycudnn.dnn_conv(x, w, 1, conv_mode="cross", out=out))
@@ -827,7 +827,7 @@ def test_plan_cache_hits_and_host_time():
     err = float(
         (torch.from_dlpack(y2).double() - ref2.double()).abs().max() / ref2.double().abs().max()
     )
-    plan2 = _plans._plans().data[_problem_of_last_call()]
+    plan2 = _plans._plan_cache().data[_problem_of_last_call()]
     print(
         f"  medium fp16 NHWC cold first call {cold2:.2f} ms, {plan2.describe()}, "
         f"err vs torch {err:.2e}"

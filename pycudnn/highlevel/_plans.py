@@ -16,7 +16,7 @@ bakes them into the operation) and the algorithm policy. The tuple *is* the cach
   handles (PyTorch keeps its v8 plan cache ``thread_local`` for the same reason).
 * **Variant packs** are cached per plan, keyed by the data and workspace pointers: a finalized
   variant pack cannot be updated (``SetAttribute`` on it returns BAD_PARAM), and rebuilding one
-  costs 4-7 µs of host time per call (``research/graph_api_overhead.md``).
+  costs several microseconds of host time per call (see ``docs/BENCHMARKS.md``).
 * **The execute call** goes through a ctypes prototype without ``argtypes``/``errcheck`` and
   with prebuilt ``c_void_p`` arguments; the status check is one integer comparison.
 * **Search** (cache miss): operation graph -> heuristics (mode INSTANT) -> the first engine
@@ -32,6 +32,10 @@ bakes them into the operation) and the algorithm policy. The tuple *is* the cach
   re-searches; a failed search is never cached.
 
 This module never imports ``pycudnn._lib``: raw addresses are plain ints / ``c_void_p``.
+
+Diagnostics hook (benchmarks): :func:`raw_function`, :func:`execute_function`, :data:`UIDS`,
+:func:`cached_plan` and a plan's ``handle_c``/``plan_c``/``pack()``/``run()`` are the documented
+way to reach below ``dnn_conv`` (with ``pycudnn.highlevel.conv.last_call()``).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from .. import api, enums, errors
+from .. import _cuda, api, enums, errors
 from ..descriptors import BackendDescriptor
 from ..enums import (
     BackendAttributeName as A,
@@ -68,11 +72,17 @@ __all__ = [
     "OP_FWD",
     "CacheInfo",
     "GraphPlan",
+    "UIDS",
     "LegacyPlan",
     "Problem",
     "cache_info",
+    "cached_plan",
     "clear_caches",
+    "evict",
+    "execute_function",
     "get_plan",
+    "new_lru",
+    "raw_function",
     "set_cache_size",
 ]
 
@@ -127,8 +137,9 @@ class Problem(NamedTuple):
 _EXECUTE: Callable[..., int] | None = None
 
 
-def _raw(name: str) -> Callable[..., int]:
-    """A prototype of *name* without argtypes/errcheck (the cheapest ctypes call), by address."""
+def raw_function(name: str) -> Callable[..., int]:
+    """A prototype of *name* without argtypes/errcheck (the cheapest ctypes call), by address:
+    pass ``c_void_p``/``c_int`` objects, never bare Python ints for pointers."""
     fn = getattr(api, name)
     try:
         addr = ctypes.cast(fn, ctypes.c_void_p).value
@@ -137,10 +148,11 @@ def _raw(name: str) -> Callable[..., int]:
     return ctypes.CFUNCTYPE(ctypes.c_int)(addr)
 
 
-def _execute_fn() -> Callable[..., int]:
+def execute_function() -> Callable[..., int]:
+    """The bare ``cudnnBackendExecute(handle_c, plan_c, pack_c)`` (returns the status)."""
     global _EXECUTE
     if _EXECUTE is None:
-        _EXECUTE = _raw("cudnnBackendExecute")
+        _EXECUTE = raw_function("cudnnBackendExecute")
     return _EXECUTE
 
 
@@ -148,10 +160,10 @@ class _PackCalls:
     """Bare prototypes and constant arguments for building variant packs."""
 
     def __init__(self) -> None:
-        self.create = _raw("cudnnBackendCreateDescriptor")
-        self.set = _raw("cudnnBackendSetAttribute")
-        self.finalize = _raw("cudnnBackendFinalize")
-        self.destroy = _raw("cudnnBackendDestroyDescriptor")
+        self.create = raw_function("cudnnBackendCreateDescriptor")
+        self.set = raw_function("cudnnBackendSetAttribute")
+        self.finalize = raw_function("cudnnBackendFinalize")
+        self.destroy = raw_function("cudnnBackendDestroyDescriptor")
         self.vp_type = ctypes.c_int(BackendDescriptorType.VARIANT_PACK_DESCRIPTOR)
         self.uids_attr = ctypes.c_int(A.VARIANT_PACK_UNIQUE_IDS)
         self.ptrs_attr = ctypes.c_int(A.VARIANT_PACK_DATA_POINTERS)
@@ -160,7 +172,7 @@ class _PackCalls:
         self.void_ptr = ctypes.c_int(T.VOID_PTR)
         self.one = ctypes.c_int64(1)
         self.three = ctypes.c_int64(3)
-        self.uids = (ctypes.c_int64 * 3)(*_UIDS)
+        self.uids = (ctypes.c_int64 * 3)(*UIDS)
 
 
 _PACK: _PackCalls | None = None
@@ -203,14 +215,8 @@ def _destroy_packs(packs: dict) -> None:
     packs.clear()
 
 
-def quiet_api(name: str) -> Callable[..., Any]:
-    """``pycudnn.api.<name>`` without ``CudnnDeprecationWarning``: the user chose a legacy
-    algorithm, not a deprecated function."""
-    return errors.checked(name, warn=False)
-
-
 # -- graph construction ----------------------------------------------------------------------------
-_UIDS = (1, 2, 3)  # x, w, y
+UIDS = (1, 2, 3)  #: the variant-pack unique ids of x, w, y
 _OP_DESC = {
     OP_FWD: (
         BackendDescriptorType.OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
@@ -249,9 +255,9 @@ def build_operation_graph(p: Problem, handle: Any) -> BackendDescriptor:
     graph keeps its children alive.
     """
     dt = DataType(p.dtype)
-    tx = BackendDescriptor.tensor(p.x_shape, p.x_strides, dt, uid=_UIDS[0], alignment=p.x_align)
-    tw = BackendDescriptor.tensor(p.w_shape, p.w_strides, dt, uid=_UIDS[1], alignment=p.w_align)
-    ty = BackendDescriptor.tensor(p.y_shape, p.y_strides, dt, uid=_UIDS[2], alignment=p.y_align)
+    tx = BackendDescriptor.tensor(p.x_shape, p.x_strides, dt, uid=UIDS[0], alignment=p.x_align)
+    tw = BackendDescriptor.tensor(p.w_shape, p.w_strides, dt, uid=UIDS[1], alignment=p.w_align)
+    ty = BackendDescriptor.tensor(p.y_shape, p.y_strides, dt, uid=UIDS[2], alignment=p.y_align)
     conv = BackendDescriptor.convolution(
         p.pads,
         p.pads,
@@ -393,7 +399,7 @@ class GraphPlan:
         c = self.packs.get((xp, wp, yp, wsp))
         if c is None:
             c = self.pack(xp, wp, yp, wsp)
-        rc = (_EXECUTE or _execute_fn())(self.handle_c, self.plan_c, c)
+        rc = (_EXECUTE or execute_function())(self.handle_c, self.plan_c, c)
         if rc:
             raise errors.error_for(rc, "cudnnBackendExecute")
 
@@ -451,13 +457,24 @@ class LegacyPlan:
 
 # -- the per-thread LRU ----------------------------------------------------------------------------
 class _LRU:
-    """An ordered dict with a size bound; lookups move the entry to the most-recent end."""
+    """An ordered dict with a size bound; lookups move the entry to the most-recent end.
 
-    __slots__ = ("__weakref__", "data", "maxsize")
+    Evicted or cleared values are closed (``value.close()``) when *owns* (plans own their
+    variant packs); a cache of objects that others may still hold (descriptors referenced by
+    call entries) only drops its references and leaves them to their finalizers.
+    """
 
-    def __init__(self, maxsize: int):
+    __slots__ = ("__weakref__", "data", "maxsize", "owns")
+
+    def __init__(self, maxsize: int, owns: bool = True):
         self.data: collections.OrderedDict[Any, Any] = collections.OrderedDict()
         self.maxsize = maxsize
+        self.owns = owns
+
+    def _close(self, value: Any) -> None:
+        close = getattr(value, "close", None) if self.owns else None
+        if close is not None:
+            close()
 
     def get(self, key: Any) -> Any:
         data = self.data
@@ -471,19 +488,14 @@ class _LRU:
         data[key] = value
         data.move_to_end(key)
         while len(data) > self.maxsize > 0:
-            _k, old = data.popitem(last=False)
-            close = getattr(old, "close", None)
-            if close is not None:
-                close()
+            self._close(data.popitem(last=False)[1])
 
     def pop(self, key: Any) -> None:
         self.data.pop(key, None)
 
     def clear(self) -> None:
         for value in self.data.values():
-            close = getattr(value, "close", None)
-            if close is not None:
-                close()
+            self._close(value)
         self.data.clear()
 
     def __len__(self) -> int:
@@ -514,20 +526,26 @@ class _Stats:
 stats = _Stats()
 
 
-def new_lru() -> _LRU:
-    """A per-thread LRU bound by the configured size and cleared by :func:`clear_caches`."""
-    lru = _LRU(_maxsize)
+def new_lru(owns: bool = True) -> _LRU:
+    """A per-thread LRU bound by the configured size and cleared by :func:`clear_caches`
+    (*owns*: close values on eviction, see :class:`_LRU`)."""
+    lru = _LRU(_maxsize, owns)
     with _registry_lock:
         _registry.add(lru)
     return lru
 
 
-def _plans() -> _LRU:
+def _plan_cache() -> _LRU:
     try:
         return _local.plans
     except AttributeError:
         lru = _local.plans = new_lru()
         return lru
+
+
+def cached_plan(p: Problem) -> Any:
+    """This thread's cached plan of *p*, or None (a hit moves it to the recent end)."""
+    return _plan_cache().get(p)
 
 
 class CacheInfo(NamedTuple):
@@ -544,7 +562,7 @@ def cache_info() -> CacheInfo:
     (``hits``), calls that searched (``misses``), plans built, current size (this thread),
     bound, and total seconds spent searching."""
     return CacheInfo(
-        stats.hits, stats.misses, stats.builds, len(_plans()), _maxsize, stats.search_seconds
+        stats.hits, stats.misses, stats.builds, len(_plan_cache()), _maxsize, stats.search_seconds
     )
 
 
@@ -569,19 +587,10 @@ def set_cache_size(maxsize: int) -> None:
     for lru in lrus:
         lru.maxsize = maxsize
         while maxsize and len(lru.data) > maxsize:
-            _k, old = lru.data.popitem(last=False)
-            getattr(old, "close", lambda: None)()
+            lru._close(lru.data.popitem(last=False)[1])
 
 
 # -- search ----------------------------------------------------------------------------------------
-class Workspace:
-    """What the search needs from the memory layer: a pointer for *nbytes* of workspace on the
-    handle's stream (raising ``MemoryError``/``AllocationError`` when it cannot be had)."""
-
-    def __init__(self, get: Callable[[int], int]):
-        self.get = get
-
-
 def _fail(p: Problem, tried: list[str], alloc_failed: bool) -> errors.CudnnError:
     what = (
         f"{OP_NAMES[p.op]} convolution, x{p.x_shape} w{p.w_shape} y{p.y_shape}, "
@@ -741,7 +750,7 @@ def search_graph_plan(
 
 def get_plan(p: Problem, build: Callable[[], Any]) -> Any:
     """The cached plan for *p*, or ``build()``'s (cached only if it succeeded)."""
-    lru = _plans()
+    lru = _plan_cache()
     plan = lru.get(p)
     if plan is not None:
         return plan
@@ -754,7 +763,7 @@ def get_plan(p: Problem, build: Callable[[], Any]) -> Any:
 
 def evict(p: Problem) -> None:
     """Forget the plan of *p* in this thread (after it failed to run)."""
-    lru = _plans()
+    lru = _plan_cache()
     plan = lru.data.pop(p, None)
     if plan is not None:
         plan.close()
@@ -769,16 +778,9 @@ def time_plans(
     ``_TIMING_MIN_RUNS``): timing single calls ranked 15-25 us kernels by their launch gaps and
     picked an engine 24% slower back-to-back than PyTorch's choice (H200, depthwise dgrad).
     """
-    from cuda.bindings import runtime as rt
-
-    def ok(res: Any) -> Any:
-        err = res[0] if isinstance(res, tuple) else res
-        if int(err) != 0:
-            raise errors.InternalError(4000, "time_plans", f"CUDA runtime error {err!r}")
-        return res[1] if isinstance(res, tuple) and len(res) > 1 else None
-
-    start = ok(rt.cudaEventCreate())
-    stop = ok(rt.cudaEventCreate())
+    rt, check = _cuda.runtime(), _cuda.check
+    start = check(rt.cudaEventCreate(), "cudaEventCreate")
+    stop = check(rt.cudaEventCreate(), "cudaEventCreate")
     out: list[float] = []
     try:
         for gp in plans:
@@ -788,12 +790,13 @@ def time_plans(
                 runs = 1  # the first block (one run) sizes the others
                 best = float("inf")
                 for _ in range(_TIMING_REPEATS + 1):
-                    ok(rt.cudaEventRecord(start, stream))
+                    check(rt.cudaEventRecord(start, stream), "cudaEventRecord")
                     for _ in range(runs):
                         run(gp)
-                    ok(rt.cudaEventRecord(stop, stream))
-                    ok(rt.cudaEventSynchronize(stop))
-                    per_run = ok(rt.cudaEventElapsedTime(start, stop)) / runs
+                    check(rt.cudaEventRecord(stop, stream), "cudaEventRecord")
+                    check(rt.cudaEventSynchronize(stop), "cudaEventSynchronize")
+                    per_run = check(rt.cudaEventElapsedTime(start, stop), "cudaEventElapsedTime")
+                    per_run /= runs
                     if runs > 1:
                         best = min(best, per_run)
                     else:

@@ -8,26 +8,27 @@ write into ``out=`` and return it.
 
 Caching design (the hot path)
 -----------------------------
-A call first builds a *call key*: a flat tuple of what the caller passed that is cheap to read
--- each operand's shape, element strides, dtype, device and pointer residue mod 16 (which fixes
-its byte alignment), the convolution arguments exactly as given, ``alpha``/``beta`` and the
-calling thread's ``pycudnn.config.snapshot()`` (a cached, hashable tuple). A per-thread bounded
-dict (oldest-inserted evicted first; no reordering on hits, which would hash the key twice) maps
-call keys to a ready *call entry*: the plan (from :mod:`._plans`), the handle, how the three
-pointers map onto the plan's x/w/y, the output's allocation spec and the operands' byte spans.
-A hit therefore skips parsing and validation entirely (the key pins everything they depend on)
-and only reads three pointers, checks that ``out`` does not overlap an input, fetches the
-workspace pointer when the plan needs one, finds the variant pack cached for those pointers and
-calls ``cudnnBackendExecute`` -- no stream query, and ``cudnnSetStream`` only when ``stream=``
-names a different stream than the handle's. Measured on two H200 hosts (tiny fp32 conv,
-``out=`` given): 9.5 / 11.9 us per call, of which 3.0 / 3.5 us Python and 6.5 / 7.7 us
-variant-pack lookup + execute; torch's ``F.conv2d`` 12.8 / 15.2 us in the same processes.
+A call first builds a *call key* (the shared op path's, see :mod:`._op`): a flat tuple of what
+the caller passed that is cheap to read -- each operand's shape, element strides, dtype, device
+and pointer residue mod 16 (which fixes its byte alignment), the convolution arguments exactly as
+given, ``alpha``/``beta`` and the calling thread's ``pycudnn.config.snapshot()``. The per-thread
+call cache maps call keys to a ready call entry (:class:`_ConvCall`): the plan (from
+:mod:`._plans`), the handle, how the three pointers map onto the plan's x/w/y, the output's
+allocation spec and the operands' byte spans. A hit therefore skips parsing and validation (the
+key pins everything they depend on) and only reads three pointers, checks that ``out`` does not
+overlap an input, fetches the workspace pointer when the plan needs one, finds the variant pack
+cached for those pointers and calls ``cudnnBackendExecute`` -- no stream query, and
+``cudnnSetStream`` only when ``stream=`` names a different stream than the handle's. The torch
+fast path builds the key without an intermediate record; ``docs/BENCHMARKS.md`` has the measured
+host cost against PyTorch's.
 
-A miss validates everything before any C call (ranks, channels and groups, pads, strides,
-dilations, empty outputs, dtypes and precision, int32 limits, alignment, devices, overlap),
-normalises the problem to a :class:`._plans.Problem` (so differently spelt calls share one plan)
-and gets its plan from the LRU plan cache, searching only when that misses too (0.7 ms cold for
-the tiny conv: the heuristics' first config is tried before the others are fetched).
+A miss runs :func:`_slow`, one function per decision: :func:`_operands` (dtypes, ranks, devices,
+strides), :func:`_arguments` (groups, stride, dilation, precision, algorithm policy),
+:func:`_shapes` (image, filter and output shapes, padding), :func:`_layouts` (NCHW or NHWC, what
+is staged through packed copies), :func:`_route` (Theano's ``direction_hint``) and
+:func:`_problem` (the plan key, a :class:`._plans.Problem`, so differently spelt calls share one
+plan). Everything is validated before any C call. The plan comes from the LRU plan cache and is
+searched only when that misses too.
 
 Layouts: cuDNN only ever sees operands packed NCHW or NHWC, all in one layout (NHWC when an
 operand is unambiguously channels-last). Any other strides -- sliced or padded views, transposed
@@ -36,22 +37,20 @@ N/C views, a mix of layouts, a strided ``out`` -- are staged through packed copi
 N/C-transposed strides). PyTorch likewise makes operands contiguous in one memory format.
 
 ``pycudnn.highlevel.conv.cache_info()`` exposes hit/miss counters; ``clear_caches()`` empties all
-of it; ``set_cache_size()`` bounds it.
+of it; ``set_cache_size()`` bounds it; :func:`last_call` describes the thread's latest call (for
+benchmarks and diagnostics).
 """
 
 from __future__ import annotations
 
 import ctypes
-import numbers
 import sys
-import threading
 import warnings
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
-from .. import _config, errors, memory
-from .. import handle as _handle
-from .._types import as_data_type, itemsize, numpy_dtype
+from .. import _layout, errors, memory
+from .._types import itemsize, numpy_dtype
 from ..enums import (
     ConvolutionBwdDataAlgo,
     ConvolutionBwdFilterAlgo,
@@ -59,10 +58,12 @@ from ..enums import (
     ConvolutionMode,
     DataType,
 )
-from . import _plans
+from . import _op, _plans
+from ._op import Operand
 from ._plans import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
 
 __all__ = [
+    "CallInfo",
     "cache_info",
     "clear_caches",
     "dnn_conv",
@@ -72,17 +73,14 @@ __all__ = [
     "dnn_gradweight",
     "dnn_gradweight3d",
     "get_conv_output_shape",
+    "last_call",
+    "recent_calls",
     "set_cache_size",
 ]
 
-INT32_MAX = 2**31 - 1
-_SUPPORTED = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT, DataType.DOUBLE)
-_DT_NAME = {
-    DataType.HALF: "float16",
-    DataType.BFLOAT16: "bfloat16",
-    DataType.FLOAT: "float32",
-    DataType.DOUBLE: "float64",
-}
+# keep the module-level names the tests and users patch/read: the shared op path's
+register_operand_type = _op.register_operand_type
+_SUPPORTED = _op.FLOATS
 # data type -> compute types cuDNN has a configuration for (TRUE_HALF, PSEUDO_HALF, PSEUDO_BFLOAT16,
 # FLOAT, DOUBLE configs of the cuDNN docs)
 _COMPUTE_OK = {
@@ -90,6 +88,12 @@ _COMPUTE_OK = {
     DataType.BFLOAT16: (DataType.FLOAT,),
     DataType.FLOAT: (DataType.FLOAT,),
     DataType.DOUBLE: (DataType.DOUBLE,),
+}
+_DT_NAME = {
+    DataType.HALF: "float16",
+    DataType.BFLOAT16: "bfloat16",
+    DataType.FLOAT: "float32",
+    DataType.DOUBLE: "float64",
 }
 _PRECISIONS = ("as_input_f32", "as_input", "float16", "float32", "float64")
 _META = {
@@ -134,140 +138,18 @@ _FUNC = {
     (OP_BWD_FILTER, 2): "dnn_gradweight",
     (OP_BWD_FILTER, 3): "dnn_gradweight3d",
 }
+# the user's names of the two inputs, per operation
+_NAMES = {
+    OP_FWD: ("img", "kerns"),
+    OP_BWD_DATA: ("kerns", "topgrad"),
+    OP_BWD_FILTER: ("img", "topgrad"),
+}
 _HINTS = (None, "forward", "forward!", "bprop weights", "bprop inputs")
-
-
-# ==================================================================================================
-# Operands: (ptr, shape, element strides, DataType, device) read as cheaply as each kind allows
-# ==================================================================================================
-_dtype_cache: dict[Any, DataType | None] = {}
-
-
-def _data_type(dtype: Any) -> DataType | None:
-    """DataType of a numpy/torch/ml_dtypes dtype object (None if cuDNN has none); memoised."""
-    try:
-        return _dtype_cache[dtype]
-    except KeyError:
-        pass
-    except TypeError:  # unhashable dtype-like
-        return _data_type_uncached(dtype)
-    dt = _dtype_cache[dtype] = _data_type_uncached(dtype)
-    return dt
-
-
-def _data_type_uncached(dtype: Any) -> DataType | None:
-    name = str(dtype)
-    if name.startswith("torch."):
-        name = name[6:]
-    try:
-        return as_data_type(name)
-    except TypeError:
-        try:
-            return as_data_type(dtype)
-        except TypeError:
-            return None
-
-
-def _from_torch(t: Any) -> tuple:
-    dev = t.get_device()
-    if dev < 0:
-        raise TypeError(
-            "a CPU torch tensor was passed; pycudnn needs device memory: move it with "
-            "tensor.cuda() or pycudnn.to_device(...)"
-        )
-    return (t.data_ptr(), t.shape, t.stride(), _data_type(t.dtype), dev)
-
-
-def _from_device_array(a: Any) -> tuple:
-    dt = _data_type(a.dtype)
-    size = a.dtype.itemsize
-    return (a.ptr, a.shape, tuple(s // size for s in a.strides), dt, a.device)
-
-
-def _from_other(obj: Any) -> tuple:
-    return _from_device_array(memory.asarray(obj))
-
-
-def _host_array(obj: Any) -> tuple:
-    raise TypeError(
-        f"a host {type(obj).__module__}.{type(obj).__name__} was passed; pycudnn's convolutions "
-        "need device memory: copy it with pycudnn.to_device(array) (or pass a torch/CuPy/JAX "
-        "device array)"
-    )
-
-
-_GETTERS: dict[type, Callable[[Any], tuple]] = {}
-
-
-def _getter(tp: type) -> Callable[[Any], tuple]:
-    global _FAST_T
-    getter = _GETTERS.get(tp)
-    if getter is not None:
-        return getter
-    module = tp.__module__ or ""
-    if module.startswith("torch") and hasattr(tp, "data_ptr") and hasattr(tp, "get_device"):
-        getter = _from_torch
-        if module == "torch" and tp.__name__ == "Tensor":
-            _FAST_T = tp
-    elif issubclass(tp, memory.DeviceArray):
-        getter = _from_device_array
-    elif module.startswith("numpy") or (tp.__name__ == "ndarray" and module == "numpy"):
-        getter = _host_array
-    elif tp in (int, float, complex, bool, str, bytes, list, tuple, type(None)):
-
-        def getter(obj: Any) -> tuple:
-            raise TypeError(
-                f"expected a device array (torch tensor, CuPy/JAX array, pycudnn DeviceArray), "
-                f"got {type(obj).__name__}"
-            )
-
-    else:
-        getter = _from_other
-    _GETTERS[tp] = getter
-    return getter
-
-
-def register_operand_type(tp: type, getter: Callable[[Any], tuple]) -> None:
-    """Teach the convolutions a device-array type: *getter(obj)* returns ``(ptr, shape,
-    element_strides, DataType, device)``. Used by tests (fake arrays) and for fast paths."""
-    _GETTERS[tp] = getter
-
-
-def _operand(obj: Any) -> tuple:
-    return (_GETTERS.get(type(obj)) or _getter(type(obj)))(obj)
 
 
 # ==================================================================================================
 # Argument parsing (pure Python)
 # ==================================================================================================
-def _ints(value: Any, nd: int, name: str, lo: int, func: str) -> tuple[int, ...]:
-    if isinstance(value, bool):
-        raise TypeError(f"{func}: {name} must be an int or a tuple of {nd} ints, got {value!r}")
-    if isinstance(value, int):
-        vals = (value,) * nd
-    else:
-        try:
-            vals = tuple(value)
-        except TypeError:
-            raise TypeError(
-                f"{func}: {name} must be an int or a tuple of {nd} ints, got {value!r}"
-            ) from None
-        if len(vals) != nd:
-            raise ValueError(
-                f"{func}: {name} must have {nd} values (one per spatial dim), got {value!r}"
-            )
-    out = []
-    for v in vals:
-        if isinstance(v, bool) or not hasattr(v, "__index__"):
-            raise TypeError(f"{func}: {name} must contain ints, got {value!r}")
-        v = v.__index__()
-        if v < lo:
-            what = "negative" if lo == 0 else "non-positive"
-            raise ValueError(f"{func}: {what} {name} is not supported, got {value!r}")
-        out.append(v)
-    return tuple(out)
-
-
 def _pads(
     border_mode: Any, kernel: Sequence[int], dilation: Sequence[int], func: str
 ) -> tuple[int, ...]:
@@ -286,7 +168,20 @@ def _pads(
             f"{func}: border_mode={border_mode!r} is not one of 'valid', 'full', 'half', an int "
             f"or a tuple of {nd} ints"
         )
-    return _ints(border_mode, nd, "border_mode (padding)", 0, func)
+    return _op.ints(border_mode, nd, "border_mode (padding)", 0, func)
+
+
+def _out_spatial(
+    xs: Sequence[int],
+    ws: Sequence[int],
+    pads: Sequence[int],
+    sub: Sequence[int],
+    dil: Sequence[int],
+) -> tuple[int, ...]:
+    return tuple(
+        (i + 2 * p - ((k - 1) * d + 1)) // s + 1
+        for i, k, p, s, d in zip(xs[2:], ws[2:], pads, sub, dil, strict=True)
+    )
 
 
 def get_conv_output_shape(
@@ -319,65 +214,11 @@ def get_conv_output_shape(
             f"image shape {tuple(image_shape)} and kernel shape {tuple(kernel_shape)} do not match"
         )
     func = "get_conv_output_shape"
-    sub = _ints(subsample, nd, "subsample", 1, func)
-    dil = _ints(dilation, nd, "dilation", 1, func)
+    sub = _op.ints(subsample, nd, "subsample", 1, func)
+    dil = _op.ints(dilation, nd, "dilation", 1, func)
     pads = _pads(border_mode, kernel_shape[2:], dil, func)
-    spatial = tuple(
-        (i + 2 * p - ((k - 1) * d + 1)) // s + 1
-        for i, k, p, s, d in zip(image_shape[2:], kernel_shape[2:], pads, sub, dil, strict=True)
-    )
+    spatial = _out_spatial(image_shape, kernel_shape, pads, sub, dil)
     return (int(image_shape[0]), int(kernel_shape[0]), *spatial)
-
-
-def _layout_strides(shape: Sequence[int], nhwc: bool) -> tuple[int, ...]:
-    """Packed element strides of *shape* (N, C, spatial...) in NCHW or NHWC order."""
-    n = len(shape)
-    order = (0, *range(2, n), 1) if nhwc else tuple(range(n))
-    strides = [0] * n
-    acc = 1
-    for d in reversed(order):
-        strides[d] = acc
-        acc *= max(shape[d], 1)
-    return tuple(strides)
-
-
-def _matches(shape: Sequence[int], strides: Sequence[int], canon: Sequence[int]) -> bool:
-    return all(s == 1 or st == c for s, st, c in zip(shape, strides, canon, strict=True))
-
-
-def _layout_of(shape: Sequence[int], strides: Sequence[int]) -> tuple[bool, bool]:
-    """(is packed NCHW, is packed NHWC), ignoring the strides of size-1 dims."""
-    return (
-        _matches(shape, strides, _layout_strides(shape, False)),
-        _matches(shape, strides, _layout_strides(shape, True)),
-    )
-
-
-def _span(shape: Sequence[int], strides: Sequence[int]) -> int:
-    """Elements from the first to one past the last addressed element (0 if empty)."""
-    if any(s == 0 for s in shape):
-        return 0
-    return 1 + sum((s - 1) * st for s, st in zip(shape, strides, strict=True))
-
-
-def _non_overlapping(shape: Sequence[int], strides: Sequence[int]) -> bool:
-    dims = sorted((st, s) for s, st in zip(shape, strides, strict=True) if s > 1)
-    need = 1
-    for st, s in dims:
-        if st < need:
-            return False
-        need = st * s
-    return True
-
-
-def _check_int32(func: str, what: str, shape: Sequence[int], strides: Sequence[int]) -> None:
-    worst = max([*shape, *strides, _span(shape, strides)], default=0)
-    if worst > INT32_MAX:
-        raise OverflowError(
-            f"{func}: {what} of shape {tuple(shape)} with strides {tuple(strides)} exceeds "
-            f"cuDNN's 32-bit limit ({INT32_MAX} elements per dimension, stride and span); split "
-            "the batch into smaller calls"
-        )
 
 
 def _compute_type(dt: DataType, precision: str, func: str) -> DataType:
@@ -427,21 +268,10 @@ def _policy(op: int, algo: Any, flags: Any, func: str, routed: bool = False) -> 
 # ==================================================================================================
 # Call entries and the hot path
 # ==================================================================================================
-class _Call:
-    """What a cache hit needs; see the module docstring."""
+class _ConvCall(_op.Call):
+    """A cached convolution call: a plan and how the (a, b, out) pointers feed its x, w, y."""
 
-    __slots__ = (
-        "alloc",
-        "alloc_strides",
-        "handle",
-        "op",
-        "perm",
-        "plan",
-        "problem",
-        "spans",
-        "stage",
-        "workspace",
-    )
+    __slots__ = ("op", "perm", "plan", "problem", "workspace")
 
     def __init__(
         self,
@@ -450,112 +280,60 @@ class _Call:
         plan: Any,
         handle: Any,
         perm: tuple[int, int, int],
-        alloc: tuple | None,
+        alloc: _op.OutputSpec | None,
         spans: tuple[int, int, int],
-        stage: _Stage | None = None,
+        stage: _op.Stage | None = None,
     ):
-        self.op = op  # the user-facing operation (error messages)
+        super().__init__(_FUNC[(op, len(problem.x_shape) - 2)], handle, alloc, spans, stage)
+        self.op = op
         self.problem = problem
         self.plan = plan
-        self.handle = handle
         self.perm = perm  # (a, b, out) index feeding the plan's x, w, y
-        # (shape, numpy dtype, device) and byte strides of a new output when out is None
-        self.alloc = None if alloc is None else alloc[:3]
-        self.alloc_strides = None if alloc is None else alloc[3]
-        self.spans = spans  # byte spans of (a, b, out), for the overlap check
-        self.stage = stage
         self.workspace = plan.workspace
 
-
-class _Stage:
-    """Copies around a plan for operands cuDNN should not see as they are (strides not packed
-    NCHW/NHWC in the problem's layout): inputs are copied into packed buffers before, and a
-    staged output is computed into a packed buffer and then scaled into ``out`` (``alpha``,
-    ``beta`` applied by ``cudnnTransformTensor``)."""
-
-    __slots__ = ("inputs", "output", "scales")
-
-    def __init__(self, inputs: list[tuple], output: tuple | None, scales: tuple):
-        self.inputs = inputs  # [(operand index, shape, numpy dtype, byte strides, src, dst)]
-        self.output = output  # (shape, numpy dtype, byte strides, src, dst) or None
-        self.scales = scales  # ctypes (one, zero, alpha, beta)
+    def launch(self, ptrs: Sequence[int]) -> None:
+        x, w, y = self.perm
+        ws = self.workspace
+        self.plan.run(ptrs[x], ptrs[w], ptrs[y], _op.workspace(self.handle, ws) if ws else 0)
 
 
-_local = threading.local()
+class CallInfo(NamedTuple):
+    """What :func:`last_call` reports: for benchmarks and diagnostics, not a stable API.
+
+    ``plan`` has ``describe()``, ``workspace`` (bytes) and ``run(x, w, y, workspace_ptr)``;
+    graph plans also ``pack(...)``, ``handle_c`` and ``plan_c`` (see :mod:`._plans`).
+    ``perm`` maps the call's ``(a, b, out)`` pointers onto the plan's ``(x, w, y)``.
+    """
+
+    func: str
+    problem: Problem
+    plan: Any
+    handle: Any
+    perm: tuple[int, int, int]
+    staged: bool
+    allocates_output: bool
+
+    def workspace_ptr(self) -> int:
+        """The handle's workspace pointer for this plan (0 when it needs none)."""
+        ws = self.plan.workspace
+        return _op.workspace(self.handle, ws) if ws else 0
 
 
-_snapshot = _config.config.snapshot
-#: torch.Tensor once one was seen (the call key then reads tensors without intermediate tuples)
-_FAST_T: type | None = None
+def recent_calls() -> list[CallInfo]:
+    """The calling thread's cached convolution calls, the most recently cached first."""
+    return [
+        CallInfo(
+            c.func, c.problem, c.plan, c.handle, c.perm, c.stage is not None, c.alloc is not None
+        )
+        for c in reversed(_op.calls().data.values())
+        if isinstance(c, _ConvCall)
+    ]
 
 
-def _calls() -> Any:
-    try:
-        return _local.calls
-    except AttributeError:
-        lru = _local.calls = _plans.new_lru()
-        return lru
-
-
-def _workspace_ptr(h: Any, nbytes: int) -> int:
-    """Device pointer of at least *nbytes* of the handle's workspace on its current stream
-    (grow-only, per (handle, stream); raises ``AllocationError``, a ``MemoryError``)."""
-    return memory.get_workspace(h, nbytes)[0]
-
-
-def _run_call(call: _Call, pa: int, pb: int, po: int | None, out: Any, stream: Any) -> Any:
-    """Run a ready call entry (the slow path's twin of the inlined hot path)."""
-    if call.stage is not None:
-        return _execute_staged(call, pa, pb, po, out, stream)
-    h = call.handle
-    if stream is not None:
-        h.set_stream(stream)
-    if out is None:
-        out = memory.empty(*call.alloc, h.stream, strides=call.alloc_strides)
-        po = out.ptr
-    sa, sb, so = call.spans
-    if (po < pa + sa and pa < po + so) or (po < pb + sb and pb < po + so):
-        _overlap(call)
-    ptrs = (pa, pb, po)
-    x, w, y = call.perm
-    ws = call.workspace
-    call.plan.run(ptrs[x], ptrs[w], ptrs[y], _workspace_ptr(h, ws) if ws else 0)
-    return out
-
-
-def _execute_staged(call: _Call, pa: int, pb: int, po: int | None, out: Any, stream: Any) -> Any:
-    h = call.handle
-    if stream is not None:
-        h.set_stream(stream)
-    if out is None:
-        out = memory.empty(*call.alloc, h.stream, strides=call.alloc_strides)
-        po = out.ptr
-    sa, sb, so = call.spans
-    if (po < pa + sa and pa < po + so) or (po < pb + sb and pb < po + so):
-        _overlap(call)
-    st = call.stage
-    one, zero, alpha, beta = st.scales
-    transform = _plans.quiet_api("cudnnTransformTensor")
-    device = h.device
-    ptrs = [pa, pb, po]
-    keep = []  # the packed copies live until the plan has been queued (freed stream-ordered)
-    for idx, shape, npdt, strides, src, dst in st.inputs:
-        tmp = memory.empty(shape, npdt, device, h.stream, strides=strides)
-        transform(h.ptr, ctypes.byref(one), src, ptrs[idx], ctypes.byref(zero), dst, tmp.ptr)
-        keep.append(tmp)
-        ptrs[idx] = tmp.ptr
-    final = None
-    if st.output is not None:
-        shape, npdt, strides, src, dst = st.output
-        final = memory.empty(shape, npdt, device, h.stream, strides=strides)
-        keep.append(final)
-        ptrs[2] = final.ptr
-    x, w, y = call.perm
-    ws = call.workspace
-    call.plan.run(ptrs[x], ptrs[w], ptrs[y], _workspace_ptr(h, ws) if ws else 0)
-    if final is not None:
-        transform(h.ptr, ctypes.byref(alpha), src, final.ptr, ctypes.byref(beta), dst, po)
-    return out
+def last_call() -> CallInfo | None:
+    """The calling thread's most recently cached convolution call (None before the first)."""
+    calls = recent_calls()
+    return calls[0] if calls else None
 
 
 def _conv(
@@ -579,58 +357,36 @@ def _conv(
 ) -> Any:
     # -- the call key: what the caller passed, read as cheaply as each array kind allows --------
     # (one flat tuple: hashing nested tuples costs more; op and nd fix the operands' ranks)
-    if type(a) is _FAST_T and type(b) is _FAST_T:  # torch tensors: no intermediate tuples
+    fast = _op.FAST_T
+    if type(a) is fast and type(b) is fast:  # torch tensors: no intermediate records
         pa = a.data_ptr()
         pb = b.data_ptr()
         ka = (a.shape, a.stride(), a.dtype, a.get_device(), pa & 15,
               b.shape, b.stride(), b.dtype, b.get_device(), pb & 15)  # fmt: skip
-    else:
-        ga = _operand(a)
-        gb = _operand(b)
+    else:  # the raw (ptr, shape, strides, dtype, device) of each operand
+        ga = _op.raw_operand(a)
+        gb = _op.raw_operand(b)
         pa, pb = ga[0], gb[0]
         ka = (ga[1], ga[2], ga[3], ga[4], pa & 15, gb[1], gb[2], gb[3], gb[4], pb & 15)
     if out is None:
         po = okey = None
-    elif type(out) is _FAST_T:
+    elif type(out) is fast:
         po = out.data_ptr()
         okey = (out.shape, out.stride(), out.dtype, out.get_device(), po & 15)
     else:
-        go = _operand(out)
-        po = go[0]
-        okey = (go[1], go[2], go[3], go[4], po & 15)
+        po, okey = _op.key_of(out)
     if type(shp) is list:
         shp = tuple(shp)
     key = (op, nd, ka, okey, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
-           precision, num_groups, alpha, beta, _snapshot())  # fmt: skip
+           precision, num_groups, alpha, beta, _op.snapshot())  # fmt: skip
+    calls = _op.calls()
     try:
-        calls = _local.calls
-    except AttributeError:
-        calls = _calls()
-    data = calls.data
-    try:
-        call = data.get(key)
+        call = calls.data.get(key)
     except TypeError:  # an unhashable argument (a list, an array): no call caching
         call = key = None
     if call is not None:  # (no LRU reordering here: the call cache evicts oldest-inserted)
         try:
-            if call.stage is not None:
-                result = _execute_staged(call, pa, pb, po, out, stream)
-            else:
-                # -- the hot path, inlined -----------------------------------------------------
-                h = call.handle
-                if stream is not None:
-                    h.set_stream(stream)  # no C call when unchanged
-                if out is None:
-                    out = memory.empty(*call.alloc, h.stream, strides=call.alloc_strides)
-                    po = out.ptr
-                sa, sb, so = call.spans
-                if (po < pa + sa and pa < po + so) or (po < pb + sb and pb < po + so):
-                    _overlap(call)
-                ptrs = (pa, pb, po)
-                x, w, y = call.perm
-                ws = call.workspace
-                call.plan.run(ptrs[x], ptrs[w], ptrs[y], _workspace_ptr(h, ws) if ws else 0)
-                result = out
+            result = call.run((pa, pb), out, po, stream)
         except MemoryError:
             # the plan's workspace no longer fits: forget it and search again (smaller ones)
             _plans.evict(call.problem)
@@ -642,16 +398,8 @@ def _conv(
                  precision, num_groups, alpha, beta, out, stream, key)  # fmt: skip
 
 
-def _overlap(call: _Call) -> None:
-    p = call.problem
-    raise ValueError(
-        f"{_FUNC[(call.op, len(p.x_shape) - 2)]}: out overlaps an input; cuDNN's outputs may not "
-        "alias its inputs"
-    )
-
-
 # ==================================================================================================
-# The slow path: validate, normalise, find the plan, cache the call entry
+# The slow path: one function per decision, then the plan and the cached call entry
 # ==================================================================================================
 def _shape_arg(value: Any, nd: int, name: str, func: str) -> tuple[int, ...]:
     try:
@@ -672,37 +420,51 @@ def _shape_arg(value: Any, nd: int, name: str, func: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
-          precision, num_groups, alpha, beta, out, stream, key):  # fmt: skip
-    """Validate and normalise a call, find (or search) its plan, cache the call entry, run it."""
-    ga = _operand(a)
-    gb = _operand(b)
-    func = _FUNC[(op, nd)]
-    flags = _config.config.snapshot()
-    go = _operand(out) if out is not None else None
-    names = {
-        OP_FWD: ("img", "kerns"),
-        OP_BWD_DATA: ("kerns", "topgrad"),
-        OP_BWD_FILTER: ("img", "topgrad"),
-    }[op]
+class _Args(NamedTuple):
+    """What the convolution arguments decide (validated)."""
 
-    # -- dtypes, ranks, devices --------------------------------------------------------------------
-    dt = ga[3]
-    for name, g in ((names[0], ga), (names[1], gb), ("out", go)):
-        if g is None:
-            continue
-        if g[3] not in _SUPPORTED:
-            raise TypeError(
-                f"{func}: {name} has an unsupported dtype; supported: float16, bfloat16, float32, "
-                "float64"
-            )
-        if g[3] != dt:
-            raise TypeError(
-                f"{func}: {names[0]} is {_DT_NAME[dt]} but {name} is {_DT_NAME[g[3]]}; all "
-                "operands must have the same dtype"
-            )
-    for name, g in ((names[0], ga), (names[1], gb), ("out", go)):
-        if g is not None and len(g[1]) != nd + 2:
+    groups: int
+    sub: tuple[int, ...]
+    dil: tuple[int, ...]
+    mode: ConvolutionMode
+    compute: DataType
+    policy: str  # 'guess', 'time' or a legacy algorithm name
+    deterministic: bool
+    explicit_algo: bool
+
+
+class _Shapes(NamedTuple):
+    """Image x, filters w, convolution output y, the padding, and which one is the output."""
+
+    xs: tuple[int, ...]
+    ws: tuple[int, ...]
+    ys: tuple[int, ...]
+    pads: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    reduced_empty: bool  # a sum over nothing: the output is all zeros (times alpha)
+
+
+class _Layouts(NamedTuple):
+    """What cuDNN sees: packed NCHW or NHWC strides per role, the output's strides, staging."""
+
+    nhwc: bool
+    a_can: tuple[int, ...]
+    b_can: tuple[int, ...]
+    o_can: tuple[int, ...]
+    o_strides: tuple[int, ...]
+    staged_in: list[int]
+    staged_out: bool
+
+
+def _operands(op: int, nd: int, func: str, a: Any, b: Any, out: Any):
+    """Read the operands; decide their common dtype and device; check ranks and strides."""
+    names = _NAMES[op]
+    ga, gb = _op.operand(a), _op.operand(b)
+    go = _op.operand(out) if out is not None else None
+    named = ((names[0], ga), (names[1], gb), ("out", go))
+    dt, device = _op.same_dtype_and_device(func, named)
+    for name, g in named:
+        if g is not None and len(g.shape) != nd + 2:
             other = (
                 "dnn_conv3d/dnn_gradinput3d/dnn_gradweight3d"
                 if nd == 2
@@ -710,44 +472,44 @@ def _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, 
             )
             raise ValueError(
                 f"{func}: expected {nd + 2}-D operands (N, C, {nd} spatial dims), got {name} of "
-                f"shape {tuple(g[1])} ({names[0]} {tuple(ga[1])}, {names[1]} {tuple(gb[1])})"
-                + (f"; for {len(g[1]) - 2} spatial dims use {other}" if len(g[1]) in (4, 5) else "")
-            )
-    device = ga[4]
-    for name, g in ((names[1], gb), ("out", go)):
-        if g is not None and g[4] != device:
-            raise ValueError(
-                f"{func}: {names[0]} is on device {device} but {name} on device {g[4]}"
-            )
-    isz = itemsize(dt)
-    for name, g in ((names[0], ga), (names[1], gb), ("out", go)):
-        if g is None:
-            continue
-        if g[0] % isz:
-            raise ValueError(
-                f"{func}: {name}'s address 0x{g[0]:x} is not a multiple of its element size "
-                f"({isz} B)"
-            )
-        for s, st in zip(g[1], g[2], strict=True):
-            if st < 0:
-                raise ValueError(
-                    f"{func}: {name} has a negative stride {tuple(g[2])}; cuDNN does not support "
-                    "them"
+                f"shape {tuple(g.shape)} ({names[0]} {tuple(ga.shape)}, {names[1]} "
+                f"{tuple(gb.shape)})"
+                + (
+                    f"; for {len(g.shape) - 2} spatial dims use {other}"
+                    if len(g.shape) in (4, 5)
+                    else ""
                 )
-            if st == 0 and s > 1:
-                raise ValueError(
-                    f"{func}: {name} has a zero (broadcast) stride {tuple(g[2])}; make it "
-                    "contiguous first"
-                )
+            )
+    for name, g in named:
+        if g is not None:
+            _op.check_strides(func, name, g)
+    return ga, gb, go, dt, device
 
-    # -- arguments ---------------------------------------------------------------------------
+
+def _arguments(
+    op,
+    nd,
+    func,
+    dt,
+    subsample,
+    dilation,
+    conv_mode,
+    hint,
+    algo,
+    precision,
+    num_groups,
+    alpha,
+    beta,
+    flags,
+) -> _Args:
+    """Groups, stride, dilation, mode, compute type and the algorithm policy."""
     if isinstance(num_groups, bool) or not hasattr(num_groups, "__index__"):
         raise TypeError(f"{func}: num_groups must be a positive int, got {num_groups!r}")
     groups = num_groups.__index__()
     if groups < 1:
         raise ValueError(f"{func}: num_groups must be a positive int, got {num_groups!r}")
-    sub = _ints(subsample, nd, "subsample (stride)", 1, func)
-    dil = _ints(dilation, nd, "dilation", 1, func)
+    sub = _op.ints(subsample, nd, "subsample (stride)", 1, func)
+    dil = _op.ints(dilation, nd, "dilation", 1, func)
     if conv_mode not in ("conv", "cross"):
         raise ValueError(f"{func}: conv_mode={conv_mode!r} is not 'conv' or 'cross'")
     if hint not in _HINTS:
@@ -756,33 +518,50 @@ def _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, 
     if not isinstance(prec, str):
         raise TypeError(f"{func}: precision must be a string, got {prec!r}")
     compute = _compute_type(dt, prec.lower(), func)
-    for name, v in (("alpha", alpha), ("beta", beta)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real):
-            raise TypeError(f"{func}: {name} must be a real number, got {v!r}")
+    _op.real(alpha, "alpha", func)
+    _op.real(beta, "beta", func)
+    explicit = algo is not None
+    policy, det = _policy(op, algo if explicit else getattr(flags, _CONFIG_ALGO[op]), flags, func)
+    mode = ConvolutionMode.CONVOLUTION if conv_mode == "conv" else ConvolutionMode.CROSS_CORRELATION
+    return _Args(groups, sub, dil, mode, compute, policy, det, explicit)
 
-    # -- shapes: x (image), w (filters), y (conv output) -------------------------------------
+
+def _shapes(
+    op: int,
+    nd: int,
+    func: str,
+    ga: Operand,
+    gb: Operand,
+    go: Operand | None,
+    shp: Any,
+    border_mode: Any,
+    args: _Args,
+) -> _Shapes:
+    """The image, filter and output shapes (the missing one from ``*_shp`` or ``out``), the
+    padding, and whether the problem reduces over nothing."""
     if op == OP_FWD:
-        xs, ws_ = tuple(ga[1]), tuple(gb[1])
+        xs, ws_ = tuple(ga.shape), tuple(gb.shape)
     elif op == OP_BWD_DATA:
-        ws_, ys = tuple(ga[1]), tuple(gb[1])
+        ws_, ys = tuple(ga.shape), tuple(gb.shape)
         xs = _shape_arg(shp, nd, "img_shp", func) if shp is not None else None
         if go is not None:
-            if xs is not None and xs != tuple(go[1]):
-                raise ValueError(f"{func}: img_shp={xs} but out has shape {tuple(go[1])}")
-            xs = tuple(go[1])
+            if xs is not None and xs != tuple(go.shape):
+                raise ValueError(f"{func}: img_shp={xs} but out has shape {tuple(go.shape)}")
+            xs = tuple(go.shape)
         if xs is None:
             raise ValueError(f"{func}: img_shp is required (or pass out=)")
     else:
-        xs, ys = tuple(ga[1]), tuple(gb[1])
+        xs, ys = tuple(ga.shape), tuple(gb.shape)
         ws_ = _shape_arg(shp, nd, "kerns_shp", func) if shp is not None else None
         if go is not None:
-            if ws_ is not None and ws_ != tuple(go[1]):
-                raise ValueError(f"{func}: kerns_shp={ws_} but out has shape {tuple(go[1])}")
-            ws_ = tuple(go[1])
+            if ws_ is not None and ws_ != tuple(go.shape):
+                raise ValueError(f"{func}: kerns_shp={ws_} but out has shape {tuple(go.shape)}")
+            ws_ = tuple(go.shape)
         if ws_ is None:
             raise ValueError(f"{func}: kerns_shp is required (or pass out=)")
     if any(k < 1 for k in ws_[2:]):
         raise ValueError(f"{func}: kernel spatial sizes must be positive, got filter shape {ws_}")
+    groups, sub, dil = args.groups, args.sub, args.dil
     c_in, k_out, c_per_group = xs[1], ws_[0], ws_[1]
     if k_out % groups or c_in % groups:
         raise ValueError(
@@ -795,10 +574,7 @@ def _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, 
             f"{c_per_group * groups} input channels, but the image {xs} has {c_in}"
         )
     pads = _pads(border_mode, ws_[2:], dil, func)
-    out_spatial = tuple(
-        (i + 2 * p - ((k - 1) * d + 1)) // s + 1
-        for i, k, p, s, d in zip(xs[2:], ws_[2:], pads, sub, dil, strict=True)
-    )
+    out_spatial = _out_spatial(xs, ws_, pads, sub, dil)
     if any(o < 1 for o in out_spatial):
         raise ValueError(
             f"{func}: the convolution output would be empty: padded input "
@@ -815,14 +591,8 @@ def _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, 
             f"{func}: topgrad has shape {ys}, but a convolution of image {xs} with filters {ws_} "
             f"(pads {pads}, subsample {sub}, dilation {dil}) gives {expect_y}; check {other}"
         )
-    if go is not None and op == OP_FWD and tuple(go[1]) != ys:
-        raise ValueError(f"{func}: out has shape {tuple(go[1])}, expected {ys}")
-
-    # -- algorithm policy ------------------------------------------------------------------------
-    explicit = algo is not None
-    policy, det = _policy(op, algo if explicit else getattr(flags, _CONFIG_ALGO[op]), flags, func)
-
-    # -- empty problems: no cuDNN call ------------------------------------------------------------
+    if go is not None and op == OP_FWD and tuple(go.shape) != ys:
+        raise ValueError(f"{func}: out has shape {tuple(go.shape)}, expected {ys}")
     out_shape = {OP_FWD: ys, OP_BWD_DATA: xs, OP_BWD_FILTER: ws_}[op]
     # a sum over nothing (no input channels, no filters, no images, all-padding input): zeros
     no_input = any(i == 0 for i in xs[2:])
@@ -831,169 +601,224 @@ def _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, 
         OP_BWD_DATA: k_out == 0,
         OP_BWD_FILTER: xs[0] == 0 or no_input,
     }[op]
-    # layouts: NHWC when an operand is unambiguously channels-last, else NCHW
-    layouts = [_layout_of(g[1], g[2]) for g in (ga, gb, go) if g is not None]
-    nhwc = any(h and not c for c, h in layouts)
+    return _Shapes(xs, ws_, ys, pads, out_shape, reduced_empty)
+
+
+def _layouts(
+    func: str, ga: Operand, gb: Operand, go: Operand | None, out_shape: tuple[int, ...]
+) -> _Layouts:
+    """NHWC when an operand is unambiguously channels-last, else NCHW; operands whose strides
+    are not packed in that layout are staged (the graph API's engines computed garbage for other
+    stride orders, e.g. N/C-transposed views, instead of refusing them; ATen also makes operands
+    contiguous first)."""
+    present = [g for g in (ga, gb, go) if g is not None]
+    nhwc = any(h and not c for c, h in (_layout.layout_of(g.shape, g.strides) for g in present))
     if go is None:
-        o_strides = _layout_strides(out_shape, nhwc)
+        o_strides = _layout.packed_strides(out_shape, nhwc)
     else:
-        o_strides = tuple(go[2])
-        if not _non_overlapping(out_shape, o_strides):
+        o_strides = tuple(go.strides)
+        if not _layout.non_overlapping(out_shape, o_strides):
             raise ValueError(
                 f"{func}: out's strides {o_strides} make elements overlap; cuDNN cannot write it"
             )
-    if any(s == 0 for s in out_shape) or reduced_empty:
-        fill = reduced_empty and not any(s == 0 for s in out_shape)
-        return _empty_result(func, out, out_shape, o_strides, dt, device, beta, fill)
-
-    # -- int32 limits ------------------------------------------------------------------------------
-    for what, s, st in (
-        (names[0], ga[1], ga[2]),
-        (names[1], gb[1], gb[2]),
-        ("the output", out_shape, o_strides),
-    ):
-        _check_int32(func, what, s, st)
-
-    # -- layouts: what cuDNN sees is packed NCHW or NHWC, the rest is staged through copies ------
-    # (the graph API's engines computed garbage for other stride orders, e.g. N/C-transposed
-    # views, instead of refusing them; ATen also makes operands contiguous first)
-    mode = ConvolutionMode.CONVOLUTION if conv_mode == "conv" else ConvolutionMode.CROSS_CORRELATION
-    a_can = _layout_strides(ga[1], nhwc)
-    b_can = _layout_strides(gb[1], nhwc)
-    o_can = _layout_strides(out_shape, nhwc)
+    a_can = _layout.packed_strides(ga.shape, nhwc)
+    b_can = _layout.packed_strides(gb.shape, nhwc)
+    o_can = _layout.packed_strides(out_shape, nhwc)
     staged_in = [
-        i for i, g, can in ((0, ga, a_can), (1, gb, b_can)) if not _matches(g[1], g[2], can)
+        i
+        for i, g, can in ((0, ga, a_can), (1, gb, b_can))
+        if not _layout.matches(g.shape, g.strides, can)
     ]
-    staged_out = go is not None and not _matches(out_shape, o_strides, o_can)
+    staged_out = go is not None and not _layout.matches(out_shape, o_strides, o_can)
+    return _Layouts(nhwc, a_can, b_can, o_can, o_strides, staged_in, staged_out)
+
+
+def _alignment(residue: int, isz: int) -> int:
+    """Byte alignment (<= 16) implied by an address residue mod 16."""
+    if residue == 0:
+        return 16
+    return max(residue & -residue, isz)
+
+
+def _problem(op, args: _Args, sh: _Shapes, lay: _Layouts, align, base) -> tuple[Problem, tuple]:
+    """The plan key of the operation as the caller asked it, and the role permutation."""
+    xs, ws_, ys = sh.xs, sh.ws, sh.ys
     if op == OP_FWD:
-        roles = (xs, a_can, ws_, b_can, ys, o_can, (0, 1, 2))
+        roles = (lay.a_can, lay.b_can, lay.o_can, (0, 1, 2))
     elif op == OP_BWD_DATA:
-        roles = (xs, o_can, ws_, a_can, ys, b_can, (2, 0, 1))
+        roles = (lay.o_can, lay.a_can, lay.b_can, (2, 0, 1))
     else:
-        roles = (xs, a_can, ws_, o_can, ys, b_can, (0, 2, 1))
-    route = None
-    if (
-        op == OP_FWD
-        and groups == 1
-        and all(s == 1 for s in sub)
-        and all(d == 1 for d in dil)
-        and not staged_in
-        and not staged_out
+        roles = (lay.a_can, lay.o_can, lay.b_can, (0, 2, 1))
+    xstr, wstr, ystr, perm = roles
+    p = Problem(
+        op=op,
+        mode=int(args.mode),
+        x_shape=xs,
+        x_strides=xstr,
+        w_shape=ws_,
+        w_strides=wstr,
+        y_shape=ys,
+        y_strides=ystr,
+        pads=sh.pads,
+        strides=args.sub,
+        dilations=args.dil,
+        x_align=align[perm[0]],
+        w_align=align[perm[1]],
+        y_align=align[perm[2]],
+        algo=args.policy,
+        **base,
+    )
+    return p, perm
+
+
+def _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
+          precision, num_groups, alpha, beta, out, stream, key):  # fmt: skip
+    """Validate and normalise a call, find (or search) its plan, cache the call entry, run it."""
+    func = _FUNC[(op, nd)]
+    flags = _op.snapshot()
+    ga, gb, go, dt, device = _operands(op, nd, func, a, b, out)
+    args = _arguments(
+        op,
+        nd,
+        func,
+        dt,
+        subsample,
+        dilation,
+        conv_mode,
+        hint,
+        algo,
+        precision,
+        num_groups,
+        alpha,
+        beta,
+        flags,
+    )
+    sh = _shapes(op, nd, func, ga, gb, go, shp, border_mode, args)
+    lay = _layouts(func, ga, gb, go, sh.out_shape)
+    if any(s == 0 for s in sh.out_shape) or sh.reduced_empty:  # no cuDNN call
+        fill = sh.reduced_empty and not any(s == 0 for s in sh.out_shape)
+        spec = _op.output_spec(sh.out_shape, dt, device, lay.nhwc)
+        return _op.empty_result(func, out, spec, beta, fill)
+    names = _NAMES[op]
+    for what, s, st in (
+        (names[0], ga.shape, ga.strides),
+        (names[1], gb.shape, gb.strides),
+        ("the output", sh.out_shape, lay.o_strides),
     ):
-        if hint == "bprop weights" and all(p == 0 for p in pads) and conv_mode == "cross":
-            route = OP_BWD_FILTER
-        elif hint != "forward!" and isinstance(border_mode, str) and border_mode.lower() == "full":
-            route = OP_BWD_DATA
+        _layout.check_int32(f"{func}: {what}", s, st)
+
+    isz = itemsize(dt)
     residues = (
-        16 if 0 in staged_in else ga[0] & 15,
-        16 if 1 in staged_in else gb[0] & 15,
-        0 if go is None or staged_out else go[0] & 15,
+        16 if 0 in lay.staged_in else ga.ptr & 15,
+        16 if 1 in lay.staged_in else gb.ptr & 15,
+        0 if go is None or lay.staged_out else go.ptr & 15,
     )
     align = tuple(_alignment(r & 15, isz) for r in residues)
-    h = _handle.get_handle(device)
-    if stream is not None:
-        h.set_stream(stream)
+    h = _op.handle_for(device, stream)
     base = dict(
         device=device,
-        cudnn_version=_cudnn_version(),
+        cudnn_version=_op.cudnn_version(),
         dtype=int(dt),
-        compute=int(compute),
+        compute=int(args.compute),
         allow_tf32=bool(flags.allow_tf32) and dt == DataType.FLOAT,
-        deterministic=bool(flags.deterministic or det),
+        deterministic=bool(flags.deterministic or args.deterministic),
         workspace_limit=-1 if flags.workspace_limit is None else int(flags.workspace_limit),
         # a staged output takes alpha/beta in its final copy; the plan writes a fresh buffer
-        alpha=1.0 if staged_out else float(alpha),
-        beta=0.0 if staged_out else float(beta),
+        alpha=1.0 if lay.staged_out else float(alpha),
+        beta=0.0 if lay.staged_out else float(beta),
     )
-    ptrs = (ga[0], gb[0], go[0] if go is not None else None)
-    spans = (
-        _span(ga[1], ga[2]) * isz,
-        _span(gb[1], gb[2]) * isz,
-        _span(out_shape, o_strides) * isz,
+    ptrs = (ga.ptr, gb.ptr, go.ptr if go is not None else None)
+    spans = tuple(
+        _layout.span(s, st) * isz
+        for s, st in ((ga.shape, ga.strides), (gb.shape, gb.strides), (sh.out_shape, lay.o_strides))
     )
-    npdt = numpy_dtype(dt)
     alloc = None
     if go is None:
-        alloc = (out_shape, npdt, device, tuple(st * isz for st in o_can))
+        alloc = _op.output_spec(sh.out_shape, dt, device, lay.nhwc)
     stage = None
-    if staged_in or staged_out:
-        stage = _make_stage(dt, npdt, isz, staged_in, staged_out, (ga, gb), (a_can, b_can),
-                            out_shape, o_strides, o_can, alpha, beta)  # fmt: skip
+    if lay.staged_in or lay.staged_out:
+        stage = _op.Stage(
+            dt,
+            [(i, (ga, gb)[i], (lay.a_can, lay.b_can)[i]) for i in lay.staged_in],
+            (sh.out_shape, lay.o_strides, lay.o_can) if lay.staged_out else None,
+            alpha,
+            beta,
+        )
 
     call = None
-    if route is not None:
-        call = _routed_call(route, op, nd, xs, ws_, ys, a_can, b_can, o_can, mode, dil,
-                            align, base, algo, explicit, flags, func, h, ptrs, alloc, spans,
-                            nhwc)  # fmt: skip
-    if call is None:
-        xshape, xstr, wshape, wstr, yshape, ystr, perm = roles
-        p = Problem(
-            op=op,
-            mode=int(mode),
-            x_shape=xshape,
-            x_strides=xstr,
-            w_shape=wshape,
-            w_strides=wstr,
-            y_shape=yshape,
-            y_strides=ystr,
-            pads=pads,
-            strides=sub,
-            dilations=dil,
-            x_align=align[perm[0]],
-            w_align=align[perm[1]],
-            y_align=align[perm[2]],
-            algo=policy,
-            **base,
+    if stage is None:
+        call = _route(
+            op,
+            nd,
+            func,
+            hint,
+            border_mode,
+            conv_mode,
+            args,
+            sh,
+            lay,
+            align,
+            base,
+            algo,
+            flags,
+            h,
+            ptrs,
+            alloc,
+            spans,
         )
+    if call is None:
+        p, perm = _problem(op, args, sh, lay, align, base)
         # timing (time_*) runs on the caller's buffers, or on the packed copies when staged
         plan = _plan_for(p, h, ptrs if stage is None else None, perm, alloc, flags)
-        call = _Call(op, p, plan, h, perm, alloc, spans, stage)
+        call = _ConvCall(op, p, plan, h, perm, alloc, spans, stage)
     try:
-        result = _run_call(call, ga[0], gb[0], go[0] if go is not None else None, out, None)
+        result = call.run(ptrs[:2], out, ptrs[2], None)
     except (errors.CudnnError, MemoryError):
         _plans.evict(call.problem)  # a plan that cannot run is never kept
         raise
     if key is not None:
-        _calls().put(key, call)
+        _op.calls().put(key, call)
     return result
 
 
-def _make_stage(dt, npdt, isz, staged_in, staged_out, gs, cans, out_shape, o_strides, o_can,
-                alpha, beta):  # fmt: skip
-    from ..descriptors import TensorDescriptor
-
-    def desc(shape: tuple, strides: tuple) -> Any:
-        fixed = tuple(max(st, 1) for st in strides)  # size-1 dims may carry stride 0
-        return TensorDescriptor(shape, dt, fixed)
-
-    inputs = []
-    for i in staged_in:
-        g, can = gs[i], cans[i]
-        shape = tuple(g[1])
-        inputs.append(
-            (i, shape, npdt, tuple(st * isz for st in can), desc(shape, g[2]), desc(shape, can))
-        )
-    output = None
-    if staged_out:
-        output = (
-            out_shape,
-            npdt,
-            tuple(st * isz for st in o_can),
-            desc(out_shape, o_can),
-            desc(out_shape, o_strides),
-        )
-    st = ctypes.c_double if dt == DataType.DOUBLE else ctypes.c_float
-    return _Stage(inputs, output, (st(1.0), st(0.0), st(float(alpha)), st(float(beta))))
-
-
-def _routed_call(route, op, nd, xs, ws_, ys, a_str, b_str, o_str, mode, dil, align, base, algo,
-                 explicit, flags, func, h, ptrs, alloc, spans, nhwc):  # fmt: skip
+def _route(
+    op,
+    nd,
+    func,
+    hint,
+    border_mode,
+    conv_mode,
+    args: _Args,
+    sh: _Shapes,
+    lay: _Layouts,
+    align,
+    base,
+    algo,
+    flags,
+    h,
+    ptrs,
+    alloc,
+    spans,
+) -> _ConvCall | None:
     """Theano's ``direction_hint`` routes of ``dnn_conv`` (views only, no copies), or None when
-    a view is not packed in the problem's layout (transposing N and C of a packed tensor rarely
-    is: only with a size-1 N or C) or the gradient operation has no engine for the views; the
-    forward then runs as usual."""
+    there is no route, a view is not packed in the problem's layout (transposing N and C of a
+    packed tensor rarely is: only with a size-1 N or C) or the gradient operation has no engine
+    for the views; the forward then runs as usual."""
+    if (
+        op != OP_FWD
+        or args.groups != 1
+        or any(s != 1 for s in args.sub)
+        or any(d != 1 for d in args.dil)
+    ):
+        return None
+    if hint == "bprop weights" and all(p == 0 for p in sh.pads) and conv_mode == "cross":
+        route = OP_BWD_FILTER
+    elif hint != "forward!" and isinstance(border_mode, str) and border_mode.lower() == "full":
+        route = OP_BWD_DATA
+    else:
+        return None
     try:
-        chosen = algo if explicit else getattr(flags, _CONFIG_ALGO[route])
+        chosen = algo if args.explicit_algo else getattr(flags, _CONFIG_ALGO[route])
         policy, det = _policy(route, chosen, flags, func, routed=True)
     except ValueError:
         return None
@@ -1001,32 +826,30 @@ def _routed_call(route, op, nd, xs, ws_, ys, a_str, b_str, o_str, mode, dil, ali
     def t(shape: tuple, strides: tuple) -> tuple[tuple, tuple]:  # swap the N and C dims
         return (shape[1], shape[0], *shape[2:]), (strides[1], strides[0], *strides[2:])
 
+    xs, ws_, ys = sh.xs, sh.ws, sh.ys
     if route == OP_BWD_FILTER:
         # dnn_conv(img, kerns, 'valid', 'cross') == gradweight(img^T, kerns^T)^T
-        x_shape, x_str = t(xs, a_str)
-        y_shape, y_str = t(ws_, b_str)
-        w_shape, w_str = t(ys, o_str)
-        perm, mode2 = (0, 2, 1), mode
+        x_shape, x_str = t(xs, lay.a_can)
+        y_shape, y_str = t(ws_, lay.b_can)
+        w_shape, w_str = t(ys, lay.o_can)
+        perm, mode2 = (0, 2, 1), args.mode
     else:
         # dnn_conv(img, kerns, 'full') == gradinput(kerns^T, img) with the other conv mode
-        w_shape, w_str = t(ws_, b_str)
-        y_shape, y_str = xs, a_str
-        x_shape, x_str = ys, o_str
+        w_shape, w_str = t(ws_, lay.b_can)
+        y_shape, y_str = xs, lay.a_can
+        x_shape, x_str = ys, lay.o_can
         perm = (2, 1, 0)
         mode2 = (
             ConvolutionMode.CROSS_CORRELATION
-            if mode == ConvolutionMode.CONVOLUTION
+            if args.mode == ConvolutionMode.CONVOLUTION
             else ConvolutionMode.CONVOLUTION
         )
+    nhwc = lay.nhwc
     for shape, strides in ((x_shape, x_str), (w_shape, w_str), (y_shape, y_str)):
-        if not _matches(shape, strides, _layout_strides(shape, nhwc)):
+        if not _layout.matches(shape, strides, _layout.packed_strides(shape, nhwc)):
             return None
-        # the views' strides, made canonical for their size-1 dims
-    x_str, w_str, y_str = (
-        _layout_strides(x_shape, nhwc),
-        _layout_strides(w_shape, nhwc),
-        _layout_strides(y_shape, nhwc),
-    )
+    # the views' strides, made canonical for their size-1 dims
+    x_str, w_str, y_str = (_layout.packed_strides(s, nhwc) for s in (x_shape, w_shape, y_shape))
     p = Problem(
         op=route,
         mode=int(mode2),
@@ -1038,7 +861,7 @@ def _routed_call(route, op, nd, xs, ws_, ys, a_str, b_str, o_str, mode, dil, ali
         y_strides=y_str,
         pads=(0,) * nd,
         strides=(1,) * nd,
-        dilations=tuple(dil),
+        dilations=tuple(args.dil),
         x_align=align[perm[0]],
         w_align=align[perm[1]],
         y_align=align[perm[2]],
@@ -1049,32 +872,15 @@ def _routed_call(route, op, nd, xs, ws_, ys, a_str, b_str, o_str, mode, dil, ali
         plan = _plan_for(p, h, ptrs, perm, alloc, flags)
     except (errors.NotSupportedError, errors.BadParamError):
         return None
-    return _Call(op, p, plan, h, perm, alloc, spans)
+    return _ConvCall(op, p, plan, h, perm, alloc, spans)
 
 
-def _alignment(residue: int, isz: int) -> int:
-    """Byte alignment (<= 16) implied by an address residue mod 16."""
-    if residue == 0:
-        return 16
-    return max(residue & -residue, isz)
-
-
-_version: int | None = None
-
-
-def _cudnn_version() -> int:
-    global _version
-    if _version is None:
-        from .. import api
-
-        _version = int(api.cudnnGetVersion())
-    return _version
-
-
-def _plan_for(p: Problem, h: Any, ptrs: tuple, perm: tuple, alloc: tuple | None, flags: Any) -> Any:
+# ==================================================================================================
+# Plans: cached, searched (heuristics or timing) or a pinned legacy algorithm
+# ==================================================================================================
+def _plan_for(p: Problem, h: Any, ptrs: tuple | None, perm: tuple, alloc: Any, flags: Any) -> Any:
     """The cached plan of *p* or a new one (searched on the caller's buffers)."""
-    lru = _plans._plans()
-    plan = lru.get(p)
+    plan = _plans.cached_plan(p)
     if plan is not None:
         _plans.stats.hits += 1  # a new spelling of a cached problem
         return plan
@@ -1086,8 +892,8 @@ def _plan_for(p: Problem, h: Any, ptrs: tuple, perm: tuple, alloc: tuple | None,
             if plan is not None:
                 return plan
             p2 = p._replace(algo="guess")
-            return _plans.get_plan(p2, lambda: _graph_plan(p2, h, ptrs, perm, alloc))
-        return _graph_plan(p, h, ptrs, perm, alloc)
+            return _plans.get_plan(p2, lambda: _graph_plan(p2, h, ptrs, perm))
+        return _graph_plan(p, h, ptrs, perm)
 
     plan = _plans.get_plan(p, build)
     if flags.verbose:
@@ -1099,9 +905,9 @@ def _plan_for(p: Problem, h: Any, ptrs: tuple, perm: tuple, alloc: tuple | None,
     return plan
 
 
-def _graph_plan(p: Problem, h: Any, ptrs: tuple | None, perm: tuple, alloc: tuple | None) -> Any:
+def _graph_plan(p: Problem, h: Any, ptrs: tuple | None, perm: tuple) -> Any:
     def ws(nbytes: int) -> int:
-        return _workspace_ptr(h, nbytes)
+        return _op.workspace(h, nbytes)
 
     timing = None
     if p.algo == "time":
@@ -1119,7 +925,7 @@ def _graph_plan(p: Problem, h: Any, ptrs: tuple | None, perm: tuple, alloc: tupl
                 if ptrs is not None and role != out_role:
                     role_ptrs.append(ptrs[perm[role]])
                     continue
-                n = max(_span(shape, strides), 1)
+                n = max(_layout.span(shape, strides), 1)
                 buf = memory.empty((n,), npdt, p.device, h.stream)
                 keep.append(buf)
                 role_ptrs.append(buf.ptr)
@@ -1144,13 +950,8 @@ def _legacy_plan(p: Problem, h: Any) -> Any:
 
     algo = _LEGACY[p.op][p.algo]
     dt = DataType(p.dtype)
-    nhwc_w = _layout_of(p.w_shape, p.w_strides)
-    if nhwc_w[0]:
-        wfmt = "NCHW"
-    elif nhwc_w[1]:
-        wfmt = "NHWC"
-    else:
-        wfmt = None
+    nchw_w, nhwc_w = _layout.layout_of(p.w_shape, p.w_strides)
+    wfmt = "NCHW" if nchw_w else "NHWC" if nhwc_w else None
     fp32 = dt == DataType.FLOAT
     if dt in (DataType.HALF, DataType.BFLOAT16):
         math = "tensor_op"
@@ -1179,21 +980,15 @@ def _legacy_plan(p: Problem, h: Any) -> Any:
         size = ctypes.c_size_t(0)
         if p.op == OP_FWD:
             q = "cudnnGetConvolutionForwardWorkspaceSize"
-            _plans.quiet_api(q)(
-                h.ptr, dx.ptr, dw.ptr, dconv.ptr, dy.ptr, int(algo), ctypes.byref(size)
-            )
+            _op.quiet(q)(h.ptr, dx.ptr, dw.ptr, dconv.ptr, dy.ptr, int(algo), ctypes.byref(size))
             name = "cudnnConvolutionForward"
         elif p.op == OP_BWD_DATA:
             q = "cudnnGetConvolutionBackwardDataWorkspaceSize"
-            _plans.quiet_api(q)(
-                h.ptr, dw.ptr, dy.ptr, dconv.ptr, dx.ptr, int(algo), ctypes.byref(size)
-            )
+            _op.quiet(q)(h.ptr, dw.ptr, dy.ptr, dconv.ptr, dx.ptr, int(algo), ctypes.byref(size))
             name = "cudnnConvolutionBackwardData"
         else:
             q = "cudnnGetConvolutionBackwardFilterWorkspaceSize"
-            _plans.quiet_api(q)(
-                h.ptr, dx.ptr, dy.ptr, dconv.ptr, dw.ptr, int(algo), ctypes.byref(size)
-            )
+            _op.quiet(q)(h.ptr, dx.ptr, dy.ptr, dconv.ptr, dw.ptr, int(algo), ctypes.byref(size))
             name = "cudnnConvolutionBackwardFilter"
         ws = int(size.value)
         if p.workspace_limit >= 0 and ws > p.workspace_limit:
@@ -1201,7 +996,7 @@ def _legacy_plan(p: Problem, h: Any) -> Any:
                 3000, q, f"workspace {ws} B is over the limit {p.workspace_limit} B"
             )
         if ws:
-            _workspace_ptr(h, ws)
+            _op.workspace(h, ws)
     except (errors.CudnnError, MemoryError, ValueError) as exc:
         warnings.warn(
             f"pycudnn: the legacy algorithm {p.algo!r} cannot run this {_plans.OP_NAMES[p.op]} "
@@ -1210,29 +1005,11 @@ def _legacy_plan(p: Problem, h: Any) -> Any:
             stacklevel=5,
         )
         return None
-    st = ctypes.c_double if dt == DataType.DOUBLE else ctypes.c_float
+    alpha, beta = _op.scales(dt, p.alpha, p.beta)
     _plans.stats.builds += 1
     return _plans.LegacyPlan(
-        _plans.quiet_api(name), name, int(algo), (dx, dw, dconv, dy), h, ws, st(p.alpha), st(p.beta)
+        _op.quiet(name), name, int(algo), (dx, dw, dconv, dy), h, ws, alpha, beta
     )
-
-
-def _empty_result(func, out, shape, strides, dt, device, beta, fill):
-    """Zero-size problems, no cuDNN call: nothing to compute (an empty output), or a sum over
-    nothing (``alpha * 0 + beta * out``) when only a reduced dimension is empty."""
-    npdt = numpy_dtype(dt)
-    byte_strides = tuple(st * npdt.itemsize for st in strides)
-    if out is None:
-        make = memory.zeros if fill else memory.empty
-        return make(shape, npdt, device, strides=byte_strides)
-    if fill:
-        if float(beta) == 0.0:
-            memory.asarray(out).fill_(0)
-        elif float(beta) != 1.0:
-            raise NotImplementedError(
-                f"{func}: scaling out by beta={beta} for an empty reduction is not supported"
-            )
-    return out
 
 
 # ==================================================================================================
