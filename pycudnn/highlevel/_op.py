@@ -42,19 +42,25 @@ from . import _plans
 __all__ = [
     "FLOATS",
     "Call",
+    "NoOp",
     "Operand",
     "Stage",
     "calls",
     "check_out",
+    "check_overlap",
     "check_strides",
     "choose",
     "cudnn_version",
+    "dispatch",
     "empty_result",
     "handle_for",
     "ints",
     "key_of",
+    "like_spec",
     "operand",
     "output_spec",
+    "padded",
+    "same_layout",
     "quiet",
     "raw_operand",
     "real",
@@ -352,6 +358,16 @@ class OutputSpec(NamedTuple):
     def new(self, stream: int) -> memory.DeviceArray:
         return memory.empty(self.shape, self.dtype, self.device, stream, strides=self.strides)
 
+    @property
+    def span(self) -> int:
+        """Bytes the new array's elements span."""
+        return _layout.extent(self.shape, self.strides, self.dtype.itemsize)[1]
+
+    @property
+    def element_strides(self) -> tuple[int, ...]:
+        """The strides in elements."""
+        return tuple(s // self.dtype.itemsize for s in self.strides)
+
 
 def output_spec(
     shape: Sequence[int], dt: DataType, device: int, channels_last: bool = False
@@ -362,6 +378,40 @@ def output_spec(
     return OutputSpec(
         shape, numpy_dtype(dt), device, _layout.packed_strides(shape, channels_last, isz)
     )
+
+
+def like_spec(g: Operand, dt: DataType | None = None, shape: Sequence[int] | None = None
+              ) -> OutputSpec:  # fmt: skip
+    """A new output shaped like *g* (or *shape*), in *g*'s memory order when *g* is dense (as
+    ``torch.empty_like``), else packed NCHW or, for an unambiguously channels-last *g*, NHWC."""
+    dt = g.dtype if dt is None else dt
+    isz = itemsize(dt)
+    if shape is None or tuple(shape) == tuple(g.shape):
+        shape = tuple(g.shape)
+        if _layout.is_dense(shape, g.strides) and all(s > 0 for s in g.strides):
+            return OutputSpec(shape, numpy_dtype(dt), g.device, tuple(s * isz for s in g.strides))
+    nchw, nhwc = _layout.layout_of(g.shape, g.strides)
+    return output_spec(shape, dt, g.device, nhwc and not nchw and len(shape) == len(g.shape))
+
+
+def check_overlap(func: str, ptrs: Sequence[int], spans: Sequence[int], po: int, so: int,
+                  inplace: tuple[int, ...] = ()) -> None:  # fmt: skip
+    """Refuse an output ``[po, po + so)`` that overlaps an input, except the inputs listed in
+    *inplace* when at the very same address (cuDNN documents them as in-place capable, and the
+    call's builder checked that they have the output's layout)."""
+    end = po + so
+    for i, (p, s) in enumerate(zip(ptrs, spans)):  # noqa: B905 (spans lists the output too)
+        if p < end and po < p + s and not (p == po and i in inplace):
+            raise ValueError(
+                f"{func}: out overlaps an input; cuDNN's outputs may not alias its inputs"
+                + (" (in place, out may only be exactly that input)" if inplace else "")
+            )
+
+
+def same_layout(a: Operand, b: Operand) -> bool:
+    """Same shape and strides (size-1 dimensions aside): one may be computed in place of the
+    other."""
+    return tuple(a.shape) == tuple(b.shape) and _layout.matches(a.shape, a.strides, b.strides)
 
 
 def scales(dt: DataType, *values: float) -> tuple:
@@ -506,6 +556,32 @@ class Stage:
         self.transform(h.ptr, ctypes.byref(alpha), src, ptrs[-1], ctypes.byref(beta), dst, real_out)
 
 
+def padded(shape: Sequence[int], strides: Sequence[int], rank: int = 4
+           ) -> tuple[tuple[int, ...], tuple[int, ...]]:  # fmt: skip
+    """*shape*/*strides* with trailing size-1 dims up to *rank* (cuDNN's legacy descriptors take
+    3 to 8 dims; element-wise operations do not care how many)."""
+    extra = max(rank - len(shape), 0)
+    return tuple(shape) + (1,) * extra, tuple(strides) + (1,) * extra
+
+
+def dispatch(key: Any, build: Callable[[], Call], ptrs: tuple[int, ...], out: Any,
+             po: int | None, stream: Any) -> Any:  # fmt: skip
+    """Run the cached call of *key*, or ``build()`` it (validation, descriptors), run it and
+    cache it once it ran. An unhashable key (a list argument) runs uncached."""
+    cache = calls()
+    try:
+        call = cache.data.get(key)
+    except TypeError:
+        call = key = None
+    if call is not None:
+        return call.run(ptrs, out, po, stream)
+    call = build()
+    result = call.run(ptrs, out, po, stream)
+    if key is not None:
+        cache.put(key, call)
+    return result
+
+
 # ==================================================================================================
 # Call entries and their cache
 # ==================================================================================================
@@ -514,7 +590,7 @@ class Call:
     its operands (for the overlap check), and its staging. Subclasses implement :meth:`launch`
     (the C call on the final pointers, output last)."""
 
-    __slots__ = ("alloc", "func", "handle", "inplace_ok", "spans", "stage")
+    __slots__ = ("alloc", "func", "handle", "inplace", "spans", "stage")
 
     def __init__(
         self,
@@ -523,14 +599,15 @@ class Call:
         alloc: OutputSpec | None,
         spans: tuple[int, ...],
         stage: Stage | None = None,
-        inplace_ok: bool = False,
+        inplace: tuple[int, ...] = (),
     ):
         self.func = func  # the user-facing function (error messages)
         self.handle = handle
         self.alloc = alloc  # None: out= was given
         self.spans = spans  # byte spans of the inputs, then the output
         self.stage = stage
-        self.inplace_ok = inplace_ok  # out may be exactly an input (same address and layout)
+        # inputs that out may be exactly (same address; the builder checked their layout)
+        self.inplace = inplace
 
     def run(self, ptrs: tuple[int, ...], out: Any, po: int | None, stream: Any) -> Any:
         """Bind the stream, allocate or check ``out``, stage, and launch. Returns ``out``."""
@@ -541,12 +618,7 @@ class Call:
             out = self.alloc.new(h.stream)
             po = out.ptr
         spans = self.spans
-        end = po + spans[-1]
-        for p, s in zip(ptrs, spans):  # noqa: B905 (spans has the output's too)
-            if p < end and po < p + s and not (self.inplace_ok and p == po):
-                raise ValueError(
-                    f"{self.func}: out overlaps an input; cuDNN's outputs may not alias its inputs"
-                )
+        check_overlap(self.func, ptrs, spans, po, spans[-1], self.inplace)
         stage = self.stage
         if stage is None:
             self.launch((*ptrs, po))
@@ -561,6 +633,15 @@ class Call:
     def launch(self, ptrs: Sequence[int]) -> None:  # pragma: no cover - abstract
         """The C call on the final pointers: the inputs', then the output's."""
         raise NotImplementedError
+
+
+class NoOp(Call):
+    """An empty problem: the output is allocated (or taken), nothing is computed."""
+
+    __slots__ = ()
+
+    def launch(self, ptrs: Sequence[int]) -> None:
+        pass
 
 
 _local = threading.local()

@@ -1,0 +1,259 @@
+"""Activations, forward and backward: cudnn.torch's ReLU, Sigmoid, Tanh, ClippedReLU (and ELU,
+swish, identity) as Theano-style eager functions.
+
+``dnn_activation(x, mode, coef)`` runs ``cudnnActivationForward`` and ``dnn_activation_grad(y, dy,
+x, mode, coef)`` ``cudnnActivationBackward``, through the shared op path (:mod:`._op`): a
+per-thread cache maps what was passed to a ready call with its descriptors, so a repeated call
+makes one C call. Any strides are taken as they are (the legacy API reads strided descriptors);
+a new output has the input's memory order. ``out=x`` computes in place (cudnn.torch's
+``inplace=true``), as cuDNN allows for these two functions; any other overlap is refused.
+
+``identity`` has no legacy activation kernel (cuDNN reserves it for fused convolutions), so it
+runs as ``cudnnTransformTensor`` (``out = alpha * x + beta * out``; its gradient is ``dy``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from ..descriptors import ActivationDescriptor
+from ..enums import ActivationMode
+from . import _op
+
+__all__ = ["dnn_activation", "dnn_activation_grad"]
+
+_MODES = {
+    "relu": ActivationMode.RELU,
+    "sigmoid": ActivationMode.SIGMOID,
+    "tanh": ActivationMode.TANH,
+    "clipped_relu": ActivationMode.CLIPPED_RELU,
+    "elu": ActivationMode.ELU,
+    "swish": ActivationMode.SWISH,
+    "identity": ActivationMode.IDENTITY,
+}
+_FWD, _BWD = "activation", "activation_grad"
+
+
+class _Forward(_op.Call):
+    __slots__ = ("act", "args", "fn", "hp", "xd", "yd")
+
+    def __init__(self, func, h, alloc, spans, inplace, act, xd, yd, alpha, beta):
+        super().__init__(func, h, alloc, spans, inplace=inplace)
+        self.act, self.xd, self.yd = act, xd, yd  # descriptors live as long as the call entry
+        self.hp = h.ptr
+        self.args = (ctypes.byref(alpha), ctypes.byref(beta), alpha, beta)
+        if act is None:
+            self.fn = _op.quiet("cudnnTransformTensor")
+        else:
+            self.fn = _op.quiet("cudnnActivationForward")
+
+    def launch(self, ptrs):
+        x, y = ptrs
+        alpha, beta = self.args[0], self.args[1]
+        if self.act is None:
+            self.fn(self.hp, alpha, self.xd, x, beta, self.yd, y)
+        else:
+            self.fn(self.hp, self.act, alpha, self.xd, x, beta, self.yd, y)
+
+
+class _Backward(_op.Call):
+    __slots__ = ("act", "args", "dxd", "dyd", "fn", "hp", "xd", "yd")
+
+    def __init__(self, func, h, alloc, spans, inplace, act, yd, dyd, xd, dxd, alpha, beta):
+        super().__init__(func, h, alloc, spans, inplace=inplace)
+        self.act, self.yd, self.dyd, self.xd, self.dxd = act, yd, dyd, xd, dxd
+        self.hp = h.ptr
+        self.args = (ctypes.byref(alpha), ctypes.byref(beta), alpha, beta)
+        if act is None:
+            self.fn = _op.quiet("cudnnTransformTensor")
+        else:
+            self.fn = _op.quiet("cudnnActivationBackward")
+
+    def launch(self, ptrs):
+        y, dy, x, dx = ptrs
+        alpha, beta = self.args[0], self.args[1]
+        if self.act is None:
+            self.fn(self.hp, alpha, self.dyd, dy, beta, self.dxd, dx)
+        else:
+            self.fn(self.hp, self.act, alpha, self.yd, y, self.dyd, dy, self.xd, x, beta,
+                    self.dxd, dx)  # fmt: skip
+
+
+def _descriptor(func: str, mode: Any, coef: Any) -> ActivationDescriptor | None:
+    m = _op.choose(mode, _MODES, "mode", func)
+    c = _op.real(coef, "coef", func)
+    if m == ActivationMode.IDENTITY:
+        return None
+    if m == ActivationMode.CLIPPED_RELU and c <= 0:
+        raise ValueError(f"{func}: coef={coef!r} is the clipped_relu ceiling; expected > 0")
+    if m == ActivationMode.SWISH:
+        return ActivationDescriptor(m, 0.0, nan_propagation=True, swish_beta=c)
+    return ActivationDescriptor(m, c, nan_propagation=True)
+
+
+def _tensor(func: str, name: str, g: _op.Operand) -> Any:
+    if len(g.shape) > 8:
+        raise ValueError(f"{func}: {name} has {len(g.shape)} dims; cuDNN supports at most 8")
+    _op.check_strides(func, name, g)
+    return _op.tensor_descriptor(*_op.padded(g.shape, g.strides), g.dtype)
+
+
+def _output(func: str, out: Any, like: _op.Operand):
+    """(descriptor, alloc spec or None, the out operand or None, its byte span)."""
+    if out is None:
+        spec = _op.like_spec(like)
+        desc = _op.tensor_descriptor(*_op.padded(spec.shape, spec.element_strides), like.dtype)
+        return desc, spec, None, spec.span
+    o = _op.operand(out)
+    _op.same_dtype_and_device(func, (("x", like), ("out", o)))
+    _op.check_out(func, o, like.shape)
+    return _tensor(func, "out", o), None, o, o.nbytes_span
+
+
+def dnn_activation(
+    x: Any,
+    mode: str = "relu",
+    coef: float = 0.0,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """Element-wise activation ``out = alpha * act(x) + beta * out`` (``cudnnActivationForward``).
+
+    Parameters
+    ----------
+    x : device array
+        Any shape up to 8-D and any strides; float16, bfloat16, float32 or float64.
+    mode : {'relu', 'sigmoid', 'tanh', 'clipped_relu', 'elu', 'swish', 'identity'}
+        ``clipped_relu`` is ``min(max(x, 0), coef)``; ``elu`` is ``x`` for ``x > 0`` else
+        ``coef * (exp(x) - 1)``; ``swish`` is ``x * sigmoid(coef * x)``.
+    coef : float
+        The ceiling of ``clipped_relu`` (> 0), the alpha of ``elu``, the beta of ``swish``;
+        ignored by the others.
+    alpha, beta : float
+        Blend factors (*beta* != 0 accumulates into *out*).
+    out : device array, optional
+        Same shape and dtype as *x*; may be *x* itself (in place).
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    DeviceArray or the type of *out*
+        A new array in *x*'s memory order, or *out*.
+
+    Raises
+    ------
+    TypeError
+        Host arrays, a dtype other than the four floating types, mixed dtypes.
+    ValueError
+        An unknown mode, a non-positive clipped_relu ceiling, a shape mismatch, an *out* that
+        overlaps *x* without being *x*, negative or zero strides, operands on different devices.
+
+    Examples
+    --------
+    >>> y = pycudnn.dnn_activation(x, "clipped_relu", coef=6.0)   # ReLU6
+    >>> pycudnn.dnn_activation(x, "relu", out=x)                   # in place
+    """
+    px, kx = _op.key_of(x)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+    key = (_FWD, kx, ko, mode, coef, alpha, beta)
+    return _op.dispatch(
+        key, lambda: _forward(x, out, mode, coef, alpha, beta, stream), (px,), out, po, stream
+    )
+
+
+def _forward(x, out, mode, coef, alpha, beta, stream) -> _op.Call:
+    func = "dnn_activation"
+    g = _op.operand(x)
+    dt, device = _op.same_dtype_and_device(func, (("x", g),))
+    act = _descriptor(func, mode, coef)
+    a, b = _op.scales(dt, _op.real(alpha, "alpha", func), _op.real(beta, "beta", func))
+    xd = _tensor(func, "x", g)
+    yd, spec, o, so = _output(func, out, g)
+    h = _op.handle_for(device, stream)
+    if any(n == 0 for n in g.shape):
+        return _op.NoOp(func, h, spec, (0, so))
+    inplace = (0,) if o is not None and _op.same_layout(g, o) else ()
+    return _Forward(func, h, spec, (g.nbytes_span, so), inplace, act, xd, yd, a, b)
+
+
+def dnn_activation_grad(
+    y: Any,
+    dy: Any,
+    x: Any,
+    mode: str = "relu",
+    coef: float = 0.0,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """Gradient of :func:`dnn_activation` w.r.t. *x* (``cudnnActivationBackward``):
+    ``out = alpha * dact(x) * dy + beta * out``.
+
+    Parameters
+    ----------
+    y : device array
+        The forward output ``act(x)`` (computed with ``alpha=1, beta=0``).
+    dy : device array
+        Gradient w.r.t. *y*, same shape.
+    x : device array
+        The forward input, same shape.
+    mode, coef
+        As in the forward call.
+    alpha, beta, stream
+        As for :func:`dnn_activation`.
+    out : device array, optional
+        The gradient ``dx``; may be *dy* itself (in place).
+
+    Returns
+    -------
+    DeviceArray or the type of *out*
+        ``dx``, in *x*'s memory order when new.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As for :func:`dnn_activation`; also when the shapes of *y*, *dy* and *x* differ.
+    """
+    py, ky = _op.key_of(y)
+    pdy, kdy = _op.key_of(dy)
+    px, kx = _op.key_of(x)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+    key = (_BWD, ky, kdy, kx, ko, mode, coef, alpha, beta)
+    return _op.dispatch(
+        key,
+        lambda: _backward(y, dy, x, out, mode, coef, alpha, beta, stream),
+        (py, pdy, px),
+        out,
+        po,
+        stream,
+    )
+
+
+def _backward(y, dy, x, out, mode, coef, alpha, beta, stream) -> _op.Call:
+    func = "dnn_activation_grad"
+    gy, gdy, gx = _op.operand(y), _op.operand(dy), _op.operand(x)
+    dt, device = _op.same_dtype_and_device(func, (("y", gy), ("dy", gdy), ("x", gx)))
+    for name, g in (("y", gy), ("dy", gdy)):
+        if tuple(g.shape) != tuple(gx.shape):
+            raise ValueError(
+                f"{func}: {name} has shape {tuple(g.shape)} but x has {tuple(gx.shape)}; the "
+                "forward input, output and their gradients have one shape"
+            )
+    act = _descriptor(func, mode, coef)
+    a, b = _op.scales(dt, _op.real(alpha, "alpha", func), _op.real(beta, "beta", func))
+    yd, dyd, xd = (_tensor(func, n, g) for n, g in (("y", gy), ("dy", gdy), ("x", gx)))
+    dxd, spec, o, so = _output(func, out, gx)
+    h = _op.handle_for(device, stream)
+    spans = (gy.nbytes_span, gdy.nbytes_span, gx.nbytes_span, so)
+    if any(n == 0 for n in gx.shape):
+        return _op.NoOp(func, h, spec, spans)
+    # cuDNN may write dx over dy (documented in place), never over y or x
+    inplace = (1,) if o is not None and _op.same_layout(gdy, o) else ()
+    return _Backward(func, h, spec, spans, inplace, act, yd, dyd, xd, dxd, a, b)
