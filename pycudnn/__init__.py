@@ -62,15 +62,24 @@ _EXPORTS: dict[str, str] = {
     "zeros": ".memory",
     "asarray": ".memory",
     "config": "._config",
-    # high-level layer
-    "dnn_conv": ".highlevel",
-    "dnn_conv3d": ".highlevel",
-    "dnn_gradweight": ".highlevel",
-    "dnn_gradinput": ".highlevel",
-    "dnn_gradweight3d": ".highlevel",
-    "dnn_gradinput3d": ".highlevel",
-    "clear_caches": ".highlevel",
 }
+# the high-level layer: every name of pycudnn.highlevel.__all__ (a test checks they agree)
+_HIGHLEVEL = (
+    "clear_caches",
+    "dnn_activation",
+    "dnn_activation_grad",
+    "dnn_add_tensor",
+    "dnn_conv",
+    "dnn_conv3d",
+    "dnn_gradinput",
+    "dnn_gradinput3d",
+    "dnn_gradweight",
+    "dnn_gradweight3d",
+    "dnn_op_tensor",
+    "dnn_softmax",
+    "dnn_softmax_grad",
+)
+_EXPORTS.update(dict.fromkeys(_HIGHLEVEL, ".highlevel"))
 # submodules reachable as attributes: pycudnn.lib is the public name of the generated _lib
 _SUBMODULES = {
     "lib": "._lib",

@@ -99,3 +99,12 @@ def test_public_names_resolve():
     assert not missing, "public names in pycudnn.__all__ that do not resolve:\n" + "\n".join(
         missing
     )
+
+
+def test_every_high_level_name_is_exported_from_pycudnn():
+    import pycudnn
+    import pycudnn.highlevel as hl
+
+    assert set(hl.__all__) <= set(pycudnn.__all__)
+    for name in hl.__all__:
+        assert getattr(pycudnn, name) is getattr(hl, name)

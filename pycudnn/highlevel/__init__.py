@@ -1,13 +1,21 @@
 """The high-level layer: eager functions modelled on Theano's ``theano.gpuarray.dnn``.
 
-Convolutions (:mod:`.conv`): ``dnn_conv``, ``dnn_conv3d``, ``dnn_gradinput``,
-``dnn_gradinput3d``, ``dnn_gradweight``, ``dnn_gradweight3d``. Each module keeps its own plan or
-algorithm caches; :func:`clear_caches` empties all of them.
+One module per family, all on the shared op path (:mod:`._op`: operands, call keys and the
+per-thread call cache, validation, outputs, staging, one execute path):
+
+- :mod:`.conv` -- ``dnn_conv``, ``dnn_conv3d``, ``dnn_gradinput``, ``dnn_gradinput3d``,
+  ``dnn_gradweight``, ``dnn_gradweight3d`` (graph-API plans, :mod:`._plans`);
+- :mod:`.activation` -- ``dnn_activation``, ``dnn_activation_grad``;
+- :mod:`.softmax` -- ``dnn_softmax``, ``dnn_softmax_grad``;
+- :mod:`.tensor_ops` -- ``dnn_add_tensor``, ``dnn_op_tensor``.
+
+:func:`clear_caches` empties every cache of the layer (plans, call entries, descriptors).
 """
 
 from __future__ import annotations
 
-from . import conv
+from . import _plans
+from .activation import dnn_activation, dnn_activation_grad
 from .conv import (
     dnn_conv,
     dnn_conv3d,
@@ -16,19 +24,27 @@ from .conv import (
     dnn_gradweight,
     dnn_gradweight3d,
 )
+from .softmax import dnn_softmax, dnn_softmax_grad
+from .tensor_ops import dnn_add_tensor, dnn_op_tensor
 
 __all__ = [
     "clear_caches",
+    "dnn_activation",
+    "dnn_activation_grad",
+    "dnn_add_tensor",
     "dnn_conv",
     "dnn_conv3d",
     "dnn_gradinput",
     "dnn_gradinput3d",
     "dnn_gradweight",
     "dnn_gradweight3d",
+    "dnn_op_tensor",
+    "dnn_softmax",
+    "dnn_softmax_grad",
 ]
 
 
 def clear_caches() -> None:
-    """Drop every cached plan, variant pack and algorithm choice of the high-level layer (all
-    threads). The next call of each operation searches again."""
-    conv.clear_caches()
+    """Drop every cached plan, variant pack, call entry and descriptor of the high-level layer
+    (all threads). The next call of each operation validates and searches again."""
+    _plans.clear_caches()

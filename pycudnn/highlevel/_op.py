@@ -92,7 +92,9 @@ class Operand(NamedTuple):
     @property
     def nbytes_span(self) -> int:
         """Bytes from the first to one past the last addressed element."""
-        return _layout.span(self.shape, self.strides) * itemsize(self.dtype) if self.dtype else 0
+        if self.dtype is None:
+            return 0
+        return _layout.span(self.shape, self.strides) * itemsize(self.dtype)
 
 
 _dtype_cache: dict[Any, DataType | None] = {}

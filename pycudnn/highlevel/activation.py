@@ -93,9 +93,12 @@ def _descriptor(func: str, mode: Any, coef: Any) -> ActivationDescriptor | None:
 
 
 def _tensor(func: str, name: str, g: _op.Operand) -> Any:
+    """The descriptor of *g* (None for an empty array: nothing to compute)."""
     if len(g.shape) > 8:
         raise ValueError(f"{func}: {name} has {len(g.shape)} dims; cuDNN supports at most 8")
     _op.check_strides(func, name, g)
+    if 0 in g.shape:
+        return None
     return _op.tensor_descriptor(*_op.padded(g.shape, g.strides), g.dtype)
 
 
@@ -103,6 +106,8 @@ def _output(func: str, out: Any, like: _op.Operand):
     """(descriptor, alloc spec or None, the out operand or None, its byte span)."""
     if out is None:
         spec = _op.like_spec(like)
+        if 0 in spec.shape:
+            return None, spec, None, 0
         desc = _op.tensor_descriptor(*_op.padded(spec.shape, spec.element_strides), like.dtype)
         return desc, spec, None, spec.span
     o = _op.operand(out)

@@ -1,0 +1,243 @@
+"""Softmax and log-softmax, forward and backward: Theano's ``dnn_softmax`` and cudnn.torch's
+SoftMax, LogSoftMax and their Spatial/Volumetric variants.
+
+``mode='channel'`` normalizes over the channels (axis 1) separately at every sample and spatial
+position (PyTorch's ``softmax(x, dim=1)``); ``mode='instance'`` over everything but the batch
+axis (``C * spatial`` values per sample). ``algo='accurate'`` subtracts the maximum first,
+``'fast'`` does not, ``'log'`` computes log-softmax.
+
+cuDNN's softmax reads 4-D tensors. 2-D ``(N, C)`` and 3-D ``(N, C, L)`` inputs get trailing
+size-1 dims; a 5-D input has two adjacent spatial dims merged when its strides allow it (true for
+packed NCDHW and NDHWC), otherwise it is staged through a packed copy, as is an ``out`` whose
+strides cannot be merged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from .. import _layout
+from ..enums import SoftmaxAlgorithm, SoftmaxMode
+from . import _op
+
+__all__ = ["dnn_softmax", "dnn_softmax_grad"]
+
+_ALGOS = {
+    "fast": SoftmaxAlgorithm.FAST,
+    "accurate": SoftmaxAlgorithm.ACCURATE,
+    "log": SoftmaxAlgorithm.LOG,
+}
+_MODES = {"instance": SoftmaxMode.INSTANCE, "channel": SoftmaxMode.CHANNEL}
+
+
+def _as4d(shape: tuple[int, ...], strides: tuple[int, ...]):
+    """The 4-D (N, C, S1, S2) view cuDNN reads, or None when the strides cannot be merged."""
+    n = len(shape)
+    if n <= 4:
+        return _op.padded(shape, strides)
+    # 5-D: merge D with H, or H with W
+    for i in (2, 3):
+        if shape[i + 1] == 1 or strides[i] == strides[i + 1] * shape[i + 1] or shape[i] == 1:
+            st = strides[i + 1] if shape[i + 1] > 1 else strides[i]
+            return (
+                (*shape[:i], shape[i] * shape[i + 1], *shape[i + 2 :]),
+                (*strides[:i], st, *strides[i + 2 :]),
+            )
+    return None
+
+
+class _Softmax(_op.Call):
+    __slots__ = ("algo", "descs", "fn", "hp", "mode", "scale")
+
+    def __init__(self, func, h, alloc, spans, stage, name, algo, mode, descs, alpha, beta):
+        super().__init__(func, h, alloc, spans, stage)
+        self.fn = _op.quiet(name)
+        self.hp = h.ptr
+        self.algo, self.mode, self.descs = int(algo), int(mode), descs
+        self.scale = (alpha, beta, ctypes.byref(alpha), ctypes.byref(beta))
+
+    def launch(self, ptrs):
+        a, b = self.scale[2], self.scale[3]
+        if len(ptrs) == 2:  # forward: x, y
+            xd, yd = self.descs
+            self.fn(self.hp, self.algo, self.mode, a, xd, ptrs[0], b, yd, ptrs[1])
+        else:  # backward: y, dy, dx
+            yd, dyd, dxd = self.descs
+            self.fn(self.hp, self.algo, self.mode, a, yd, ptrs[0], dyd, ptrs[1], b, dxd, ptrs[2])
+
+
+def _build(func, name, named, out, algo, mode, alpha, beta, stream) -> _op.Call:
+    """Validate the inputs (*named*: ``(name, obj)``, all one shape), the output and the
+    arguments; stage what cuDNN cannot read as 4-D."""
+    ops = [(n, _op.operand(o)) for n, o in named]
+    a_ = _op.choose(algo, _ALGOS, "algo", func)
+    m_ = _op.choose(mode, _MODES, "mode", func)
+    o = _op.operand(out) if out is not None else None
+    dt, device = _op.same_dtype_and_device(func, [*ops, ("out", o)])
+    first_name, g0 = ops[0]
+    if not 2 <= len(g0.shape) <= 5:
+        raise ValueError(
+            f"{func}: {first_name} has shape {tuple(g0.shape)}; expected 2-D to 5-D (N, C, ...)"
+        )
+    for n, g in ops[1:]:
+        if tuple(g.shape) != tuple(g0.shape):
+            raise ValueError(
+                f"{func}: {n} has shape {tuple(g.shape)} but {first_name} has "
+                f"{tuple(g0.shape)}; expected one shape"
+            )
+    for n, g in ops:
+        _op.check_strides(func, n, g)
+    if o is not None:
+        _op.check_strides(func, "out", o)
+        _op.check_out(func, o, g0.shape)
+    a, b = _op.scales(dt, _op.real(alpha, "alpha", func), _op.real(beta, "beta", func))
+    h = _op.handle_for(device, stream)
+    spec = _op.like_spec(g0) if o is None else None
+    out_strides = o.strides if o is not None else spec.element_strides
+    so = o.nbytes_span if o is not None else spec.span
+    spans = (*(g.nbytes_span for _n, g in ops), so)
+    if any(s == 0 for s in g0.shape):
+        return _op.NoOp(func, h, spec, spans)
+    packed = _layout.packed_strides(g0.shape)
+    staged_in, descs = [], []
+    for i, (_n, g) in enumerate(ops):
+        view = _as4d(g.shape, g.strides)
+        if view is None:
+            staged_in.append((i, g, packed))
+            view = _as4d(g.shape, packed)
+        descs.append(_op.tensor_descriptor(*view, dt))
+    view = _as4d(g0.shape, out_strides)
+    staged_out = None
+    if view is None:
+        staged_out = (tuple(g0.shape), tuple(out_strides), packed)
+        view = _as4d(g0.shape, packed)
+    descs.append(_op.tensor_descriptor(*view, dt))
+    stage = None
+    if staged_in or staged_out:
+        stage = _op.Stage(dt, staged_in, staged_out, alpha, beta)
+        if staged_out:
+            a, b = _op.scales(dt, 1.0, 0.0)  # the final copy applies alpha and beta
+    return _Softmax(func, h, spec, spans, stage, name, a_, m_, tuple(descs), a, b)
+
+
+def dnn_softmax(
+    x: Any,
+    algo: str = "accurate",
+    mode: str = "channel",
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """Softmax (or log-softmax) of *x*: ``out = alpha * softmax(x) + beta * out``.
+
+    Parameters
+    ----------
+    x : device array
+        2-D ``(N, C)`` to 5-D ``(N, C, D, H, W)``, any strides; float16, bfloat16, float32 or
+        float64.
+    algo : {'accurate', 'fast', 'log'}
+        ``'accurate'`` subtracts the per-slice maximum before exponentiating (no overflow),
+        ``'fast'`` does not, ``'log'`` returns log-softmax (computed accurately).
+    mode : {'channel', 'instance'}
+        ``'channel'``: over axis 1 at each sample and position (``torch.softmax(x, 1)``);
+        ``'instance'``: over all axes but the first.
+    alpha, beta : float
+        Blend factors (*beta* != 0 accumulates into *out*).
+    out : device array, optional
+        Same shape and dtype as *x*; must not overlap it.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    DeviceArray or the type of *out*
+        In *x*'s memory order when new.
+
+    Raises
+    ------
+    TypeError
+        Host arrays, a dtype other than the four floating types, mixed dtypes.
+    ValueError
+        An unknown algo or mode, a rank outside 2..5, a shape mismatch, overlapping *out*,
+        negative or zero strides, operands on different devices.
+
+    Examples
+    --------
+    >>> p = pycudnn.dnn_softmax(logits)                       # (N, C): softmax over classes
+    >>> lp = pycudnn.dnn_softmax(scores, algo="log")          # log-softmax, per pixel for 4-D
+    """
+    px, kx = _op.key_of(x)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+    key = ("softmax", kx, ko, algo, mode, alpha, beta)
+    return _op.dispatch(
+        key,
+        lambda: _build(
+            "dnn_softmax", "cudnnSoftmaxForward", (("x", x),), out, algo, mode, alpha, beta, stream
+        ),
+        (px,),
+        out,
+        po,
+        stream,
+    )
+
+
+def dnn_softmax_grad(
+    dy: Any,
+    sm: Any,
+    algo: str = "accurate",
+    mode: str = "channel",
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """Gradient of :func:`dnn_softmax` w.r.t. its input: ``out = alpha * dx + beta * out``.
+
+    Parameters
+    ----------
+    dy : device array
+        Gradient w.r.t. the softmax output.
+    sm : device array
+        The forward output (softmax, or log-softmax for ``algo='log'``), same shape as *dy*.
+    algo, mode
+        As in the forward call (``'fast'`` and ``'accurate'`` have the same gradient).
+    alpha, beta, out, stream
+        As for :func:`dnn_softmax`.
+
+    Returns
+    -------
+    DeviceArray or the type of *out*
+        ``dx = sm * (dy - sum(dy * sm))`` (softmax) or ``dy - exp(sm) * sum(dy)`` (log), the sums
+        over the normalized axes.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As for :func:`dnn_softmax`; also when *dy* and *sm* differ in shape.
+    """
+    pdy, kdy = _op.key_of(dy)
+    psm, ksm = _op.key_of(sm)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+    key = ("softmax_grad", kdy, ksm, ko, algo, mode, alpha, beta)
+    return _op.dispatch(
+        key,
+        lambda: _build(
+            "dnn_softmax_grad",
+            "cudnnSoftmaxBackward",
+            (("sm", sm), ("dy", dy)),
+            out,
+            algo,
+            mode,
+            alpha,
+            beta,
+            stream,
+        ),
+        (psm, pdy),
+        out,
+        po,
+        stream,
+    )
