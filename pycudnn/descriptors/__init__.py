@@ -36,10 +36,10 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Self
 
-from . import _lib, enums, errors
-from ._resource import Resource, live_counts
-from ._types import HasPtr, as_data_type
-from .enums import (
+from .. import _lib, enums, errors
+from .._resource import Resource, live_counts
+from .._types import HasPtr, as_data_type
+from ..enums import (
     BackendAttributeName,
     BackendAttributeType,
     BackendDescriptorType,
@@ -2362,7 +2362,7 @@ def _fill_bytes(dt: DataType, value: float) -> ctypes.Array:
     """*value* encoded as one element of *dt* in a host buffer (cuDNN reads dataType bytes)."""
     import numpy as np
 
-    from ._types import numpy_dtype
+    from .._types import numpy_dtype
 
     buf = ctypes.create_string_buffer(8)
     with np.errstate(over="ignore"):
@@ -2446,7 +2446,7 @@ class RNNDataDescriptor(Resource):
         fn(h, *refs, n, lengths, fill)
         import numpy as np
 
-        from ._types import numpy_dtype
+        from .._types import numpy_dtype
 
         dtype = DataType(dt.value)
         npdt = numpy_dtype(dtype)
