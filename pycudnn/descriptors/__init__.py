@@ -16,11 +16,10 @@ Design decisions:
   ``cudnnCreate*``, idempotent ``close()``, ``with``, ``from_ptr``/``detach``, live counters.
 * **No cuDNN deprecation warnings from this layer.** Most legacy descriptor functions are
   ``CUDNN_DEPRECATED`` in cuDNN 9, but they are the only way to build these descriptors, and a
-  user who asked for a ``ConvolutionDescriptor`` chose nothing deprecated. The layer calls them
-  through :func:`_api`, which silences ``CudnnDeprecationWarning`` for its own calls (only the
-  first call of each function can warn, so only that one is wrapped). Code calling
-  ``pycudnn.api`` directly is still warned -- unless this layer already made the first call of
-  that function in the process (the warning is once per function).
+  user who asked for a ``ConvolutionDescriptor`` chose nothing deprecated. The layer calls
+  every C function through ``errors.checked(name, warn=False)``, which neither warns nor uses
+  up the one-time warning: code calling ``pycudnn.api`` directly is still warned, once per
+  function.
 * **Handles and device buffers are protocols.** Descriptors that need them (dropout states, RNN)
   accept any object with ``.ptr`` (``_types.HasPtr``) and keep a strong reference; this module
   never imports ``handle`` or ``memory``.
@@ -33,12 +32,13 @@ import enum
 import fractions
 import math
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Self
 
 from .. import _lib, enums, errors
+from .._layout import INT32_MAX, INT64_MAX, UINT64_MAX, packed_strides, span
 from .._resource import Resource, live_counts
-from .._types import HasPtr, as_data_type
+from .._types import HasPtr, as_data_type, dtype_name
 from ..enums import (
     BackendAttributeName,
     BackendAttributeType,
@@ -64,15 +64,7 @@ __all__ = [
     "live_counts",
 ]
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-DIM_MAX = 8  # CUDNN_DIM_MAX
-
-
-# -- calling cuDNN ---------------------------------------------------------------------------------
-def _api(name: str) -> Callable[..., Any]:
-    """The checked C function *name*; no deprecation warning for calls this layer makes."""
-    return errors.checked(name, warn=False)
+DIM_MAX = _lib.CUDNN_DIM_MAX
 
 
 # -- argument validation (pure Python, no C calls) -------------------------------------------------
@@ -223,26 +215,9 @@ def _dtype(value: Any, argument: str, allowed: Iterable[DataType]) -> DataType:
     if dt not in allowed:
         raise TypeError(
             f"{argument}={dt.name} is not supported by this descriptor; expected one of "
-            f"{', '.join(_DTYPE_NAME.get(a, a.name) for a in allowed)}"
+            f"{', '.join(dtype_name(a) for a in allowed)}"
         )
     return dt
-
-
-_DTYPE_NAME = {
-    DataType.FLOAT: "float32",
-    DataType.DOUBLE: "float64",
-    DataType.HALF: "float16",
-    DataType.BFLOAT16: "bfloat16",
-    DataType.INT8: "int8",
-    DataType.UINT8: "uint8",
-    DataType.INT32: "int32",
-    DataType.INT64: "int64",
-    DataType.BOOLEAN: "bool",
-}
-
-
-def _dtype_str(dt: DataType) -> str:
-    return _DTYPE_NAME.get(dt, dt.name)
 
 
 def _c_int_array(values: Sequence[int]) -> ctypes.Array:
@@ -493,7 +468,7 @@ class BackendDescriptor(Resource):
     def __init__(self, descriptor_type: BackendDescriptorType | str | int) -> None:
         dtype = _backend_type(descriptor_type)
         h = self._new_handle()
-        _api("cudnnBackendCreateDescriptor")(int(dtype), ctypes.byref(h))
+        errors.checked("cudnnBackendCreateDescriptor", warn=False)(int(dtype), ctypes.byref(h))
         self._adopt(h)
         self._type = dtype
         self._finalized = False
@@ -581,7 +556,7 @@ class BackendDescriptor(Resource):
                 # children keep their parents alive: cuDNN refers to these descriptors, handles
                 # and buffers by address until this descriptor is gone (or the value replaced)
                 self._attr_refs[int(name)] = values
-        _api("cudnnBackendSetAttribute")(h, name, atype, n, arr)
+        errors.checked("cudnnBackendSetAttribute", warn=False)(h, name, atype, n, arr)
 
     def get(
         self,
@@ -619,7 +594,7 @@ class BackendDescriptor(Resource):
         h = self._h()
         name = _attr_name(attribute)
         atype = _attr_type(attr_type)
-        fn = _api("cudnnBackendGetAttribute")
+        fn = errors.checked("cudnnBackendGetAttribute", warn=False)
         got = ctypes.c_int64(0)
         if count is None:
             fn(h, name, atype, 0, ctypes.byref(got), None)
@@ -657,7 +632,7 @@ class BackendDescriptor(Resource):
             cuDNN rejected the configuration (without a GPU driver every finalize returns
             ``CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED``, a :class:`~pycudnn.errors.SublibraryError`).
         """
-        _api("cudnnBackendFinalize")(self._h())
+        errors.checked("cudnnBackendFinalize", warn=False)(self._h())
         self._finalized = True
         return self
 
@@ -699,7 +674,7 @@ class BackendDescriptor(Resource):
         """
         shape = _int_seq(shape, "shape", lo=1, hi=INT64_MAX, min_len=1, max_len=DIM_MAX)
         if strides is None:
-            strides = _packed_strides(shape)
+            strides = packed_strides(shape)
         else:
             strides = _int_seq(strides, "strides", lo=1, hi=INT64_MAX, length=len(shape))
         dt = as_data_type(dtype, argument="dtype") if not isinstance(dtype, DataType) else dtype
@@ -985,13 +960,6 @@ def _require_backend(value: Any, argument: str, dtype: BackendDescriptorType | N
         raise ValueError(f"{argument} must be a {dtype.name}, got a {value._type.name}")
 
 
-def _packed_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides = [1] * len(shape)
-    for i in range(len(shape) - 2, -1, -1):
-        strides[i] = strides[i + 1] * shape[i + 1]
-    return tuple(strides)
-
-
 # ==================================================================================================
 # Legacy descriptor families
 # ==================================================================================================
@@ -1045,19 +1013,8 @@ def _nan_opt(value: Any, argument: str = "nan_propagation") -> enums.NanPropagat
 
 
 def _layout_strides(shape: Sequence[int], layout: enums.TensorFormat) -> tuple[int, ...]:
-    """Packed strides of *shape* (given as N, C, spatial...) in *layout*."""
-    if layout == enums.TensorFormat.NCHW:
-        return _packed_strides(shape)
-    n, c, *spatial = shape
-    strides = [0] * len(shape)
-    strides[1] = 1
-    acc = c
-    for i in range(len(shape) - 1, 1, -1):
-        strides[i] = acc
-        acc *= shape[i]
-    strides[0] = acc
-    del n, spatial
-    return tuple(strides)
+    """Packed strides of *shape* (given as N, C, spatial...) in *layout* (NCHW or NHWC)."""
+    return packed_strides(shape, channels_last=layout == enums.TensorFormat.NHWC)
 
 
 def _check_span(shape: Sequence[int], strides: Sequence[int], argument: str) -> None:
@@ -1066,10 +1023,10 @@ def _check_span(shape: Sequence[int], strides: Sequence[int], argument: str) -> 
         raise OverflowError(
             f"{argument}={tuple(shape)} has {count} elements; cuDNN's limit is {INT32_MAX}"
         )
-    span = 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
-    if span > INT32_MAX:
+    extent = span(shape, strides)
+    if extent > INT32_MAX:
         raise OverflowError(
-            f"shape {tuple(shape)} with strides {tuple(strides)} spans {span} elements; "
+            f"shape {tuple(shape)} with strides {tuple(strides)} spans {extent} elements; "
             f"cuDNN's limit is {INT32_MAX}"
         )
 
@@ -1132,9 +1089,9 @@ class TensorDescriptor(Resource):
                 )
         _check_span(shape, strides, "shape")
         h = self._new_handle()
-        _api("cudnnCreateTensorDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreateTensorDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
-        _api("cudnnSetTensorNdDescriptor")(
+        errors.checked("cudnnSetTensorNdDescriptor", warn=False)(
             h, dt, len(shape), _c_int_array(shape), _c_int_array(strides)
         )
 
@@ -1142,7 +1099,7 @@ class TensorDescriptor(Resource):
         h = self._h()
         dt, n = ctypes.c_int(), ctypes.c_int()
         dims, strides = (ctypes.c_int * DIM_MAX)(), (ctypes.c_int * DIM_MAX)()
-        _api("cudnnGetTensorNdDescriptor")(
+        errors.checked("cudnnGetTensorNdDescriptor", warn=False)(
             h, DIM_MAX, ctypes.byref(dt), ctypes.byref(n), dims, strides
         )
         k = min(n.value, DIM_MAX)
@@ -1182,7 +1139,7 @@ class TensorDescriptor(Resource):
     def size_in_bytes(self) -> int:
         """``cudnnGetTensorSizeInBytes``: bytes a buffer for this tensor needs."""
         size = ctypes.c_size_t()
-        _api("cudnnGetTensorSizeInBytes")(self._h(), ctypes.byref(size))
+        errors.checked("cudnnGetTensorSizeInBytes", warn=False)(self._h(), ctypes.byref(size))
         return size.value
 
     @classmethod
@@ -1205,16 +1162,16 @@ class TensorDescriptor(Resource):
             raise ValueError(f"x must be 4-D or 5-D for batch normalization, got shape {x.shape}")
         self = cls.__new__(cls)
         h = cls._new_handle()
-        _api("cudnnCreateTensorDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreateTensorDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
-        _api("cudnnDeriveBNTensorDescriptor")(h, xh, mode)
+        errors.checked("cudnnDeriveBNTensorDescriptor", warn=False)(h, xh, mode)
         return self
 
     def _repr_fields(self) -> str:
         dt, shape, strides = self._read()
         layout = self.layout
         tail = f"layout={layout.name}" if layout is not None else f"strides={strides}"
-        return f"shape={shape}, dtype={_dtype_str(dt)}, {tail}"
+        return f"shape={shape}, dtype={dtype_name(dt)}, {tail}"
 
 
 _BN_MODES = {
@@ -1249,17 +1206,19 @@ class FilterDescriptor(Resource):
         shape = _int_seq(shape, "shape", lo=1, min_len=3, max_len=DIM_MAX)
         dt = _dtype(dtype, "dtype", _FILTER_DTYPES)
         fmt = _layout(layout)
-        _check_span(shape, _packed_strides(shape), "shape")
+        _check_span(shape, packed_strides(shape), "shape")
         h = self._new_handle()
-        _api("cudnnCreateFilterDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreateFilterDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
-        _api("cudnnSetFilterNdDescriptor")(h, dt, fmt, len(shape), _c_int_array(shape))
+        errors.checked("cudnnSetFilterNdDescriptor", warn=False)(
+            h, dt, fmt, len(shape), _c_int_array(shape)
+        )
 
     def _read(self) -> tuple[DataType, enums.TensorFormat, tuple[int, ...]]:
         h = self._h()
         dt, fmt, n = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
         dims = (ctypes.c_int * DIM_MAX)()
-        _api("cudnnGetFilterNdDescriptor")(
+        errors.checked("cudnnGetFilterNdDescriptor", warn=False)(
             h, DIM_MAX, ctypes.byref(dt), ctypes.byref(fmt), ctypes.byref(n), dims
         )
         return DataType(dt.value), enums.TensorFormat(fmt.value), tuple(dims[: n.value])
@@ -1288,12 +1247,12 @@ class FilterDescriptor(Resource):
     def size_in_bytes(self) -> int:
         """``cudnnGetFilterSizeInBytes``."""
         size = ctypes.c_size_t()
-        _api("cudnnGetFilterSizeInBytes")(self._h(), ctypes.byref(size))
+        errors.checked("cudnnGetFilterSizeInBytes", warn=False)(self._h(), ctypes.byref(size))
         return size.value
 
     def _repr_fields(self) -> str:
         dt, fmt, shape = self._read()
-        return f"shape={shape}, dtype={_dtype_str(dt)}, layout={fmt.name}"
+        return f"shape={shape}, dtype={dtype_name(dt)}, layout={fmt.name}"
 
 
 _MATH_TYPES = {
@@ -1367,22 +1326,22 @@ class ConvolutionDescriptor(Resource):
         groups = _int_in(groups, "groups", 1)
         math = _enum(math_type, enums.MathType, "math_type", _MATH_TYPES)
         h = self._new_handle()
-        _api("cudnnCreateConvolutionDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreateConvolutionDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
-        _api("cudnnSetConvolutionNdDescriptor")(
+        errors.checked("cudnnSetConvolutionNdDescriptor", warn=False)(
             h, n, _c_int_array(pad), _c_int_array(stride), _c_int_array(dilation), mode, ct
         )
         if groups != 1:
-            _api("cudnnSetConvolutionGroupCount")(h, groups)
+            errors.checked("cudnnSetConvolutionGroupCount", warn=False)(h, groups)
         if math != enums.MathType.DEFAULT_MATH:
-            _api("cudnnSetConvolutionMathType")(h, math)
+            errors.checked("cudnnSetConvolutionMathType", warn=False)(h, math)
 
     def _read(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int, int]:
         h = self._h()
         n = ctypes.c_int()
         arrs = [(ctypes.c_int * DIM_MAX)() for _ in range(3)]
         mode, ct = ctypes.c_int(), ctypes.c_int()
-        fn = _api("cudnnGetConvolutionNdDescriptor")
+        fn = errors.checked("cudnnGetConvolutionNdDescriptor", warn=False)
         # cuDNN fails (3000) when more dims are requested than were set: ask for 1, then n
         fn(h, 1, ctypes.byref(n), *arrs, ctypes.byref(mode), ctypes.byref(ct))
         k = n.value
@@ -1425,27 +1384,27 @@ class ConvolutionDescriptor(Resource):
     def groups(self) -> int:
         """``cudnnGetConvolutionGroupCount``."""
         g = ctypes.c_int()
-        _api("cudnnGetConvolutionGroupCount")(self._h(), ctypes.byref(g))
+        errors.checked("cudnnGetConvolutionGroupCount", warn=False)(self._h(), ctypes.byref(g))
         return g.value
 
     @property
     def math_type(self) -> enums.MathType:
         """``cudnnGetConvolutionMathType``."""
         m = ctypes.c_int()
-        _api("cudnnGetConvolutionMathType")(self._h(), ctypes.byref(m))
+        errors.checked("cudnnGetConvolutionMathType", warn=False)(self._h(), ctypes.byref(m))
         return enums.MathType(m.value)
 
     @property
     def reorder_type(self) -> enums.ReorderType:
         """``cudnnGetConvolutionReorderType``."""
         r = ctypes.c_int()
-        _api("cudnnGetConvolutionReorderType")(self._h(), ctypes.byref(r))
+        errors.checked("cudnnGetConvolutionReorderType", warn=False)(self._h(), ctypes.byref(r))
         return enums.ReorderType(r.value)
 
     @reorder_type.setter
     def reorder_type(self, value: Any) -> None:
         r = _enum(value, enums.ReorderType, "reorder_type")
-        _api("cudnnSetConvolutionReorderType")(self._h(), r)
+        errors.checked("cudnnSetConvolutionReorderType", warn=False)(self._h(), r)
 
     def forward_output_shape(self, x: TensorDescriptor, w: FilterDescriptor) -> tuple[int, ...]:
         """``cudnnGetConvolutionNdForwardOutputDim``: the output shape for input *x* and
@@ -1484,7 +1443,7 @@ class ConvolutionDescriptor(Resource):
                     f"dilation {dil})"
                 )
         out = (ctypes.c_int * (n + 2))()
-        _api("cudnnGetConvolutionNdForwardOutputDim")(h, xh, wh, n + 2, out)
+        errors.checked("cudnnGetConvolutionNdForwardOutputDim", warn=False)(h, xh, wh, n + 2, out)
         return tuple(out)
 
     def _repr_fields(self) -> str:
@@ -1493,7 +1452,7 @@ class ConvolutionDescriptor(Resource):
         tail = f", groups={g}" if g != 1 else ""
         return (
             f"pad={pad}, stride={stride}, dilation={dil}, "
-            f"mode={enums.ConvolutionMode(mode).name}, compute_type={_dtype_str(DataType(ct))}"
+            f"mode={enums.ConvolutionMode(mode).name}, compute_type={dtype_name(DataType(ct))}"
             f"{tail}"
         )
 
@@ -1553,9 +1512,9 @@ class PoolingDescriptor(Resource):
         mode = _enum(mode, enums.PoolingMode, "mode", _POOL_MODES)
         nan = _nan_opt(nan_propagation)
         h = self._new_handle()
-        _api("cudnnCreatePoolingDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreatePoolingDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
-        _api("cudnnSetPoolingNdDescriptor")(
+        errors.checked("cudnnSetPoolingNdDescriptor", warn=False)(
             h, mode, nan, n, _c_int_array(window), _c_int_array(pad), _c_int_array(stride)
         )
 
@@ -1563,7 +1522,7 @@ class PoolingDescriptor(Resource):
         h = self._h()
         mode, nan, n = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
         arrs = [(ctypes.c_int * DIM_MAX)() for _ in range(3)]
-        _api("cudnnGetPoolingNdDescriptor")(
+        errors.checked("cudnnGetPoolingNdDescriptor", warn=False)(
             h, DIM_MAX - 2, ctypes.byref(mode), ctypes.byref(nan), ctypes.byref(n), *arrs
         )
         k = n.value
@@ -1621,7 +1580,7 @@ class PoolingDescriptor(Resource):
                     f"spatial dim {i} (x {xs}, window {win}, pad {pad})"
                 )
         out = (ctypes.c_int * (n + 2))()
-        _api("cudnnGetPoolingNdForwardOutputDim")(h, xh, n + 2, out)
+        errors.checked("cudnnGetPoolingNdForwardOutputDim", warn=False)(h, xh, n + 2, out)
         return tuple(out)
 
     def _repr_fields(self) -> str:
@@ -1678,15 +1637,15 @@ class ActivationDescriptor(Resource):
         nan = _nan_opt(nan_propagation)
         beta = None if swish_beta is None else _finite(swish_beta, "swish_beta")
         h = self._new_handle()
-        _api("cudnnCreateActivationDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreateActivationDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
-        _api("cudnnSetActivationDescriptor")(h, mode, nan, coef)
+        errors.checked("cudnnSetActivationDescriptor", warn=False)(h, mode, nan, coef)
         if beta is not None:
-            _api("cudnnSetActivationDescriptorSwishBeta")(h, beta)
+            errors.checked("cudnnSetActivationDescriptorSwishBeta", warn=False)(h, beta)
 
     def _read(self) -> tuple[int, int, float]:
         mode, nan, coef = ctypes.c_int(), ctypes.c_int(), ctypes.c_double()
-        _api("cudnnGetActivationDescriptor")(
+        errors.checked("cudnnGetActivationDescriptor", warn=False)(
             self._h(), ctypes.byref(mode), ctypes.byref(nan), ctypes.byref(coef)
         )
         return mode.value, nan.value, coef.value
@@ -1710,7 +1669,9 @@ class ActivationDescriptor(Resource):
     def swish_beta(self) -> float:
         """``cudnnGetActivationDescriptorSwishBeta``."""
         b = ctypes.c_double()
-        _api("cudnnGetActivationDescriptorSwishBeta")(self._h(), ctypes.byref(b))
+        errors.checked("cudnnGetActivationDescriptorSwishBeta", warn=False)(
+            self._h(), ctypes.byref(b)
+        )
         return b.value
 
     def _repr_fields(self) -> str:
@@ -1748,13 +1709,13 @@ class LRNDescriptor(Resource):
         if k < _lib.CUDNN_LRN_MIN_K:
             raise ValueError(f"k={k} is below CUDNN_LRN_MIN_K ({_lib.CUDNN_LRN_MIN_K})")
         h = self._new_handle()
-        _api("cudnnCreateLRNDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreateLRNDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
-        _api("cudnnSetLRNDescriptor")(h, n, alpha, beta, k)
+        errors.checked("cudnnSetLRNDescriptor", warn=False)(h, n, alpha, beta, k)
 
     def _read(self) -> tuple[int, float, float, float]:
         n, a, b, k = ctypes.c_uint(), ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
-        _api("cudnnGetLRNDescriptor")(
+        errors.checked("cudnnGetLRNDescriptor", warn=False)(
             self._h(), ctypes.byref(n), ctypes.byref(a), ctypes.byref(b), ctypes.byref(k)
         )
         return n.value, a.value, b.value, k.value
@@ -1809,13 +1770,13 @@ class OpTensorDescriptor(Resource):
         ct = _dtype(compute_type, "compute_type", _FLOAT_TYPES)
         nan = _nan_opt(nan_propagation)
         h = self._new_handle()
-        _api("cudnnCreateOpTensorDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreateOpTensorDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
-        _api("cudnnSetOpTensorDescriptor")(h, op, ct, nan)
+        errors.checked("cudnnSetOpTensorDescriptor", warn=False)(h, op, ct, nan)
 
     def _read(self) -> tuple[int, int, int]:
         op, ct, nan = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
-        _api("cudnnGetOpTensorDescriptor")(
+        errors.checked("cudnnGetOpTensorDescriptor", warn=False)(
             self._h(), ctypes.byref(op), ctypes.byref(ct), ctypes.byref(nan)
         )
         return op.value, ct.value, nan.value
@@ -1837,7 +1798,7 @@ class OpTensorDescriptor(Resource):
 
     def _repr_fields(self) -> str:
         op, ct, _nan = self._read()
-        return f"op={enums.OpTensorOp(op).name}, compute_type={_dtype_str(DataType(ct))}"
+        return f"op={enums.OpTensorOp(op).name}, compute_type={dtype_name(DataType(ct))}"
 
 
 _REDUCE_OPS = {m.name.lower(): m for m in enums.ReduceTensorOp}
@@ -1895,13 +1856,15 @@ class ReduceTensorDescriptor(Resource):
             ind = _enum(indices, enums.ReduceTensorIndices, "indices", _INDICES)
         it = _enum(indices_type, enums.IndicesType, "indices_type", _INDICES_TYPES)
         h = self._new_handle()
-        _api("cudnnCreateReduceTensorDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreateReduceTensorDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
-        _api("cudnnSetReduceTensorDescriptor")(h, op, ct, nan, ind, it)
+        errors.checked("cudnnSetReduceTensorDescriptor", warn=False)(h, op, ct, nan, ind, it)
 
     def _read(self) -> tuple[int, int, int, int, int]:
         vals = [ctypes.c_int() for _ in range(5)]
-        _api("cudnnGetReduceTensorDescriptor")(self._h(), *(ctypes.byref(v) for v in vals))
+        errors.checked("cudnnGetReduceTensorDescriptor", warn=False)(
+            self._h(), *(ctypes.byref(v) for v in vals)
+        )
         return tuple(v.value for v in vals)  # type: ignore[return-value]
 
     @property
@@ -1932,7 +1895,7 @@ class ReduceTensorDescriptor(Resource):
     def _repr_fields(self) -> str:
         op, ct, _nan, ind, _it = self._read()
         return (
-            f"op={enums.ReduceTensorOp(op).name}, compute_type={_dtype_str(DataType(ct))}, "
+            f"op={enums.ReduceTensorOp(op).name}, compute_type={dtype_name(DataType(ct))}, "
             f"indices={enums.ReduceTensorIndices(ind).name}"
         )
 
@@ -1983,9 +1946,9 @@ class DropoutDescriptor(Resource):
             raise TypeError("states need a handle: pass handle= as well")
         else:
             _dropout_p(dropout)
-            _int_in(seed, "seed", 0, 2**64 - 1)
+            _int_in(seed, "seed", 0, UINT64_MAX)
         h = self._new_handle()
-        _api("cudnnCreateDropoutDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreateDropoutDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
         self._handle = self._states = None
         if args is not None:
@@ -2004,7 +1967,7 @@ class DropoutDescriptor(Resource):
     ) -> tuple[float, int, int, int]:
         hptr = _keep_handle(handle, "handle")
         p = _dropout_p(dropout)
-        seed = _int_in(seed, "seed", 0, 2**64 - 1)
+        seed = _int_in(seed, "seed", 0, UINT64_MAX)
         if states is None:
             if states_size not in (None, 0):
                 raise ValueError(f"states_size={states_size} given without states")
@@ -2017,14 +1980,16 @@ class DropoutDescriptor(Resource):
                 states_size = getattr(states, "nbytes", None)
                 if states_size is None:
                     raise TypeError("states_size is required: states has no .nbytes")
-            size = _int_in(states_size, "states_size", 0, 2**63 - 1)
+            size = _int_in(states_size, "states_size", 0, INT64_MAX)
         del hptr  # validated; the call re-reads handle.ptr
         return p, sptr, size, seed
 
     def _set(
         self, fn: str, handle: Any, states: Any, p: float, sptr: int, size: int, seed: int
     ) -> None:
-        _api(fn)(self._h(), _keep_handle(handle, "handle"), p, sptr or None, size, seed)
+        errors.checked(fn, warn=False)(
+            self._h(), _keep_handle(handle, "handle"), p, sptr or None, size, seed
+        )
         # children keep their parents alive: cuDNN uses the handle's stream and the states
         self._handle = handle
         self._states = states
@@ -2057,7 +2022,9 @@ class DropoutDescriptor(Resource):
     def states_size(handle: HasPtr) -> int:
         """``cudnnDropoutGetStatesSize``: bytes of random state this GPU needs (needs a handle)."""
         size = ctypes.c_size_t()
-        _api("cudnnDropoutGetStatesSize")(_keep_handle(handle, "handle"), ctypes.byref(size))
+        errors.checked("cudnnDropoutGetStatesSize", warn=False)(
+            _keep_handle(handle, "handle"), ctypes.byref(size)
+        )
         return size.value
 
     @staticmethod
@@ -2066,7 +2033,7 @@ class DropoutDescriptor(Resource):
         if not isinstance(x, TensorDescriptor):
             raise TypeError(f"x must be a TensorDescriptor, got {_describe(x)}")
         size = ctypes.c_size_t()
-        _api("cudnnDropoutGetReserveSpaceSize")(x._h(), ctypes.byref(size))
+        errors.checked("cudnnDropoutGetReserveSpaceSize", warn=False)(x._h(), ctypes.byref(size))
         return size.value
 
     def read(self, handle: HasPtr | None = None) -> tuple[float, int, int]:
@@ -2079,7 +2046,7 @@ class DropoutDescriptor(Resource):
         if handle is None:
             raise ValueError("reading a DropoutDescriptor needs a cuDNN handle (pass handle=)")
         p, states, seed = ctypes.c_float(), ctypes.c_void_p(), ctypes.c_ulonglong()
-        _api("cudnnGetDropoutDescriptor")(
+        errors.checked("cudnnGetDropoutDescriptor", warn=False)(
             h,
             _keep_handle(handle, "handle"),
             ctypes.byref(p),
@@ -2245,9 +2212,9 @@ class RNNDescriptor(Resource):
             flags = _int_in(aux_flags, "aux_flags", 0, 2**32 - 1)
         algo = _enum(algo, enums.RNNAlgo, "algo", _RNN_ALGOS)
         h = self._new_handle()
-        _api("cudnnCreateRNNDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreateRNNDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
-        _api("cudnnSetRNNDescriptor_v8")(
+        errors.checked("cudnnSetRNNDescriptor_v8", warn=False)(
             h, algo, cell, bias, dirm, inm, dt, mp, math, inp, hidden, proj, layers, dh, flags
         )
         if dropout is not None:
@@ -2257,7 +2224,7 @@ class RNNDescriptor(Resource):
         ints = [ctypes.c_int() for _ in range(8)]
         sizes = [ctypes.c_int32() for _ in range(4)]
         drop, flags = _lib.cudnnDropoutDescriptor_t(), ctypes.c_uint32()
-        _api("cudnnGetRNNDescriptor_v8")(
+        errors.checked("cudnnGetRNNDescriptor_v8", warn=False)(
             self._h(),
             *(ctypes.byref(v) for v in ints),
             *(ctypes.byref(v) for v in sizes),
@@ -2307,19 +2274,21 @@ class RNNDescriptor(Resource):
         lo, hi = _finite(lclip, "lclip"), _finite(rclip, "rclip")
         if m == enums.RNNClipMode.MINMAX and lo > hi:
             raise ValueError(f"lclip={lo} must not exceed rclip={hi}")
-        _api("cudnnRNNSetClip_v9")(self._h(), m, lo, hi)
+        errors.checked("cudnnRNNSetClip_v9", warn=False)(self._h(), m, lo, hi)
 
     @property
     def clip(self) -> tuple[enums.RNNClipMode, float, float]:
         """``cudnnRNNGetClip_v9``: ``(mode, lclip, rclip)``."""
         m, lo, hi = ctypes.c_int(), ctypes.c_double(), ctypes.c_double()
-        _api("cudnnRNNGetClip_v9")(self._h(), ctypes.byref(m), ctypes.byref(lo), ctypes.byref(hi))
+        errors.checked("cudnnRNNGetClip_v9", warn=False)(
+            self._h(), ctypes.byref(m), ctypes.byref(lo), ctypes.byref(hi)
+        )
         return enums.RNNClipMode(m.value), lo.value, hi.value
 
     def weight_space_size(self, handle: HasPtr) -> int:
         """``cudnnGetRNNWeightSpaceSize`` (needs a handle)."""
         size = ctypes.c_size_t()
-        _api("cudnnGetRNNWeightSpaceSize")(
+        errors.checked("cudnnGetRNNWeightSpaceSize", warn=False)(
             _keep_handle(handle, "handle"), self._h(), ctypes.byref(size)
         )
         return size.value
@@ -2332,7 +2301,7 @@ class RNNDescriptor(Resource):
             raise TypeError(f"x must be an RNNDataDescriptor, got {_describe(x)}")
         ws, rs = ctypes.c_size_t(), ctypes.c_size_t()
         mode = enums.ForwardMode.TRAINING if training else enums.ForwardMode.INFERENCE
-        _api("cudnnGetRNNTempSpaceSizes")(
+        errors.checked("cudnnGetRNNTempSpaceSizes", warn=False)(
             _keep_handle(handle, "handle"),
             self._h(),
             mode,
@@ -2347,7 +2316,7 @@ class RNNDescriptor(Resource):
         return (
             f"cell_mode={c['cell_mode'].name}, hidden_size={c['hidden_size']}, "
             f"num_layers={c['num_layers']}, input_size={c['input_size']}, "
-            f"direction={c['direction'].name}, dtype={_dtype_str(c['dtype'])}"
+            f"direction={c['direction'].name}, dtype={dtype_name(c['dtype'])}"
         )
 
 
@@ -2368,7 +2337,7 @@ def _fill_bytes(dt: DataType, value: float) -> ctypes.Array:
     with np.errstate(over="ignore"):
         arr = np.array([value], dtype=numpy_dtype(dt))
     if math.isfinite(value) and not np.isfinite(arr[0].astype(np.float64)):
-        raise OverflowError(f"padding_fill={value} does not fit in {_dtype_str(dt)}")
+        raise OverflowError(f"padding_fill={value} does not fit in {dtype_name(dt)}")
     raw = arr.tobytes()
     ctypes.memmove(buf, raw, len(raw))
     return buf
@@ -2428,9 +2397,9 @@ class RNNDataDescriptor(Resource):
         lay = _enum(layout, enums.RNNDataLayout, "layout", _RNN_LAYOUTS)
         fill = _fill_bytes(dt, _as_float(padding_fill, "padding_fill"))
         h = self._new_handle()
-        _api("cudnnCreateRNNDataDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreateRNNDataDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
-        _api("cudnnSetRNNDataDescriptor")(
+        errors.checked("cudnnSetRNNDataDescriptor", warn=False)(
             h, dt, lay, max_len, batch, vec, _c_int_array(lengths), fill
         )
 
@@ -2438,7 +2407,7 @@ class RNNDataDescriptor(Resource):
         h = self._h()
         dt, lay, mx, b, v = (ctypes.c_int() for _ in range(5))
         fill = ctypes.create_string_buffer(8)
-        fn = _api("cudnnGetRNNDataDescriptor")
+        fn = errors.checked("cudnnGetRNNDataDescriptor", warn=False)
         refs = [ctypes.byref(x) for x in (dt, lay, mx, b, v)]
         fn(h, *refs, 0, None, fill)
         n = b.value
@@ -2477,7 +2446,7 @@ class RNNDataDescriptor(Resource):
         c = self._read()
         return (
             f"batch_size={c['batch_size']}, max_seq_length={c['max_seq_length']}, "
-            f"vector_size={c['vector_size']}, dtype={_dtype_str(c['dtype'])}, "
+            f"vector_size={c['vector_size']}, dtype={dtype_name(c['dtype'])}, "
             f"layout={c['layout'].name}"
         )
 
@@ -2508,14 +2477,16 @@ class SpatialTransformerDescriptor(Resource):
         self, shape: Sequence[int], dtype: Any = "float32", sampler: Any = "bilinear"
     ) -> None:
         shape = _int_seq(shape, "shape", lo=1, length=4)
-        _check_span(shape, _packed_strides(shape), "shape")
+        _check_span(shape, packed_strides(shape), "shape")
         dt = _dtype(dtype, "dtype", (DataType.FLOAT, DataType.DOUBLE, DataType.HALF))
         smp = _enum(sampler, enums.SamplerType, "sampler")
         h = self._new_handle()
-        _api("cudnnCreateSpatialTransformerDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreateSpatialTransformerDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
         self._cfg: tuple[Any, Any, Any] = (None, None, None)
-        _api("cudnnSetSpatialTransformerNdDescriptor")(h, smp, dt, 4, _c_int_array(shape))
+        errors.checked("cudnnSetSpatialTransformerNdDescriptor", warn=False)(
+            h, smp, dt, 4, _c_int_array(shape)
+        )
         self._cfg = (shape, dt, smp)
 
     def _init_from_ptr(self) -> None:
@@ -2543,7 +2514,7 @@ class SpatialTransformerDescriptor(Resource):
         shape, dt, smp = self._cfg
         if shape is None:
             return f"ptr={self._ptr:#x}"
-        return f"shape={shape}, dtype={_dtype_str(dt)}, sampler={smp.name}"
+        return f"shape={shape}, dtype={dtype_name(dt)}, sampler={smp.name}"
 
 
 _CTC_NORM = {
@@ -2586,13 +2557,15 @@ class CTCLossDescriptor(Resource):
         grad = _enum(grad_mode, enums.CTCGradMode, "grad_mode", _CTC_GRAD)
         mll = _int_in(max_label_length, "max_label_length", 1)
         h = self._new_handle()
-        _api("cudnnCreateCTCLossDescriptor")(ctypes.byref(h))
+        errors.checked("cudnnCreateCTCLossDescriptor", warn=False)(ctypes.byref(h))
         self._adopt(h)
-        _api("cudnnSetCTCLossDescriptor_v9")(h, ct, norm, grad, mll)
+        errors.checked("cudnnSetCTCLossDescriptor_v9", warn=False)(h, ct, norm, grad, mll)
 
     def _read(self) -> tuple[int, int, int, int]:
         vals = [ctypes.c_int() for _ in range(4)]
-        _api("cudnnGetCTCLossDescriptor_v9")(self._h(), *(ctypes.byref(v) for v in vals))
+        errors.checked("cudnnGetCTCLossDescriptor_v9", warn=False)(
+            self._h(), *(ctypes.byref(v) for v in vals)
+        )
         return tuple(v.value for v in vals)  # type: ignore[return-value]
 
     @property
@@ -2618,7 +2591,7 @@ class CTCLossDescriptor(Resource):
     def _repr_fields(self) -> str:
         ct, norm, grad, mll = self._read()
         return (
-            f"compute_type={_dtype_str(DataType(ct))}, "
+            f"compute_type={dtype_name(DataType(ct))}, "
             f"normalization={enums.LossNormalizationMode(norm).name}, "
             f"grad_mode={enums.CTCGradMode(grad).name}, max_label_length={mll}"
         )
