@@ -290,7 +290,7 @@ def test_finalizer_holds_no_reference_to_the_object():
     fin = t._finalizer
     _obj, func, args, _kwargs = fin.peek()
     assert func is _resource._release
-    assert all(not isinstance(a, descriptors.Resource) for a in args)
+    assert all(not isinstance(a, _resource.Resource) for a in args)
     assert isinstance(args[1], int)
     t.close()
 
