@@ -1,6 +1,6 @@
-"""Child process: backend finalize and read-back, run with the stub ``libcuda.so.1`` on
-``LD_LIBRARY_PATH`` (``research/headers.md`` §7.2), which lets cuDNN's engine library load with
-no GPU. Prints one JSON line with the values read back; the parent asserts on them.
+"""Child process: backend finalize and read-back, run with the stub ``libcuda.so.1`` (built by
+``test_backend_descriptors.py``) on ``LD_LIBRARY_PATH``, which lets cuDNN's engine library load
+with no GPU. Prints one JSON line with the values read back; the parent asserts on them.
 """
 
 from __future__ import annotations

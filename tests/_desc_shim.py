@@ -1,9 +1,8 @@
 """Counting shim over the C layer, for tests that must prove "no C call was made".
 
-Every C call of the descriptor layer goes through ``errors.checked`` (via ``descriptors._api``)
-or a raw ``_lib`` function (finalizers). The shim wraps both: it patches ``errors.checked`` and
-empties the descriptor layer's cache of checked functions, and replaces every bound ``_lib``
-function with a counting wrapper.
+Every C call of the descriptor layer goes through ``errors.checked`` (looked up at each call,
+never cached by the layer) or a raw ``_lib`` function (finalizers). The shim wraps both: it
+patches ``errors.checked``, and replaces every bound ``_lib`` function with a counting wrapper.
 """
 
 from __future__ import annotations

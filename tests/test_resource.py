@@ -19,7 +19,7 @@ import weakref
 import pytest
 from _desc_shim import counting_c_calls
 
-from pycudnn import _resource, api, descriptors, errors
+from pycudnn import _lib, _resource, api, descriptors, errors
 from pycudnn.descriptors import (
     ActivationDescriptor,
     BackendDescriptor,
@@ -150,22 +150,20 @@ def test_with_closes():
 def test_failing_setter_does_not_leak(monkeypatch):
     """cuDNN refusing the set call after create: the finalizer (armed at create) frees it."""
     destroyed = []
-    real = descriptors._api
+    real = errors.checked
 
-    def failing(name):
+    def failing(name, **kw):
         if name == "cudnnSetTensorNdDescriptor":
 
             def fail(*args):
                 raise errors.BadParamError(2000, name, "injected")
 
             return fail
-        if name == "cudnnCreateTensorDescriptor":
-            return real(name)
-        return real(name)
+        return real(name, **kw)
 
     gc.collect()
     before = TensorDescriptor.live_count()
-    monkeypatch.setattr(descriptors, "_api", failing)
+    monkeypatch.setattr(errors, "checked", failing)
     real_release = _resource._release
 
     def spy(destroy, ptr, counter, *a):
@@ -292,7 +290,7 @@ def test_finalizer_holds_no_reference_to_the_object():
     fin = t._finalizer
     _obj, func, args, _kwargs = fin.peek()
     assert func is _resource._release
-    assert all(not isinstance(a, descriptors.Resource) for a in args)
+    assert all(not isinstance(a, _resource.Resource) for a in args)
     assert isinstance(args[1], int)
     t.close()
 
@@ -342,7 +340,7 @@ def test_interpreter_shutdown_with_live_objects():
 def test_explicit_close_works_for_raw_handles():
     # the typed ctypes handle is what C receives; a closed object gives ctypes a ValueError
     t = TensorDescriptor((1, 1, 1, 1))
-    assert isinstance(t._as_parameter_, descriptors._lib.cudnnTensorDescriptor_t)
+    assert isinstance(t._as_parameter_, _lib.cudnnTensorDescriptor_t)
     size = ctypes.c_size_t()
     api.cudnnGetTensorSizeInBytes(t, ctypes.byref(size))
     assert size.value == 4

@@ -1,0 +1,252 @@
+"""The backend (graph API) attribute codec: Python values to and from the C arrays of
+``cudnnBackendSetAttribute`` / ``cudnnBackendGetAttribute``, by ``BackendAttributeType``.
+
+* :func:`pack` turns one value or a sequence into ``(ctypes array, element count)``, validating
+  each element (range-checked ints, real numbers, bools, enum members or names, numpy dtypes for
+  ``DATA_TYPE``, ``Fraction`` or ``(num, den)``, ``str``/``bytes``, addresses). Plain ints, int
+  sequences and sequences of raw addresses take fast paths: they are the hot case (dims,
+  strides, uids, variant-pack pointers).
+* :func:`from_c` turns what cuDNN wrote back into Python values (enum members where the value is
+  known to these bindings, the int otherwise).
+* ``BACKEND_DESCRIPTOR`` values must be instances of the descriptor class the caller passes (the
+  codec sits below :class:`~pycudnn.descriptors.BackendDescriptor` and does not import it).
+
+The tables are keyed by plain ints: enum members hash in Python, which costs on the hot path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import fractions
+from collections.abc import Iterable
+from typing import Any
+
+from .. import _lib, enums
+from .._layout import INT32_MAX, INT64_MAX
+from .._types import as_data_type
+from ..enums import BackendAttributeName, BackendAttributeType, BackendDescriptorType, DataType
+from ._validate import as_int, coerce_enum, describe, enum_table, ptr_of
+
+__all__ = [
+    "CTYPE_OF_TYPE",
+    "REF_TYPES",
+    "coerce_attr_name",
+    "coerce_attr_type",
+    "coerce_descriptor_type",
+    "from_c",
+    "pack",
+    "to_c",
+]
+
+_T = BackendAttributeType
+
+
+def _by_int(table: dict[Any, Any]) -> dict[int, Any]:
+    """*table* keyed by plain ints: enum members hash by name (a Python-level ``__hash__``)."""
+    return {int(k): v for k, v in table.items()}
+
+
+#: attribute type -> the enum its elements are read back as (C ints on the wire)
+_ENUM_OF_TYPE: dict[int, type[enums.CudnnEnum]] = _by_int(
+    {
+        _T.DATA_TYPE: enums.DataType,
+        _T.CONVOLUTION_MODE: enums.ConvolutionMode,
+        _T.HEUR_MODE: enums.BackendHeurMode,
+        _T.KNOB_TYPE: enums.BackendKnobType,
+        _T.NAN_PROPOGATION: enums.NanPropagation,
+        _T.NUMERICAL_NOTE: enums.BackendNumericalNote,
+        _T.LAYOUT_TYPE: enums.BackendLayoutType,
+        _T.ATTRIB_NAME: enums.BackendAttributeName,
+        _T.POINTWISE_MODE: enums.PointwiseMode,
+        _T.GENSTATS_MODE: enums.GenStatsMode,
+        _T.BN_FINALIZE_STATS_MODE: enums.BnFinalizeStatsMode,
+        _T.REDUCTION_OPERATOR_TYPE: enums.ReduceTensorOp,
+        _T.BEHAVIOR_NOTE: enums.BackendBehaviorNote,
+        _T.TENSOR_REORDERING_MODE: enums.BackendTensorReordering,
+        _T.RESAMPLE_MODE: enums.ResampleMode,
+        _T.PADDING_MODE: enums.PaddingMode,
+        _T.SIGNAL_MODE: enums.SignalMode,
+        _T.NORM_MODE: enums.BackendNormMode,
+        _T.NORM_FWD_PHASE: enums.BackendNormFwdPhase,
+        _T.RNG_DISTRIBUTION: enums.RngDistribution,
+        _T.MOE_GROUPED_MATMUL_MODE: enums.MoeGroupedMatmulMode,
+        _T.RESHAPE_MODE: enums.BackendReshapeMode,
+        _T.OPERATIONGRAPH_MODE: enums.BackendOperationGraphMode,
+        _T.CUDA_GRAPH_RETENTION: enums.CudaGraphRetention,
+    }
+)
+#: attribute type -> ctypes element type
+CTYPE_OF_TYPE: dict[int, Any] = _by_int(
+    {
+        _T.HANDLE: ctypes.c_void_p,
+        _T.BOOLEAN: ctypes.c_bool,
+        _T.INT64: ctypes.c_int64,
+        _T.FLOAT: ctypes.c_float,
+        _T.DOUBLE: ctypes.c_double,
+        _T.VOID_PTR: ctypes.c_void_p,
+        _T.BACKEND_DESCRIPTOR: ctypes.c_void_p,
+        _T.INT32: ctypes.c_int32,
+        _T.CHAR: ctypes.c_char,
+        _T.FRACTION: _lib.cudnnFraction_t,
+        **dict.fromkeys(_ENUM_OF_TYPE, ctypes.c_int),
+    }
+)
+#: types whose values are addresses cuDNN keeps: the descriptor keeps their objects alive
+REF_TYPES = frozenset((int(_T.BACKEND_DESCRIPTOR), int(_T.HANDLE), int(_T.VOID_PTR)))
+_INT_RANGE = {int(_T.INT64): (-(2**63), INT64_MAX), int(_T.INT32): (-(2**31), INT32_MAX)}
+
+
+def coerce_descriptor_type(value: Any) -> BackendDescriptorType:
+    """A ``BackendDescriptorType`` from a member, an int, or a name with or without the
+    ``_DESCRIPTOR`` suffix (``"tensor"``, ``"TENSOR_DESCRIPTOR"``, the C name)."""
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if not key.endswith("_descriptor"):
+            key += "_descriptor"  # BackendDescriptor("tensor") reads naturally
+        value = key if key in enum_table(BackendDescriptorType) else value
+    return coerce_enum(value, BackendDescriptorType, "descriptor_type")
+
+
+def coerce_attr_name(value: Any) -> int:
+    """A ``BackendAttributeName`` member or name, as int."""
+    # hot path: members skip the coercion machinery
+    if type(value) is BackendAttributeName:
+        return int(value)
+    return int(coerce_enum(value, BackendAttributeName, "attribute"))
+
+
+def coerce_attr_type(value: Any) -> int:
+    """A ``BackendAttributeType`` member or name, as int."""
+    if type(value) is BackendAttributeType:
+        return int(value)
+    return int(coerce_enum(value, BackendAttributeType, "attr_type"))
+
+
+def to_c(atype: int, v: Any, argument: str, descriptor_class: type) -> Any:
+    """One Python value -> the C element of *atype* (validated); ``BACKEND_DESCRIPTOR`` values
+    must be instances of *descriptor_class*."""
+    if atype == _T.BACKEND_DESCRIPTOR:
+        if isinstance(v, descriptor_class):
+            return v.ptr
+        raise TypeError(f"{argument} must be a {descriptor_class.__name__}, got {describe(v)}")
+    if atype in _INT_RANGE:
+        lo, hi = _INT_RANGE[atype]
+        i = as_int(v, argument)
+        if not lo <= i <= hi:
+            raise OverflowError(
+                f"{argument}={i} does not fit in {BackendAttributeType(atype).name}"
+            )
+        return i
+    if atype == _T.FLOAT or atype == _T.DOUBLE:
+        if isinstance(v, bool | str | bytes):
+            raise TypeError(f"{argument} must be a real number, got {describe(v)}")
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"{argument} must be a real number, got {describe(v)}") from None
+    if atype == _T.BOOLEAN:
+        if not isinstance(v, bool | int):
+            raise TypeError(f"{argument} must be a bool, got {describe(v)}")
+        return bool(v)
+    if atype == _T.HANDLE or atype == _T.VOID_PTR:
+        if v is None:
+            return None
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        return ptr_of(v, argument)
+    if atype == _T.FRACTION:
+        if isinstance(v, _lib.cudnnFraction_t):
+            return v
+        if isinstance(v, tuple) and len(v) == 2:
+            num, den = as_int(v[0], argument), as_int(v[1], argument)
+        elif isinstance(v, fractions.Fraction | int) and not isinstance(v, bool):
+            f = fractions.Fraction(v)
+            num, den = f.numerator, f.denominator
+        else:
+            raise TypeError(
+                f"{argument} must be a Fraction, an int or a (numerator, denominator) pair, "
+                f"got {describe(v)}"
+            )
+        return _lib.cudnnFraction_t(num, den)
+    if (
+        atype == _T.DATA_TYPE
+        and not isinstance(v, DataType)
+        and not (isinstance(v, str) and v.strip().lower() in enum_table(DataType))
+    ):
+        # numpy dtypes and their names as well as DataType names ("float32", np.float16, "HALF")
+        if isinstance(v, int) and not isinstance(v, bool | enum.Enum):
+            return int(coerce_enum(v, DataType, argument))
+        return int(as_data_type(v, argument=argument))
+    cls = _ENUM_OF_TYPE.get(atype)
+    if cls is not None:
+        return int(coerce_enum(v, cls, argument))
+    raise TypeError(
+        f"{argument}: attribute type {atype} has no Python conversion"
+    )  # pragma: no cover
+
+
+def pack(atype: int, values: Any, descriptor_class: type) -> tuple[Any, int]:
+    """Python value(s) -> (ctypes array, element count); see :func:`to_c`."""
+    ctype = CTYPE_OF_TYPE[atype]
+    rng = _INT_RANGE.get(atype)
+    vt = type(values)
+    if rng is not None:
+        # fast paths for the common int cases (dims, strides, uids, counts)
+        if vt is int:
+            if not rng[0] <= values <= rng[1]:
+                raise OverflowError(f"value {values} does not fit in {_T(atype).name}")
+            return (ctype * 1)(values), 1
+        if (vt is list or vt is tuple) and values and all(type(v) is int for v in values):
+            if min(values) < rng[0] or max(values) > rng[1]:
+                raise OverflowError(f"values {describe(values)} do not fit in {_T(atype).name}")
+            return (ctype * len(values))(*values), len(values)
+    elif (
+        atype == _T.VOID_PTR
+        and (vt is list or vt is tuple)
+        and values
+        and all(type(v) is int and 0 <= v < 2**64 for v in values)
+    ):
+        # variant-pack data pointers: plain int addresses go straight into the array
+        return (ctype * len(values))(*values), len(values)
+    if atype == _T.CHAR:
+        data = values.encode() if isinstance(values, str) else values
+        if not isinstance(data, bytes | bytearray):
+            raise TypeError(f"values for CHAR must be str or bytes, got {describe(values)}")
+        return ctypes.create_string_buffer(bytes(data), len(data)), len(data)
+    if (vt is list or vt is tuple) and not (
+        atype == _T.FRACTION and len(values) == 2 and isinstance(values[0], int)
+    ):
+        items = values
+    elif isinstance(values, str | bytes | int | float | enum.Enum) or not isinstance(
+        values, Iterable
+    ):
+        items = (values,)
+    else:
+        items = tuple(values)
+    n = len(items)
+    arr = (ctype * n)()
+    for i, v in enumerate(items):
+        arr[i] = to_c(atype, v, f"values[{i}]", descriptor_class)
+    return arr, n
+
+
+def from_c(atype: int, arr: Any, n: int) -> list[Any]:
+    """The first *n* elements cuDNN wrote into *arr*, as Python values of *atype*."""
+    if atype == _T.FRACTION:
+        return [fractions.Fraction(arr[i].numerator, arr[i].denominator or 1) for i in range(n)]
+    if atype == _T.CHAR:
+        return [ctypes.string_at(arr, n).split(b"\0", 1)[0].decode(errors="replace")]
+    cls = _ENUM_OF_TYPE.get(atype)
+    out = list(arr[:n])
+    if cls is not None:
+        conv = []
+        for v in out:
+            try:
+                conv.append(cls(v))
+            except ValueError:
+                conv.append(v)  # a value newer than these bindings: keep the int
+        return conv
+    if atype in (_T.HANDLE, _T.VOID_PTR):
+        return [v or 0 for v in out]
+    return out

@@ -1,0 +1,303 @@
+"""The descriptor layer's argument checks: Python values in, C-ready values out.
+
+Each function takes the value and the argument's name, and returns the value converted (an int,
+a tuple of ints, a float, an enum member, a ``DataType``) or raises ``TypeError`` (wrong kind of
+value), ``ValueError`` (wrong value) or ``OverflowError`` (beyond cuDNN's int range), naming the
+argument, the value and what was expected. Nothing here calls cuDNN: checking happens before
+the first C call, because several cuDNN calls crash the process on bad input instead of
+returning an error.
+
+The option tables several families share (convolution modes, math types, layouts, NaN
+propagation) live here as well, so a name means the same everywhere.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import math
+import operator
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .. import _lib, enums
+from .._layout import INT32_MAX, span
+from .._types import HasPtr, as_data_type, dtype_name
+from ..enums import DataType
+
+__all__ = [
+    "CONV_MODES",
+    "DIM_MAX",
+    "FLOAT_TYPES",
+    "MATH_TYPES",
+    "as_float",
+    "as_int",
+    "c_int_array",
+    "check_span",
+    "coerce_enum",
+    "describe",
+    "enum_table",
+    "finite",
+    "int_in",
+    "int_seq",
+    "nan_mode",
+    "ptr_of",
+    "restrict_dtype",
+    "spatial",
+    "spatial_len",
+    "tensor_format",
+]
+
+DIM_MAX = _lib.CUDNN_DIM_MAX  # most dims of a tensor or filter descriptor (8)
+
+
+def describe(value: Any) -> str:
+    """``repr(value)``, cut to 80 characters for error messages."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def as_int(value: Any, argument: str) -> int:
+    """An int (anything with ``__index__``); bools, enum members and floats are refused."""
+    if isinstance(value, bool | enum.Enum | float):
+        raise TypeError(f"{argument} must be an integer, got {describe(value)}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{argument} must be an integer, got {describe(value)}") from None
+
+
+def int_in(value: Any, argument: str, lo: int, hi: int = INT32_MAX, what: str = "") -> int:
+    """An int in [lo, hi]; ValueError below *lo*, OverflowError above *hi* (cuDNN's int range)."""
+    v = as_int(value, argument)
+    if v < lo:
+        raise ValueError(f"{argument}={v} is invalid; expected {what or f'an integer >= {lo}'}")
+    if v > hi:
+        raise OverflowError(f"{argument}={v} exceeds cuDNN's limit of {hi}")
+    return v
+
+
+def int_seq(
+    value: Any,
+    argument: str,
+    *,
+    lo: int,
+    hi: int = INT32_MAX,
+    length: int | None = None,
+    min_len: int = 1,
+    max_len: int = DIM_MAX,
+    what: str = "",
+) -> tuple[int, ...]:
+    """A tuple of ints, validated element-wise, of the given length (or length range)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise TypeError(f"{argument} must be a sequence of integers, got {describe(value)}")
+    items = tuple(value)
+    if length is not None and len(items) != length:
+        raise ValueError(
+            f"{argument}={describe(items)} has {len(items)} entries; expected {length}"
+        )
+    if length is None and not min_len <= len(items) <= max_len:
+        raise ValueError(
+            f"{argument}={describe(items)} has {len(items)} entries; expected "
+            f"{min_len} to {max_len}"
+        )
+    out = []
+    for i, v in enumerate(items):
+        out.append(int_in(v, f"{argument}[{i}]", lo, hi, what))
+    return tuple(out)
+
+
+def spatial(
+    value: Any, argument: str, n: int, *, lo: int, what: str = "", hi: int = INT32_MAX
+) -> tuple[int, ...]:
+    """An int broadcast to *n* spatial dims, or a sequence of exactly *n* ints."""
+    if not isinstance(value, str | bytes) and isinstance(value, Iterable):
+        return int_seq(value, argument, lo=lo, hi=hi, length=n, what=what)
+    v = int_in(value, argument, lo, hi, what)
+    return (v,) * n
+
+
+def spatial_len(*values: Any, default: int) -> int:
+    """The spatial rank implied by the sequence-valued arguments (or *default*)."""
+    for v in values:
+        if not isinstance(v, str | bytes) and isinstance(v, Iterable):
+            return len(tuple(v))
+    return default
+
+
+def as_float(value: Any, argument: str) -> float:
+    """A real number as float; bools and strings are refused, NaN is a ``ValueError``."""
+    if isinstance(value, bool | str | bytes):
+        raise TypeError(f"{argument} must be a real number, got {describe(value)}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{argument} must be a real number, got {describe(value)}") from None
+    if math.isnan(f):
+        raise ValueError(f"{argument} must not be NaN")
+    return f
+
+
+def finite(value: Any, argument: str) -> float:
+    """:func:`as_float`, and not infinite."""
+    f = as_float(value, argument)
+    if math.isinf(f):
+        raise ValueError(f"{argument}={f} must be finite")
+    return f
+
+
+_ENUM_TABLES: dict[type, dict[str, enum.Enum]] = {}
+
+
+def enum_table(cls: type[enums.CudnnEnum]) -> dict[str, enum.Enum]:
+    """Lower-case member names and C names of *cls* -> member (built once per class)."""
+    table = _ENUM_TABLES.get(cls)
+    if table is None:
+        table = {}
+        for m in cls:
+            table[m.name.lower()] = m
+            table[m.c_name.lower()] = m
+        _ENUM_TABLES[cls] = table
+    return table
+
+
+def coerce_enum(
+    value: Any,
+    cls: type[enums.CudnnEnum],
+    argument: str,
+    aliases: dict[str, enum.Enum] | None = None,
+    allowed: Iterable[enum.Enum] | None = None,
+) -> Any:
+    """Coerce a member, a (C or Python, any case) name, an alias or a valid int to *cls*."""
+    member: Any = None
+    if isinstance(value, cls):
+        member = value
+    elif isinstance(value, str):
+        key = value.strip().lower().replace("-", "_")
+        member = aliases.get(key) if aliases else None  # members may be 0: test `is None`
+        if member is None:
+            member = enum_table(cls).get(key)
+        if member is None:
+            names = sorted(aliases) if aliases else [m.name.lower() for m in cls]
+            raise ValueError(
+                f"{argument}={value!r} is not a valid {cls.__name__}; expected one of "
+                f"{', '.join(repr(n) for n in names)} or a pycudnn.enums.{cls.__name__} member"
+            )
+    elif isinstance(value, enum.Enum | bool):
+        raise TypeError(
+            f"{argument}={describe(value)} is not a {cls.__name__}; expected a "
+            f"pycudnn.enums.{cls.__name__} member or its name"
+        )
+    elif isinstance(value, int):
+        try:
+            member = cls(value)
+        except ValueError:
+            raise ValueError(
+                f"{argument}={value} is not a valid {cls.__name__} value; expected one of "
+                f"{', '.join(str(int(m)) for m in cls)}"
+            ) from None
+    else:
+        raise TypeError(
+            f"{argument}={describe(value)} is not a {cls.__name__}; expected a "
+            f"pycudnn.enums.{cls.__name__} member or its name"
+        )
+    if allowed is not None and member not in allowed:
+        raise ValueError(
+            f"{argument}={member.name} is not supported here; expected one of "
+            f"{', '.join(m.name for m in allowed)}"
+        )
+    return member
+
+
+def restrict_dtype(value: Any, argument: str, allowed: Iterable[DataType]) -> DataType:
+    """A numpy dtype / name / DataType, restricted to what the descriptor supports."""
+    if isinstance(value, bool):
+        raise TypeError(f"{argument}={value!r} is not a dtype")
+    dt = as_data_type(value, argument=argument)
+    allowed = tuple(allowed)
+    if dt not in allowed:
+        raise TypeError(
+            f"{argument}={dt.name} is not supported by this descriptor; expected one of "
+            f"{', '.join(dtype_name(a) for a in allowed)}"
+        )
+    return dt
+
+
+def c_int_array(values: Sequence[int]) -> ctypes.Array:
+    """A ``c_int`` array holding *values* (checked before: they fit in an int)."""
+    return (ctypes.c_int * len(values))(*values)
+
+
+def ptr_of(value: Any, argument: str) -> Any:
+    """Check that *value* exposes an int ``.ptr`` (``HasPtr``) and return the int."""
+    if not isinstance(value, HasPtr):
+        raise TypeError(
+            f"{argument} must be an object with an int .ptr (a pycudnn Handle or device buffer), "
+            f"got {describe(value)}"
+        )
+    ptr = value.ptr
+    if isinstance(ptr, bool) or not isinstance(ptr, int):
+        raise TypeError(f"{argument}.ptr must be an int, got {describe(ptr)}")
+    return ptr
+
+
+# -- options shared by several families ------------------------------------------------------------
+FLOAT_TYPES = (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16)
+CONV_MODES = {
+    "cross_correlation": enums.ConvolutionMode.CROSS_CORRELATION,
+    "cross": enums.ConvolutionMode.CROSS_CORRELATION,
+    "convolution": enums.ConvolutionMode.CONVOLUTION,
+    "conv": enums.ConvolutionMode.CONVOLUTION,
+}
+MATH_TYPES = {
+    "default": enums.MathType.DEFAULT_MATH,
+    "tensor_op": enums.MathType.TENSOR_OP_MATH,
+    "tensor_op_allow_conversion": enums.MathType.TENSOR_OP_MATH_ALLOW_CONVERSION,
+    "fma": enums.MathType.FMA_MATH,
+}
+_LAYOUTS = {
+    "nchw": enums.TensorFormat.NCHW,
+    "nhwc": enums.TensorFormat.NHWC,
+    "ncdhw": enums.TensorFormat.NCHW,
+    "ndhwc": enums.TensorFormat.NHWC,
+    "channels_first": enums.TensorFormat.NCHW,
+    "channels_last": enums.TensorFormat.NHWC,
+}
+_NAN = {
+    "propagate": enums.NanPropagation.PROPAGATE_NAN,
+    "not_propagate": enums.NanPropagation.NOT_PROPAGATE_NAN,
+}
+
+
+def tensor_format(value: Any, argument: str = "layout") -> enums.TensorFormat:
+    """NCHW or NHWC, from a layout name (``"NHWC"``, ``"channels_last"``...) or member."""
+    return coerce_enum(
+        value,
+        enums.TensorFormat,
+        argument,
+        _LAYOUTS,
+        allowed=(enums.TensorFormat.NCHW, enums.TensorFormat.NHWC),
+    )
+
+
+def nan_mode(value: Any, argument: str = "nan_propagation") -> enums.NanPropagation:
+    """A ``NanPropagation`` from a bool (True: propagate), a name or a member."""
+    if isinstance(value, bool):
+        return enums.NanPropagation(int(value))
+    return coerce_enum(value, enums.NanPropagation, argument, _NAN)
+
+
+def check_span(shape: Sequence[int], strides: Sequence[int], argument: str) -> None:
+    """``OverflowError`` when the element count or the strided span (``_layout.span``) of
+    *shape* exceeds cuDNN's int32 limit."""
+    count = math.prod(shape)
+    if count > INT32_MAX:
+        raise OverflowError(
+            f"{argument}={tuple(shape)} has {count} elements; cuDNN's limit is {INT32_MAX}"
+        )
+    extent = span(shape, strides)
+    if extent > INT32_MAX:
+        raise OverflowError(
+            f"shape {tuple(shape)} with strides {tuple(strides)} spans {extent} elements; "
+            f"cuDNN's limit is {INT32_MAX}"
+        )

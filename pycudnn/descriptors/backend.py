@@ -1,0 +1,561 @@
+"""Backend (graph API) descriptors: :class:`BackendDescriptor` wraps
+``cudnnBackendCreateDescriptor`` / ``SetAttribute`` / ``GetAttribute`` / ``Finalize`` for every
+``BackendDescriptorType``, with thin validated constructors for the building blocks the
+high-level layer uses (tensor, convolution, pointwise, the convolution and pointwise operations,
+the operation graph).
+
+Attribute values are converted by :mod:`._codec`. A descriptor keeps alive every descriptor,
+handle or buffer object set as an attribute value: cuDNN refers to them by address.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any, Self
+
+from .. import _lib, enums, errors
+from .._layout import INT32_MAX, INT64_MAX, packed_strides
+from .._resource import Resource
+from .._types import as_data_type
+from ..enums import BackendAttributeName, BackendAttributeType, BackendDescriptorType, DataType
+from ._codec import (
+    CTYPE_OF_TYPE,
+    REF_TYPES,
+    coerce_attr_name,
+    coerce_attr_type,
+    coerce_descriptor_type,
+    from_c,
+    pack,
+)
+from ._validate import (
+    CONV_MODES,
+    DIM_MAX,
+    as_float,
+    coerce_enum,
+    describe,
+    int_in,
+    int_seq,
+    ptr_of,
+    restrict_dtype,
+    spatial,
+)
+
+__all__ = ["BackendDescriptor"]
+
+_T = BackendAttributeType
+_COMPUTE_TYPES = (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16, DataType.INT32)
+
+
+class BackendDescriptor(Resource):
+    """A cuDNN graph-API (backend) descriptor: ``cudnnBackendCreateDescriptor`` and friends.
+
+    Parameters
+    ----------
+    descriptor_type : BackendDescriptorType or str
+        A member of :class:`pycudnn.enums.BackendDescriptorType`, its name
+        (``"TENSOR_DESCRIPTOR"``, ``"CUDNN_BACKEND_TENSOR_DESCRIPTOR"``) or the name without the
+        ``_DESCRIPTOR`` suffix (``"tensor"``, ``"operation_convolution_forward"``).
+
+    Notes
+    -----
+    Attributes are set with :meth:`set`, the descriptor is frozen with :meth:`finalize`, and
+    (after finalisation) read with :meth:`get`. Descriptors passed as attribute values are kept
+    alive by this one. The thin constructors (:meth:`tensor`, :meth:`convolution`,
+    :meth:`pointwise`, :meth:`operation_convolution_forward`, ...) validate their arguments in
+    Python and finalize by default.
+
+    Examples
+    --------
+    >>> t = BackendDescriptor("tensor")
+    >>> t.set("TENSOR_DIMENSIONS", "INT64", [1, 8, 16, 16])
+    """
+
+    _c_type = _lib.cudnnBackendDescriptor_t
+    _destroy_name = "cudnnBackendDestroyDescriptor"
+    __slots__ = ("_attr_refs", "_finalized", "_type")
+
+    def __init__(self, descriptor_type: BackendDescriptorType | str | int) -> None:
+        dtype = coerce_descriptor_type(descriptor_type)
+        h = self._new_handle()
+        errors.checked("cudnnBackendCreateDescriptor", warn=False)(int(dtype), ctypes.byref(h))
+        self._adopt(h)
+        self._type = dtype
+        self._finalized = False
+        self._attr_refs: dict[int, Any] = {}
+
+    def _init_from_ptr(self) -> None:
+        self._type = None
+        self._finalized = None
+        self._attr_refs = {}
+
+    @classmethod
+    def from_ptr(
+        cls,
+        ptr: int,
+        *,
+        owner: Any = None,
+        descriptor_type: BackendDescriptorType | str | None = None,
+        finalized: bool | None = None,
+    ) -> Self:
+        """Wrap a backend descriptor made elsewhere (never destroyed by the wrapper).
+
+        cuDNN cannot report a backend descriptor's type or state, so pass them if known.
+        """
+        dtype = None if descriptor_type is None else coerce_descriptor_type(descriptor_type)
+        self = super().from_ptr(ptr, owner=owner)
+        self._type = dtype
+        self._finalized = finalized
+        return self
+
+    def _mark_closed(self) -> None:
+        super()._mark_closed()
+        self._attr_refs = {}
+
+    @property
+    def descriptor_type(self) -> BackendDescriptorType | None:
+        """The :class:`~pycudnn.enums.BackendDescriptorType` (None if wrapped and unknown)."""
+        self._h()
+        return self._type
+
+    @property
+    def is_finalized(self) -> bool | None:
+        """True after :meth:`finalize` succeeded (None if wrapped and unknown)."""
+        self._h()
+        return self._finalized
+
+    def set(self, attribute: Any, attr_type: Any, values: Any) -> None:
+        """``cudnnBackendSetAttribute``: set *attribute* to *values* of type *attr_type*.
+
+        Parameters
+        ----------
+        attribute : BackendAttributeName or str
+            Member or name (``"TENSOR_DIMENSIONS"`` or ``"CUDNN_ATTR_TENSOR_DIMENSIONS"``).
+        attr_type : BackendAttributeType or str
+            Member or name (``"INT64"`` or ``"CUDNN_TYPE_INT64"``).
+        values : scalar, sequence, or ctypes data
+            One value or a sequence of them, converted according to *attr_type*: ints (INT64,
+            INT32), floats (FLOAT, DOUBLE), bools, enum members or names (DATA_TYPE,
+            CONVOLUTION_MODE, POINTWISE_MODE, ...), :class:`BackendDescriptor` objects
+            (BACKEND_DESCRIPTOR; kept alive by this descriptor), objects with ``.ptr`` or ints
+            (HANDLE, VOID_PTR), ``str``/``bytes`` (CHAR), ``Fraction`` or ``(num, den)``
+            (FRACTION). A prebuilt ctypes array is passed through as is (its length is the
+            element count), and so is a single ctypes scalar or structure (count 1) -- the
+            cheapest form for hot paths.
+
+        Raises
+        ------
+        TypeError, ValueError, OverflowError
+            A value cannot be converted to *attr_type* (no C call is made).
+        ValueError
+            The descriptor is closed.
+        BadParamError
+            cuDNN rejected the attribute (e.g. ``CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE`` for a
+            wrong *attr_type*, or any set after :meth:`finalize`).
+        """
+        h = self._h()
+        name = coerce_attr_name(attribute)
+        atype = coerce_attr_type(attr_type)
+        if isinstance(values, ctypes.Array):
+            arr, n = values, len(values)
+        elif isinstance(values, ctypes._SimpleCData | ctypes.Structure):
+            arr, n = ctypes.byref(values), 1
+        else:
+            arr, n = pack(atype, values, BackendDescriptor)
+            if atype in REF_TYPES and not isinstance(values, int):
+                # children keep their parents alive: cuDNN refers to these descriptors, handles
+                # and buffers by address until this descriptor is gone (or the value replaced)
+                self._attr_refs[int(name)] = values
+        errors.checked("cudnnBackendSetAttribute", warn=False)(h, name, atype, n, arr)
+
+    def get(
+        self,
+        attribute: Any,
+        attr_type: Any,
+        count: int | None = None,
+        *,
+        descriptor_type: Any = None,
+    ) -> list[Any]:
+        """``cudnnBackendGetAttribute``: read up to *count* elements of *attribute*.
+
+        Parameters
+        ----------
+        attribute, attr_type
+            As in :meth:`set`.
+        count : int, optional
+            How many elements to read; by default cuDNN is asked for the count first.
+        descriptor_type : BackendDescriptorType or str, optional
+            For ``BACKEND_DESCRIPTOR`` attributes: the type of the descriptors cuDNN fills in
+            (e.g. ``"ENGINECFG_DESCRIPTOR"`` for ``ENGINEHEUR_RESULTS``). Required then.
+
+        Returns
+        -------
+        list
+            The elements cuDNN returned: ints, floats, bools, enum members, ``Fraction``s, a
+            one-element list holding the string for CHAR, or new :class:`BackendDescriptor`
+            objects for BACKEND_DESCRIPTOR.
+
+        Raises
+        ------
+        CudnnError
+            cuDNN refused (reading a non-finalized descriptor gives ``SublibraryError``
+            ``CUDNN_STATUS_NOT_INITIALIZED``; a wrong type gives ``BadParamError``).
+        """
+        h = self._h()
+        name = coerce_attr_name(attribute)
+        atype = coerce_attr_type(attr_type)
+        fn = errors.checked("cudnnBackendGetAttribute", warn=False)
+        got = ctypes.c_int64(0)
+        if count is None:
+            fn(h, name, atype, 0, ctypes.byref(got), None)
+            count = got.value
+        count = int_in(count, "count", 0, INT32_MAX)
+        if atype == _T.BACKEND_DESCRIPTOR:
+            if descriptor_type is None:
+                raise TypeError("descriptor_type is required to read BACKEND_DESCRIPTOR values")
+            dtype = coerce_descriptor_type(descriptor_type)
+            descs = [BackendDescriptor(dtype) for _ in range(count)]
+            arr = (ctypes.c_void_p * max(count, 1))(*[d.ptr for d in descs])
+            try:
+                fn(h, name, atype, count, ctypes.byref(got), arr)
+            except BaseException:
+                for d in descs:
+                    d.close()
+                raise
+            for d in descs[got.value :]:
+                d.close()
+            out = descs[: got.value]
+            for d in out:
+                d._finalized = True  # cuDNN hands out finalized copies
+            return out
+        ctype = CTYPE_OF_TYPE[atype]
+        arr = (ctype * max(count, 1))()
+        fn(h, name, atype, count, ctypes.byref(got), arr)
+        return from_c(atype, arr, min(got.value, count))
+
+    def finalize(self) -> Self:
+        """``cudnnBackendFinalize``: validate and freeze the attributes. Returns ``self``.
+
+        Raises
+        ------
+        CudnnError
+            cuDNN rejected the configuration (without a GPU driver every finalize returns
+            ``CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED``, a :class:`~pycudnn.errors.SublibraryError`).
+        """
+        errors.checked("cudnnBackendFinalize", warn=False)(self._h())
+        self._finalized = True
+        return self
+
+    def _repr_fields(self) -> str:
+        kind = self._type.name if self._type is not None else "unknown"
+        state = {True: "finalized", False: "not finalized", None: "state unknown"}[self._finalized]
+        return f"{kind}, {state}"
+
+    # -- thin constructors used by the high-level layer -----------------------------------------
+    @classmethod
+    def _build(cls, dtype: BackendDescriptorType, attrs: list[tuple], finalize: bool) -> Self:
+        self = cls(dtype)
+        for name, atype, values in attrs:
+            self.set(name, atype, values)
+        if finalize:
+            self.finalize()
+        return self
+
+    @classmethod
+    def tensor(
+        cls,
+        shape: Sequence[int],
+        strides: Sequence[int] | None = None,
+        dtype: Any = "float32",
+        *,
+        uid: int,
+        alignment: int = 16,
+        is_virtual: bool = False,
+        is_by_value: bool = False,
+        finalize: bool = True,
+    ) -> Self:
+        """A ``TENSOR_DESCRIPTOR`` with dims, strides (packed row-major by default), data type,
+        unique id and byte alignment.
+
+        Raises
+        ------
+        TypeError, ValueError, OverflowError
+            Invalid shape, strides, dtype, uid or alignment (before any C call).
+        """
+        shape = int_seq(shape, "shape", lo=1, hi=INT64_MAX, min_len=1, max_len=DIM_MAX)
+        if strides is None:
+            strides = packed_strides(shape)
+        else:
+            strides = int_seq(strides, "strides", lo=1, hi=INT64_MAX, length=len(shape))
+        dt = as_data_type(dtype, argument="dtype") if not isinstance(dtype, DataType) else dtype
+        uid = int_in(uid, "uid", 0, INT64_MAX)
+        alignment = int_in(alignment, "alignment", 1, INT64_MAX)
+        return cls._build(
+            BackendDescriptorType.TENSOR_DESCRIPTOR,
+            [
+                (BackendAttributeName.TENSOR_DATA_TYPE, _T.DATA_TYPE, dt),
+                (BackendAttributeName.TENSOR_DIMENSIONS, _T.INT64, list(shape)),
+                (BackendAttributeName.TENSOR_STRIDES, _T.INT64, list(strides)),
+                (BackendAttributeName.TENSOR_UNIQUE_ID, _T.INT64, uid),
+                (BackendAttributeName.TENSOR_BYTE_ALIGNMENT, _T.INT64, alignment),
+                (BackendAttributeName.TENSOR_IS_VIRTUAL, _T.BOOLEAN, bool(is_virtual)),
+                (BackendAttributeName.TENSOR_IS_BY_VALUE, _T.BOOLEAN, bool(is_by_value)),
+            ],
+            finalize,
+        )
+
+    @classmethod
+    def convolution(
+        cls,
+        pre_padding: Sequence[int],
+        post_padding: Sequence[int] | None = None,
+        stride: Sequence[int] | int = 1,
+        dilation: Sequence[int] | int = 1,
+        *,
+        mode: Any = "cross_correlation",
+        compute_type: Any = "float32",
+        finalize: bool = True,
+    ) -> Self:
+        """A ``CONVOLUTION_DESCRIPTOR``; the number of spatial dims is ``len(pre_padding)``.
+
+        *mode* is ``"cross_correlation"`` (PyTorch semantics) or ``"convolution"`` (flipped
+        kernel), or a :class:`~pycudnn.enums.ConvolutionMode`.
+        """
+        pre = int_seq(pre_padding, "pre_padding", lo=0, hi=INT64_MAX, min_len=1, max_len=6)
+        n = len(pre)
+        post = (
+            pre
+            if post_padding is None
+            else int_seq(post_padding, "post_padding", lo=0, hi=INT64_MAX, length=n)
+        )
+        stride = spatial(stride, "stride", n, lo=1, hi=INT64_MAX)
+        dilation = spatial(dilation, "dilation", n, lo=1, hi=INT64_MAX)
+        mode = coerce_enum(mode, enums.ConvolutionMode, "mode", CONV_MODES)
+        ct = restrict_dtype(compute_type, "compute_type", _COMPUTE_TYPES)
+        return cls._build(
+            BackendDescriptorType.CONVOLUTION_DESCRIPTOR,
+            [
+                (BackendAttributeName.CONVOLUTION_COMP_TYPE, _T.DATA_TYPE, ct),
+                (BackendAttributeName.CONVOLUTION_CONV_MODE, _T.CONVOLUTION_MODE, mode),
+                (BackendAttributeName.CONVOLUTION_SPATIAL_DIMS, _T.INT64, n),
+                (BackendAttributeName.CONVOLUTION_PRE_PADDINGS, _T.INT64, list(pre)),
+                (BackendAttributeName.CONVOLUTION_POST_PADDINGS, _T.INT64, list(post)),
+                (BackendAttributeName.CONVOLUTION_FILTER_STRIDES, _T.INT64, list(stride)),
+                (BackendAttributeName.CONVOLUTION_DILATIONS, _T.INT64, list(dilation)),
+            ],
+            finalize,
+        )
+
+    @classmethod
+    def pointwise(
+        cls,
+        mode: Any,
+        compute_type: Any = "float32",
+        *,
+        relu_lower_clip: float | None = None,
+        relu_upper_clip: float | None = None,
+        relu_lower_clip_slope: float | None = None,
+        elu_alpha: float | None = None,
+        softplus_beta: float | None = None,
+        swish_beta: float | None = None,
+        axis: int | None = None,
+        finalize: bool = True,
+    ) -> Self:
+        """A ``POINTWISE_DESCRIPTOR`` (*mode*: a :class:`~pycudnn.enums.PointwiseMode` or its
+        name, e.g. ``"add"``, ``"relu_fwd"``); optional parameters are set only when given."""
+        mode = coerce_enum(mode, enums.PointwiseMode, "mode")
+        ct = restrict_dtype(compute_type, "compute_type", _COMPUTE_TYPES)
+        attrs: list[tuple] = [
+            (BackendAttributeName.POINTWISE_MODE, _T.POINTWISE_MODE, mode),
+            (BackendAttributeName.POINTWISE_MATH_PREC, _T.DATA_TYPE, ct),
+        ]
+        for attr, value, arg in (
+            (BackendAttributeName.POINTWISE_RELU_LOWER_CLIP, relu_lower_clip, "relu_lower_clip"),
+            (BackendAttributeName.POINTWISE_RELU_UPPER_CLIP, relu_upper_clip, "relu_upper_clip"),
+            (
+                BackendAttributeName.POINTWISE_RELU_LOWER_CLIP_SLOPE,
+                relu_lower_clip_slope,
+                "relu_lower_clip_slope",
+            ),
+            (BackendAttributeName.POINTWISE_ELU_ALPHA, elu_alpha, "elu_alpha"),
+            (BackendAttributeName.POINTWISE_SOFTPLUS_BETA, softplus_beta, "softplus_beta"),
+            (BackendAttributeName.POINTWISE_SWISH_BETA, swish_beta, "swish_beta"),
+        ):
+            if value is not None:
+                attrs.append((attr, _T.DOUBLE, as_float(value, arg)))
+        if axis is not None:
+            attrs.append((BackendAttributeName.POINTWISE_AXIS, _T.INT64, int_in(axis, "axis", 0)))
+        return cls._build(BackendDescriptorType.POINTWISE_DESCRIPTOR, attrs, finalize)
+
+    @classmethod
+    def _conv_op(
+        cls,
+        dtype: BackendDescriptorType,
+        names: tuple[BackendAttributeName, ...],
+        tensors: tuple[tuple[str, Any], ...],
+        conv: Any,
+        alpha: float,
+        beta: float,
+        finalize: bool,
+    ) -> Self:
+        alpha_name, beta_name, conv_name, *tensor_names = names
+        attrs: list[tuple] = []
+        for (arg, desc), attr in zip(tensors, tensor_names, strict=True):
+            _require_backend(desc, arg, BackendDescriptorType.TENSOR_DESCRIPTOR)
+            attrs.append((attr, _T.BACKEND_DESCRIPTOR, desc))
+        _require_backend(conv, "conv", BackendDescriptorType.CONVOLUTION_DESCRIPTOR)
+        attrs.append((conv_name, _T.BACKEND_DESCRIPTOR, conv))
+        attrs.append((alpha_name, _T.DOUBLE, as_float(alpha, "alpha")))
+        attrs.append((beta_name, _T.DOUBLE, as_float(beta, "beta")))
+        return cls._build(dtype, attrs, finalize)
+
+    @classmethod
+    def operation_convolution_forward(
+        cls,
+        x: BackendDescriptor,
+        w: BackendDescriptor,
+        y: BackendDescriptor,
+        conv: BackendDescriptor,
+        *,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        finalize: bool = True,
+    ) -> Self:
+        """``OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR``: ``y = alpha * conv(x, w) + beta * y``."""
+        A = BackendAttributeName
+        return cls._conv_op(
+            BackendDescriptorType.OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+            (
+                A.OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                A.OPERATION_CONVOLUTION_FORWARD_BETA,
+                A.OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                A.OPERATION_CONVOLUTION_FORWARD_X,
+                A.OPERATION_CONVOLUTION_FORWARD_W,
+                A.OPERATION_CONVOLUTION_FORWARD_Y,
+            ),
+            (("x", x), ("w", w), ("y", y)),
+            conv,
+            alpha,
+            beta,
+            finalize,
+        )
+
+    @classmethod
+    def operation_convolution_backward_data(
+        cls,
+        dx: BackendDescriptor,
+        w: BackendDescriptor,
+        dy: BackendDescriptor,
+        conv: BackendDescriptor,
+        *,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        finalize: bool = True,
+    ) -> Self:
+        """``OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR`` (gradient w.r.t. the input)."""
+        A = BackendAttributeName
+        return cls._conv_op(
+            BackendDescriptorType.OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+            (
+                A.OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                A.OPERATION_CONVOLUTION_BWD_DATA_BETA,
+                A.OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                A.OPERATION_CONVOLUTION_BWD_DATA_DX,
+                A.OPERATION_CONVOLUTION_BWD_DATA_W,
+                A.OPERATION_CONVOLUTION_BWD_DATA_DY,
+            ),
+            (("dx", dx), ("w", w), ("dy", dy)),
+            conv,
+            alpha,
+            beta,
+            finalize,
+        )
+
+    @classmethod
+    def operation_convolution_backward_filter(
+        cls,
+        x: BackendDescriptor,
+        dw: BackendDescriptor,
+        dy: BackendDescriptor,
+        conv: BackendDescriptor,
+        *,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        finalize: bool = True,
+    ) -> Self:
+        """``OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR`` (gradient w.r.t. the filter)."""
+        A = BackendAttributeName
+        return cls._conv_op(
+            BackendDescriptorType.OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+            (
+                A.OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                A.OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+                A.OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                A.OPERATION_CONVOLUTION_BWD_FILTER_X,
+                A.OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                A.OPERATION_CONVOLUTION_BWD_FILTER_DY,
+            ),
+            (("x", x), ("dw", dw), ("dy", dy)),
+            conv,
+            alpha,
+            beta,
+            finalize,
+        )
+
+    @classmethod
+    def operation_pointwise(
+        cls,
+        pointwise: BackendDescriptor,
+        x: BackendDescriptor,
+        y: BackendDescriptor,
+        b: BackendDescriptor | None = None,
+        *,
+        alpha1: float = 1.0,
+        alpha2: float = 1.0,
+        finalize: bool = True,
+    ) -> Self:
+        """``OPERATION_POINTWISE_DESCRIPTOR``: ``y = op(alpha1 * x[, alpha2 * b])``."""
+        A = BackendAttributeName
+        _require_backend(pointwise, "pointwise", BackendDescriptorType.POINTWISE_DESCRIPTOR)
+        attrs: list[tuple] = [
+            (A.OPERATION_POINTWISE_PW_DESCRIPTOR, _T.BACKEND_DESCRIPTOR, pointwise)
+        ]
+        for arg, desc, attr in (
+            ("x", x, A.OPERATION_POINTWISE_XDESC),
+            ("y", y, A.OPERATION_POINTWISE_YDESC),
+            ("b", b, A.OPERATION_POINTWISE_BDESC),
+        ):
+            if desc is None and arg == "b":
+                continue
+            _require_backend(desc, arg, BackendDescriptorType.TENSOR_DESCRIPTOR)
+            attrs.append((attr, _T.BACKEND_DESCRIPTOR, desc))
+        attrs.append((A.OPERATION_POINTWISE_ALPHA1, _T.DOUBLE, as_float(alpha1, "alpha1")))
+        attrs.append((A.OPERATION_POINTWISE_ALPHA2, _T.DOUBLE, as_float(alpha2, "alpha2")))
+        return cls._build(BackendDescriptorType.OPERATION_POINTWISE_DESCRIPTOR, attrs, finalize)
+
+    @classmethod
+    def operation_graph(
+        cls, ops: Sequence[BackendDescriptor], handle: Any = None, *, finalize: bool = True
+    ) -> Self:
+        """``OPERATIONGRAPH_DESCRIPTOR`` over the operation descriptors *ops*; *handle* (an
+        object with ``.ptr``) is optional in cuDNN 9 and kept alive when given."""
+        if isinstance(ops, BackendDescriptor) or not isinstance(ops, Sequence) or not ops:
+            raise TypeError(f"ops must be a non-empty sequence of BackendDescriptor, got {ops!r}")
+        for i, op in enumerate(ops):
+            _require_backend(op, f"ops[{i}]", None)
+        attrs: list[tuple] = [
+            (BackendAttributeName.OPERATIONGRAPH_OPS, _T.BACKEND_DESCRIPTOR, list(ops))
+        ]
+        if handle is not None:
+            ptr_of(handle, "handle")
+            attrs.append((BackendAttributeName.OPERATIONGRAPH_HANDLE, _T.HANDLE, handle))
+        # set() keeps the handle object alive with the other attribute values
+        return cls._build(BackendDescriptorType.OPERATIONGRAPH_DESCRIPTOR, attrs, finalize)
+
+
+def _require_backend(value: Any, argument: str, dtype: BackendDescriptorType | None) -> None:
+    if not isinstance(value, BackendDescriptor):
+        raise TypeError(f"{argument} must be a BackendDescriptor, got {describe(value)}")
+    value._h()
+    if dtype is not None and value._type is not None and value._type != dtype:
+        raise ValueError(f"{argument} must be a {dtype.name}, got a {value._type.name}")
