@@ -35,7 +35,9 @@ PUBLIC = [
 
 
 def test_all_is_unchanged():
-    assert sorted(pycudnn.descriptors.__all__) == sorted([*PUBLIC, "live_counts"])
+    # the descriptor classes, live_counts, and the batch-norm epsilon floor (added for the
+    # high-level batch normalization)
+    assert sorted(pycudnn.descriptors.__all__) == sorted([*PUBLIC, "live_counts", "BN_MIN_EPSILON"])
 
 
 @pytest.mark.parametrize("name", [*PUBLIC, "live_counts"])

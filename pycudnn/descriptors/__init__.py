@@ -39,7 +39,7 @@ Which file holds what:
 ``backend.py``
     :class:`BackendDescriptor` (graph API) and its thin constructors.
 ``tensor.py``
-    :class:`TensorDescriptor`, :class:`FilterDescriptor`.
+    :class:`TensorDescriptor`, :class:`FilterDescriptor`, ``BN_MIN_EPSILON``.
 ``convolution.py``
     :class:`ConvolutionDescriptor`.
 ``ops.py``
@@ -68,9 +68,10 @@ from .ops import (
 )
 from .rnn import DropoutDescriptor, RNNDataDescriptor, RNNDescriptor
 from .spatial_ctc import CTCLossDescriptor, SpatialTransformerDescriptor
-from .tensor import FilterDescriptor, TensorDescriptor
+from .tensor import BN_MIN_EPSILON, FilterDescriptor, TensorDescriptor
 
 __all__ = [
+    "BN_MIN_EPSILON",
     "ActivationDescriptor",
     "BackendDescriptor",
     "CTCLossDescriptor",

@@ -197,6 +197,9 @@ class TensorDescriptor(Resource):
         return f"shape={shape}, dtype={dtype_name(dt)}, {tail}"
 
 
+#: ``CUDNN_BN_MIN_EPSILON``: the smallest epsilon cuDNN's batch normalization accepts
+BN_MIN_EPSILON: float = float(_lib.CUDNN_BN_MIN_EPSILON)
+
 _BN_MODES = {
     "spatial": enums.BatchNormMode.SPATIAL,
     "per_activation": enums.BatchNormMode.PER_ACTIVATION,
