@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from . import _cuda, _lib, api
@@ -126,7 +127,7 @@ class Handle(Resource):
         self._workspaces: dict[int, Any] = {}  # stream -> allocator.Allocation
         self.thread_id = threading.get_ident()
 
-    def _destroyer(self) -> Any:
+    def _destroyer(self) -> Callable[[int], Any]:
         # values only (never self): the device and the early-bound raw cudnnDestroy
         return functools.partial(_cuda.call_on_device, self._device, _destroy, _lib.cudnnDestroy)
 
