@@ -232,14 +232,15 @@ class DeviceContext:
             set_device(previous)
 
 
-def call_on_device(device: int, fn: Callable[..., Any], *args: Any) -> None:
+def call_on_device(device: int, fn: Callable[..., Any], *args: Any) -> Any:
     """For finalizers: run ``fn(rt, *args)`` with *device* current, restoring the caller's device.
 
-    Never raises, and does nothing once the interpreter is shutting down (CUDA may be gone; the
-    driver reclaims everything with the process).
+    Returns what *fn* returns (a status, say), or None when it did not run or raised. Never
+    raises, and does nothing once the interpreter is shutting down (CUDA may be gone; the driver
+    reclaims everything with the process).
     """
     if sys.is_finalizing():
-        return
+        return None
     try:
         rt = runtime()
         err, previous = rt.cudaGetDevice()
@@ -247,12 +248,12 @@ def call_on_device(device: int, fn: Callable[..., Any], *args: Any) -> None:
         if switch:
             rt.cudaSetDevice(device)
         try:
-            fn(rt, *args)
+            return fn(rt, *args)
         finally:
             if switch:
                 rt.cudaSetDevice(previous)
     except Exception:  # pragma: no cover - a finalizer has no one to raise to
-        pass
+        return None
 
 
 def mem_get_info(device: int | None = None) -> tuple[int, int]:

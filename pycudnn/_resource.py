@@ -1,9 +1,11 @@
-"""RAII base for every object that owns a cuDNN C handle (descriptors; later the Handle).
+"""RAII base for every object that owns a cuDNN C handle: the descriptors and the ``Handle``.
 
-Design decisions (``research/style.md`` rules 14-18):
+Design decisions:
 
 * **Release with ``weakref.finalize``, never ``__del__``.** The finalizer holds only the raw
-  pointer value, the early-bound raw ``cudnnDestroy*`` function and the class's live counter --
+  pointer value, the destroy callable (by default the early-bound raw ``cudnnDestroy*``
+  function; a subclass whose destroy needs more, like the ``Handle`` that must make its device
+  current, supplies its own through :meth:`Resource._destroyer`) and the class's live counter --
   never the Python object -- so reference cycles cannot keep a handle alive or resurrect it.
 * **The finalizer is armed right after ``cudnnCreate*``** (in :meth:`Resource._adopt`), before any
   ``cudnnSet*``: a setter that raises cannot leak the C object.
@@ -16,7 +18,9 @@ Design decisions (``research/style.md`` rules 14-18):
   buffers, other descriptors); parents never refer to children.
 * **Interpreter shutdown**: a finalizer run by the garbage collector returns early once
   ``sys.is_finalizing()`` (the library may already be unloaded); host-only descriptors set
-  ``atexit=False`` because the OS reclaims their memory. An explicit ``close()`` never skips.
+  ``atexit=False`` because the OS reclaims their memory, while the ``Handle`` (device state)
+  keeps ``atexit=True`` and is destroyed by the ``atexit`` pass, before finalization begins.
+  An explicit ``close()`` never skips.
 * **Live counters**: every class counts the C objects it owns and has not released yet
   (``Cls.live_count()``); wrappers from ``from_ptr`` own nothing and are not counted. Leak tests
   read them.
@@ -93,8 +97,9 @@ class Resource:
     """Base of the RAII wrappers around one cuDNN C object.
 
     Subclasses set the class attributes ``_c_type`` (the ``_lib`` handle type) and
-    ``_destroy_name`` (the C destroy function); their constructors call :meth:`_adopt` right
-    after the C create call succeeded.
+    ``_destroy_name`` (the C destroy function, by name for error messages and the default
+    :meth:`_destroyer`); their constructors call :meth:`_adopt` right after the C create call
+    succeeded.
 
     Attributes
     ----------
@@ -124,12 +129,21 @@ class Resource:
         self._refs: list[Any] = [] if owner is None else [owner]
         self._owned = owned
         if owned:
-            destroy = getattr(_lib, self._destroy_name)  # early-bound raw function
+            destroy = self._destroyer()
             self._finalizer = weakref.finalize(self, _release, destroy, ptr, self._counter)
             self._finalizer.atexit = self._atexit
             self._counter.add(1)
         else:
             self._finalizer = None
+
+    def _destroyer(self) -> Callable[[int], Any]:
+        """The callable that destroys the C object, given its address; returns a status.
+
+        By default the early-bound raw ``_lib`` function named by ``_destroy_name``. A subclass
+        may return another callable (the ``Handle``'s makes its device current first); it is
+        stored in the finalizer, so it must hold values only, never ``self``, and not raise.
+        """
+        return getattr(_lib, self._destroy_name)
 
     @classmethod
     def _new_handle(cls) -> ctypes.c_void_p:

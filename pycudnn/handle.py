@@ -1,4 +1,4 @@
-"""cuDNN handles, one per (thread, device), the CUDA streams they run on, and device helpers.
+"""cuDNN handles, one per (thread, device), the streams they run on, and their workspaces.
 
 Design decisions
 ----------------
@@ -11,32 +11,46 @@ Design decisions
   never crosses devices; a handle of :func:`get_handle` never crosses threads (its thread is
   recorded in :attr:`Handle.thread_id`). A ``Handle`` you make yourself is yours to keep on one
   thread at a time.
-* **Streams by protocol.** :func:`coerce_stream` turns ``None``/``0`` (the legacy default
-  stream), ints, ``cuda.core`` streams and anything with ``__cuda_stream__``, torch streams
-  (``.cuda_stream``), CuPy streams (``.ptr``) and ``cuda.bindings`` stream objects into the
-  integer ``cudaStream_t``, without importing any of those libraries.
-* **Never rebind an unchanged stream.** ``cudnnSetStream`` costs about 0.8 µs and has no early
-  return; :meth:`Handle.set_stream` compares first (identity, then the integer) and skips the C
-  call when nothing changed. A stream *object* bound to a handle is kept referenced while bound,
-  so a torch/CuPy stream cannot be destroyed under the handle.
-* **Release with ``weakref.finalize``** (never ``__del__``), armed right after ``cudnnCreate``;
-  it holds only the raw pointer, the device and an early-bound destroy function. ``close()`` runs
-  it (idempotent); at interpreter shutdown a garbage-collection-driven destroy is skipped.
-* **No GPU, clear error.** Every entry point that needs a device first asks the CUDA runtime for
-  the device count; without a usable GPU it raises :class:`CudaUnavailableError` (a
-  ``RuntimeError``) that says a CUDA GPU is needed and what was found. ``cuda.bindings`` is
-  imported on first use only, so ``import pycudnn`` stays light.
+* **Never rebind an unchanged stream.** ``cudnnSetStream`` has no early return of its own;
+  :meth:`Handle.set_stream` compares first (identity, then the integer) and skips the C call when
+  nothing changed. A stream *object* bound to a handle is kept referenced while bound, so a
+  torch/CuPy stream cannot be destroyed under the handle.
+* **Lifetime from** :class:`pycudnn._resource.Resource`, like every descriptor: a
+  ``weakref.finalize`` armed right after ``cudnnCreate`` (never ``__del__``), ``close()``
+  idempotent, ``with``, ``detach()``, non-owning ``from_ptr``, live counts. The destroy runs with
+  the handle's device current (:func:`pycudnn._cuda.call_on_device`); at interpreter shutdown a
+  garbage-collection-driven destroy is skipped, while the ``atexit`` pass still destroys handles.
+* **Workspaces belong to the handle.** :meth:`Handle.workspace` keeps one grow-only device buffer
+  per stream of the handle (uncached allocations of :mod:`pycudnn.memory.allocator`), bounded by
+  ``pycudnn.config.workspace_limit``; ``close()`` frees them. ``pycudnn.memory.get_workspace`` and
+  friends are the documented functions over these methods.
+* **CUDA access** (no GPU -> :class:`CudaUnavailableError`, device switches, stream coercion)
+  lives in :mod:`pycudnn._cuda`; this module re-exports its public names, so the documented paths
+  (``pycudnn.handle.CudaUnavailableError``, ``pycudnn.handle.coerce_stream``...) keep working.
 """
 
 from __future__ import annotations
 
 import ctypes
-import sys
+import functools
 import threading
-import weakref
+from collections.abc import Callable
 from typing import Any
 
-from . import _lib, api
+from . import _cuda, _lib, api
+from ._config import config
+from ._cuda import (
+    DeviceContext,
+    coerce_stream,
+    current_device,
+    device_count,
+    gpu_unavailable_reason,
+    require_gpu,
+    validate_device,
+)
+from ._resource import Resource
+from .errors import AllocationError, CudaError, CudaUnavailableError
+from .memory import allocator
 
 __all__ = [
     "CudaError",
@@ -51,308 +65,16 @@ __all__ = [
     "require_gpu",
 ]
 
-
-# -- CUDA runtime access (lazy) ------------------------------------------------------------------
-class CudaError(RuntimeError):
-    """A CUDA runtime/driver call made by pycudnn failed.
-
-    Attributes
-    ----------
-    api : str
-        The CUDA function (``"cudaMemcpyAsync"``).
-    code : int
-        The ``cudaError_t``/``CUresult`` value.
-    name : str
-        Its name (``"cudaErrorInvalidValue"``).
-    """
-
-    def __init__(self, api: str, code: int, name: str = "", detail: str = ""):
-        self.api = api
-        self.code = int(code)
-        self.name = name
-        self.detail = detail
-        text = f"{api} failed: {name or 'CUDA error'} ({self.code})"
-        super().__init__(f"{text}: {detail}" if detail else text)
-
-    def __reduce__(self):
-        return (type(self), (self.api, self.code, self.name, self.detail))
-
-
-class CudaUnavailableError(RuntimeError):
-    """No usable CUDA GPU (no driver, no device, or cuda-python missing): pycudnn needs one here."""
-
-
-_rt: Any = None
-_dr: Any = None
-
-
-def _runtime():
-    """``cuda.bindings.runtime``, imported on first use."""
-    global _rt
-    if _rt is None:
-        try:
-            from cuda.bindings import runtime
-        except ImportError as exc:
-            raise CudaUnavailableError(
-                "pycudnn needs a CUDA GPU and cuda-python: `cuda.bindings` is not importable "
-                f"({exc}); install it with `pip install cuda-python`"
-            ) from exc
-        _rt = runtime
-    return _rt
-
-
-def _driver():
-    """``cuda.bindings.driver``, imported on first use."""
-    global _dr
-    if _dr is None:
-        from cuda.bindings import driver
-
-        _dr = driver
-    return _dr
-
-
-def _error_name(err: Any) -> str:
-    name = getattr(err, "name", None)
-    if name:
-        return str(name)
-    try:
-        res = _runtime().cudaGetErrorName(err)
-        return res[1].decode()
-    except Exception:  # pragma: no cover - best effort
-        return "cudaError"
-
-
-def _error_string(err: Any) -> str:
-    try:
-        res = _runtime().cudaGetErrorString(err)
-        return res[1].decode()
-    except Exception:  # pragma: no cover - best effort
-        return ""
-
-
-def _check(result: Any, api_name: str) -> Any:
-    """Unpack a ``cuda.bindings`` result tuple: raise :class:`CudaError` unless it succeeded.
-
-    Returns the single value (or None / the tuple of values) that follows the status.
-    """
-    err = result[0]
-    if int(err) != 0:
-        raise CudaError(api_name, int(err), _error_name(err), _error_string(err))
-    if len(result) == 1:
-        return None
-    if len(result) == 2:
-        return result[1]
-    return result[1:]
-
-
-_probe_lock = threading.Lock()
-_device_count: int | None = None  # cached once a device was seen (the count cannot change)
-
-
-def gpu_unavailable_reason() -> str | None:
-    """None when at least one CUDA device is usable, else a sentence saying why not.
-
-    Never raises.
-    """
-    global _device_count
-    if _device_count:
-        return None
-    try:
-        rt = _runtime()
-    except CudaUnavailableError as exc:
-        return str(exc)
-    try:
-        err, count = rt.cudaGetDeviceCount()
-    except Exception as exc:  # cuda.bindings raises its own types when libcuda is absent
-        return f"the CUDA runtime is unusable ({type(exc).__name__}: {exc})"
-    if int(err) != 0:
-        hint = ""
-        if _error_name(err) in ("cudaErrorInsufficientDriver", "cudaErrorNoDevice"):
-            hint = " (is an NVIDIA GPU with its driver installed?)"
-        return (
-            f"cudaGetDeviceCount returned {_error_name(err)}: {_error_string(err)}{hint}"
-        ).strip()
-    if not count:
-        return "cudaGetDeviceCount found 0 CUDA devices"
-    with _probe_lock:
-        _device_count = int(count)
-    return None
-
-
-def device_count() -> int:
-    """The number of usable CUDA devices (0 when there is none or no driver). Never raises."""
-    return 0 if gpu_unavailable_reason() is not None else int(_device_count or 0)
-
-
-def require_gpu(what: str = "this operation") -> int:
-    """Return the device count, or raise :class:`CudaUnavailableError` saying *what* needs a GPU."""
-    reason = gpu_unavailable_reason()
-    if reason is not None:
-        raise CudaUnavailableError(
-            f"pycudnn needs a CUDA GPU ({what}), but none is usable: {reason}"
-        )
-    return int(_device_count or 0)
-
-
-def _validate_device(device: Any, what: str) -> int:
-    count = require_gpu(what)
-    if isinstance(device, bool) or not isinstance(device, int):
-        try:
-            device = device.__index__()
-        except AttributeError:
-            raise TypeError(
-                f"device must be an int (a CUDA device ordinal), not {device!r}"
-            ) from None
-    if not 0 <= device < count:
-        raise ValueError(
-            f"device={device} does not exist: {count} CUDA device(s) visible "
-            f"(ordinals 0..{count - 1})"
-        )
-    return int(device)
-
-
-def current_device() -> int:
-    """The calling thread's current CUDA device (``cudaGetDevice``).
-
-    Raises
-    ------
-    CudaUnavailableError
-        When no GPU is usable.
-    """
-    err, dev = _runtime().cudaGetDevice()
-    if int(err) != 0:
-        require_gpu("cudaGetDevice")
-        _check((err, dev), "cudaGetDevice")
-    return int(dev)
-
-
-def _set_device(device: int) -> None:
-    _check(_runtime().cudaSetDevice(device), "cudaSetDevice")
-
-
-class DeviceContext:
-    """``with DeviceContext(d):`` makes device *d* current, then restores the previous device.
-
-    Cheap when *d* is already current (one ``cudaGetDevice``). Re-entrant and reusable.
-    """
-
-    __slots__ = ("_previous", "device")
-
-    def __init__(self, device: int):
-        self.device = int(device)
-        self._previous: list[int] = []
-
-    def __enter__(self) -> int:
-        previous = current_device()
-        if previous != self.device:
-            _set_device(self.device)
-        self._previous.append(previous)
-        return self.device
-
-    def __exit__(self, *exc: object) -> None:
-        previous = self._previous.pop()
-        if previous != self.device:
-            _set_device(previous)
-
-
-# -- streams -------------------------------------------------------------------------------------
-def coerce_stream(stream: Any) -> int:
-    """The integer ``cudaStream_t`` of *stream*.
-
-    Parameters
-    ----------
-    stream : None, int, or a stream object
-        ``None`` or ``0``: the legacy default stream (0). An ``int``: a ``cudaStream_t`` value
-        (``1`` = ``cudaStreamLegacy``, ``2`` = ``cudaStreamPerThread``). Objects, by protocol:
-        ``__cuda_stream__()`` (``cuda.core.Stream`` and others; returns ``(version, handle)``),
-        ``.cuda_stream`` (``torch.cuda.Stream``), ``.ptr`` (``cupy.cuda.Stream``), ``int()`` of
-        ``cuda.bindings`` ``CUstream``/``cudaStream_t``, ``ctypes.c_void_p`` values.
-
-    Returns
-    -------
-    int
-
-    Raises
-    ------
-    TypeError
-        If *stream* is none of these.
-    ValueError
-        For a negative integer.
-    """
-    if stream is None:
-        return 0
-    if type(stream) is int:  # the fast path
-        if stream < 0:
-            raise ValueError(f"stream={stream} is negative; a cudaStream_t is an address")
-        return stream
-    if isinstance(stream, bool):
-        raise TypeError("stream must be a CUDA stream or an int, not a bool")
-    if isinstance(stream, int):
-        return coerce_stream(int(stream))
-    proto = getattr(stream, "__cuda_stream__", None)
-    if proto is not None:
-        value = proto() if callable(proto) else proto  # early cuda.core made it a property
-        try:
-            _version, handle = value
-            handle = int(handle)
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"{type(stream).__name__}.__cuda_stream__() returned {value!r}; expected a "
-                "(version, handle) tuple"
-            ) from None
-        return coerce_stream(handle)
-    if isinstance(stream, ctypes.c_void_p):
-        return stream.value or 0
-    for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
-        value = getattr(stream, attr, None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return coerce_stream(value)
-    index = getattr(stream, "__index__", None)  # numpy integers
-    if index is not None:
-        return coerce_stream(int(index()))
-    module = type(stream).__module__ or ""
-    if module.startswith("cuda.") and hasattr(stream, "__int__"):  # CUstream, cudaStream_t
-        return coerce_stream(int(stream))
-    raise TypeError(
-        f"cannot use {type(stream).__name__} as a CUDA stream: pass an int (cudaStream_t), None "
-        "for the default stream, or an object with __cuda_stream__ (cuda.core), .cuda_stream "
-        "(torch) or .ptr (CuPy)"
-    )
-
-
-# -- handles -------------------------------------------------------------------------------------
 _create_lock = threading.Lock()
-_live = [0]  # owned handles not yet destroyed (Handle.live_count)
-# re-entrant: a finalizer (which counts) may run while this thread holds the lock
-_live_lock = threading.RLock()
+_WORKSPACE_GRANULE = 1 << 20  # workspaces grow in whole MiB (capped at the limit)
 
 
-def _count(n: int) -> None:
-    with _live_lock:
-        _live[0] += n
+def _destroy(rt: Any, destroy: Any, ptr: int) -> int:
+    """Body of the handle's destroy, run by ``call_on_device`` with the handle's device current."""
+    return destroy(ptr)  # raw call: its status goes to close(); a finalizer drops it
 
 
-def _destroy_handle(ptr: int, device: int, destroy: Any) -> None:
-    """Finalizer body: only values and an early-bound function, never the Handle itself."""
-    if sys.is_finalizing():  # too late: CUDA may already be torn down; the OS reclaims it
-        return
-    _count(-1)
-    try:
-        rt = _runtime()
-        err, previous = rt.cudaGetDevice()
-        switch = int(err) == 0 and int(previous) != device
-        if switch:
-            rt.cudaSetDevice(device)
-        try:
-            destroy(ptr)  # raw call: a finalizer has no one to raise to
-        finally:
-            if switch:
-                rt.cudaSetDevice(previous)
-    except Exception:  # pragma: no cover - nothing useful to do in a finalizer
-        pass
-
-
-class Handle:
+class Handle(Resource):
     """A cuDNN handle (``cudnnHandle_t``) bound to one CUDA device and a current stream.
 
     Most code should call :func:`get_handle`, which returns the calling thread's handle for a
@@ -378,44 +100,36 @@ class Handle:
     Use from one thread at a time (cuDNN's rule). ``with Handle() as h:`` closes it at the end.
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_device",
-        "_finalizer",
-        "_owner",
-        "_param",
-        "_ptr",
-        "_stream",
-        "_stream_obj",
-        "_workspaces",
-        "thread_id",
-    )
+    _c_type = _lib.cudnnHandle_t
+    _destroy_name = "cudnnDestroy"
+    _atexit = True  # device state: destroyed by the atexit pass (CUDA is still up then)
+
+    __slots__ = ("_device", "_stream", "_stream_obj", "_workspaces", "thread_id")
 
     def __init__(self, device: int | None = None, stream: Any = None):
         if device is None:
             require_gpu("a cuDNN handle")
             dev = current_device()
         else:
-            dev = _validate_device(device, "a cuDNN handle")
-        handle = _lib.cudnnHandle_t()
+            dev = validate_device(device, "a cuDNN handle")
+        self._init_state(dev)
+        handle = self._new_handle()
         with _create_lock, DeviceContext(dev):
             api.cudnnCreate(ctypes.byref(handle))
-        ptr = int(handle.value or 0)
-        self._finalizer = weakref.finalize(self, _destroy_handle, ptr, dev, _lib.cudnnDestroy)
-        _count(1)
-        self._init(ptr, dev, None)
+        self._adopt(handle)  # arms the finalizer before anything else can raise
         if stream is not None:
             self.set_stream(stream)
 
-    def _init(self, ptr: int, device: int, owner: Any) -> None:
-        self._ptr = ptr
-        self._param = _lib.cudnnHandle_t(ptr)
+    def _init_state(self, device: int) -> None:
         self._device = device
         self._stream = 0
         self._stream_obj: Any = None
-        self._owner = owner
-        self._workspaces: dict[int, Any] = {}  # stream -> workspace allocation (see memory.py)
+        self._workspaces: dict[int, Any] = {}  # stream -> allocator.Allocation
         self.thread_id = threading.get_ident()
+
+    def _destroyer(self) -> Callable[[int], Any]:
+        # values only (never self): the device and the early-bound raw cudnnDestroy
+        return functools.partial(_cuda.call_on_device, self._device, _destroy, _lib.cudnnDestroy)
 
     @classmethod
     def from_ptr(cls, ptr: int, device: int, *, owner: Any = None, stream: int = 0) -> Handle:
@@ -433,25 +147,14 @@ class Handle:
             The stream it is known to be bound to (default 0); no C call is made.
         """
         self = cls.__new__(cls)
-        self._finalizer = None
-        self._init(int(ptr), int(device), owner)
+        self._init_state(int(device))
+        self._adopt(cls._c_type(int(ptr)), owned=False, owner=owner)
         self._stream = coerce_stream(stream)
         return self
 
     # -- properties -----------------------------------------------------------------------------
-    @property
-    def ptr(self) -> int:
-        """The ``cudnnHandle_t`` address."""
-        if not self._ptr:
-            raise ValueError("Handle is closed")
-        return self._ptr
-
-    @property
-    def _as_parameter_(self) -> _lib.cudnnHandle_t:
-        if not self._ptr:
-            raise ValueError("Handle is closed")
-        return self._param
-
+    # ptr, closed, owned, live_count() and _as_parameter_ (the typed handle ctypes passes; a
+    # closed handle's refuses with "Handle is closed") come from Resource.
     @property
     def device(self) -> int:
         """The CUDA device ordinal this handle belongs to."""
@@ -461,16 +164,6 @@ class Handle:
     def stream(self) -> int:
         """The integer ``cudaStream_t`` the handle is bound to (0: legacy default stream)."""
         return self._stream
-
-    @property
-    def closed(self) -> bool:
-        """True after :meth:`close` or :meth:`detach`."""
-        return not self._ptr
-
-    @classmethod
-    def live_count(cls) -> int:
-        """How many handles pycudnn created and has not destroyed yet (for leak tests)."""
-        return _live[0]
 
     def set_stream(self, stream: Any) -> int:
         """Bind the handle to *stream* (``cudnnSetStream``) unless it is already bound to it.
@@ -491,7 +184,7 @@ class Handle:
             return stream
         sid = coerce_stream(stream)
         if sid != self._stream:
-            api.cudnnSetStream(self._as_parameter_, sid)
+            api.cudnnSetStream(self._h(), sid)
             self._stream = sid
         # keep a stream object alive while it is bound (ints and None need nothing)
         self._stream_obj = None if stream is None or type(stream) is int else stream
@@ -499,40 +192,97 @@ class Handle:
 
     def synchronize(self) -> None:
         """Wait until all work queued on the handle's stream has finished."""
-        with DeviceContext(self._device):
-            _check(_runtime().cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
+        _cuda.synchronize(self._stream, self._device)
+
+    # -- workspaces -----------------------------------------------------------------------------
+    def workspace(self, nbytes: int, stream: Any = None) -> tuple[int, int]:
+        """A device workspace of at least *nbytes* on *stream*: ``(ptr, size)``.
+
+        One grow-only buffer per stream: a smaller request reuses it, a larger one frees it
+        (stream-ordered) and allocates anew, rounded up to whole MiB and capped at the limit.
+        Zero bytes gives ``(0, 0)`` unless a buffer exists. The pointer stays valid for work
+        queued on *stream* until the next larger request for the same stream, or until the
+        handle is closed.
+
+        Parameters
+        ----------
+        nbytes : int
+        stream : optional
+            Default the handle's stream.
+
+        Raises
+        ------
+        AllocationError
+            A ``MemoryError`` when *nbytes* exceeds ``pycudnn.config.workspace_limit`` or the
+            device is out of memory; the message names the bytes asked for and free, and the
+            exception has ``requested``, ``free`` and ``total`` attributes. Catch it to fall
+            back to an algorithm with a smaller workspace.
+        ValueError
+            For a negative size.
+        """
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise ValueError(f"workspace size {nbytes} is negative")
+        table = self._workspaces
+        sid = self._stream if stream is None else coerce_stream(stream)
+        ws = table.get(sid)
+        if ws is not None and ws.nbytes >= nbytes:
+            return ws.ptr, ws.nbytes
+        if nbytes == 0:
+            return 0, 0
+        device = self._device
+        limit = config.workspace_limit
+        if limit is not None and nbytes > limit:
+            raise allocator.allocation_error(
+                nbytes, device, "get_workspace", "more than the workspace limit", limit=limit
+            )
+        if ws is not None:  # grow: free the old one first, in order on the stream it was used on
+            del table[sid]
+            ws.release(sid)
+        size = -(-nbytes // _WORKSPACE_GRANULE) * _WORKSPACE_GRANULE
+        if limit is not None:
+            size = min(size, limit)
+        try:
+            alloc = allocator.Allocation(size, device, sid, free_sync=True)
+        except AllocationError:
+            if size == nbytes:
+                raise
+            alloc = allocator.Allocation(nbytes, device, sid, free_sync=True)
+        table[sid] = alloc
+        return alloc.ptr, alloc.nbytes
+
+    def workspace_size(self, stream: Any = None) -> int:
+        """Bytes of the workspace held for *stream* (default the handle's stream); 0 if none."""
+        sid = self._stream if stream is None else coerce_stream(stream)
+        ws = self._workspaces.get(sid)
+        return 0 if ws is None else ws.nbytes
+
+    def release_workspace(self, stream: Any = None) -> None:
+        """Free the workspace of *stream* (default the handle's stream), stream-ordered."""
+        sid = self._stream if stream is None else coerce_stream(stream)
+        ws = self._workspaces.pop(sid, None)
+        if ws is not None:
+            ws.release(sid)
 
     # -- lifetime -------------------------------------------------------------------------------
     def close(self) -> None:
-        """Destroy the handle (and free its workspaces) now. Idempotent."""
+        """Free the workspaces and destroy the handle (if owned) now. Idempotent.
+
+        Raises
+        ------
+        CudnnError
+            ``cudnnDestroy`` failed (the handle counts as closed regardless).
+        """
         workspaces, self._workspaces = self._workspaces, {}
         for ws in workspaces.values():
             close = getattr(ws, "close", None)
             if close is not None:
                 close()
-        if self._finalizer is not None:
-            self._finalizer()
-        self._ptr = 0
+        super().close()
+
+    def _mark_closed(self) -> None:
+        super()._mark_closed()
         self._stream_obj = None
-        self._owner = None
-
-    def detach(self) -> int:
-        """Give up ownership: return the pointer; this object will no longer destroy it."""
-        ptr = self.ptr
-        if self._finalizer is not None and self._finalizer.detach() is not None:
-            _count(-1)
-        self._finalizer = None
-        self._ptr = 0
-        self._stream_obj = None
-        return ptr
-
-    def __enter__(self) -> Handle:
-        if not self._ptr:
-            raise ValueError("Handle is closed")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         if not self._ptr:
@@ -568,12 +318,11 @@ def get_handle(device: int | None = None, *, stream: Any = None) -> Handle:
     if handles is None:
         handles = _local.handles = {}
     if device is None:
-        if _device_count is None:
-            require_gpu("a cuDNN handle")
+        require_gpu("a cuDNN handle")  # cheap once a device was seen
         device = current_device()
     h = handles.get(device)
     if h is None or not h._ptr:
-        h = handles[device] = Handle(_validate_device(device, "a cuDNN handle"))
+        h = handles[device] = Handle(validate_device(device, "a cuDNN handle"))
     if stream is not None:
         h.set_stream(stream)
     return h

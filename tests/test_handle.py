@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 import pycudnn
-from pycudnn import _lib, api
+from pycudnn import _cuda, _lib, api
 from pycudnn import handle as hmod
 from pycudnn.handle import CudaError, CudaUnavailableError, Handle, coerce_stream
 
@@ -236,11 +236,11 @@ def test_check_unpacks_results():
     from cuda.bindings import runtime
 
     ok = runtime.cudaError_t.cudaSuccess
-    assert hmod._check((ok,), "f") is None
-    assert hmod._check((ok, 5), "f") == 5
-    assert hmod._check((ok, 5, 6), "f") == (5, 6)
+    assert _cuda.check((ok,), "f") is None
+    assert _cuda.check((ok, 5), "f") == 5
+    assert _cuda.check((ok, 5, 6), "f") == (5, 6)
     with pytest.raises(CudaError, match="f failed: cudaErrorInvalidValue"):
-        hmod._check((runtime.cudaError_t.cudaErrorInvalidValue, None), "f")
+        _cuda.check((runtime.cudaError_t.cudaErrorInvalidValue, None), "f")
 
 
 def test_importing_the_runtime_modules_loads_nothing():
@@ -267,3 +267,101 @@ def test_high_level_call_without_gpu_says_a_gpu_is_needed():
     w = DeviceArray.from_ptr(0x7F0000100000, (4, 3, 3, 3), np.float32, device=0, check=False)
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         highlevel.dnn_conv(x, w)
+
+
+# -- the destroy runs on the handle's device (a fake runtime, a fake cudnnDestroy) ---------------
+class _DeviceRuntime:
+    """``cudaGetDevice``/``cudaSetDevice`` only, logging the switches."""
+
+    def __init__(self):
+        self.dev = 0
+        self.log = []
+
+    def cudaGetDevice(self):
+        return (0, self.dev)
+
+    def cudaSetDevice(self, d):
+        self.log.append(("set", d))
+        self.dev = d
+        return (0,)
+
+
+@pytest.fixture
+def owned_handle(monkeypatch):
+    """A factory of owned Handles on device 1 around fake addresses, with no GPU: what
+    ``Handle(1)`` builds after ``cudnnCreate``; destroys are logged with the device current."""
+    fake_rt = _DeviceRuntime()
+    destroyed = []
+    monkeypatch.setattr(_cuda, "_rt", fake_rt)
+    monkeypatch.setattr(
+        _lib, "cudnnDestroy", lambda p: destroyed.append((p, fake_rt.dev)) or 0, raising=False
+    )
+
+    def make(ptr):
+        h = Handle.__new__(Handle)
+        h._init_state(1)
+        h._adopt(_lib.cudnnHandle_t(ptr))
+        return h
+
+    make.rt, make.destroyed = fake_rt, destroyed
+    return make
+
+
+def test_close_destroys_on_the_handles_device(owned_handle):
+    n = Handle.live_count()
+    h = owned_handle(0x2000)
+    assert Handle.live_count() == n + 1 and h.owned
+    fin = h._finalizer
+    _obj, _func, (destroy, ptr, _counter), _kw = fin.peek()
+    assert ptr == 0x2000 and not isinstance(destroy, Handle)  # values only, never the Handle
+    h.close()
+    assert owned_handle.destroyed == [(0x2000, 1)]  # device 1 current during cudnnDestroy
+    assert owned_handle.rt.log == [("set", 1), ("set", 0)] and owned_handle.rt.dev == 0
+    assert Handle.live_count() == n and h.closed and not fin.alive
+    h.close()  # idempotent
+    assert len(owned_handle.destroyed) == 1
+
+
+def test_garbage_collected_handle_is_destroyed_on_its_device(owned_handle):
+    import gc
+
+    n = Handle.live_count()
+    h = owned_handle(0x3000)
+    del h
+    gc.collect()
+    assert owned_handle.destroyed == [(0x3000, 1)] and Handle.live_count() == n
+
+
+def test_gc_destroy_is_skipped_at_interpreter_shutdown(owned_handle):
+    from pycudnn import _resource
+
+    n = Handle.live_count()
+    h = owned_handle(0x4000)
+    fin = h._finalizer
+    assert fin.atexit  # device state: the atexit pass (before finalization) destroys handles
+    _obj, func, (destroy, ptr, counter), _kw = fin.peek()
+    assert func is _resource._release
+    func(destroy, ptr, counter, lambda: True)  # what the collector runs once finalizing
+    assert owned_handle.destroyed == [] and Handle.live_count() == n + 1  # left to the OS
+    h.close()  # an explicit close never skips
+    assert owned_handle.destroyed == [(0x4000, 1)] and Handle.live_count() == n
+
+
+def test_detach_disarms_the_destroy(owned_handle):
+    n = Handle.live_count()
+    h = owned_handle(0x5000)
+    assert h.detach() == 0x5000 and h.closed
+    assert Handle.live_count() == n
+    del h
+    import gc
+
+    gc.collect()
+    assert owned_handle.destroyed == []
+
+
+def test_workspace_methods_on_a_closed_or_borrowed_handle_need_no_gpu():
+    h = Handle.from_ptr(0x1000, 0, stream=0x50)
+    assert h.workspace(0) == (0, 0) and h.workspace_size() == 0 and h.workspace_size(0x60) == 0
+    h.release_workspace()  # nothing held: a no-op
+    with pytest.raises(ValueError, match="negative"):
+        h.workspace(-1)

@@ -23,31 +23,45 @@ ALLOWED: dict[str, set[str] | None] = {
     "_types": {"enums"},
     "_logging": {"_lib", "api", "errors"},
     "_config": {"_types", "enums", "errors"},
+    "_layout": set(),
+    "_cuda": {"errors"},
+    "_resource": {"_lib", "errors"},
+    "memory": {"_cuda", "_layout", "_types", "enums", "errors"},
+    "handle": {"_cuda", "_lib", "_config", "_resource", "api", "errors", "memory"},
 }
 FORBIDDEN: dict[str, set[str]] = {
     "_resource": {"descriptors", "handle", "memory", "highlevel"},
     "descriptors": {"handle", "memory", "highlevel"},
     "handle": {"descriptors", "highlevel"},
-    "memory": {"descriptors", "highlevel"},
+    "memory": {"handle", "descriptors", "highlevel"},
     "highlevel": {"_lib", "lib"},
 }
+
+
+def _from_target(node: ast.ImportFrom, path: Path) -> list[str] | None:
+    """The module parts a ``from X import ...`` in *path* reads from, if inside pycudnn."""
+    pkg_parts = path.relative_to(PKG.parent).with_suffix("").parts[:-1]
+    if node.level:
+        base = list(pkg_parts[: len(pkg_parts) - node.level + 1])
+        return [*base, *(node.module.split(".") if node.module else [])]
+    if node.module and node.module.split(".")[0] == "pycudnn":
+        return node.module.split(".")
+    return None
 
 
 def pycudnn_imports(path: Path) -> set[str]:
     """Top-level pycudnn modules imported by *path* (relative or absolute imports)."""
     tree = ast.parse(path.read_text())
-    pkg_parts = path.relative_to(PKG.parent).with_suffix("").parts[:-1]
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = list(pkg_parts[: len(pkg_parts) - node.level + 1])
-                target = [*base, *(node.module.split(".") if node.module else [])]
-                names = [target] if node.module else [[*base, a.name] for a in node.names]
-            elif node.module and node.module.split(".")[0] == "pycudnn":
-                names = [node.module.split(".")]
-            else:
+            target = _from_target(node, path)
+            if target is None:
                 continue
+            if node.level and not node.module:
+                names = [[*target, a.name] for a in node.names]
+            else:
+                names = [target]
             for parts in names:
                 if len(parts) > 1 and parts[0] == "pycudnn":
                     found.add(parts[1])
@@ -72,6 +86,25 @@ def test_imports_follow_layers(name, path):
         assert imported <= ALLOWED[name], f"{path.name} imports {imported - ALLOWED[name]}"
     bad = imported & FORBIDDEN.get(name, set())
     assert not bad, f"{path.relative_to(PKG)} must not import {bad}"
+
+
+@pytest.mark.parametrize(("name", "path"), list(modules()), ids=lambda x: str(x))
+def test_no_underscore_names_from_other_modules(name, path):
+    """``from .x import _name`` only for private *modules*: private names stay in their module."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        target = _from_target(node, path)
+        if target is None:
+            continue
+        for alias in node.names:
+            if not alias.name.startswith("_") or alias.name.startswith("__"):
+                continue
+            mod = PKG.parent.joinpath(*target, alias.name)
+            if not (mod.with_suffix(".py").exists() or (mod / "__init__.py").exists()):
+                bad.append(f"{'.'.join(target)}.{alias.name} (line {node.lineno})")
+    assert not bad, f"{path.relative_to(PKG)} imports private names: {bad}"
 
 
 def test_no_import_cycles_at_package_import():

@@ -7,9 +7,9 @@ them.
 
 from __future__ import annotations
 
-import collections
 import enum
 import gc
+import sys
 import threading
 import time
 import typing
@@ -19,12 +19,13 @@ import numpy as np
 import pytest
 
 import pycudnn
-from pycudnn import _dlpack, errors
+from pycudnn import _cuda, _layout, errors
 from pycudnn import handle as hmod
 from pycudnn import memory as mem
 from pycudnn.enums import DataType
 from pycudnn.handle import CudaUnavailableError, Handle
-from pycudnn.memory import DeviceArray, NotDeviceMemoryError
+from pycudnn.memory import DeviceArray, NotDeviceMemoryError, _dlpack, allocator
+from pycudnn.memory import array as marr
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -73,41 +74,41 @@ def fake(shape, dtype=np.float32, strides=None, ptr=ADDR, **kw) -> DeviceArray:
     return DeviceArray.from_ptr(ptr, shape, dtype, strides, device=0, check=False, **kw)
 
 
-# -- layout helpers ------------------------------------------------------------------------------
+# -- layout helpers (pycudnn._layout, in bytes as memory uses them) --------------------------------
 def test_c_strides_and_contiguity():
-    assert mem._c_strides((2, 3, 4), 4) == (48, 16, 4)
-    assert mem._c_strides((), 8) == ()
-    assert mem._c_strides((0, 3), 2) == (6, 2)
-    assert mem._is_c_contiguous((2, 3), (12, 4), 4)
-    assert mem._is_c_contiguous((2, 1, 3), (12, 999, 4), 4)  # size-1 dims: any stride
-    assert not mem._is_c_contiguous((2, 3), (4, 8), 4)
-    assert mem._is_c_contiguous((0, 3), (5, 7), 4)
+    assert _layout.packed_strides((2, 3, 4), itemsize=4) == (48, 16, 4)
+    assert _layout.packed_strides((), itemsize=8) == ()
+    assert _layout.packed_strides((0, 3), itemsize=2) == (6, 2)
+    assert _layout.is_c_contiguous((2, 3), (12, 4), 4)
+    assert _layout.is_c_contiguous((2, 1, 3), (12, 999, 4), 4)  # size-1 dims: any stride
+    assert not _layout.is_c_contiguous((2, 3), (4, 8), 4)
+    assert _layout.is_c_contiguous((0, 3), (5, 7), 4)
 
 
 def test_dense_layouts():
     # NCHW shape with NHWC strides (float32): dense, not C-contiguous
     shape, nhwc = (2, 3, 4, 5), (240, 4, 60, 12)
-    assert mem._is_dense(shape, nhwc, 4)
-    assert not mem._is_c_contiguous(shape, nhwc, 4)
-    assert mem._is_dense((3, 4), (4, 12), 4)  # Fortran order
-    assert not mem._is_dense((3, 4), (32, 4), 4)  # row gaps
-    assert not mem._is_dense((3, 4), (4, 4), 4)  # overlap
-    assert not mem._is_dense((3, 4), (-16, 4), 4)  # negative stride
-    assert mem._is_dense((), (), 4)
+    assert _layout.is_dense(shape, nhwc, 4)
+    assert not _layout.is_c_contiguous(shape, nhwc, 4)
+    assert _layout.is_dense((3, 4), (4, 12), 4)  # Fortran order
+    assert not _layout.is_dense((3, 4), (32, 4), 4)  # row gaps
+    assert not _layout.is_dense((3, 4), (4, 4), 4)  # overlap
+    assert not _layout.is_dense((3, 4), (-16, 4), 4)  # negative stride
+    assert _layout.is_dense((), (), 4)
 
 
 def test_extent():
-    assert mem._extent((2, 3), (12, 4), 4) == (0, 24)
-    assert mem._extent((2, 3), (-12, 4), 4) == (-12, 12)
-    assert mem._extent((0, 3), (12, 4), 4) == (0, 0)
-    assert mem._extent((), (), 8) == (0, 8)
+    assert _layout.extent((2, 3), (12, 4), 4) == (0, 24)
+    assert _layout.extent((2, 3), (-12, 4), 4) == (-12, 12)
+    assert _layout.extent((0, 3), (12, 4), 4) == (0, 0)
+    assert _layout.extent((), (), 8) == (0, 8)
 
 
 def test_host_in_layout_reorders_only_when_needed():
     host = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
-    assert mem._host_in_layout(host, host.strides) is host
+    assert marr._host_in_layout(host, host.strides) is host
     fortran = (4, 8, 24)
-    buf = mem._host_in_layout(host, fortran)
+    buf = marr._host_in_layout(host, fortran)
     back = np.ndarray(host.shape, host.dtype, buffer=buf, strides=fortran)
     np.testing.assert_array_equal(back, host)
 
@@ -438,7 +439,7 @@ def test_dlpack_import_of_numpy_capsules(make):
     assert imported.dtype == arr.dtype
     if arr.size:
         assert imported.data == arr.__array_interface__["data"][0]
-        got_strides = imported.strides or mem._c_strides(arr.shape, arr.itemsize)
+        got_strides = imported.strides or _layout.packed_strides(arr.shape, itemsize=arr.itemsize)
         for n, s, t in zip(arr.shape, got_strides, arr.strides, strict=True):
             assert n == 1 or s == t
     owner = imported.owner
@@ -509,33 +510,10 @@ def test_dlpack_managed_memory_needs_opt_in():
 
 
 # -- checks ----------------------------------------------------------------------------------------
-def test_pointer_alignment_and_check_alignment():
-    assert mem.pointer_alignment(ADDR) == 256
-    assert mem.pointer_alignment(ADDR + 4) == 4
-    assert mem.pointer_alignment(ADDR + 48) == 16
+def test_check_alignment():
     mem.check_alignment(ADDR + 4, 4, argument="x")
     with pytest.raises(ValueError, match=r"kerns: device pointer 0x.* not aligned to 4 bytes"):
         mem.check_alignment(ADDR + 2, 4, argument="kerns")
-
-
-def test_check_operand():
-    a = fake((2, 3, 4, 5))
-    assert mem.check_operand(a, 0, argument="img") is a
-    assert mem.check_operand(a, Handle.from_ptr(0x1, 0), argument="img") is a
-    with pytest.raises(ValueError, match="img is on device 0, but the handle is on device 1"):
-        mem.check_operand(a, 1, argument="img")
-    with pytest.raises(ValueError, match=r"img: device pointer .* not aligned to 4"):
-        mem.check_operand(fake((4,), ptr=ADDR + 2), 0, argument="img")
-    nhwc = fake((2, 3, 4, 5), strides=(240, 4, 60, 12))
-    assert mem.check_operand(nhwc, 0, argument="x", dense=True) is nhwc
-    with pytest.raises(ValueError, match="x must be C-contiguous"):
-        mem.check_operand(nhwc, 0, argument="x", c_contiguous=True)
-    with pytest.raises(ValueError, match="must be dense"):
-        mem.check_operand(fake((3, 4), strides=(32, 4)), 0, argument="x", dense=True)
-    with pytest.raises(TypeError, match="dtype float32, expected float16"):
-        mem.check_operand(a, 0, argument="x", dtype=np.float16)
-    with pytest.raises(TypeError, match="to_device"):
-        mem.check_operand(np.zeros(3, np.float32), 0, argument="x")
 
 
 def test_check_device_pointer_null():
@@ -759,7 +737,7 @@ def test_views_and_layout_predicates_agree_with_numpy(case):
     ref = _np_view(host, key)
     _same_view(view, ref)
     assert view.is_c_contiguous == ref.flags.c_contiguous or ref.size <= 1
-    lo, hi = mem._extent(view.shape, view.strides, view.itemsize)
+    lo, hi = _layout.extent(view.shape, view.strides, view.itemsize)
     if ref.size:
         low, high = np.lib.array_utils.byte_bounds(ref)
         assert (view.ptr + lo, view.ptr + hi) == (low, high)
@@ -793,7 +771,7 @@ class FakeAllocation:
 def fake_alloc(monkeypatch):
     FakeAllocation.log = []
     FakeAllocation.fail_above = None
-    monkeypatch.setattr(mem, "_Allocation", FakeAllocation)
+    monkeypatch.setattr(allocator, "Allocation", FakeAllocation)
     return FakeAllocation
 
 
@@ -832,6 +810,22 @@ def test_workspace_falls_back_to_the_exact_size(fake_alloc):
     with pytest.raises(MemoryError):
         mem.get_workspace(h, 2 << 20)
     assert mem.workspace_size(h) == 0  # the old buffer was released before the attempt
+
+
+def test_workspace_functions_are_the_handles_methods(fake_alloc):
+    mib = 1 << 20
+    h = Handle.from_ptr(0x1000, 0, stream=0x50)
+    ptr, size = h.workspace(1000)
+    assert mem.get_workspace(h, 10) == (ptr, size) == (fake_alloc.next_ptr - (1 << 30), mib)
+    assert h.workspace_size() == mem.workspace_size(h) == mib
+    assert h.workspace(5, stream=0x60)[1] == mem.workspace_size(h, 0x60) == mib
+    mem.release_workspace(h, 0x60)
+    assert h.workspace_size(0x60) == 0 and fake_alloc.log[-1] == ("release", mib, 0x60)
+    h.release_workspace()
+    assert mem.workspace_size(h) == 0 and fake_alloc.log[-1] == ("release", mib, 0x50)
+    for fn in (mem.workspace_size, mem.release_workspace):
+        with pytest.raises(TypeError, match="Handle"):
+            fn(object())
 
 
 # -- caching allocator, on a fake CUDA runtime that records what it is asked ----------------------
@@ -930,12 +924,12 @@ class FakeRuntime:
 def rt(monkeypatch):
     """A fake runtime with two devices and a fresh, empty allocator cache."""
     fake_rt = FakeRuntime()
-    monkeypatch.setattr(hmod, "_rt", fake_rt)
-    monkeypatch.setattr(hmod, "_device_count", 2)
-    monkeypatch.setattr(mem, "_pools", {})
-    monkeypatch.setattr(mem, "_layouts", {})
-    monkeypatch.setattr(mem, "_pending", collections.deque())
-    monkeypatch.setattr(mem, "_cache_limit", mem.DEFAULT_CACHE_LIMIT)
+    monkeypatch.setattr(_cuda, "_rt", fake_rt)
+    monkeypatch.setattr(_cuda, "_device_count", 2)
+    cache = allocator.CachingAllocator()  # what the cache functions manage and arrays use
+    monkeypatch.setattr(allocator, "_default", cache)
+    monkeypatch.setattr(allocator, "_resource", cache)
+    monkeypatch.setattr(marr, "_layouts", {})
     yield fake_rt
     gc.collect()  # blocks of this test go back to its pool while the fakes are still in place
 
@@ -948,10 +942,10 @@ def test_size_classes():
     cases = {1: 512, 512: 512, 513: 1024, 1000: 1024, mib: mib, mib + 1: mib + mib // 8}
     cases |= {3 * mib: 3 * mib, 3 * mib + 1: 3 * mib + mib // 4, 100 * mib: 104 * mib}
     for n, cls in cases.items():
-        assert mem._size_class(n) == cls, n
+        assert allocator.size_class(n) == cls, n
     rng = np.random.default_rng(0)
     sizes = sorted(int(n) for n in rng.integers(1, 1 << 34, 2000))
-    classes = [mem._size_class(n) for n in sizes]
+    classes = [allocator.size_class(n) for n in sizes]
     assert classes == sorted(classes)  # monotonic
     for n, cls in zip(sizes, classes, strict=True):
         assert n <= cls < n + max(512, n // 8)  # < 12.5% above 1 MiB
@@ -1176,28 +1170,30 @@ def test_a_destroyed_stream_falls_back_to_a_synchronized_free(rt):
 
 def test_finalizers_never_wait_for_the_lock(rt):
     a = mem.empty((10,), F32, 0, 0)
-    with mem._lock:  # as if another thread (or this one, inside an allocation) held it
+    cache = allocator.memory_resource()
+    with cache._lock:  # as if another thread (or this one, inside an allocation) held it
         del a
         gc.collect()
-        assert len(mem._pending) == 1
+        assert len(cache._pending) == 1
     stats = mem.cache_stats()  # the next holder of the lock takes the pending block in
-    assert stats["cached_blocks"] == 1 and not mem._pending
+    assert stats["cached_blocks"] == 1 and not cache._pending
 
 
 def test_nothing_happens_at_interpreter_shutdown(rt, monkeypatch):
     mem.set_cache_limit(0)  # a free would be a CUDA call
     a = mem.empty((10,), F32, 0, 0)
     with monkeypatch.context() as m:
-        m.setattr(mem.sys, "is_finalizing", lambda: True)
+        m.setattr(sys, "is_finalizing", lambda: True)
         del a
         gc.collect()
-    assert rt.calls == [rt.calls[0]] and mem._pools[0].used_blocks == 1  # untouched
+    pool = allocator.memory_resource()._pools[0]
+    assert rt.calls == [rt.calls[0]] and pool.used_blocks == 1  # untouched
 
 
 def test_fast_path_returns_what_the_slow_path_does(rt):
     nhwc = (57600, 4, 1920, 64)
     slow = mem.empty([8, 16, 30, 30], "float32", 0, 0, strides=list(nhwc))  # lists: slow path
-    assert len(mem._layouts) == 1  # only the normalized key (a list is not hashable)
+    assert len(marr._layouts) == 1  # only the normalized key (a list is not hashable)
     fast = mem.empty((8, 16, 30, 30), F32, 0, 0, strides=nhwc)
     for x in (slow, fast):
         assert (x.shape, x.dtype, x.strides, x.device, x.stream) == (
@@ -1225,10 +1221,10 @@ def test_fast_path_returns_what_the_slow_path_does(rt):
 
 
 def test_layout_cache_is_bounded(rt, monkeypatch):
-    monkeypatch.setattr(mem, "_LAYOUTS_MAX", 8)
+    monkeypatch.setattr(marr, "_LAYOUTS_MAX", 8)
     for n in range(1, 20):
         mem.empty((n,), F32, 0, 0)
-        assert len(mem._layouts) <= 8
+        assert len(marr._layouts) <= 8
 
 
 @pytest.mark.parametrize("limit", [None, 8192], ids=["default-limit", "evicting"])
@@ -1298,3 +1294,35 @@ def test_microbenchmark_of_a_cache_hit(rt):
         f"\nempty() on a cache hit: {best_alloc / k * 1e6:.2f} us, "
         f"free into the cache: {best_free / k * 1e6:.2f} us"
     )
+
+
+def test_another_memory_resource_can_replace_the_cache(rt):
+    class Bump:
+        """A toy resource: hands out addresses, never frees (enough to see who allocates)."""
+
+        def __init__(self):
+            self.asked = []
+
+        def allocate(self, nbytes, device, stream, keep=None):
+            self.asked.append((nbytes, device, stream, keep))
+            block = type("B", (), {})()
+            block.ptr, block.nbytes, block.device, block.stream = (
+                0x1000 * len(self.asked),
+                nbytes,
+                device,
+                stream,
+            )
+            return block
+
+    bump = Bump()
+    previous = allocator.set_memory_resource(bump)
+    try:
+        assert isinstance(bump, allocator.MemoryResource)
+        a = mem.empty((10,), F32, 0, 0x10)
+        b = mem.zeros((2, 3), np.float16, 1)  # the slow path too
+        assert (a.ptr, a.base.nbytes, b.ptr) == (0x1000, 40, 0x2000)
+        assert bump.asked == [(40, 0, 0x10, None), (12, 1, 0, None)]
+        assert not rt.of("malloc") and mem.cache_stats()["misses"] == 0  # the cache is bypassed
+    finally:
+        assert allocator.set_memory_resource(previous) is bump
+    assert mem.empty((10,), F32, 0, 0x10).base.nbytes == 512  # the caching allocator again

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import pycudnn
-from pycudnn import _dlpack, errors
+from pycudnn import errors
 from pycudnn import memory as mem
 from pycudnn.handle import Handle, get_handle
-from pycudnn.memory import DeviceArray, NotDeviceMemoryError
+from pycudnn.memory import DeviceArray, NotDeviceMemoryError, _dlpack
 
 pytestmark = pytest.mark.gpu
 
@@ -190,8 +190,6 @@ def test_torch_strided_and_cpu_tensors(torch):
     v = pycudnn.asarray(view)
     assert not v.is_dense
     np.testing.assert_array_equal(v.get(), view.cpu().numpy())
-    with pytest.raises(ValueError, match="C-contiguous"):
-        mem.check_operand(view, 0, argument="img", c_contiguous=True)
     with pytest.raises(TypeError, match="to_device"):
         pycudnn.asarray(torch.zeros(3))  # a CPU tensor
 
@@ -300,15 +298,13 @@ def test_wrong_device_and_misaligned_pointers():
     assert mem.check_device_pointer(a.ptr, 0) == 0
     with pytest.raises(ValueError, match="x is on device 0, but the handle is on device 1"):
         mem.check_device_pointer(a.ptr, 1, argument="x")
-    with pytest.raises(ValueError, match="img is on device 0, but the handle is on device 1"):
-        mem.check_operand(a, 1, argument="img")
     h = get_handle()
-    assert mem.check_operand(a, h, argument="img") is a
+    assert mem.check_device_pointer(a.ptr, h.device, argument="img") == 0
     odd = DeviceArray.from_ptr(a.ptr + 2, (4,), np.float32, owner=a)  # an interior pointer
     assert odd.device == 0
     with pytest.raises(ValueError, match=r"img: device pointer .* not aligned to 4 bytes"):
-        mem.check_operand(odd, h, argument="img")
-    assert mem.pointer_alignment(a.ptr) >= 16  # pool allocations are well aligned
+        mem.check_alignment(odd.ptr, odd.itemsize, argument="img")
+    mem.check_alignment(a.ptr, 16, argument="a")  # pool allocations are well aligned
 
 
 # -- workspaces and out-of-memory ------------------------------------------------------------------
@@ -322,6 +318,7 @@ def test_workspace_grows_per_stream():
         ptr, size = mem.get_workspace(h, 1000)
         assert ptr and size >= 1000
         assert mem.get_workspace(h, 10) == (ptr, size)  # smaller: reused
+        assert h.workspace(10) == (ptr, size) and h.workspace_size() == size  # the same buffer
         assert mem.workspace_size(h) == size
         ptr2, size2 = mem.get_workspace(h, size + 1)
         assert size2 > size and mem.workspace_size(h) == size2
@@ -510,8 +507,8 @@ def test_arrays_on_another_device_are_placed_and_checked():
     a1.fill_(2.0)
     np.testing.assert_array_equal(a1.get(), np.full(10, 2.0, np.float32))
     with pytest.raises(ValueError, match="a is on device 1, but the handle is on device 0"):
-        mem.check_operand(a1, get_handle(0), argument="a")
-    assert mem.check_operand(a1, get_handle(1), argument="a") is a1
+        mem.check_device_pointer(a1.ptr, get_handle(0).device, argument="a")
+    assert mem.check_device_pointer(a1.ptr, get_handle(1).device, argument="a") == 1
     h1 = get_handle(1)
     ptr, _size = mem.get_workspace(h1, 1 << 20)
     assert mem.check_device_pointer(ptr) == 1

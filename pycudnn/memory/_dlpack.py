@@ -18,6 +18,8 @@ Design decisions
   garbage-collected (a ``weakref.finalize``; skipped at interpreter shutdown, when the producer
   may already be gone).
 * The C callbacks are module-level ``CFUNCTYPE`` objects, alive for the life of the process.
+* **dtypes** map through pycudnn's one dtype table (:data:`pycudnn._types.DTYPES`, each row's
+  DLPack type code): exactly the types cuDNN takes travel, anything else is refused here.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import _types
+
 __all__ = [
     "DLPACK_MAX_VERSION",
     "KDL_CPU",
@@ -41,8 +45,12 @@ __all__ = [
     "Imported",
     "dtype_from_dl",
     "dtype_to_dl",
+    "device_name",
+    "device_of",
+    "device_type_of",
     "export",
     "from_dlpack",
+    "live_exports",
 ]
 
 # DLDeviceType
@@ -63,8 +71,6 @@ _DEVICE_NAMES = {
     14: "kDLOneAPI",
 }
 
-# DLDataTypeCode
-_KDL_INT, _KDL_UINT, _KDL_FLOAT, _KDL_BFLOAT, _KDL_BOOL = 0, 1, 2, 4, 6
 DLPACK_MAX_VERSION = (1, 0)
 _FLAG_READ_ONLY = 1 << 0
 _FLAG_IS_COPIED = 1 << 1
@@ -116,41 +122,33 @@ class DLManagedTensorVersioned(ctypes.Structure):
 
 
 # -- dtypes ------------------------------------------------------------------------------------
-def _bfloat16() -> np.dtype | None:
-    try:
-        import ml_dtypes
-    except ImportError:
-        return None
-    return np.dtype(ml_dtypes.bfloat16)
+# The mapping is the dtype table's (pycudnn._types.DTYPES: each row's DLPack type code and size);
+# these names only word the error for a type outside it
+_CODE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "opaque", 4: "bfloat", 5: "complex", 6: "bool"}
 
 
 def dtype_to_dl(dtype: np.dtype) -> tuple[int, int]:
-    """``(code, bits)`` of a numpy dtype (bfloat16 from ``ml_dtypes``)."""
-    dtype = np.dtype(dtype)
-    if dtype.name == "bfloat16":
-        return _KDL_BFLOAT, 16
-    kind = dtype.kind
-    code = {"i": _KDL_INT, "u": _KDL_UINT, "f": _KDL_FLOAT, "b": _KDL_BOOL}.get(kind)
-    if code is None:
-        raise BufferError(f"dtype {dtype} has no DLPack equivalent here")
-    return code, dtype.itemsize * 8
+    """``(code, bits)`` of a numpy dtype cuDNN supports (bfloat16 from ``ml_dtypes``)."""
+    try:
+        row = _types.dtype_info(_types.as_data_type(np.dtype(dtype)))
+    except TypeError:
+        raise BufferError(f"dtype {dtype} has no DLPack equivalent here") from None
+    return row.dlpack_code, row.itemsize * 8
 
 
 def dtype_from_dl(code: int, bits: int, lanes: int) -> np.dtype:
     """The numpy dtype of a DLPack ``DLDataType`` (bfloat16 needs ``ml_dtypes``)."""
     if lanes != 1:
         raise TypeError(f"DLPack dtype with {lanes} lanes (vector types) is not supported")
-    if code == _KDL_BFLOAT and bits == 16:
-        bf16 = _bfloat16()
-        if bf16 is None:
-            raise TypeError("bfloat16 on the host needs `pip install ml_dtypes`")
-        return bf16
-    if code == _KDL_BOOL and bits == 8:
-        return np.dtype(np.bool_)
-    kind = {_KDL_INT: "i", _KDL_UINT: "u", _KDL_FLOAT: "f"}.get(code)
-    if kind is None or bits % 8:
-        raise TypeError(f"DLPack dtype (code={code}, bits={bits}) is not supported")
-    return np.dtype(f"{kind}{bits // 8}")
+    row = _types.from_dlpack_code(code, bits)
+    if row is None:
+        kind = _CODE_NAMES.get(code, "code")
+        supported = ", ".join(r.name for r in _types.DTYPES.values())
+        raise TypeError(
+            f"DLPack dtype {kind}{bits} (code={code}, bits={bits}) is not a dtype cuDNN supports "
+            f"here; expected one of {supported}"
+        )
+    return _types.numpy_dtype(row.data_type)
 
 
 # -- Python C-API through ctypes ---------------------------------------------------------------
@@ -345,7 +343,26 @@ def _call_deleter(managed: int, deleter: int) -> None:
 
 
 def device_name(device_type: int) -> str:
+    """``"kDLCUDA"`` for 2, and so on."""
     return _DEVICE_NAMES.get(device_type, f"device type {device_type}")
+
+
+def device_of(obj: Any) -> tuple[int, int] | None:
+    """``obj.__dlpack_device__()`` as ints, or None when absent or failing."""
+    fn = getattr(obj, "__dlpack_device__", None)
+    if fn is None:
+        return None
+    try:
+        kind, ordinal = fn()
+        return int(kind), int(ordinal)
+    except Exception:
+        return None
+
+
+def device_type_of(obj: Any) -> int | None:
+    """The DLPack device type *obj* says it lives on (``KDL_CUDA``...), or None."""
+    dl = device_of(obj)
+    return None if dl is None else dl[0]
 
 
 def from_dlpack(obj: Any, *, stream: int | None) -> Imported:
