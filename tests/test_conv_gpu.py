@@ -721,14 +721,14 @@ def test_workspace_failures(monkeypatch):
     assert chosen is not None, "no plan with a workspace found"
     xx, ww, algo, plan = chosen
     limit = plan.workspace
-    real = memory.get_workspace
+    real = pycudnn.Handle.workspace
 
     def tight(handle, nbytes, stream=None):
         if nbytes >= limit:
-            raise errors.AllocationError(4004, "get_workspace", "injected out of memory")
+            raise errors.AllocationError(4004, "Handle.workspace", "injected out of memory")
         return real(handle, nbytes, stream)
 
-    monkeypatch.setattr(memory, "get_workspace", tight)
+    monkeypatch.setattr(pycudnn.Handle, "workspace", tight)
     misses = conv.cache_info().misses
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the legacy algorithm falls back

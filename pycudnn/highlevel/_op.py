@@ -433,7 +433,7 @@ def handle_for(device: int, stream: Any) -> Any:
 def workspace(h: Any, nbytes: int) -> int:
     """Device pointer of at least *nbytes* of the handle's workspace on its current stream
     (grow-only, per (handle, stream); raises ``AllocationError``, a ``MemoryError``)."""
-    return memory.get_workspace(h, nbytes)[0]
+    return h.workspace(nbytes)[0]
 
 
 def quiet(name: str) -> Callable[..., Any]:
