@@ -57,6 +57,7 @@ __all__ = [
     "ints",
     "key_of",
     "like_spec",
+    "local",
     "operand",
     "output_spec",
     "padded",
@@ -621,14 +622,16 @@ class Call:
             po = out.ptr
         spans = self.spans
         end = po + spans[-1]
-        for p, s in zip(ptrs, spans):  # noqa: B905 (spans lists the output too)
-            if p < end and po < p + s:  # overlap: refused unless exactly in place
+        i = 0
+        for p in ptrs:
+            if p < end and po < p + spans[i]:  # overlap: refused unless exactly in place
                 check_overlap(self.func, ptrs, spans, po, spans[-1], self.inplace)
                 break
-        stage = self.stage
-        if stage is None:
+            i += 1  # noqa: SIM113 (enumerate costs more on the hot path)
+        if self.stage is None:
             self.launch((*ptrs, po))
             return out
+        stage = self.stage
         keep: list = []
         all_ptrs = [*ptrs, po]
         real_out = stage.before(h, all_ptrs, keep)
@@ -650,15 +653,17 @@ class NoOp(Call):
         pass
 
 
-_local = threading.local()
+#: per-thread state: ``local.calls`` is the thread's call cache once :func:`calls` made it (hot
+#: paths read the attribute and fall back to :func:`calls`)
+local = threading.local()
 
 
 def calls() -> Any:
     """The calling thread's call-entry cache (an LRU cleared by ``clear_caches()``)."""
     try:
-        return _local.calls
+        return local.calls
     except AttributeError:
-        lru = _local.calls = _plans.new_lru()
+        lru = local.calls = _plans.new_lru()
         return lru
 
 

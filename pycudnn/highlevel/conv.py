@@ -379,7 +379,10 @@ def _conv(
         shp = tuple(shp)
     key = (op, nd, ka, okey, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
            precision, num_groups, alpha, beta, _op.snapshot())  # fmt: skip
-    calls = _op.calls()
+    try:
+        calls = _op.local.calls
+    except AttributeError:
+        calls = _op.calls()
     try:
         call = calls.data.get(key)
     except TypeError:  # an unhashable argument (a list, an array): no call caching
