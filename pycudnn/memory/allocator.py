@@ -12,7 +12,8 @@ Design decisions
   ``weakref.ref`` callback with the block's (pool, key, pointer) kept in a side table: measured,
   ``weakref.finalize`` cost four times as much to arm and run, on every array.
   :class:`MemoryResource` states that contract; :class:`CachingAllocator` is the
-  implementation in use, and :func:`set_memory_resource` installs another (torch's allocator, a pool with other rules).
+  implementation in use, and :func:`set_memory_resource` installs another (torch's allocator,
+  a pool with other rules).
 * **Raw allocation** (:func:`device_malloc`) is stream-ordered: ``cudaMallocAsync`` on the
   stream passed (``cudaMalloc`` where the device has no memory pools). Out of memory, the
   caching allocator's blocks on the device are released, the device synchronized (so frees still
