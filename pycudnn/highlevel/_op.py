@@ -567,18 +567,25 @@ def padded(shape: Sequence[int], strides: Sequence[int], rank: int = 4
     return tuple(shape) + (1,) * extra, tuple(strides) + (1,) * extra
 
 
-def dispatch(key: Any, build: Callable[[], Call], ptrs: tuple[int, ...], out: Any,
-             po: int | None, stream: Any) -> Any:  # fmt: skip
-    """Run the cached call of *key*, or ``build()`` it (validation, descriptors), run it and
-    cache it once it ran. An unhashable key (a list argument) runs uncached."""
-    cache = calls()
+def dispatch(key: Any, build: Callable[..., Call], ptrs: tuple[int, ...], out: Any,
+             po: int | None, stream: Any, *args: Any) -> Any:  # fmt: skip
+    """Run the cached call of *key*, or ``build(*args)`` it (validation, descriptors), run it
+    and cache it once it ran. An unhashable key (a list argument) runs uncached.
+
+    Pass the builder and its arguments rather than a closure: a closure would make every
+    variable it captures a cell in the caller, on the hot path too.
+    """
+    try:
+        cache = local.calls
+    except AttributeError:
+        cache = calls()
     try:
         call = cache.data.get(key)
     except TypeError:
         call = key = None
     if call is not None:
         return call.run(ptrs, out, po, stream)
-    call = build()
+    call = build(*args)
     result = call.run(ptrs, out, po, stream)
     if key is not None:
         cache.put(key, call)

@@ -167,7 +167,7 @@ def dnn_activation(
     po, ko = (None, None) if out is None else _op.key_of(out)
     key = (_FWD, kx, ko, mode, coef, alpha, beta)
     return _op.dispatch(
-        key, lambda: _forward(x, out, mode, coef, alpha, beta, stream), (px,), out, po, stream
+        key, _forward, (px,), out, po, stream, x, out, mode, coef, alpha, beta, stream
     )
 
 
@@ -231,14 +231,8 @@ def dnn_activation_grad(
     px, kx = _op.key_of(x)
     po, ko = (None, None) if out is None else _op.key_of(out)
     key = (_BWD, ky, kdy, kx, ko, mode, coef, alpha, beta)
-    return _op.dispatch(
-        key,
-        lambda: _backward(y, dy, x, out, mode, coef, alpha, beta, stream),
-        (py, pdy, px),
-        out,
-        po,
-        stream,
-    )
+    return _op.dispatch(key, _backward, (py, pdy, px), out, po, stream,
+                        y, dy, x, out, mode, coef, alpha, beta, stream)  # fmt: skip
 
 
 def _backward(y, dy, x, out, mode, coef, alpha, beta, stream) -> _op.Call:

@@ -67,10 +67,10 @@ class _Softmax(_op.Call):
             self.fn(self.hp, self.algo, self.mode, a, yd, ptrs[0], dyd, ptrs[1], b, dxd, ptrs[2])
 
 
-def _build(func, name, named, out, algo, mode, alpha, beta, stream) -> _op.Call:
-    """Validate the inputs (*named*: ``(name, obj)``, all one shape), the output and the
-    arguments; stage what cuDNN cannot read as 4-D."""
-    ops = [(n, _op.operand(o)) for n, o in named]
+def _build(func, name, names, objs, out, algo, mode, alpha, beta, stream) -> _op.Call:
+    """Validate the inputs (*names*, *objs*: all one shape), the output and the arguments;
+    stage what cuDNN cannot read as 4-D."""
+    ops = [(n, _op.operand(o)) for n, o in zip(names, objs, strict=True)]
     a_ = _op.choose(algo, _ALGOS, "algo", func)
     m_ = _op.choose(mode, _MODES, "mode", func)
     o = _op.operand(out) if out is not None else None
@@ -172,16 +172,9 @@ def dnn_softmax(
     px, kx = _op.key_of(x)
     po, ko = (None, None) if out is None else _op.key_of(out)
     key = ("softmax", kx, ko, algo, mode, alpha, beta)
-    return _op.dispatch(
-        key,
-        lambda: _build(
-            "dnn_softmax", "cudnnSoftmaxForward", (("x", x),), out, algo, mode, alpha, beta, stream
-        ),
-        (px,),
-        out,
-        po,
-        stream,
-    )
+    return _op.dispatch(key, _build, (px,), out, po, stream, "dnn_softmax",
+                        "cudnnSoftmaxForward", ("x",), (x,), out, algo, mode, alpha, beta,
+                        stream)  # fmt: skip
 
 
 def dnn_softmax_grad(
@@ -223,21 +216,6 @@ def dnn_softmax_grad(
     psm, ksm = _op.key_of(sm)
     po, ko = (None, None) if out is None else _op.key_of(out)
     key = ("softmax_grad", kdy, ksm, ko, algo, mode, alpha, beta)
-    return _op.dispatch(
-        key,
-        lambda: _build(
-            "dnn_softmax_grad",
-            "cudnnSoftmaxBackward",
-            (("sm", sm), ("dy", dy)),
-            out,
-            algo,
-            mode,
-            alpha,
-            beta,
-            stream,
-        ),
-        (psm, pdy),
-        out,
-        po,
-        stream,
-    )
+    return _op.dispatch(key, _build, (psm, pdy), out, po, stream, "dnn_softmax_grad",
+                        "cudnnSoftmaxBackward", ("sm", "dy"), (sm, dy), out, algo, mode,
+                        alpha, beta, stream)  # fmt: skip

@@ -106,7 +106,7 @@ def dnn_add_tensor(
     pa, ka = _op.key_of(a)
     pc, kc = _op.key_of(c)
     key = ("add_tensor", ka, kc, alpha, beta)
-    return _op.dispatch(key, lambda: _add(a, c, alpha, beta, stream), (pa,), c, pc, stream)
+    return _op.dispatch(key, _add, (pa,), c, pc, stream, a, c, alpha, beta, stream)
 
 
 def _add(a, c, alpha, beta, stream) -> _op.Call:
@@ -205,9 +205,8 @@ def dnn_op_tensor(
     po, ko = (None, None) if out is None else _op.key_of(out)
     key = ("op_tensor", op, ka, kb, ko, alpha1, alpha2, beta)
     ptrs = (pa,) if b is None else (pa, pb)
-    return _op.dispatch(
-        key, lambda: _op_tensor(op, a, b, alpha1, alpha2, beta, out, stream), ptrs, out, po, stream
-    )
+    return _op.dispatch(key, _op_tensor, ptrs, out, po, stream,
+                        op, a, b, alpha1, alpha2, beta, out, stream)  # fmt: skip
 
 
 def _op_tensor(op, a, b, alpha1, alpha2, beta, out, stream) -> _op.Call:
