@@ -132,7 +132,31 @@ def batchnorm() -> str:
 
 
 def lstm() -> str:
-    raise SelfTestSkip("RNNBlock (the v8 RNN API) is not in this version of pycudnn yet")
+    from . import memory
+    from .highlevel.rnn import RNNBlock
+
+    T, N, D, H = 5, 3, 6, 4
+    x = _rng.standard_normal((T, N, D)).astype(np.float32)
+    h0 = (0.5 * _rng.standard_normal((1, N, H))).astype(np.float32)
+    c0 = (0.5 * _rng.standard_normal((1, N, H))).astype(np.float32)
+    with RNNBlock("float32", H, 1, "lstm") as rnn:
+        w = memory.to_device(_rng.uniform(-0.5, 0.5, rnn.get_param_size(D)).astype(np.float32))
+        y, hy, cy = _poisoned((T, N, H)), _poisoned((1, N, H)), _poisoned((1, N, H))
+        rnn.apply(w, memory.to_device(x), memory.to_device(h0), memory.to_device(c0),
+                  out=(y, hy, cy))  # fmt: skip
+        # gates in cuDNN's order (input, forget, new memory, output): W @ x + b_W + R @ h + b_R
+        p = [(m.get().astype(np.float64), b.get().astype(np.float64))
+             for m, b in rnn.split_params(w, 0, D)]  # fmt: skip
+    sig = lambda a: 1.0 / (1.0 + np.exp(-a))  # noqa: E731
+    h, c, ys = h0[0].astype(np.float64), c0[0].astype(np.float64), []
+    for t in range(T):
+        a = [x[t] @ p[k][0].T + p[k][1] + h @ p[k + 4][0].T + p[k + 4][1] for k in range(4)]
+        c = sig(a[1]) * c + sig(a[0]) * np.tanh(a[2])
+        h = sig(a[3]) * np.tanh(c)
+        ys.append(h)
+    got = np.concatenate([y.get().ravel(), hy.get().ravel(), cy.get().ravel()])
+    want = np.concatenate([np.stack(ys).ravel(), h.ravel(), c.ravel()])
+    return _check("lstm", got, want, 1e-4)
 
 
 CASES = [

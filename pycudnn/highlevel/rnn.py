@@ -1,0 +1,1179 @@
+"""Recurrent networks on cuDNN's v8 RNN API: Theano's ``RNNBlock`` and cudnn.torch's
+``RNNReLU``/``RNNTanh``/``LSTM``/``GRU``/``BLSTM`` as one stateful object.
+
+``RNNBlock`` owns an ``RNNDescriptor`` per (device, input size), its dropout state, and per input
+shape the ``RNNDataDescriptor`` pair, the device copy of the sequence lengths and the reserve
+space; the workspace is the handle's (``_op.workspace``). A call is keyed like every high-level
+call (:func:`._op.key_of`: shapes, strides, dtypes, devices, address residues, the arguments), so
+a repeated call skips validation and makes its one C call (``cudnnRNNForward``, or
+``cudnnRNNBackwardData_v8`` then ``cudnnRNNBackwardWeights_v8``). These caches belong to the
+block (not to the shared per-thread call cache) because they hold the block's descriptors and
+reserve space: :meth:`RNNBlock.close` frees them all.
+
+Data layout: ``x`` is ``(T, N, input_size)`` (``(N, T, input_size)`` with ``batch_first``), padded
+when sequences are shorter than ``T`` (cuDNN's unpacked layouts with padded I/O); ``hx``/``hy`` are
+``(num_layers * num_directions, N, proj_size or hidden_size)``, ``cx``/``cy``
+``(num_layers * num_directions, N, hidden_size)``; ``y`` is ``(T, N, num_directions *
+(proj_size or hidden_size))``. The weights are cuDNN's one flat buffer; see
+:mod:`.rnn_layout` for where each matrix and bias sits and for the PyTorch converters.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+from collections import OrderedDict
+from collections.abc import Sequence
+from math import prod
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .. import _config, _layout, memory
+from .._types import as_data_type, dtype_name, itemsize, numpy_dtype
+from ..descriptors import DropoutDescriptor, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
+from ..enums import DataType, ForwardMode, MathType, RNNDataLayout, WgradMode
+from . import _op
+from .rnn_layout import (
+    GATES,
+    PROJ_ID,
+    ParamSlot,
+    RNNLayout,
+    canonical_rnn_layout,
+    mode_name,
+    rnn_weights_from_torch,
+    rnn_weights_to_torch,
+)
+
+__all__ = ["RNNBlock"]
+
+_DIRECTIONS = {"unidirectional": 1, "bidirectional": 2}
+_INPUT_MODES = {"linear": "linear", "skip": "skip"}
+_MATH = {
+    "default": MathType.DEFAULT_MATH,
+    "tensor_op": MathType.TENSOR_OP_MATH,
+    "tensor_op_allow_conversion": MathType.TENSOR_OP_MATH_ALLOW_CONVERSION,
+    "fma": MathType.FMA_MATH,
+}
+_MATH_NAMES = {v: k for k, v in _MATH.items()}
+_MAX_SHAPES = 64  # input shapes (with their reserve spaces) kept per block
+_MAX_CALLS = 256  # validated calls kept per block
+_FWD, _BWD = "RNNBlock.apply", "RNNBlock.backward"
+_INT32_P = ctypes.POINTER(ctypes.c_int32)
+
+
+def _nonneg_int(value: Any, name: str, func: str, lo: int = 1, hi: int = _layout.INT32_MAX) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{func}: {name} must be an int, got {value!r}")
+    v = value.__index__()
+    if not lo <= v <= hi:
+        raise ValueError(f"{func}: {name}={v} is out of range; expected {lo} <= {name} <= {hi}")
+    return v
+
+
+def _input_size(value: Any, func: str) -> int:
+    """Theano passes ``(batch_size, input_dim)``; an int is the input dimension."""
+    if not isinstance(value, bool) and hasattr(value, "__index__"):
+        return _nonneg_int(value, "input_size", func)
+    try:
+        vals = tuple(value)
+    except TypeError:
+        raise TypeError(
+            f"{func}: input_size must be an int or Theano's (batch_size, input_dim), got {value!r}"
+        ) from None
+    if not vals:
+        raise ValueError(f"{func}: input_size={value!r} is empty")
+    return _nonneg_int(vals[-1], "input_size", func)
+
+
+def _lengths_key(seq_lengths: Any) -> tuple | None:
+    """The call-key form of *seq_lengths* (a tuple), refusing device arrays."""
+    if seq_lengths is None:
+        return None
+    if hasattr(seq_lengths, "__cuda_array_interface__") or getattr(seq_lengths, "is_cuda", False):
+        raise TypeError(
+            "RNNBlock: seq_lengths must be host integers (a list, tuple, NumPy array or CPU "
+            "tensor): cuDNN reads them on the host; pycudnn copies them to the device itself"
+        )
+    if isinstance(seq_lengths, tuple):
+        return seq_lengths
+    tolist = getattr(seq_lengths, "tolist", None)
+    if tolist is not None:
+        seq_lengths = tolist()
+    try:
+        return tuple(seq_lengths)
+    except TypeError:
+        raise TypeError(
+            f"RNNBlock: seq_lengths must be a sequence of ints, got {type(seq_lengths).__name__}"
+        ) from None
+
+
+def _out_tuple(func: str, out: Any, what: str) -> tuple:
+    if out is None:
+        return ()
+    if not isinstance(out, (tuple, list)):
+        raise TypeError(
+            f"{func}: out must be a tuple {what} of device arrays or None entries, got "
+            f"{type(out).__name__}"
+        )
+    return tuple(out)
+
+
+def _check_lengths(func: str, lengths: tuple, n: int, t: int) -> tuple[int, ...]:
+    if len(lengths) != n:
+        raise ValueError(
+            f"{func}: seq_lengths has {len(lengths)} entries but the batch has {n} sequences"
+        )
+    out = []
+    for v in lengths:
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise TypeError(f"{func}: seq_lengths must contain ints, got {v!r}")
+        v = v.__index__()
+        if not 1 <= v <= t:
+            raise ValueError(
+                f"{func}: seq_lengths contains {v}; each length must be in [1, {t}] (the "
+                "padded sequence length of x)"
+            )
+        out.append(v)
+    return tuple(out)
+
+
+class _Shape:
+    """Everything that depends on one input shape: the RNN data descriptors, the device copy of
+    the sequence lengths, the temp-space sizes and the reserve space (kept for ``backward``)."""
+
+    __slots__ = (
+        "cdesc",
+        "dev_lengths",
+        "dev_lengths_p",
+        "device",
+        "hdesc",
+        "key",
+        "lengths",
+        "reserve",
+        "rnn",
+        "rs_bytes",
+        "w_bytes",
+        "ws_infer",
+        "ws_train",
+        "xdesc",
+        "ydesc",
+    )
+
+    def __init__(self, key, device, rnn, w_bytes, xdesc, ydesc, hdesc, cdesc, lengths, dev_len,
+                 ws_train, ws_infer, rs_bytes):  # fmt: skip
+        self.key = key
+        self.device = device
+        self.rnn = rnn
+        self.w_bytes = w_bytes
+        self.xdesc, self.ydesc, self.hdesc, self.cdesc = xdesc, ydesc, hdesc, cdesc
+        self.lengths = lengths
+        self.dev_lengths = dev_len  # cuDNN reads the lengths on the device, asynchronously
+        self.dev_lengths_p = ctypes.cast(ctypes.c_void_p(dev_len.ptr), _INT32_P)
+        self.ws_train, self.ws_infer, self.rs_bytes = ws_train, ws_infer, rs_bytes
+        self.reserve: Any = None  # allocated by the first training apply, then reused
+
+    def reserve_ptr(self, stream: int) -> int:
+        if not self.rs_bytes:
+            return 0
+        if self.reserve is None:
+            self.reserve = memory.empty((self.rs_bytes,), np.uint8, self.device, stream)
+        return self.reserve.ptr
+
+
+def _nbytes(g: _op.Operand | None) -> int:
+    """Bytes *g*'s elements span (0 for None). (``Operand.nbytes_span`` reads 0 for float32,
+    whose ``DataType`` value is 0.)"""
+    return 0 if g is None else _layout.span(g.shape, g.strides) * itemsize(g.dtype)
+
+
+class _Out(NamedTuple):
+    """An output: its shape and, when given as ``out=``, the operand (else allocated)."""
+
+    shape: tuple[int, ...]
+    given: _op.Operand | None
+
+
+def _staging(dt: DataType, named: list[tuple[int, _op.Operand]]) -> _op.Stage | None:
+    """A Stage copying the inputs that are not packed (C order) into packed buffers."""
+    todo = []
+    for idx, g in named:
+        if g is None:
+            continue
+        packed = _layout.packed_strides(g.shape)
+        if not _layout.matches(g.shape, g.strides, packed):
+            shape, strides = _op.padded(g.shape, g.strides)
+            g4 = _op.Operand(g.ptr, shape, strides, g.dtype, g.device)
+            todo.append((idx, g4, _layout.packed_strides(shape)))
+    return _op.Stage(dt, todo, None, 1.0, 0.0) if todo else None
+
+
+class _Call:
+    """A validated forward or backward call of one block, ready to run."""
+
+    __slots__ = ("args", "block", "device", "dt", "fn", "fn2", "outs", "shape", "spans", "stage")
+
+    def __init__(self, block, shape, device, dt, outs, spans, stage, fn, fn2=None, args=()):
+        self.block = block
+        self.shape: _Shape = shape
+        self.device = device
+        self.dt = dt
+        self.outs: tuple[_Out, ...] = outs  # in return order; None entries: no such output
+        self.spans = spans  # byte spans of the inputs (for the overlap check)
+        self.stage = stage
+        self.fn, self.fn2 = fn, fn2
+        self.args = args
+
+    def outputs(self, h: Any, outs: tuple, ptrs: Sequence[int], func: str) -> tuple[list, list]:
+        """Allocate the outputs not given; check the given ones against the inputs and each
+        other (addresses may change between calls of one key)."""
+        npdt = numpy_dtype(self.dt)
+        isz = itemsize(self.dt)
+        objs: list = []
+        optrs: list[int] = []
+        placed: list[tuple[int, int]] = []
+        for spec, o in zip(self.outs, outs, strict=True):
+            if spec is None:
+                objs.append(None)
+                optrs.append(0)
+                continue
+            if o is None:
+                o = memory.empty(spec.shape, npdt, self.device, h.stream)
+                p = o.ptr
+            else:
+                p = _op.key_of(o)[0]
+                n = prod(spec.shape) * isz
+                for q, s in zip(ptrs, self.spans, strict=True):
+                    if q and _op.overlaps(p, n, q, s):
+                        raise ValueError(
+                            f"{func}: an output overlaps an input; cuDNN's outputs may not alias "
+                            "its inputs"
+                        )
+                for q, s in placed:
+                    if _op.overlaps(p, n, q, s):
+                        raise ValueError(f"{func}: two outputs overlap")
+                placed.append((p, n))
+            objs.append(o)
+            optrs.append(p)
+        return objs, optrs
+
+
+class RNNBlock:
+    """A multi-layer RNN, LSTM or GRU on cuDNN (Theano's ``RNNBlock``, v8 RNN API).
+
+    Parameters
+    ----------
+    dtype : dtype
+        float16, float32 or float64 (data, weights and states; float16 computes in float32).
+    hidden_size : int
+        Features of the hidden state.
+    num_layers : int
+        Stacked layers.
+    rnn_mode : {'rnn_relu', 'rnn_tanh', 'lstm', 'gru'}
+        ``rnn_relu``/``rnn_tanh``: ``h' = act(W x + b_W + R h + b_R)``; ``lstm``: four gates
+        (input, forget, new memory, output), no peepholes; ``gru``: three gates (reset, update,
+        new memory) with ``n = tanh(W_n x + b_Wn + r * (R_n h + b_Rn))``; all exactly as
+        PyTorch's ``nn.RNN``/``nn.LSTM``/``nn.GRU``. ``'relu'``/``'tanh'`` are accepted too.
+    input_mode : {'linear', 'skip'}
+        ``'skip'``: the first layer adds its input as is instead of multiplying it by ``W``
+        (needs ``input_size == hidden_size``; the input biases stay).
+    direction_mode : {'unidirectional', 'bidirectional'}
+        Bidirectional layers run a second recurrence from last to first and concatenate both
+        outputs (cudnn.torch's ``BLSTM``).
+    dropout : float
+        Dropout probability in ``[0, 1)`` on the outputs of every layer but the last, in
+        training mode only (``apply(training=True)``).
+    proj_size : int, optional
+        LSTM only: project the hidden state to this size (``< hidden_size``), PyTorch's
+        ``proj_size``.
+    batch_first : bool
+        ``x``/``y`` are ``(N, T, features)`` instead of ``(T, N, features)``; ``hx``/``cx``
+        keep ``(num_layers * num_directions, N, features)``.
+    math : {'default', 'tensor_op', 'tensor_op_allow_conversion', 'fma'}, optional
+        cuDNN's math type. Default: ``'tensor_op'`` for float16, ``'fma'`` for float32 unless
+        ``pycudnn.config.allow_tf32`` (then ``'default'``, which lets cuDNN use TF32), read when
+        the block is made; ``'default'`` for float64.
+    bias : bool
+        Keyword only. False: no biases (PyTorch's ``bias=False``).
+    seed : int, optional
+        Keyword only. Seed of the dropout random states (default: a random one).
+
+    Notes
+    -----
+    **Weights.** One flat buffer of :meth:`get_param_size` elements; :meth:`split_params`
+    views its matrices and biases, :meth:`layout` says where each sits, :meth:`from_torch`
+    and :meth:`to_torch` convert from and to PyTorch's parameters.
+
+    **Training.** ``apply(..., training=True)`` keeps cuDNN's reserve space (intermediate
+    results) in the block; the :meth:`backward` that follows uses it. The reserve is the one of
+    the **last** training ``apply``, and one per input shape is kept and reused: call
+    ``backward`` with the inputs and outputs of that ``apply`` before the next training
+    ``apply`` of the same shape (a ``RuntimeError`` is raised when the last training call had
+    another shape, or there was none).
+
+    **Repeated calls.** Descriptors, workspace, the device copy of the sequence lengths and the
+    reserve space are made once per input shape and reused; a repeated call (same shapes,
+    dtypes, devices, arguments) skips validation. Pass ``out=`` to reuse output buffers too.
+
+    A block is not thread-safe (its reserve space is state); use one block per thread.
+
+    Examples
+    --------
+    >>> rnn = pycudnn.RNNBlock("float32", hidden_size=64, num_layers=2, rnn_mode="lstm")
+    >>> w = pycudnn.to_device(np.random.uniform(-0.1, 0.1, rnn.get_param_size(32))
+    ...                       .astype(np.float32))
+    >>> y, hy, cy = rnn.apply(w, x, hx, cx, training=True)     # x: (T, N, 32)
+    >>> dx, dhx, dcx, dw = rnn.backward(w, x, hx, cx, y, dy)
+    """
+
+    def __init__(
+        self,
+        dtype: Any,
+        hidden_size: int,
+        num_layers: int,
+        rnn_mode: str,
+        input_mode: str = "linear",
+        direction_mode: str = "unidirectional",
+        dropout: float = 0.0,
+        proj_size: int | None = None,
+        batch_first: bool = False,
+        math: str | None = None,
+        *,
+        bias: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        func = "RNNBlock"
+        try:
+            dt = as_data_type(dtype)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"{func}: dtype={dtype!r} is not a dtype; expected float16, float32 or float64"
+            ) from None
+        if dt not in (DataType.HALF, DataType.FLOAT, DataType.DOUBLE):
+            raise TypeError(
+                f"{func}: dtype {dtype_name(dt)} is not supported by cuDNN's RNNs; expected "
+                "float16, float32 or float64"
+            )
+        self._dt = dt
+        self._hidden = _nonneg_int(hidden_size, "hidden_size", func)
+        self._layers = _nonneg_int(num_layers, "num_layers", func)
+        self._mode = mode_name(rnn_mode, func)
+        self._input_mode = _op.choose(input_mode, _INPUT_MODES, "input_mode", func)
+        self._dirs = _op.choose(direction_mode, _DIRECTIONS, "direction_mode", func)
+        self._dropout = _op.real(dropout, "dropout", func, lo=0.0, hi=1.0, hi_open=True)
+        if proj_size is None or (
+            not isinstance(proj_size, bool)
+            and hasattr(proj_size, "__index__")
+            and proj_size.__index__() == self._hidden
+        ):
+            self._proj = None
+        else:
+            p = _nonneg_int(proj_size, "proj_size", func, hi=self._hidden)
+            if self._mode != "lstm":
+                raise ValueError(
+                    f"{func}: proj_size={p} is only valid for rnn_mode='lstm', not {self._mode!r}"
+                )
+            self._proj = p
+        if not isinstance(batch_first, bool):
+            raise TypeError(f"{func}: batch_first must be a bool, got {batch_first!r}")
+        self._batch_first = batch_first
+        if not isinstance(bias, bool):
+            raise TypeError(f"{func}: bias must be a bool, got {bias!r}")
+        self._bias = bias
+        if math is None:
+            if dt == DataType.HALF:
+                self._math = MathType.TENSOR_OP_MATH
+            elif dt == DataType.FLOAT and not _config.config.allow_tf32:
+                self._math = MathType.FMA_MATH
+            else:
+                self._math = MathType.DEFAULT_MATH
+        else:
+            self._math = _op.choose(math, _MATH, "math", func)
+        if seed is None:
+            seed = random.SystemRandom().getrandbits(63)
+        self._seed = _nonneg_int(seed, "seed", func, lo=0, hi=2**64 - 1)
+        self._devices: dict[int, _Device] = {}
+        self._shapes: OrderedDict = OrderedDict()
+        self._calls: dict = {}
+        self._last_train: _Shape | None = None
+        self._closed = False
+
+    # -- properties ---------------------------------------------------------------------------
+    dtype = property(lambda self: numpy_dtype(self._dt), doc="The data type (numpy dtype).")
+    hidden_size = property(lambda self: self._hidden, doc="Hidden state size.")
+    num_layers = property(lambda self: self._layers, doc="Stacked layers.")
+    rnn_mode = property(lambda self: self._mode, doc="'rnn_relu', 'rnn_tanh', 'lstm' or 'gru'.")
+    input_mode = property(lambda self: self._input_mode, doc="'linear' or 'skip'.")
+    direction_mode = property(
+        lambda self: "bidirectional" if self._dirs == 2 else "unidirectional",
+        doc="'unidirectional' or 'bidirectional'.",
+    )
+    num_directions = property(lambda self: self._dirs, doc="1 or 2.")
+    dropout = property(lambda self: self._dropout, doc="Dropout probability between layers.")
+    proj_size = property(lambda self: self._proj, doc="LSTM projection size, or None.")
+    batch_first = property(lambda self: self._batch_first, doc="x/y are (N, T, features).")
+    bias = property(lambda self: self._bias, doc="Whether the network has biases.")
+    seed = property(lambda self: self._seed, doc="Seed of the dropout states.")
+    math = property(lambda self: _MATH_NAMES[self._math], doc="cuDNN's math type (a name).")
+    closed = property(lambda self: self._closed, doc="True after close().")
+
+    @property
+    def out_size(self) -> int:
+        """Width of ``hx``/``hy`` (``proj_size or hidden_size``)."""
+        return self._proj or self._hidden
+
+    @property
+    def output_size(self) -> int:
+        """Width of ``y``: ``num_directions * (proj_size or hidden_size)``."""
+        return self._dirs * self.out_size
+
+    def __repr__(self) -> str:
+        extra = f", proj_size={self._proj}" if self._proj else ""
+        extra += ", batch_first=True" if self._batch_first else ""
+        extra += ", bias=False" if not self._bias else ""
+        extra += f", dropout={self._dropout:g}" if self._dropout else ""
+        state = " (closed)" if self._closed else ""
+        return (
+            f"RNNBlock({dtype_name(self._dt)!r}, hidden_size={self._hidden}, "
+            f"num_layers={self._layers}, rnn_mode={self._mode!r}, "
+            f"input_mode={self._input_mode!r}, direction_mode={self.direction_mode!r}"
+            f"{extra}, math={self.math!r}){state}"
+        )
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free the descriptors, dropout states, reserve spaces and cached calls (idempotent).
+        A closed block raises ``ValueError`` when used."""
+        if self._closed:
+            return
+        self._closed = True
+        self._calls.clear()
+        for shape in self._shapes.values():
+            for d in (shape.xdesc, shape.ydesc):
+                d.close()
+            shape.reserve = shape.dev_lengths = shape.dev_lengths_p = None
+        self._shapes.clear()
+        self._last_train = None
+        for dev in self._devices.values():
+            dev.close()
+        self._devices.clear()
+
+    def __enter__(self) -> RNNBlock:
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("RNNBlock is closed")
+
+    # -- parameters ---------------------------------------------------------------------------
+    def canonical_layout(self, input_size: Any) -> RNNLayout:
+        """The weight layout computed without a GPU (:func:`.canonical_rnn_layout`)."""
+        return canonical_rnn_layout(
+            self._mode,
+            _input_size(input_size, "RNNBlock.canonical_layout"),
+            self._hidden,
+            self._layers,
+            self._dirs == 2,
+            self._proj,
+            self._input_mode,
+            self._bias,
+        )
+
+    def _check_input_size(self, inp: int, func: str) -> None:
+        if self._input_mode == "skip" and inp != self._hidden:
+            raise ValueError(
+                f"{func}: input_mode='skip' needs input_size == hidden_size ({self._hidden}), "
+                f"got {inp}"
+            )
+
+    def get_param_size(self, input_size: Any, device: int | None = None) -> int:
+        """Number of elements of the weight buffer (``cudnnGetRNNWeightSpaceSize``).
+
+        Parameters
+        ----------
+        input_size : int or (batch_size, input_dim)
+            Features of the input (Theano's pair is accepted; its last entry is used).
+        device : int, optional
+            Default the current device.
+        """
+        self._check_open()
+        func = "RNNBlock.get_param_size"
+        inp = _input_size(input_size, func)
+        self._check_input_size(inp, func)
+        return self._device(device).rnn(inp)[1] // itemsize(self._dt)
+
+    def layout(self, input_size: Any, device: int | None = None) -> RNNLayout:
+        """Where every matrix and bias sits in the weight buffer, read from cuDNN
+        (``cudnnGetRNNWeightParams`` for every pseudo-layer and linear-layer id).
+
+        Returns
+        -------
+        RNNLayout
+            Offsets in elements; print ``layout.table()`` for a readable listing.
+        """
+        self._check_open()
+        func = "RNNBlock.layout"
+        inp = _input_size(input_size, func)
+        self._check_input_size(inp, func)
+        return self._device(device).layout(inp)
+
+    def split_params(self, w: Any, layer: int, input_size: Any) -> list[tuple[Any, Any]]:
+        """Views of one pseudo-layer's matrices and biases in the weight buffer *w*.
+
+        Parameters
+        ----------
+        w : device array
+            The weight buffer: 1-D, :meth:`get_param_size` elements, contiguous.
+        layer : int
+            The pseudo-layer: ``layer_index * num_directions + direction`` (direction 0 forward,
+            1 reverse), in ``[0, num_layers * num_directions)``.
+        input_size : int or (batch_size, input_dim)
+
+        Returns
+        -------
+        list of (W, b)
+            In Theano's (and cuDNN's linLayerID) order: ``rnn_*``: input, recurrent; ``gru``:
+            input reset, update, new memory, then recurrent reset, update, new memory;
+            ``lstm``: input input-gate, forget, new memory, output, then the same recurrent;
+            with ``proj_size`` a last ``(P, None)``. ``W`` is a ``(rows, cols)`` view (a gate
+            computes ``W @ x + b``), ``b`` a ``(rows,)`` view; ``W`` is None for the input side
+            of the first layer with ``input_mode='skip'``, ``b`` None without biases. Views are
+            :class:`~pycudnn.DeviceArray` objects sharing *w*'s memory.
+        """
+        self._check_open()
+        func = "RNNBlock.split_params"
+        inp = _input_size(input_size, func)
+        self._check_input_size(inp, func)
+        npl = self._layers * self._dirs
+        pl = _nonneg_int(layer, "layer", func, lo=0, hi=npl - 1)
+        g = _op.operand(w)
+        self._check_weights(func, "w", g, canonical_rnn_layout(
+            self._mode, inp, self._hidden, self._layers, self._dirs == 2, self._proj,
+            self._input_mode, self._bias).size)  # fmt: skip
+        lay = self._device(g.device).layout(inp)
+        if g.shape[0] != lay.size:
+            raise ValueError(f"{func}: w has {g.shape[0]} elements, cuDNN expects {lay.size}")
+        arr = w if isinstance(w, memory.DeviceArray) else memory.asarray(w)
+
+        def view(slot: ParamSlot | None) -> Any:
+            if slot is None:
+                return None
+            return arr[slot.offset : slot.offset + slot.size].reshape(slot.shape)
+
+        return [(view(lay.matrix(pl, lid)), view(lay.bias_of(pl, lid))) for lid in lay.lin_ids()]
+
+    def from_torch(
+        self,
+        params: Any,
+        input_size: Any,
+        *,
+        prefix: str = "",
+        device: int | None = None,
+        stream: Any = None,
+    ) -> memory.DeviceArray:
+        """A weight buffer on the device from PyTorch's parameters (``nn.LSTM.state_dict()``
+        or the module), placed by the layout cuDNN reports (:func:`.rnn_weights_from_torch`).
+        """
+        self._check_open()
+        lay = self.layout(input_size, device)
+        flat = rnn_weights_from_torch(params, lay, prefix=prefix, dtype=numpy_dtype(self._dt))
+        return memory.to_device(flat, stream, device=device)
+
+    def to_torch(self, w: Any, input_size: Any, *, prefix: str = "") -> dict[str, np.ndarray]:
+        """PyTorch's parameters (host arrays, PyTorch's names) from a weight buffer or its
+        gradient (:func:`.rnn_weights_to_torch`)."""
+        self._check_open()
+        g = _op.operand(w)
+        lay = self.layout(input_size, g.device)
+        return rnn_weights_to_torch(w, lay, prefix=prefix)
+
+    def temp_space_sizes(
+        self, x_shape: Sequence[int], seq_lengths: Any = None, device: int | None = None
+    ) -> tuple[int, int, int]:
+        """``(workspace for inference, workspace for training, reserve space)`` in bytes for an
+        input of *x_shape* (``cudnnGetRNNTempSpaceSizes``)."""
+        self._check_open()
+        func = "RNNBlock.temp_space_sizes"
+        shp = tuple(_nonneg_int(s, "x_shape", func) for s in x_shape)
+        if len(shp) != 3:
+            raise ValueError(f"{func}: x_shape must have 3 entries, got {tuple(x_shape)}")
+        t, n, inp = (shp[1], shp[0], shp[2]) if self._batch_first else shp
+        self._check_input_size(inp, func)
+        lengths = _lengths_key(seq_lengths)
+        lengths = None if lengths is None else _check_lengths(func, lengths, n, t)
+        dev = self._device(device)
+        s = self._shape(dev, t, n, inp, lengths)
+        return s.ws_infer, s.ws_train, s.rs_bytes
+
+    # -- state per device and per shape -------------------------------------------------------
+    def _device(self, device: int | None) -> _Device:
+        if device is None:
+            device = _op.handle_for(None, None).device
+        dev = self._devices.get(device)
+        if dev is None:
+            dev = self._devices[device] = _Device(self, device)
+        return dev
+
+    def _shape(self, dev: _Device, t: int, n: int, inp: int, lengths: tuple | None) -> _Shape:
+        key = (dev.device, t, n, inp, lengths)
+        s = self._shapes.get(key)
+        if s is not None:
+            self._shapes.move_to_end(key)
+            return s
+        rnn, w_bytes = dev.rnn(inp)
+        h = dev.handle()
+        seq = lengths if lengths is not None else (t,) * n
+        lay = RNNDataLayout.BATCH_MAJOR_UNPACKED if self._batch_first else (
+            RNNDataLayout.SEQ_MAJOR_UNPACKED)  # fmt: skip
+        xdesc = RNNDataDescriptor(seq, inp, t, dtype=self._dt, layout=lay)
+        ydesc = RNNDataDescriptor(seq, self.output_size, t, dtype=self._dt, layout=lay)
+        nl = self._layers * self._dirs
+        hshape, cshape = (nl, n, self.out_size), (nl, n, self._hidden)
+        hdesc = _op.tensor_descriptor(hshape, _layout.packed_strides(hshape), self._dt)
+        cdesc = _op.tensor_descriptor(cshape, _layout.packed_strides(cshape), self._dt)
+        ws_train, rs = rnn.temp_space_sizes(h, xdesc, training=True)
+        ws_infer, _ = rnn.temp_space_sizes(h, xdesc, training=False)
+        dev_len = memory.to_device(np.asarray(seq, dtype=np.int32), h.stream, device=dev.device)
+        s = _Shape(key, dev.device, rnn, w_bytes, xdesc, ydesc, hdesc, cdesc, seq, dev_len,
+                   ws_train, ws_infer, rs)  # fmt: skip
+        self._shapes[key] = s
+        while len(self._shapes) > _MAX_SHAPES:
+            self._shapes.popitem(last=False)  # the last training shape stays alive via _last_train
+        return s
+
+    # -- validation helpers -------------------------------------------------------------------
+    def _check_weights(self, func: str, name: str, g: _op.Operand, size: int) -> None:
+        if g.dtype != self._dt:
+            raise TypeError(
+                f"{func}: {name} is {dtype_name(g.dtype) if g.dtype else 'of an unsupported type'}"
+                f"; the block's dtype is {dtype_name(self._dt)}"
+            )
+        if len(g.shape) != 1:
+            raise ValueError(
+                f"{func}: {name} must be 1-D (the flat weight buffer), got shape {tuple(g.shape)}"
+            )
+        if g.shape[0] != size:
+            raise ValueError(
+                f"{func}: {name} has {g.shape[0]} elements; this network needs {size} "
+                "(get_param_size)"
+            )
+        if g.shape[0] > 1 and g.strides[0] != 1:
+            raise ValueError(
+                f"{func}: {name} must be contiguous (stride 1), got stride {g.strides[0]}"
+            )
+        _op.check_strides(func, name, g)
+
+    def _operand(self, func: str, name: str, obj: Any, shape: tuple[int, ...], device: int | None
+                 ) -> _op.Operand:  # fmt: skip
+        g = _op.operand(obj)
+        if g.dtype != self._dt:
+            raise TypeError(
+                f"{func}: {name} is {dtype_name(g.dtype) if g.dtype else 'of an unsupported type'}"
+                f"; the block's dtype is {dtype_name(self._dt)}"
+            )
+        if tuple(g.shape) != shape:
+            raise ValueError(f"{func}: {name} has shape {tuple(g.shape)}, expected {shape}")
+        if device is not None and g.device != device:
+            raise ValueError(f"{func}: x is on device {device} but {name} on device {g.device}")
+        _op.check_strides(func, name, g)
+        return g
+
+    def _out(self, func: str, name: str, obj: Any, shape: tuple[int, ...], device: int) -> _Out:
+        if obj is None:
+            return _Out(shape, None)
+        g = self._operand(func, name, obj, shape, device)
+        if not _layout.matches(g.shape, g.strides, _layout.packed_strides(g.shape)):
+            raise ValueError(
+                f"{func}: {name} must be C-contiguous (packed), got strides {tuple(g.strides)}"
+            )
+        return _Out(shape, g)
+
+    def _geometry(self, func: str, gx: _op.Operand) -> tuple[int, int, int]:
+        if len(gx.shape) != 3:
+            order = "(N, T, input_size)" if self._batch_first else "(T, N, input_size)"
+            raise ValueError(f"{func}: x must be 3-D {order}, got shape {tuple(gx.shape)}")
+        if self._batch_first:
+            n, t, inp = gx.shape
+        else:
+            t, n, inp = gx.shape
+        for what, v in (("sequence length T", t), ("batch size N", n), ("input_size", inp)):
+            if v < 1:
+                raise ValueError(f"{func}: x has shape {tuple(gx.shape)}; its {what} must be >= 1")
+        if t * n * max(inp, self.output_size) > _layout.INT32_MAX:
+            raise OverflowError(
+                f"{func}: x of shape {tuple(gx.shape)} exceeds cuDNN's limit of "
+                f"{_layout.INT32_MAX} elements per RNN data tensor"
+            )
+        self._check_input_size(inp, func)
+        return t, n, inp
+
+    def _state_shapes(self, n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        nl = self._layers * self._dirs
+        return (nl, n, self.out_size), (nl, n, self._hidden)
+
+    def _y_shape(self, t: int, n: int) -> tuple[int, int, int]:
+        return (n, t, self.output_size) if self._batch_first else (t, n, self.output_size)
+
+    # -- forward ------------------------------------------------------------------------------
+    def apply(
+        self,
+        w: Any,
+        x: Any,
+        hx: Any = None,
+        cx: Any = None,
+        seq_lengths: Any = None,
+        training: bool = False,
+        *,
+        out: Any = None,
+        stream: Any = None,
+    ) -> tuple:
+        """Run the network over a batch of sequences (``cudnnRNNForward``).
+
+        Parameters
+        ----------
+        w : device array
+            The weight buffer (1-D, :meth:`get_param_size` elements, contiguous).
+        x : device array
+            ``(T, N, input_size)``, or ``(N, T, input_size)`` with ``batch_first``; any strides
+            (copied to a packed buffer first when not C-contiguous). Positions past a
+            sequence's length are padding and are not read.
+        hx : device array, optional
+            Initial hidden state ``(num_layers * num_directions, N, proj_size or
+            hidden_size)``; None: zeros. Pseudo-layer order: layer 0 forward, layer 0 reverse,
+            layer 1 forward, ...
+        cx : device array, optional
+            LSTM only: initial cell state ``(num_layers * num_directions, N, hidden_size)``;
+            None: zeros.
+        seq_lengths : sequence of int, optional
+            Host integers, one per sequence, each in ``[1, T]``, in any order (no sorting
+            needed: the data is padded, not packed). Default: all ``T``.
+        training : bool
+            Training mode: dropout is applied and the reserve space kept for :meth:`backward`.
+        out : tuple, optional
+            ``(y, hy)`` or, for LSTM, ``(y, hy, cy)``: C-contiguous arrays of the right shapes
+            to write (an entry may be None: allocated).
+        stream : optional
+            CUDA stream; default the handle's current stream.
+
+        Returns
+        -------
+        tuple
+            ``(y, hy)``, or ``(y, hy, cy)`` for LSTM. ``y`` is ``(T, N, num_directions *
+            (proj_size or hidden_size))`` (``(N, T, ...)`` with ``batch_first``), zero at padded
+            positions; ``hy``/``cy`` hold each sequence's state after its last element
+            (forward direction) and after its first (reverse direction).
+
+        Raises
+        ------
+        TypeError
+            Host arrays; a dtype other than the block's; *cx* for a non-LSTM; bad
+            *seq_lengths* types.
+        ValueError
+            Wrong shapes or ranks of *x*, *hx*, *cx*, *w* (size != :meth:`get_param_size`) or
+            *out*; lengths out of ``[1, T]`` or not one per sequence; operands on different
+            devices; outputs overlapping inputs; a closed block.
+        OverflowError
+            Tensors beyond cuDNN's int32 limits.
+        """
+        if self._closed:
+            self._check_open()
+        pw, kw = _op.key_of(w)
+        px, kx = _op.key_of(x)
+        ph, kh = (0, None) if hx is None else _op.key_of(hx)
+        pc, kc = (0, None) if cx is None else _op.key_of(cx)
+        sl = _lengths_key(seq_lengths)
+        outs = _out_tuple(_FWD, out, "(y, hy[, cy])")
+        ko = tuple(None if o is None else _op.key_of(o)[1] for o in outs)
+        key = (_FWD, kw, kx, kh, kc, sl, bool(training), ko)
+        try:
+            call = self._calls.get(key)
+        except TypeError:  # unhashable: an odd seq_lengths entry; validation will say
+            call = key = None
+        if call is None:
+            call = self._build_forward(w, x, hx, cx, sl, bool(training), outs, stream)
+            if key is not None:
+                if len(self._calls) >= _MAX_CALLS:
+                    self._calls.clear()
+                self._calls[key] = call
+        return self._run_forward(call, (pw, px, ph, pc), outs, bool(training), stream)
+
+    def _build_forward(self, w, x, hx, cx, sl, training, outs, stream) -> _Call:
+        func = _FWD
+        gx = _op.operand(x)
+        t, n, inp = self._geometry(func, gx)
+        if gx.dtype != self._dt:
+            raise TypeError(
+                f"{func}: x is "
+                f"{dtype_name(gx.dtype) if gx.dtype else 'of a type cuDNN does not support'}; "
+                f"the block's dtype is {dtype_name(self._dt)}"
+            )
+        _op.check_strides(func, "x", gx)
+        device = gx.device
+        gw = _op.operand(w)
+        if gw.device != device:
+            raise ValueError(f"{func}: x is on device {device} but w on device {gw.device}")
+        expected = self.canonical_layout(inp).size
+        self._check_weights(func, "w", gw, expected)
+        hshape, cshape = self._state_shapes(n)
+        gh = None if hx is None else self._operand(func, "hx", hx, hshape, device)
+        if cx is not None and self._mode != "lstm":
+            raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
+        gc = None if cx is None else self._operand(func, "cx", cx, cshape, device)
+        lengths = None if sl is None else _check_lengths(func, sl, n, t)
+        nout = 3 if self._mode == "lstm" else 2
+        if not isinstance(outs, (tuple, list)) or len(outs) not in (0, nout):
+            raise ValueError(
+                f"{func}: out must be a tuple of {nout} entries "
+                f"({'y, hy, cy' if nout == 3 else 'y, hy'}), got {outs!r}"
+            )
+        outs = tuple(outs) or (None,) * nout
+        specs = [self._out(func, "y", outs[0], self._y_shape(t, n), device),
+                 self._out(func, "hy", outs[1], hshape, device)]  # fmt: skip
+        if nout == 3:
+            specs.append(self._out(func, "cy", outs[2], cshape, device))
+        stage = _staging(self._dt, [(1, gx), (2, gh), (3, gc)])
+        spans = tuple(_nbytes(g) for g in (gw, gx, gh, gc))
+        # -- validated: descriptors, sizes (C calls) ------------------------------------------
+        dev = self._device(device)
+        if dev.rnn(inp)[1] // itemsize(self._dt) != expected:  # pragma: no cover - cuDNN change
+            self._check_weights(func, "w", gw, dev.rnn(inp)[1] // itemsize(self._dt))
+        shape = self._shape(dev, t, n, inp, lengths)
+        fn = _op.quiet("cudnnRNNForward")
+        return _Call(self, shape, device, self._dt, tuple(specs), spans, stage, fn)
+
+    def _run_forward(self, call: _Call, ptrs: tuple, outs: tuple, training: bool, stream) -> tuple:
+        s = call.shape
+        h = _op.handle_for(call.device, stream)
+        objs, optrs = call.outputs(h, outs or (None,) * len(call.outs), ptrs, _FWD)
+        pw, px, ph, pc = ptrs
+        keep: list = []
+        if call.stage is not None:
+            staged = [pw, px, ph, pc]
+            call.stage.before(h, staged, keep)
+            pw, px, ph, pc = staged
+        if training:
+            ws = s.ws_train
+            rs, rptr = s.rs_bytes, s.reserve_ptr(h.stream)
+            mode = ForwardMode.TRAINING
+        else:
+            ws, rs, rptr, mode = s.ws_infer, 0, 0, ForwardMode.INFERENCE
+        wsp = _op.workspace(h, ws) if ws else 0
+        py, phy = optrs[0], optrs[1]
+        pcy = optrs[2] if len(optrs) > 2 else 0
+        call.fn(h.ptr, s.rnn, mode, s.dev_lengths_p, s.xdesc, px, s.ydesc, py, s.hdesc,
+                ph or None, phy, s.cdesc, pc or None, pcy or None, s.w_bytes, pw, ws, wsp or None,
+                rs, rptr or None)  # fmt: skip
+        if training:
+            self._last_train = s
+        return tuple(objs)
+
+    # -- backward -----------------------------------------------------------------------------
+    def backward(
+        self,
+        w: Any,
+        x: Any,
+        hx: Any,
+        cx: Any,
+        y: Any,
+        dy: Any,
+        dhy: Any = None,
+        dcy: Any = None,
+        seq_lengths: Any = None,
+        *,
+        dw: Any = None,
+        accumulate: bool = False,
+        weights: bool = True,
+        out: Any = None,
+        stream: Any = None,
+    ) -> tuple:
+        """Gradients of the last training :meth:`apply` (``cudnnRNNBackwardData_v8``, then
+        ``cudnnRNNBackwardWeights_v8``).
+
+        Parameters
+        ----------
+        w, x, hx, cx, seq_lengths
+            Exactly as given to the training ``apply`` (*hx*/*cx* may be None there and here).
+        y : device array
+            The ``y`` that ``apply`` returned.
+        dy : device array
+            Gradient w.r.t. *y* (same shape; entries at padded positions are ignored).
+        dhy, dcy : device array, optional
+            Gradients w.r.t. ``hy`` and (LSTM) ``cy``; None: zeros.
+        dw : device array, optional
+            Where to write the weight gradient (1-D, like *w*, contiguous). Default: a new
+            array.
+        accumulate : bool
+            False (default): ``dw`` is **overwritten** with the gradient. True: the gradient is
+            **added** to ``dw``'s contents (cuDNN's ``CUDNN_WGRAD_MODE_ADD``; a new ``dw``
+            starts at zero), e.g. to sum over several batches.
+        weights : bool
+            False: skip the weight gradient (``dw`` is returned as None).
+        out : tuple, optional
+            ``(dx, dhx)`` or, for LSTM, ``(dx, dhx, dcx)``: C-contiguous arrays to write (an
+            entry may be None: allocated).
+        stream : optional
+            CUDA stream; default the handle's current stream.
+
+        Returns
+        -------
+        tuple
+            ``(dx, dhx, dcx, dw)``; ``dcx`` is None for non-LSTM networks, ``dw`` None when
+            ``weights=False``. ``dx`` is zero at padded positions; ``dhx``/``dcx`` are the
+            gradients w.r.t. the initial states (also when *hx*/*cx* were None: zeros).
+
+        Raises
+        ------
+        RuntimeError
+            No training ``apply`` ran on this block, or the last one had another input shape
+            or other sequence lengths (its reserve space is needed).
+        TypeError, ValueError
+            As for :meth:`apply`, for every operand and *dw*.
+
+        Notes
+        -----
+        cuDNN computes the weight gradient from the reserve space that the data gradient
+        updates, so both come from one ``backward`` call, in that order. Calling ``backward``
+        again for the same training ``apply`` is not supported by cuDNN's contract.
+        """
+        if self._closed:
+            self._check_open()
+        ops = (w, x, hx, cx, y, dy, dhy, dcy)
+        keyed = [(0, None) if o is None else _op.key_of(o) for o in ops]
+        sl = _lengths_key(seq_lengths)
+        outs = _out_tuple(_BWD, out, "(dx, dhx[, dcx])")
+        ko = tuple(None if o is None else _op.key_of(o)[1] for o in outs)
+        pdw, kdw = (0, None) if dw is None else _op.key_of(dw)
+        key = (_BWD, tuple(k for _, k in keyed), sl, ko, kdw, bool(accumulate), bool(weights))
+        try:
+            call = self._calls.get(key)
+        except TypeError:
+            call = key = None
+        if call is None:
+            call = self._build_backward(ops, sl, outs, dw, weights, stream)
+            if key is not None:
+                if len(self._calls) >= _MAX_CALLS:
+                    self._calls.clear()
+                self._calls[key] = call
+        ptrs = tuple(p for p, _ in keyed)
+        return self._run_backward(call, ptrs, outs, dw, pdw, bool(accumulate), bool(weights),
+                                  stream)  # fmt: skip
+
+    def _build_backward(self, ops, sl, outs, dw, weights, stream) -> _Call:
+        func = _BWD
+        w, x, hx, cx, y, dy, dhy, dcy = ops
+        gx = _op.operand(x)
+        t, n, inp = self._geometry(func, gx)
+        if gx.dtype != self._dt:
+            raise TypeError(
+                f"{func}: x is "
+                f"{dtype_name(gx.dtype) if gx.dtype else 'of a type cuDNN does not support'}; "
+                f"the block's dtype is {dtype_name(self._dt)}"
+            )
+        _op.check_strides(func, "x", gx)
+        device = gx.device
+        gw = _op.operand(w)
+        if gw.device != device:
+            raise ValueError(f"{func}: x is on device {device} but w on device {gw.device}")
+        expected = self.canonical_layout(inp).size
+        self._check_weights(func, "w", gw, expected)
+        hshape, cshape = self._state_shapes(n)
+        yshape = self._y_shape(t, n)
+        if cx is not None and self._mode != "lstm":
+            raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
+        if dcy is not None and self._mode != "lstm":
+            raise TypeError(f"{func}: dcy is only for rnn_mode='lstm', not {self._mode!r}")
+        gh = None if hx is None else self._operand(func, "hx", hx, hshape, device)
+        gc = None if cx is None else self._operand(func, "cx", cx, cshape, device)
+        if y is None or dy is None:
+            raise TypeError(f"{func}: y and dy are required (the forward output and its gradient)")
+        gy = self._operand(func, "y", y, yshape, device)
+        gdy = self._operand(func, "dy", dy, yshape, device)
+        gdh = None if dhy is None else self._operand(func, "dhy", dhy, hshape, device)
+        gdc = None if dcy is None else self._operand(func, "dcy", dcy, cshape, device)
+        lengths = None if sl is None else _check_lengths(func, sl, n, t)
+        nout = 3 if self._mode == "lstm" else 2
+        if not isinstance(outs, (tuple, list)) or len(outs) not in (0, nout):
+            raise ValueError(
+                f"{func}: out must be a tuple of {nout} entries "
+                f"({'dx, dhx, dcx' if nout == 3 else 'dx, dhx'}), got {outs!r}"
+            )
+        outs = tuple(outs) or (None,) * nout
+        specs = [self._out(func, "dx", outs[0], tuple(gx.shape), device),
+                 self._out(func, "dhx", outs[1], hshape, device)]  # fmt: skip
+        if nout == 3:
+            specs.append(self._out(func, "dcx", outs[2], cshape, device))
+        wsize = (gw.shape[0],)
+        dw_spec = None
+        if dw is not None:
+            if not weights:
+                raise ValueError(f"{func}: dw was given with weights=False")
+            gdw = self._operand(func, "dw", dw, wsize, device)
+            self._check_weights(func, "dw", gdw, expected)
+            dw_spec = _Out(wsize, gdw)
+        elif weights:
+            dw_spec = _Out(wsize, None)
+        specs.append(dw_spec)
+        named = [(1, gx), (2, gh), (3, gc), (4, gy), (5, gdy), (6, gdh), (7, gdc)]
+        stage = _staging(self._dt, named)
+        spans = tuple(_nbytes(g) for g in (gw, gx, gh, gc, gy, gdy, gdh, gdc))
+        # -- validated --------------------------------------------------------------------------
+        dev = self._device(device)
+        shape = self._shape(dev, t, n, inp, lengths)
+        return _Call(self, shape, device, self._dt, tuple(specs), spans, stage,
+                     _op.quiet("cudnnRNNBackwardData_v8"),
+                     _op.quiet("cudnnRNNBackwardWeights_v8"))  # fmt: skip
+
+    def _run_backward(self, call: _Call, ptrs, outs, dw, pdw, accumulate, weights, stream) -> tuple:
+        s = call.shape
+        if self._last_train is not s:
+            if self._last_train is None:
+                raise RuntimeError(
+                    f"{_BWD}: no training apply ran on this block; call apply(..., "
+                    "training=True) first (backward needs its reserve space)"
+                )
+            raise RuntimeError(
+                f"{_BWD}: the last training apply had another input shape or other sequence "
+                f"lengths ({_describe_shape(self._last_train.key)}) than this backward "
+                f"({_describe_shape(s.key)}); backward uses the reserve space of the last "
+                "training apply"
+            )
+        h = _op.handle_for(call.device, stream)
+        nout = len(call.outs) - 1
+        given = tuple(outs) or (None,) * nout
+        objs, optrs = call.outputs(h, (*given, dw), ptrs, _BWD)
+        pw, px, ph, pc, py, pdy, pdh, pdc = ptrs
+        keep: list = []
+        if call.stage is not None:
+            staged = list(ptrs)
+            call.stage.before(h, staged, keep)
+            pw, px, ph, pc, py, pdy, pdh, pdc = staged
+        ws = s.ws_train
+        wsp = _op.workspace(h, ws) if ws else 0
+        rptr = s.reserve_ptr(h.stream)
+        pdx, pdhx = optrs[0], optrs[1]
+        pdcx = optrs[2] if nout == 3 else 0
+        call.fn(h.ptr, s.rnn, s.dev_lengths_p, s.ydesc, py, pdy, s.xdesc, pdx, s.hdesc,
+                ph or None, pdh or None, pdhx, s.cdesc, pc or None, pdc or None, pdcx or None,
+                s.w_bytes, pw, ws, wsp or None, s.rs_bytes, rptr or None)  # fmt: skip
+        dwo = None
+        if weights:
+            dwo = objs[-1]
+            pdwo = optrs[-1]
+            if dw is None or not accumulate:
+                # cuDNN's weight gradient adds into dw (CUDNN_WGRAD_MODE_SET is not supported by
+                # every release): start from zeros to overwrite
+                _zero(pdwo, s.w_bytes, call.device, h.stream)
+            call.fn2(h.ptr, s.rnn, WgradMode.ADD, s.dev_lengths_p, s.xdesc, px, s.hdesc,
+                     ph or None, s.ydesc, py, s.w_bytes, pdwo, ws, wsp or None, s.rs_bytes,
+                     rptr or None)  # fmt: skip
+        return (objs[0], objs[1], objs[2] if nout == 3 else None, dwo)
+
+
+def _zero(ptr: int, nbytes: int, device: int, stream: int) -> None:
+    """Zero *nbytes* at *ptr*, ordered on *stream*."""
+    memory.DeviceArray.from_ptr(ptr, (nbytes,), np.uint8, device=device, stream=stream,
+                                check=False).fill_(0)  # fmt: skip
+
+
+def _describe_shape(key: tuple) -> str:
+    _device, t, n, inp, lengths = key
+    s = f"T={t}, N={n}, input_size={inp}"
+    return s + (f", seq_lengths={list(lengths)}" if lengths is not None else "")
+
+
+class _Device:
+    """A block's state on one device: the dropout descriptor with its states, and one
+    RNNDescriptor (with its weight-space size and layout) per input size."""
+
+    __slots__ = ("block", "device", "drop", "layouts", "rnns", "states")
+
+    def __init__(self, block: RNNBlock, device: int) -> None:
+        self.block = block
+        self.device = device
+        self.rnns: dict[int, tuple[RNNDescriptor, int]] = {}
+        self.layouts: dict[int, RNNLayout] = {}
+        h = self.handle()
+        b = block
+        if b._dropout > 0 and b._layers > 1:
+            nbytes = DropoutDescriptor.states_size(h)
+            self.states = memory.empty((nbytes,), np.uint8, device, h.stream)
+            self.drop = DropoutDescriptor(h, b._dropout, self.states, nbytes, b._seed)
+        else:
+            self.states = None
+            self.drop = DropoutDescriptor(h, 0.0, seed=b._seed)
+
+    def handle(self) -> Any:
+        return _op.handle_for(self.device, None)
+
+    def close(self) -> None:
+        for rnn, _ in self.rnns.values():
+            rnn.close()
+        self.rnns.clear()
+        self.drop.close()
+        self.states = None
+
+    def rnn(self, inp: int) -> tuple[RNNDescriptor, int]:
+        """The RNN descriptor for input size *inp* and its weight space in bytes."""
+        got = self.rnns.get(inp)
+        if got is None:
+            b = self.block
+            desc = RNNDescriptor(
+                b._hidden,
+                b._layers,
+                cell_mode=b._mode,
+                input_size=inp,
+                proj_size=b._proj,
+                bias_mode="double" if b._bias else "none",
+                direction="bidirectional" if b._dirs == 2 else "unidirectional",
+                input_mode=b._input_mode,
+                dtype=b._dt,
+                math_type=b._math,
+                dropout=self.drop,
+                aux_flags="padded_io",
+                algo="standard",
+            )
+            got = self.rnns[inp] = (desc, desc.weight_space_size(self.handle()))
+        return got
+
+    def layout(self, inp: int) -> RNNLayout:
+        """The weight layout cuDNN reports for input size *inp*."""
+        lay = self.layouts.get(inp)
+        if lay is None:
+            lay = self.layouts[inp] = self._read_layout(inp)
+        return lay
+
+    def _read_layout(self, inp: int) -> RNNLayout:
+        b = self.block
+        desc, nbytes = self.rnn(inp)
+        h = self.handle()
+        isz = itemsize(b._dt)
+        fn = _op.quiet("cudnnGetRNNWeightParams")
+        # cudnnGetRNNWeightParams computes addresses inside the buffer it is given: use a real one
+        buf = memory.empty((max(nbytes, 1),), np.uint8, self.device, h.stream)
+        base = buf.ptr
+        mdesc = TensorDescriptor((1, 1, 1), b._dt)
+        bdesc = TensorDescriptor((1, 1, 1), b._dt)
+        nlin = 2 * len(GATES[b._mode])
+        ids = list(range(nlin)) + ([PROJ_ID] if b._proj else [])
+        slots = []
+        try:
+            for pl in range(b._layers * b._dirs):
+                for lid in ids:
+                    ma, ba = ctypes.c_void_p(), ctypes.c_void_p()
+                    fn(h.ptr, desc, pl, nbytes, base, lid, mdesc, ctypes.byref(ma), bdesc,
+                       ctypes.byref(ba))  # fmt: skip
+                    for kind, addr, d in (("weight", ma.value, mdesc), ("bias", ba.value, bdesc)):
+                        if not addr:
+                            continue
+                        dims = d.shape  # (1, rows, cols) or (1, rows, 1)
+                        shape = (dims[-2], dims[-1]) if kind == "weight" else (dims[-2],)
+                        slots.append((pl, lid, kind, (addr - base) // isz, shape))
+        finally:
+            mdesc.close()
+            bdesc.close()
+        return RNNLayout(b._mode, inp, b._hidden, b._layers, b._dirs == 2, b._proj,
+                         b._input_mode, b._bias, nbytes // isz, slots)  # fmt: skip
