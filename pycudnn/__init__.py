@@ -65,6 +65,8 @@ _EXPORTS: dict[str, str] = {
 }
 # the high-level layer: every name of pycudnn.highlevel.__all__ (a test checks they agree)
 _HIGHLEVEL = (
+    "RNNBlock",
+    "canonical_rnn_layout",
     "clear_caches",
     "dnn_activation",
     "dnn_activation_grad",
@@ -78,6 +80,9 @@ _HIGHLEVEL = (
     "dnn_op_tensor",
     "dnn_softmax",
     "dnn_softmax_grad",
+    "rnn_weights_from_torch",
+    "rnn_weights_to_torch",
+    "torch_rnn_param_names",
 )
 _EXPORTS.update(dict.fromkeys(_HIGHLEVEL, ".highlevel"))
 # submodules reachable as attributes: pycudnn.lib is the public name of the generated _lib

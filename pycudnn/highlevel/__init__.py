@@ -7,7 +7,10 @@ per-thread call cache, validation, outputs, staging, one execute path):
   ``dnn_gradweight``, ``dnn_gradweight3d`` (graph-API plans, :mod:`._plans`);
 - :mod:`.activation` -- ``dnn_activation``, ``dnn_activation_grad``;
 - :mod:`.softmax` -- ``dnn_softmax``, ``dnn_softmax_grad``;
-- :mod:`.tensor_ops` -- ``dnn_add_tensor``, ``dnn_op_tensor``.
+- :mod:`.tensor_ops` -- ``dnn_add_tensor``, ``dnn_op_tensor``;
+- :mod:`.rnn` -- ``RNNBlock`` (the v8 RNN API), with the weight-layout converters of
+  :mod:`.rnn_layout` (``rnn_weights_from_torch``, ``rnn_weights_to_torch``,
+  ``canonical_rnn_layout``, ``torch_rnn_param_names``).
 
 :func:`clear_caches` empties every cache of the layer (plans, call entries, descriptors).
 """
@@ -24,10 +27,19 @@ from .conv import (
     dnn_gradweight,
     dnn_gradweight3d,
 )
+from .rnn import RNNBlock
+from .rnn_layout import (
+    canonical_rnn_layout,
+    rnn_weights_from_torch,
+    rnn_weights_to_torch,
+    torch_rnn_param_names,
+)
 from .softmax import dnn_softmax, dnn_softmax_grad
 from .tensor_ops import dnn_add_tensor, dnn_op_tensor
 
 __all__ = [
+    "RNNBlock",
+    "canonical_rnn_layout",
     "clear_caches",
     "dnn_activation",
     "dnn_activation_grad",
@@ -41,6 +53,9 @@ __all__ = [
     "dnn_op_tensor",
     "dnn_softmax",
     "dnn_softmax_grad",
+    "rnn_weights_from_torch",
+    "rnn_weights_to_torch",
+    "torch_rnn_param_names",
 ]
 
 

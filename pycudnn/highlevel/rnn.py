@@ -182,9 +182,8 @@ class _Shape:
 
 
 def _nbytes(g: _op.Operand | None) -> int:
-    """Bytes *g*'s elements span (0 for None). (``Operand.nbytes_span`` reads 0 for float32,
-    whose ``DataType`` value is 0.)"""
-    return 0 if g is None else _layout.span(g.shape, g.strides) * itemsize(g.dtype)
+    """Bytes *g*'s elements span (0 for None)."""
+    return 0 if g is None else g.nbytes_span
 
 
 class _Out(NamedTuple):
