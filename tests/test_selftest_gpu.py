@@ -27,7 +27,7 @@ def test_report_and_self_test_on_gpu():
     print(r.stdout)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "GPU 0" in r.stdout and "supported" in r.stdout
-    for case in ("conv", "pool", "batchnorm", "softmax"):
+    for case in ("conv", "pool", "batchnorm", "softmax", "lstm"):
         assert f"PASS  {case}" in r.stdout, case
     assert "FAIL" not in r.stdout
 
