@@ -13,16 +13,23 @@ host cost of a repeated call.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
-from pycudnn.highlevel.batchnorm import (  # noqa: E402
+from test_pool_gpu import (  # noqa: E402  (helpers shared with the pooling tests)
+    DTYPES,
+    TOL,
+    _fresh_stream,  # noqa: F401  (autouse fixture: the handle back on the default stream)
+    _per_call,
+    check,
+    dev,
+    host,
+)
+
+from pycudnn.highlevel.batchnorm import (  # noqa: E402  (torch first: one libcudnn)
     dnn_batch_normalization_grad,
     dnn_batch_normalization_test,
     dnn_batch_normalization_train,
@@ -30,21 +37,8 @@ from pycudnn.highlevel.batchnorm import (  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-DTYPES = {
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-    "fp32": torch.float32,
-    "fp64": torch.float64,
-}
 PARAM = {"fp16": "fp32", "bf16": "fp32", "fp32": "fp32", "fp64": "fp64"}
-TOL = {"fp16": 5e-3, "bf16": 2e-2, "fp32": 1e-5, "fp64": 1e-12}
 rng = np.random.default_rng()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_stream():
-    yield
-    pycudnn.get_handle().set_stream(0)
 
 
 # ==================================================================================================
@@ -83,30 +77,6 @@ def ref_grad(x, dy, scale, mean, invstd, mode):
 # ==================================================================================================
 # Helpers
 # ==================================================================================================
-def dev(a, dt, layout="nchw"):
-    t = torch.from_numpy(np.ascontiguousarray(a)).to("cuda", DTYPES[dt])
-    if layout == "nhwc":
-        t = t.contiguous(
-            memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d
-        )
-    return t
-
-
-def host(a):
-    if isinstance(a, torch.Tensor):
-        torch.cuda.synchronize()
-        return a.detach().double().cpu().numpy()
-    return np.asarray(a.get(), dtype=np.float64)
-
-
-def check(got, want, tol, what):
-    got = np.asarray(got)
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    assert np.isfinite(got).all(), f"{what}: non-finite values (unwritten output?)"
-    err = float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-30)
-    assert err <= tol, f"{what}: max rel error {err:.3g} > {tol:g}"
-
-
 def full_shape(shape, mode):
     """Theano's parameter shape: the inputs' rank, 1 on the normalized axes."""
     if mode == "spatial":
@@ -360,22 +330,6 @@ def test_on_a_torch_stream():
 # ==================================================================================================
 # Host cost of a repeated call (printed with -s; a loose bound only)
 # ==================================================================================================
-def _per_call(fn, batches=30, n=100):
-    """Median host time of a call (us), in batches of *n* back-to-back calls with the GPU
-    drained between batches (so the launch queue never fills and GPU time is not measured)."""
-    for _ in range(100):
-        fn()
-    times = []
-    for _ in range(batches):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        times.append((time.perf_counter() - t) / n)
-    torch.cuda.synchronize()
-    return float(np.median(times)) * 1e6
-
-
 def test_repeated_call_is_cheap():
     x = torch.randn(8, 16, 16, 16, device="cuda")
     w, b = torch.ones(16, device="cuda"), torch.zeros(16, device="cuda")
