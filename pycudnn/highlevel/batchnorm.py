@@ -1,0 +1,690 @@
+"""Batch normalization: Theano's ``dnn_batch_normalization_train`` / ``_test`` and the gradient
+(``GpuDnnBatchNormGrad``) as eager functions on cuDNN's legacy batch-norm calls.
+
+* ``dnn_batch_normalization_train`` -- ``cudnnBatchNormalizationForwardTraining``: the batch
+  statistics, the normalized output, and optionally the updated running averages.
+* ``dnn_batch_normalization_test`` -- ``cudnnBatchNormalizationForwardInference``: normalization
+  with given statistics.
+* ``dnn_batch_normalization_grad`` -- ``cudnnBatchNormalizationBackward``: ``(dx, dscale, dbias)``
+  from the statistics the training call returned.
+
+Formulas (Theano's, which are cuDNN's; ``axes`` are ``(0,)`` for ``'per-activation'`` and all
+but the channel axis for ``'spatial'``; ``m`` is the number of elements averaged over)::
+
+    mean   = x.mean(axes)
+    var    = x.var(axes)                        # biased (divides by m)
+    invstd = 1 / sqrt(var + epsilon)
+    out    = (x - mean) * gamma * invstd + beta
+    new_running_mean = running_mean * (1 - factor) + mean * factor
+    new_running_var  = running_var  * (1 - factor) + var * m / (m - 1) * factor
+
+cuDNN's ``resultSaveInvVariance`` is this ``invstd`` (not ``1/var``), and its backward uses the
+``savedMean``/``savedInvVariance`` it is given (checked on cuDNN 9.19), so the gradient is the one
+of the formula above at the given ``x_mean``/``x_invstd``.
+
+Multiple outputs: these calls do not fit :meth:`._op.Call.run`'s one output, so the call entries
+here override ``run``: they allocate the statistics, then reuse the shared path (stream binding,
+the output's allocation, the overlap check, staging) for the rest, and a repeated call is one
+cache lookup and one C call (plus the running-average copies when they are not updated in place).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from .. import _layout
+from .._types import dtype_name
+from ..enums import BatchNormMode, DataType
+from . import _op, pool
+
+__all__ = [
+    "BN_MIN_EPSILON",
+    "dnn_batch_normalization_grad",
+    "dnn_batch_normalization_test",
+    "dnn_batch_normalization_train",
+]
+
+#: cuDNN's ``CUDNN_BN_MIN_EPSILON`` (``cudnn_ops.h``; 0.0 in cuDNN 9, 1e-5 in cuDNN < 7.5, whence
+#: Theano's documented minimum). The high-level layer may not import ``pycudnn.lib``, where the
+#: generated constant lives; a CPU test checks that the two agree.
+BN_MIN_EPSILON = 0.0
+
+_MODES = {
+    "per-activation": BatchNormMode.PER_ACTIVATION,
+    "per_activation": BatchNormMode.PER_ACTIVATION,
+    "peractivation": BatchNormMode.PER_ACTIVATION,  # theano.sandbox.cuda.dnn's spelling
+    "spatial": BatchNormMode.SPATIAL,
+}
+# cuDNN's rule: float scale/bias/statistics for half, bfloat16 and float data, double for double
+_PARAM_DT = {
+    DataType.HALF: DataType.FLOAT,
+    DataType.BFLOAT16: DataType.FLOAT,
+    DataType.FLOAT: DataType.FLOAT,
+    DataType.DOUBLE: DataType.DOUBLE,
+}
+_TRAIN, _TEST, _GRAD = "bn_train", "bn_test", "bn_grad"
+
+
+# ==================================================================================================
+# Validation
+# ==================================================================================================
+class _Problem(NamedTuple):
+    func: str
+    x: _op.Operand  # padded to >= 4 dims
+    shape: tuple[int, ...]  # the inputs' own shape
+    dt: DataType
+    pdt: DataType  # the parameters' dtype
+    mode: BatchNormMode
+    mode_name: str
+    eps: float
+    full: tuple[int, ...]  # accepted parameter shapes: (1, C, 1, ...) or (1, C, H, W, ...)
+    squeezed: tuple[int, ...]  # (C,) or (C, H, W, ...)
+    pshape: tuple[int, ...]  # the parameters as cuDNN sees them (>= 4 dims)
+    m: int  # elements per statistic
+    nhwc: bool
+
+
+def _problem(func: str, name: str, x: Any, mode: Any, epsilon: Any) -> _Problem:
+    g = _op.operand(x)
+    dt, _device = _op.same_dtype_and_device(func, ((name, g),))
+    shape = tuple(g.shape)
+    if not 2 <= len(shape) <= 5:
+        raise ValueError(
+            f"{func}: {name} has shape {shape}; cuDNN normalizes 4-D (N, C, H, W) and 5-D "
+            "(N, C, D, H, W) inputs (2-D and 3-D ones are padded with size-1 dims, as Theano did)"
+        )
+    pool.check_operand(func, name, g)
+    m = _op.choose(mode, _MODES, "mode", func)
+    eps = _op.real(epsilon, "epsilon", func)
+    if eps < BN_MIN_EPSILON:
+        raise ValueError(
+            f"{func}: epsilon={epsilon!r} is below cuDNN's minimum CUDNN_BN_MIN_EPSILON = "
+            f"{BN_MIN_EPSILON}"
+        )
+    xp = _op.Operand(g.ptr, *_op.padded(shape, g.strides, 4), dt, g.device)
+    if m == BatchNormMode.SPATIAL:
+        full, squeezed = (1, shape[1]) + (1,) * (len(shape) - 2), (shape[1],)
+        count = shape[0] * math.prod(shape[2:])
+    else:
+        full, squeezed, count = (1, *shape[1:]), shape[1:], shape[0]
+    pshape = _op.padded(full, full, 4)[0]
+    mode_name = "spatial" if m == BatchNormMode.SPATIAL else "per-activation"
+    return _Problem(func, xp, shape, dt, _PARAM_DT[dt], m, mode_name, eps, full, squeezed,
+                    pshape, count, pool.channels_last(xp))  # fmt: skip
+
+
+def _reshaped(g: _op.Operand, shape: tuple[int, ...]) -> _op.Operand:
+    """*g* seen with *shape*, which differs from ``g.shape`` by size-1 dimensions only."""
+    big = iter(st for n, st in zip(g.shape, g.strides, strict=True) if n != 1)
+    strides = tuple(next(big) if n != 1 else 1 for n in shape)
+    return _op.Operand(g.ptr, shape, strides, g.dtype, g.device)
+
+
+def _param(p: _Problem, name: str, obj: Any) -> tuple[_op.Operand, tuple[int, ...]]:
+    """A scale/bias/statistics operand as cuDNN sees it, and its own shape."""
+    g = _op.operand(obj)
+    if g.device != p.x.device:
+        raise ValueError(f"{p.func}: inputs are on device {p.x.device} but {name} on {g.device}")
+    if g.dtype != p.pdt:
+        got = dtype_name(g.dtype) if g.dtype is not None else "an unsupported dtype"
+        raise TypeError(
+            f"{p.func}: {name} is {got} but inputs are {dtype_name(p.dt)}; cuDNN takes "
+            f"{dtype_name(p.pdt)} scale, bias and statistics for {dtype_name(p.dt)} data "
+            "(float32 for float16/bfloat16/float32 data, float64 for float64 data)"
+        )
+    shape = tuple(g.shape)
+    if shape not in (p.full, p.squeezed):
+        raise ValueError(
+            f"{p.func}: {name} has shape {shape}; for mode={p.mode_name!r} and inputs of shape "
+            f"{p.shape} expected {p.full} or {p.squeezed}"
+        )
+    pool.check_operand(p.func, name, g)
+    return _reshaped(g, p.pshape), shape
+
+
+def _params(p: _Problem, named: Sequence[tuple[str, Any]]) -> list[tuple[_op.Operand, tuple]]:
+    return [_param(p, name, obj) for name, obj in named]
+
+
+def _main_output(p: _Problem, name: str, out: Any) -> _op.Operand | None:
+    """``out=`` (shaped like the inputs) as cuDNN sees it, or None."""
+    if out is None:
+        return None
+    o = _op.operand(out)
+    _op.same_dtype_and_device(p.func, (("inputs", p.x), (name, o)))
+    pool.check_operand(p.func, name, o)
+    _op.check_out(p.func, o, p.shape, name)
+    return _op.Operand(o.ptr, *_op.padded(o.shape, o.strides, 4), o.dtype, o.device)
+
+
+class _Stages:
+    """The staging of a call whose operands have two dtypes (data and parameters): each
+    :class:`._op.Stage` copies its own operands; only the data's may stage the output."""
+
+    __slots__ = ("stages",)
+
+    def __init__(self, *stages: _op.Stage | None):
+        self.stages = tuple(s for s in stages if s is not None)
+
+    def before(self, h: Any, ptrs: list[int], keep: list) -> int | None:
+        real = None
+        for s in self.stages:
+            r = s.before(h, ptrs, keep)
+            real = r if r is not None else real
+        return real
+
+    def after(self, h: Any, ptrs: list[int], real_out: int | None) -> None:
+        for s in self.stages:
+            if s.output is not None:
+                s.after(h, ptrs, real_out)
+
+
+def _plan(p: _Problem, data: Sequence[_op.Operand], o: _op.Operand | None,
+          params: Sequence[_op.Operand], first_param: int):  # fmt: skip
+    """Descriptors and staging: the data operands (and the output, last) packed in the inputs'
+    layout, the parameters packed ``(1, C, ...)``; the output's allocation spec when new."""
+    dplan = pool.packed_operands(p.dt, data, o, p.x.shape, p.nhwc)
+    pplan = pool.packed_operands(p.pdt, params, None, None, False, first=first_param)
+    stage = None
+    if dplan.stage is not None or pplan.stage is not None:
+        stage = _Stages(dplan.stage, pplan.stage)
+    spec = None if o is not None else _op.output_spec(p.shape, p.dt, p.x.device, p.nhwc)
+    return dplan.descs, pplan.descs[0], stage, spec
+
+
+class _Stats:
+    """The statistics a call returns (mean and invstd, or dscale and dbias, then the running
+    averages' copies): new packed arrays of the parameters' dtype, each in its own shape."""
+
+    __slots__ = ("specs",)
+
+    def __init__(self, p: _Problem, shapes: Sequence[tuple[int, ...]]):
+        self.specs = tuple(_op.output_spec(s, p.pdt, p.x.device) for s in shapes)
+
+    def new(self, stream: int) -> list:
+        return [spec.new(stream) for spec in self.specs]
+
+    @property
+    def span(self) -> int:
+        """Bytes of one array."""
+        return self.specs[0].span
+
+
+def _spans(*ops: Any) -> tuple[int, ...]:
+    """Byte spans of operands (Operand) and new outputs (OutputSpec, _Stats)."""
+    return tuple(o.span if isinstance(o, _Stats) else pool.span(o) for o in ops)
+
+
+def _check_not_empty(p: _Problem, what: str) -> None:
+    if 0 in p.shape:
+        raise ValueError(
+            f"{p.func}: inputs of shape {p.shape} are empty; {what} of an empty batch are undefined"
+        )
+
+
+def _key(obj: Any) -> tuple[int | None, Any]:
+    return (None, None) if obj is None else _op.key_of(obj)
+
+
+# ==================================================================================================
+# Call entries
+# ==================================================================================================
+class _BNCall(_op.Call):
+    """A batch-norm call: data descriptors ``xd`` (inputs, then output), the parameters'
+    descriptor ``pd``, cuDNN's mode and epsilon, and fresh statistics of spec ``stat``."""
+
+    __slots__ = ("args", "descs", "eps", "fn", "hp", "mode", "pd", "stat", "xd")
+
+    def __init__(self, p: _Problem, name: str, h, spec, spans, stage, xd, pd, stat=None, keep=()):
+        super().__init__(p.func, h, spec, spans)
+        self.stage, self.stat = stage, stat
+        self.descs = (*xd, pd, *keep)  # the descriptors live as long as the entry; the C call
+        self.xd, self.pd = tuple(d.ptr for d in xd), pd.ptr  # gets their addresses (faster)
+        self.hp, self.mode, self.eps = h.ptr, int(p.mode), p.eps
+        one, zero = _op.scales(p.dt, 1.0, 0.0)
+        self.args = (ctypes.byref(one), ctypes.byref(zero), one, zero)
+        self.fn = _op.quiet(name)
+
+
+class _Train(_BNCall):
+    """Pointers: x, gamma, beta[, running_mean, running_var], mean, invstd, y."""
+
+    __slots__ = ("copy", "factor", "names")
+
+    def __init__(self, p, h, spec, spans, stage, xd, pd, stat, factor, copy, names):
+        keep = () if copy is None else copy[3:]  # the copies' descriptors
+        super().__init__(p, "cudnnBatchNormalizationForwardTraining", h, spec, spans, stage, xd,
+                         pd, stat, keep)  # fmt: skip
+        self.factor = factor
+        # None: no running averages, or updated in place; else how to copy them first
+        self.copy = None if copy is None else (*copy[:3], *(d.ptr for d in copy[3:]))
+        self.names = names
+
+    def run(self, ptrs: tuple, out: Any, po: int | None, stream: Any) -> tuple:
+        h = self.handle
+        if stream is not None:
+            h.set_stream(stream)  # no C call when unchanged
+        s = h.stream
+        new = self.stat.new(s)  # mean, invstd[, the running averages' copies]
+        mean, invstd = new[0], new[1]
+        if len(ptrs) == 5:
+            if self.copy is None:
+                self._check_running(ptrs)
+            else:
+                fn, one, zero, src_m, src_v, dst = self.copy
+                rm, rv = new[2], new[3]
+                fn(self.hp, one, src_m, ptrs[3], zero, dst, rm.ptr)
+                fn(self.hp, one, src_v, ptrs[4], zero, dst, rv.ptr)
+                ptrs = (*ptrs[:3], rm.ptr, rv.ptr)
+        out = _op.Call.run(self, (*ptrs, mean.ptr, invstd.ptr), out, po, None)
+        return (out, *new)
+
+    def _check_running(self, ptrs: tuple) -> None:
+        """Running averages updated in place may not alias another operand."""
+        spans = self.spans
+        for w in (3, 4):
+            for r in range(5):
+                if r != w and _op.overlaps(ptrs[w], spans[w], ptrs[r], spans[r]):
+                    raise ValueError(
+                        f"{self.func}: {self.names[w]} overlaps {self.names[r]}; with "
+                        "inplace_running=True the running averages are written in place"
+                    )
+
+    def launch(self, ptrs: Sequence[int]) -> None:
+        if len(ptrs) == 8:
+            x, g, b, rm, rv, mean, invstd, y = ptrs
+        else:
+            (x, g, b, mean, invstd, y), rm, rv = ptrs, None, None
+        one, zero = self.args[0], self.args[1]
+        xd, yd = self.xd
+        self.fn(self.hp, self.mode, one, zero, xd, x, yd, y, self.pd, g, b, self.factor, rm, rv,
+                self.eps, mean, invstd)  # fmt: skip
+
+
+class _Infer(_BNCall):
+    """Pointers: x, gamma, beta, mean, var, y."""
+
+    __slots__ = ()
+
+    def launch(self, ptrs: Sequence[int]) -> None:
+        x, g, b, mean, var, y = ptrs
+        one, zero = self.args[0], self.args[1]
+        xd, yd = self.xd
+        self.fn(self.hp, self.mode, one, zero, xd, x, yd, y, self.pd, g, b, mean, var, self.eps)
+
+
+class _Grad(_BNCall):
+    """Pointers: x, dy, scale, x_mean, x_invstd, dscale, dbias, dx."""
+
+    __slots__ = ()
+
+    def run(self, ptrs: tuple, out: Any, po: int | None, stream: Any) -> tuple:
+        h = self.handle
+        if stream is not None:
+            h.set_stream(stream)
+        dscale, dbias = self.stat.new(h.stream)
+        out = _op.Call.run(self, (*ptrs, dscale.ptr, dbias.ptr), out, po, None)
+        return out, dscale, dbias
+
+    def launch(self, ptrs: Sequence[int]) -> None:
+        x, dy, scale, mean, invstd, dscale, dbias, dx = ptrs
+        one, zero = self.args[0], self.args[1]
+        xd, dyd, dxd = self.xd
+        self.fn(self.hp, self.mode, one, zero, one, zero, xd, x, dyd, dy, dxd, dx, self.pd, scale,
+                dscale, dbias, self.eps, mean, invstd)  # fmt: skip
+
+
+# ==================================================================================================
+# dnn_batch_normalization_train
+# ==================================================================================================
+def dnn_batch_normalization_train(
+    inputs: Any,
+    gamma: Any,
+    beta: Any,
+    mode: str = "per-activation",
+    epsilon: float = 1e-4,
+    running_average_factor: float = 0.1,
+    running_mean: Any = None,
+    running_var: Any = None,
+    *,
+    inplace_running: bool = False,
+    out: Any = None,
+    stream: Any = None,
+) -> tuple:
+    """Batch normalization with the batch's own statistics
+    (``cudnnBatchNormalizationForwardTraining``).
+
+    Parameters
+    ----------
+    inputs : device array
+        ``(N, C, H, W)`` or ``(N, C, D, H, W)`` (also ``(N, C)`` and ``(N, C, L)``, padded with
+        size-1 dims as Theano did); NCHW or channels last (other strides are staged through
+        packed copies); float16, bfloat16, float32 or float64.
+    gamma, beta : device array
+        Scale and bias: ``(1, C, H, W)`` (or ``(C, H, W)``) for ``'per-activation'``,
+        ``(1, C, 1, 1)`` (or ``(C,)``) for ``'spatial'`` -- Theano's shape (the inputs' rank with
+        1 on the normalized axes) or the squeezed one. float32 for float16/bfloat16/float32
+        inputs, float64 for float64 inputs (cuDNN's rule).
+    mode : {'per-activation', 'spatial'}
+        Normalize each activation over the batch (axis 0), or each channel over the batch and
+        all spatial axes.
+    epsilon : float
+        Added to the variance; >= ``CUDNN_BN_MIN_EPSILON`` (:data:`BN_MIN_EPSILON`, 0.0 in cuDNN
+        9) and finite.
+    running_average_factor : float
+        In ``[0, 1]``: the weight of this batch in the running averages.
+    running_mean, running_var : device array, optional
+        Both or neither; shaped and typed like *gamma*. When given, the updated running averages
+        are returned too (running variance from the unbiased batch variance, ``m / (m - 1)``).
+    inplace_running : bool
+        Update *running_mean*/*running_var* in place (they must then be contiguous and are
+        returned as given); by default they are left untouched and new arrays are returned.
+    out : device array, optional
+        The normalized output (shape and dtype of *inputs*); may not overlap any input.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    tuple
+        ``(out, mean, invstd)``, or ``(out, mean, invstd, new_running_mean, new_running_var)``
+        with running averages. ``mean`` and ``invstd = 1 / sqrt(var + epsilon)`` are new arrays
+        shaped like *gamma*; *out* is new (in *inputs*' layout) unless given.
+
+    Raises
+    ------
+    TypeError
+        Host arrays, an unsupported dtype, parameters of the wrong dtype for the data.
+    ValueError
+        An unknown mode; inputs of rank other than 2 to 5 or empty; a parameter of the wrong
+        shape; only one of the running averages; a running average over a single element
+        (``m = 1``: no unbiased variance); epsilon below ``CUDNN_BN_MIN_EPSILON`` or not finite;
+        a factor outside ``[0, 1]``; an *out* of the wrong shape or overlapping an input; operands
+        on different devices.
+
+    Examples
+    --------
+    >>> y, mean, invstd = pycudnn.dnn_batch_normalization_train(x, gamma, beta, "spatial")
+    >>> y, mean, invstd, rm, rv = pycudnn.dnn_batch_normalization_train(
+    ...     x, gamma, beta, "spatial", 1e-5, 0.1, running_mean, running_var, inplace_running=True)
+    """
+    px, kx = _op.key_of(inputs)
+    pg, kg = _op.key_of(gamma)
+    pb, kb = _op.key_of(beta)
+    pm, km = _key(running_mean)
+    pv, kv = _key(running_var)
+    po, ko = _key(out)
+    key = (_TRAIN, kx, kg, kb, km, kv, ko, mode, epsilon, running_average_factor,
+           inplace_running)  # fmt: skip
+    ptrs = (px, pg, pb) if pm is None or pv is None else (px, pg, pb, pm, pv)
+    result = _op.dispatch(
+        key,
+        lambda: _train(
+            inputs,
+            gamma,
+            beta,
+            mode,
+            epsilon,
+            running_average_factor,
+            running_mean,
+            running_var,
+            inplace_running,
+            out,
+            stream,
+        ),
+        ptrs,
+        out,
+        po,
+        stream,
+    )
+    if inplace_running and len(ptrs) == 5:
+        return (*result, running_mean, running_var)
+    return result
+
+
+def _train(inputs, gamma, beta, mode, epsilon, factor, running_mean, running_var,
+           inplace_running, out, stream) -> _Train:  # fmt: skip
+    func = "dnn_batch_normalization_train"
+    p = _problem(func, "inputs", inputs, mode, epsilon)
+    f = _op.real(factor, "running_average_factor", func, lo=0.0, hi=1.0)
+    if not isinstance(inplace_running, bool):
+        raise TypeError(f"{func}: inplace_running must be a bool, got {inplace_running!r}")
+    if (running_mean is None) != (running_var is None):
+        given = "running_mean" if running_var is None else "running_var"
+        raise ValueError(
+            f"{func}: only {given} was given; running_mean and running_var go together (both or "
+            "neither)"
+        )
+    named = [("gamma", gamma), ("beta", beta)]
+    running = running_mean is not None
+    if running:
+        named += [("running_mean", running_mean), ("running_var", running_var)]
+    params = _params(p, named)
+    o = _main_output(p, "out", out)
+    _check_not_empty(p, "batch statistics")
+    if running and p.m < 2:
+        raise ValueError(
+            f"{func}: each statistic averages m = {p.m} element of inputs {p.shape} "
+            f"(mode={p.mode_name!r}); the running variance uses the unbiased variance "
+            "m / (m - 1) * var, undefined for m = 1"
+        )
+    if running:
+        rshape = params[2][1]
+        if params[3][1] != rshape:
+            raise ValueError(
+                f"{func}: running_mean has shape {rshape} but running_var {params[3][1]}"
+            )
+        for (g, _), name in zip(params[2:], ("running_mean", "running_var"), strict=True):
+            if inplace_running and not _layout.matches(g.shape, g.strides, _packed(g.shape)):
+                raise ValueError(
+                    f"{func}: inplace_running=True writes {name} in place, which needs a "
+                    "contiguous array; pass a contiguous one or inplace_running=False"
+                )
+    h = _op.handle_for(p.x.device, stream)
+    pops = [g for g, _ in params]
+    copy = None
+    staged_params = pops[:2]
+    stat_shapes = [params[0][1]] * 2
+    if running:
+        if inplace_running:
+            staged_params = pops  # packed (checked above): never staged
+        else:
+            one, zero = _op.scales(p.pdt, 1.0, 0.0)
+            dst = _op.tensor_descriptor(p.pshape, _packed(p.pshape), p.pdt)
+            src_m, src_v = (_op.tensor_descriptor(g.shape, g.strides, p.pdt) for g in pops[2:])
+            copy = (_op.quiet("cudnnTransformTensor"), ctypes.byref(one), ctypes.byref(zero),
+                    src_m, src_v, dst)  # fmt: skip
+            stat_shapes += [rshape] * 2
+            # the copies are packed: the call sees them with the parameters' descriptor
+            pops = [*pops[:2], *(_op.Operand(0, g.shape, _packed(g.shape), p.pdt, g.device)
+                                 for g in pops[2:])]  # fmt: skip
+            staged_params = pops
+    stat = _Stats(p, stat_shapes)
+    xd, pd, stage, spec = _plan(p, (p.x,), o, staged_params, 1)
+    spans = _spans(p.x, *pops, stat, stat, spec if o is None else o)
+    names = ("inputs", "gamma", "beta", "running_mean", "running_var")
+    return _Train(p, h, spec, spans, stage, xd, pd, stat, f, copy, names)
+
+
+def _packed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return _layout.packed_strides(shape)
+
+
+# ==================================================================================================
+# dnn_batch_normalization_test
+# ==================================================================================================
+def dnn_batch_normalization_test(
+    inputs: Any,
+    gamma: Any,
+    beta: Any,
+    mean: Any,
+    var: Any,
+    mode: str = "per-activation",
+    epsilon: float = 1e-4,
+    *,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """Batch normalization with given statistics (``cudnnBatchNormalizationForwardInference``):
+    ``out = (inputs - mean) * gamma / sqrt(var + epsilon) + beta``.
+
+    Parameters
+    ----------
+    inputs : device array
+        As for :func:`dnn_batch_normalization_train`.
+    gamma, beta, mean, var : device array
+        Scale, bias and the statistics (usually the running averages), each shaped and typed as
+        *gamma* in :func:`dnn_batch_normalization_train`.
+    mode, epsilon
+        As for :func:`dnn_batch_normalization_train`.
+    out : device array, optional
+        Shape and dtype of *inputs*; may not overlap any input.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    DeviceArray or the type of *out*
+        New arrays have *inputs*' layout.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As for :func:`dnn_batch_normalization_train` (empty inputs are allowed here: the output
+        is empty).
+
+    Examples
+    --------
+    >>> y = pycudnn.dnn_batch_normalization_test(x, gamma, beta, running_mean, running_var,
+    ...                                          "spatial", 1e-5)
+    """
+    px, kx = _op.key_of(inputs)
+    pg, kg = _op.key_of(gamma)
+    pb, kb = _op.key_of(beta)
+    pm, km = _op.key_of(mean)
+    pv, kv = _op.key_of(var)
+    po, ko = _key(out)
+    key = (_TEST, kx, kg, kb, km, kv, ko, mode, epsilon)
+    return _op.dispatch(
+        key,
+        lambda: _test(inputs, gamma, beta, mean, var, mode, epsilon, out, stream),
+        (px, pg, pb, pm, pv),
+        out,
+        po,
+        stream,
+    )
+
+
+def _test(inputs, gamma, beta, mean, var, mode, epsilon, out, stream) -> _op.Call:
+    func = "dnn_batch_normalization_test"
+    p = _problem(func, "inputs", inputs, mode, epsilon)
+    named = (("gamma", gamma), ("beta", beta), ("mean", mean), ("var", var))
+    pops = [g for g, _ in _params(p, named)]
+    o = _main_output(p, "out", out)
+    h = _op.handle_for(p.x.device, stream)
+    if 0 in p.shape:
+        spec = None if o is not None else _op.output_spec(p.shape, p.dt, p.x.device, p.nhwc)
+        return _op.NoOp(func, h, spec, _spans(p.x, *pops, spec if o is None else o))
+    xd, pd, stage, spec = _plan(p, (p.x,), o, pops, 1)
+    spans = _spans(p.x, *pops, spec if o is None else o)
+    return _Infer(p, "cudnnBatchNormalizationForwardInference", h, spec, spans, stage, xd, pd)
+
+
+# ==================================================================================================
+# dnn_batch_normalization_grad
+# ==================================================================================================
+def dnn_batch_normalization_grad(
+    inputs: Any,
+    dy: Any,
+    scale: Any,
+    x_mean: Any,
+    x_invstd: Any,
+    mode: str = "per-activation",
+    epsilon: float = 1e-4,
+    *,
+    out: Any = None,
+    stream: Any = None,
+) -> tuple:
+    """Gradients of :func:`dnn_batch_normalization_train`'s output
+    (``cudnnBatchNormalizationBackward``), Theano's ``GpuDnnBatchNormGrad``.
+
+    With ``xhat = (inputs - x_mean) * x_invstd`` and sums over the normalized axes (``m``
+    elements each)::
+
+        dbias  = sum(dy)
+        dscale = sum(dy * xhat)
+        dx     = scale * x_invstd / m * (m * dy - dbias - xhat * dscale)
+
+    Parameters
+    ----------
+    inputs : device array
+        The forward inputs.
+    dy : device array
+        Gradient w.r.t. the normalized output, shape and dtype of *inputs*.
+    scale : device array
+        *gamma* of the forward call.
+    x_mean, x_invstd : device array
+        The ``mean`` and ``invstd`` the training call returned (cuDNN uses them as given).
+    mode, epsilon
+        As in the forward call.
+    out : device array, optional
+        Destination of ``dx`` (shape and dtype of *inputs*); may not overlap any input.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    tuple
+        ``(dx, dscale, dbias)``: ``dx`` new in *inputs*' layout unless *out* is given;
+        ``dscale``/``dbias`` new, shaped like *scale*.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As for :func:`dnn_batch_normalization_train`; also when *dy* is not shaped like
+        *inputs*.
+
+    Examples
+    --------
+    >>> y, mean, invstd = pycudnn.dnn_batch_normalization_train(x, gamma, beta, "spatial")
+    >>> dx, dgamma, dbeta = pycudnn.dnn_batch_normalization_grad(x, dy, gamma, mean, invstd,
+    ...                                                           "spatial")
+    """
+    px, kx = _op.key_of(inputs)
+    pdy, kdy = _op.key_of(dy)
+    ps, ks = _op.key_of(scale)
+    pm, km = _op.key_of(x_mean)
+    pi, ki = _op.key_of(x_invstd)
+    po, ko = _key(out)
+    key = (_GRAD, kx, kdy, ks, km, ki, ko, mode, epsilon)
+    return _op.dispatch(
+        key,
+        lambda: _grad(inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, stream),
+        (px, pdy, ps, pm, pi),
+        out,
+        po,
+        stream,
+    )
+
+
+def _grad(inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, stream) -> _Grad:
+    func = "dnn_batch_normalization_grad"
+    p = _problem(func, "inputs", inputs, mode, epsilon)
+    gdy = _op.operand(dy)
+    _op.same_dtype_and_device(func, (("inputs", p.x), ("dy", gdy)))
+    if tuple(gdy.shape) != p.shape:
+        raise ValueError(f"{func}: dy has shape {tuple(gdy.shape)} but inputs {p.shape}")
+    pool.check_operand(func, "dy", gdy)
+    gdy = _op.Operand(gdy.ptr, *_op.padded(gdy.shape, gdy.strides, 4), gdy.dtype, gdy.device)
+    params = _params(p, (("scale", scale), ("x_mean", x_mean), ("x_invstd", x_invstd)))
+    pops = [g for g, _ in params]
+    o = _main_output(p, "out", out)
+    _check_not_empty(p, "gradients")
+    h = _op.handle_for(p.x.device, stream)
+    stat = _Stats(p, [params[0][1]] * 2)
+    xd, pd, stage, spec = _plan(p, (p.x, gdy), o, pops, 2)
+    spans = _spans(p.x, gdy, *pops, stat, stat, spec if o is None else o)
+    return _Grad(p, "cudnnBatchNormalizationBackward", h, spec, spans, stage, xd, pd, stat)
