@@ -1,4 +1,5 @@
-"""The GPU self-test of ``python -m pycudnn``: small real cuDNN calls checked against NumPy.
+"""The GPU self-test of ``python -m pycudnn``: the public high-level functions on small inputs,
+checked against NumPy.
 
 Each case returns a one-line summary (the max error against a float64 NumPy reference) or raises;
 ``SelfTestSkip`` marks a case this version cannot run yet. Outputs are poisoned with NaN first,
@@ -6,9 +7,6 @@ so a call that writes nothing cannot pass.
 """
 
 from __future__ import annotations
-
-import ctypes
-import warnings
 
 import numpy as np
 
@@ -27,14 +25,6 @@ def _check(name: str, got: np.ndarray, want: np.ndarray, tol: float) -> str:
     if not np.isfinite(got).all() or err > tol:
         raise AssertionError(f"{name}: max abs error {err:.3g} > {tol:g}")
     return f"max abs error {err:.1e}"
-
-
-def _legacy(fn_name: str, *args) -> None:
-    from . import api, errors
-
-    with warnings.catch_warnings():  # the legacy API is CUDNN_DEPRECATED; this is deliberate
-        warnings.simplefilter("ignore", errors.CudnnDeprecationWarning)
-        getattr(api, fn_name)(*args)
 
 
 def _poisoned(shape) -> object:
@@ -65,67 +55,41 @@ def conv() -> str:
     return _check("conv", out.get(), want, 1e-3)
 
 
-def _scalars():
-    one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
-    return ctypes.byref(one), ctypes.byref(zero)
-
-
 def softmax() -> str:
     from . import memory
-    from .descriptors import TensorDescriptor
-    from .enums import SoftmaxAlgorithm, SoftmaxMode
-    from .handle import get_handle
+    from .highlevel import dnn_softmax
 
-    x = _rng.standard_normal((4, 10, 1, 1))
-    xd = memory.to_device(x.astype(np.float32))
+    x = _rng.standard_normal((4, 10, 3, 3))
     out = _poisoned(x.shape)
-    desc = TensorDescriptor(x.shape, "float32")
-    one, zero = _scalars()
-    h = get_handle()
-    _legacy("cudnnSoftmaxForward", h.ptr, SoftmaxAlgorithm.ACCURATE, SoftmaxMode.CHANNEL,
-            one, desc.ptr, xd.ptr, zero, desc.ptr, out.ptr)  # fmt: skip
+    dnn_softmax(memory.to_device(x.astype(np.float32)), "accurate", "channel", out=out)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     return _check("softmax", out.get(), e / e.sum(axis=1, keepdims=True), 1e-5)
 
 
 def pool() -> str:
     from . import memory
-    from .descriptors import PoolingDescriptor, TensorDescriptor
-    from .handle import get_handle
+    from .highlevel import dnn_pool
 
     x = _rng.standard_normal((2, 3, 8, 8)).astype(np.float32)  # max pooling is exact in fp32
-    xd = memory.to_device(x)
     out = _poisoned((2, 3, 4, 4))
-    pd = PoolingDescriptor(2, 2, mode="max")
-    # keep every descriptor referenced until the call returns: .ptr of a temporary would dangle
-    xdesc, ydesc = TensorDescriptor(x.shape, "float32"), TensorDescriptor(out.shape, "float32")
-    one, zero = _scalars()
-    _legacy("cudnnPoolingForward", get_handle().ptr, pd.ptr, one, xdesc.ptr, xd.ptr, zero,
-            ydesc.ptr, out.ptr)  # fmt: skip
+    dnn_pool(memory.to_device(x), (2, 2), (2, 2), "max", out=out)
     want = x.reshape(2, 3, 4, 2, 4, 2).max(axis=(3, 5))
     return _check("pool", out.get(), want, 0.0)
 
 
 def batchnorm() -> str:
     from . import memory
-    from .descriptors import TensorDescriptor
-    from .enums import BatchNormMode
-    from .handle import get_handle
+    from .highlevel import dnn_batch_normalization_test
 
     x = _rng.standard_normal((4, 3, 5, 5))
     scale, bias = _rng.standard_normal(3), _rng.standard_normal(3)
     mean, var = _rng.standard_normal(3), _rng.uniform(0.5, 2.0, 3)
     eps = 1e-5
-    xd_, out = memory.to_device(x.astype(np.float32)), _poisoned(x.shape)
-    params = [
-        memory.to_device(a.astype(np.float32).reshape(1, 3, 1, 1)) for a in (scale, bias, mean, var)
-    ]
-    xdesc = TensorDescriptor(x.shape, "float32")
-    pdesc = TensorDescriptor.derive_bn(xdesc, "spatial")
-    one, zero = _scalars()
-    _legacy("cudnnBatchNormalizationForwardInference", get_handle().ptr, BatchNormMode.SPATIAL,
-            one, zero, xdesc.ptr, xd_.ptr, xdesc.ptr, out.ptr, pdesc.ptr,
-            *(p.ptr for p in params), ctypes.c_double(eps))  # fmt: skip
+    out = _poisoned(x.shape)
+    params = [memory.to_device(a.astype(np.float32).reshape(1, 3, 1, 1))
+              for a in (scale, bias, mean, var)]  # fmt: skip
+    dnn_batch_normalization_test(memory.to_device(x.astype(np.float32)), *params, "spatial",
+                                 eps, out=out)  # fmt: skip
     c = (slice(None), None, None)
     want = scale[c] * (x - mean[c]) / np.sqrt(var[c] + eps) + bias[c]
     return _check("batchnorm", out.get(), want, 1e-4)

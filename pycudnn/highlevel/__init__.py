@@ -5,6 +5,9 @@ per-thread call cache, validation, outputs, staging, one execute path):
 
 - :mod:`.conv` -- ``dnn_conv``, ``dnn_conv3d``, ``dnn_gradinput``, ``dnn_gradinput3d``,
   ``dnn_gradweight``, ``dnn_gradweight3d`` (graph-API plans, :mod:`._plans`);
+- :mod:`.pool` -- ``dnn_pool``, ``dnn_pool_grad``;
+- :mod:`.batchnorm` -- ``dnn_batch_normalization_train``, ``dnn_batch_normalization_test``,
+  ``dnn_batch_normalization_grad``;
 - :mod:`.activation` -- ``dnn_activation``, ``dnn_activation_grad``;
 - :mod:`.softmax` -- ``dnn_softmax``, ``dnn_softmax_grad``;
 - :mod:`.tensor_ops` -- ``dnn_add_tensor``, ``dnn_op_tensor``;
@@ -19,6 +22,11 @@ from __future__ import annotations
 
 from . import _plans
 from .activation import dnn_activation, dnn_activation_grad
+from .batchnorm import (
+    dnn_batch_normalization_grad,
+    dnn_batch_normalization_test,
+    dnn_batch_normalization_train,
+)
 from .conv import (
     dnn_conv,
     dnn_conv3d,
@@ -27,6 +35,7 @@ from .conv import (
     dnn_gradweight,
     dnn_gradweight3d,
 )
+from .pool import dnn_pool, dnn_pool_grad
 from .rnn import RNNBlock
 from .rnn_layout import (
     canonical_rnn_layout,
@@ -44,6 +53,9 @@ __all__ = [
     "dnn_activation",
     "dnn_activation_grad",
     "dnn_add_tensor",
+    "dnn_batch_normalization_grad",
+    "dnn_batch_normalization_test",
+    "dnn_batch_normalization_train",
     "dnn_conv",
     "dnn_conv3d",
     "dnn_gradinput",
@@ -51,6 +63,8 @@ __all__ = [
     "dnn_gradweight",
     "dnn_gradweight3d",
     "dnn_op_tensor",
+    "dnn_pool",
+    "dnn_pool_grad",
     "dnn_softmax",
     "dnn_softmax_grad",
     "rnn_weights_from_torch",

@@ -43,9 +43,12 @@ __all__ = [
     "FLOATS",
     "Call",
     "NoOp",
+    "Packed",
     "Operand",
     "Stage",
     "calls",
+    "channels_last",
+    "check_operand",
     "check_out",
     "check_overlap",
     "check_strides",
@@ -60,6 +63,7 @@ __all__ = [
     "local",
     "operand",
     "output_spec",
+    "packed_operands",
     "padded",
     "same_layout",
     "quiet",
@@ -362,8 +366,8 @@ class OutputSpec(NamedTuple):
         return memory.empty(self.shape, self.dtype, self.device, stream, strides=self.strides)
 
     @property
-    def span(self) -> int:
-        """Bytes the new array's elements span."""
+    def nbytes_span(self) -> int:
+        """Bytes the new array's elements span (as :attr:`Operand.nbytes_span`)."""
         return _layout.extent(self.shape, self.strides, self.dtype.itemsize)[1]
 
     @property
@@ -590,6 +594,65 @@ def dispatch(key: Any, build: Callable[..., Call], ptrs: tuple[int, ...], out: A
     if key is not None:
         cache.put(key, call)
     return result
+
+
+# ==================================================================================================
+# Layout planning for legacy calls: packed NCHW or NHWC, the rest staged
+# ==================================================================================================
+class Packed(NamedTuple):
+    """How a legacy call sees its operands: descriptors (inputs in order, then the output when
+    there is one), the staging of the operands that are not packed, and the new output's spec."""
+
+    descs: tuple
+    stage: Stage | None
+    spec: OutputSpec | None
+
+
+def channels_last(g: Operand) -> bool:
+    """*g* is unambiguously packed channels-last (NHWC / NDHWC)."""
+    nchw, nhwc = _layout.layout_of(g.shape, g.strides)
+    return nhwc and not nchw
+
+
+def check_operand(func: str, name: str, g: Operand) -> None:
+    """Strides cuDNN can describe: aligned, positive (or size-1), within its 32-bit limits."""
+    check_strides(func, name, g)
+    _layout.check_int32(f"{func}: {name}", g.shape, g.strides)
+
+
+def packed_operands(
+    dt: DataType,
+    inputs: Sequence[Operand],
+    out: Operand | None,
+    out_shape: Sequence[int] | None,
+    nhwc: bool,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    first: int = 0,
+) -> Packed:
+    """Descriptors of *inputs* (and of the output of *out_shape*, unless it is None) packed NCHW
+    (or channels-last with *nhwc*); inputs and a given *out* with other strides are staged through
+    packed copies. *first* is the index of ``inputs[0]`` in the call's pointer list (the output
+    is last); *alpha*/*beta* blend a staged output into *out*. All operands have dtype *dt*.
+
+    A new output (``out is None``) gets :attr:`Packed.spec`, packed in that layout.
+    """
+    staged, descs = [], []
+    for i, g in enumerate(inputs):
+        can = _layout.packed_strides(g.shape, nhwc)
+        if not _layout.matches(g.shape, g.strides, can):
+            staged.append((first + i, g, can))
+        descs.append(tensor_descriptor(g.shape, can, dt))
+    staged_out = spec = None
+    if out_shape is not None:
+        can = _layout.packed_strides(out_shape, nhwc)
+        if out is None:
+            spec = output_spec(out_shape, dt, inputs[0].device, nhwc)
+        elif not _layout.matches(out.shape, out.strides, can):
+            staged_out = (tuple(out_shape), tuple(out.strides), can)
+        descs.append(tensor_descriptor(out_shape, can, dt))
+    stage = Stage(dt, staged, staged_out, alpha, beta) if staged or staged_out else None
+    return Packed(tuple(descs), stage, spec)
 
 
 # ==================================================================================================

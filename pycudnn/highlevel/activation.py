@@ -109,7 +109,7 @@ def _output(func: str, out: Any, like: _op.Operand):
         if 0 in spec.shape:
             return None, spec, None, 0
         desc = _op.tensor_descriptor(*_op.padded(spec.shape, spec.element_strides), like.dtype)
-        return desc, spec, None, spec.span
+        return desc, spec, None, spec.nbytes_span
     o = _op.operand(out)
     _op.same_dtype_and_device(func, (("x", like), ("out", o)))
     _op.check_out(func, o, like.shape)

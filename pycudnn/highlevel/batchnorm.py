@@ -37,20 +37,15 @@ from typing import Any, NamedTuple
 
 from .. import _layout
 from .._types import dtype_name
+from ..descriptors import BN_MIN_EPSILON
 from ..enums import BatchNormMode, DataType
-from . import _op, pool
+from . import _op
 
 __all__ = [
-    "BN_MIN_EPSILON",
     "dnn_batch_normalization_grad",
     "dnn_batch_normalization_test",
     "dnn_batch_normalization_train",
 ]
-
-#: cuDNN's ``CUDNN_BN_MIN_EPSILON`` (``cudnn_ops.h``; 0.0 in cuDNN 9, 1e-5 in cuDNN < 7.5, whence
-#: Theano's documented minimum). The high-level layer may not import ``pycudnn.lib``, where the
-#: generated constant lives; a CPU test checks that the two agree.
-BN_MIN_EPSILON = 0.0
 
 _MODES = {
     "per-activation": BatchNormMode.PER_ACTIVATION,
@@ -96,7 +91,7 @@ def _problem(func: str, name: str, x: Any, mode: Any, epsilon: Any) -> _Problem:
             f"{func}: {name} has shape {shape}; cuDNN normalizes 4-D (N, C, H, W) and 5-D "
             "(N, C, D, H, W) inputs (2-D and 3-D ones are padded with size-1 dims, as Theano did)"
         )
-    pool.check_operand(func, name, g)
+    _op.check_operand(func, name, g)
     m = _op.choose(mode, _MODES, "mode", func)
     eps = _op.real(epsilon, "epsilon", func)
     if eps < BN_MIN_EPSILON:
@@ -113,7 +108,7 @@ def _problem(func: str, name: str, x: Any, mode: Any, epsilon: Any) -> _Problem:
     pshape = _op.padded(full, full, 4)[0]
     mode_name = "spatial" if m == BatchNormMode.SPATIAL else "per-activation"
     return _Problem(func, xp, shape, dt, _PARAM_DT[dt], m, mode_name, eps, full, squeezed,
-                    pshape, count, pool.channels_last(xp))  # fmt: skip
+                    pshape, count, _op.channels_last(xp))  # fmt: skip
 
 
 def _reshaped(g: _op.Operand, shape: tuple[int, ...]) -> _op.Operand:
@@ -141,7 +136,7 @@ def _param(p: _Problem, name: str, obj: Any) -> tuple[_op.Operand, tuple[int, ..
             f"{p.func}: {name} has shape {shape}; for mode={p.mode_name!r} and inputs of shape "
             f"{p.shape} expected {p.full} or {p.squeezed}"
         )
-    pool.check_operand(p.func, name, g)
+    _op.check_operand(p.func, name, g)
     return _reshaped(g, p.pshape), shape
 
 
@@ -155,7 +150,7 @@ def _main_output(p: _Problem, name: str, out: Any) -> _op.Operand | None:
         return None
     o = _op.operand(out)
     _op.same_dtype_and_device(p.func, (("inputs", p.x), (name, o)))
-    pool.check_operand(p.func, name, o)
+    _op.check_operand(p.func, name, o)
     _op.check_out(p.func, o, p.shape, name)
     return _op.Operand(o.ptr, *_op.padded(o.shape, o.strides, 4), o.dtype, o.device)
 
@@ -186,8 +181,8 @@ def _plan(p: _Problem, data: Sequence[_op.Operand], o: _op.Operand | None,
           params: Sequence[_op.Operand], first_param: int):  # fmt: skip
     """Descriptors and staging: the data operands (and the output, last) packed in the inputs'
     layout, the parameters packed ``(1, C, ...)``; the output's allocation spec when new."""
-    dplan = pool.packed_operands(p.dt, data, o, p.x.shape, p.nhwc)
-    pplan = pool.packed_operands(p.pdt, params, None, None, False, first=first_param)
+    dplan = _op.packed_operands(p.dt, data, o, p.x.shape, p.nhwc)
+    pplan = _op.packed_operands(p.pdt, params, None, None, False, first=first_param)
     stage = None
     if dplan.stage is not None or pplan.stage is not None:
         stage = _Stages(dplan.stage, pplan.stage)
@@ -208,14 +203,14 @@ class _Stats:
         return [spec.new(stream) for spec in self.specs]
 
     @property
-    def span(self) -> int:
+    def nbytes_span(self) -> int:
         """Bytes of one array."""
-        return self.specs[0].span
+        return self.specs[0].nbytes_span
 
 
 def _spans(*ops: Any) -> tuple[int, ...]:
     """Byte spans of operands (Operand) and new outputs (OutputSpec, _Stats)."""
-    return tuple(o.span if isinstance(o, _Stats) else pool.span(o) for o in ops)
+    return tuple(o.nbytes_span for o in ops)
 
 
 def _check_not_empty(p: _Problem, what: str) -> None:
@@ -420,26 +415,9 @@ def dnn_batch_normalization_train(
     key = (_TRAIN, kx, kg, kb, km, kv, ko, mode, epsilon, running_average_factor,
            inplace_running)  # fmt: skip
     ptrs = (px, pg, pb) if pm is None or pv is None else (px, pg, pb, pm, pv)
-    result = _op.dispatch(
-        key,
-        lambda: _train(
-            inputs,
-            gamma,
-            beta,
-            mode,
-            epsilon,
-            running_average_factor,
-            running_mean,
-            running_var,
-            inplace_running,
-            out,
-            stream,
-        ),
-        ptrs,
-        out,
-        po,
-        stream,
-    )
+    result = _op.dispatch(key, _train, ptrs, out, po, stream,
+                          inputs, gamma, beta, mode, epsilon, running_average_factor,
+                          running_mean, running_var, inplace_running, out, stream)  # fmt: skip
     if inplace_running and len(ptrs) == 5:
         return (*result, running_mean, running_var)
     return result
@@ -568,14 +546,8 @@ def dnn_batch_normalization_test(
     pv, kv = _op.key_of(var)
     po, ko = _key(out)
     key = (_TEST, kx, kg, kb, km, kv, ko, mode, epsilon)
-    return _op.dispatch(
-        key,
-        lambda: _test(inputs, gamma, beta, mean, var, mode, epsilon, out, stream),
-        (px, pg, pb, pm, pv),
-        out,
-        po,
-        stream,
-    )
+    return _op.dispatch(key, _test, (px, pg, pb, pm, pv), out, po, stream,
+                        inputs, gamma, beta, mean, var, mode, epsilon, out, stream)  # fmt: skip
 
 
 def _test(inputs, gamma, beta, mean, var, mode, epsilon, out, stream) -> _op.Call:
@@ -660,14 +632,8 @@ def dnn_batch_normalization_grad(
     pi, ki = _op.key_of(x_invstd)
     po, ko = _key(out)
     key = (_GRAD, kx, kdy, ks, km, ki, ko, mode, epsilon)
-    return _op.dispatch(
-        key,
-        lambda: _grad(inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, stream),
-        (px, pdy, ps, pm, pi),
-        out,
-        po,
-        stream,
-    )
+    args = (inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, stream)
+    return _op.dispatch(key, _grad, (px, pdy, ps, pm, pi), out, po, stream, *args)
 
 
 def _grad(inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, stream) -> _Grad:
@@ -677,7 +643,7 @@ def _grad(inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, stream) -> _G
     _op.same_dtype_and_device(func, (("inputs", p.x), ("dy", gdy)))
     if tuple(gdy.shape) != p.shape:
         raise ValueError(f"{func}: dy has shape {tuple(gdy.shape)} but inputs {p.shape}")
-    pool.check_operand(func, "dy", gdy)
+    _op.check_operand(func, "dy", gdy)
     gdy = _op.Operand(gdy.ptr, *_op.padded(gdy.shape, gdy.strides, 4), gdy.dtype, gdy.device)
     params = _params(p, (("scale", scale), ("x_mean", x_mean), ("x_invstd", x_invstd)))
     pops = [g for g, _ in params]

@@ -49,9 +49,8 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from .. import _layout
-from .._types import itemsize
 from ..descriptors import PoolingDescriptor
-from ..enums import DataType, PoolingMode
+from ..enums import PoolingMode
 from . import _op
 
 __all__ = ["dnn_pool", "dnn_pool_grad", "get_pool_output_shape"]
@@ -148,75 +147,6 @@ def get_pool_output_shape(
     return _geometry("get_pool_output_shape", img_shape, ws, stride, pad).out_shape
 
 
-# ==================================================================================================
-# Layout planning, shared with batchnorm (generic: candidates for _op)
-# ==================================================================================================
-class Packed(NamedTuple):
-    """How a legacy call sees its operands: descriptors (inputs in order, then the output when
-    there is one), the staging of the operands that are not packed, and the new output's spec."""
-
-    descs: tuple
-    stage: _op.Stage | None
-    spec: _op.OutputSpec | None
-
-
-def channels_last(g: _op.Operand) -> bool:
-    """*g* is unambiguously packed channels-last (NHWC / NDHWC)."""
-    nchw, nhwc = _layout.layout_of(g.shape, g.strides)
-    return nhwc and not nchw
-
-
-def span(g: _op.Operand | _op.OutputSpec) -> int:
-    """Bytes from the first to one past the last element of an operand or a new output.
-
-    (``_op.Operand.nbytes_span`` tests ``if self.dtype``, which is False for float32:
-    ``DataType.FLOAT`` is 0. This one does not.)"""
-    if isinstance(g, _op.OutputSpec):
-        return g.span
-    return _layout.span(g.shape, g.strides) * itemsize(g.dtype)
-
-
-def check_operand(func: str, name: str, g: _op.Operand) -> None:
-    """Strides cuDNN can describe: aligned, positive (or size-1), within its 32-bit limits."""
-    _op.check_strides(func, name, g)
-    _layout.check_int32(f"{func}: {name}", g.shape, g.strides)
-
-
-def packed_operands(
-    dt: DataType,
-    inputs: Sequence[_op.Operand],
-    out: _op.Operand | None,
-    out_shape: Sequence[int] | None,
-    nhwc: bool,
-    alpha: float = 1.0,
-    beta: float = 0.0,
-    first: int = 0,
-) -> Packed:
-    """Descriptors of *inputs* (and of the output of *out_shape*, unless it is None) packed NCHW
-    (or channels-last with *nhwc*); inputs and a given *out* with other strides are staged through
-    packed copies. *first* is the index of ``inputs[0]`` in the call's pointer list (the output
-    is last); *alpha*/*beta* blend a staged output into *out*. All operands have dtype *dt*.
-
-    A new output (``out is None``) gets :attr:`Packed.spec`, packed in that layout.
-    """
-    staged, descs = [], []
-    for i, g in enumerate(inputs):
-        can = _layout.packed_strides(g.shape, nhwc)
-        if not _layout.matches(g.shape, g.strides, can):
-            staged.append((first + i, g, can))
-        descs.append(_op.tensor_descriptor(g.shape, can, dt))
-    staged_out = spec = None
-    if out_shape is not None:
-        can = _layout.packed_strides(out_shape, nhwc)
-        if out is None:
-            spec = _op.output_spec(out_shape, dt, inputs[0].device, nhwc)
-        elif not _layout.matches(out.shape, out.strides, can):
-            staged_out = (tuple(out_shape), tuple(out.strides), can)
-        descs.append(_op.tensor_descriptor(out_shape, can, dt))
-    stage = _op.Stage(dt, staged, staged_out, alpha, beta) if staged or staged_out else None
-    return Packed(tuple(descs), stage, spec)
-
-
 def _hashable(v: Any) -> Any:
     """Lists (a common spelling of ws/stride/pad) as tuples, so the call can be cached."""
     return tuple(v) if type(v) is list else v
@@ -230,7 +160,7 @@ class _PoolCall(_op.Call):
 
     __slots__ = ("args", "d", "descs", "fn", "hp", "pool", "pp")
 
-    def __init__(self, func, h, plan: Packed, spans, pool, alpha, beta, backward):
+    def __init__(self, func, h, plan: _op.Packed, spans, pool, alpha, beta, backward):
         super().__init__(func, h, plan.spec, spans, plan.stage)
         self.pool, self.descs = pool, plan.descs  # descriptors live as long as the call entry
         # their addresses: ctypes converts an int faster than an object's _as_parameter_
@@ -250,17 +180,17 @@ class _PoolCall(_op.Call):
 
 def _entry(func, h, dt, geo, pmode, is_sum, inputs, o, out_shape, nhwc, alpha, beta, backward):
     """The call entry once operands and arguments are valid (descriptors, staging, scales)."""
-    spans = tuple(span(g) for g in inputs)
+    spans = tuple(g.nbytes_span for g in inputs)
     if any(n == 0 for n in out_shape):  # N or C is 0: nothing to compute
         spec = None if o is not None else _op.output_spec(out_shape, dt, inputs[0].device, nhwc)
-        return _op.NoOp(func, h, spec, (*spans, 0 if o is None else span(o)))
-    plan = packed_operands(dt, inputs, o, out_shape, nhwc, alpha, beta)
+        return _op.NoOp(func, h, spec, (*spans, 0 if o is None else o.nbytes_span))
+    plan = _op.packed_operands(dt, inputs, o, out_shape, nhwc, alpha, beta)
     scale = float(math.prod(geo.ws)) if is_sum else 1.0
     if plan.stage is not None and plan.stage.output is not None:
         a, b = _op.scales(dt, scale, 0.0)  # the staged copy applies alpha/beta
     else:
         a, b = _op.scales(dt, alpha * scale, beta)
-    so = span(plan.spec if o is None else o)
+    so = (plan.spec if o is None else o).nbytes_span
     pool = PoolingDescriptor(geo.ws, geo.stride, geo.pad, mode=pmode, nan_propagation=True)
     return _PoolCall(func, h, plan, (*spans, so), pool, a, b, backward)
 
@@ -270,7 +200,7 @@ def _out_operand(func: str, name: str, out: Any, like: _op.Operand, shape) -> _o
         return None
     o = _op.operand(out)
     _op.same_dtype_and_device(func, (("img", like), (name, o)))
-    check_operand(func, name, o)
+    _op.check_operand(func, name, o)
     _op.check_out(func, o, shape, name)
     return o
 
@@ -340,27 +270,21 @@ def dnn_pool(
     px, kx = _op.key_of(img)
     po, ko = (None, None) if out is None else _op.key_of(out)
     key = (_FWD, kx, ko, _hashable(ws), _hashable(stride), mode, _hashable(pad), alpha, beta)
-    return _op.dispatch(
-        key,
-        lambda: _forward(img, out, ws, stride, mode, pad, alpha, beta, stream),
-        (px,),
-        out,
-        po,
-        stream,
-    )
+    return _op.dispatch(key, _forward, (px,), out, po, stream,
+                        img, out, ws, stride, mode, pad, alpha, beta, stream)  # fmt: skip
 
 
 def _forward(img, out, ws, stride, mode, pad, alpha, beta, stream) -> _op.Call:
     func = "dnn_pool"
     g = _op.operand(img)
     dt, device = _op.same_dtype_and_device(func, (("img", g),))
-    check_operand(func, "img", g)
+    _op.check_operand(func, "img", g)
     geo = _geometry(func, g.shape, ws, stride, pad)
     pmode, is_sum = _op.choose(mode, _MODES, "mode", func)
     a, b = _op.real(alpha, "alpha", func), _op.real(beta, "beta", func)
     o = _out_operand(func, "out", out, g, geo.out_shape)
     h = _op.handle_for(device, stream)
-    nhwc = channels_last(g)
+    nhwc = _op.channels_last(g)
     return _entry(func, h, dt, geo, pmode, is_sum, (g,), o, geo.out_shape, nhwc, a, b, False)
 
 
@@ -428,14 +352,9 @@ def dnn_pool_grad(
     po, ko = (None, None) if img_grad is None else _op.key_of(img_grad)
     key = (_BWD, kx, ky, kdy, ko, _hashable(ws), _hashable(stride), mode, _hashable(pad), alpha,
            beta)  # fmt: skip
-    return _op.dispatch(
-        key,
-        lambda: _backward(img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, beta, stream),
-        (px, py, pdy),
-        img_grad,
-        po,
-        stream,
-    )
+    return _op.dispatch(key, _backward, (px, py, pdy), img_grad, po, stream,
+                        img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, beta,
+                        stream)  # fmt: skip
 
 
 def _backward(img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, beta, stream):
@@ -444,7 +363,7 @@ def _backward(img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, beta, 
     named = (("img", gx), ("out", gy), ("out_grad", gdy))
     dt, device = _op.same_dtype_and_device(func, named)
     for name, g in named:
-        check_operand(func, name, g)
+        _op.check_operand(func, name, g)
     geo = _geometry(func, gx.shape, ws, stride, pad)
     for name, g in named[1:]:
         if tuple(g.shape) != geo.out_shape:
@@ -457,6 +376,6 @@ def _backward(img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, beta, 
     a, b = _op.real(alpha, "alpha", func), _op.real(beta, "beta", func)
     o = _out_operand(func, "img_grad", img_grad, gx, gx.shape)
     h = _op.handle_for(device, stream)
-    nhwc = channels_last(gx)
+    nhwc = _op.channels_last(gx)
     inputs = (gx, gy, gdy)
     return _entry(func, h, dt, geo, pmode, is_sum, inputs, o, gx.shape, nhwc, a, b, True)

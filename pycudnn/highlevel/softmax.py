@@ -95,7 +95,7 @@ def _build(func, name, names, objs, out, algo, mode, alpha, beta, stream) -> _op
     h = _op.handle_for(device, stream)
     spec = _op.like_spec(g0) if o is None else None
     out_strides = o.strides if o is not None else spec.element_strides
-    so = o.nbytes_span if o is not None else spec.span
+    so = o.nbytes_span if o is not None else spec.nbytes_span
     spans = (*(g.nbytes_span for _n, g in ops), so)
     if any(s == 0 for s in g0.shape):
         return _op.NoOp(func, h, spec, spans)

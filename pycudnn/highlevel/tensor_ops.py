@@ -240,7 +240,7 @@ def _op_tensor(op, a, b, alpha1, alpha2, beta, out, stream) -> _op.Call:
         cd = None
         if 0 not in spec.shape:
             cd = _op.tensor_descriptor(*_op.padded(spec.shape, spec.element_strides), dt)
-        so = spec.span
+        so = spec.nbytes_span
         inplace: tuple[int, ...] = ()
     else:
         spec = None
