@@ -1,0 +1,400 @@
+"""CTC loss on cuDNN's v8 API (``cudnnCTCLoss_v8``): labels and lengths in device memory.
+
+``dnn_ctc_loss(log_probs, labels, label_lengths, input_lengths, algo)`` returns the loss and its
+gradient in one call, as PyTorch's ``F.ctc_loss`` with blank 0 computes them:
+
+* *log_probs* ``(T, N, C)`` are log-probabilities (``log_softmax`` output). cuDNN is run with
+  ``CUDNN_LOSS_NORMALIZATION_SOFTMAX``, i.e. it applies a softmax to its input, which gives back
+  the probabilities for log-probabilities (``softmax(log p) = p``); unnormalised logits are
+  accepted too (the loss is then that of ``log_softmax(logits)``). The gradient is cuDNN's, the
+  gradient w.r.t. that softmax's input: ``exp(log_probs) - posterior``, which is what PyTorch's
+  ``F.ctc_loss`` returns for *log_probs* (both equal the gradient w.r.t. the logits once passed
+  back through ``log_softmax``). Time steps past a sample's input length get 0 (cuDNN leaves
+  them unwritten: the gradient buffer is zeroed first).
+* A sample whose labels cannot fit in its input length (label length plus repeats greater than
+  the input length) gets loss 0 and a zero gradient (cuDNN's ``CUDNN_CTC_ZERO_OOB_GRADIENTS``;
+  PyTorch gives ``inf`` unless ``zero_infinity=True``).
+* Measured limits of cuDNN 9.19: float32 and float64 only (float16 is ``NOT_SUPPORTED``), the
+  compute type must be the data type, label lengths 1 to 255 (256 is ``NOT_SUPPORTED``; an
+  empty label gives a wrong loss, so it is refused), the gradient is written packed whatever
+  its descriptor says (a strided ``out`` is filled through a packed buffer).
+
+With ``check_values=True`` (the default) the labels and lengths are copied to the host (a
+synchronising copy) and checked before cuDNN reads them on the device, where bad values give
+wrong results or illegal memory accesses. The call goes through the shared op path
+(:mod:`._op`): descriptors and workspace size are cached per layout.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from .. import _layout, memory
+from .._types import numpy_dtype
+from ..descriptors import CTCLossDescriptor, OpTensorDescriptor, ReduceTensorDescriptor
+from ..enums import CTCLossAlgo, DataType
+from . import _op
+from .reduction import MultiOutputCall, lookup, out_operand, remember, span_of
+
+__all__ = ["dnn_ctc_loss"]
+
+_TYPES = (DataType.FLOAT, DataType.DOUBLE)
+_INT = (DataType.INT32,)
+_ALGOS = {
+    "deterministic": CTCLossAlgo.DETERMINISTIC,
+    "non_deterministic": CTCLossAlgo.NON_DETERMINISTIC,
+}
+_REDUCTIONS = {"none": "none", "sum": "sum", "mean": "mean"}
+_MAX_LABEL = 255  # cuDNN refuses a descriptor with a larger maximum (NOT_SUPPORTED)
+_IP = ctypes.POINTER(ctypes.c_int)
+_KEY = "ctc"
+
+
+def _flag(func: str, name: str, value: Any) -> bool:
+    if isinstance(value, (bool, np.bool_, int)) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{func}: {name} must be True or False, got {value!r}")
+
+
+def _vector(func: str, name: str, g: _op.Operand, n: int | None, what: str) -> None:
+    if len(g.shape) != 1 or (n is not None and g.shape[0] != n):
+        raise ValueError(f"{func}: {name} has shape {tuple(g.shape)}; expected {what}")
+    _op.check_strides(func, name, g)
+    if g.shape[0] > 1 and g.strides[0] != 1:
+        raise ValueError(
+            f"{func}: {name} has stride {g.strides[0]}; cuDNN reads it as a packed int32 vector"
+        )
+
+
+class _CTC(MultiOutputCall):
+    """cudnnCTCLoss_v8 into packed buffers (zeroed gradient), then the reduction/copy."""
+
+    __slots__ = ("algo", "cd", "copy", "fn", "g4d", "gd", "god", "grad_direct", "hp", "ld", "lod",
+                 "mul", "n", "npdt", "one", "opd", "pd", "rd", "red", "reduce", "rws", "set",
+                 "shape", "wd", "weights", "ws")  # fmt: skip
+
+    def __init__(self, func, h, allocs, in_spans, out_spans, stage, dt, shape, algo, cd, pd, gd,
+                 god, ws, red, grad_direct, lod, rd, rws):  # fmt: skip
+        super().__init__(func, h, allocs, in_spans, out_spans, stage)
+        self.shape, self.n, self.algo = shape, shape[1], algo
+        self.cd, self.pd, self.gd, self.god, self.lod = cd, pd, gd, god, lod
+        # the element-wise calls take 4-D descriptors (cudnnSetTensor refuses 3-D ones)
+        self.g4d = _op.tensor_descriptor(*_op.padded(shape, _layout.packed_strides(shape)), dt)
+        self.ws, self.red, self.grad_direct = ws, red, grad_direct
+        self.rd, self.rws = rd, rws
+        self.npdt = np.dtype(numpy_dtype(dt))
+        self.hp = h.ptr
+        one, zero = _op.scales(dt, 1.0, 0.0)
+        self.one = (ctypes.byref(one), ctypes.byref(zero), one, zero)
+        self.fn = _op.quiet("cudnnCTCLoss_v8")
+        self.set = _op.quiet("cudnnSetTensor")
+        self.copy = _op.quiet("cudnnTransformTensor")
+        self.mul = _op.quiet("cudnnOpTensor")
+        self.reduce = _op.quiet("cudnnReduceTensor")
+        n = shape[1]
+        self.wd = _op.tensor_descriptor(*_op.padded((1, n, 1), (n, 1, 1)), dt)  # over (T, N, C)
+        self.ld = _op.tensor_descriptor(*_op.padded((n,), (1,)), dt)  # a vector of N
+        self.opd = OpTensorDescriptor("mul", dt) if red == "mean" else None
+        self.weights = None  # host weights of a 'mean' call, set around each run
+
+    def launch(self, ptrs):
+        lp, labels, lens, ilens = ptrs[:4]
+        loss = ptrs[4]
+        grad = ptrs[5] if len(ptrs) > 5 else None
+        h = self.handle
+        dev, stream = h.device, h.stream
+        one, zero = self.one[0], self.one[1]
+        keep = []
+        gp = None
+        if grad is not None:
+            if self.grad_direct:
+                gp = grad
+            else:
+                tmp = memory.empty(self.shape, self.npdt, dev, stream)
+                keep.append(tmp)
+                gp = tmp.ptr
+            self.set(self.hp, self.g4d, gp, ctypes.byref(self.one[3]))  # zero
+        if self.red == "none":
+            cp = loss
+        else:
+            costs = memory.empty((self.n,), self.npdt, dev, stream)
+            keep.append(costs)
+            cp = costs.ptr
+        wp = _op.workspace(h, self.ws) if self.ws else None
+        self.fn(self.hp, self.algo, self.cd, self.pd, lp, ctypes.cast(labels, _IP),
+                ctypes.cast(lens, _IP), ctypes.cast(ilens, _IP), cp, self.gd, gp, self.ws,
+                wp)  # fmt: skip
+        w = None
+        if self.red == "mean":
+            w = memory.to_device(self.weights, stream)
+            keep.append(w)
+            scaled = memory.empty((self.n,), self.npdt, dev, stream)
+            keep.append(scaled)
+            self.mul(self.hp, self.opd, one, self.ld, cp, one, self.ld, w.ptr, zero, self.ld,
+                     scaled.ptr)  # fmt: skip
+            cp = scaled.ptr
+        if self.red != "none":
+            if self.n == 1:
+                self.copy(self.hp, one, self.ld, cp, zero, self.lod, loss)
+            else:
+                rwp = _op.workspace(h, self.rws) if self.rws else None
+                self.reduce(self.hp, self.rd, None, 0, rwp, self.rws, one, self.ld, cp, zero,
+                            self.lod, loss)  # fmt: skip
+        if grad is not None and not self.grad_direct:
+            if w is not None:
+                self.mul(self.hp, self.opd, one, self.g4d, gp, one, self.wd, w.ptr, zero,
+                         self.god, grad)  # fmt: skip
+            else:
+                self.copy(self.hp, one, self.g4d, gp, zero, self.god, grad)
+        del keep  # temporaries are freed stream-ordered, after the queued calls
+
+
+def dnn_ctc_loss(
+    log_probs: Any,
+    labels: Any,
+    label_lengths: Any,
+    input_lengths: Any,
+    algo: str = "deterministic",
+    *,
+    reduction: str = "none",
+    compute_grad: bool = True,
+    check_values: bool = True,
+    out: Any = None,
+    stream: Any = None,
+) -> tuple[Any, Any]:
+    """Connectionist temporal classification loss and its gradient (``cudnnCTCLoss_v8``).
+
+    Parameters
+    ----------
+    log_probs : device array
+        ``(T, N, C)`` log-probabilities over ``C`` classes, class 0 the blank; float32 or
+        float64; copied to C order first if strided.
+    labels : device array
+        int32, 1-D: the label sequences of the batch one after the other (PyTorch's
+        concatenated targets), each label in ``1 .. C - 1``.
+    label_lengths : device array
+        int32 ``(N,)``, each 1 to 255.
+    input_lengths : device array
+        int32 ``(N,)``, each 1 to ``T`` and at least the sample's label length.
+    algo : {'deterministic', 'non_deterministic'}
+        cuDNN's algorithm (the second is faster and not bitwise reproducible).
+    reduction : {'none', 'sum', 'mean'}
+        ``'none'``: the loss per sample, ``(N,)``; ``'sum'``: their sum; ``'mean'``: PyTorch's
+        mean, ``mean(loss / label_lengths)`` (reads *label_lengths* on the host). The gradient
+        is that of the returned loss.
+    compute_grad : bool
+        False: the loss only (the gradient returned is None).
+    check_values : bool
+        Copy labels and lengths to the host and check them first (a synchronising copy; turn
+        off in graphs or hot loops once the data is known to be good).
+    out : (device array or None, device array or None), optional
+        ``(loss, grad)``: *loss* ``(N,)`` (C-contiguous) or ``()``, *grad* ``(T, N, C)`` any
+        strides; the dtype of *log_probs*.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    (loss, grad)
+        New arrays (or the given ones); *grad* is None without *compute_grad*.
+
+    Raises
+    ------
+    TypeError
+        Host arrays, dtypes other than float32/float64 (*log_probs*) and int32 (the rest),
+        non-bool flags, *out* not a pair.
+    ValueError
+        Bad shapes (*log_probs* not 3-D with C >= 2 and N >= 1, vectors not 1-D of N, strided
+        vectors), devices, an unknown algo or reduction, a bad *out*; with *check_values*, any
+        length or label out of range, or label lengths that do not add up to ``len(labels)``.
+
+    Examples
+    --------
+    >>> lp = torch.randn(50, 4, 20, device="cuda").log_softmax(2)
+    >>> loss, grad = pycudnn.dnn_ctc_loss(lp, labels, label_lengths, input_lengths)
+    """
+    func = "dnn_ctc_loss"
+    outs = _pair(func, out)
+    ptrs, keys = [], []
+    for obj in (log_probs, labels, label_lengths, input_lengths):
+        p, k = _op.key_of(obj)
+        ptrs.append(p)
+        keys.append(k)
+    pos, kos = zip(*((None, None) if o is None else _op.key_of(o) for o in outs), strict=True)
+    key = (_KEY, *keys, kos, algo, reduction, compute_grad)
+    call, cached = lookup(
+        key,
+        lambda: _build(
+            log_probs,
+            labels,
+            label_lengths,
+            input_lengths,
+            outs,
+            algo,
+            reduction,
+            compute_grad,
+            stream,
+        ),
+    )
+    flag = _flag(func, "check_values", check_values)
+    if stream is not None:
+        call.handle.set_stream(stream)  # the values are read in order on the call's stream
+    lens = None
+    if flag:
+        lens = _check_values(func, call, labels, label_lengths, input_lengths)
+    if call.red == "mean":
+        if lens is None:
+            lens = _host(label_lengths, call.handle)
+        n = call.n
+        call.weights = (1.0 / (n * np.maximum(lens, 1))).astype(call.npdt)
+    n_out = len(call.allocs)
+    try:
+        result = call.run(tuple(ptrs), outs[:n_out], pos[:n_out], stream)
+    finally:
+        call.weights = None
+    if not cached:
+        remember(key, call)
+    return (result[0], result[1]) if n_out == 2 else (result[0], None)
+
+
+def _pair(func: str, out: Any) -> tuple[Any, Any]:
+    if out is None:
+        return None, None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"{func}: out must be None or a pair (loss, grad), got {out!r}")
+    return out[0], out[1]
+
+
+def _host(obj: Any, h: Any) -> np.ndarray:
+    return memory.asarray(obj).get(h.stream).astype(np.int64)
+
+
+def _check_values(func, call, labels, label_lengths, input_lengths) -> np.ndarray:
+    t, _, c = call.shape
+    lens = _host(label_lengths, call.handle)
+    ilens = _host(input_lengths, call.handle)
+    labs = _host(labels, call.handle)
+    for name, arr, lo, hi, what in (
+        (
+            "label_lengths",
+            lens,
+            1,
+            _MAX_LABEL,
+            "1 to 255 (cuDNN's limit; an empty label is refused)",
+        ),
+        ("input_lengths", ilens, 1, t, f"1 to T = {t}"),
+    ):
+        bad = np.flatnonzero((arr < lo) | (arr > hi))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"{func}: {name}[{i}]={int(arr[i])} is out of range; expected {what}")
+    bad = np.flatnonzero(lens > ilens)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"{func}: label_lengths[{i}]={int(lens[i])} exceeds input_lengths[{i}]={int(ilens[i])}"
+        )
+    total = int(lens.sum())
+    if total != labs.size:
+        raise ValueError(
+            f"{func}: labels has {labs.size} elements but label_lengths add up to {total}"
+        )
+    bad = np.flatnonzero((labs < 1) | (labs >= c))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"{func}: labels[{i}]={int(labs[i])} is out of range; expected 1 to C - 1 = {c - 1} "
+            "(0 is the blank)"
+        )
+    return lens
+
+
+def _build(log_probs, labels, label_lengths, input_lengths, outs, algo, reduction, compute_grad,
+           stream) -> _CTC:  # fmt: skip
+    func = "dnn_ctc_loss"
+    glp = _op.operand(log_probs)
+    dt, device = _op.same_dtype_and_device(func, (("log_probs", glp),), _TYPES)
+    if len(glp.shape) != 3:
+        raise ValueError(f"{func}: log_probs has shape {tuple(glp.shape)}; expected (T, N, C)")
+    t, n, c = glp.shape
+    if t < 1 or n < 1 or c < 2:
+        raise ValueError(
+            f"{func}: log_probs has shape {tuple(glp.shape)}; expected T >= 1, N >= 1 and C >= 2 "
+            "(the blank and at least one label)"
+        )
+    _op.check_strides(func, "log_probs", glp)
+    gl, gll, gil = (_op.operand(o) for o in (labels, label_lengths, input_lengths))
+    _, ldev = _op.same_dtype_and_device(
+        func, (("labels", gl), ("label_lengths", gll), ("input_lengths", gil)), _INT
+    )
+    if ldev != device:
+        raise ValueError(f"{func}: log_probs is on device {device} but labels on device {ldev}")
+    _vector(func, "labels", gl, None, "1-D (the concatenated label sequences)")
+    _vector(func, "label_lengths", gll, n, f"({n},) (N of log_probs)")
+    _vector(func, "input_lengths", gil, n, f"({n},) (N of log_probs)")
+    algo_v = _op.choose(algo, _ALGOS, "algo", func)
+    red = _op.choose(reduction, _REDUCTIONS, "reduction", func)
+    with_grad = _flag(func, "compute_grad", compute_grad)
+    if not with_grad and outs[1] is not None:
+        raise ValueError(f"{func}: out[1] (grad) was given with compute_grad=False")
+    shape = (t, n, c)
+    packed = _layout.packed_strides(shape)
+    lshape = (n,) if red == "none" else ()
+    allocs: list[Any] = []
+    spans: list[int] = []
+    if outs[0] is None:
+        lspec = _op.output_spec(lshape, dt, device)
+        allocs.append(lspec)
+        spans.append(lspec.span)
+    else:
+        o = out_operand(func, outs[0], lshape, dt, device, "out[0] (loss)")
+        if red == "none" and n > 1 and o.strides[0] != 1:
+            raise ValueError(
+                f"{func}: out[0] (loss) has stride {o.strides[0]}; cuDNN writes it packed"
+            )
+        allocs.append(None)
+        spans.append(span_of(o))
+    grad_direct = True
+    gstrides = packed
+    if with_grad:
+        if outs[1] is None:
+            gspec = _op.output_spec(shape, dt, device)
+            allocs.append(gspec)
+            spans.append(gspec.span)
+        else:
+            og = out_operand(func, outs[1], shape, dt, device, "out[1] (grad)")
+            allocs.append(None)
+            spans.append(span_of(og))
+            gstrides = tuple(og.strides)
+            grad_direct = _layout.matches(shape, gstrides, packed)
+        grad_direct = grad_direct and red != "mean"
+    stage: list = []
+    if not _layout.is_c_contiguous(glp.shape, glp.strides):
+        shape4, strides4 = _op.padded(shape, glp.strides)
+        stage.append(
+            (0, glp._replace(shape=shape4, strides=strides4), _op.padded(shape, packed)[1])
+        )
+    h = _op.handle_for(device, stream)
+    cd = CTCLossDescriptor(dt, normalization="softmax", grad_mode="zero_oob",
+                           max_label_length=_MAX_LABEL)  # fmt: skip
+    pd = _op.tensor_descriptor(shape, packed, dt)
+    gd = pd
+    god = _op.tensor_descriptor(*_op.padded(shape, gstrides), dt)
+    size = ctypes.c_size_t()
+    _op.quiet("cudnnGetCTCLossWorkspaceSize_v8")(h.ptr, algo_v, cd, pd, gd, ctypes.byref(size))
+    lod = None if red == "none" else _op.tensor_descriptor((1, 1, 1, 1), (1, 1, 1, 1), dt)
+    rd, rws = None, 0
+    if red != "none" and n > 1:
+        rd = ReduceTensorDescriptor("add", dt)
+        ld = _op.tensor_descriptor(*_op.padded((n,), (1,)), dt)
+        rsize = ctypes.c_size_t()
+        _op.quiet("cudnnGetReductionWorkspaceSize")(h.ptr, rd, ld, lod, ctypes.byref(rsize))
+        rws = rsize.value
+    in_spans = (span_of(glp), span_of(gl), span_of(gll), span_of(gil))
+    call = _CTC(func, h, allocs, in_spans, spans, _op.Stage(dt, stage, None, 1.0, 0.0)
+                if stage else None, dt, shape, algo_v, cd, pd, gd, god, size.value, red,
+                grad_direct, lod, rd, rws)  # fmt: skip
+    return call

@@ -1,0 +1,407 @@
+"""Dropout: Theano's ``dnn_dropout`` (cudnn.torch's ``Dropout``) as eager functions with a
+reusable :class:`DropoutState`.
+
+``dnn_dropout(x, p, seed, state)`` runs ``cudnnDropoutForward`` and returns ``(y, state)``;
+``dnn_dropout_grad(dy, state)`` runs ``cudnnDropoutBackward`` with the mask of the state's last
+forward call. The calls go through the shared op path (:mod:`._op`): a per-thread cache maps the
+operands' layouts to ready calls (descriptors, reserve-space size), so a repeated call makes
+one C call.
+
+The state
+---------
+A :class:`DropoutState` owns what makes dropout stateful: the ``cudnnDropoutDescriptor_t``, the
+RNG states buffer (``cudnnDropoutGetStatesSize``: 6.2 MiB on an H100) and the reserve space,
+which holds the last mask (1 bit per element, grown when a larger input comes). Initialising
+the RNG states (``cudnnSetDropoutDescriptor``) costs about 20 ms, so it happens once, at the
+state's first use, on the device of that input; later calls continue the same random stream
+(a new mask each call) with no re-initialisation, and a change of *p* only restores the
+descriptor (``cudnnRestoreDropoutDescriptor``). The state holds device arrays and descriptors
+that free themselves: :meth:`DropoutState.close` (or ``with``) frees them at once, otherwise
+they go with the object.
+
+Seeds
+-----
+* ``seed=None, state=None``: a new state with a fresh random seed (``secrets.randbits(63)``).
+* ``seed=s, state=None``: a new state seeded with *s*. The same seed gives the same mask for
+  the same input shape (and any layout: cuDNN's mask follows the logical element order).
+* ``state=st`` alone: the next mask of *st*'s random stream (Theano's seed is likewise fixed
+  when its states are made, and its dropout op then advances them).
+* ``seed=s, state=st``: restart *st*'s stream from *s* (re-initialising its RNG, ~20 ms),
+  unless *st* is unused since it was seeded with *s*: the mask is the one a new state seeded
+  with *s* gives.
+
+cuDNN scales the kept elements by ``1 / (1 - p)`` (with *p* as a float32) and zeroes the rest;
+``p = 0`` copies. dtypes float16, float32, float64 (bfloat16 is ``NOT_SUPPORTED`` by cuDNN), any
+layout, up to 8 dims; ``out=x`` (forward) and ``out=dy`` (backward) compute in place.
+
+A state is used by one thread at a time, on one device; its arrays are ordered on the stream of
+its first use, so a state moved to another stream needs that stream ordered after the first.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import numpy as np
+
+from .. import memory
+from ..descriptors import DropoutDescriptor
+from ..enums import DataType
+from . import _op
+from .reduction import lookup, out_operand, remember, span_of, tensor_desc
+
+__all__ = ["DropoutState", "dnn_dropout", "dnn_dropout_grad"]
+
+_TYPES = (DataType.HALF, DataType.FLOAT, DataType.DOUBLE)
+_FWD, _BWD = "dropout", "dropout_grad"
+_SEED_MAX = 2**64 - 1
+
+
+def _seed(func: str, seed: Any) -> int:
+    if isinstance(seed, bool) or not hasattr(seed, "__index__"):
+        raise TypeError(f"{func}: seed must be an int in [0, 2**64 - 1] or None, got {seed!r}")
+    s = seed.__index__()
+    if not 0 <= s <= _SEED_MAX:
+        raise ValueError(f"{func}: seed={s} is out of range; expected an int in [0, 2**64 - 1]")
+    return s
+
+
+def _p(func: str, p: Any) -> float:
+    return _op.real(p, "p", func, lo=0.0, hi=1.0, hi_open=True)
+
+
+class DropoutState:
+    """The RNG states, descriptor and mask of :func:`dnn_dropout`, reusable across calls.
+
+    Parameters
+    ----------
+    seed : int, optional
+        0 to 2**64 - 1; default a fresh random seed.
+
+    Notes
+    -----
+    Nothing is allocated until the first :func:`dnn_dropout` with this state, which binds it to
+    the input's device, allocates the RNG states and initialises them from :attr:`seed`. The
+    reserve space (the mask) is grown for larger inputs. :func:`dnn_dropout_grad` uses the mask
+    of the last forward call and refuses a gradient of another shape.
+
+    Examples
+    --------
+    >>> with pycudnn.DropoutState(seed=0) as st:
+    ...     y, _ = pycudnn.dnn_dropout(x, 0.5, state=st)
+    ...     dx = pycudnn.dnn_dropout_grad(dy, st)
+    """
+
+    __slots__ = ("__weakref__", "_closed", "_desc", "_device", "_fresh", "_mask", "_p",
+                 "_reserve", "_seed", "_states")  # fmt: skip
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._seed = secrets.randbits(63) if seed is None else _seed("DropoutState", seed)
+        self._p: float | None = None
+        self._device: int | None = None
+        self._desc: DropoutDescriptor | None = None
+        self._states: Any = None
+        self._reserve: Any = None
+        self._mask: tuple[int, ...] | None = None
+        self._fresh = True  # the RNG stream is at the start of self._seed's sequence
+        self._closed = False
+
+    # ---------------------------------------------------------------------------------- public
+    @property
+    def seed(self) -> int:
+        """The seed the RNG stream was (or will be) initialised from."""
+        return self._seed
+
+    @property
+    def p(self) -> float | None:
+        """The dropout probability of the last call (None before the first)."""
+        return self._p
+
+    @property
+    def device(self) -> int | None:
+        """The device the state is bound to (None before the first call)."""
+        return self._device
+
+    @property
+    def mask_shape(self) -> tuple[int, ...] | None:
+        """Shape of the input of the last forward call, whose mask the state holds."""
+        return self._mask
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes held (RNG states plus reserve space)."""
+        return sum(a.nbytes for a in (self._states, self._reserve) if a is not None)
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    def close(self) -> None:
+        """Free the descriptor and the device arrays now (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._desc is not None:
+            self._desc.close()
+        self._desc = self._states = self._reserve = None
+        self._mask = None
+
+    def __enter__(self) -> DropoutState:
+        if self._closed:
+            raise ValueError("DropoutState is closed")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return "DropoutState(closed)"
+        where = "unbound" if self._device is None else f"device={self._device}, p={self._p:g}"
+        return f"DropoutState(seed={self._seed}, {where}, mask_shape={self._mask})"
+
+    # ---------------------------------------------------------------- for the calls (this module)
+    def _check(self, func: str, device: int) -> None:
+        if self._closed:
+            raise ValueError(f"{func}: the DropoutState is closed")
+        if self._device is not None and self._device != device:
+            raise ValueError(
+                f"{func}: the DropoutState is bound to device {self._device}, the operands are on "
+                f"device {device}"
+            )
+
+    def _check_mask(self, func: str, shape: tuple[int, ...], device: int) -> None:
+        self._check(func, device)
+        if self._mask is None:
+            raise ValueError(
+                f"{func}: the DropoutState holds no mask yet; call dnn_dropout with it first"
+            )
+        if self._mask != tuple(shape):
+            raise ValueError(
+                f"{func}: dy has shape {tuple(shape)} but the state's mask is of the last "
+                f"dnn_dropout input, of shape {self._mask}"
+            )
+
+    def _acquire(self, h: Any, p: float, seed: int | None, nbytes: int) -> tuple[Any, int, int]:
+        """Bind/seed/restore as the call asks and grow the reserve space to *nbytes*; returns
+        ``(descriptor, reserve pointer, reserve bytes)``."""
+        if self._desc is None:
+            if seed is not None:
+                self._seed = seed
+            size = DropoutDescriptor.states_size(h)
+            self._states = memory.empty((size,), np.uint8, h.device, h.stream)
+            self._desc = DropoutDescriptor(h, p, self._states, size, self._seed)
+            self._device, self._p, self._fresh = h.device, p, True
+        elif seed is not None and not (self._fresh and seed == self._seed):
+            self._desc.set(h, p, self._states, self._states.nbytes, seed)
+            self._seed, self._p, self._fresh = seed, p, True
+        elif p != self._p:
+            self._desc.restore(h, p, self._states, self._states.nbytes, self._seed)
+            self._p = p
+        if self._reserve is None or self._reserve.nbytes < nbytes:
+            self._reserve = None  # the old one is freed stream-ordered
+            self._reserve = memory.empty((nbytes,), np.uint8, h.device, h.stream)
+        return self._desc, self._reserve.ptr, self._reserve.nbytes
+
+
+class _Forward(_op.Call):
+    __slots__ = ("empty", "fn", "hp", "nbytes", "p", "seed", "shape", "state", "xd", "yd")
+
+    def __init__(self, func, h, alloc, spans, inplace, xd, yd, nbytes, shape, empty):
+        super().__init__(func, h, alloc, spans, inplace=inplace)
+        self.xd, self.yd = xd, yd
+        self.nbytes, self.shape, self.empty = nbytes, shape, empty
+        self.hp = h.ptr
+        self.fn = _op.quiet("cudnnDropoutForward")
+        self.state = self.p = self.seed = None  # set around each run
+
+    def launch(self, ptrs):
+        st = self.state
+        if not self.empty:
+            desc, rp, rs = st._acquire(self.handle, self.p, self.seed, self.nbytes)
+            self.fn(self.hp, desc, self.xd, ptrs[0], self.yd, ptrs[1], rp, rs)
+            st._fresh = False
+        st._mask = self.shape
+
+
+class _Backward(_op.Call):
+    __slots__ = ("dxd", "dyd", "empty", "fn", "hp", "shape", "state")
+
+    def __init__(self, func, h, alloc, spans, inplace, dyd, dxd, shape, empty):
+        super().__init__(func, h, alloc, spans, inplace=inplace)
+        self.dyd, self.dxd, self.shape, self.empty = dyd, dxd, shape, empty
+        self.hp = h.ptr
+        self.fn = _op.quiet("cudnnDropoutBackward")
+        self.state = None
+
+    def launch(self, ptrs):
+        if self.empty:
+            return
+        st = self.state
+        res = st._reserve
+        self.fn(self.hp, st._desc, self.dyd, ptrs[0], self.dxd, ptrs[1], res.ptr, res.nbytes)
+
+
+def _run(key: Any, build: Any, ptr: int, out: Any, po: Any, stream: Any, prepare: Any) -> Any:
+    call, cached = lookup(key, build)
+    prepare(call)  # per-call checks and arguments (pure Python)
+    try:
+        result = call.run((ptr,), out, po, stream)
+    finally:
+        call.state = None  # the cache must not keep the state alive
+    if not cached:
+        remember(key, call)
+    return result
+
+
+def _operands(func: str, name: str, g: _op.Operand, out: Any, stream: Any):
+    """Validate *g* and *out*; ``(handle, alloc spec, spans, in-place, in desc, out desc,
+    empty)`` (no descriptors for an empty problem)."""
+    dt, device = _op.same_dtype_and_device(func, ((name, g),), _TYPES)
+    empty = any(n == 0 for n in g.shape)
+    if len(g.shape) > 8:
+        raise ValueError(f"{func}: {name} has {len(g.shape)} dims; cuDNN supports at most 8")
+    _op.check_strides(func, name, g)
+    if out is None:
+        spec = _op.like_spec(g)
+        o, so, ostrides = None, spec.span, spec.element_strides
+    else:
+        spec = None
+        o = out_operand(func, out, g.shape, dt, device)
+        so, ostrides = span_of(o), o.strides
+    xd = yd = None
+    if not empty:
+        xd = tensor_desc(func, name, g)
+        yd = _op.tensor_descriptor(*_op.padded(g.shape, ostrides), dt)
+    inplace = (0,) if o is not None and _op.same_layout(g, o) else ()
+    h = _op.handle_for(device, stream)
+    return h, spec, (span_of(g), so), inplace, xd, yd, empty
+
+
+def dnn_dropout(
+    x: Any,
+    p: float,
+    seed: int | None = None,
+    state: DropoutState | None = None,
+    *,
+    out: Any = None,
+    stream: Any = None,
+) -> tuple[Any, DropoutState]:
+    """Dropout (``cudnnDropoutForward``): each element of *x* is zeroed with probability *p*,
+    the others are scaled by ``1 / (1 - p)``.
+
+    Parameters
+    ----------
+    x : device array
+        Up to 8 dims, any strides; float16, float32 or float64.
+    p : float
+        Probability of dropping an element, in ``[0, 1)``.
+    seed : int, optional
+        0 to 2**64 - 1. See the module notes: with no *state* it seeds the new state (None: a
+        random seed); with a *state* it restarts that state's random stream.
+    state : DropoutState, optional
+        The RNG states and mask to (re)use; default a new one.
+    out : device array, optional
+        Same shape and dtype as *x*; may be *x* itself (in place).
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    (DeviceArray or the type of *out*, DropoutState)
+        ``y``, and the state holding its mask (pass it to :func:`dnn_dropout_grad`).
+
+    Raises
+    ------
+    TypeError
+        Host arrays, an unsupported dtype (bfloat16 included), a non-int seed, a *state* that
+        is not a :class:`DropoutState`.
+    ValueError
+        *p* outside ``[0, 1)``, a seed out of range, a closed state or one bound to another
+        device, more than 8 dims, a bad *out* (shape, device, overlap other than in place).
+
+    Examples
+    --------
+    >>> y, st = pycudnn.dnn_dropout(x, 0.5, seed=1234)
+    >>> y2, _ = pycudnn.dnn_dropout(x, 0.5, state=st)      # next mask, no RNG re-init
+    >>> dx = pycudnn.dnn_dropout_grad(dy, st)              # the mask of y2
+    """
+    func = "dnn_dropout"
+    pv = _p(func, p)
+    sv = None if seed is None else _seed(func, seed)
+    if state is None:
+        state, sv = DropoutState(sv), None
+    elif not isinstance(state, DropoutState):
+        raise TypeError(f"{func}: state must be a DropoutState or None, got {type(state).__name__}")
+    px, kx = _op.key_of(x)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+
+    def prepare(call):
+        state._check(func, call.handle.device)
+        call.state, call.p, call.seed = state, pv, sv
+
+    y = _run((_FWD, kx, ko), lambda: _forward(x, out, stream), px, out, po, stream, prepare)
+    return y, state
+
+
+def _forward(x, out, stream) -> _Forward:
+    func = "dnn_dropout"
+    g = _op.operand(x)
+    h, spec, spans, inplace, xd, yd, empty = _operands(func, "x", g, out, stream)
+    nbytes = 0 if empty else DropoutDescriptor.reserve_space_size(xd)
+    return _Forward(func, h, spec, spans, inplace, xd, yd, nbytes, tuple(g.shape), empty)
+
+
+def dnn_dropout_grad(dy: Any, state: DropoutState, *, out: Any = None, stream: Any = None) -> Any:
+    """Gradient of :func:`dnn_dropout` (``cudnnDropoutBackward``): ``dx = mask * dy / (1 - p)``
+    with the mask and *p* of *state*'s last forward call.
+
+    Parameters
+    ----------
+    dy : device array
+        Gradient w.r.t. ``y``: the shape of that forward call's input (any layout and dtype
+        cuDNN supports: the mask follows the logical element order).
+    state : DropoutState
+        The state returned by (or passed to) :func:`dnn_dropout`.
+    out : device array, optional
+        ``dx``, same shape and dtype as *dy*; may be *dy* itself (in place).
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    DeviceArray or the type of *out*
+        ``dx``, in *dy*'s memory order when new.
+
+    Raises
+    ------
+    TypeError
+        As for :func:`dnn_dropout`.
+    ValueError
+        A closed state, one with no mask yet, a mask of another shape or device, a bad *out*.
+
+    Examples
+    --------
+    >>> y, st = pycudnn.dnn_dropout(x, 0.1)
+    >>> dx = pycudnn.dnn_dropout_grad(dy, st)
+    """
+    func = "dnn_dropout_grad"
+    if not isinstance(state, DropoutState):
+        raise TypeError(f"{func}: state must be a DropoutState, got {type(state).__name__}")
+    pdy, kdy = _op.key_of(dy)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+
+    def prepare(call):
+        state._check_mask(func, call.shape, call.handle.device)
+        call.state = state
+
+    return _run((_BWD, kdy, ko), lambda: _backward(dy, out, stream), pdy, out, po, stream, prepare)
+
+
+def _backward(dy, out, stream) -> _Backward:
+    func = "dnn_dropout_grad"
+    g = _op.operand(dy)
+    h, spec, spans, inplace, dyd, dxd, empty = _operands(func, "dy", g, out, stream)
+    return _Backward(func, h, spec, spans, inplace, dyd, dxd, tuple(g.shape), empty)

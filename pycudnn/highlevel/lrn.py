@@ -1,0 +1,296 @@
+"""Cross-channel local response normalization: cudnn.torch's ``SpatialCrossMapLRN`` as eager
+functions (``cudnnLRNCrossChannelForward`` / ``Backward``).
+
+``dnn_lrn(x, n, alpha, beta, k)`` computes, for every channel ``c``,
+
+    y[:, c] = x[:, c] / (k + alpha / n * sum(x[:, j] ** 2 for j in window(c))) ** beta
+
+with cuDNN's window ``[c - (n - 1) // 2, c + n // 2]`` clipped to the channels (as documented
+for ``cudnnSetLRNDescriptor`` and measured: for odd *n* this is PyTorch's
+``F.local_response_norm``; for even *n* PyTorch's window is one channel earlier).
+``dnn_lrn_grad(y, dy, x, ...)`` is its gradient. Both go through the shared op path
+(:mod:`._op`): the descriptors are cached per call, so a repeated call makes one C call.
+
+Operands: 2 to 5 dims ``(N, C, spatial...)`` with any strides (NCHW, NHWC, views); 5-D operands
+other than packed NCDHW go through packed copies (cuDNN refuses 5-D tensors whose spatial dims
+are not packed: ``BAD_PARAM``, "isTensorNCHW_HWpacked");
+float16, float32, float64 (bfloat16 is ``NOT_SUPPORTED`` by cuDNN). cuDNN's blend factors are not
+exposed (their names, alpha and beta, are the LRN parameters here): the result is written,
+not accumulated.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from .. import _layout
+from ..descriptors import LRNDescriptor
+from ..enums import DataType, LRNMode
+from . import _op
+from .reduction import out_operand, span_of, tensor_desc
+
+__all__ = ["dnn_lrn", "dnn_lrn_grad"]
+
+_TYPES = (DataType.HALF, DataType.FLOAT, DataType.DOUBLE)
+_FWD, _BWD = "lrn", "lrn_grad"
+_N_MAX, _BETA_MIN, _K_MIN = 16, 0.01, 1e-5  # CUDNN_LRN_MAX_N, CUDNN_LRN_MIN_BETA, CUDNN_LRN_MIN_K
+
+
+def _params(func: str, n: Any, alpha: Any, beta: Any, k: Any) -> tuple[int, float, float, float]:
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"{func}: n must be an int, got {n!r}")
+    nv = n.__index__()
+    if not 1 <= nv <= _N_MAX:
+        raise ValueError(f"{func}: n={nv} is out of range; expected a window of 1 to 16 channels")
+    a = _op.real(alpha, "alpha", func)
+    b = _op.real(beta, "beta", func, lo=_BETA_MIN)
+    kv = _op.real(k, "k", func, lo=_K_MIN)
+    return nv, a, b, kv
+
+
+def _check_rank(func: str, name: str, g: _op.Operand) -> None:
+    if not 2 <= len(g.shape) <= 5:
+        raise ValueError(
+            f"{func}: {name} has shape {tuple(g.shape)}; expected 2 to 5 dims (N, C, spatial...)"
+        )
+
+
+class _Forward(_op.Call):
+    __slots__ = ("args", "fn", "hp", "ld", "xd", "yd")
+
+    def __init__(self, func, h, alloc, spans, stage, ld, xd, yd, dt):
+        super().__init__(func, h, alloc, spans, stage)
+        self.ld, self.xd, self.yd = ld, xd, yd
+        self.hp = h.ptr
+        self.args = _op.scales(dt, 1.0, 0.0)
+        self.fn = _op.quiet("cudnnLRNCrossChannelForward")
+
+    def launch(self, ptrs):
+        one, zero = self.args
+        self.fn(self.hp, self.ld, LRNMode.DIM1, ctypes.byref(one), self.xd, ptrs[0],
+                ctypes.byref(zero), self.yd, ptrs[1])  # fmt: skip
+
+
+class _Backward(_op.Call):
+    __slots__ = ("args", "dxd", "dyd", "fn", "hp", "ld", "xd", "yd")
+
+    def __init__(self, func, h, alloc, spans, stage, ld, yd, dyd, xd, dxd, dt):
+        super().__init__(func, h, alloc, spans, stage)
+        self.ld, self.yd, self.dyd, self.xd, self.dxd = ld, yd, dyd, xd, dxd
+        self.hp = h.ptr
+        self.args = _op.scales(dt, 1.0, 0.0)
+        self.fn = _op.quiet("cudnnLRNCrossChannelBackward")
+
+    def launch(self, ptrs):
+        one, zero = self.args
+        y, dy, x, dx = ptrs
+        self.fn(self.hp, self.ld, LRNMode.DIM1, ctypes.byref(one), self.yd, y, self.dyd, dy,
+                self.xd, x, ctypes.byref(zero), self.dxd, dx)  # fmt: skip
+
+
+def _packed5(g: _op.Operand) -> bool:
+    """cuDNN's LRN takes 5-D tensors with packed spatial dims only (``BAD_PARAM`` otherwise,
+    measured on 9.19); other 5-D layouts go through packed copies."""
+    return len(g.shape) != 5 or _layout.is_c_contiguous(g.shape, g.strides)
+
+
+def _input(func: str, name: str, g: _op.Operand, index: int, stage: list) -> Any:
+    """The descriptor cuDNN reads *g* with (queueing a packed copy for 5-D non-packed)."""
+    if _packed5(g):
+        return tensor_desc(func, name, g)
+    _op.check_strides(func, name, g)
+    packed = _layout.packed_strides(g.shape)
+    stage.append((index, g, packed))
+    return _op.tensor_descriptor(g.shape, packed, g.dtype)
+
+
+def _output(func: str, out: Any, like: _op.Operand, dt: DataType, device: int):
+    """(descriptor or None when empty, alloc spec or None, its byte span, staged output or
+    None)."""
+    empty = any(n == 0 for n in like.shape)
+    if out is None:
+        if len(like.shape) == 5:
+            spec = _op.output_spec(like.shape, dt, device)  # packed NCDHW
+        else:
+            spec = _op.like_spec(like)
+        desc = None
+        if not empty:
+            desc = _op.tensor_descriptor(*_op.padded(spec.shape, spec.element_strides), dt)
+        return desc, spec, spec.span, None
+    o = out_operand(func, out, like.shape, dt, device)
+    if empty:
+        return None, None, span_of(o), None
+    if _packed5(o):
+        return tensor_desc(func, "out", o), None, span_of(o), None
+    packed = _layout.packed_strides(o.shape)
+    staged = (tuple(o.shape), tuple(o.strides), packed)
+    return _op.tensor_descriptor(o.shape, packed, dt), None, span_of(o), staged
+
+
+def _stage(dt: DataType, inputs: list, output: Any) -> _op.Stage | None:
+    if not inputs and output is None:
+        return None
+    return _op.Stage(dt, inputs, output, 1.0, 0.0)
+
+
+def dnn_lrn(
+    x: Any,
+    n: int = 5,
+    alpha: float = 1e-4,
+    beta: float = 0.75,
+    k: float = 2.0,
+    *,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """Cross-channel local response normalization (``cudnnLRNCrossChannelForward``).
+
+    ``y = x / (k + alpha / n * sum of x**2 over the n-channel window) ** beta``.
+
+    Parameters
+    ----------
+    x : device array
+        ``(N, C, spatial...)``, 2 to 5 dims, any strides; float16, float32 or float64.
+    n : int
+        Window width in channels, 1 to 16; the window of channel ``c`` is
+        ``[c - (n - 1) // 2, c + n // 2]``.
+    alpha : float
+        Scale of the sum of squares (divided by *n*, as in cudnn.torch and PyTorch).
+    beta : float
+        Exponent, at least 0.01.
+    k : float
+        Additive constant, at least 1e-5.
+    out : device array, optional
+        Same shape and dtype as *x*, any strides; must not overlap *x*.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    DeviceArray or the type of *out*
+        ``y``, in *x*'s memory order when new.
+
+    Raises
+    ------
+    TypeError
+        Host arrays, an unsupported dtype (bfloat16 included), a non-int *n*.
+    ValueError
+        *n* outside 1..16, *beta* < 0.01, *k* < 1e-5, non-finite parameters, a rank outside
+        2..5, a bad *out*, negative or zero strides.
+
+    Examples
+    --------
+    >>> y = pycudnn.dnn_lrn(x, n=5, alpha=1e-4, beta=0.75, k=2.0)   # AlexNet's LRN
+    """
+    px, kx = _op.key_of(x)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+    key = (_FWD, kx, ko, n, alpha, beta, k)
+    return _op.dispatch(
+        key, lambda: _forward(x, out, n, alpha, beta, k, stream), (px,), out, po, stream
+    )
+
+
+def _forward(x, out, n, alpha, beta, k, stream) -> _op.Call:
+    func = "dnn_lrn"
+    g = _op.operand(x)
+    dt, device = _op.same_dtype_and_device(func, (("x", g),), _TYPES)
+    _check_rank(func, "x", g)
+    _op.check_strides(func, "x", g)
+    params = _params(func, n, alpha, beta, k)
+    yd, spec, so, staged = _output(func, out, g, dt, device)
+    h = _op.handle_for(device, stream)
+    spans = (span_of(g), so)
+    if yd is None:
+        return _op.NoOp(func, h, spec, spans)
+    inputs: list = []
+    xd = _input(func, "x", g, 0, inputs)
+    ld = LRNDescriptor(*params)
+    return _Forward(func, h, spec, spans, _stage(dt, inputs, staged), ld, xd, yd, dt)
+
+
+def dnn_lrn_grad(
+    y: Any,
+    dy: Any,
+    x: Any,
+    n: int = 5,
+    alpha: float = 1e-4,
+    beta: float = 0.75,
+    k: float = 2.0,
+    *,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """Gradient of :func:`dnn_lrn` w.r.t. *x* (``cudnnLRNCrossChannelBackward``).
+
+    Parameters
+    ----------
+    y : device array
+        The forward output ``dnn_lrn(x, n, alpha, beta, k)``.
+    dy : device array
+        Gradient w.r.t. *y*, same shape.
+    x : device array
+        The forward input, same shape.
+    n, alpha, beta, k
+        As in the forward call.
+    out : device array, optional
+        ``dx``, same shape and dtype, any strides; must not overlap the inputs.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    DeviceArray or the type of *out*
+        ``dx``, in *x*'s memory order when new.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As for :func:`dnn_lrn`; also when *y*, *dy* and *x* differ in shape, dtype or device.
+
+    Examples
+    --------
+    >>> y = pycudnn.dnn_lrn(x, 5)
+    >>> dx = pycudnn.dnn_lrn_grad(y, dy, x, 5)
+    """
+    py, ky = _op.key_of(y)
+    pdy, kdy = _op.key_of(dy)
+    px, kx = _op.key_of(x)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+    key = (_BWD, ky, kdy, kx, ko, n, alpha, beta, k)
+    return _op.dispatch(
+        key,
+        lambda: _backward(y, dy, x, out, n, alpha, beta, k, stream),
+        (py, pdy, px),
+        out,
+        po,
+        stream,
+    )
+
+
+def _backward(y, dy, x, out, n, alpha, beta, k, stream) -> _op.Call:
+    func = "dnn_lrn_grad"
+    gy, gdy, gx = _op.operand(y), _op.operand(dy), _op.operand(x)
+    dt, device = _op.same_dtype_and_device(func, (("y", gy), ("dy", gdy), ("x", gx)), _TYPES)
+    _check_rank(func, "x", gx)
+    for name, g in (("y", gy), ("dy", gdy)):
+        if tuple(g.shape) != tuple(gx.shape):
+            raise ValueError(
+                f"{func}: {name} has shape {tuple(g.shape)} but x has {tuple(gx.shape)}; the "
+                "forward input, output and their gradients have one shape"
+            )
+    for name, g in (("y", gy), ("dy", gdy), ("x", gx)):
+        _op.check_strides(func, name, g)
+    params = _params(func, n, alpha, beta, k)
+    dxd, spec, so, staged = _output(func, out, gx, dt, device)
+    h = _op.handle_for(device, stream)
+    spans = (span_of(gy), span_of(gdy), span_of(gx), so)
+    if dxd is None:
+        return _op.NoOp(func, h, spec, spans)
+    inputs: list = []
+    yd, dyd, xd = (
+        _input(func, nm, g, i, inputs)
+        for i, (nm, g) in enumerate((("y", gy), ("dy", gdy), ("x", gx)))
+    )
+    ld = LRNDescriptor(*params)
+    return _Backward(func, h, spec, spans, _stage(dt, inputs, staged), ld, yd, dyd, xd, dxd, dt)

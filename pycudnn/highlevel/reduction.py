@@ -1,0 +1,537 @@
+"""Tensor reductions: Theano's ``GpuDnnReduction`` as the eager ``dnn_reduction``
+(``cudnnReduceTensor``).
+
+``dnn_reduction(x, op, axis, keepdims, return_indices, dtype)`` reduces *x* over any set of axes
+with one of cuDNN's nine operations, through the shared op path (:mod:`._op`): a per-thread
+cache maps what was passed to a ready call (descriptors, workspace size), so a repeated call
+makes one C call. Facts measured on cuDNN 9.19 (H100) that shape this module:
+
+* cuDNN reduces the dimensions where the output descriptor has 1 and the input does not; it
+  refuses a "reduction" in which no dimension shrinks (``BAD_PARAM: !dims_differ``), which is
+  what reducing size-1 axes (or ``axis=()``) asks for. Such a call runs as a reduction over a
+  2-long leading axis of a temporary ``[x, identity]`` (``[x, x]`` for min/max/amax/avg), which
+  gives exactly the element-wise result (``|x|`` for amax/norm1/norm2, ``x`` or 1 for
+  mul_no_zeros).
+* Input and output take any strides. dtypes: float16/float32 in, float16 or float32 out
+  (float32 compute); float64 in and out (float64 compute). bfloat16 and float16 compute are
+  ``NOT_SUPPORTED``.
+* The result is ``alpha * op(x) + beta * out`` (``alpha`` outside the op: ``mul`` gives
+  ``alpha * prod(x)``).
+* Indices (min, max, amax) are 32-bit, one per output element, the position of the selected
+  element *within its reduced block*, flattened in C order over the reduced axes only; they are
+  returned as int32 (the values are the same: a block holds < 2**31 elements; pycudnn's arrays
+  have no uint32).
+
+This module also holds :class:`MultiOutputCall`, the call entry of operations with several
+outputs (used by the spatial transformer and CTC modules too).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import _layout, memory
+from .._types import dtype_name, itemsize, numpy_dtype
+from ..descriptors import ReduceTensorDescriptor
+from ..enums import DataType, ReduceTensorOp
+from . import _op
+
+__all__ = ["dnn_reduction"]
+
+_OPS = {
+    "add": ReduceTensorOp.ADD,
+    "sum": ReduceTensorOp.ADD,
+    "mul": ReduceTensorOp.MUL,
+    "prod": ReduceTensorOp.MUL,
+    "min": ReduceTensorOp.MIN,
+    "minimum": ReduceTensorOp.MIN,
+    "max": ReduceTensorOp.MAX,
+    "maximum": ReduceTensorOp.MAX,
+    "amax": ReduceTensorOp.AMAX,
+    "avg": ReduceTensorOp.AVG,
+    "mean": ReduceTensorOp.AVG,
+    "norm1": ReduceTensorOp.NORM1,
+    "norm2": ReduceTensorOp.NORM2,
+    "mul_no_zeros": ReduceTensorOp.MUL_NO_ZEROS,
+}
+_INDEXED = (ReduceTensorOp.MIN, ReduceTensorOp.MAX, ReduceTensorOp.AMAX)
+_IN_TYPES = (DataType.HALF, DataType.FLOAT, DataType.DOUBLE)
+# input dtype -> output dtypes cuDNN computes (measured; see the module docstring)
+_OUT_TYPES = {
+    DataType.HALF: (DataType.HALF, DataType.FLOAT),
+    DataType.FLOAT: (DataType.FLOAT, DataType.HALF),
+    DataType.DOUBLE: (DataType.DOUBLE,),
+}
+# the second row of the degenerate path's [x, second] temporary: a constant, or x itself
+_SECOND = {
+    ReduceTensorOp.ADD: 0.0,
+    ReduceTensorOp.NORM1: 0.0,
+    ReduceTensorOp.NORM2: 0.0,
+    ReduceTensorOp.MUL: 1.0,
+    ReduceTensorOp.MUL_NO_ZEROS: 1.0,
+}
+# the value of a reduction over zero elements (min/max/amax have none)
+_EMPTY = {
+    ReduceTensorOp.ADD: 0.0,
+    ReduceTensorOp.NORM1: 0.0,
+    ReduceTensorOp.NORM2: 0.0,
+    ReduceTensorOp.MUL: 1.0,
+    ReduceTensorOp.MUL_NO_ZEROS: 1.0,
+    ReduceTensorOp.AVG: math.nan,
+}
+_KEY = "reduction"
+
+
+# ==================================================================================================
+# Helpers shared with the other operation modules of this group (candidates for _op)
+# ==================================================================================================
+class MultiOutputCall(_op.Call):
+    """A validated call with several outputs: ``run(ptrs, outs, pos, stream)`` takes the output
+    arrays (None: allocate from ``allocs``) and their pointers, refuses outputs that overlap an
+    input or each other, stages inputs (``stage``; outputs are never staged) and launches
+    ``launch((*input_ptrs, *output_ptrs))``. Returns the outputs as a tuple. ``noop``: allocate
+    only (empty problems)."""
+
+    __slots__ = ("allocs", "n_in", "noop")
+
+    def __init__(
+        self,
+        func: str,
+        handle: Any,
+        allocs: Sequence[Any],
+        in_spans: Sequence[int],
+        out_spans: Sequence[int],
+        stage: _op.Stage | None = None,
+        noop: bool = False,
+    ):
+        super().__init__(func, handle, None, (*in_spans, *out_spans), stage)
+        self.allocs = tuple(allocs)
+        self.n_in = len(in_spans)
+        self.noop = noop
+
+    def run(self, ptrs: Sequence[int], outs: Sequence[Any], pos: Sequence[Any], stream: Any
+            ) -> tuple:  # fmt: skip
+        h = self.handle
+        if stream is not None:
+            h.set_stream(stream)
+        outs, pos = list(outs), list(pos)
+        for i, spec in enumerate(self.allocs):
+            if outs[i] is None:
+                outs[i] = spec.new(h.stream)
+                pos[i] = outs[i].ptr
+        spans, n = self.spans, self.n_in
+        for i, p in enumerate(pos):
+            s = spans[n + i]
+            _op.check_overlap(self.func, ptrs, spans, p, s)
+            for j in range(i):
+                if s and spans[n + j] and _op.overlaps(p, s, pos[j], spans[n + j]):
+                    raise ValueError(f"{self.func}: two outputs overlap; give separate arrays")
+        if not self.noop:
+            if self.stage is None:
+                self.launch((*ptrs, *pos))
+            else:
+                keep: list = []
+                all_ptrs = [*ptrs, *pos]
+                self.stage.before(self.handle, all_ptrs, keep)
+                self.launch(all_ptrs)
+        return tuple(outs)
+
+
+def lookup(key: Any, build: Callable[[], Any]) -> tuple[Any, bool]:
+    """``(call entry, cached)``: the calling thread's entry of *key*, or ``build()`` (validation,
+    descriptors) for the caller to run and then :func:`remember` (as ``_op.dispatch`` does).
+    An unhashable *key* (a list argument) builds every time."""
+    try:
+        call = _op.calls().data.get(key)
+    except TypeError:
+        return build(), True  # never cached
+    if call is not None:
+        return call, True
+    return build(), False
+
+
+def remember(key: Any, call: Any) -> None:
+    """Cache *call* under *key* (after it ran once)."""
+    _op.calls().put(key, call)
+
+
+def span_of(g: _op.Operand) -> int:
+    """Bytes from *g*'s first to one past its last element (``Operand.nbytes_span`` reads 0
+    for float32, whose ``DataType`` value is 0: a falsy enum)."""
+    return _layout.span(g.shape, g.strides) * itemsize(g.dtype) if g.dtype is not None else 0
+
+
+def tensor_desc(func: str, name: str, g: _op.Operand, rank: int = 4) -> Any:
+    """The (cached) descriptor of *g* after the stride checks, padded with trailing size-1 dims
+    to *rank* (cuDNN's legacy descriptors take 3 to 8 dims)."""
+    if len(g.shape) > 8:
+        raise ValueError(f"{func}: {name} has {len(g.shape)} dims; cuDNN supports at most 8")
+    _op.check_strides(func, name, g)
+    return _op.tensor_descriptor(*_op.padded(g.shape, g.strides, rank), g.dtype)
+
+
+def out_operand(func: str, out: Any, shape: Sequence[int], dt: DataType, device: int,
+                name: str = "out") -> _op.Operand:  # fmt: skip
+    """*out* checked against the expected *shape*, dtype and device."""
+    o = _op.operand(out)
+    if o.dtype != dt:
+        raise TypeError(f"{func}: {name} is {_dtype_name(o.dtype)}, expected {_dtype_name(dt)}")
+    if o.device != device:
+        raise ValueError(f"{func}: {name} is on device {o.device}, the inputs on device {device}")
+    _op.check_out(func, o, shape, name)
+    _op.check_strides(func, name, o)
+    return o
+
+
+def _dtype_name(dt: DataType | None) -> str:
+    return "an unsupported dtype" if dt is None else dtype_name(dt)
+
+
+def fill_value(dt: DataType, value: float) -> Any:
+    """ctypes value for ``cudnnSetTensor`` on *dt* data (double for double, float otherwise:
+    a half value must be passed as float, as measured)."""
+    return _op.scales(dt, value)[0]
+
+
+# ==================================================================================================
+# dnn_reduction
+# ==================================================================================================
+def _axes(func: str, axis: Any, nd: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(nd))
+    if isinstance(axis, bool):
+        raise TypeError(f"{func}: axis must be None, an int or a tuple of ints, got {axis!r}")
+    if hasattr(axis, "__index__"):
+        items: tuple = (axis,)
+    else:
+        try:
+            items = tuple(axis)
+        except TypeError:
+            raise TypeError(
+                f"{func}: axis must be None, an int or a tuple of ints, got {axis!r}"
+            ) from None
+    out: list[int] = []
+    for a in items:
+        if isinstance(a, bool) or not hasattr(a, "__index__"):
+            raise TypeError(f"{func}: axis must contain ints, got {axis!r}")
+        a = a.__index__()
+        if not -nd <= a < nd:
+            raise ValueError(f"{func}: axis {a} is out of range for x with {nd} dims")
+        a %= nd
+        if a in out:
+            raise ValueError(f"{func}: axis {axis!r} repeats axis {a}")
+        out.append(a)
+    return tuple(sorted(out))
+
+
+def _flag(func: str, name: str, value: Any) -> bool:
+    # 0/1 are accepted as False/True: call keys cannot tell them apart (1 == True)
+    if isinstance(value, (bool, np.bool_, int)) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{func}: {name} must be True or False, got {value!r}")
+
+
+def _out_dtype(func: str, dtype: Any, dt: DataType) -> DataType:
+    if dtype is None:
+        return dt
+    odt = _op.data_type(dtype)
+    allowed = _OUT_TYPES[dt]
+    if odt not in allowed:
+        raise TypeError(
+            f"{func}: dtype={dtype!r} is not an output type cuDNN reduces {dtype_name(dt)} to; "
+            f"expected one of {', '.join(dtype_name(a) for a in allowed)}"
+        )
+    return odt
+
+
+def result_shape(shape: Sequence[int], axis: Any = None, keepdims: bool = False
+                 ) -> tuple[int, ...]:  # fmt: skip
+    """The shape :func:`dnn_reduction` returns for an input of *shape*."""
+    axes = _axes("dnn_reduction", axis, len(shape))
+    if keepdims:
+        return tuple(1 if i in axes else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in axes)
+
+
+class _Reduce(MultiOutputCall):
+    """``cudnnReduceTensor`` (values, optionally indices)."""
+
+    __slots__ = ("ad", "args", "cd", "fn", "hp", "isz", "rd", "ws")
+
+    def __init__(self, func, h, allocs, in_spans, out_spans, rd, ad, cd, ws, isz, a, b):
+        super().__init__(func, h, allocs, in_spans, out_spans)
+        self.rd, self.ad, self.cd = rd, ad, cd
+        self.ws, self.isz = ws, isz
+        self.hp = h.ptr
+        self.args = (ctypes.byref(a), ctypes.byref(b), a, b)
+        self.fn = _op.quiet("cudnnReduceTensor")
+
+    def launch(self, ptrs):
+        x, y = ptrs[0], ptrs[1]
+        ind = ptrs[2] if len(ptrs) > 2 else None
+        wp = _op.workspace(self.handle, self.ws) if self.ws else None
+        self.fn(self.hp, self.rd, ind, self.isz if ind is not None else 0, wp, self.ws,
+                self.args[0], self.ad, x, self.args[1], self.cd, y)  # fmt: skip
+
+
+class _Degenerate(MultiOutputCall):
+    """No axis shrinks: reduce the leading 2-long axis of a temporary ``[x, second]``
+    (``second``: a constant, or x again when None)."""
+
+    __slots__ = ("args", "cd", "copy", "fn", "hp", "m", "npdt", "one", "rd", "second", "set",
+                 "td", "tdh", "ws", "xd")  # fmt: skip
+
+    def __init__(self, func, h, allocs, in_spans, out_spans, rd, xd, tdh, td, cd, ws, dt, m,
+                 second, a, b):  # fmt: skip
+        super().__init__(func, h, allocs, in_spans, out_spans)
+        self.rd, self.xd, self.tdh, self.td, self.cd = rd, xd, tdh, td, cd
+        self.ws, self.m = ws, m
+        self.npdt = numpy_dtype(dt)
+        self.hp = h.ptr
+        self.args = (ctypes.byref(a), ctypes.byref(b), a, b)
+        one, zero = _op.scales(dt, 1.0, 0.0)
+        self.one = (ctypes.byref(one), ctypes.byref(zero), one, zero)
+        self.second = None if second is None else fill_value(dt, second)
+        self.fn = _op.quiet("cudnnReduceTensor")
+        self.copy = _op.quiet("cudnnTransformTensor")
+        self.set = _op.quiet("cudnnSetTensor")
+
+    def run(self, ptrs, outs, pos, stream):
+        result = super().run(ptrs, outs, pos, stream)
+        if len(result) > 1:  # indices: a block of one element is at index 0
+            result[1].fill_(0)
+        return result
+
+    def launch(self, ptrs):
+        x, y = ptrs[0], ptrs[1]
+        h = self.handle
+        tmp = memory.empty((2 * self.m,), self.npdt, h.device, h.stream)
+        second = tmp.ptr + self.m * self.npdt.itemsize
+        one, zero = self.one[0], self.one[1]
+        self.copy(self.hp, one, self.xd, x, zero, self.tdh, tmp.ptr)
+        if self.second is None:
+            self.copy(self.hp, one, self.xd, x, zero, self.tdh, second)
+        else:
+            self.set(self.hp, self.tdh, second, ctypes.byref(self.second))
+        wp = _op.workspace(h, self.ws) if self.ws else None
+        self.fn(self.hp, self.rd, None, 0, wp, self.ws, self.args[0], self.td, tmp.ptr,
+                self.args[1], self.cd, y)  # fmt: skip
+        del tmp  # freed stream-ordered, after the queued calls
+
+
+class _Identity(MultiOutputCall):
+    """Reduced axes of size 0: the op's value over nothing, ``alpha * v + beta * out``."""
+
+    __slots__ = ("blend", "cd", "copy", "hp", "kshape", "npdt", "set", "tmpd", "value")
+
+    def __init__(self, func, h, allocs, in_spans, out_spans, cd, dt, kshape, value, beta):
+        super().__init__(func, h, allocs, in_spans, out_spans)
+        self.cd, self.hp, self.kshape = cd, h.ptr, kshape
+        self.npdt = numpy_dtype(dt)
+        self.value = fill_value(dt, value)
+        self.blend = None
+        if beta != 0.0:
+            one, b = _op.scales(dt, 1.0, beta)
+            self.blend = (ctypes.byref(one), ctypes.byref(b), one, b)
+            self.tmpd = _op.tensor_descriptor(
+                *_op.padded(kshape, _layout.packed_strides(kshape)), dt
+            )
+        self.set = _op.quiet("cudnnSetTensor")
+        self.copy = _op.quiet("cudnnTransformTensor")
+
+    def launch(self, ptrs):
+        y = ptrs[1]
+        if self.blend is None:
+            self.set(self.hp, self.cd, y, ctypes.byref(self.value))
+            return
+        h = self.handle
+        tmp = memory.empty(self.kshape, self.npdt, h.device, h.stream)
+        self.set(self.hp, self.tmpd, tmp.ptr, ctypes.byref(self.value))
+        self.copy(self.hp, self.blend[0], self.tmpd, tmp.ptr, self.blend[1], self.cd, y)
+        del tmp
+
+
+def dnn_reduction(
+    x: Any,
+    op: str = "add",
+    axis: int | Sequence[int] | None = None,
+    keepdims: bool = False,
+    return_indices: bool = False,
+    dtype: Any = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """Reduce *x* over *axis* with one of cuDNN's reductions (``cudnnReduceTensor``):
+    ``out = alpha * op(x) + beta * out``.
+
+    Parameters
+    ----------
+    x : device array
+        1 to 8 dims, any strides; float16, float32 or float64.
+    op : str
+        ``'add'`` (alias ``'sum'``), ``'mul'`` (``'prod'``), ``'min'`` (``'minimum'``),
+        ``'max'`` (``'maximum'``), ``'amax'`` (max of ``|x|``), ``'avg'`` (``'mean'``),
+        ``'norm1'`` (sum of ``|x|``), ``'norm2'`` (``sqrt(sum(x**2))``) or ``'mul_no_zeros'``
+        (product of the non-zero elements; 1 for a block of zeros).
+    axis : None, int or tuple of int
+        The axes to reduce (negative ones count from the end); None: all.
+    keepdims : bool
+        Keep the reduced axes as size-1 dims (as numpy).
+    return_indices : bool
+        Also return the position of the selected element (``'min'``, ``'max'``, ``'amax'``
+        only): int32, shaped like the result, the index within the reduced block flattened in
+        C order over the reduced axes (``np.argmax`` of ``x`` moved to ``(kept..., reduced...)``
+        and reshaped to ``(kept..., -1)``).
+    dtype : dtype, optional
+        Output dtype: the input's by default; float16 input may give float32 and float32 input
+        float16 (compute is float32); float64 stays float64.
+    alpha, beta : float
+        Blend factors (``beta != 0`` accumulates into *out*).
+    out : device array, optional
+        The result, any strides (not the indices: those are always new).
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    DeviceArray, or (values, indices)
+        The values (*out* when given) and, with *return_indices*, the int32 indices.
+
+    Raises
+    ------
+    TypeError
+        Host arrays, an unsupported dtype or output dtype, a non-int axis, non-bool flags.
+    ValueError
+        An unknown op, an axis out of range or repeated, indices for an op without them, more
+        than 8 dims, a bad *out* (shape, device, overlap), negative or zero strides, min/max/amax
+        over zero elements.
+
+    Examples
+    --------
+    >>> s = pycudnn.dnn_reduction(x, "add", axis=(2, 3))            # sum over H, W
+    >>> m, i = pycudnn.dnn_reduction(x, "max", axis=1, return_indices=True)
+    >>> n = pycudnn.dnn_reduction(x, "norm2", axis=None, dtype="float32")
+    """
+    px, kx = _op.key_of(x)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+    key = (_KEY, kx, ko, op, axis, keepdims, return_indices, dtype, alpha, beta)
+    call, cached = lookup(
+        key, lambda: _build(x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, stream)
+    )
+    outs = (out, None) if return_indices else (out,)
+    pos = (po, None) if return_indices else (po,)
+    result = call.run((px,), outs, pos, stream)
+    if not cached:
+        remember(key, call)
+    return result if return_indices else result[0]
+
+
+def _build(x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, stream):
+    func = "dnn_reduction"
+    g = _op.operand(x)
+    dt, device = _op.same_dtype_and_device(func, (("x", g),), _IN_TYPES)
+    nd = len(g.shape)
+    if not 1 <= nd <= 8:
+        raise ValueError(f"{func}: x has {nd} dims; expected 1 to 8")
+    _op.check_strides(func, "x", g)
+    red = _op.choose(op, _OPS, "op", func)
+    axes = _axes(func, axis, nd)
+    keepdims = _flag(func, "keepdims", keepdims)
+    with_indices = _flag(func, "return_indices", return_indices)
+    if with_indices and red not in _INDEXED:
+        raise ValueError(
+            f"{func}: return_indices=True needs op 'min', 'max' or 'amax', got op={op!r}"
+        )
+    odt = _out_dtype(func, dtype, dt)
+    a = _op.real(alpha, "alpha", func)
+    b = _op.real(beta, "beta", func)
+    if b != 0.0 and out is None:
+        raise ValueError(f"{func}: beta={beta!r} blends into out, but no out was given")
+    kshape = tuple(1 if i in axes else s for i, s in enumerate(g.shape))
+    rshape = kshape if keepdims else tuple(s for i, s in enumerate(g.shape) if i not in axes)
+    if out is None:
+        spec = _op.output_spec(rshape, odt, device)
+        rstrides, so = spec.element_strides, spec.span
+    else:
+        spec = None
+        o = out_operand(func, out, rshape, odt, device)
+        rstrides, so = tuple(o.strides), span_of(o)
+    # the output's strides in the keepdims shape cuDNN sees (reduced dims: size 1, any stride)
+    if keepdims:
+        kstrides = tuple(rstrides)
+    else:
+        it = iter(rstrides)
+        kstrides = tuple(1 if i in axes else next(it) for i in range(nd))
+    allocs: list[Any] = [spec]
+    out_spans = [so]
+    if with_indices:
+        ispec = _op.output_spec(rshape, DataType.INT32, device)
+        allocs.append(ispec)
+        out_spans.append(ispec.span)
+    in_spans = (span_of(g),)
+    n_red = math.prod(g.shape[i] for i in axes)
+    n_out = math.prod(rshape)
+    if n_red == 0 and n_out and red not in _EMPTY:
+        raise ValueError(
+            f"{func}: op={op!r} over zero elements (x has shape {tuple(g.shape)}, axis {axis!r}) "
+            "has no value"
+        )
+    h = _op.handle_for(device, stream)
+    if n_out == 0:
+        return MultiOutputCall(func, h, allocs, in_spans, out_spans, noop=True)
+    cd = _op.tensor_descriptor(*_op.padded(kshape, kstrides), odt)
+    if n_red == 0:
+        return _Identity(func, h, allocs, in_spans, out_spans, cd, odt, kshape, a * _EMPTY[red], b)
+    compute = DataType.DOUBLE if dt == DataType.DOUBLE else DataType.FLOAT
+    sa, sb = _op.scales(dt, a, b)
+    if n_red > 1:
+        rd = ReduceTensorDescriptor(red, compute, nan_propagation=True, indices=with_indices)
+        ad = _op.tensor_descriptor(*_op.padded(g.shape, g.strides), dt)
+        ws, isz = _sizes(h, rd, ad, cd, with_indices)
+        if with_indices and isz > 4 * n_out:  # never seen: cuDNN asks for one uint32 per output
+            raise NotImplementedError(f"{func}: cuDNN asks for {isz} bytes of indices")
+        return _Reduce(func, h, allocs, in_spans, out_spans, rd, ad, cd, ws, isz, sa, sb)
+    return _degenerate(func, h, allocs, in_spans, out_spans, g, dt, red, kshape, kstrides, odt,
+                       compute, with_indices, sa, sb)  # fmt: skip
+
+
+def _sizes(h, rd, ad, cd, with_indices) -> tuple[int, int]:
+    size = ctypes.c_size_t()
+    _op.quiet("cudnnGetReductionWorkspaceSize")(h.ptr, rd, ad, cd, ctypes.byref(size))
+    ws = size.value
+    isz = 0
+    if with_indices:
+        _op.quiet("cudnnGetReductionIndicesSize")(h.ptr, rd, ad, cd, ctypes.byref(size))
+        isz = size.value
+    return ws, isz
+
+
+def _degenerate(func, h, allocs, in_spans, out_spans, g, dt, red, kshape, kstrides, odt, compute,
+                with_indices, sa, sb):  # fmt: skip
+    """Every reduced axis has size 1: element-wise, through a 2-long leading axis."""
+    keep = [i for i, s in enumerate(g.shape) if s != 1]
+    shape = tuple(g.shape[i] for i in keep) or (1,)
+    xstrides = tuple(g.strides[i] for i in keep) or (1,)
+    cstrides = tuple(kstrides[i] for i in keep) or (1,)
+    if len(shape) >= 8:
+        raise NotImplementedError(
+            f"{func}: reducing no element of an 8-D x without size-1 dims is not supported"
+        )
+    m = math.prod(shape)
+    packed = _layout.packed_strides(shape)
+    xd = _op.tensor_descriptor(*_op.padded(shape, xstrides), dt)
+    tdh = _op.tensor_descriptor(*_op.padded(shape, packed), dt)
+    td = _op.tensor_descriptor(*_op.padded((2, *shape), (m, *packed)), dt)
+    cd = _op.tensor_descriptor(*_op.padded((1, *shape), (1, *cstrides)), odt)
+    rd = ReduceTensorDescriptor(red, compute, nan_propagation=True)
+    ws, _ = _sizes(h, rd, td, cd, False)
+    return _Degenerate(func, h, allocs, in_spans, out_spans, rd, xd, tdh, td, cd, ws, dt, m,
+                       _SECOND.get(red), sa, sb)  # fmt: skip

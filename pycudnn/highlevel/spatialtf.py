@@ -1,0 +1,610 @@
+"""Spatial transformer: Theano's ``dnn_spatialtf`` and its pieces, with their gradients
+(``cudnnSpatialTfGridGenerator*`` and ``cudnnSpatialTfSampler*``).
+
+* :func:`dnn_spatialtf_grid` ``(theta (N, 2, 3), out_shape (N, C, H, W)) -> grid (N, H, W, 2)``:
+  the affine grid ``grid[n, h, w] = theta[n] @ (x_w, y_h, 1)`` over the normalised output
+  coordinates ``x_w = -1 + 2 w / (W - 1)``, ``y_h = -1 + 2 h / (H - 1)`` (sizes of at least 2
+  are the tested ones).
+* :func:`dnn_spatialtf_sampler` ``(img (N, C, Hi, Wi), grid) -> (N, C, H, W)``: bilinear
+  sampling of *img* at ``grid[..., 0]`` (x, along the width) and ``grid[..., 1]`` (y), where -1
+  and 1 are the centres of the first and last pixels; points outside read zeros.
+* :func:`dnn_spatialtf` ``(img, theta, scale_width, scale_height)``: both, with Theano's output
+  size ``ceil(Hi * scale_height) x ceil(Wi * scale_width)``.
+
+This is PyTorch's ``F.affine_grid(theta, size, align_corners=True)`` and
+``F.grid_sample(img, grid, mode='bilinear', padding_mode='zeros', align_corners=True)`` (checked
+on cuDNN 9.19; ``align_corners=False`` differs). The gradients: :func:`dnn_spatialtf_grid_grad`
+(``dgrid -> dtheta``), :func:`dnn_spatialtf_sampler_grad` (``-> (dimg, dgrid)``, one cuDNN call)
+and :func:`dnn_spatialtf_grad` (``-> (dimg, dtheta)``). cuDNN's sampler backward accumulates with
+atomics: it is not bitwise reproducible.
+
+Layouts and dtypes: float16, float32, float64 (bfloat16 is refused by cuDNN's descriptor).
+Images, outputs and their gradients take any strides (NCHW, NHWC, views). *theta* and *grid*
+have no descriptor in cuDNN's API: inputs of other strides are copied to packed C order first,
+and ``out=`` arrays for grids and ``dtheta`` must be C-contiguous. Every call goes through the
+shared op path (:mod:`._op`), its descriptors cached with the call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import Any
+
+from .. import _layout
+from ..descriptors import SpatialTransformerDescriptor
+from ..enums import DataType
+from . import _op
+from .reduction import MultiOutputCall, lookup, out_operand, remember, span_of, tensor_desc
+
+__all__ = [
+    "dnn_spatialtf",
+    "dnn_spatialtf_grad",
+    "dnn_spatialtf_grid",
+    "dnn_spatialtf_grid_grad",
+    "dnn_spatialtf_sampler",
+    "dnn_spatialtf_sampler_grad",
+]
+
+_TYPES = (DataType.HALF, DataType.FLOAT, DataType.DOUBLE)
+_GRID, _GRID_BWD, _SAMPLE, _SAMPLE_BWD = "stf_grid", "stf_grid_grad", "stf_sampler", "stf_sgrad"
+
+
+# ==================================================================================================
+# Validation helpers
+# ==================================================================================================
+def _shape_of(func: str, name: str, g: _op.Operand, expected: tuple, what: str) -> None:
+    """*g* has ``len(expected)`` dims and the given sizes (None: any)."""
+    shape = tuple(g.shape)
+    ok = len(shape) == len(expected) and all(
+        e is None or s == e for s, e in zip(shape, expected, strict=True)
+    )
+    if not ok:
+        raise ValueError(f"{func}: {name} has shape {shape}; expected {what}")
+
+
+def _staged(func: str, name: str, g: _op.Operand, index: int, stage: list) -> None:
+    """Check *g*'s strides; queue a packed copy when cuDNN (no descriptor) cannot read it."""
+    _op.check_strides(func, name, g)
+    if not _layout.is_c_contiguous(g.shape, g.strides) and 0 not in g.shape:
+        stage.append((index, g, _layout.packed_strides(g.shape)))
+
+
+def _packed_out(func: str, name: str, out: Any, shape: tuple, dt: DataType, device: int
+                ) -> _op.Operand:  # fmt: skip
+    o = out_operand(func, out, shape, dt, device, name)
+    if not _layout.is_c_contiguous(o.shape, o.strides):
+        raise ValueError(
+            f"{func}: {name} has strides {tuple(o.strides)}; cuDNN writes it without a "
+            "descriptor, so it must be C-contiguous"
+        )
+    return o
+
+
+def _out_shape(func: str, value: Any) -> tuple[int, int, int, int]:
+    what = f"{func}: out_shape must be 4 ints (N, C, H, W)"
+    try:
+        vals = tuple(value)
+    except TypeError:
+        raise TypeError(f"{what}, got {value!r}") from None
+    if len(vals) != 4:
+        raise ValueError(f"{what}, got {value!r}")
+    if any(isinstance(v, bool) or not hasattr(v, "__index__") for v in vals):
+        raise TypeError(f"{what}, got {value!r}")
+    n, c, h, w = (v.__index__() for v in vals)
+    if n < 0 or min(c, h, w) < 1:
+        raise ValueError(f"{what} with N >= 0 and C, H, W >= 1, got {value!r}")
+    return n, c, h, w
+
+
+def _make_stage(dt: DataType, stage: list) -> _op.Stage | None:
+    return _op.Stage(dt, stage, None, 1.0, 0.0) if stage else None
+
+
+def _beta_needs_out(func: str, beta: float, out: Any) -> None:
+    if beta != 0.0 and out is None:
+        raise ValueError(f"{func}: beta={beta!r} blends into out, but no out was given")
+
+
+def _image(func: str, name: str, g: _op.Operand) -> None:
+    if len(g.shape) != 4:
+        raise ValueError(f"{func}: {name} has shape {tuple(g.shape)}; expected (N, C, H, W)")
+    if any(s < 1 for s in g.shape[1:]):
+        raise ValueError(f"{func}: {name} has shape {tuple(g.shape)}; C, H and W must be >= 1")
+
+
+def output_shape(
+    img_shape: Any, scale_width: float = 1, scale_height: float = 1
+) -> tuple[int, int, int, int]:
+    """The output shape of :func:`dnn_spatialtf`: ``(N, C, ceil(H * scale_height),
+    ceil(W * scale_width))`` (Theano's; a product within 1e-9 of an integer is that integer)."""
+    func = "dnn_spatialtf"
+    n, c, h, w = (int(s) for s in img_shape)
+    sw = _op.real(scale_width, "scale_width", func, lo=0.0, lo_open=True)
+    sh = _op.real(scale_height, "scale_height", func, lo=0.0, lo_open=True)
+    return n, c, max(1, math.ceil(h * sh - 1e-9)), max(1, math.ceil(w * sw - 1e-9))
+
+
+# ==================================================================================================
+# Call entries
+# ==================================================================================================
+class _Grid(_op.Call):
+    """Grid generator forward (theta -> grid) or backward (dgrid -> dtheta)."""
+
+    __slots__ = ("fn", "hp", "st")
+
+    def __init__(self, func, h, alloc, spans, stage, st, name):
+        super().__init__(func, h, alloc, spans, stage)
+        self.st, self.hp = st, h.ptr
+        self.fn = _op.quiet(name)
+
+    def launch(self, ptrs):
+        self.fn(self.hp, self.st, ptrs[0], ptrs[1])
+
+
+class _Sampler(_op.Call):
+    __slots__ = ("args", "fn", "hp", "st", "xd", "yd")
+
+    def __init__(self, func, h, alloc, spans, stage, st, xd, yd, a, b):
+        super().__init__(func, h, alloc, spans, stage)
+        self.st, self.xd, self.yd, self.hp = st, xd, yd, h.ptr
+        self.args = (ctypes.byref(a), ctypes.byref(b), a, b)
+        self.fn = _op.quiet("cudnnSpatialTfSamplerForward")
+
+    def launch(self, ptrs):
+        x, grid, y = ptrs
+        self.fn(self.hp, self.st, self.args[0], self.xd, x, grid, self.args[1], self.yd, y)
+
+
+class _SamplerGrad(MultiOutputCall):
+    __slots__ = ("args", "dxd", "dyd", "fn", "hp", "st", "xd")
+
+    def __init__(self, func, h, allocs, in_spans, out_spans, stage, st, xd, dxd, dyd, a, b):
+        super().__init__(func, h, allocs, in_spans, out_spans, stage)
+        self.st, self.xd, self.dxd, self.dyd, self.hp = st, xd, dxd, dyd, h.ptr
+        self.args = (ctypes.byref(a), ctypes.byref(b), a, b)
+        self.fn = _op.quiet("cudnnSpatialTfSamplerBackward")
+
+    def launch(self, ptrs):
+        x, grid, dy, dx, dgrid = ptrs
+        a, b = self.args[0], self.args[1]
+        self.fn(self.hp, self.st, a, self.xd, x, b, self.dxd, dx, a, self.dyd, dy, grid, b, dgrid)
+
+
+# ==================================================================================================
+# Grid generator
+# ==================================================================================================
+def dnn_spatialtf_grid(theta: Any, out_shape: Any, *, out: Any = None, stream: Any = None) -> Any:
+    """The sampling grid of affine transformations (``cudnnSpatialTfGridGeneratorForward``).
+
+    Parameters
+    ----------
+    theta : device array
+        ``(N, 2, 3)`` affine matrices mapping output to input coordinates; float16, float32 or
+        float64; copied to C order first if strided.
+    out_shape : sequence of 4 ints
+        ``(N, C, H, W)`` of the image to produce (Theano's ``out_dims``; *C* does not matter).
+    out : device array, optional
+        ``(N, H, W, 2)``, C-contiguous, *theta*'s dtype.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    DeviceArray or the type of *out*
+        ``grid[n, h, w] = (x, y)``, normalised input coordinates in [-1, 1] for the corners.
+
+    Raises
+    ------
+    TypeError
+        Host arrays, an unsupported dtype, a non-int size.
+    ValueError
+        *theta* not ``(N, 2, 3)``, *out_shape* not 4 sizes >= 1 with ``N`` of *theta*, a bad
+        *out*.
+
+    Examples
+    --------
+    >>> grid = pycudnn.dnn_spatialtf_grid(theta, (n, c, 32, 32))
+    """
+    pt, kt = _op.key_of(theta)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+    try:
+        oshape: Any = tuple(out_shape)
+    except TypeError:
+        oshape = out_shape
+    key = (_GRID, kt, ko, oshape)
+    return _op.dispatch(key, lambda: _grid(theta, out, out_shape, stream), (pt,), out, po, stream)
+
+
+def _grid(theta, out, out_shape, stream) -> _op.Call:
+    func = "dnn_spatialtf_grid"
+    g = _op.operand(theta)
+    dt, device = _op.same_dtype_and_device(func, (("theta", g),), _TYPES)
+    _shape_of(func, "theta", g, (None, 2, 3), "(N, 2, 3)")
+    n, c, h, w = _out_shape(func, out_shape)
+    if n != g.shape[0]:
+        raise ValueError(f"{func}: out_shape {(n, c, h, w)} has N={n}, theta has N={g.shape[0]}")
+    stage: list = []
+    _staged(func, "theta", g, 0, stage)
+    gshape = (n, h, w, 2)
+    if out is None:
+        spec = _op.output_spec(gshape, dt, device)
+        so = spec.span
+    else:
+        spec, so = None, span_of(_packed_out(func, "out", out, gshape, dt, device))
+    hd = _op.handle_for(device, stream)
+    spans = (span_of(g), so)
+    if n == 0:
+        return _op.NoOp(func, hd, spec, spans)
+    st = SpatialTransformerDescriptor((n, c, h, w), dt)
+    name = "cudnnSpatialTfGridGeneratorForward"
+    return _Grid(func, hd, spec, spans, _make_stage(dt, stage), st, name)
+
+
+def dnn_spatialtf_grid_grad(dgrid: Any, *, out: Any = None, stream: Any = None) -> Any:
+    """Gradient of :func:`dnn_spatialtf_grid` w.r.t. *theta*
+    (``cudnnSpatialTfGridGeneratorBackward``).
+
+    Parameters
+    ----------
+    dgrid : device array
+        ``(N, H, W, 2)``, gradient w.r.t. the grid; copied to C order first if strided.
+    out : device array, optional
+        ``dtheta``, ``(N, 2, 3)``, C-contiguous.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    DeviceArray or the type of *out*
+        ``dtheta`` (N, 2, 3).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As for :func:`dnn_spatialtf_grid`; *dgrid* not ``(N, H, W, 2)``.
+
+    Examples
+    --------
+    >>> dimg, dgrid = pycudnn.dnn_spatialtf_sampler_grad(img, grid, dy)
+    >>> dtheta = pycudnn.dnn_spatialtf_grid_grad(dgrid)
+    """
+    pg, kg = _op.key_of(dgrid)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+    return _op.dispatch(
+        (_GRID_BWD, kg, ko), lambda: _grid_grad(dgrid, out, stream), (pg,), out, po, stream
+    )
+
+
+def _grid_grad(dgrid, out, stream) -> _op.Call:
+    func = "dnn_spatialtf_grid_grad"
+    g = _op.operand(dgrid)
+    dt, device = _op.same_dtype_and_device(func, (("dgrid", g),), _TYPES)
+    _shape_of(func, "dgrid", g, (None, None, None, 2), "(N, H, W, 2)")
+    n, h, w, _ = g.shape
+    if n and min(h, w) < 1:
+        raise ValueError(f"{func}: dgrid has shape {tuple(g.shape)}; H and W must be >= 1")
+    stage: list = []
+    _staged(func, "dgrid", g, 0, stage)
+    tshape = (n, 2, 3)
+    if out is None:
+        spec = _op.output_spec(tshape, dt, device)
+        so = spec.span
+    else:
+        spec, so = None, span_of(_packed_out(func, "out", out, tshape, dt, device))
+    hd = _op.handle_for(device, stream)
+    spans = (span_of(g), so)
+    if n == 0:
+        return _op.NoOp(func, hd, spec, spans)
+    st = SpatialTransformerDescriptor((n, 1, h, w), dt)
+    name = "cudnnSpatialTfGridGeneratorBackward"
+    return _Grid(func, hd, spec, spans, _make_stage(dt, stage), st, name)
+
+
+# ==================================================================================================
+# Sampler
+# ==================================================================================================
+def dnn_spatialtf_sampler(
+    img: Any,
+    grid: Any,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """Bilinear sampling of *img* at *grid* (``cudnnSpatialTfSamplerForward``):
+    ``out = alpha * sample(img, grid) + beta * out``.
+
+    Parameters
+    ----------
+    img : device array
+        ``(N, C, Hi, Wi)``, any strides; float16, float32 or float64.
+    grid : device array
+        ``(N, H, W, 2)`` normalised ``(x, y)`` coordinates (-1 and 1: the centres of the edge
+        pixels), *img*'s dtype; copied to C order first if strided.
+    alpha, beta : float
+        Blend factors (``beta != 0`` needs *out*).
+    out : device array, optional
+        ``(N, C, H, W)``, any strides.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    DeviceArray or the type of *out*
+        ``(N, C, H, W)``, in *img*'s memory order (NCHW or NHWC) when new.
+
+    Raises
+    ------
+    TypeError
+        Host arrays, unsupported or mixed dtypes.
+    ValueError
+        Bad shapes (*img* not 4-D, *grid* not ``(N, H, W, 2)`` with *img*'s N), operands on
+        different devices, a bad *out*, ``beta != 0`` without *out*.
+
+    Examples
+    --------
+    >>> y = pycudnn.dnn_spatialtf_sampler(img, grid)
+    """
+    pi, ki = _op.key_of(img)
+    pg, kg = _op.key_of(grid)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+    key = (_SAMPLE, ki, kg, ko, alpha, beta)
+    return _op.dispatch(
+        key,
+        lambda: _sampler(img, grid, out, alpha, beta, stream),
+        (pi, pg),
+        out,
+        po,
+        stream,
+    )
+
+
+def _sampler_operands(func, img, grid):
+    gi, gg = _op.operand(img), _op.operand(grid)
+    dt, device = _op.same_dtype_and_device(func, (("img", gi), ("grid", gg)), _TYPES)
+    _image(func, "img", gi)
+    n = gi.shape[0]
+    _shape_of(func, "grid", gg, (n, None, None, 2), f"({n}, H, W, 2) (N of img)")
+    if n and min(gg.shape[1:3]) < 1:
+        raise ValueError(f"{func}: grid has shape {tuple(gg.shape)}; H and W must be >= 1")
+    _op.check_strides(func, "img", gi)
+    stage: list = []
+    _staged(func, "grid", gg, 1, stage)
+    return gi, gg, dt, device, stage
+
+
+def _sampler(img, grid, out, alpha, beta, stream) -> _op.Call:
+    func = "dnn_spatialtf_sampler"
+    gi, gg, dt, device, stage = _sampler_operands(func, img, grid)
+    a = _op.real(alpha, "alpha", func)
+    b = _op.real(beta, "beta", func)
+    _beta_needs_out(func, b, out)
+    n, c = gi.shape[:2]
+    h, w = gg.shape[1:3]
+    yshape = (n, c, h, w)
+    if out is None:
+        spec = _op.like_spec(gi, shape=yshape)
+        ystrides, so = spec.element_strides, spec.span
+    else:
+        spec = None
+        o = out_operand(func, out, yshape, dt, device)
+        ystrides, so = tuple(o.strides), span_of(o)
+    hd = _op.handle_for(device, stream)
+    spans = (span_of(gi), span_of(gg), so)
+    if n == 0:
+        return _op.NoOp(func, hd, spec, spans)
+    xd = tensor_desc(func, "img", gi)
+    yd = _op.tensor_descriptor(yshape, ystrides, dt)
+    st = SpatialTransformerDescriptor(yshape, dt)
+    sa, sb = _op.scales(dt, a, b)
+    return _Sampler(func, hd, spec, spans, _make_stage(dt, stage), st, xd, yd, sa, sb)
+
+
+def dnn_spatialtf_sampler_grad(
+    img: Any,
+    grid: Any,
+    dy: Any,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
+    stream: Any = None,
+) -> tuple[Any, Any]:
+    """Gradients of :func:`dnn_spatialtf_sampler` w.r.t. the image and the grid, in one call
+    (``cudnnSpatialTfSamplerBackward``): ``d = alpha * grad + beta * d`` for both.
+
+    Parameters
+    ----------
+    img, grid : device arrays
+        The forward inputs.
+    dy : device array
+        ``(N, C, H, W)``, gradient w.r.t. the sampler's output, any strides.
+    alpha, beta : float
+        Blend factors of both gradients (``beta != 0`` needs both outputs in *out*).
+    out : (device array or None, device array or None), optional
+        ``(dimg, dgrid)``: *dimg* like *img* (any strides), *dgrid* like *grid* (C-contiguous).
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    (dimg, dgrid)
+        New arrays (*dimg* in *img*'s memory order) or the given ones.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As for :func:`dnn_spatialtf_sampler`; *dy* not ``(N, C, H, W)`` of *img* and *grid*;
+        *out* not a pair.
+
+    Examples
+    --------
+    >>> dimg, dgrid = pycudnn.dnn_spatialtf_sampler_grad(img, grid, dy)
+    """
+    func = "dnn_spatialtf_sampler_grad"
+    outs = _pair(func, out)
+    pi, ki = _op.key_of(img)
+    pg, kg = _op.key_of(grid)
+    pdy, kdy = _op.key_of(dy)
+    pos, kos = zip(*((None, None) if o is None else _op.key_of(o) for o in outs), strict=True)
+    key = (_SAMPLE_BWD, ki, kg, kdy, kos, alpha, beta)
+    call, cached = lookup(key, lambda: _sampler_grad(img, grid, dy, outs, alpha, beta, stream))
+    result = call.run((pi, pg, pdy), outs, pos, stream)
+    if not cached:
+        remember(key, call)
+    return result
+
+
+def _pair(func: str, out: Any) -> tuple[Any, Any]:
+    if out is None:
+        return None, None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"{func}: out must be None or a pair (dimg, dgrid), got {out!r}")
+    return out[0], out[1]
+
+
+def _sampler_grad(img, grid, dy, outs, alpha, beta, stream) -> MultiOutputCall:
+    func = "dnn_spatialtf_sampler_grad"
+    gi, gg, dt, device, stage = _sampler_operands(func, img, grid)
+    gdy = _op.operand(dy)
+    _op.same_dtype_and_device(func, (("img", gi), ("dy", gdy)), _TYPES)
+    n, c = gi.shape[:2]
+    h, w = gg.shape[1:3]
+    _shape_of(func, "dy", gdy, (n, c, h, w), f"{(n, c, h, w)} (N, C of img, H, W of grid)")
+    _op.check_strides(func, "dy", gdy)
+    a = _op.real(alpha, "alpha", func)
+    b = _op.real(beta, "beta", func)
+    if b != 0.0 and (outs[0] is None or outs[1] is None):
+        raise ValueError(f"{func}: beta={beta!r} blends into out, but out has no (dimg, dgrid)")
+    if outs[0] is None:
+        ispec = _op.like_spec(gi)
+        dxstrides, sdx = ispec.element_strides, ispec.span
+    else:
+        ispec = None
+        o = out_operand(func, outs[0], gi.shape, dt, device, "out[0] (dimg)")
+        dxstrides, sdx = tuple(o.strides), span_of(o)
+    if outs[1] is None:
+        gspec = _op.output_spec(gg.shape, dt, device)
+        sdg = gspec.span
+    else:
+        gspec = None
+        sdg = span_of(_packed_out(func, "out[1] (dgrid)", outs[1], gg.shape, dt, device))
+    hd = _op.handle_for(device, stream)
+    in_spans = (span_of(gi), span_of(gg), span_of(gdy))
+    if n == 0:
+        return MultiOutputCall(func, hd, (ispec, gspec), in_spans, (sdx, sdg), noop=True)
+    xd = tensor_desc(func, "img", gi)
+    dxd = _op.tensor_descriptor(gi.shape, dxstrides, dt)
+    dyd = tensor_desc(func, "dy", gdy)
+    st = SpatialTransformerDescriptor((n, c, h, w), dt)
+    sa, sb = _op.scales(dt, a, b)
+    return _SamplerGrad(func, hd, (ispec, gspec), in_spans, (sdx, sdg), _make_stage(dt, stage),
+                        st, xd, dxd, dyd, sa, sb)  # fmt: skip
+
+
+# ==================================================================================================
+# The whole transformer
+# ==================================================================================================
+def _check_whole(func, img, theta, scale_width, scale_height):
+    gi, gt = _op.operand(img), _op.operand(theta)
+    _op.same_dtype_and_device(func, (("img", gi), ("theta", gt)), _TYPES)
+    _image(func, "img", gi)
+    _shape_of(func, "theta", gt, (gi.shape[0], 2, 3), f"({gi.shape[0]}, 2, 3) (N of img)")
+    return gi, output_shape(gi.shape, scale_width, scale_height)
+
+
+def dnn_spatialtf(
+    img: Any,
+    theta: Any,
+    scale_width: float = 1,
+    scale_height: float = 1,
+    *,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """Spatial transformer (Theano's ``dnn_spatialtf``): the affine grid of *theta* over an
+    output of ``ceil(H * scale_height) x ceil(W * scale_width)``, then bilinear sampling of
+    *img* (PyTorch: ``F.grid_sample(img, F.affine_grid(theta, size, align_corners=True),
+    align_corners=True)``).
+
+    Parameters
+    ----------
+    img : device array
+        ``(N, C, H, W)``, any strides; float16, float32 or float64.
+    theta : device array
+        ``(N, 2, 3)``, *img*'s dtype.
+    scale_width, scale_height : float
+        Output size factors (> 0); 1 keeps the input's size.
+    out : device array, optional
+        The result, any strides.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    DeviceArray or the type of *out*
+        ``(N, C, ceil(H * scale_height), ceil(W * scale_width))``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As for :func:`dnn_spatialtf_grid` and :func:`dnn_spatialtf_sampler`; non-positive
+        scales.
+
+    Examples
+    --------
+    >>> theta = torch.tensor([[[0.5, 0, 0], [0, 0.5, 0]]], device="cuda").expand(n, 2, 3)
+    >>> y = pycudnn.dnn_spatialtf(img, theta.contiguous(), 2, 2)   # zoom in, double size
+    """
+    func = "dnn_spatialtf"
+    gi, oshape = _check_whole(func, img, theta, scale_width, scale_height)
+    if out is not None:
+        out_operand(func, out, oshape, gi.dtype, gi.device)
+    grid = dnn_spatialtf_grid(theta, oshape, stream=stream)
+    return dnn_spatialtf_sampler(img, grid, out=out, stream=stream)
+
+
+def dnn_spatialtf_grad(
+    img: Any,
+    theta: Any,
+    dy: Any,
+    scale_width: float = 1,
+    scale_height: float = 1,
+    *,
+    stream: Any = None,
+) -> tuple[Any, Any]:
+    """Gradients of :func:`dnn_spatialtf` w.r.t. *img* and *theta*: the grid is generated
+    again, then :func:`dnn_spatialtf_sampler_grad` and :func:`dnn_spatialtf_grid_grad`.
+
+    Parameters
+    ----------
+    img, theta, scale_width, scale_height
+        As in the forward call.
+    dy : device array
+        Gradient w.r.t. the output, of the forward output's shape.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    (dimg, dtheta)
+
+    Raises
+    ------
+    TypeError, ValueError
+        As for :func:`dnn_spatialtf`; *dy* of another shape.
+
+    Examples
+    --------
+    >>> dimg, dtheta = pycudnn.dnn_spatialtf_grad(img, theta, dy)
+    """
+    func = "dnn_spatialtf_grad"
+    gi, oshape = _check_whole(func, img, theta, scale_width, scale_height)
+    gdy = _op.operand(dy)
+    _op.same_dtype_and_device(func, (("img", gi), ("dy", gdy)), _TYPES)
+    _shape_of(func, "dy", gdy, oshape, f"{oshape} (the forward output's shape)")
+    grid = dnn_spatialtf_grid(theta, oshape, stream=stream)
+    dimg, dgrid = dnn_spatialtf_sampler_grad(img, grid, dy, stream=stream)
+    return dimg, dnn_spatialtf_grid_grad(dgrid, stream=stream)
