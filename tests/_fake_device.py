@@ -86,6 +86,9 @@ class DummyHandle:
         self.stream = s
         return s
 
+    def workspace(self, nbytes, stream=None):
+        return 0xABC000, nbytes
+
 
 class Recorder:
     """Stands in for ``_op.quiet``: every C function records ``(name, args)``; size queries
@@ -135,7 +138,6 @@ def capture(monkeypatch):
     monkeypatch.setattr(_op, "quiet", rec)
     monkeypatch.setattr(memory, "empty", _allocate)
     monkeypatch.setattr(memory, "zeros", _boom)
-    monkeypatch.setattr(memory, "get_workspace", lambda h, n, stream=None: (0xABC000, n))
     monkeypatch.setattr(memory, "asarray", lambda obj, **kw: obj)
     monkeypatch.setattr(memory, "to_device", _to_device)
     clear_caches()

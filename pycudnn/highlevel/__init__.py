@@ -11,6 +11,11 @@ per-thread call cache, validation, outputs, staging, one execute path):
 - :mod:`.activation` -- ``dnn_activation``, ``dnn_activation_grad``;
 - :mod:`.softmax` -- ``dnn_softmax``, ``dnn_softmax_grad``;
 - :mod:`.tensor_ops` -- ``dnn_add_tensor``, ``dnn_op_tensor``;
+- :mod:`.dropout` -- ``dnn_dropout``, ``dnn_dropout_grad`` and their ``DropoutState``;
+- :mod:`.spatialtf` -- ``dnn_spatialtf`` and its grid/sampler pieces, with gradients;
+- :mod:`.reduction` -- ``dnn_reduction``;
+- :mod:`.lrn` -- ``dnn_lrn``, ``dnn_lrn_grad``;
+- :mod:`.ctc` -- ``dnn_ctc_loss``;
 - :mod:`.rnn` -- ``RNNBlock`` (the v8 RNN API), with the weight-layout converters of
   :mod:`.rnn_layout` (``rnn_weights_from_torch``, ``rnn_weights_to_torch``,
   ``canonical_rnn_layout``, ``torch_rnn_param_names``).
@@ -35,7 +40,11 @@ from .conv import (
     dnn_gradweight,
     dnn_gradweight3d,
 )
+from .ctc import dnn_ctc_loss
+from .dropout import DropoutState, dnn_dropout, dnn_dropout_grad
+from .lrn import dnn_lrn, dnn_lrn_grad
 from .pool import dnn_pool, dnn_pool_grad
+from .reduction import dnn_reduction
 from .rnn import RNNBlock
 from .rnn_layout import (
     canonical_rnn_layout,
@@ -44,9 +53,18 @@ from .rnn_layout import (
     torch_rnn_param_names,
 )
 from .softmax import dnn_softmax, dnn_softmax_grad
+from .spatialtf import (
+    dnn_spatialtf,
+    dnn_spatialtf_grad,
+    dnn_spatialtf_grid,
+    dnn_spatialtf_grid_grad,
+    dnn_spatialtf_sampler,
+    dnn_spatialtf_sampler_grad,
+)
 from .tensor_ops import dnn_add_tensor, dnn_op_tensor
 
 __all__ = [
+    "DropoutState",
     "RNNBlock",
     "canonical_rnn_layout",
     "clear_caches",
@@ -58,15 +76,27 @@ __all__ = [
     "dnn_batch_normalization_train",
     "dnn_conv",
     "dnn_conv3d",
+    "dnn_ctc_loss",
+    "dnn_dropout",
+    "dnn_dropout_grad",
     "dnn_gradinput",
     "dnn_gradinput3d",
     "dnn_gradweight",
     "dnn_gradweight3d",
+    "dnn_lrn",
+    "dnn_lrn_grad",
     "dnn_op_tensor",
     "dnn_pool",
     "dnn_pool_grad",
+    "dnn_reduction",
     "dnn_softmax",
     "dnn_softmax_grad",
+    "dnn_spatialtf",
+    "dnn_spatialtf_grad",
+    "dnn_spatialtf_grid",
+    "dnn_spatialtf_grid_grad",
+    "dnn_spatialtf_sampler",
+    "dnn_spatialtf_sampler_grad",
     "rnn_weights_from_torch",
     "rnn_weights_to_torch",
     "torch_rnn_param_names",

@@ -42,6 +42,7 @@ from . import _plans
 __all__ = [
     "FLOATS",
     "Call",
+    "MultiOutputCall",
     "NoOp",
     "Packed",
     "Operand",
@@ -60,8 +61,10 @@ __all__ = [
     "ints",
     "key_of",
     "like_spec",
+    "lookup",
     "local",
     "operand",
+    "out_operand",
     "output_spec",
     "packed_operands",
     "padded",
@@ -69,10 +72,12 @@ __all__ = [
     "quiet",
     "raw_operand",
     "real",
+    "remember",
     "register_operand_type",
     "same_dtype_and_device",
     "scales",
     "snapshot",
+    "tensor_desc",
     "tensor_descriptor",
     "workspace",
 ]
@@ -735,6 +740,105 @@ def calls() -> Any:
     except AttributeError:
         lru = local.calls = _plans.new_lru()
         return lru
+
+
+# ==================================================================================================
+# Calls with several outputs, and the pieces of a build step
+# ==================================================================================================
+class MultiOutputCall(Call):
+    """A validated call with several outputs: ``run(ptrs, outs, pos, stream)`` takes the output
+    arrays (None: allocate from ``allocs``) and their pointers, refuses outputs that overlap an
+    input or each other, stages inputs (``stage``; outputs are never staged) and launches
+    ``launch((*input_ptrs, *output_ptrs))``. Returns the outputs as a tuple. ``noop``: allocate
+    only (empty problems)."""
+
+    __slots__ = ("allocs", "n_in", "noop")
+
+    def __init__(
+        self,
+        func: str,
+        handle: Any,
+        allocs: Sequence[Any],
+        in_spans: Sequence[int],
+        out_spans: Sequence[int],
+        stage: Stage | None = None,
+        noop: bool = False,
+    ):
+        super().__init__(func, handle, None, (*in_spans, *out_spans), stage)
+        self.allocs = tuple(allocs)
+        self.n_in = len(in_spans)
+        self.noop = noop
+
+    def run(self, ptrs: Sequence[int], outs: Sequence[Any], pos: Sequence[Any], stream: Any
+            ) -> tuple:  # fmt: skip
+        h = self.handle
+        if stream is not None:
+            h.set_stream(stream)
+        outs, pos = list(outs), list(pos)
+        for i, spec in enumerate(self.allocs):
+            if outs[i] is None:
+                outs[i] = spec.new(h.stream)
+                pos[i] = outs[i].ptr
+        spans, n = self.spans, self.n_in
+        for i, p in enumerate(pos):
+            s = spans[n + i]
+            check_overlap(self.func, ptrs, spans, p, s)
+            for j in range(i):
+                if s and spans[n + j] and overlaps(p, s, pos[j], spans[n + j]):
+                    raise ValueError(f"{self.func}: two outputs overlap; give separate arrays")
+        if not self.noop:
+            if self.stage is None:
+                self.launch((*ptrs, *pos))
+            else:
+                keep: list = []
+                all_ptrs = [*ptrs, *pos]
+                self.stage.before(self.handle, all_ptrs, keep)
+                self.launch(all_ptrs)
+        return tuple(outs)
+
+
+def lookup(key: Any, build: Callable[[], Any]) -> tuple[Any, bool]:
+    """``(call entry, cached)``: the calling thread's entry of *key*, or ``build()`` (validation,
+    descriptors) for the caller to run and then :func:`remember` (as ``_op.dispatch`` does).
+    An unhashable *key* (a list argument) builds every time."""
+    try:
+        call = calls().data.get(key)
+    except TypeError:
+        return build(), True  # never cached
+    if call is not None:
+        return call, True
+    return build(), False
+
+
+def remember(key: Any, call: Any) -> None:
+    """Cache *call* under *key* (after it ran once)."""
+    calls().put(key, call)
+
+
+def tensor_desc(func: str, name: str, g: Operand, rank: int = 4) -> Any:
+    """The (cached) descriptor of *g* after the stride checks, padded with trailing size-1 dims
+    to *rank* (cuDNN's legacy descriptors take 3 to 8 dims); None for an empty *g* (nothing to
+    compute, and cuDNN's descriptors take no 0-size dims)."""
+    if len(g.shape) > 8:
+        raise ValueError(f"{func}: {name} has {len(g.shape)} dims; cuDNN supports at most 8")
+    check_strides(func, name, g)
+    if 0 in g.shape:
+        return None
+    return tensor_descriptor(*padded(g.shape, g.strides, rank), g.dtype)
+
+
+def out_operand(func: str, out: Any, shape: Sequence[int], dt: DataType, device: int,
+                name: str = "out") -> Operand:  # fmt: skip
+    """*out* checked against the expected *shape*, dtype and device."""
+    o = operand(out)
+    if o.dtype != dt:
+        got = "an unsupported dtype" if o.dtype is None else dtype_name(o.dtype)
+        raise TypeError(f"{func}: {name} is {got}, expected {dtype_name(dt)}")
+    if o.device != device:
+        raise ValueError(f"{func}: {name} is on device {o.device}, the inputs on device {device}")
+    check_out(func, o, shape, name)
+    check_strides(func, name, o)
+    return o
 
 
 def empty_result(func: str, out: Any, spec: OutputSpec, beta: float, fill: bool) -> Any:

@@ -92,16 +92,6 @@ def _descriptor(func: str, mode: Any, coef: Any) -> ActivationDescriptor | None:
     return ActivationDescriptor(m, c, nan_propagation=True)
 
 
-def _tensor(func: str, name: str, g: _op.Operand) -> Any:
-    """The descriptor of *g* (None for an empty array: nothing to compute)."""
-    if len(g.shape) > 8:
-        raise ValueError(f"{func}: {name} has {len(g.shape)} dims; cuDNN supports at most 8")
-    _op.check_strides(func, name, g)
-    if 0 in g.shape:
-        return None
-    return _op.tensor_descriptor(*_op.padded(g.shape, g.strides), g.dtype)
-
-
 def _output(func: str, out: Any, like: _op.Operand):
     """(descriptor, alloc spec or None, the out operand or None, its byte span)."""
     if out is None:
@@ -113,7 +103,7 @@ def _output(func: str, out: Any, like: _op.Operand):
     o = _op.operand(out)
     _op.same_dtype_and_device(func, (("x", like), ("out", o)))
     _op.check_out(func, o, like.shape)
-    return _tensor(func, "out", o), None, o, o.nbytes_span
+    return _op.tensor_desc(func, "out", o), None, o, o.nbytes_span
 
 
 def dnn_activation(
@@ -177,7 +167,7 @@ def _forward(x, out, mode, coef, alpha, beta, stream) -> _op.Call:
     dt, device = _op.same_dtype_and_device(func, (("x", g),))
     act = _descriptor(func, mode, coef)
     a, b = _op.scales(dt, _op.real(alpha, "alpha", func), _op.real(beta, "beta", func))
-    xd = _tensor(func, "x", g)
+    xd = _op.tensor_desc(func, "x", g)
     yd, spec, o, so = _output(func, out, g)
     h = _op.handle_for(device, stream)
     if any(n == 0 for n in g.shape):
@@ -247,7 +237,7 @@ def _backward(y, dy, x, out, mode, coef, alpha, beta, stream) -> _op.Call:
             )
     act = _descriptor(func, mode, coef)
     a, b = _op.scales(dt, _op.real(alpha, "alpha", func), _op.real(beta, "beta", func))
-    yd, dyd, xd = (_tensor(func, n, g) for n, g in (("y", gy), ("dy", gdy), ("x", gx)))
+    yd, dyd, xd = (_op.tensor_desc(func, n, g) for n, g in (("y", gy), ("dy", gdy), ("x", gx)))
     dxd, spec, o, so = _output(func, out, gx)
     h = _op.handle_for(device, stream)
     spans = (gy.nbytes_span, gdy.nbytes_span, gx.nbytes_span, so)

@@ -37,7 +37,6 @@ from .._types import numpy_dtype
 from ..descriptors import CTCLossDescriptor, OpTensorDescriptor, ReduceTensorDescriptor
 from ..enums import CTCLossAlgo, DataType
 from . import _op
-from .reduction import MultiOutputCall, lookup, out_operand, remember, span_of
 
 __all__ = ["dnn_ctc_loss"]
 
@@ -69,7 +68,7 @@ def _vector(func: str, name: str, g: _op.Operand, n: int | None, what: str) -> N
         )
 
 
-class _CTC(MultiOutputCall):
+class _CTC(_op.MultiOutputCall):
     """cudnnCTCLoss_v8 into packed buffers (zeroed gradient), then the reduction/copy."""
 
     __slots__ = ("algo", "cd", "copy", "fn", "g4d", "gd", "god", "grad_direct", "hp", "ld", "lod",
@@ -225,7 +224,7 @@ def dnn_ctc_loss(
         keys.append(k)
     pos, kos = zip(*((None, None) if o is None else _op.key_of(o) for o in outs), strict=True)
     key = (_KEY, *keys, kos, algo, reduction, compute_grad)
-    call, cached = lookup(
+    call, cached = _op.lookup(
         key,
         lambda: _build(
             log_probs,
@@ -256,7 +255,7 @@ def dnn_ctc_loss(
     finally:
         call.weights = None
     if not cached:
-        remember(key, call)
+        _op.remember(key, call)
     return (result[0], result[1]) if n_out == 2 else (result[0], None)
 
 
@@ -348,26 +347,26 @@ def _build(log_probs, labels, label_lengths, input_lengths, outs, algo, reductio
     if outs[0] is None:
         lspec = _op.output_spec(lshape, dt, device)
         allocs.append(lspec)
-        spans.append(lspec.span)
+        spans.append(lspec.nbytes_span)
     else:
-        o = out_operand(func, outs[0], lshape, dt, device, "out[0] (loss)")
+        o = _op.out_operand(func, outs[0], lshape, dt, device, "out[0] (loss)")
         if red == "none" and n > 1 and o.strides[0] != 1:
             raise ValueError(
                 f"{func}: out[0] (loss) has stride {o.strides[0]}; cuDNN writes it packed"
             )
         allocs.append(None)
-        spans.append(span_of(o))
+        spans.append(o.nbytes_span)
     grad_direct = True
     gstrides = packed
     if with_grad:
         if outs[1] is None:
             gspec = _op.output_spec(shape, dt, device)
             allocs.append(gspec)
-            spans.append(gspec.span)
+            spans.append(gspec.nbytes_span)
         else:
-            og = out_operand(func, outs[1], shape, dt, device, "out[1] (grad)")
+            og = _op.out_operand(func, outs[1], shape, dt, device, "out[1] (grad)")
             allocs.append(None)
-            spans.append(span_of(og))
+            spans.append(og.nbytes_span)
             gstrides = tuple(og.strides)
             grad_direct = _layout.matches(shape, gstrides, packed)
         grad_direct = grad_direct and red != "mean"
@@ -393,7 +392,7 @@ def _build(log_probs, labels, label_lengths, input_lengths, outs, algo, reductio
         rsize = ctypes.c_size_t()
         _op.quiet("cudnnGetReductionWorkspaceSize")(h.ptr, rd, ld, lod, ctypes.byref(rsize))
         rws = rsize.value
-    in_spans = (span_of(glp), span_of(gl), span_of(gll), span_of(gil))
+    in_spans = (glp.nbytes_span, gl.nbytes_span, gll.nbytes_span, gil.nbytes_span)
     call = _CTC(func, h, allocs, in_spans, spans, _op.Stage(dt, stage, None, 1.0, 0.0)
                 if stage else None, dt, shape, algo_v, cd, pd, gd, god, size.value, red,
                 grad_direct, lod, rd, rws)  # fmt: skip

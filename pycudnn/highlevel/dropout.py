@@ -49,7 +49,6 @@ from .. import memory
 from ..descriptors import DropoutDescriptor
 from ..enums import DataType
 from . import _op
-from .reduction import lookup, out_operand, remember, span_of, tensor_desc
 
 __all__ = ["DropoutState", "dnn_dropout", "dnn_dropout_grad"]
 
@@ -245,14 +244,14 @@ class _Backward(_op.Call):
 
 
 def _run(key: Any, build: Any, ptr: int, out: Any, po: Any, stream: Any, prepare: Any) -> Any:
-    call, cached = lookup(key, build)
+    call, cached = _op.lookup(key, build)
     prepare(call)  # per-call checks and arguments (pure Python)
     try:
         result = call.run((ptr,), out, po, stream)
     finally:
         call.state = None  # the cache must not keep the state alive
     if not cached:
-        remember(key, call)
+        _op.remember(key, call)
     return result
 
 
@@ -266,18 +265,18 @@ def _operands(func: str, name: str, g: _op.Operand, out: Any, stream: Any):
     _op.check_strides(func, name, g)
     if out is None:
         spec = _op.like_spec(g)
-        o, so, ostrides = None, spec.span, spec.element_strides
+        o, so, ostrides = None, spec.nbytes_span, spec.element_strides
     else:
         spec = None
-        o = out_operand(func, out, g.shape, dt, device)
-        so, ostrides = span_of(o), o.strides
+        o = _op.out_operand(func, out, g.shape, dt, device)
+        so, ostrides = o.nbytes_span, o.strides
     xd = yd = None
     if not empty:
-        xd = tensor_desc(func, name, g)
+        xd = _op.tensor_desc(func, name, g)
         yd = _op.tensor_descriptor(*_op.padded(g.shape, ostrides), dt)
     inplace = (0,) if o is not None and _op.same_layout(g, o) else ()
     h = _op.handle_for(device, stream)
-    return h, spec, (span_of(g), so), inplace, xd, yd, empty
+    return h, spec, (g.nbytes_span, so), inplace, xd, yd, empty
 
 
 def dnn_dropout(

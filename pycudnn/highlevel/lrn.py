@@ -28,7 +28,6 @@ from .. import _layout
 from ..descriptors import LRNDescriptor
 from ..enums import DataType, LRNMode
 from . import _op
-from .reduction import out_operand, span_of, tensor_desc
 
 __all__ = ["dnn_lrn", "dnn_lrn_grad"]
 
@@ -98,7 +97,7 @@ def _packed5(g: _op.Operand) -> bool:
 def _input(func: str, name: str, g: _op.Operand, index: int, stage: list) -> Any:
     """The descriptor cuDNN reads *g* with (queueing a packed copy for 5-D non-packed)."""
     if _packed5(g):
-        return tensor_desc(func, name, g)
+        return _op.tensor_desc(func, name, g)
     _op.check_strides(func, name, g)
     packed = _layout.packed_strides(g.shape)
     stage.append((index, g, packed))
@@ -117,15 +116,15 @@ def _output(func: str, out: Any, like: _op.Operand, dt: DataType, device: int):
         desc = None
         if not empty:
             desc = _op.tensor_descriptor(*_op.padded(spec.shape, spec.element_strides), dt)
-        return desc, spec, spec.span, None
-    o = out_operand(func, out, like.shape, dt, device)
+        return desc, spec, spec.nbytes_span, None
+    o = _op.out_operand(func, out, like.shape, dt, device)
     if empty:
-        return None, None, span_of(o), None
+        return None, None, o.nbytes_span, None
     if _packed5(o):
-        return tensor_desc(func, "out", o), None, span_of(o), None
+        return _op.tensor_desc(func, "out", o), None, o.nbytes_span, None
     packed = _layout.packed_strides(o.shape)
     staged = (tuple(o.shape), tuple(o.strides), packed)
-    return _op.tensor_descriptor(o.shape, packed, dt), None, span_of(o), staged
+    return _op.tensor_descriptor(o.shape, packed, dt), None, o.nbytes_span, staged
 
 
 def _stage(dt: DataType, inputs: list, output: Any) -> _op.Stage | None:
@@ -200,7 +199,7 @@ def _forward(x, out, n, alpha, beta, k, stream) -> _op.Call:
     params = _params(func, n, alpha, beta, k)
     yd, spec, so, staged = _output(func, out, g, dt, device)
     h = _op.handle_for(device, stream)
-    spans = (span_of(g), so)
+    spans = (g.nbytes_span, so)
     if yd is None:
         return _op.NoOp(func, h, spec, spans)
     inputs: list = []
@@ -284,7 +283,7 @@ def _backward(y, dy, x, out, n, alpha, beta, k, stream) -> _op.Call:
     params = _params(func, n, alpha, beta, k)
     dxd, spec, so, staged = _output(func, out, gx, dt, device)
     h = _op.handle_for(device, stream)
-    spans = (span_of(gy), span_of(gdy), span_of(gx), so)
+    spans = (gy.nbytes_span, gdy.nbytes_span, gx.nbytes_span, so)
     if dxd is None:
         return _op.NoOp(func, h, spec, spans)
     inputs: list = []

@@ -21,22 +21,19 @@ makes one C call. Facts measured on cuDNN 9.19 (H100) that shape this module:
   element *within its reduced block*, flattened in C order over the reduced axes only; they are
   returned as int32 (the values are the same: a block holds < 2**31 elements; pycudnn's arrays
   have no uint32).
-
-This module also holds :class:`MultiOutputCall`, the call entry of operations with several
-outputs (used by the spatial transformer and CTC modules too).
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import _layout, memory
-from .._types import dtype_name, itemsize, numpy_dtype
+from .._types import dtype_name, numpy_dtype
 from ..descriptors import ReduceTensorDescriptor
 from ..enums import DataType, ReduceTensorOp
 from . import _op
@@ -85,117 +82,6 @@ _EMPTY = {
     ReduceTensorOp.AVG: math.nan,
 }
 _KEY = "reduction"
-
-
-# ==================================================================================================
-# Helpers shared with the other operation modules of this group (candidates for _op)
-# ==================================================================================================
-class MultiOutputCall(_op.Call):
-    """A validated call with several outputs: ``run(ptrs, outs, pos, stream)`` takes the output
-    arrays (None: allocate from ``allocs``) and their pointers, refuses outputs that overlap an
-    input or each other, stages inputs (``stage``; outputs are never staged) and launches
-    ``launch((*input_ptrs, *output_ptrs))``. Returns the outputs as a tuple. ``noop``: allocate
-    only (empty problems)."""
-
-    __slots__ = ("allocs", "n_in", "noop")
-
-    def __init__(
-        self,
-        func: str,
-        handle: Any,
-        allocs: Sequence[Any],
-        in_spans: Sequence[int],
-        out_spans: Sequence[int],
-        stage: _op.Stage | None = None,
-        noop: bool = False,
-    ):
-        super().__init__(func, handle, None, (*in_spans, *out_spans), stage)
-        self.allocs = tuple(allocs)
-        self.n_in = len(in_spans)
-        self.noop = noop
-
-    def run(self, ptrs: Sequence[int], outs: Sequence[Any], pos: Sequence[Any], stream: Any
-            ) -> tuple:  # fmt: skip
-        h = self.handle
-        if stream is not None:
-            h.set_stream(stream)
-        outs, pos = list(outs), list(pos)
-        for i, spec in enumerate(self.allocs):
-            if outs[i] is None:
-                outs[i] = spec.new(h.stream)
-                pos[i] = outs[i].ptr
-        spans, n = self.spans, self.n_in
-        for i, p in enumerate(pos):
-            s = spans[n + i]
-            _op.check_overlap(self.func, ptrs, spans, p, s)
-            for j in range(i):
-                if s and spans[n + j] and _op.overlaps(p, s, pos[j], spans[n + j]):
-                    raise ValueError(f"{self.func}: two outputs overlap; give separate arrays")
-        if not self.noop:
-            if self.stage is None:
-                self.launch((*ptrs, *pos))
-            else:
-                keep: list = []
-                all_ptrs = [*ptrs, *pos]
-                self.stage.before(self.handle, all_ptrs, keep)
-                self.launch(all_ptrs)
-        return tuple(outs)
-
-
-def lookup(key: Any, build: Callable[[], Any]) -> tuple[Any, bool]:
-    """``(call entry, cached)``: the calling thread's entry of *key*, or ``build()`` (validation,
-    descriptors) for the caller to run and then :func:`remember` (as ``_op.dispatch`` does).
-    An unhashable *key* (a list argument) builds every time."""
-    try:
-        call = _op.calls().data.get(key)
-    except TypeError:
-        return build(), True  # never cached
-    if call is not None:
-        return call, True
-    return build(), False
-
-
-def remember(key: Any, call: Any) -> None:
-    """Cache *call* under *key* (after it ran once)."""
-    _op.calls().put(key, call)
-
-
-def span_of(g: _op.Operand) -> int:
-    """Bytes from *g*'s first to one past its last element (``Operand.nbytes_span`` reads 0
-    for float32, whose ``DataType`` value is 0: a falsy enum)."""
-    return _layout.span(g.shape, g.strides) * itemsize(g.dtype) if g.dtype is not None else 0
-
-
-def tensor_desc(func: str, name: str, g: _op.Operand, rank: int = 4) -> Any:
-    """The (cached) descriptor of *g* after the stride checks, padded with trailing size-1 dims
-    to *rank* (cuDNN's legacy descriptors take 3 to 8 dims)."""
-    if len(g.shape) > 8:
-        raise ValueError(f"{func}: {name} has {len(g.shape)} dims; cuDNN supports at most 8")
-    _op.check_strides(func, name, g)
-    return _op.tensor_descriptor(*_op.padded(g.shape, g.strides, rank), g.dtype)
-
-
-def out_operand(func: str, out: Any, shape: Sequence[int], dt: DataType, device: int,
-                name: str = "out") -> _op.Operand:  # fmt: skip
-    """*out* checked against the expected *shape*, dtype and device."""
-    o = _op.operand(out)
-    if o.dtype != dt:
-        raise TypeError(f"{func}: {name} is {_dtype_name(o.dtype)}, expected {_dtype_name(dt)}")
-    if o.device != device:
-        raise ValueError(f"{func}: {name} is on device {o.device}, the inputs on device {device}")
-    _op.check_out(func, o, shape, name)
-    _op.check_strides(func, name, o)
-    return o
-
-
-def _dtype_name(dt: DataType | None) -> str:
-    return "an unsupported dtype" if dt is None else dtype_name(dt)
-
-
-def fill_value(dt: DataType, value: float) -> Any:
-    """ctypes value for ``cudnnSetTensor`` on *dt* data (double for double, float otherwise:
-    a half value must be passed as float, as measured)."""
-    return _op.scales(dt, value)[0]
 
 
 # ==================================================================================================
@@ -258,7 +144,7 @@ def result_shape(shape: Sequence[int], axis: Any = None, keepdims: bool = False
     return tuple(s for i, s in enumerate(shape) if i not in axes)
 
 
-class _Reduce(MultiOutputCall):
+class _Reduce(_op.MultiOutputCall):
     """``cudnnReduceTensor`` (values, optionally indices)."""
 
     __slots__ = ("ad", "args", "cd", "fn", "hp", "isz", "rd", "ws")
@@ -279,7 +165,7 @@ class _Reduce(MultiOutputCall):
                 self.args[0], self.ad, x, self.args[1], self.cd, y)  # fmt: skip
 
 
-class _Degenerate(MultiOutputCall):
+class _Degenerate(_op.MultiOutputCall):
     """No axis shrinks: reduce the leading 2-long axis of a temporary ``[x, second]``
     (``second``: a constant, or x again when None)."""
 
@@ -296,7 +182,7 @@ class _Degenerate(MultiOutputCall):
         self.args = (ctypes.byref(a), ctypes.byref(b), a, b)
         one, zero = _op.scales(dt, 1.0, 0.0)
         self.one = (ctypes.byref(one), ctypes.byref(zero), one, zero)
-        self.second = None if second is None else fill_value(dt, second)
+        self.second = None if second is None else _op.scales(dt, second)[0]
         self.fn = _op.quiet("cudnnReduceTensor")
         self.copy = _op.quiet("cudnnTransformTensor")
         self.set = _op.quiet("cudnnSetTensor")
@@ -324,7 +210,7 @@ class _Degenerate(MultiOutputCall):
         del tmp  # freed stream-ordered, after the queued calls
 
 
-class _Identity(MultiOutputCall):
+class _Identity(_op.MultiOutputCall):
     """Reduced axes of size 0: the op's value over nothing, ``alpha * v + beta * out``."""
 
     __slots__ = ("blend", "cd", "copy", "hp", "kshape", "npdt", "set", "tmpd", "value")
@@ -333,7 +219,7 @@ class _Identity(MultiOutputCall):
         super().__init__(func, h, allocs, in_spans, out_spans)
         self.cd, self.hp, self.kshape = cd, h.ptr, kshape
         self.npdt = numpy_dtype(dt)
-        self.value = fill_value(dt, value)
+        self.value = _op.scales(dt, value)[0]
         self.blend = None
         if beta != 0.0:
             one, b = _op.scales(dt, 1.0, beta)
@@ -423,14 +309,14 @@ def dnn_reduction(
     px, kx = _op.key_of(x)
     po, ko = (None, None) if out is None else _op.key_of(out)
     key = (_KEY, kx, ko, op, axis, keepdims, return_indices, dtype, alpha, beta)
-    call, cached = lookup(
+    call, cached = _op.lookup(
         key, lambda: _build(x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, stream)
     )
     outs = (out, None) if return_indices else (out,)
     pos = (po, None) if return_indices else (po,)
     result = call.run((px,), outs, pos, stream)
     if not cached:
-        remember(key, call)
+        _op.remember(key, call)
     return result if return_indices else result[0]
 
 
@@ -459,11 +345,11 @@ def _build(x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, strea
     rshape = kshape if keepdims else tuple(s for i, s in enumerate(g.shape) if i not in axes)
     if out is None:
         spec = _op.output_spec(rshape, odt, device)
-        rstrides, so = spec.element_strides, spec.span
+        rstrides, so = spec.element_strides, spec.nbytes_span
     else:
         spec = None
-        o = out_operand(func, out, rshape, odt, device)
-        rstrides, so = tuple(o.strides), span_of(o)
+        o = _op.out_operand(func, out, rshape, odt, device)
+        rstrides, so = tuple(o.strides), o.nbytes_span
     # the output's strides in the keepdims shape cuDNN sees (reduced dims: size 1, any stride)
     if keepdims:
         kstrides = tuple(rstrides)
@@ -475,8 +361,8 @@ def _build(x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, strea
     if with_indices:
         ispec = _op.output_spec(rshape, DataType.INT32, device)
         allocs.append(ispec)
-        out_spans.append(ispec.span)
-    in_spans = (span_of(g),)
+        out_spans.append(ispec.nbytes_span)
+    in_spans = (g.nbytes_span,)
     n_red = math.prod(g.shape[i] for i in axes)
     n_out = math.prod(rshape)
     if n_red == 0 and n_out and red not in _EMPTY:
@@ -486,7 +372,7 @@ def _build(x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, strea
         )
     h = _op.handle_for(device, stream)
     if n_out == 0:
-        return MultiOutputCall(func, h, allocs, in_spans, out_spans, noop=True)
+        return _op.MultiOutputCall(func, h, allocs, in_spans, out_spans, noop=True)
     cd = _op.tensor_descriptor(*_op.padded(kshape, kstrides), odt)
     if n_red == 0:
         return _Identity(func, h, allocs, in_spans, out_spans, cd, odt, kshape, a * _EMPTY[red], b)

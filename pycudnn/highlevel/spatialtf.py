@@ -35,7 +35,6 @@ from .. import _layout
 from ..descriptors import SpatialTransformerDescriptor
 from ..enums import DataType
 from . import _op
-from .reduction import MultiOutputCall, lookup, out_operand, remember, span_of, tensor_desc
 
 __all__ = [
     "dnn_spatialtf",
@@ -72,7 +71,7 @@ def _staged(func: str, name: str, g: _op.Operand, index: int, stage: list) -> No
 
 def _packed_out(func: str, name: str, out: Any, shape: tuple, dt: DataType, device: int
                 ) -> _op.Operand:  # fmt: skip
-    o = out_operand(func, out, shape, dt, device, name)
+    o = _op.out_operand(func, out, shape, dt, device, name)
     if not _layout.is_c_contiguous(o.shape, o.strides):
         raise ValueError(
             f"{func}: {name} has strides {tuple(o.strides)}; cuDNN writes it without a "
@@ -156,7 +155,7 @@ class _Sampler(_op.Call):
         self.fn(self.hp, self.st, self.args[0], self.xd, x, grid, self.args[1], self.yd, y)
 
 
-class _SamplerGrad(MultiOutputCall):
+class _SamplerGrad(_op.MultiOutputCall):
     __slots__ = ("args", "dxd", "dyd", "fn", "hp", "st", "xd")
 
     def __init__(self, func, h, allocs, in_spans, out_spans, stage, st, xd, dxd, dyd, a, b):
@@ -229,11 +228,11 @@ def _grid(theta, out, out_shape, stream) -> _op.Call:
     gshape = (n, h, w, 2)
     if out is None:
         spec = _op.output_spec(gshape, dt, device)
-        so = spec.span
+        so = spec.nbytes_span
     else:
-        spec, so = None, span_of(_packed_out(func, "out", out, gshape, dt, device))
+        spec, so = None, _packed_out(func, "out", out, gshape, dt, device).nbytes_span
     hd = _op.handle_for(device, stream)
-    spans = (span_of(g), so)
+    spans = (g.nbytes_span, so)
     if n == 0:
         return _op.NoOp(func, hd, spec, spans)
     st = SpatialTransformerDescriptor((n, c, h, w), dt)
@@ -289,11 +288,11 @@ def _grid_grad(dgrid, out, stream) -> _op.Call:
     tshape = (n, 2, 3)
     if out is None:
         spec = _op.output_spec(tshape, dt, device)
-        so = spec.span
+        so = spec.nbytes_span
     else:
-        spec, so = None, span_of(_packed_out(func, "out", out, tshape, dt, device))
+        spec, so = None, _packed_out(func, "out", out, tshape, dt, device).nbytes_span
     hd = _op.handle_for(device, stream)
-    spans = (span_of(g), so)
+    spans = (g.nbytes_span, so)
     if n == 0:
         return _op.NoOp(func, hd, spec, spans)
     st = SpatialTransformerDescriptor((n, 1, h, w), dt)
@@ -386,16 +385,16 @@ def _sampler(img, grid, out, alpha, beta, stream) -> _op.Call:
     yshape = (n, c, h, w)
     if out is None:
         spec = _op.like_spec(gi, shape=yshape)
-        ystrides, so = spec.element_strides, spec.span
+        ystrides, so = spec.element_strides, spec.nbytes_span
     else:
         spec = None
-        o = out_operand(func, out, yshape, dt, device)
-        ystrides, so = tuple(o.strides), span_of(o)
+        o = _op.out_operand(func, out, yshape, dt, device)
+        ystrides, so = tuple(o.strides), o.nbytes_span
     hd = _op.handle_for(device, stream)
-    spans = (span_of(gi), span_of(gg), so)
+    spans = (gi.nbytes_span, gg.nbytes_span, so)
     if n == 0:
         return _op.NoOp(func, hd, spec, spans)
-    xd = tensor_desc(func, "img", gi)
+    xd = _op.tensor_desc(func, "img", gi)
     yd = _op.tensor_descriptor(yshape, ystrides, dt)
     st = SpatialTransformerDescriptor(yshape, dt)
     sa, sb = _op.scales(dt, a, b)
@@ -450,10 +449,10 @@ def dnn_spatialtf_sampler_grad(
     pdy, kdy = _op.key_of(dy)
     pos, kos = zip(*((None, None) if o is None else _op.key_of(o) for o in outs), strict=True)
     key = (_SAMPLE_BWD, ki, kg, kdy, kos, alpha, beta)
-    call, cached = lookup(key, lambda: _sampler_grad(img, grid, dy, outs, alpha, beta, stream))
+    call, cached = _op.lookup(key, lambda: _sampler_grad(img, grid, dy, outs, alpha, beta, stream))
     result = call.run((pi, pg, pdy), outs, pos, stream)
     if not cached:
-        remember(key, call)
+        _op.remember(key, call)
     return result
 
 
@@ -465,7 +464,7 @@ def _pair(func: str, out: Any) -> tuple[Any, Any]:
     return out[0], out[1]
 
 
-def _sampler_grad(img, grid, dy, outs, alpha, beta, stream) -> MultiOutputCall:
+def _sampler_grad(img, grid, dy, outs, alpha, beta, stream) -> _op.MultiOutputCall:
     func = "dnn_spatialtf_sampler_grad"
     gi, gg, dt, device, stage = _sampler_operands(func, img, grid)
     gdy = _op.operand(dy)
@@ -480,24 +479,24 @@ def _sampler_grad(img, grid, dy, outs, alpha, beta, stream) -> MultiOutputCall:
         raise ValueError(f"{func}: beta={beta!r} blends into out, but out has no (dimg, dgrid)")
     if outs[0] is None:
         ispec = _op.like_spec(gi)
-        dxstrides, sdx = ispec.element_strides, ispec.span
+        dxstrides, sdx = ispec.element_strides, ispec.nbytes_span
     else:
         ispec = None
-        o = out_operand(func, outs[0], gi.shape, dt, device, "out[0] (dimg)")
-        dxstrides, sdx = tuple(o.strides), span_of(o)
+        o = _op.out_operand(func, outs[0], gi.shape, dt, device, "out[0] (dimg)")
+        dxstrides, sdx = tuple(o.strides), o.nbytes_span
     if outs[1] is None:
         gspec = _op.output_spec(gg.shape, dt, device)
-        sdg = gspec.span
+        sdg = gspec.nbytes_span
     else:
         gspec = None
-        sdg = span_of(_packed_out(func, "out[1] (dgrid)", outs[1], gg.shape, dt, device))
+        sdg = _packed_out(func, "out[1] (dgrid)", outs[1], gg.shape, dt, device).nbytes_span
     hd = _op.handle_for(device, stream)
-    in_spans = (span_of(gi), span_of(gg), span_of(gdy))
+    in_spans = (gi.nbytes_span, gg.nbytes_span, gdy.nbytes_span)
     if n == 0:
-        return MultiOutputCall(func, hd, (ispec, gspec), in_spans, (sdx, sdg), noop=True)
-    xd = tensor_desc(func, "img", gi)
+        return _op.MultiOutputCall(func, hd, (ispec, gspec), in_spans, (sdx, sdg), noop=True)
+    xd = _op.tensor_desc(func, "img", gi)
     dxd = _op.tensor_descriptor(gi.shape, dxstrides, dt)
-    dyd = tensor_desc(func, "dy", gdy)
+    dyd = _op.tensor_desc(func, "dy", gdy)
     st = SpatialTransformerDescriptor((n, c, h, w), dt)
     sa, sb = _op.scales(dt, a, b)
     return _SamplerGrad(func, hd, (ispec, gspec), in_spans, (sdx, sdg), _make_stage(dt, stage),
@@ -561,7 +560,7 @@ def dnn_spatialtf(
     func = "dnn_spatialtf"
     gi, oshape = _check_whole(func, img, theta, scale_width, scale_height)
     if out is not None:
-        out_operand(func, out, oshape, gi.dtype, gi.device)
+        _op.out_operand(func, out, oshape, gi.dtype, gi.device)
     grid = dnn_spatialtf_grid(theta, oshape, stream=stream)
     return dnn_spatialtf_sampler(img, grid, out=out, stream=stream)
 
