@@ -69,13 +69,17 @@ def _built_metadata() -> Message:
 
 
 def _installed_from_this_tree() -> metadata.Distribution | None:
-    try:
-        dist = metadata.distribution("pycudnn")
-    except metadata.PackageNotFoundError:
-        return None
-    direct = dist.read_text("direct_url.json")
-    url = json.loads(direct).get("url", "") if direct else ""
-    return dist if url.rstrip("/") == ROOT.as_uri() else None
+    """The installed distribution whose source is this tree (``pip install -e .``), if any.
+
+    Several may be on ``sys.path`` (an ``egg-info`` left in the tree by a metadata build, another
+    checkout's install): the one pip recorded as installed from here is the one that counts.
+    """
+    for dist in metadata.distributions(name="pycudnn"):
+        direct = dist.read_text("direct_url.json")
+        url = json.loads(direct).get("url", "") if direct else ""
+        if url.rstrip("/") == ROOT.as_uri():
+            return dist
+    return None
 
 
 @pytest.fixture(params=["built", "installed"], scope="module")
