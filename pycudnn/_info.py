@@ -222,6 +222,65 @@ def _cuda_versions() -> str:
     return f"driver supports CUDA {drv // 1000}.{drv % 1000 // 10}; cuda.bindings runtime {r}"
 
 
+#: The extra whose cuda-bindings runs on a driver of this CUDA major (``pycudnn[cu12]``).
+EXTRA_FOR_DRIVER = {12: "cu12", 13: "cu13"}
+#: Oldest Linux driver branch of each CUDA major (CUDA's minor-version compatibility).
+MIN_DRIVER = {12: "R525", 13: "R580"}
+
+
+def _cuda_str(v: int) -> str:
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def driver_mismatch(note: str = "") -> str | None:
+    """Why the installed ``cuda-bindings`` cannot use this machine's NVIDIA driver, and what to
+    install instead; None when it can, or when no driver is present at all.
+
+    ``cuda.bindings.runtime`` links its CUDA runtime statically: cuda-bindings 13.x needs a CUDA 13
+    driver (R580 or newer) and finds no GPU on a CUDA 12 driver (R525-R575). A driver is "too old"
+    when its CUDA major is below the runtime's, or when the device probe said
+    ``cudaErrorInsufficientDriver`` (*note*, from :func:`pycudnn._cuda.devices`) although a driver
+    answered.
+
+    Parameters
+    ----------
+    note : str
+        The reason :func:`pycudnn._cuda.devices` gave for finding no GPU ("" if it found some).
+
+    Returns
+    -------
+    str or None
+        One paragraph naming both versions and the ``pip install`` command that fits the driver.
+    """
+    drv, run = _cuda.driver_versions()
+    if drv <= 0:  # no driver answered: "no GPU", not a mismatch
+        return None
+    insufficient = "cudaErrorInsufficientDriver" in note
+    if run <= 0 or (drv // 1000 >= run // 1000 and not insufficient):
+        return None
+    dmaj, rmaj = drv // 1000, run // 1000
+    head = (
+        f"the NVIDIA driver supports CUDA {_cuda_str(drv)}, but cuda-bindings "
+        f"{_pkg_version('cuda-bindings')} is installed, whose CUDA {_cuda_str(run)} runtime"
+    )
+    if dmaj < rmaj and dmaj in EXTRA_FOR_DRIVER:
+        extra = EXTRA_FOR_DRIVER[dmaj]
+        return (
+            f"{head} needs a CUDA {rmaj} driver ({MIN_DRIVER.get(rmaj, 'a new')} or newer): no "
+            f'GPU is usable. Install the CUDA {dmaj} build: pip install "pycudnn[{extra}]" (from a '
+            f'source tree: pip install -e ".[{extra}]"), or update the driver.'
+        )
+    if dmaj < min(EXTRA_FOR_DRIVER):
+        return (
+            f"{head} needs a newer driver, and cuDNN 9 with cuda-bindings >= 12.8 needs at least a "
+            f"CUDA 12 driver ({MIN_DRIVER[12]} or newer): update the NVIDIA driver."
+        )
+    return (
+        f"{head} needs a newer driver (the device probe reports cudaErrorInsufficientDriver): "
+        f"update the NVIDIA driver to one that supports CUDA {_cuda_str(run)}."
+    )
+
+
 def _pkg_version(name: str) -> str:
     from importlib import metadata
 
@@ -282,6 +341,10 @@ def report(self_test: bool = True) -> tuple[str, bool]:
         ]
     lines += ["", "CUDA", f"  {_cuda_versions()}"]
     gpus, note = _cuda.devices()
+    mismatch = None if gpus else driver_mismatch(note)
+    if mismatch:
+        lines += [f"  GPUs        none usable ({note})", *_wrap("  DRIVER      ", mismatch)]
+        return "\n".join(lines), False
     if not gpus:
         lines += [
             f"  GPUs        none found ({note})",
@@ -302,6 +365,18 @@ def report(self_test: bool = True) -> tuple[str, bool]:
             healthy &= verdict != "FAIL"
             lines += [f"  {verdict:<4}  {name:<10} {msg}"]
     return "\n".join(lines), healthy
+
+
+def _wrap(label: str, text: str, width: int = 100) -> list[str]:
+    """*text* as report lines: *label* before the first, the rest indented to match; a
+    ``pip install ...`` command is never split across lines (it is meant to be copied)."""
+    import re
+    import textwrap
+
+    nbsp = "\N{NO-BREAK SPACE}"
+    text = re.sub(r'pip install[^"]*"[^"]*"', lambda m: m.group(0).replace(" ", nbsp), text)
+    lines = textwrap.wrap(text, width, initial_indent=label, subsequent_indent=" " * len(label))
+    return [line.replace(nbsp, " ") for line in lines]
 
 
 def _self_test() -> list[tuple[str, str, str]]:
