@@ -28,43 +28,9 @@ _spec.loader.exec_module(surface)
 PYTHON, RAW = surface.modules()
 OBJECTS = surface.objects(PYTHON)
 
-# Public properties still without a docstring, by public path. They are in files being moved by
-# the descriptors/memory refactor; delete each line when its docstring lands (the test fails on a
-# stale entry too, so this list can only shrink).
-PENDING_PROPERTY_DOCSTRINGS = {
-    "pycudnn.descriptors.RNNDescriptor.algo",
-    "pycudnn.descriptors.RNNDescriptor.cell_mode",
-    "pycudnn.descriptors.RNNDescriptor.bias_mode",
-    "pycudnn.descriptors.RNNDescriptor.direction",
-    "pycudnn.descriptors.RNNDescriptor.input_mode",
-    "pycudnn.descriptors.RNNDescriptor.dtype",
-    "pycudnn.descriptors.RNNDescriptor.math_precision",
-    "pycudnn.descriptors.RNNDescriptor.math_type",
-    "pycudnn.descriptors.RNNDescriptor.input_size",
-    "pycudnn.descriptors.RNNDescriptor.hidden_size",
-    "pycudnn.descriptors.RNNDescriptor.proj_size",
-    "pycudnn.descriptors.RNNDescriptor.num_layers",
-    "pycudnn.descriptors.RNNDescriptor.aux_flags",
-    "pycudnn.descriptors.RNNDataDescriptor.dtype",
-    "pycudnn.descriptors.RNNDataDescriptor.layout",
-    "pycudnn.descriptors.RNNDataDescriptor.max_seq_length",
-    "pycudnn.descriptors.RNNDataDescriptor.batch_size",
-    "pycudnn.descriptors.RNNDataDescriptor.vector_size",
-    "pycudnn.descriptors.RNNDataDescriptor.seq_lengths",
-    "pycudnn.descriptors.RNNDataDescriptor.padding_fill",
-    "pycudnn.memory.DeviceArray.ptr",
-    "pycudnn.memory.DeviceArray.shape",
-    "pycudnn.memory.DeviceArray.dtype",
-    "pycudnn.memory.DeviceArray.strides",
-    "pycudnn.memory.DeviceArray.device",
-    "pycudnn.memory.DeviceArray.stream",
-    "pycudnn.memory.DeviceArray.ndim",
-    "pycudnn.memory.DeviceArray.size",
-    "pycudnn.memory.DeviceArray.itemsize",
-    "pycudnn.memory.DeviceArray.nbytes",
-    "pycudnn.memory.DeviceArray.readonly",
-    "pycudnn.memory.DeviceArray.is_c_contiguous",
-}
+# Public properties allowed without a docstring, by public path: none (the test fails on a stale
+# entry too, so this set can only shrink if it ever grows again).
+PENDING_PROPERTY_DOCSTRINGS: set[str] = set()
 
 
 def _own_doc(obj: object) -> str:
@@ -84,7 +50,7 @@ def _members(cls: type):
         if name.startswith("_"):
             continue
         if isinstance(value, property):
-            yield name, "property", value.fget
+            yield name, "property", value  # its __doc__: fget's, or property(doc=...)
         elif isinstance(value, (classmethod, staticmethod)):
             yield name, type(value).__name__, value.__func__
         elif inspect.isfunction(value):

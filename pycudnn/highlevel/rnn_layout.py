@@ -177,6 +177,7 @@ class RNNLayout:
     # -- structure ---------------------------------------------------------------------------
     @property
     def num_directions(self) -> int:
+        """1, or 2 when bidirectional."""
         return 2 if self.bidirectional else 1
 
     @property

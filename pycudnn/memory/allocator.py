@@ -618,7 +618,7 @@ def _handle_method(handle: Any, name: str, what: str) -> Any:
 def get_workspace(handle: Any, nbytes: int, stream: Any = None) -> tuple[int, int]:
     """A device workspace of at least *nbytes* for *handle* on *stream*: ``(ptr, size)``.
 
-    :meth:`Handle.workspace <pycudnn.handle.Handle.workspace>`: one grow-only buffer per
+    :meth:`pycudnn.handle.Handle.workspace`: one grow-only buffer per
     (handle, stream), freed with the handle.
 
     Parameters

@@ -213,46 +213,58 @@ class DeviceArray:
     # -- metadata -------------------------------------------------------------------------------
     @property
     def ptr(self) -> int:
+        """Device address of element ``[0, ..., 0]``."""
         return self._ptr
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The shape, a tuple of ints."""
         return self._shape
 
     @property
     def dtype(self) -> np.dtype:
+        """The numpy dtype (``ml_dtypes.bfloat16`` for bfloat16)."""
         return self._dtype
 
     @property
     def strides(self) -> tuple[int, ...]:
+        """Strides in bytes (numpy's and ``__cuda_array_interface__``'s convention)."""
         return self._strides
 
     @property
     def device(self) -> int:
+        """The CUDA device ordinal the memory lives on."""
         return self._device
 
     @property
     def stream(self) -> int:
+        """The stream the data is ordered on (its allocation or last transfer; 0 is the legacy
+        default stream)."""
         return self._stream
 
     @property
     def ndim(self) -> int:
+        """Number of dimensions."""
         return len(self._shape)
 
     @property
     def size(self) -> int:
+        """Number of elements."""
         return math.prod(self._shape)
 
     @property
     def itemsize(self) -> int:
+        """Bytes per element."""
         return self._dtype.itemsize
 
     @property
     def nbytes(self) -> int:
+        """``size * itemsize``."""
         return self.size * self._dtype.itemsize
 
     @property
     def readonly(self) -> bool:
+        """True for a read-only view (a producer said so through its protocol)."""
         return self._readonly
 
     @property
@@ -267,6 +279,7 @@ class DeviceArray:
 
     @property
     def is_c_contiguous(self) -> bool:
+        """True when packed in C order."""
         return is_c_contiguous(self._shape, self._strides, self._dtype.itemsize)
 
     @property
