@@ -1,7 +1,8 @@
 """pycudnn's public surface, derived from the package itself (no list kept by hand).
 
-Used by ``docs/gen_ref.py`` (the API reference pages) and ``tests/test_docstrings.py`` (every
-public function and class has a docstring), so that both always mean the same set of names.
+Used by ``docs/gen_ref.py`` (the API reference pages) and
+``tests/tooling/test_docstrings.py`` (every public function and class has a docstring), so
+that both always mean the same set of names.
 
 * Python layers: ``pycudnn.__all__``; the ``__all__`` of every module it exports
   (``pycudnn.errors``, ``pycudnn.descriptors``, ...) and of their public (no leading underscore)

@@ -1,6 +1,7 @@
 """GPU tests of pooling (marker ``gpu``; skipped without a device).
 
-Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q tests/test_pool_gpu.py``.
+Run on the GPU machine:
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/highlevel/test_pool_gpu.py``.
 
 References are float64 NumPy, written here (forward and backward, padding and strides), on small
 fresh random inputs rounded to the tested dtype first, so only cuDNN's own rounding is measured,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parent.parent / "pycudnn"
+PKG = Path(__file__).resolve().parents[2] / "pycudnn"
 
 # module -> pycudnn modules it may import (None: anything not listed in FORBIDDEN)
 ALLOWED: dict[str, set[str] | None] = {

@@ -1,6 +1,7 @@
 """GPU tests of the convolutions (marker ``gpu``; skipped without a device).
 
-Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q -s tests/test_conv_gpu.py``.
+Run on the GPU machine:
+``PYTHONPATH=. python3 -m pytest -m gpu -q -s tests/highlevel/test_conv_gpu.py``.
 
 References are float64 NumPy (vectorised over groups, one einsum per kernel tap) on small random
 shapes; inputs are rounded to the tested dtype first, so only the convolution's own rounding is

@@ -11,7 +11,7 @@ import pytest
 
 from pycudnn._selftest import _check as _orig
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.gpu

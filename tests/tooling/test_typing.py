@@ -16,7 +16,7 @@ import pytest
 
 import pycudnn
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _top_level_api_names() -> list[str]:

@@ -6,8 +6,8 @@ error, the thin constructors, references kept to descriptor-valued attributes.
 
 Finalize and read-back need cuDNN's engine library, which loads only with a ``libcuda.so.1``:
 a fixture compiles the 6-function stub of ``research/headers.md`` §7.2 with gcc into a temporary
-directory and runs ``tests/_desc_backend_child.py`` with it on ``LD_LIBRARY_PATH`` (skipped when
-gcc is missing).
+directory and runs ``tests/support/_desc_backend_child.py`` with it on ``LD_LIBRARY_PATH``
+(skipped when gcc is missing).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ CUresult cuModuleUnload(void *m) { (void)m; return CUDA_ERROR_NO_DEVICE; }
 CUresult cuTensorMapEncodeIm2col(void) { return CUDA_ERROR_NO_DEVICE; }
 CUresult cuTensorMapEncodeTiled(void) { return CUDA_ERROR_NO_DEVICE; }
 """
-CHILD = pathlib.Path(__file__).with_name("_desc_backend_child.py")
+CHILD = pathlib.Path(__file__).resolve().parents[1] / "support" / "_desc_backend_child.py"
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("pycudnn_surface", ROOT / "docs" / "surface.py")
 assert _spec and _spec.loader
 surface = importlib.util.module_from_spec(_spec)

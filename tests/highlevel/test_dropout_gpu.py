@@ -1,6 +1,7 @@
 """GPU tests of dnn_dropout / dnn_dropout_grad and DropoutState (marker ``gpu``).
 
-Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q tests/test_dropout_gpu.py``.
+Run on the GPU machine:
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/highlevel/test_dropout_gpu.py``.
 
 Checked against the definition, in float64 NumPy on the values read back: every element is
 either 0 or ``x / (1 - p)`` (p as a float32, as cuDNN takes it); the keep rate is within 5 sigma

@@ -1,6 +1,7 @@
 """GPU tests of dnn_lrn / dnn_lrn_grad (marker ``gpu``; skipped without a device).
 
-Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q tests/test_lrn_gpu.py``.
+Run on the GPU machine:
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/highlevel/test_lrn_gpu.py``.
 
 The float64 NumPy references implement cuDNN's documented formula (window
 ``[c - (n - 1) // 2, c + n // 2]``, ``alpha / n``) and its analytic gradient; the gradient is

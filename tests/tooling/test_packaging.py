@@ -29,7 +29,7 @@ packaging = pytest.importorskip("packaging", reason="packaging comes with the [t
 from packaging.requirements import Requirement  # noqa: E402
 from packaging.specifiers import SpecifierSet  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pycudnn"
 # what the distributions are built from (MANIFEST.in and pyproject.toml decide what goes in)
 PROJECT_FILES = ("pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "MANIFEST.in")

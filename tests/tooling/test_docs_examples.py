@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 MARK = "# GPU: runs as written"
 BLOCKS = [
     (path.name, i, block)

@@ -1,6 +1,7 @@
 """GPU tests of the spatial transformer functions (marker ``gpu``; skipped without a device).
 
-Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q tests/test_spatialtf_gpu.py``.
+Run on the GPU machine:
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/highlevel/test_spatialtf_gpu.py``.
 
 float64 NumPy references: the affine grid over ``linspace(-1, 1)`` (align_corners=True), bilinear
 sampling with zero padding where -1/1 are the edge pixels' centres, and the analytic gradients

@@ -1,6 +1,7 @@
 """GPU tests of batch normalization (marker ``gpu``; skipped without a device).
 
-Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q tests/test_batchnorm_gpu.py``.
+Run on the GPU machine:
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/highlevel/test_batchnorm_gpu.py``.
 
 References are float64 NumPy, written here from Theano's formulas (batch statistics, the biased
 variance in ``invstd``, running averages with the unbiased variance ``m / (m - 1)``, the

@@ -1,6 +1,7 @@
 """GPU tests of dnn_reduction (marker ``gpu``; skipped without a device).
 
-Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q tests/test_reduction_gpu.py``.
+Run on the GPU machine:
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/highlevel/test_reduction_gpu.py``.
 
 References are float64 NumPy on the input rounded to the tested dtype; errors are
 max |got - ref| / max(|ref|, 1e-30). Outputs are poisoned with NaN before each call (or, with
@@ -238,7 +239,7 @@ def test_docs_page_examples_run():
     import re
     from pathlib import Path
 
-    page = (Path(__file__).resolve().parent.parent / "docs" / "ops_more.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "ops_more.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
     assert len(blocks) >= 6
     namespace = {"__name__": "docs"}

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "mini_cudnn"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).resolve().parents[1] / "support" / "fixtures" / "mini_cudnn"
 sys.path.insert(0, str(ROOT / "tools"))
 gen = pytest.importorskip("gen_bindings", reason="tools/gen_bindings.py not importable")
 pytest.importorskip("clang.cindex", reason="libclang is needed to run the generator")

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-CHILD = pathlib.Path(__file__).with_name("_desc_leak_child.py")
+CHILD = pathlib.Path(__file__).resolve().parents[1] / "support" / "_desc_leak_child.py"
 MiB = 1 << 20
 
 

@@ -1,6 +1,7 @@
 """Descriptor paths that need a cuDNN handle (GPU machine only; marker ``gpu``).
 
-Run there with ``PYTHONPATH=. python3 -m pytest -m gpu tests/test_descriptors_gpu.py -q``.
+Run there with
+``PYTHONPATH=. python3 -m pytest -m gpu tests/descriptors/test_descriptors_gpu.py -q``.
 Device buffers come straight from ``cuda.bindings.runtime.cudaMalloc`` (wrapped in a tiny object
 with ``.ptr``/``.nbytes``), so these tests depend only on the ``HasPtr`` protocol.
 """

@@ -1,6 +1,7 @@
 """GPU tests of dnn_ctc_loss (marker ``gpu``; skipped without a device).
 
-Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q tests/test_ctc_gpu.py``.
+Run on the GPU machine:
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/highlevel/test_ctc_gpu.py``.
 
 The float64 NumPy reference is the CTC forward-backward recursion in log space written here:
 the loss ``-log p(labels | x)`` and the gradient w.r.t. the softmax input,

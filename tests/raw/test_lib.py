@@ -12,7 +12,9 @@ from pycudnn import _lib as lib
 from pycudnn import enums
 from pycudnn.errors import SymbolNotFoundError
 
-MANIFEST = json.loads((Path(__file__).parent.parent / "tools" / "cudnn_api.json").read_text())
+MANIFEST = json.loads(
+    (Path(__file__).resolve().parents[2] / "tools" / "cudnn_api.json").read_text()
+)
 
 
 def test_coverage_counts_for_pinned_headers():

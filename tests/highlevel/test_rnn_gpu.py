@@ -1,6 +1,7 @@
 """GPU tests of ``RNNBlock`` (marker ``gpu``; skipped without a device).
 
-Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q tests/test_rnn_gpu.py``.
+Run on the GPU machine:
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/highlevel/test_rnn_gpu.py``.
 
 * forward and backward of every mode x direction x input mode x {1, 2} layers x {fp16, fp32,
   fp64}, with unsorted variable sequence lengths, against a float64 NumPy reference of each
@@ -802,6 +803,6 @@ def test_docs_example_runs():
     from pathlib import Path
 
     _needs_torch()
-    text = (Path(__file__).resolve().parent.parent / "docs" / "rnn.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "rnn.md").read_text()
     block = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
     exec(compile(block, "docs/rnn.md", "exec"), {"__name__": "rnn_doc"})

@@ -2,7 +2,7 @@
 
 Every call here works with libcudnn and no GPU (``research/headers.md`` §7.1). The bad-input
 catalogue checks each invalid argument's exception type and message *and* that no C function
-was called (a counting shim over the C layer, ``tests/_desc_shim.py``).
+was called (a counting shim over the C layer, ``tests/support/_desc_shim.py``).
 """
 
 from __future__ import annotations
@@ -1055,7 +1055,7 @@ def test_docs_examples_run():
     import pathlib
     import re
 
-    doc = pathlib.Path(__file__).resolve().parent.parent / "docs" / "descriptors.md"
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "descriptors.md"
     blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
     assert len(blocks) >= 2
     for i, block in enumerate(blocks):

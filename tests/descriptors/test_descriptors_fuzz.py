@@ -1,11 +1,11 @@
 """Property-based fuzzing of every descriptor constructor and helper, in a child process.
 
-The child (``tests/_desc_fuzz_child.py``) feeds hypothesis-generated arguments -- plausible ones
-and arbitrary garbage -- to all constructors, the output-shape helpers, ``derive_bn`` and the
-backend ``set``/``get``/``finalize``. It must never crash, and every outcome must be a result or a
-documented exception (``TypeError``/``ValueError``/``OverflowError``/``CudnnError``). The number
-of cases is printed (``pytest -s``) and checked. ``PYCUDNN_FUZZ_EXAMPLES`` sets the examples per
-target (default 150).
+The child (``tests/support/_desc_fuzz_child.py``) feeds hypothesis-generated arguments --
+plausible ones and arbitrary garbage -- to all constructors, the output-shape helpers,
+``derive_bn`` and the backend ``set``/``get``/``finalize``. It must never crash, and every
+outcome must be a result or a documented exception (``TypeError``/``ValueError``/
+``OverflowError``/``CudnnError``). The number of cases is printed (``pytest -s``) and
+checked. ``PYCUDNN_FUZZ_EXAMPLES`` sets the examples per target (default 150).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("hypothesis")
 
-CHILD = pathlib.Path(__file__).with_name("_desc_fuzz_child.py")
+CHILD = pathlib.Path(__file__).resolve().parents[1] / "support" / "_desc_fuzz_child.py"
 
 
 @pytest.mark.slow
