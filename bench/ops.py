@@ -216,6 +216,53 @@ def act_case(shape, dt, cl, mode):
     return make
 
 
+def rnn_case(mode, dt, hidden, batch, steps, layers, bidir, backward):
+    """An RNN of torch.nn (cuDNN inside) against RNNBlock with the same weights (from_torch)."""
+
+    def make(torch):
+        import pycudnn
+
+        cls = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}[mode]
+        net = cls(hidden, hidden, num_layers=layers, bidirectional=bidir).cuda().to(_dt(torch, dt))
+        dirs = 2 if bidir else 1
+        x = _x(torch, (steps, batch, hidden), dt)
+        h0 = torch.zeros(layers * dirs, batch, hidden, device="cuda", dtype=x.dtype)
+        c0 = h0.clone() if mode == "lstm" else None
+        rnn = pycudnn.RNNBlock(
+            dt.replace("fp", "float"),
+            hidden,
+            layers,
+            mode,
+            direction_mode="bidirectional" if bidir else "unidirectional",
+        )
+        w = rnn.from_torch(net, hidden)
+        state = (h0, c0) if mode == "lstm" else h0
+        if not backward:
+
+            def py():
+                return rnn.apply(w, x, h0, c0)[0]
+
+            def th():
+                with torch.no_grad():
+                    return net(x, state)[0]
+
+            return py, th, 0, lambda: (torch.from_dlpack(py()), th())
+        xr = x.detach().requires_grad_(True)
+        dy = torch.randn(steps, batch, dirs * hidden, device="cuda", dtype=x.dtype)
+
+        def py():
+            y = rnn.apply(w, x, h0, c0, training=True)[0]
+            return rnn.backward(w, x, h0, c0, y, dy)[0]
+
+        def th():
+            y = net(xr, state)[0]
+            return torch.autograd.grad(y, (xr, *net.parameters()), dy)[0]
+
+        return py, th, 0, lambda: (torch.from_dlpack(py()), th())
+
+    return make
+
+
 def host_case(kind):
     """Tiny fp32 (1, 8, 8, 8): per-call host overhead, new outputs each call."""
 
@@ -254,101 +301,137 @@ def host_case(kind):
 
 
 RN50 = (64, 256, 56, 56)
-CASES: list[OpCase] = [
-    OpCase(
-        "pool-max-fwd",
-        "pool",
-        "maxpool 3x3/2 (64,64,112,112) bf16 NHWC",
-        pool_case((64, 64, 112, 112), "bf16", True, 3, 2, 1, "max", "fwd"),
-    ),
-    OpCase(
-        "pool-max-bwd",
-        "pool",
-        "maxpool 3x3/2 bwd (64,64,112,112) bf16 NHWC",
-        pool_case((64, 64, 112, 112), "bf16", True, 3, 2, 1, "max", "bwd"),
-    ),
-    OpCase(
-        "pool-avg-fwd",
-        "pool",
-        "avgpool 2x2/2 (64,256,56,56) fp16 NHWC",
-        pool_case(RN50, "fp16", True, 2, 2, 0, "avg", "fwd"),
-    ),
-    OpCase(
-        "pool-max-fp32",
-        "pool",
-        "maxpool 2x2/2 (64,256,56,56) fp32 NCHW",
-        pool_case(RN50, "fp32", False, 2, 2, 0, "max", "fwd"),
-    ),
-    OpCase(
-        "bn-train-bf16",
-        "bn",
-        "BN train spatial (64,256,56,56) bf16 NHWC",
-        bn_case(RN50, "bf16", True, "train"),
-    ),
-    OpCase(
-        "bn-test-bf16",
-        "bn",
-        "BN test spatial (64,256,56,56) bf16 NHWC",
-        bn_case(RN50, "bf16", True, "test"),
-    ),
-    OpCase(
-        "bn-bwd-bf16",
-        "bn",
-        "BN backward spatial (64,256,56,56) bf16 NHWC",
-        bn_case(RN50, "bf16", True, "bwd"),
-    ),
-    OpCase(
-        "bn-train-fp32",
-        "bn",
-        "BN train spatial (64,64,112,112) fp32 NCHW",
-        bn_case((64, 64, 112, 112), "fp32", False, "train"),
-        tol=1e-4,
-    ),
-    OpCase(
-        "bn-bwd-fp16",
-        "bn",
-        "BN backward spatial (32,512,28,28) fp16 NHWC",
-        bn_case((32, 512, 28, 28), "fp16", True, "bwd"),
-    ),
-    OpCase(
-        "softmax-attn",
-        "softmax",
-        "softmax rows (32768,512) fp16 (attention scores)",
-        softmax_case((32768, 512), "fp16", False),
-    ),
-    OpCase(
-        "softmax-attn-bf16",
-        "softmax",
-        "softmax rows (32768,1024) bf16",
-        softmax_case((32768, 1024), "bf16", False),
-    ),
-    OpCase(
-        "logsoftmax-vocab",
-        "softmax",
-        "log-softmax (4096,32000) fp32 (LM head)",
-        softmax_case((4096, 32000), "fp32", True),
-        tol=1e-4,
-    ),
-    OpCase(
-        "softmax-bwd",
-        "softmax",
-        "softmax backward (32768,512) fp16",
-        softmax_grad_case((32768, 512), "fp16"),
-    ),
-    OpCase(
-        "relu-bf16", "act", "relu (64,256,56,56) bf16 NHWC", act_case(RN50, "bf16", True, "relu")
-    ),
-    OpCase(
-        "sigmoid-fp32",
-        "act",
-        "sigmoid (64,256,56,56) fp32",
-        act_case(RN50, "fp32", False, "sigmoid"),
-        tol=1e-5,
-    ),
-] + [
-    OpCase(f"host-{k}", "host", f"host: {k} (1,8,8,8) fp32", host_case(k), host=True, tol=1e-4)
-    for k in ("pool", "softmax", "relu", "bn_test", "bn_train", "add_bias")
-]
+CASES: list[OpCase] = (
+    [
+        OpCase(
+            "pool-max-fwd",
+            "pool",
+            "maxpool 3x3/2 (64,64,112,112) bf16 NHWC",
+            pool_case((64, 64, 112, 112), "bf16", True, 3, 2, 1, "max", "fwd"),
+        ),
+        OpCase(
+            "pool-max-bwd",
+            "pool",
+            "maxpool 3x3/2 bwd (64,64,112,112) bf16 NHWC",
+            pool_case((64, 64, 112, 112), "bf16", True, 3, 2, 1, "max", "bwd"),
+        ),
+        OpCase(
+            "pool-avg-fwd",
+            "pool",
+            "avgpool 2x2/2 (64,256,56,56) fp16 NHWC",
+            pool_case(RN50, "fp16", True, 2, 2, 0, "avg", "fwd"),
+        ),
+        OpCase(
+            "pool-max-fp32",
+            "pool",
+            "maxpool 2x2/2 (64,256,56,56) fp32 NCHW",
+            pool_case(RN50, "fp32", False, 2, 2, 0, "max", "fwd"),
+        ),
+        OpCase(
+            "bn-train-bf16",
+            "bn",
+            "BN train spatial (64,256,56,56) bf16 NHWC",
+            bn_case(RN50, "bf16", True, "train"),
+        ),
+        OpCase(
+            "bn-test-bf16",
+            "bn",
+            "BN test spatial (64,256,56,56) bf16 NHWC",
+            bn_case(RN50, "bf16", True, "test"),
+        ),
+        OpCase(
+            "bn-bwd-bf16",
+            "bn",
+            "BN backward spatial (64,256,56,56) bf16 NHWC",
+            bn_case(RN50, "bf16", True, "bwd"),
+        ),
+        OpCase(
+            "bn-train-fp32",
+            "bn",
+            "BN train spatial (64,64,112,112) fp32 NCHW",
+            bn_case((64, 64, 112, 112), "fp32", False, "train"),
+            tol=1e-4,
+        ),
+        OpCase(
+            "bn-bwd-fp16",
+            "bn",
+            "BN backward spatial (32,512,28,28) fp16 NHWC",
+            bn_case((32, 512, 28, 28), "fp16", True, "bwd"),
+        ),
+        OpCase(
+            "softmax-attn",
+            "softmax",
+            "softmax rows (32768,512) fp16 (attention scores)",
+            softmax_case((32768, 512), "fp16", False),
+        ),
+        OpCase(
+            "softmax-attn-bf16",
+            "softmax",
+            "softmax rows (32768,1024) bf16",
+            softmax_case((32768, 1024), "bf16", False),
+        ),
+        OpCase(
+            "logsoftmax-vocab",
+            "softmax",
+            "log-softmax (4096,32000) fp32 (LM head)",
+            softmax_case((4096, 32000), "fp32", True),
+            tol=1e-4,
+        ),
+        OpCase(
+            "softmax-bwd",
+            "softmax",
+            "softmax backward (32768,512) fp16",
+            softmax_grad_case((32768, 512), "fp16"),
+        ),
+        OpCase(
+            "relu-bf16",
+            "act",
+            "relu (64,256,56,56) bf16 NHWC",
+            act_case(RN50, "bf16", True, "relu"),
+        ),
+        OpCase(
+            "sigmoid-fp32",
+            "act",
+            "sigmoid (64,256,56,56) fp32",
+            act_case(RN50, "fp32", False, "sigmoid"),
+            tol=1e-5,
+        ),
+    ]
+    + [
+        OpCase(
+            "lstm-h1024-fwd",
+            "rnn",
+            "LSTM H1024 N64 T25 fp16 fwd",
+            rnn_case("lstm", "fp16", 1024, 64, 25, 1, False, False),
+            tol=3e-2,
+        ),
+        OpCase(
+            "lstm-h1024-fwdbwd",
+            "rnn",
+            "LSTM H1024 N64 T25 fp16 fwd+bwd (dx)",
+            rnn_case("lstm", "fp16", 1024, 64, 25, 1, False, True),
+            tol=3e-2,
+        ),
+        OpCase(
+            "gru-h2816",
+            "rnn",
+            "GRU H2816 N32 T187 fp16 fwd (DeepBench)",
+            rnn_case("gru", "fp16", 2816, 32, 187, 1, False, False),
+            tol=3e-2,
+        ),
+        OpCase(
+            "blstm-h512-fp32",
+            "rnn",
+            "2-layer bidirectional LSTM H512 N32 T50 fp32 fwd+bwd (dx)",
+            rnn_case("lstm", "fp32", 512, 32, 50, 2, True, True),
+            tol=1e-4,
+        ),
+    ]
+    + [
+        OpCase(f"host-{k}", "host", f"host: {k} (1,8,8,8) fp32", host_case(k), host=True, tol=1e-4)
+        for k in ("pool", "softmax", "relu", "bn_test", "bn_train", "add_bias")
+    ]
+)
 
 
 def run(only: set[str] | None, quick: bool) -> dict[str, Any]:
@@ -403,6 +486,8 @@ def run(only: set[str] | None, quick: bool) -> dict[str, Any]:
                 item["torch"]["gpu_ms"] = b.gpu_ms.median
                 item["gpu_ratio"] = ratio(a.gpu_ms.median, b.gpu_ms.median)
                 for side, r in (("pycudnn", a), ("torch", b)):
+                    if not nbytes:
+                        continue
                     gbs = nbytes / (r.gpu_ms.median * 1e-3) / 1e9
                     item[side]["GBs"] = gbs
                     item[side]["pct_bw"] = 100 * gbs / (peaks.mem_tbs * 1e3)
@@ -421,30 +506,31 @@ def _line(it: dict[str, Any]) -> str:
     host = f"host {p.get('host_us', 0):6.2f} vs {t.get('host_us', 0):6.2f} us"
     if "gpu_ratio" not in it:
         return f"{head}  {host} (x{it.get('host_ratio') or float('nan'):.2f})"
+    bw = f", {p['GBs']:.0f} GB/s {p['pct_bw']:.0f}%" if "GBs" in p else ""
     return (
-        f"{head}  gpu {p['gpu_ms']:.4f} vs {t['gpu_ms']:.4f} ms (x{it['gpu_ratio']:.3f}), "
-        f"{p['GBs']:.0f} GB/s {p['pct_bw']:.0f}%  {host}"
+        f"{head}  gpu {p['gpu_ms']:.4f} vs {t['gpu_ms']:.4f} ms (x{it['gpu_ratio']:.3f}){bw}"
+        f"  {host}"
     )
 
 
 def summary(res: dict[str, Any]) -> list[str]:
-    """The target lines: GPU-time median and worst ratio; host ratios of the tiny cases."""
+    """The target lines: per group, the GPU-time median and worst ratio; the tiny cases' host
+    ratios; how many results equal torch's."""
     items = [i for i in res["items"] if "error" not in i]
-    gpu = sorted(i["gpu_ratio"] for i in items if i.get("gpu_ratio"))
-    host = [i for i in items if i["group"] == "host"]
     lines = []
-    if gpu:
-        med = (
-            gpu[len(gpu) // 2]
-            if len(gpu) % 2
-            else (gpu[len(gpu) // 2 - 1] + gpu[len(gpu) // 2]) / 2
-        )
-        worst = max((i for i in items if i.get("gpu_ratio")), key=lambda i: i["gpu_ratio"])
+    for group in dict.fromkeys(i["group"] for i in items if i.get("gpu_ratio")):
+        rows = [i for i in items if i["group"] == group and i.get("gpu_ratio")]
+        ratios = sorted(i["gpu_ratio"] for i in rows)
+        mid = len(ratios) // 2
+        med = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+        worst = max(rows, key=lambda i: i["gpu_ratio"])
+        hosts = ", ".join(f"{i['id']} x{i['host_ratio']:.2f}" for i in rows)
         lines.append(
-            f"ops GPU-time ratio pycudnn/torch: median {med:.3f} over {len(gpu)} cases (target <= "
-            f"1.00), worst {worst['gpu_ratio']:.3f} ({worst['id']}; target <= 1.05)"
+            f"ops {group}: GPU-time ratio pycudnn/torch median {med:.3f} over {len(rows)} "
+            f"(target <= 1.00), worst {worst['gpu_ratio']:.3f} ({worst['id']}; target <= 1.05); "
+            f"host ratio {hosts}"
         )
-    for i in host:
+    for i in (i for i in items if i["group"] == "host"):
         lines.append(
             f"ops host {i['id']}: {i['pycudnn']['host_us']:.2f} vs {i['torch']['host_us']:.2f} "
             f"us (x{i['host_ratio']:.2f}; target <= 1.00)"
