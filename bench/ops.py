@@ -294,8 +294,35 @@ def host_case(kind):
                 lambda: x.add_(c),
             ),
         }
+        y = torch.empty(1, 8, 8, 8, device="cuda")
+        yp = torch.empty(1, 8, 4, 4, device="cuda")
+        table.update(
+            {  # pycudnn writing into a given out= (torch's functional calls allocate)
+                "pool_out": (
+                    lambda: pycudnn.dnn_pool(x, (2, 2), (2, 2), out=yp),
+                    lambda: F.max_pool2d(x, 2, 2),
+                ),
+                "softmax_out": (lambda: pycudnn.dnn_softmax(x, out=y), lambda: torch.softmax(x, 1)),
+                "relu_out": (
+                    lambda: pycudnn.dnn_activation(x, "relu", out=y),
+                    lambda: torch.relu(x),
+                ),
+                "bn_test_out": (
+                    lambda: pycudnn.dnn_batch_normalization_test(
+                        x, w4, b4, rm4, rv4, "spatial", 1e-5, out=y
+                    ),
+                    lambda: F.batch_norm(x, rm, rv, w, b, False, 0.1, 1e-5),
+                ),
+            }
+        )
         py, th = table[kind]
-        return py, th, 0, lambda: (torch.from_dlpack(py()) if kind != "add_bias" else x, th())
+
+        def check():
+            mine = py()
+            mine = x if kind == "add_bias" else mine
+            return torch.from_dlpack(mine) if not isinstance(mine, torch.Tensor) else mine, th()
+
+        return py, th, 0, check
 
     return make
 
@@ -429,7 +456,18 @@ CASES: list[OpCase] = (
     ]
     + [
         OpCase(f"host-{k}", "host", f"host: {k} (1,8,8,8) fp32", host_case(k), host=True, tol=1e-4)
-        for k in ("pool", "softmax", "relu", "bn_test", "bn_train", "add_bias")
+        for k in (
+            "pool",
+            "softmax",
+            "relu",
+            "bn_test",
+            "bn_train",
+            "add_bias",
+            "pool_out",
+            "softmax_out",
+            "relu_out",
+            "bn_test_out",
+        )
     ]
 )
 
