@@ -11,6 +11,7 @@ names below are resolved lazily from their modules. ``python -m pycudnn`` prints
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from ._version import __version__
 
@@ -116,6 +117,113 @@ _SUBMODULES = {
 }
 
 __all__ = ["__version__", *_EXPORTS, *_SUBMODULES]
+
+if TYPE_CHECKING:  # what a type checker sees of the lazily resolved names (kept equal to
+    # the tables above by tests/tooling/test_typing.py)
+    from . import (
+        api as api,
+        descriptors as descriptors,
+        enums as enums,
+        errors as errors,
+        handle as handle,
+        highlevel as highlevel,
+        lib as lib,
+        memory as memory,
+    )
+    from ._config import (
+        config as config,
+    )
+    from ._info import (
+        LibraryInfo as LibraryInfo,
+        cudart_version as cudart_version,
+        header_version as header_version,
+        is_available as is_available,
+        library_info as library_info,
+        show_config as show_config,
+        version as version,
+    )
+    from ._logging import (
+        disable_logging as disable_logging,
+        enable_logging as enable_logging,
+    )
+    from .descriptors import (
+        ActivationDescriptor as ActivationDescriptor,
+        BackendDescriptor as BackendDescriptor,
+        ConvolutionDescriptor as ConvolutionDescriptor,
+        CTCLossDescriptor as CTCLossDescriptor,
+        DropoutDescriptor as DropoutDescriptor,
+        FilterDescriptor as FilterDescriptor,
+        LRNDescriptor as LRNDescriptor,
+        OpTensorDescriptor as OpTensorDescriptor,
+        PoolingDescriptor as PoolingDescriptor,
+        ReduceTensorDescriptor as ReduceTensorDescriptor,
+        RNNDataDescriptor as RNNDataDescriptor,
+        RNNDescriptor as RNNDescriptor,
+        SpatialTransformerDescriptor as SpatialTransformerDescriptor,
+        TensorDescriptor as TensorDescriptor,
+    )
+    from .errors import (
+        AllocationError as AllocationError,
+        BadParamError as BadParamError,
+        CudnnDeprecationWarning as CudnnDeprecationWarning,
+        CudnnError as CudnnError,
+        ExecutionFailedError as ExecutionFailedError,
+        InternalError as InternalError,
+        LibraryNotFoundError as LibraryNotFoundError,
+        NotSupportedError as NotSupportedError,
+        SublibraryError as SublibraryError,
+        SymbolNotFoundError as SymbolNotFoundError,
+        VersionMismatchError as VersionMismatchError,
+    )
+    from .handle import (
+        Handle as Handle,
+        get_handle as get_handle,
+    )
+    from .highlevel import (
+        DropoutState as DropoutState,
+        RNNBlock as RNNBlock,
+        canonical_rnn_layout as canonical_rnn_layout,
+        clear_caches as clear_caches,
+        dnn_activation as dnn_activation,
+        dnn_activation_grad as dnn_activation_grad,
+        dnn_add_tensor as dnn_add_tensor,
+        dnn_batch_normalization_grad as dnn_batch_normalization_grad,
+        dnn_batch_normalization_test as dnn_batch_normalization_test,
+        dnn_batch_normalization_train as dnn_batch_normalization_train,
+        dnn_conv as dnn_conv,
+        dnn_conv3d as dnn_conv3d,
+        dnn_ctc_loss as dnn_ctc_loss,
+        dnn_dropout as dnn_dropout,
+        dnn_dropout_grad as dnn_dropout_grad,
+        dnn_gradinput as dnn_gradinput,
+        dnn_gradinput3d as dnn_gradinput3d,
+        dnn_gradweight as dnn_gradweight,
+        dnn_gradweight3d as dnn_gradweight3d,
+        dnn_lrn as dnn_lrn,
+        dnn_lrn_grad as dnn_lrn_grad,
+        dnn_op_tensor as dnn_op_tensor,
+        dnn_pool as dnn_pool,
+        dnn_pool_grad as dnn_pool_grad,
+        dnn_reduction as dnn_reduction,
+        dnn_softmax as dnn_softmax,
+        dnn_softmax_grad as dnn_softmax_grad,
+        dnn_spatialtf as dnn_spatialtf,
+        dnn_spatialtf_grad as dnn_spatialtf_grad,
+        dnn_spatialtf_grid as dnn_spatialtf_grid,
+        dnn_spatialtf_grid_grad as dnn_spatialtf_grid_grad,
+        dnn_spatialtf_sampler as dnn_spatialtf_sampler,
+        dnn_spatialtf_sampler_grad as dnn_spatialtf_sampler_grad,
+        rnn_weights_from_torch as rnn_weights_from_torch,
+        rnn_weights_to_torch as rnn_weights_to_torch,
+        torch_rnn_param_names as torch_rnn_param_names,
+    )
+    from .memory import (
+        DeviceArray as DeviceArray,
+        asarray as asarray,
+        empty as empty,
+        to_device as to_device,
+        zeros as zeros,
+    )
 
 
 def __getattr__(name: str):

@@ -6,11 +6,14 @@ value (``cudnnGetVersion``, ``cudnnGetErrorString``, ...) return it unchanged. A
 ``CUDNN_DEPRECATED`` function warns once with ``CudnnDeprecationWarning``.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 from . import _lib
 from .errors import checked
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Callable[..., Any]:
     if name.startswith("__"):
         raise AttributeError(name)
     try:

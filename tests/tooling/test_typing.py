@@ -65,13 +65,6 @@ def test_submodule_names_are_typed(tmp_path, mypypath):
     assert types[4].startswith("def ("), types
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pycudnn/__init__.py resolves its public names through a module __getattr__ with no "
-    "TYPE_CHECKING imports (or __init__.pyi), and pycudnn/api.py has no stub: type checkers see "
-    "Any for `from pycudnn import X` and `pycudnn.api.X` (pyright: `ModuleType | Any`, and calls "
-    "are errors). Remove this mark once the package declares those types.",
-)
 def test_top_level_names_are_typed(tmp_path, mypypath):
     names = _top_level_api_names()
     lines = ["import pycudnn", "from pycudnn import api"]
@@ -85,3 +78,23 @@ def test_top_level_names_are_typed(tmp_path, mypypath):
     ]
     assert len(types) == len(names) + 1, types
     assert not untyped, f"type checkers see Any for {len(untyped)} public names: {untyped}"
+
+
+def test_type_checking_imports_match_the_lazy_tables():
+    """``pycudnn/__init__.py``'s ``if TYPE_CHECKING:`` block declares exactly ``__all__`` (less
+    ``__version__``), each from the module its lazy table resolves it from."""
+    import ast
+
+    tree = ast.parse((ROOT / "pycudnn" / "__init__.py").read_text())
+    block = next(
+        n for n in tree.body
+        if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING"
+    )  # fmt: skip
+    declared = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom)
+        for alias in node.names:
+            assert alias.asname == alias.name, f"{alias.name}: use 'X as X' (a re-export)"
+            declared[alias.name] = "." + (node.module or alias.name)
+    expected = {**pycudnn._EXPORTS, **{k: "." + k for k in pycudnn._SUBMODULES}}
+    assert declared == expected
