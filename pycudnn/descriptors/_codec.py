@@ -135,6 +135,12 @@ TAKES: dict[int, frozenset[BackendDescriptorType]] = {
 }
 
 
+#: the same as plain ints (enum members hash in Python: slow on the hot path)
+_TAKES_VALUES: dict[int, frozenset[int]] = {
+    a: frozenset(int(m) for m in types) for a, types in TAKES.items()
+}
+
+
 def _takes_text(allowed: frozenset[BackendDescriptorType]) -> str:
     if len(allowed) > 8:
         return "an OPERATION_*_DESCRIPTOR"
@@ -175,23 +181,26 @@ def check_descriptor_values(
     for i, v in enumerate(items):
         if not isinstance(v, descriptor_class):
             raise TypeError(f"values[{i}] must be a {descriptor_class.__name__}, got {describe(v)}")
-    allowed = TAKES.get(attribute)
-    name = BackendAttributeName(attribute).name
+    allowed = _TAKES_VALUES.get(attribute)
     if allowed is None:
+        name = BackendAttributeName(attribute).name
         raise TypeError(
             f"{name} is not a descriptor-valued attribute: it takes no BACKEND_DESCRIPTOR values"
         )
     handles = []
     for i, v in enumerate(items):
-        argument = f"values[{i}]"
         if v is owner:
+            name = BackendAttributeName(attribute).name
             raise ValueError(
-                f"{argument}: a descriptor cannot be set as its own attribute value ({name})"
+                f"values[{i}]: a descriptor cannot be set as its own attribute value ({name})"
             )
         handles.append(v._h())  # closed -> ValueError
         vtype = v._type
-        if vtype is not None and vtype not in allowed:
-            raise TypeError(f"{argument}: {name} takes {_takes_text(allowed)}, not {vtype.name}")
+        if vtype is not None and vtype._value_ not in allowed:
+            name = BackendAttributeName(attribute).name
+            raise TypeError(
+                f"values[{i}]: {name} takes {_takes_text(TAKES[attribute])}, not {vtype.name}"
+            )
     return handles
 
 

@@ -101,17 +101,23 @@ def check_view(
         raise ValueError(f"{argument}: {len(shape)} dimensions; at most {MAX_NDIM} are supported")
     if len(strides) != len(shape):
         raise ValueError(f"{argument}: strides {strides} do not match shape {shape}")
-    for i, (n, st) in enumerate(zip(shape, strides, strict=True)):
-        if not 0 <= n <= INT64_MAX:
+    size, lo, hi = 1, 0, 0
+    for i, n in enumerate(shape):
+        st = strides[i]
+        if n < 0 or n > INT64_MAX:
             raise ValueError(f"{argument}: shape[{i}]={n} is out of range (0 to 2**63 - 1)")
-        if not -INT64_MAX <= st <= INT64_MAX:
+        if st < -INT64_MAX or st > INT64_MAX:
             raise ValueError(f"{argument}: strides[{i}]={st} does not fit in int64")
         if whole_elements and st % itemsize:
             raise ValueError(
                 f"{argument}: strides[{i}]={st} bytes is not a multiple of the item size "
                 f"({itemsize} bytes)"
             )
-    size = math.prod(shape)
+        size *= n
+        if st < 0:
+            lo += st * (n - 1)
+        else:
+            hi += st * (n - 1)
     if size * itemsize > INT64_MAX:
         raise ValueError(
             f"{argument}: shape {shape} of {itemsize}-byte items is {size * itemsize} bytes, "
@@ -121,8 +127,7 @@ def check_view(
         return
     if ptr == 0:
         raise ValueError(f"{argument}: NULL data pointer for an array of {size} elements")
-    lo, hi = extent(shape, strides, itemsize)
-    if ptr + lo < 0 or ptr + hi > ADDRESS_END:
+    if ptr + lo < 0 or ptr + hi + itemsize > ADDRESS_END:
         raise ValueError(
             f"{argument}: shape {shape} with strides {strides} from 0x{ptr:x} reaches outside "
             "the 64-bit address space"

@@ -221,7 +221,14 @@ def asarray(
     )
 
 
+_CAI_DTYPES: dict[str, np.dtype] = {}  # typestr -> checked dtype (only accepted ones)
+
+
 def _cai_dtype(typestr: Any, argument: str) -> np.dtype:
+    if type(typestr) is str:
+        dt = _CAI_DTYPES.get(typestr)
+        if dt is not None:
+            return dt
     if not isinstance(typestr, str):
         raise TypeError(
             f"{argument}: __cuda_array_interface__['typestr'] must be a str (like '<f4'), got "
@@ -239,7 +246,10 @@ def _cai_dtype(typestr: Any, argument: str) -> np.dtype:
         )
     if dt.byteorder == ">":
         raise TypeError(f"{argument}: big-endian data ({typestr!r}) is not supported")
-    return checked_dtype(dt, argument=f"{argument}.dtype")
+    dt = checked_dtype(dt, argument=f"{argument}.dtype")
+    if len(_CAI_DTYPES) < 64:
+        _CAI_DTYPES[typestr] = dt
+    return dt
 
 
 def _short(value: Any) -> str:
@@ -263,6 +273,12 @@ def _cai_int(value: Any, field: str, argument: str, lo: int, hi: int) -> int:
 
 
 def _cai_ints(value: Any, field: str, argument: str, lo: int, hi: int) -> tuple[int, ...]:
+    if type(value) is tuple and len(value) <= MAX_NDIM:
+        for v in value:  # the common case: a tuple of Python ints in range
+            if type(v) is not int or v < lo or v > hi:
+                break
+        else:
+            return value
     if not isinstance(value, tuple | list):
         raise TypeError(
             f"{argument}: __cuda_array_interface__['{field}'] must be a tuple of ints, got "
@@ -305,7 +321,9 @@ def parse_cai(cai: Any, argument: str = "array") -> tuple:
         if key not in cai:
             raise TypeError(f"{argument}: __cuda_array_interface__ has no {key!r} entry")
     version = cai["version"]
-    if isinstance(version, bool) or not isinstance(version, int | np.integer):
+    if type(version) is not int and (
+        isinstance(version, bool) or not isinstance(version, int | np.integer)
+    ):
         raise TypeError(
             f"{argument}: __cuda_array_interface__['version'] must be an int, got {_short(version)}"
         )
@@ -328,8 +346,11 @@ def parse_cai(cai: Any, argument: str = "array") -> tuple:
             f"got {_short(data)}"
         )
     raw_ptr, readonly = data
-    ptr = 0 if raw_ptr is None else _cai_int(raw_ptr, "data[0]", argument, 0, ADDRESS_END - 1)
-    if not isinstance(readonly, bool | np.bool_):
+    if type(raw_ptr) is int and 0 <= raw_ptr < ADDRESS_END:
+        ptr = raw_ptr
+    else:
+        ptr = 0 if raw_ptr is None else _cai_int(raw_ptr, "data[0]", argument, 0, ADDRESS_END - 1)
+    if type(readonly) is not bool and not isinstance(readonly, np.bool_):
         raise TypeError(
             f"{argument}: __cuda_array_interface__ data[1] (readonly) must be a bool, got "
             f"{_short(readonly)}"
