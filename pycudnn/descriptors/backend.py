@@ -47,6 +47,15 @@ from ._validate import (
 __all__ = ["BackendDescriptor"]
 
 _T = BackendAttributeType
+# descriptor-valued attributes cuDNN 9.28 dereferences unchecked in cudnnBackendFinalize: empty, or
+# holding an unfinalized descriptor, they crash the process (found by tests/_fuzz_surface_child.py)
+_FINALIZE_NEEDS: dict[BackendDescriptorType, tuple[BackendAttributeName, ...]] = {
+    BackendDescriptorType.ENGINECFG_DESCRIPTOR: (BackendAttributeName.ENGINECFG_ENGINE,),
+    BackendDescriptorType.EXECUTION_PLAN_DESCRIPTOR: (
+        BackendAttributeName.EXECUTION_PLAN_ENGINE_CONFIG,
+    ),
+}
+_PLAN_JSON = int(BackendAttributeName.EXECUTION_PLAN_JSON_REPRESENTATION)
 _COMPUTE_TYPES = (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16, DataType.INT32)
 
 
@@ -185,7 +194,9 @@ class BackendDescriptor(Resource):
             arr, n = ctypes.byref(values), 1
         else:
             arr, n = pack(atype, values, BackendDescriptor)
-            if atype in REF_TYPES and not isinstance(values, int):
+            if atype == _T.CHAR:
+                self._attr_refs[int(name)] = values  # a plan from JSON needs no engine config
+            elif atype in REF_TYPES and not isinstance(values, int):
                 # handles and buffers: kept alive as long as cuDNN may use their addresses (a
                 # Handle's typed handle as well: closing it first defers its destroy)
                 keep = (values, values._as_parameter_) if is_handle(values) else values
@@ -264,13 +275,39 @@ class BackendDescriptor(Resource):
 
         Raises
         ------
+        ValueError
+            An engine configuration without a finalized engine, or an execution plan without a
+            finalized engine configuration (cuDNN crashes finalizing those; checked for
+            descriptors this wrapper owns, whose attributes it saw being set).
         CudnnError
             cuDNN rejected the configuration (without a GPU driver every finalize returns
             ``CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED``, a :class:`~pycudnn.errors.SublibraryError`).
         """
-        errors.checked("cudnnBackendFinalize", warn=False)(self._h())
+        h = self._h()
+        needs = _FINALIZE_NEEDS.get(self._type) if self._owned else None
+        if needs is not None and _PLAN_JSON not in self._attr_refs:  # (from JSON: no config)
+            self._check_finalize_needs(needs)
+        errors.checked("cudnnBackendFinalize", warn=False)(h)
         self._finalized = True
         return self
+
+    def _check_finalize_needs(self, needs: tuple[BackendAttributeName, ...]) -> None:
+        kind = self._type.name if self._type is not None else "descriptor"
+        for attr in needs:
+            ref = self._attr_refs.get(int(attr))
+            if ref is None:
+                raise ValueError(
+                    f"{kind}: set {attr.name} before finalize (cuDNN 9 crashes finalizing a "
+                    f"{kind} without it)"
+                )
+            values = ref[0] if isinstance(ref[0], list | tuple) else (ref[0],)
+            for v in values:
+                if v._finalized is False:
+                    raise ValueError(
+                        f"{kind}: the {v._type.name if v._type else 'descriptor'} set as "
+                        f"{attr.name} is not finalized; finalize it first (cuDNN 9 crashes "
+                        "finalizing on top of an unfinalized one)"
+                    )
 
     def _repr_fields(self) -> str:
         kind = self._type.name if self._type is not None else "unknown"

@@ -294,6 +294,15 @@ def export(
             if not -_INT64_MAX <= st <= _INT64_MAX:
                 raise BufferError(f"strides[{i}]={st} elements does not fit in DLPack's int64")
         strides_arr = (ctypes.c_int64 * max(ndim, 1))(*elements)
+    # and nothing the import side would refuse (an extent past 64 bits, NULL data with elements)
+    _check_imported(
+        tuple(shape),
+        None if strides_bytes is None else tuple(strides_bytes),
+        int(data or 0),
+        0,
+        itemsize,
+        max(device[1], 0),
+    )
     if versioned:
         managed: Any = DLManagedTensorVersioned()
         managed.version = DLPackVersion(*DLPACK_MAX_VERSION)
