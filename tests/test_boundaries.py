@@ -391,3 +391,29 @@ def test_empty_spatial_tuples_are_refused(make, monkeypatch):
         with pytest.raises(ValueError, match=r"empty|entries"):
             make()
         assert c_calls.calls == []
+
+
+# -- finalize of descriptors cuDNN dereferences unchecked (found by the fuzzer) -------------------
+def test_finalize_refuses_what_crashes_cudnn(monkeypatch):
+    cfg = BackendDescriptor("enginecfg")
+    plan = BackendDescriptor("execution_plan")
+    engine = BackendDescriptor("engine")  # not finalized
+    with counting_c_calls(monkeypatch) as c_calls:
+        with pytest.raises(ValueError, match="set ENGINECFG_ENGINE before finalize"):
+            cfg.finalize()
+        with pytest.raises(ValueError, match="set EXECUTION_PLAN_ENGINE_CONFIG before finalize"):
+            plan.finalize()
+        assert "cudnnBackendFinalize" not in c_calls.calls
+    cfg.set("ENGINECFG_ENGINE", "BACKEND_DESCRIPTOR", engine)
+    plan.set("EXECUTION_PLAN_ENGINE_CONFIG", "BACKEND_DESCRIPTOR", cfg)
+    with counting_c_calls(monkeypatch) as c_calls:
+        with pytest.raises(ValueError, match="ENGINE_DESCRIPTOR set as ENGINECFG_ENGINE is not"):
+            cfg.finalize()
+        with pytest.raises(ValueError, match="set as EXECUTION_PLAN_ENGINE_CONFIG is not final"):
+            plan.finalize()
+        assert "cudnnBackendFinalize" not in c_calls.calls
+    # a plan deserialized from JSON has no engine config: cuDNN judges it
+    js = BackendDescriptor("execution_plan")
+    js.set("EXECUTION_PLAN_JSON_REPRESENTATION", "CHAR", "{}")
+    with pytest.raises(errors.CudnnError):
+        js.finalize()
