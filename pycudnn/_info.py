@@ -6,6 +6,9 @@ it lacks raise ``SymbolNotFoundError`` when called) and a newer one too (its add
 not bound); both are reported. The sub-library checks (``cudnnGraphVersionCheck``, ...) load each
 sub-library and confirm it matches the dispatcher ``libcudnn.so.9``; a sub-library mismatch is as
 fatal as a major-version mismatch. ``PYCUDNN_SKIP_VERSION_CHECK=1`` skips the rule.
+
+The major-version rule is also the gate of first use (``pycudnn._loader.load``): every entry point
+raises ``VersionMismatchError`` on another major, not only :func:`version`.
 """
 
 from __future__ import annotations
@@ -134,15 +137,21 @@ def version(raises: bool = True) -> int:
     Parameters
     ----------
     raises : bool
-        On an unusable library raise :class:`VersionMismatchError` (True) or return -1 (False).
+        On an unusable library raise (True) or return -1 (False: never raises, whatever is
+        wrong -- no library, not cuDNN, another version).
 
     Raises
     ------
     LibraryNotFoundError
-        If no libcudnn can be loaded.
+        If *raises* and no libcudnn can be loaded, or the file loaded is not cuDNN.
     VersionMismatchError
         If *raises* and the major versions differ or a sub-library does not match.
     """
+    if not raises:
+        try:
+            return version(raises=True)
+        except Exception:
+            return -1
     runtime = _loader.runtime_version()
     if os.environ.get(SKIP_ENV) == "1":
         return runtime
@@ -182,7 +191,13 @@ class LibraryInfo:
 
 
 def library_info() -> LibraryInfo:
-    """Load cuDNN (if needed) and describe it; never checks-and-raises, only reports."""
+    """Load cuDNN (if needed) and describe it; reports the compatibility rule's verdict.
+
+    Raises
+    ------
+    LibraryNotFoundError, VersionMismatchError
+        As every entry point does (the gate of first use): no cuDNN, or another major version.
+    """
     lib = _loader.load()
     runtime = _loader.runtime_version()
     compat = check_compatibility(runtime, _lib.HEADER_VERSION, runtime_path=lib.path)
@@ -290,8 +305,23 @@ def _pkg_version(name: str) -> str:
         return "not installed"
 
 
+def _never_raises(fn):
+    """``python -m pycudnn`` prints no traceback: an unexpected failure becomes a report line."""
+
+    def report(self_test: bool = True) -> tuple[str, bool]:
+        try:
+            return fn(self_test)
+        except Exception as exc:  # the doctor reports, it does not crash
+            text = f"pycudnn {__version__}\n  the report failed: {type(exc).__name__}: {exc}"
+            return text, False
+
+    report.__doc__ = fn.__doc__
+    return report
+
+
+@_never_raises
 def report(self_test: bool = True) -> tuple[str, bool]:
-    """The diagnostics text and whether everything checked is healthy."""
+    """The diagnostics text and whether everything checked is healthy (never raises)."""
     lines = [
         f"pycudnn {__version__}",
         f"  Python {platform.python_version()} on {platform.system()} {platform.machine()}",
@@ -307,6 +337,16 @@ def report(self_test: bool = True) -> tuple[str, bool]:
     except errors.LibraryNotFoundError as exc:
         lines += [f"  NOT FOUND: {exc}"]
         return "\n".join(lines), False
+    except errors.VersionMismatchError as exc:  # the gate of first use: report what was found
+        lib, rt = _loader.load_unchecked(), _loader.runtime_version()
+        lines += [
+            f"  library     {lib.path}",
+            f"  found via   {lib.found_via}",
+            f"  runtime     {format_version(rt)} ({rt})",
+            f"  headers     {format_version(_lib.HEADER_VERSION)} ({_lib.HEADER_VERSION})",
+            f"  check       MISMATCH: {exc}",
+        ]
+        return "\n".join(lines), False
     rt, hd = info.runtime_version, info.header_version
     lines += [
         f"  library     {info.path}",
@@ -317,9 +357,10 @@ def report(self_test: bool = True) -> tuple[str, bool]:
     try:
         version(raises=True)
         verdict = "OK" if os.environ.get(SKIP_ENV) != "1" else f"SKIPPED ({SKIP_ENV}=1)"
-    except errors.VersionMismatchError as exc:
+        verdict += f": {info.compatibility}"
+    except errors.VersionMismatchError as exc:  # its message says it all (once)
         verdict, healthy = f"MISMATCH: {exc}", False
-    lines += [f"  check       {verdict}: {info.compatibility}"]
+    lines += [f"  check       {verdict}"]
     subs = {k: "OK" if v == "CUDNN_STATUS_SUCCESS" else v for k, v in info.sublibraries.items()}
     lines += ["  sub-libs    " + ", ".join(f"{k} {v}" for k, v in subs.items())]
     if any(v != "OK" and v != "not in this cuDNN" for v in subs.values()):

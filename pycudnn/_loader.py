@@ -10,6 +10,17 @@ load a second cuDNN into a process that already has one (torch's, say). The sear
 3. the OS loader (``libcudnn.so.9``: ``LD_LIBRARY_PATH``, ldconfig).
 
 The result is a frozen :class:`LoadedLibrary` with the absolute path and how it was found.
+
+**The version gate.** :func:`load` -- what every entry point goes through first (``pycudnn.lib``
+binds its functions with it, ``pycudnn.api``/descriptors/handles/the high level call those) --
+checks the file once before handing it out: a file that does not export ``cudnnGetVersion`` is not
+cuDNN (``LibraryNotFoundError``, always), and a cuDNN of another major version than the headers
+the bindings were generated from raises ``VersionMismatchError`` (every call, until fixed) unless
+``PYCUDNN_SKIP_VERSION_CHECK=1``. Diagnostics that must describe a bad library
+(``runtime_version``, ``pycudnn.version(raises=False)``, ``python -m pycudnn``) use
+:func:`load_unchecked`. The sub-library checks stay in ``pycudnn.version()``: they load every
+sub-library, which first use must not pay for.
+
 This module uses the standard library only (``cuda.pathfinder`` is imported lazily).
 """
 
@@ -36,6 +47,17 @@ class SymbolNotFoundError(AttributeError):
     """The loaded libcudnn lacks a function of the headers the bindings were generated from."""
 
 
+class VersionMismatchError(RuntimeError):
+    """The loaded libcudnn cannot be used with these bindings (different major version, or a
+    sub-library that does not match the dispatcher)."""
+
+
+SKIP_ENV = "PYCUDNN_SKIP_VERSION_CHECK"
+#: the cuDNN major version the bindings need (that of the headers they were generated from, as in
+#: the soname; a test checks it equals ``pycudnn.lib.CUDNN_MAJOR``)
+REQUIRED_MAJOR = int(SONAME.rsplit(".", 1)[1])
+
+
 @dataclass(frozen=True)
 class LoadedLibrary:
     """The libcudnn this process uses."""
@@ -48,7 +70,8 @@ class LoadedLibrary:
 
 
 _lock = threading.Lock()
-_loaded: LoadedLibrary | None = None
+_loaded: LoadedLibrary | None = None  # what was found (gate not applied)
+_usable: LoadedLibrary | None = None  # the same once the gate passed: load()'s fast path
 
 
 def _path_of(cdll: ctypes.CDLL, symbol: str = "cudnnGetVersion") -> str:
@@ -118,7 +141,75 @@ def _try_system(tried: list[str]) -> LoadedLibrary | None:
 
 
 def load() -> LoadedLibrary:
-    """Load libcudnn on first call (thread-safe) and return it; later calls return the same."""
+    """Load libcudnn on first call (thread-safe), apply the version gate, and return it.
+
+    Raises
+    ------
+    LibraryNotFoundError
+        No libcudnn could be loaded, or the file loaded is not cuDNN.
+    VersionMismatchError
+        The library is cuDNN of another major version than the bindings' headers (raised on
+        every call) and ``PYCUDNN_SKIP_VERSION_CHECK=1`` is not set.
+    """
+    lib = _usable
+    if lib is not None:
+        return lib
+    return _gate(load_unchecked())
+
+
+def _gate(lib: LoadedLibrary) -> LoadedLibrary:
+    global _usable
+    problem = _gate_problem(lib)
+    if problem is not None and os.environ.get(SKIP_ENV) != "1":
+        raise VersionMismatchError(problem)
+    _usable = lib
+    return lib
+
+
+_gate_result: tuple[LoadedLibrary, str | None] | None = None
+
+
+def _gate_problem(lib: LoadedLibrary) -> str | None:
+    """Why *lib* may not be used (another major version), or None; ``LibraryNotFoundError``
+    when it is not cuDNN at all. Computed once per library."""
+    global _gate_result
+    if _gate_result is not None and _gate_result[0] is lib:
+        return _gate_result[1]
+    runtime = _version_of(lib)
+    major = runtime // 10000 if runtime >= 10000 else runtime // 1000  # 9.x: 92800; 8.x: 8907
+    problem = None
+    if major != REQUIRED_MAJOR:
+        v = (
+            f"{major}.{runtime // 100 % 100}.{runtime % 100}"
+            if runtime >= 10000
+            else f"{major}.{runtime // 100 % 10}.{runtime % 100}"
+        )
+        problem = (
+            f"cuDNN {v} was loaded from {lib.path} (found via {lib.found_via}), but pycudnn's "
+            f"bindings were generated from cuDNN {REQUIRED_MAJOR}.x headers and need cuDNN "
+            f"{REQUIRED_MAJOR}.x. Install cuDNN {REQUIRED_MAJOR} (`pip install pycudnn[cu12]` or "
+            f"`[cu13]`), or point {ENV_OVERRIDE} at a libcudnn.so.{REQUIRED_MAJOR}; {SKIP_ENV}=1 "
+            "bypasses this check at your own risk (wrong prototypes can crash the process)."
+        )
+    _gate_result = (lib, problem)
+    return problem
+
+
+def _version_of(lib: LoadedLibrary) -> int:
+    """``cudnnGetVersion()`` of *lib*; ``LibraryNotFoundError`` when the file is not cuDNN."""
+    try:
+        fn = lib.cdll.cudnnGetVersion
+    except AttributeError:
+        raise LibraryNotFoundError(
+            f"{lib.path} (found via {lib.found_via}) is not a cuDNN library: it does not export "
+            f"cudnnGetVersion. {INSTALL_HINT}"
+        ) from None
+    fn.restype, fn.argtypes = ctypes.c_size_t, ()
+    return int(fn())
+
+
+def load_unchecked() -> LoadedLibrary:
+    """Load libcudnn like :func:`load`, without the version gate (for diagnostics)."""
     global _loaded
     if _loaded is not None:
         return _loaded
@@ -144,10 +235,9 @@ def loaded() -> LoadedLibrary | None:
 
 
 def runtime_version() -> int:
-    """``cudnnGetVersion()`` of the loaded library (loads it)."""
-    fn = load().cdll.cudnnGetVersion
-    fn.restype, fn.argtypes = ctypes.c_size_t, ()
-    return int(fn())
+    """``cudnnGetVersion()`` of the loaded library (loads it, without the version gate: this is
+    what diagnostics report; ``LibraryNotFoundError`` when the file is not cuDNN)."""
+    return _version_of(load_unchecked())
 
 
 def has_symbol(name: str) -> bool:

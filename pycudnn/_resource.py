@@ -21,6 +21,18 @@ Design decisions:
   ``atexit=False`` because the OS reclaims their memory, while the ``Handle`` (device state)
   keeps ``atexit=True`` and is destroyed by the ``atexit`` pass, before finalization begins.
   An explicit ``close()`` never skips.
+* **``close()`` racing a use from another thread cannot free memory in use.** The typed ctypes
+  handle (``_as_parameter_``) is what every C call receives: the object's own methods hold it in a
+  local (:meth:`Resource._h`), ``pycudnn.api`` calls hold it in ctypes' converted arguments, and a
+  backend descriptor holds the handles of the descriptors set as its attributes. ``close()``
+  first marks the object closed (any later use raises ``ValueError`` without calling C), then
+  destroys the C object at once if nobody else holds that handle (its reference count), and
+  otherwise buries it: the destroy happens at the next ``close()`` (or live count) after the last
+  holder let go -- a call in flight returned, the parent descriptor was closed. No lock is taken
+  on the use path, so it costs nothing there. The one rule left to the user: a raw address
+  (``.ptr`` as an ``int``) is not tracked, so an object whose address was handed out as an int
+  must not be closed while that int is in use (single owner). A buried object counts as live
+  until it is really destroyed.
 * **Live counters**: every class counts the C objects it owns and has not released yet
   (``Cls.live_count()``); wrappers from ``from_ptr`` own nothing and are not counted. Leak tests
   read them.
@@ -61,7 +73,73 @@ _COUNTERS: dict[str, _LiveCounter] = {}
 
 def live_counts() -> dict[str, int]:
     """Owned, not yet released C objects per wrapper class name (non-zero entries only)."""
+    _sweep()
     return {name: c.value for name, c in _COUNTERS.items() if c.value}
+
+
+# -- deferred destroys: closed objects whose typed handle was still held ------------------------
+_graveyard: list[tuple[Any, Callable[[Any], int], int, _LiveCounter]] = []
+_graveyard_lock = threading.Lock()
+
+
+def _refs(h: Any) -> int:
+    return sys.getrefcount(h)
+
+
+def _probe() -> int:
+    h = ctypes.c_void_p()
+    return _refs(h)
+
+
+# what _refs reports for an object held by nothing but its caller's one local variable, in this
+# interpreter (CPython 3.11: the local, the parameter and getrefcount's argument)
+_ALONE = _probe()
+
+
+def _alone(h: Any) -> bool:
+    """True when only the caller's one local reference holds *h* (nothing else does)."""
+    return sys.getrefcount(h) <= _ALONE  # same shape as _probe -> _refs
+
+
+def _calibrated() -> bool:
+    """Whether :func:`_alone` tells a lone handle from a shared one here (else never defer)."""
+    h = ctypes.c_void_p()
+    if not _alone(h):
+        return False
+    held = [h]
+    shared = not _alone(h)
+    del held
+    return shared and _alone(h)
+
+
+_DEFER = _calibrated()
+
+
+def _bury(h: Any, destroy: Callable[[Any], int], ptr: int, counter: _LiveCounter) -> None:
+    with _graveyard_lock:
+        _graveyard.append((h, destroy, ptr, counter))
+
+
+def _sweep() -> None:
+    """Destroy the buried objects nobody holds any more (cheap when there are none)."""
+    if not _graveyard:
+        return
+    with _graveyard_lock:
+        entries = _graveyard[:]
+        _graveyard.clear()
+    keep = []
+    while entries:
+        entry = entries.pop()
+        h = entry[0]
+        entry = (None, *entry[1:])
+        if _alone(h):
+            del h
+            _release(entry[1], entry[2], entry[3])
+        else:
+            keep.append((h, *entry[1:]))
+    if keep:
+        with _graveyard_lock:
+            _graveyard.extend(keep)
 
 
 def _release(
@@ -204,8 +282,13 @@ class Resource:
         raise ValueError(f"{type(self).__name__} is closed")
 
     def _h(self) -> ctypes.c_void_p:
-        """The typed handle for a C call; raises ``ValueError`` when closed (no C call made)."""
-        if not self._ptr:
+        """The typed handle for a C call; raises ``ValueError`` when closed (no C call made).
+
+        Keep the returned handle in a local for the duration of the C call: holding it is what
+        makes a concurrent :meth:`close` defer the destroy.
+        """
+        h = self._as_parameter_  # read first: a close() after this sees our reference
+        if h.__class__ is _Dead:
             self._raise_closed()
         if not self._owned and self._refs:
             # a borrowed wrapper dies with an owner that was closed explicitly (no dangling use)
@@ -213,22 +296,31 @@ class Resource:
             if isinstance(owner, Resource) and not owner._ptr:
                 self._mark_closed()
                 self._raise_closed()
-        return self._as_parameter_
+        return h
 
     @classmethod
     def live_count(cls) -> int:
         """How many C objects of exactly this class are owned and not yet released."""
+        _sweep()
         return cls._counter.value
 
     # -- release ---------------------------------------------------------------------------------
     def close(self) -> None:
         """Destroy the C object now (if owned). Idempotent; never skipped at shutdown.
 
+        Safe against a use of the same object from another thread: the object is marked closed
+        first (a use that starts later raises ``ValueError``), and if a C call in flight (or a
+        backend descriptor that has it as an attribute) still holds its typed handle, the destroy
+        is deferred until that holder lets go; the C object is never freed while in use.
+
         Raises
         ------
         CudnnError
             cuDNN's destroy function failed (the object counts as closed regardless).
         """
+        if _graveyard:
+            _sweep()
+        h = self._as_parameter_
         ptr = self._ptr
         if not ptr:
             return
@@ -241,6 +333,11 @@ class Resource:
         if info is None:  # already run by the GC (cannot happen while self is alive)
             return
         _obj, _func, (destroy, _ptr, counter), _kw = info
+        if _DEFER and not _alone(h):
+            # held by a call in flight or a parent descriptor: destroyed once they let go
+            _bury(h, destroy, ptr, counter)
+            return
+        del h
         counter.add(-1)
         errors.check(destroy(ptr), self._destroy_name)
 

@@ -12,6 +12,7 @@ Scaling parameters (``alpha``/``beta``) follow cuDNN's rule: ``double`` for doub
 from __future__ import annotations
 
 import ctypes
+import enum
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -93,6 +94,9 @@ def _dtype_name(dtype: Any) -> str | None:
 def as_data_type(dtype: Any, *, argument: str = "dtype") -> DataType:
     """Convert a numpy dtype, dtype name, torch-style name or ``DataType`` to ``DataType``.
 
+    Plain ints are ``DataType`` values. ``None``, bools and members of other enums are refused
+    (``ActivationMode.RELU`` is the int 1, but not a dtype).
+
     Raises
     ------
     TypeError
@@ -100,7 +104,14 @@ def as_data_type(dtype: Any, *, argument: str = "dtype") -> DataType:
     """
     if isinstance(dtype, DataType):
         return dtype
-    if isinstance(dtype, int) and not isinstance(dtype, bool):
+    if dtype is None or isinstance(dtype, bool | enum.Enum):
+        # np.dtype(None) is float64 and a member of another enum is an int: neither names a
+        # dtype, so neither may silently become DOUBLE
+        raise TypeError(
+            f"{argument}={dtype!r} is not a dtype; expected one of {', '.join(_BY_NAME)} (a numpy "
+            "dtype, its name, or a pycudnn.enums.DataType member)"
+        )
+    if isinstance(dtype, int):
         try:
             return DataType(dtype)
         except ValueError:

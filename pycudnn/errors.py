@@ -9,20 +9,32 @@ map by their category.
 
 ``checked(name)`` builds, once per function, a ctypes function object of its own (the raw ``_lib``
 objects stay raw) whose ``errcheck`` raises on a non-zero status: the success path is one integer
-comparison. ``pycudnn.api.<name>`` exposes them.
+comparison. ``pycudnn.api.<name>`` exposes them behind a thin generated guard (``checked(name)``
+with the default ``warn=True``): a ``str``/``bytes`` (or ``bytearray``/``memoryview``) passed for
+a descriptor, handle or stream parameter is refused before C is reached (ctypes would pass a
+pointer to the object's own buffer, which cuDNN would write into or free), a ``str`` for any
+``void *`` parameter too, and ctypes' own refusal of an argument (a descriptor of the wrong family,
+a closed object) comes back as :class:`ArgumentTypeError` / :class:`ArgumentValueError`, which
+are both ``ctypes.ArgumentError`` and ``TypeError`` / ``ValueError``. The guard costs one Python
+frame per call (measured in ``docs/RELIABILITY.md``); pycudnn's own layers call the unguarded
+objects (``warn=False``), whose arguments they have validated. Int addresses pass unchecked:
+they are the raw layer's contract.
 """
 
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 import warnings
 
 from . import _lib, _loader, enums
-from ._loader import LibraryNotFoundError, SymbolNotFoundError
+from ._loader import LibraryNotFoundError, SymbolNotFoundError, VersionMismatchError
 
 __all__ = [
     "AllocationError",
+    "ArgumentTypeError",
+    "ArgumentValueError",
     "BadParamError",
     "CudaError",
     "CudaUnavailableError",
@@ -101,9 +113,13 @@ class ExecutionFailedError(CudnnError, RuntimeError):
     """5xxx: a kernel or a library cuDNN calls (CUDA, cuBLAS) failed while running."""
 
 
-class VersionMismatchError(RuntimeError):
-    """The loaded libcudnn cannot be used with these bindings (different major version, or a
-    sub-library that does not match the dispatcher)."""
+class ArgumentTypeError(ctypes.ArgumentError, TypeError):
+    """A ``pycudnn.api`` argument of the wrong kind: ``str``/``bytes`` for a descriptor, handle or
+    stream, or an object ctypes refuses for the parameter (a descriptor of another family)."""
+
+
+class ArgumentValueError(ctypes.ArgumentError, ValueError):
+    """A ``pycudnn.api`` argument ctypes refused with a ``ValueError`` (a closed descriptor)."""
 
 
 class CudnnDeprecationWarning(DeprecationWarning):
@@ -205,20 +221,107 @@ _warned: set[str] = set()
 _checked_lock = threading.Lock()
 
 
+def _warn_deprecated(name: str, stacklevel: int = 3) -> None:
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(
+            f"{name} is deprecated in cuDNN 9 (CUDNN_DEPRECATED); it may be removed in a "
+            "future major version.",
+            CudnnDeprecationWarning,
+            stacklevel=stacklevel,
+        )
+
+
 def _deprecated(name: str, fn):
     def call(*args):
-        if name not in _warned:
-            _warned.add(name)
-            warnings.warn(
-                f"{name} is deprecated in cuDNN 9 (CUDNN_DEPRECATED); it may be removed in a "
-                "future major version.",
-                CudnnDeprecationWarning,
-                stacklevel=2,
-            )
+        _warn_deprecated(name)
         return fn(*args)
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"Checked ``{name}`` (deprecated by cuDNN)."
+    call._as_parameter_ = fn  # ctypes.cast(api.<name>, c_void_p) still gives the C address
+    return call
+
+
+# -- the api.* argument guard ----------------------------------------------------------------------
+_TEXT = frozenset((str, bytes, bytearray, memoryview))
+_ARG_RE = re.compile(r"argument (\d+): (\w+): ")
+
+
+def _opaque(t) -> bool:
+    """A cuDNN handle typedef (descriptor, handle, stream): a distinct c_void_p subclass."""
+    return (
+        isinstance(t, type)
+        and issubclass(t, ctypes.c_void_p)
+        and t is not ctypes.c_void_p
+        and getattr(_lib, t.__name__, None) is t
+    )
+
+
+def _describe(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _refuse_text(name: str, argtypes, i: int, value) -> ArgumentTypeError:
+    expected = argtypes[i].__name__
+    return ArgumentTypeError(
+        f"{name}: argument {i + 1}: a {type(value).__name__} is not a {expected} "
+        f"({_describe(value)}): pass the pycudnn object or its int address; ctypes would hand "
+        "cuDNN the object's own buffer"
+    )
+
+
+def _converted(name: str, argtypes, exc: ctypes.ArgumentError, args) -> ctypes.ArgumentError:
+    """ctypes' refusal of an argument, as a TypeError/ValueError naming the function."""
+    text = str(exc)
+    m = _ARG_RE.match(text)
+    if m is None:  # pragma: no cover - ctypes always says which argument
+        return ArgumentTypeError(f"{name}: {text}")
+    i = int(m[1]) - 1
+    cls = ArgumentValueError if m[2] == "ValueError" else ArgumentTypeError
+    tail = ""
+    if 0 <= i < len(args) and i < len(argtypes):
+        got = _describe(args[i])
+        tail = f" (expected {getattr(argtypes[i], '__name__', argtypes[i])}, got {got})"
+    return cls(f"{name}: {text}{tail}")
+
+
+def _guarded(name: str, fn, argtypes, deprecated: bool):
+    """The ``api.<name>`` callable: *fn* behind the argument guard (see the module docstring)."""
+    text_pos = [i for i, t in enumerate(argtypes) if _opaque(t)]
+    str_pos = [i for i, t in enumerate(argtypes) if t is ctypes.c_void_p]
+    if not (text_pos or str_pos or deprecated):
+        return fn
+    params = ", ".join(f"a{i}" for i in range(len(argtypes)))
+    body = [f"def {name}({params}):"]
+    refuse = "raise _refuse_text(_name, _argtypes, {0}, a{0})"
+    for i in text_pos:
+        body.append(f"    if a{i}.__class__ in _TEXT: " + refuse.format(i))
+    for i in str_pos:
+        body.append(f"    if a{i}.__class__ is str: " + refuse.format(i))
+    if deprecated:
+        body.append(f"    _warn_deprecated({name!r})")
+    body += [
+        "    try:",
+        f"        return _fn({params})",
+        "    except _ArgumentError as exc:",
+        f"        raise _converted(_name, _argtypes, exc, ({params}{',' if argtypes else ''})) "
+        "from None",
+    ]
+    namespace = {
+        **globals(),
+        "_fn": fn,
+        "_name": name,
+        "_argtypes": argtypes,
+        "_ArgumentError": ctypes.ArgumentError,
+    }
+    exec("\n".join(body), namespace)  # generated from the prototype table only
+    call = namespace[name]
+    call.__qualname__ = name
+    call.__module__ = "pycudnn.api"
+    call.__doc__ = f"Checked ``{name}``{' (deprecated by cuDNN)' if deprecated else ''}."
+    call._as_parameter_ = fn  # ctypes.cast(api.<name>, c_void_p) still gives the C address
     return call
 
 
@@ -228,6 +331,8 @@ _quiet: dict[str, object] = {}
 def checked(name: str, *, warn: bool = True):
     """The checked form of the C function *name*: raises on a non-zero status, returns None.
 
+    With *warn* (the ``pycudnn.api`` form) the function sits behind the argument guard of the
+    module docstring; ``warn=False`` gives the bare checked ctypes function (pycudnn's layers).
     Functions that return something other than a status (versions, strings) are returned as is.
     Calling a ``CUDNN_DEPRECATED`` one warns once per function with
     :class:`CudnnDeprecationWarning`; pycudnn's own layers pass ``warn=False`` where they call a
@@ -249,5 +354,8 @@ def checked(name: str, *, warn: bool = True):
                 fn = _loader.load().cdll[name]  # a new function object: errcheck stays off _lib's
                 fn.restype, fn.argtypes, fn.errcheck = restype, argtypes, _errcheck
             _quiet[name] = fn
-            _checked[name] = _deprecated(name, fn) if deprecated else fn
+            if fn is raw:  # raw: a value-returning function, or one the library lacks
+                _checked[name] = _deprecated(name, fn) if deprecated else fn
+            else:
+                _checked[name] = _guarded(name, fn, argtypes, deprecated)
     return (_checked if warn else _quiet)[name]

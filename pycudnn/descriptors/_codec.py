@@ -9,7 +9,13 @@
 * :func:`from_c` turns what cuDNN wrote back into Python values (enum members where the value is
   known to these bindings, the int otherwise).
 * ``BACKEND_DESCRIPTOR`` values must be instances of the descriptor class the caller passes (the
-  codec sits below :class:`~pycudnn.descriptors.BackendDescriptor` and does not import it).
+  codec sits below :class:`~pycudnn.descriptors.BackendDescriptor` and does not import it), of a
+  descriptor type the attribute takes: :data:`TAKES`, from the table :mod:`._attrs` generated
+  from cuDNN's documentation of each attribute (cuDNN itself does not check it: an engine
+  descriptor set as a pointwise operation's input tensor crashes it).
+* ``HANDLE`` values are ``pycudnn.Handle`` objects (or raw int addresses); ``VOID_PTR`` values are
+  device buffers (objects with ``.ptr`` that are not descriptors or handles) or raw int
+  addresses. Raw ints are range-checked (0 to 2**64 - 1) but otherwise trusted.
 
 The tables are keyed by plain ints: enum members hash in Python, which costs on the hot path.
 """
@@ -26,11 +32,16 @@ from .. import _lib, enums
 from .._layout import INT32_MAX, INT64_MAX
 from .._types import as_data_type
 from ..enums import BackendAttributeName, BackendAttributeType, BackendDescriptorType, DataType
-from ._validate import as_int, coerce_enum, describe, enum_table, ptr_of
+from . import _attrs
+from ._validate import as_int, buffer_ptr, coerce_enum, describe, enum_table, is_handle
 
 __all__ = [
     "CTYPE_OF_TYPE",
+    "OWNER",
     "REF_TYPES",
+    "TAKES",
+    "check_descriptor_type",
+    "check_descriptor_values",
     "coerce_attr_name",
     "coerce_attr_type",
     "coerce_descriptor_type",
@@ -95,6 +106,102 @@ CTYPE_OF_TYPE: dict[int, Any] = _by_int(
 #: types whose values are addresses cuDNN keeps: the descriptor keeps their objects alive
 REF_TYPES = frozenset((int(_T.BACKEND_DESCRIPTOR), int(_T.HANDLE), int(_T.VOID_PTR)))
 _INT_RANGE = {int(_T.INT64): (-(2**63), INT64_MAX), int(_T.INT32): (-(2**31), INT32_MAX)}
+_ADDRESS_END = 1 << 64
+
+
+# -- the attribute table (generated from cuDNN's documentation: see _attrs.py) ------------------
+def _descriptor_types(names: tuple[str, ...]) -> frozenset[BackendDescriptorType]:
+    out: set[BackendDescriptorType] = set()
+    for n in names:
+        if n == "OPERATION_*":
+            out |= {m for m in BackendDescriptorType if m.name.startswith("OPERATION_")}
+        else:
+            out.add(BackendDescriptorType[f"{n}_DESCRIPTOR"])
+    return frozenset(out)
+
+
+#: attribute (int) -> the descriptor type documenting it
+OWNER: dict[int, BackendDescriptorType] = {
+    int(BackendAttributeName[n]): BackendDescriptorType[f"{o}_DESCRIPTOR"]
+    for o, names in _attrs.ATTRIBUTES.items()
+    for n in names
+    if n in BackendAttributeName.__members__
+}
+#: descriptor-valued attribute (int) -> the descriptor types it takes
+TAKES: dict[int, frozenset[BackendDescriptorType]] = {
+    int(BackendAttributeName[n]): _descriptor_types(t)
+    for n, t in _attrs.TAKES.items()
+    if n in BackendAttributeName.__members__
+}
+
+
+#: the same as plain ints (enum members hash in Python: slow on the hot path)
+_TAKES_VALUES: dict[int, frozenset[int]] = {
+    a: frozenset(int(m) for m in types) for a, types in TAKES.items()
+}
+
+
+def _takes_text(allowed: frozenset[BackendDescriptorType]) -> str:
+    if len(allowed) > 8:
+        return "an OPERATION_*_DESCRIPTOR"
+    return " or ".join(sorted(m.name for m in allowed))
+
+
+def check_descriptor_type(attribute: int, dtype: BackendDescriptorType, argument: str) -> None:
+    """``TypeError`` unless *attribute* is descriptor-valued and takes *dtype* descriptors."""
+    allowed = TAKES.get(attribute)
+    name = BackendAttributeName(attribute).name
+    if allowed is None:
+        raise TypeError(
+            f"{name} is not a descriptor-valued attribute: it takes no BACKEND_DESCRIPTOR values"
+        )
+    if dtype not in allowed:
+        raise TypeError(f"{argument}: {name} takes {_takes_text(allowed)}, not {dtype.name}")
+
+
+def check_descriptor_values(
+    owner: Any, attribute: int, values: Any, descriptor_class: type
+) -> list[Any]:
+    """Validate the ``BACKEND_DESCRIPTOR`` values of *attribute* set on *owner*; return their
+    typed handles (the caller keeps them: a value closed later is then destroyed only when
+    *owner* lets go of it, see ``Resource.close``).
+
+    Raises
+    ------
+    TypeError
+        A value is not a *descriptor_class*, or of a descriptor type the attribute does not
+        take (per :data:`TAKES`), or the attribute is not descriptor-valued.
+    ValueError
+        A value is *owner* itself, or closed.
+    """
+    if isinstance(values, descriptor_class) or not isinstance(values, list | tuple):
+        items: Any = (values,)
+    else:
+        items = values
+    for i, v in enumerate(items):
+        if not isinstance(v, descriptor_class):
+            raise TypeError(f"values[{i}] must be a {descriptor_class.__name__}, got {describe(v)}")
+    allowed = _TAKES_VALUES.get(attribute)
+    if allowed is None:
+        name = BackendAttributeName(attribute).name
+        raise TypeError(
+            f"{name} is not a descriptor-valued attribute: it takes no BACKEND_DESCRIPTOR values"
+        )
+    handles = []
+    for i, v in enumerate(items):
+        if v is owner:
+            name = BackendAttributeName(attribute).name
+            raise ValueError(
+                f"values[{i}]: a descriptor cannot be set as its own attribute value ({name})"
+            )
+        handles.append(v._h())  # closed -> ValueError
+        vtype = v._type
+        if vtype is not None and vtype._value_ not in allowed:
+            name = BackendAttributeName(attribute).name
+            raise TypeError(
+                f"values[{i}]: {name} takes {_takes_text(TAKES[attribute])}, not {vtype.name}"
+            )
+    return handles
 
 
 def coerce_descriptor_type(value: Any) -> BackendDescriptorType:
@@ -153,8 +260,16 @@ def to_c(atype: int, v: Any, argument: str, descriptor_class: type) -> Any:
         if v is None:
             return None
         if isinstance(v, int) and not isinstance(v, bool):
+            if not 0 <= v < _ADDRESS_END:
+                raise OverflowError(f"{argument}={v} is not a 64-bit address")
             return v
-        return ptr_of(v, argument)
+        if atype == _T.HANDLE:
+            if not is_handle(v):
+                raise TypeError(
+                    f"{argument} must be a pycudnn.Handle (or its int address), got {describe(v)}"
+                )
+            return v.ptr  # closed -> ValueError
+        return buffer_ptr(v, argument)
     if atype == _T.FRACTION:
         if isinstance(v, _lib.cudnnFraction_t):
             return v

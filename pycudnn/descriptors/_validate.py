@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import _lib, enums
 from .._layout import INT32_MAX, span
+from .._resource import Resource
 from .._types import HasPtr, as_data_type, dtype_name
 from ..enums import DataType
 
@@ -31,7 +32,9 @@ __all__ = [
     "FLOAT_TYPES",
     "MATH_TYPES",
     "as_float",
+    "as_handle",
     "as_int",
+    "buffer_ptr",
     "c_int_array",
     "check_span",
     "coerce_enum",
@@ -40,6 +43,7 @@ __all__ = [
     "finite",
     "int_in",
     "int_seq",
+    "is_handle",
     "nan_mode",
     "ptr_of",
     "restrict_dtype",
@@ -110,9 +114,16 @@ def int_seq(
 def spatial(
     value: Any, argument: str, n: int, *, lo: int, what: str = "", hi: int = INT32_MAX
 ) -> tuple[int, ...]:
-    """An int broadcast to *n* spatial dims, or a sequence of exactly *n* ints."""
+    """An int broadcast to *n* spatial dims, or a sequence of exactly *n* ints (at least one:
+    an empty sequence would make a 0-d operation)."""
     if not isinstance(value, str | bytes) and isinstance(value, Iterable):
-        return int_seq(value, argument, lo=lo, hi=hi, length=n, what=what)
+        items = tuple(value)
+        if not items:
+            raise ValueError(
+                f"{argument}={items!r} is empty; expected 1 to {DIM_MAX - 2} spatial sizes "
+                "(or one int for all of them)"
+            )
+        return int_seq(items, argument, lo=lo, hi=hi, length=n, what=what)
     v = int_in(value, argument, lo, hi, what)
     return (v,) * n
 
@@ -229,7 +240,8 @@ def c_int_array(values: Sequence[int]) -> ctypes.Array:
 
 
 def ptr_of(value: Any, argument: str) -> Any:
-    """Check that *value* exposes an int ``.ptr`` (``HasPtr``) and return the int."""
+    """Check that *value* exposes an int ``.ptr`` (``HasPtr``) that is a 64-bit address, and
+    return the int."""
     if not isinstance(value, HasPtr):
         raise TypeError(
             f"{argument} must be an object with an int .ptr (a pycudnn Handle or device buffer), "
@@ -238,7 +250,55 @@ def ptr_of(value: Any, argument: str) -> Any:
     ptr = value.ptr
     if isinstance(ptr, bool) or not isinstance(ptr, int):
         raise TypeError(f"{argument}.ptr must be an int, got {describe(ptr)}")
+    if not 0 <= ptr < 1 << 64:
+        raise ValueError(f"{argument}.ptr={ptr} is not a 64-bit address")
     return ptr
+
+
+def is_handle(value: Any) -> bool:
+    """True for a ``pycudnn.Handle`` (open or closed), recognised by its C type.
+
+    The descriptor layer never imports :mod:`pycudnn.handle`: a ``Handle`` is the one
+    :class:`~pycudnn._resource.Resource` whose C type is ``cudnnHandle_t``, so the check is a
+    type test against the generated handle class, with no import cycle and no protocol that
+    any object with ``.ptr`` could satisfy.
+    """
+    return isinstance(value, Resource) and value._c_type is _lib.cudnnHandle_t
+
+
+def as_handle(value: Any, argument: str = "handle") -> Any:
+    """Check that *value* is an open ``pycudnn.Handle`` and return it.
+
+    Raises
+    ------
+    TypeError
+        Anything else: an int, a descriptor, a device array, another object with ``.ptr``.
+    ValueError
+        The handle is closed.
+    """
+    if is_handle(value):
+        value._h()  # closed -> ValueError, no C call
+        return value
+    if not isinstance(value, HasPtr):
+        raise TypeError(
+            f"{argument} must be an object with an int .ptr that is a cuDNN handle: a "
+            f"pycudnn.Handle (pycudnn.get_handle()), got {describe(value)}"
+        )
+    raise TypeError(
+        f"{argument} must be a pycudnn.Handle (pycudnn.get_handle()), got {describe(value)}: "
+        "only a cuDNN handle may be passed where cuDNN expects one"
+    )
+
+
+def buffer_ptr(value: Any, argument: str) -> int:
+    """The device address of a buffer argument (``DeviceArray``, allocation...): an object
+    with an int ``.ptr`` that is not a descriptor or handle (cuDNN would write into those)."""
+    if isinstance(value, Resource):
+        raise TypeError(
+            f"{argument} must be a device buffer (a pycudnn DeviceArray or allocation), got "
+            f"{describe(value)}"
+        )
+    return ptr_of(value, argument)
 
 
 # -- options shared by several families ------------------------------------------------------------

@@ -22,6 +22,8 @@ from ..enums import BackendAttributeName, BackendAttributeType, BackendDescripto
 from ._codec import (
     CTYPE_OF_TYPE,
     REF_TYPES,
+    check_descriptor_type,
+    check_descriptor_values,
     coerce_attr_name,
     coerce_attr_type,
     coerce_descriptor_type,
@@ -32,11 +34,12 @@ from ._validate import (
     CONV_MODES,
     DIM_MAX,
     as_float,
+    as_handle,
     coerce_enum,
     describe,
     int_in,
     int_seq,
-    ptr_of,
+    is_handle,
     restrict_dtype,
     spatial,
 )
@@ -44,6 +47,15 @@ from ._validate import (
 __all__ = ["BackendDescriptor"]
 
 _T = BackendAttributeType
+# descriptor-valued attributes cuDNN 9.28 dereferences unchecked in cudnnBackendFinalize: empty, or
+# holding an unfinalized descriptor, they crash the process (found by tests/_fuzz_surface_child.py)
+_FINALIZE_NEEDS: dict[BackendDescriptorType, tuple[BackendAttributeName, ...]] = {
+    BackendDescriptorType.ENGINECFG_DESCRIPTOR: (BackendAttributeName.ENGINECFG_ENGINE,),
+    BackendDescriptorType.EXECUTION_PLAN_DESCRIPTOR: (
+        BackendAttributeName.EXECUTION_PLAN_ENGINE_CONFIG,
+    ),
+}
+_PLAN_JSON = int(BackendAttributeName.EXECUTION_PLAN_JSON_REPRESENTATION)
 _COMPUTE_TYPES = (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16, DataType.INT32)
 
 
@@ -146,7 +158,13 @@ class BackendDescriptor(Resource):
         Raises
         ------
         TypeError, ValueError, OverflowError
-            A value cannot be converted to *attr_type* (no C call is made).
+            A value cannot be converted to *attr_type* (no C call is made). For
+            ``BACKEND_DESCRIPTOR``: a value that is not a :class:`BackendDescriptor`, or of a
+            descriptor type the attribute does not take (``TypeError``; the table is generated
+            from cuDNN's documentation, see ``pycudnn/descriptors/_attrs.py``), the descriptor
+            itself or a closed one (``ValueError``), raw ctypes data (``TypeError``). For
+            ``HANDLE``: an object that is not a ``pycudnn.Handle``. For ``VOID_PTR``: a
+            descriptor or handle (not a device buffer).
         ValueError
             The descriptor is closed.
         BadParamError
@@ -156,16 +174,33 @@ class BackendDescriptor(Resource):
         h = self._h()
         name = coerce_attr_name(attribute)
         atype = coerce_attr_type(attr_type)
-        if isinstance(values, ctypes.Array):
+        if atype == _T.BACKEND_DESCRIPTOR:
+            # cuDNN does not check what a descriptor value is (a wrong type crashes it): only
+            # descriptors of a type the attribute takes (the documented table), never itself
+            if isinstance(values, ctypes.Array | ctypes._SimpleCData | ctypes.Structure):
+                raise TypeError(
+                    "BACKEND_DESCRIPTOR values must be BackendDescriptor objects, not raw ctypes "
+                    "data: cuDNN would take any address for a descriptor"
+                )
+            handles = check_descriptor_values(self, name, values, BackendDescriptor)
+            arr, n = pack(atype, values, BackendDescriptor)
+            # children keep their parents alive: cuDNN refers to these descriptors by address
+            # until this descriptor is gone (or the value replaced); holding their typed
+            # handles also defers their destroy if they are closed first (Resource.close)
+            self._attr_refs[int(name)] = (values, handles)
+        elif isinstance(values, ctypes.Array):
             arr, n = values, len(values)
         elif isinstance(values, ctypes._SimpleCData | ctypes.Structure):
             arr, n = ctypes.byref(values), 1
         else:
             arr, n = pack(atype, values, BackendDescriptor)
-            if atype in REF_TYPES and not isinstance(values, int):
-                # children keep their parents alive: cuDNN refers to these descriptors, handles
-                # and buffers by address until this descriptor is gone (or the value replaced)
-                self._attr_refs[int(name)] = values
+            if atype == _T.CHAR:
+                self._attr_refs[int(name)] = values  # a plan from JSON needs no engine config
+            elif atype in REF_TYPES and not isinstance(values, int):
+                # handles and buffers: kept alive as long as cuDNN may use their addresses (a
+                # Handle's typed handle as well: closing it first defers its destroy)
+                keep = (values, values._as_parameter_) if is_handle(values) else values
+                self._attr_refs[int(name)] = keep
         errors.checked("cudnnBackendSetAttribute", warn=False)(h, name, atype, n, arr)
 
     def get(
@@ -214,6 +249,8 @@ class BackendDescriptor(Resource):
             if descriptor_type is None:
                 raise TypeError("descriptor_type is required to read BACKEND_DESCRIPTOR values")
             dtype = coerce_descriptor_type(descriptor_type)
+            # cuDNN writes into the descriptors we pass: they must be of the attribute's type
+            check_descriptor_type(name, dtype, "descriptor_type")
             descs = [BackendDescriptor(dtype) for _ in range(count)]
             arr = (ctypes.c_void_p * max(count, 1))(*[d.ptr for d in descs])
             try:
@@ -238,13 +275,39 @@ class BackendDescriptor(Resource):
 
         Raises
         ------
+        ValueError
+            An engine configuration without a finalized engine, or an execution plan without a
+            finalized engine configuration (cuDNN crashes finalizing those; checked for
+            descriptors this wrapper owns, whose attributes it saw being set).
         CudnnError
             cuDNN rejected the configuration (without a GPU driver every finalize returns
             ``CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED``, a :class:`~pycudnn.errors.SublibraryError`).
         """
-        errors.checked("cudnnBackendFinalize", warn=False)(self._h())
+        h = self._h()
+        needs = _FINALIZE_NEEDS.get(self._type) if self._owned else None
+        if needs is not None and _PLAN_JSON not in self._attr_refs:  # (from JSON: no config)
+            self._check_finalize_needs(needs)
+        errors.checked("cudnnBackendFinalize", warn=False)(h)
         self._finalized = True
         return self
+
+    def _check_finalize_needs(self, needs: tuple[BackendAttributeName, ...]) -> None:
+        kind = self._type.name if self._type is not None else "descriptor"
+        for attr in needs:
+            ref = self._attr_refs.get(int(attr))
+            if ref is None:
+                raise ValueError(
+                    f"{kind}: set {attr.name} before finalize (cuDNN 9 crashes finalizing a "
+                    f"{kind} without it)"
+                )
+            values = ref[0] if isinstance(ref[0], list | tuple) else (ref[0],)
+            for v in values:
+                if v._finalized is False:
+                    raise ValueError(
+                        f"{kind}: the {v._type.name if v._type else 'descriptor'} set as "
+                        f"{attr.name} is not finalized; finalize it first (cuDNN 9 crashes "
+                        "finalizing on top of an unfinalized one)"
+                    )
 
     def _repr_fields(self) -> str:
         kind = self._type.name if self._type is not None else "unknown"
@@ -537,8 +600,8 @@ class BackendDescriptor(Resource):
     def operation_graph(
         cls, ops: Sequence[BackendDescriptor], handle: Any = None, *, finalize: bool = True
     ) -> Self:
-        """``OPERATIONGRAPH_DESCRIPTOR`` over the operation descriptors *ops*; *handle* (an
-        object with ``.ptr``) is optional in cuDNN 9 and kept alive when given."""
+        """``OPERATIONGRAPH_DESCRIPTOR`` over the operation descriptors *ops*; *handle* (a
+        ``pycudnn.Handle``) is optional in cuDNN 9 and kept alive when given."""
         if isinstance(ops, BackendDescriptor) or not isinstance(ops, Sequence) or not ops:
             raise TypeError(f"ops must be a non-empty sequence of BackendDescriptor, got {ops!r}")
         for i, op in enumerate(ops):
@@ -547,7 +610,7 @@ class BackendDescriptor(Resource):
             (BackendAttributeName.OPERATIONGRAPH_OPS, _T.BACKEND_DESCRIPTOR, list(ops))
         ]
         if handle is not None:
-            ptr_of(handle, "handle")
+            as_handle(handle)
             attrs.append((BackendAttributeName.OPERATIONGRAPH_HANDLE, _T.HANDLE, handle))
         # set() keeps the handle object alive with the other attribute values
         return cls._build(BackendDescriptorType.OPERATIONGRAPH_DESCRIPTOR, attrs, finalize)

@@ -3,8 +3,9 @@
 ``cudnnRNNDataDescriptor_t`` (a batch of variable-length sequences).
 
 The dropout and RNN descriptors need a cuDNN handle for some calls (setting the random states,
-workspace sizes); they accept any object with an int ``.ptr`` and keep what they were given
-alive, as cuDNN keeps using it.
+workspace sizes); they accept a ``pycudnn.Handle`` only (``_validate.as_handle``: any other object
+with ``.ptr`` -- a descriptor, a device array -- would be read by cuDNN as a handle) and keep what
+they were given alive, as cuDNN keeps using it.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from ._validate import (
     FLOAT_TYPES,
     MATH_TYPES,
     as_float,
+    as_handle,
+    buffer_ptr,
     c_int_array,
     coerce_enum,
     describe,
     finite,
     int_in,
     int_seq,
-    ptr_of,
     restrict_dtype,
 )
 from .tensor import TensorDescriptor
@@ -47,13 +49,15 @@ class DropoutDescriptor(Resource):
 
     Parameters
     ----------
-    handle : object with ``.ptr``, optional
-        A cuDNN handle (``pycudnn.get_handle()``). Without it the descriptor stays unset (valid
-        as "no dropout" for an :class:`RNNDescriptor`); call :meth:`set` later.
+    handle : pycudnn.Handle, optional
+        A cuDNN handle (``pycudnn.get_handle()``; nothing else is accepted). Without it the
+        descriptor stays unset (valid as "no dropout" for an :class:`RNNDescriptor`); call
+        :meth:`set` later.
     dropout : float, default 0.0
         Probability in ``[0, 1)``.
-    states : object with ``.ptr``, optional
-        Device buffer of at least :meth:`states_size` bytes (required when *dropout* > 0).
+    states : device buffer, optional
+        Device buffer (an object with an int ``.ptr``, not a descriptor or handle) of at least
+        :meth:`states_size` bytes (required when *dropout* > 0).
     states_size : int, optional
         Size of *states* in bytes; default ``states.nbytes`` (required when *states* has no
         ``nbytes``). :meth:`states_size` tells how many bytes the GPU needs.
@@ -104,7 +108,6 @@ class DropoutDescriptor(Resource):
     def _validate(
         handle: Any, dropout: Any, states: Any, states_size: Any, seed: Any
     ) -> tuple[float, int, int, int]:
-        hptr = ptr_of(handle, "handle")
         p = _dropout_p(dropout)
         seed = int_in(seed, "seed", 0, UINT64_MAX)
         if states is None:
@@ -114,21 +117,20 @@ class DropoutDescriptor(Resource):
             if p > 0:
                 raise ValueError(f"dropout={p} > 0 needs a states buffer (states=)")
         else:
-            sptr = ptr_of(states, "states")
+            sptr = buffer_ptr(states, "states")
             if states_size is None:
                 states_size = getattr(states, "nbytes", None)
                 if states_size is None:
                     raise TypeError("states_size is required: states has no .nbytes")
             size = int_in(states_size, "states_size", 0, INT64_MAX)
-        del hptr  # validated; the call re-reads handle.ptr
+        as_handle(handle)  # last: the other arguments' errors are reported first
         return p, sptr, size, seed
 
     def _set(
         self, fn: str, handle: Any, states: Any, p: float, sptr: int, size: int, seed: int
     ) -> None:
-        errors.checked(fn, warn=False)(
-            self._h(), ptr_of(handle, "handle"), p, sptr or None, size, seed
-        )
+        # the Handle object itself goes to C (its typed handle): see Resource.close
+        errors.checked(fn, warn=False)(self._h(), as_handle(handle), p, sptr or None, size, seed)
         # children keep their parents alive: cuDNN uses the handle's stream and the states
         self._handle = handle
         self._states = states
@@ -159,10 +161,11 @@ class DropoutDescriptor(Resource):
 
     @staticmethod
     def states_size(handle: HasPtr) -> int:
-        """``cudnnDropoutGetStatesSize``: bytes of random state this GPU needs (needs a handle)."""
+        """``cudnnDropoutGetStatesSize``: bytes of random state this GPU needs (needs a
+        ``pycudnn.Handle``)."""
         size = ctypes.c_size_t()
         errors.checked("cudnnDropoutGetStatesSize", warn=False)(
-            ptr_of(handle, "handle"), ctypes.byref(size)
+            as_handle(handle), ctypes.byref(size)
         )
         return size.value
 
@@ -187,7 +190,7 @@ class DropoutDescriptor(Resource):
         p, states, seed = ctypes.c_float(), ctypes.c_void_p(), ctypes.c_ulonglong()
         errors.checked("cudnnGetDropoutDescriptor", warn=False)(
             h,
-            ptr_of(handle, "handle"),
+            as_handle(handle),
             ctypes.byref(p),
             ctypes.byref(states),
             ctypes.byref(seed),
@@ -426,7 +429,7 @@ class RNNDescriptor(Resource):
         """``cudnnGetRNNWeightSpaceSize`` (needs a handle)."""
         size = ctypes.c_size_t()
         errors.checked("cudnnGetRNNWeightSpaceSize", warn=False)(
-            ptr_of(handle, "handle"), self._h(), ctypes.byref(size)
+            as_handle(handle), self._h(), ctypes.byref(size)
         )
         return size.value
 
@@ -439,7 +442,7 @@ class RNNDescriptor(Resource):
         ws, rs = ctypes.c_size_t(), ctypes.c_size_t()
         mode = enums.ForwardMode.TRAINING if training else enums.ForwardMode.INFERENCE
         errors.checked("cudnnGetRNNTempSpaceSizes", warn=False)(
-            ptr_of(handle, "handle"),
+            as_handle(handle),
             self._h(),
             mode,
             x._h(),

@@ -18,6 +18,14 @@ Design decisions
   garbage-collected (a ``weakref.finalize``; skipped at interpreter shutdown, when the producer
   may already be gone).
 * The C callbacks are module-level ``CFUNCTYPE`` objects, alive for the life of the process.
+* **Capsules are untrusted.** Import checks everything it reads before reading further or
+  taking ownership: ``ndim`` (0 to :data:`MAX_NDIM`, so a lying count cannot walk far past the
+  shape array), a non-NULL shape array, sizes >= 0, a byte size and extent that fit in int64 and
+  64-bit addresses, ``data + byte_offset`` below 2**64, non-NULL data for a non-empty tensor, a
+  device id >= 0 -- a ``BufferError`` naming the field and value (a dtype cuDNN lacks stays a
+  ``TypeError``). Export refuses what DLPack cannot represent (sizes or strides beyond int64,
+  addresses beyond 64 bits, more than :data:`MAX_NDIM` dims) instead of letting ctypes wrap
+  them.
 * **dtypes** map through pycudnn's one dtype table (:data:`pycudnn._types.DTYPES`, each row's
   DLPack type code): exactly the types cuDNN takes travel, anything else is refused here.
 """
@@ -42,6 +50,7 @@ __all__ = [
     "KDL_CUDA",
     "KDL_CUDA_HOST",
     "KDL_CUDA_MANAGED",
+    "MAX_NDIM",
     "Imported",
     "dtype_from_dl",
     "dtype_to_dl",
@@ -72,6 +81,10 @@ _DEVICE_NAMES = {
 }
 
 DLPACK_MAX_VERSION = (1, 0)
+#: most dimensions a capsule may have, either way (numpy's limit)
+MAX_NDIM = 64
+_INT64_MAX = 2**63 - 1
+_ADDRESS_END = 1 << 64
 _FLAG_READ_ONLY = 1 << 0
 _FLAG_IS_COPIED = 1 << 1
 
@@ -257,6 +270,17 @@ def export(
     ndim = len(shape)
     code, bits = dtype_to_dl(dtype)
     itemsize = dtype.itemsize
+    # ctypes would silently wrap what DLPack's int64/uint64/int32 fields cannot hold
+    if ndim > MAX_NDIM:
+        raise BufferError(f"{ndim} dimensions: DLPack export supports at most {MAX_NDIM}")
+    for i, n in enumerate(shape):
+        if not 0 <= n <= _INT64_MAX:
+            raise BufferError(f"shape[{i}]={n} does not fit in DLPack's int64 shape")
+    if not 0 <= int(data or 0) < _ADDRESS_END:
+        raise BufferError(f"data pointer {data} does not fit in 64 bits")
+    for i, d in enumerate(device):
+        if not -(2**31) <= d <= 2**31 - 1:
+            raise BufferError(f"device[{i}]={d} does not fit in DLPack's int32 device fields")
     shape_arr = (ctypes.c_int64 * max(ndim, 1))(*shape)
     strides_arr = None
     if strides_bytes is not None:
@@ -265,7 +289,20 @@ def export(
                 f"strides {strides_bytes} are not multiples of the item size {itemsize}: "
                 "DLPack cannot express them"
             )
-        strides_arr = (ctypes.c_int64 * max(ndim, 1))(*(s // itemsize for s in strides_bytes))
+        elements = tuple(s // itemsize for s in strides_bytes)
+        for i, st in enumerate(elements):
+            if not -_INT64_MAX <= st <= _INT64_MAX:
+                raise BufferError(f"strides[{i}]={st} elements does not fit in DLPack's int64")
+        strides_arr = (ctypes.c_int64 * max(ndim, 1))(*elements)
+    # and nothing the import side would refuse (an extent past 64 bits, NULL data with elements)
+    _check_imported(
+        tuple(shape),
+        None if strides_bytes is None else tuple(strides_bytes),
+        int(data or 0),
+        0,
+        itemsize,
+        max(device[1], 0),
+    )
     if versioned:
         managed: Any = DLManagedTensorVersioned()
         managed.version = DLPackVersion(*DLPACK_MAX_VERSION)
@@ -342,6 +379,52 @@ def _call_deleter(managed: int, deleter: int) -> None:
         pass
 
 
+def _check_imported(
+    shape: tuple[int, ...],
+    strides: tuple[int, ...] | None,
+    base: int,
+    offset: int,
+    itemsize: int,
+    device_id: int,
+) -> None:
+    """``BufferError`` unless what a capsule says is a tensor that can exist."""
+    for i, n in enumerate(shape):
+        if n < 0:
+            raise BufferError(f"DLPack capsule: shape[{i}]={n} is negative")
+    size = 1
+    for n in shape:
+        size *= n
+    if size * itemsize > _INT64_MAX:
+        raise BufferError(
+            f"DLPack capsule: shape {shape} of {itemsize}-byte items overflows int64 bytes"
+        )
+    if base + offset >= _ADDRESS_END:
+        raise BufferError(
+            f"DLPack capsule: data 0x{base:x} + byte_offset {offset} is past the 64-bit "
+            "address space"
+        )
+    if device_id < 0:
+        raise BufferError(f"DLPack capsule: device_id={device_id} is negative")
+    if not size:
+        return
+    if base == 0:
+        raise BufferError(f"DLPack capsule: NULL data for a tensor of {size} elements")
+    lo = hi = 0
+    if strides is not None:
+        for n, st in zip(shape, strides, strict=True):
+            if st < 0:
+                lo += st * (n - 1)
+            else:
+                hi += st * (n - 1)
+    else:
+        hi = (size - 1) * itemsize
+    if base + offset + lo < 0 or base + offset + hi + itemsize > _ADDRESS_END:
+        raise BufferError(
+            f"DLPack capsule: shape {shape} with strides {strides} from 0x{base + offset:x} "
+            "reaches outside the 64-bit address space"
+        )
+
+
 def device_name(device_type: int) -> str:
     """``"kDLCUDA"`` for 2, and so on."""
     return _DEVICE_NAMES.get(device_type, f"device type {device_type}")
@@ -379,7 +462,11 @@ def from_dlpack(obj: Any, *, stream: int | None) -> Imported:
     Raises
     ------
     TypeError
-        If *obj* has no ``__dlpack__``, or the capsule is not a DLPack tensor.
+        If *obj* has no ``__dlpack__``, the capsule is not a DLPack tensor, or its dtype is not
+        one cuDNN supports.
+    BufferError
+        The capsule describes an impossible tensor (see the module docstring); it is left
+        unconsumed, so its producer frees it.
     """
     if type(obj).__name__ == "PyCapsule":  # a bare capsule (to_dlpack): nothing to ask
         capsule = obj
@@ -415,12 +502,18 @@ def from_dlpack(obj: Any, *, stream: int | None) -> Imported:
         )
     t = managed.dl_tensor
     ndim = int(t.ndim)
+    if not 0 <= ndim <= MAX_NDIM:
+        raise BufferError(f"DLPack capsule: ndim={ndim} is out of range (0 to {MAX_NDIM})")
+    if ndim and not t.shape:
+        raise BufferError(f"DLPack capsule: NULL shape array for ndim={ndim}")
     dtype = dtype_from_dl(t.dtype.code, t.dtype.bits, t.dtype.lanes)
     shape = tuple(int(t.shape[i]) for i in range(ndim))
     strides = None
     if t.strides and ndim:
         strides = tuple(int(t.strides[i]) * dtype.itemsize for i in range(ndim))
-    data = int(t.data or 0) + int(t.byte_offset)
+    base, offset = int(t.data or 0), int(t.byte_offset)
+    data = base + offset
+    _check_imported(shape, strides, base, offset, dtype.itemsize, int(t.device.device_id))
     deleter = ctypes.cast(managed.deleter, ctypes.c_void_p).value or 0
     # from here on we own the managed tensor: mark the capsule used, arm the deleter
     _PyCapsule_SetName(capsule, used)

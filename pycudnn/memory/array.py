@@ -66,6 +66,74 @@ def as_shape(shape: Any) -> tuple[int, ...]:
     return out
 
 
+#: limits of a view anything foreign may describe (DLPack's int64 shapes and strides, 64-bit
+#: addresses, numpy's 64 dimensions)
+ADDRESS_END = 1 << 64
+INT64_MAX = 2**63 - 1
+MAX_NDIM = 64
+
+
+def check_device(device: Any, argument: str) -> int:
+    """A device ordinal: an int (not a bool) >= 0."""
+    if isinstance(device, bool) or not isinstance(device, int | np.integer):
+        raise TypeError(f"{argument}: device={device!r} is not a device ordinal (an int >= 0)")
+    dev = int(device)
+    if not 0 <= dev <= 2**31 - 1:
+        raise ValueError(f"{argument}: device={dev} is not a device ordinal (an int >= 0)")
+    return dev
+
+
+def check_view(
+    ptr: int,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    itemsize: int,
+    argument: str,
+    *,
+    whole_elements: bool = True,
+) -> None:
+    """``ValueError`` unless an array view is representable: a 64-bit address (non-NULL when the
+    array has elements), at most :data:`MAX_NDIM` dims, sizes and strides in int64, a byte size
+    and a byte extent that do not overflow, and (if *whole_elements*) strides in whole items."""
+    if not 0 <= ptr < ADDRESS_END:
+        raise ValueError(f"{argument}: data pointer {ptr} is not a 64-bit address")
+    if len(shape) > MAX_NDIM:
+        raise ValueError(f"{argument}: {len(shape)} dimensions; at most {MAX_NDIM} are supported")
+    if len(strides) != len(shape):
+        raise ValueError(f"{argument}: strides {strides} do not match shape {shape}")
+    size, lo, hi = 1, 0, 0
+    for i, n in enumerate(shape):
+        st = strides[i]
+        if n < 0 or n > INT64_MAX:
+            raise ValueError(f"{argument}: shape[{i}]={n} is out of range (0 to 2**63 - 1)")
+        if st < -INT64_MAX or st > INT64_MAX:
+            raise ValueError(f"{argument}: strides[{i}]={st} does not fit in int64")
+        if whole_elements and st % itemsize:
+            raise ValueError(
+                f"{argument}: strides[{i}]={st} bytes is not a multiple of the item size "
+                f"({itemsize} bytes)"
+            )
+        size *= n
+        if st < 0:
+            lo += st * (n - 1)
+        else:
+            hi += st * (n - 1)
+    if size * itemsize > INT64_MAX:
+        raise ValueError(
+            f"{argument}: shape {shape} of {itemsize}-byte items is {size * itemsize} bytes, "
+            "which overflows int64"
+        )
+    if not size:
+        return
+    if ptr == 0:
+        raise ValueError(f"{argument}: NULL data pointer for an array of {size} elements")
+    if ptr + lo < 0 or ptr + hi + itemsize > ADDRESS_END:
+        raise ValueError(
+            f"{argument}: shape {shape} with strides {strides} from 0x{ptr:x} reaches outside "
+            "the 64-bit address space"
+        )
+
+
 def checked_dtype(dtype: Any, argument: str = "dtype") -> np.dtype:
     """Validate against cuDNN's dtype table and return the numpy dtype (bfloat16: ml_dtypes)."""
     if isinstance(dtype, np.dtype) and dtype.kind == "V" and dtype.name != "bfloat16":
@@ -194,11 +262,16 @@ class DeviceArray:
         st = (
             packed_strides(shp, itemsize=dt.itemsize)
             if strides is None
-            else tuple(int(s) for s in strides)
+            else tuple(int(_dimension(s)) for s in strides)
         )
         if len(st) != len(shp):
             raise ValueError(f"strides {st} do not match shape {shp}")
+        if isinstance(ptr, bool) or not isinstance(ptr, int | np.integer):
+            raise TypeError(f"ptr must be an int address, got {ptr!r}")
         ptr = int(ptr)
+        check_view(ptr, shp, st, dt.itemsize, "ptr", whole_elements=False)
+        if device is not None:
+            device = check_device(device, "from_ptr")
         size = math.prod(shp)
         if check and size:
             from .interop import check_device_pointer  # interop builds arrays: no import cycle

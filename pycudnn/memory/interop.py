@@ -13,6 +13,15 @@ Design decisions
 * **Host data is refused**, with a :class:`~pycudnn.errors.NotDeviceMemoryError` (a
   ``TypeError`` and a ``ValueError``) that names :func:`~pycudnn.memory.to_device`: copies are
   explicit.
+* **Foreign objects are untrusted.** Every ``__cuda_array_interface__`` field is type-, range-
+  and overflow-checked before anything is built from it (:func:`parse_cai`: a dict; ``version`` 2
+  or 3; ``shape`` a tuple of ints in int64; ``typestr`` a string; ``data`` an ``(int, bool)``
+  pair with a 64-bit, non-NULL-when-non-empty address; ``strides`` None or ints, whole items;
+  ``stream`` None or a positive int; a byte size and extent that do not overflow), and the same
+  for DLPack capsules (:func:`pycudnn.memory._dlpack.from_dlpack`). Each error names the field
+  and its value: ``TypeError`` for a wrong kind, ``ValueError`` for a wrong value, ``BufferError``
+  for a capsule that lies. This holds with ``check=False`` too: that flag only skips asking CUDA
+  where the pointer lives.
 * **Checks before C.** :func:`check_device_pointer` asks ``cudaPointerGetAttributes`` where a
   pointer lives (host, unregistered and, unless allowed, managed memory are refused; a pointer on
   another device than the handle is refused). :func:`asarray` runs it once when it wraps a
@@ -32,9 +41,19 @@ from .._cuda import coerce_stream, error_name, require_gpu, stream_wait
 from .._layout import packed_strides
 from ..errors import NotDeviceMemoryError
 from . import _dlpack
-from .array import DeviceArray, as_shape, checked_dtype, default_device, is_host_array
+from .array import (
+    ADDRESS_END,
+    INT64_MAX,
+    MAX_NDIM,
+    DeviceArray,
+    check_device,
+    check_view,
+    checked_dtype,
+    default_device,
+    is_host_array,
+)
 
-__all__ = ["asarray", "check_alignment", "check_device_pointer"]
+__all__ = ["asarray", "check_alignment", "check_device_pointer", "parse_cai"]
 
 _MEMTYPE_NAMES = {0: "unregistered host memory", 1: "page-locked host memory", 3: "managed memory"}
 
@@ -159,6 +178,8 @@ def asarray(
     The view keeps *obj* (or, for DLPack, the producer's deleter) alive. Writes through the view
     are visible to *obj* and the other way round.
     """
+    if device is not None:
+        device = check_device(device, argument)
     if isinstance(obj, DeviceArray):
         if device is not None and obj.device != int(device):
             raise ValueError(f"{argument} is on device {obj.device}, expected device {device}")
@@ -200,10 +221,22 @@ def asarray(
     )
 
 
-def _cai_dtype(typestr: str, argument: str) -> np.dtype:
+_CAI_DTYPES: dict[str, np.dtype] = {}  # typestr -> checked dtype (only accepted ones)
+
+
+def _cai_dtype(typestr: Any, argument: str) -> np.dtype:
+    if type(typestr) is str:
+        dt = _CAI_DTYPES.get(typestr)
+        if dt is not None:
+            return dt
+    if not isinstance(typestr, str):
+        raise TypeError(
+            f"{argument}: __cuda_array_interface__['typestr'] must be a str (like '<f4'), got "
+            f"{_short(typestr)}"
+        )
     try:
         dt = np.dtype(typestr)
-    except TypeError:
+    except (TypeError, ValueError):
         raise TypeError(f"{argument}: unknown typestr {typestr!r}") from None
     if dt.kind == "V":
         raise TypeError(
@@ -213,38 +246,149 @@ def _cai_dtype(typestr: str, argument: str) -> np.dtype:
         )
     if dt.byteorder == ">":
         raise TypeError(f"{argument}: big-endian data ({typestr!r}) is not supported")
-    return checked_dtype(dt, argument=f"{argument}.dtype")
+    dt = checked_dtype(dt, argument=f"{argument}.dtype")
+    if len(_CAI_DTYPES) < 64:
+        _CAI_DTYPES[typestr] = dt
+    return dt
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _cai_int(value: Any, field: str, argument: str, lo: int, hi: int) -> int:
+    """An int field of a ``__cuda_array_interface__`` (Python or numpy int; never a bool, float
+    or string), in [lo, hi]."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise TypeError(
+            f"{argument}: __cuda_array_interface__ {field} must be an int, got {_short(value)}"
+        )
+    v = int(value)
+    if not lo <= v <= hi:
+        raise ValueError(
+            f"{argument}: __cuda_array_interface__ {field}={v} is out of range ({lo} to {hi})"
+        )
+    return v
+
+
+def _cai_ints(value: Any, field: str, argument: str, lo: int, hi: int) -> tuple[int, ...]:
+    if type(value) is tuple and len(value) <= MAX_NDIM:
+        for v in value:  # the common case: a tuple of Python ints in range
+            if type(v) is not int or v < lo or v > hi:
+                break
+        else:
+            return value
+    if not isinstance(value, tuple | list):
+        raise TypeError(
+            f"{argument}: __cuda_array_interface__['{field}'] must be a tuple of ints, got "
+            f"{_short(value)}"
+        )
+    if len(value) > MAX_NDIM:
+        raise ValueError(
+            f"{argument}: __cuda_array_interface__['{field}'] has {len(value)} entries; at most "
+            f"{MAX_NDIM} dimensions are supported"
+        )
+    return tuple(_cai_int(v, f"{field}[{i}]", argument, lo, hi) for i, v in enumerate(value))
+
+
+def parse_cai(cai: Any, argument: str = "array") -> tuple:
+    """Validate a ``__cuda_array_interface__`` dict from an untrusted producer.
+
+    Returns
+    -------
+    tuple
+        ``(version, shape, dtype, ptr, readonly, strides_bytes, stream)``: *stream* is None
+        when absent (or version 2).
+
+    Raises
+    ------
+    TypeError
+        A field of the wrong kind (``typestr=None``, a float stride, ``readonly='False'``, a
+        list instead of a dict...), a missing field, or an unsupported dtype.
+    ValueError
+        A value out of range: version other than 2 or 3 (1 or less: too old), a negative size,
+        a data pointer outside 64 bits or NULL for a non-empty array, strides that are not whole
+        items or do not match the shape, a byte size or extent that overflows, stream 0.
+    NotImplementedError
+        A mask.
+    """
+    if not isinstance(cai, dict):
+        raise TypeError(
+            f"{argument}: __cuda_array_interface__ must be a dict, got {type(cai).__name__}"
+        )
+    for key in ("shape", "typestr", "data", "version"):
+        if key not in cai:
+            raise TypeError(f"{argument}: __cuda_array_interface__ has no {key!r} entry")
+    version = cai["version"]
+    if type(version) is not int and (
+        isinstance(version, bool) or not isinstance(version, int | np.integer)
+    ):
+        raise TypeError(
+            f"{argument}: __cuda_array_interface__['version'] must be an int, got {_short(version)}"
+        )
+    version = int(version)
+    if version < 2:
+        raise TypeError(f"{argument}: __cuda_array_interface__ version {version} is too old (< 2)")
+    if version > 3:
+        raise ValueError(
+            f"{argument}: __cuda_array_interface__ version {version} is not supported (this "
+            "reader knows versions 2 and 3)"
+        )
+    if cai.get("mask") is not None:
+        raise NotImplementedError(f"{argument}: masked __cuda_array_interface__ arrays")
+    shape = _cai_ints(cai["shape"], "shape", argument, 0, INT64_MAX)
+    dt = _cai_dtype(cai["typestr"], argument)
+    data = cai["data"]
+    if not isinstance(data, tuple | list) or len(data) != 2:
+        raise TypeError(
+            f"{argument}: __cuda_array_interface__['data'] must be a (pointer, readonly) pair, "
+            f"got {_short(data)}"
+        )
+    raw_ptr, readonly = data
+    if type(raw_ptr) is int and 0 <= raw_ptr < ADDRESS_END:
+        ptr = raw_ptr
+    else:
+        ptr = 0 if raw_ptr is None else _cai_int(raw_ptr, "data[0]", argument, 0, ADDRESS_END - 1)
+    if type(readonly) is not bool and not isinstance(readonly, np.bool_):
+        raise TypeError(
+            f"{argument}: __cuda_array_interface__ data[1] (readonly) must be a bool, got "
+            f"{_short(readonly)}"
+        )
+    raw_strides = cai.get("strides")
+    if raw_strides is None:
+        strides = packed_strides(shape, itemsize=dt.itemsize)
+    else:
+        strides = _cai_ints(raw_strides, "strides", argument, -INT64_MAX, INT64_MAX)
+    if len(strides) != len(shape):
+        raise ValueError(f"{argument}: strides {strides} do not match shape {shape}")
+    check_view(ptr, shape, strides, dt.itemsize, argument)
+    stream = cai.get("stream") if version >= 3 else None
+    if stream is not None:
+        stream = _cai_int(stream, "stream", argument, 0, ADDRESS_END - 1)
+        if stream == 0:
+            raise ValueError(
+                f"{argument}: __cuda_array_interface__ stream 0 is not allowed (v3: use 1 for "
+                "the legacy default stream, 2 for per-thread)"
+            )
+    return version, shape, dt, ptr, bool(readonly), strides, stream
 
 
 def _from_cai(
     obj: Any,
-    cai: dict[str, Any],
+    cai: Any,
     sid: int,
     device: int | None,
     check: bool,
     allow_managed: bool,
     argument: str,
 ) -> DeviceArray:
-    version = int(cai.get("version", 0))
-    if version < 2:
-        raise TypeError(f"{argument}: __cuda_array_interface__ version {version} is too old (< 2)")
-    if cai.get("mask") is not None:
-        raise NotImplementedError(f"{argument}: masked __cuda_array_interface__ arrays")
-    shape = as_shape(cai["shape"])
-    dt = _cai_dtype(cai["typestr"], argument)
-    ptr, readonly = cai["data"]
-    ptr = int(ptr or 0)
-    raw_strides = cai.get("strides")
-    strides = (
-        packed_strides(shape, itemsize=dt.itemsize)
-        if raw_strides is None
-        else tuple(int(s) for s in raw_strides)
-    )
-    if len(strides) != len(shape):
-        raise ValueError(f"{argument}: strides {strides} do not match shape {shape}")
+    _version, shape, dt, ptr, readonly, strides, producer = parse_cai(cai, argument)
     size = math.prod(shape)
     dl = _dlpack.device_of(obj) if check and size else None
     if dl is not None and dl[0] == _dlpack.KDL_CUDA:
+        if dl[1] < 0:
+            raise ValueError(f"{argument}: __dlpack_device__() says device {dl[1]}")
         dev = dl[1]  # the producer says where it lives: no pointer query needed (torch, CuPy)
     elif dl is not None and dl[0] in (_dlpack.KDL_CPU, _dlpack.KDL_CUDA_HOST):
         raise _host_error(obj, argument)
@@ -256,17 +400,9 @@ def _from_cai(
         dev = default_device()
     if device is not None and dev != int(device):
         raise ValueError(f"{argument} is on device {dev}, expected device {int(device)}")
-    producer = cai.get("stream") if version >= 3 else None
-    if producer is not None:
-        producer = int(producer)
-        if producer == 0:
-            raise ValueError(
-                f"{argument}: __cuda_array_interface__ stream 0 is not allowed (v3: use 1 for "
-                "the legacy default stream, 2 for per-thread)"
-            )
-        if size:
-            stream_wait(sid, producer, dev)
-    return DeviceArray(ptr, shape, dt, strides, dev, sid, obj, bool(readonly))
+    if producer is not None and size:
+        stream_wait(sid, producer, dev)
+    return DeviceArray(ptr, shape, dt, strides, dev, sid, obj, readonly)
 
 
 def _from_dlpack(
