@@ -48,7 +48,8 @@ __all__ = ["BackendDescriptor"]
 
 _T = BackendAttributeType
 # descriptor-valued attributes cuDNN 9.28 dereferences unchecked in cudnnBackendFinalize: empty, or
-# holding an unfinalized descriptor, they crash the process (found by tests/_fuzz_surface_child.py)
+# holding an unfinalized descriptor, they crash the process (found by the surface fuzzer,
+# tests/support/_fuzz_surface_child.py)
 _FINALIZE_NEEDS: dict[BackendDescriptorType, tuple[BackendAttributeName, ...]] = {
     BackendDescriptorType.ENGINECFG_DESCRIPTOR: (BackendAttributeName.ENGINECFG_ENGINE,),
     BackendDescriptorType.EXECUTION_PLAN_DESCRIPTOR: (

@@ -30,7 +30,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 PRELUDE = """
 import json, math, os, sys, threading, time

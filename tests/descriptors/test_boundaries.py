@@ -40,7 +40,7 @@ from pycudnn.enums import BackendAttributeType as T
 from pycudnn.enums import BackendDescriptorType as D
 from pycudnn.handle import Handle
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- the attribute table ---------------------------------------------------------------------------

@@ -2,11 +2,11 @@
 
 Run on the GPU machine::
 
-    PYTHONPATH=. python3 -m pytest -m gpu -q -s tests/test_fuzz_highlevel_gpu.py
+    PYTHONPATH=. python3 -m pytest -m gpu -q -s tests/highlevel/test_fuzz_highlevel_gpu.py
 
-Each group runs in a child process (``tests/_fuzz_highlevel_child.py GROUP EXAMPLES``; a crash is
-a signal here): ``conv`` (dnn_conv/conv3d/gradinput(3d)/gradweight(3d) against float64 NumPy
-references), ``elementwise`` (activation, softmax and their gradients, add_tensor, op_tensor),
+Each group runs in a child process (``tests/support/_fuzz_highlevel_child.py GROUP EXAMPLES``;
+a crash is a signal here): ``conv`` (dnn_conv/conv3d/gradinput(3d)/gradweight(3d) against
+float64 NumPy references), ``elementwise`` (activation, softmax and their gradients, add_tensor, op_tensor),
 ``rnn`` (RNNBlock shapes, finiteness, repeatability, invalid inputs), ``pending`` (functions being
 written now -- dnn_pool has a spec; names that do not exist yet are skipped and listed) and
 ``generic`` (junk arguments to every ``dnn_*`` of ``pycudnn.highlevel.__all__``). Valid cases must
@@ -29,8 +29,8 @@ pytest.importorskip("hypothesis")
 
 pytestmark = pytest.mark.gpu
 
-CHILD = pathlib.Path(__file__).with_name("_fuzz_highlevel_child.py")
-ROOT = CHILD.parent.parent
+CHILD = pathlib.Path(__file__).resolve().parents[1] / "support" / "_fuzz_highlevel_child.py"
+ROOT = CHILD.parents[2]
 
 
 @pytest.mark.parametrize("group", ["conv", "elementwise", "rnn", "pending", "generic"])

@@ -23,7 +23,7 @@ import pytest
 
 from pycudnn import _lib, _loader, errors
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LIBZ = "/lib/x86_64-linux-gnu/libz.so.1"
 
 FAKE_C = """

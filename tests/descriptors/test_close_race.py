@@ -21,7 +21,7 @@ import pytest
 from pycudnn import _resource, errors
 from pycudnn.descriptors import BackendDescriptor, TensorDescriptor
 
-CHILD = pathlib.Path(__file__).with_name("_close_race_child.py")
+CHILD = pathlib.Path(__file__).resolve().parents[1] / "support" / "_close_race_child.py"
 
 
 def test_the_refcount_rule_is_calibrated_here():

@@ -1,8 +1,8 @@
 """Property-based fuzzing of the public surface without a GPU (issue 16), each batch in a child.
 
-Batches (``tests/_fuzz_surface_child.py GROUP``): ``backend`` (every backend attribute with values
-of every kind, descriptor-valued ones against the documented types, finalize and read-back through
-the stub ``libcuda.so.1`` of ``test_backend_descriptors.py``, graph -> engine -> config -> plan
+Batches (``tests/support/_fuzz_surface_child.py GROUP``): ``backend`` (every backend attribute
+with values of every kind, descriptor-valued ones against the documented types, finalize and
+read-back through the stub ``libcuda.so.1`` of ``test_backend_descriptors.py``, graph -> engine -> config -> plan
 chains, closes in random orders), ``arguments`` (handle, dtype and spatial arguments, the
 ``pycudnn.api`` guard with junk in every argument), ``interop`` (``__cuda_array_interface__``
 records, hand-built DLPack capsules, exports), ``config`` (flags, ``PYCUDNN_FLAGS``). A crash is a
@@ -25,8 +25,8 @@ import pytest
 
 pytest.importorskip("hypothesis")
 
-CHILD = pathlib.Path(__file__).with_name("_fuzz_surface_child.py")
-ROOT = CHILD.parent.parent
+CHILD = pathlib.Path(__file__).resolve().parents[1] / "support" / "_fuzz_surface_child.py"
+ROOT = CHILD.parents[2]
 
 
 @pytest.fixture(scope="module")
