@@ -4,9 +4,9 @@ Run on the GPU machine::
 
     PYTHONPATH=. python3 -m pytest -m gpu -q -s tests/highlevel/test_fuzz_highlevel_gpu.py
 
-Each group runs in a child process (``tests/support/_fuzz_highlevel_child.py GROUP EXAMPLES``;
-a crash is a signal here): ``conv`` (dnn_conv/conv3d/gradinput(3d)/gradweight(3d) against
-float64 NumPy references), ``elementwise`` (activation, softmax and their gradients, add_tensor, op_tensor),
+Each group runs in a child process (``tests/support/_fuzz_highlevel_child.py GROUP EXAMPLES``; a
+crash is a signal here): ``conv`` (dnn_conv/conv3d/gradinput(3d)/gradweight(3d) against float64
+NumPy references), ``elementwise`` (activation, softmax and their gradients, add_tensor, op_tensor),
 ``rnn`` (RNNBlock shapes, finiteness, repeatability, invalid inputs), ``pending`` (functions being
 written now -- dnn_pool has a spec; names that do not exist yet are skipped and listed) and
 ``generic`` (junk arguments to every ``dnn_*`` of ``pycudnn.highlevel.__all__``). Valid cases must

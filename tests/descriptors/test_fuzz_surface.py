@@ -1,15 +1,15 @@
 """Property-based fuzzing of the public surface without a GPU (issue 16), each batch in a child.
 
-Batches (``tests/support/_fuzz_surface_child.py GROUP``): ``backend`` (every backend attribute
-with values of every kind, descriptor-valued ones against the documented types, finalize and
-read-back through the stub ``libcuda.so.1`` of ``test_backend_descriptors.py``, graph -> engine -> config -> plan
-chains, closes in random orders), ``arguments`` (handle, dtype and spatial arguments, the
+Batches (``tests/support/_fuzz_surface_child.py GROUP``): ``backend`` (every backend attribute with
+values of every kind, descriptor-valued ones against the documented types, finalize and read-back
+through the stub ``libcuda.so.1`` of ``test_backend_descriptors.py``, graph -> engine -> config ->
+plan chains, closes in random orders), ``arguments`` (handle, dtype and spatial arguments, the
 ``pycudnn.api`` guard with junk in every argument), ``interop`` (``__cuda_array_interface__``
 records, hand-built DLPack capsules, exports), ``config`` (flags, ``PYCUDNN_FLAGS``). A crash is a
-signal (negative return code) in the parent; every outcome must be a correct result or a
-documented error; silent accepts, false refusals and wrong results must be 0.
-``PYCUDNN_FUZZ_EXAMPLES`` sets the examples per target (default 150; the figures in
-``docs/RELIABILITY.md`` are printed with ``pytest -s``).
+signal (negative return code) in the parent; every outcome must be a correct result or a documented
+error; silent accepts, false refusals and wrong results must be 0. ``PYCUDNN_FUZZ_EXAMPLES`` sets
+the examples per target (default 150; the figures in ``docs/RELIABILITY.md`` are printed with
+``pytest -s``).
 """
 
 from __future__ import annotations
