@@ -53,7 +53,7 @@ _MODES = {
     "peractivation": BatchNormMode.PER_ACTIVATION,  # theano.sandbox.cuda.dnn's spelling
     "spatial": BatchNormMode.SPATIAL,
 }
-# data types whose channels-last batch norm cuDNN runs slowly (see _plan): computed in NCHW
+# data types whose channels-last batch-norm training/backward cuDNN runs slowly (see _plan)
 _SLOW_NHWC = (DataType.HALF, DataType.BFLOAT16)
 # cuDNN's rule: float scale/bias/statistics for half, bfloat16 and float data, double for double
 _PARAM_DT = {
@@ -180,17 +180,18 @@ class _Stages:
 
 
 def _plan(p: _Problem, data: Sequence[_op.Operand], o: _op.Operand | None,
-          params: Sequence[_op.Operand], first_param: int):  # fmt: skip
+          params: Sequence[_op.Operand], first_param: int, inference: bool = False):  # fmt: skip
     """Descriptors and staging: the data operands (and the output, last) packed in the layout
     cuDNN computes in, the parameters packed ``(1, C, ...)``; the output's allocation spec when
     new (in the inputs' layout).
 
-    cuDNN's legacy batch normalization runs channels-last float16/bfloat16 data at a few percent
-    of the memory bandwidth (measured on an H100, cuDNN 9.19: 28 GB/s, 29-50x torch's time), so
-    such data is computed in NCHW through packed copies; a new output still comes back
-    channels-last, like the input.
+    cuDNN's legacy batch-norm training and backward run channels-last float16/bfloat16 data at
+    a few percent of the memory bandwidth (measured on an H100, cuDNN 9.19: 28 GB/s, 29-50x
+    torch's time; 1.7-2.9x through NCHW copies), so such data is computed in NCHW through packed
+    copies; a new output still comes back channels-last, like the input. Inference is not slow
+    channels-last (1.6x torch; 3.2x through copies): it runs as given.
     """
-    compute_nhwc = p.nhwc and p.dt not in _SLOW_NHWC
+    compute_nhwc = p.nhwc and (inference or p.dt not in _SLOW_NHWC)
     spec = None if o is not None else _op.output_spec(p.shape, p.dt, p.x.device, p.nhwc)
     target = o
     if o is None and compute_nhwc != p.nhwc:
@@ -575,7 +576,7 @@ def _test(inputs, gamma, beta, mean, var, mode, epsilon, out, stream) -> _op.Cal
     if 0 in p.shape:
         spec = None if o is not None else _op.output_spec(p.shape, p.dt, p.x.device, p.nhwc)
         return _op.NoOp(func, h, spec, _spans(p.x, *pops, spec if o is None else o))
-    xd, pd, stage, spec = _plan(p, (p.x,), o, pops, 1)
+    xd, pd, stage, spec = _plan(p, (p.x,), o, pops, 1, inference=True)
     spans = _spans(p.x, *pops, spec if o is None else o)
     return _Infer(p, "cudnnBatchNormalizationForwardInference", h, spec, spans, stage, xd, pd)
 
