@@ -57,6 +57,8 @@ _FINALIZE_NEEDS: dict[BackendDescriptorType, tuple[BackendAttributeName, ...]] =
     ),
 }
 _PLAN_JSON = int(BackendAttributeName.EXECUTION_PLAN_JSON_REPRESENTATION)
+# plain ints: comparing with an enum member costs a class attribute lookup on the hot path
+_BACKEND_DESCRIPTOR, _CHAR = int(_T.BACKEND_DESCRIPTOR), int(_T.CHAR)
 _COMPUTE_TYPES = (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16, DataType.INT32)
 
 
@@ -175,7 +177,7 @@ class BackendDescriptor(Resource):
         h = self._h()
         name = coerce_attr_name(attribute)
         atype = coerce_attr_type(attr_type)
-        if atype == _T.BACKEND_DESCRIPTOR:
+        if atype == _BACKEND_DESCRIPTOR:
             # cuDNN does not check what a descriptor value is (a wrong type crashes it): only
             # descriptors of a type the attribute takes (the documented table), never itself
             if isinstance(values, ctypes.Array | ctypes._SimpleCData | ctypes.Structure):
@@ -195,7 +197,7 @@ class BackendDescriptor(Resource):
             arr, n = ctypes.byref(values), 1
         else:
             arr, n = pack(atype, values, BackendDescriptor)
-            if atype == _T.CHAR:
+            if atype == _CHAR:
                 self._attr_refs[int(name)] = values  # a plan from JSON needs no engine config
             elif atype in REF_TYPES and not isinstance(values, int):
                 # handles and buffers: kept alive as long as cuDNN may use their addresses (a
