@@ -33,6 +33,8 @@ _EXPORTS: dict[str, str] = {
     "NotSupportedError": ".errors",
     "InternalError": ".errors",
     "AllocationError": ".errors",
+    "ArgumentTypeError": ".errors",
+    "ArgumentValueError": ".errors",
     "ExecutionFailedError": ".errors",
     "SublibraryError": ".errors",
     "LibraryNotFoundError": ".errors",
@@ -164,6 +166,8 @@ if TYPE_CHECKING:  # what a type checker sees of the lazily resolved names (kept
     )
     from .errors import (
         AllocationError as AllocationError,
+        ArgumentTypeError as ArgumentTypeError,
+        ArgumentValueError as ArgumentValueError,
         BadParamError as BadParamError,
         CudnnDeprecationWarning as CudnnDeprecationWarning,
         CudnnError as CudnnError,
