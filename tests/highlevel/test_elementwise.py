@@ -9,10 +9,11 @@
 from __future__ import annotations
 
 import ctypes
-import itertools
 
+import _fake_device as fd
 import numpy as np
 import pytest
+from _fake_device import DummyHandle, Fake
 
 import pycudnn
 from pycudnn import _layout
@@ -20,49 +21,7 @@ from pycudnn.enums import ActivationMode, DataType, SoftmaxAlgorithm, SoftmaxMod
 from pycudnn.highlevel import _op
 
 F32, F64, F16 = DataType.FLOAT, DataType.DOUBLE, DataType.HALF
-_addr = itertools.count(1)
-
-
-class Fake:
-    """A fake device array: an address, shape, element strides, DataType and device."""
-
-    def __init__(self, shape, dt=F32, strides=None, ptr=None, device=0):
-        self.shape = tuple(shape)
-        self.dt = dt
-        self.strides = tuple(strides) if strides is not None else _layout.packed_strides(shape)
-        self.ptr = (next(_addr) << 32) if ptr is None else ptr
-        self.device = device
-
-
-_op.register_operand_type(Fake, lambda f: (f.ptr, f.shape, f.strides, f.dt, f.device))
-
-
-class CCall(BaseException):
-    """Raised by every patched way into the GPU (BaseException: pytest.raises cannot eat it)."""
-
-
-def _boom(*args, **kwargs):
-    raise CCall("a handle, allocation or compute call was attempted")
-
-
-class DummyHandle:
-    ptr = 0x1234
-    device = 0
-    stream = 0
-
-    def set_stream(self, s):
-        self.stream = s
-        return s
-
-
-@pytest.fixture
-def no_c(monkeypatch):
-    monkeypatch.setattr(_op._handle, "get_handle", _boom)
-    for name in ("empty", "zeros", "asarray"):
-        monkeypatch.setattr(pycudnn.memory, name, _boom)
-    pycudnn.clear_caches()
-    yield
-    pycudnn.clear_caches()
+no_c = fd.no_c  # the fixture: every way into CUDA/cuDNN raises before validation could pass
 
 
 @pytest.fixture

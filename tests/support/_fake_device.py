@@ -1,7 +1,8 @@
-"""A fake device for the CPU tests of the high-level operations (dropout, spatial transformer,
-reduction, LRN, CTC): fake arrays, a fake handle, and fixtures that either forbid every way into
-CUDA/cuDNN (``no_c``: validation must come first) or record the C calls an operation makes
-(``capture``: the launches' plumbing, with real descriptors, which need no GPU).
+"""A fake device for the CPU tests of the high-level operations (activations, softmax, tensor
+arithmetic, dropout, spatial transformer, reduction, LRN, CTC): fake arrays, a fake handle, and
+fixtures that either forbid every way into CUDA/cuDNN (``no_c``: validation must come first) or
+record the C calls an operation makes (``capture``: the launches' plumbing, with real
+descriptors, which need no GPU).
 
 Import the fixtures into a test module: ``from _fake_device import Fake, capture, no_c``.
 """
