@@ -24,6 +24,7 @@ Design decisions
 from __future__ import annotations
 
 import os
+import math
 import re
 import threading
 from collections.abc import Iterator
@@ -155,7 +156,7 @@ def parse_size(value: Any, *, name: str = "workspace_limit") -> int | None:
         if value >= 0:
             return int(value)
     elif isinstance(value, float):
-        if value >= 0 and value == int(value):
+        if math.isfinite(value) and value >= 0 and value == int(value):
             return int(value)
     elif isinstance(value, str):
         text = value.strip().lower()
@@ -164,7 +165,7 @@ def parse_size(value: Any, *, name: str = "workspace_limit") -> int | None:
         m = _SIZE_RE.match(text)
         if m:
             number = float(m.group(1)) * _SIZE_UNIT[m.group(2).lower()]
-            if number == int(number):
+            if math.isfinite(number) and number == int(number):
                 return int(number)
     raise ValueError(
         f"pycudnn.config.{name}={value!r} is not allowed; expected None (no limit) or a "
