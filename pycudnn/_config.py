@@ -23,8 +23,8 @@ Design decisions
 
 from __future__ import annotations
 
-import os
 import math
+import os
 import re
 import threading
 from collections.abc import Iterator
