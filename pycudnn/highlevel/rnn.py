@@ -645,12 +645,13 @@ class RNNBlock:
         return s
 
     # -- validation helpers -------------------------------------------------------------------
-    def _check_weights(self, func: str, name: str, g: _op.Operand, size: int) -> None:
+    def _check_dtype(self, func: str, name: str, g: _op.Operand) -> None:
         if g.dtype != self._dt:
-            raise TypeError(
-                f"{func}: {name} is {dtype_name(g.dtype) if g.dtype else 'of an unsupported type'}"
-                f"; the block's dtype is {dtype_name(self._dt)}"
-            )
+            got = dtype_name(g.dtype) if g.dtype is not None else "of an unsupported type"
+            raise TypeError(f"{func}: {name} is {got}; the block's dtype is {dtype_name(self._dt)}")
+
+    def _check_weights(self, func: str, name: str, g: _op.Operand, size: int) -> None:
+        self._check_dtype(func, name, g)
         if len(g.shape) != 1:
             raise ValueError(
                 f"{func}: {name} must be 1-D (the flat weight buffer), got shape {tuple(g.shape)}"
@@ -669,11 +670,7 @@ class RNNBlock:
     def _operand(self, func: str, name: str, obj: Any, shape: tuple[int, ...], device: int | None
                  ) -> _op.Operand:  # fmt: skip
         g = _op.operand(obj)
-        if g.dtype != self._dt:
-            raise TypeError(
-                f"{func}: {name} is {dtype_name(g.dtype) if g.dtype else 'of an unsupported type'}"
-                f"; the block's dtype is {dtype_name(self._dt)}"
-            )
+        self._check_dtype(func, name, g)
         if tuple(g.shape) != shape:
             raise ValueError(f"{func}: {name} has shape {tuple(g.shape)}, expected {shape}")
         if device is not None and g.device != device:
@@ -800,16 +797,12 @@ class RNNBlock:
                 self._calls[key] = call
         return self._run_forward(call, (pw, px, ph, pc), outs, bool(training), stream)
 
-    def _build_forward(self, w, x, hx, cx, sl, training, outs, stream) -> _Call:
-        func = _FWD
+    def _inputs(self, func: str, x: Any, w: Any) -> tuple:
+        """The checks *x* and *w* share in both directions: ``(gx, gw, T, N, input size,
+        device, hx shape, cx shape, weight elements)``."""
         gx = _op.operand(x)
         t, n, inp = self._geometry(func, gx)
-        if gx.dtype != self._dt:
-            raise TypeError(
-                f"{func}: x is "
-                f"{dtype_name(gx.dtype) if gx.dtype else 'of a type cuDNN does not support'}; "
-                f"the block's dtype is {dtype_name(self._dt)}"
-            )
+        self._check_dtype(func, "x", gx)
         _op.check_strides(func, "x", gx)
         device = gx.device
         gw = _op.operand(w)
@@ -818,6 +811,11 @@ class RNNBlock:
         expected = self.canonical_layout(inp).size
         self._check_weights(func, "w", gw, expected)
         hshape, cshape = self._state_shapes(n)
+        return gx, gw, t, n, inp, device, hshape, cshape, expected
+
+    def _build_forward(self, w, x, hx, cx, sl, training, outs, stream) -> _Call:
+        func = _FWD
+        gx, gw, t, n, inp, device, hshape, cshape, expected = self._inputs(func, x, w)
         gh = None if hx is None else self._operand(func, "hx", hx, hshape, device)
         if cx is not None and self._mode != "lstm":
             raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
@@ -964,22 +962,7 @@ class RNNBlock:
     def _build_backward(self, ops, sl, outs, dw, weights, stream) -> _Call:
         func = _BWD
         w, x, hx, cx, y, dy, dhy, dcy = ops
-        gx = _op.operand(x)
-        t, n, inp = self._geometry(func, gx)
-        if gx.dtype != self._dt:
-            raise TypeError(
-                f"{func}: x is "
-                f"{dtype_name(gx.dtype) if gx.dtype else 'of a type cuDNN does not support'}; "
-                f"the block's dtype is {dtype_name(self._dt)}"
-            )
-        _op.check_strides(func, "x", gx)
-        device = gx.device
-        gw = _op.operand(w)
-        if gw.device != device:
-            raise ValueError(f"{func}: x is on device {device} but w on device {gw.device}")
-        expected = self.canonical_layout(inp).size
-        self._check_weights(func, "w", gw, expected)
-        hshape, cshape = self._state_shapes(n)
+        gx, gw, t, n, inp, device, hshape, cshape, expected = self._inputs(func, x, w)
         yshape = self._y_shape(t, n)
         if cx is not None and self._mode != "lstm":
             raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
