@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from references import act_grad_ref, act_ref
 
 import pycudnn
 
@@ -51,39 +52,6 @@ def err(got, ref):
     got = np.asarray(got, dtype=np.float64)
     assert not np.isnan(got).any(), "NaN in the output (an element was not written)"
     return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1.0))
-
-
-def act_ref(x, mode, coef):
-    if mode == "relu":
-        return np.maximum(x, 0)
-    if mode == "sigmoid":
-        return 1 / (1 + np.exp(-x))
-    if mode == "tanh":
-        return np.tanh(x)
-    if mode == "clipped_relu":
-        return np.minimum(np.maximum(x, 0), coef)
-    if mode == "elu":
-        return np.where(x > 0, x, coef * (np.exp(x) - 1))
-    if mode == "swish":
-        return x / (1 + np.exp(-coef * x))
-    return x
-
-
-def act_grad_ref(x, y, dy, mode, coef):
-    if mode == "relu":
-        return dy * (x > 0)
-    if mode == "sigmoid":
-        return dy * y * (1 - y)
-    if mode == "tanh":
-        return dy * (1 - y * y)
-    if mode == "clipped_relu":
-        return dy * ((x > 0) & (x < coef))
-    if mode == "elu":
-        return dy * np.where(x > 0, 1.0, y + coef)
-    if mode == "swish":
-        s = 1 / (1 + np.exp(-coef * x))
-        return dy * (s + coef * x * s * (1 - s))
-    return dy
 
 
 COEF = {"clipped_relu": 0.8, "elu": 0.7, "swish": 1.3}
