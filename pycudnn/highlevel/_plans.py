@@ -1,22 +1,42 @@
-"""Convolution plans on the cuDNN graph API, their search, and the per-thread LRU plan cache.
+"""The graph-plan engine: execution plans for any operation graph of cuDNN's backend API, their
+search, and the per-thread LRU plan cache.
+
+Graph keys
+----------
+A plan is searched for a *graph key*: a hashable named tuple of everything that changes the
+execution plan, which also knows how to build its operation graph. The engine asks a key for
+
+* ``build_graph(handle)`` -> the finalized ``OPERATIONGRAPH`` descriptor (any operations:
+  convolutions, pointwise, reductions, matmuls; any number of tensors);
+* ``uids`` -> the unique ids of the graph's non-virtual tensors, in the order in which a call
+  passes their pointers (``plan.run(*pointers, workspace)``);
+* ``dtype``, ``allow_tf32``, ``deterministic``, ``workspace_limit``, ``algo`` -> the numerics and
+  search policy (:func:`rejection`, :func:`search_graph_plan`);
+* ``what()`` -> a phrase naming the problem for error messages; ``label`` -> what
+  ``describe()`` adds after the engine (e.g. ``"fused conv+bias+relu"``; None for a plain
+  convolution).
+
+A convolution's key is :class:`Problem`: operation (forward / backward-data / backward-filter),
+device, cuDNN version, data and compute types, the three tensors' shapes and strides (after
+size-1 strides are normalised), pads, filter strides, dilations, convolution mode, TF32
+permission, determinism, the byte alignment of each data pointer, the workspace limit,
+``alpha``/``beta`` (the graph API bakes them into the operation) and the algorithm policy. The
+fused convolution's key (:class:`pycudnn.highlevel._fusion.FusedProblem`) holds a ``Problem``
+and its epilogue. The tuple *is* the cache key.
 
 Caching design
 --------------
-A convolution is described by a :class:`Problem` -- a named tuple of everything that changes the
-execution plan: operation (forward / backward-data / backward-filter), device, cuDNN version,
-data and compute types, the three tensors' shapes and strides (after size-1 strides are
-normalised), pads, filter strides, dilations, convolution mode, TF32 permission, determinism,
-the byte alignment of each data pointer, the workspace limit, ``alpha``/``beta`` (the graph API
-bakes them into the operation) and the algorithm policy. The tuple *is* the cache key.
 
 * **Plans** (:class:`GraphPlan` for the graph API, :class:`LegacyPlan` for Theano's named legacy
   algorithms) live in a per-thread LRU (:class:`_LRU`, bound :func:`set_cache_size`, default
   1024 entries or ``PYCUDNN_PLAN_CACHE_SIZE``). Per thread, because the plans are built on the
   thread's cuDNN handle and cuDNN does not promise that one plan may run concurrently on two
   handles (PyTorch keeps its v8 plan cache ``thread_local`` for the same reason).
-* **Variant packs** are cached per plan, keyed by the data and workspace pointers: a finalized
-  variant pack cannot be updated (``SetAttribute`` on it returns BAD_PARAM), and rebuilding one
-  costs several microseconds of host time per call (see ``docs/BENCHMARKS.md``).
+* **Variant packs** are cached per plan, keyed by the N data pointers and the workspace pointer:
+  a finalized variant pack cannot be updated (``SetAttribute`` on it returns BAD_PARAM), and
+  rebuilding one costs several microseconds of host time per call (see ``docs/BENCHMARKS.md``).
+  A pack for pointers not seen before is built by bare C calls on ctypes arrays that the plan
+  allocated once (its unique ids, a pointer array it refills, the workspace slot).
 * **The execute call** goes through a ctypes prototype without ``argtypes``/``errcheck`` and
   with prebuilt ``c_void_p`` arguments; the status check is one integer comparison.
 * **Search** (cache miss): operation graph -> heuristics (mode INSTANT) -> the first engine
@@ -132,6 +152,25 @@ class Problem(NamedTuple):
     beta: float
     algo: str  # 'guess' | 'time' | a legacy algorithm name
 
+    # -- the graph-key protocol (see the module docstring) ------------------------------------
+    @property
+    def uids(self) -> tuple[int, ...]:
+        """The pointers' order in a variant pack: x, w, y."""
+        return UIDS
+
+    @property
+    def label(self) -> str | None:
+        return None
+
+    def build_graph(self, handle: Any) -> BackendDescriptor:
+        return build_operation_graph(self, handle)
+
+    def what(self) -> str:
+        return (
+            f"{OP_NAMES[self.op]} convolution, x{self.x_shape} w{self.w_shape} y{self.y_shape}, "
+            f"{DataType(self.dtype).name} data, {DataType(self.compute).name} compute"
+        )
+
 
 # -- the raw execute call --------------------------------------------------------------------------
 _EXECUTE: Callable[..., int] | None = None
@@ -171,29 +210,50 @@ class _PackCalls:
         self.int64 = ctypes.c_int(T.INT64)
         self.void_ptr = ctypes.c_int(T.VOID_PTR)
         self.one = ctypes.c_int64(1)
-        self.three = ctypes.c_int64(3)
-        self.uids = (ctypes.c_int64 * 3)(*UIDS)
 
 
 _PACK: _PackCalls | None = None
 
 
-def _new_variant_pack(xp: int, wp: int, yp: int, wsp: int) -> ctypes.c_void_p:
+def _pack_calls() -> _PackCalls:
     global _PACK
-    k = _PACK or _PackCalls()
-    _PACK = k
+    if _PACK is None:
+        _PACK = _PackCalls()
+    return _PACK
+
+
+class _PackArgs:
+    """The ctypes arguments of one plan's variant packs, allocated once: the unique ids, a
+    pointer array and a workspace slot refilled for each new pack (cuDNN copies them in
+    ``SetAttribute``). Plans are per thread, so one plan's scratch is never filled concurrently."""
+
+    __slots__ = ("n", "n_c", "ptrs", "uids", "ws", "ws_ref")
+
+    def __init__(self, uids: Sequence[int]):
+        self.n = n = len(uids)
+        self.n_c = ctypes.c_int64(n)
+        self.uids = (ctypes.c_int64 * n)(*uids)
+        self.ptrs = (ctypes.c_void_p * n)()
+        self.ws = ctypes.c_void_p()
+        self.ws_ref = ctypes.byref(self.ws)
+
+
+def _new_variant_pack(a: _PackArgs, key: tuple[int, ...]) -> ctypes.c_void_p:
+    """A finalized variant pack for ``key = (*data_pointers, workspace_pointer)``."""
+    k = _PACK or _pack_calls()
+    n = a.n
+    a.ptrs[:] = key[:n]
+    a.ws.value = key[n] or None
     vp = ctypes.c_void_p()
     rc = k.create(k.vp_type, ctypes.byref(vp))
     if rc:
         raise errors.error_for(rc, "cudnnBackendCreateDescriptor")
-    ptrs = (ctypes.c_void_p * 3)(xp, wp, yp)
-    ws = ctypes.c_void_p(wsp or None)
     name = "cudnnBackendSetAttribute"
-    rc = k.set(vp, k.uids_attr, k.int64, k.three, k.uids)
+    rc = k.set(vp, k.uids_attr, k.int64, a.n_c, a.uids)
     if not rc:
-        rc = k.set(vp, k.ptrs_attr, k.void_ptr, k.three, ptrs)
+        rc = k.set(vp, k.ptrs_attr, k.void_ptr, a.n_c, a.ptrs)
     if not rc:
-        rc = k.set(vp, k.ws_attr, k.void_ptr, k.one, ctypes.byref(ws))
+        rc = k.set(vp, k.ws_attr, k.void_ptr, k.one, a.ws_ref)
     if not rc:
         name = "cudnnBackendFinalize"
         rc = k.finalize(vp)
@@ -248,16 +308,20 @@ _OP_DESC = {
 }
 
 
-def build_operation_graph(p: Problem, handle: Any) -> BackendDescriptor:
-    """Tensors, convolution and operation descriptors, and the finalized operation graph.
+def scaling_type(compute: int) -> T:
+    """The attribute type of an operation's scaling factors: double only for double compute, as
+    in cuDNN's legacy API."""
+    return T.DOUBLE if compute == DataType.DOUBLE else T.FLOAT
 
-    Everything is created with ``set`` + ``finalize`` (no GPU is needed until ``finalize``); the
-    graph keeps its children alive.
-    """
+
+def conv_operation(p: Problem, y: BackendDescriptor | None = None) -> BackendDescriptor:
+    """The finalized convolution operation of *p* (its x, w, y tensor descriptors made here;
+    *y* replaces the output descriptor, e.g. by a virtual tensor that an epilogue reads)."""
     dt = DataType(p.dtype)
     tx = BackendDescriptor.tensor(p.x_shape, p.x_strides, dt, uid=UIDS[0], alignment=p.x_align)
     tw = BackendDescriptor.tensor(p.w_shape, p.w_strides, dt, uid=UIDS[1], alignment=p.w_align)
-    ty = BackendDescriptor.tensor(p.y_shape, p.y_strides, dt, uid=UIDS[2], alignment=p.y_align)
+    if y is None:
+        y = BackendDescriptor.tensor(p.y_shape, p.y_strides, dt, uid=UIDS[2], alignment=p.y_align)
     conv = BackendDescriptor.convolution(
         p.pads,
         p.pads,
@@ -270,14 +334,21 @@ def build_operation_graph(p: Problem, handle: Any) -> BackendDescriptor:
     op = BackendDescriptor(kind)
     op.set(ax, T.BACKEND_DESCRIPTOR, tx)
     op.set(aw, T.BACKEND_DESCRIPTOR, tw)
-    op.set(ay, T.BACKEND_DESCRIPTOR, ty)
+    op.set(ay, T.BACKEND_DESCRIPTOR, y)
     op.set(aconv, T.BACKEND_DESCRIPTOR, conv)
-    # the scaling type follows the compute type (double only for double), as in cuDNN's legacy API
-    st = T.DOUBLE if p.compute == DataType.DOUBLE else T.FLOAT
+    st = scaling_type(p.compute)
     op.set(aalpha, st, p.alpha)
     op.set(abeta, st, p.beta)
-    op.finalize()
-    return BackendDescriptor.operation_graph([op], handle)
+    return op.finalize()
+
+
+def build_operation_graph(p: Problem, handle: Any) -> BackendDescriptor:
+    """Tensors, convolution and operation descriptors, and the finalized operation graph.
+
+    Everything is created with ``set`` + ``finalize`` (no GPU is needed until ``finalize``); the
+    graph keeps its children alive.
+    """
+    return BackendDescriptor.operation_graph([conv_operation(p)], handle)
 
 
 class EngineInfo(NamedTuple):
@@ -303,8 +374,8 @@ def engine_info(cfg: BackendDescriptor) -> EngineInfo:
     return EngineInfo(index, num, beh, ws)
 
 
-def rejection(p: Problem, info: EngineInfo) -> str | None:
-    """Why an engine may not run *p* under the numerics policy, or None if it may.
+def rejection(p: Any, info: EngineInfo) -> str | None:
+    """Why an engine may not run the graph key *p* under the numerics policy, or None if it may.
 
     * non-deterministic engines are dropped when determinism is requested;
     * fp32 data without ``allow_tf32``: engines with the TENSOR_CORE note (TF32) are dropped, as
@@ -342,17 +413,25 @@ def heuristic_configs(heur: BackendDescriptor, count: int | None) -> list[Backen
 
 # -- plans -----------------------------------------------------------------------------------------
 class GraphPlan:
-    """A finalized execution plan plus what a call needs: prebuilt ctypes args and packs."""
+    """A finalized execution plan for any graph key, plus what a call needs: prebuilt ctypes
+    arguments and the variant packs of the pointers seen so far.
+
+    ``run(*pointers, workspace_ptr)`` takes the graph's data pointers in the order of its key's
+    ``uids`` (x, w, y for a convolution), then the workspace pointer (0 when it needs none).
+    """
 
     __slots__ = (
         "__weakref__",
+        "args",
         "engine",
         "graph",
         "handle",
         "handle_c",
+        "label",
         "packs",
         "plan",
         "plan_c",
+        "uids",
         "workspace",
     )
     kind = "graph"
@@ -364,47 +443,64 @@ class GraphPlan:
         handle: Any,
         engine: EngineInfo,
         workspace: int,
+        uids: Sequence[int] = UIDS,
+        label: str | None = None,
     ):
         self.plan = plan
         self.graph = graph
         self.handle = handle
         self.engine = engine
         self.workspace = workspace
+        self.uids = tuple(uids)
+        self.label = label  # what the graph computes, for describe(); None: a plain convolution
         self.plan_c = ctypes.c_void_p(plan.ptr)
         self.handle_c = ctypes.c_void_p(handle.ptr)
-        # (x, w, y, workspace) pointers -> finalized variant pack (owned: destroyed on eviction,
-        # in close(), or by the finalizer when the plan is dropped)
-        self.packs: dict[tuple[int, int, int, int], ctypes.c_void_p] = {}
+        self.args = _PackArgs(self.uids)
+        # (*data pointers, workspace pointer) -> finalized variant pack (owned: destroyed on
+        # eviction, in close(), or by the finalizer when the plan is dropped)
+        self.packs: dict[tuple[int, ...], ctypes.c_void_p] = {}
         weakref.finalize(self, _destroy_packs, self.packs)
 
-    def pack(self, xp: int, wp: int, yp: int, wsp: int) -> ctypes.c_void_p:
-        """The finalized variant pack for these pointers (built once, then cached).
+    @property
+    def fused(self) -> bool:
+        """Whether this plan runs a fused graph (a convolution with its epilogue) as one."""
+        return self.label is not None and self.label.startswith("fused")
 
-        Built with bare C calls on prebuilt ctypes arguments (no descriptor object, no
-        finalizer): a pack miss then costs little more than cuDNN's own create/set/finalize
-        (measured 5.2 us of the 19-21 us the descriptor-object path took on an H200)."""
-        key = (xp, wp, yp, wsp)
+    def pack(self, *key: int) -> ctypes.c_void_p:
+        """The finalized variant pack for ``(*data_pointers, workspace_pointer)`` (built once,
+        then cached; the oldest of :data:`PACKS_PER_PLAN` is destroyed for a new one).
+
+        Built with bare C calls on the plan's prebuilt ctypes arguments (no descriptor object,
+        no finalizer, no per-call ctypes array): a pack miss then costs little more than cuDNN's
+        own create/set/finalize."""
         c = self.packs.get(key)
         if c is not None:
             return c
-        c = _new_variant_pack(xp, wp, yp, wsp)
+        if len(key) != len(self.uids) + 1:
+            raise TypeError(
+                f"this plan takes {len(self.uids)} data pointers and a workspace pointer, "
+                f"got {len(key)} values"
+            )
+        c = _new_variant_pack(self.args, key)
         packs = self.packs
         if len(packs) >= PACKS_PER_PLAN:  # oldest first: dicts keep insertion order
             _destroy_descriptor(packs.pop(next(iter(packs))))
         packs[key] = c
         return c
 
-    def run(self, xp: int, wp: int, yp: int, wsp: int) -> None:
-        """Execute on the handle's current stream (the caller bound it)."""
-        c = self.packs.get((xp, wp, yp, wsp))
+    def run(self, *key: int) -> None:
+        """Execute on the handle's current stream (the caller bound it):
+        ``run(*data_pointers, workspace_pointer)``."""
+        c = self.packs.get(key)
         if c is None:
-            c = self.pack(xp, wp, yp, wsp)
+            c = self.pack(*key)
         rc = (_EXECUTE or execute_function())(self.handle_c, self.plan_c, c)
         if rc:
             raise errors.error_for(rc, "cudnnBackendExecute")
 
     def describe(self) -> str:
-        return f"engine {self.engine.index} (workspace {self.workspace} B)"
+        what = f"{self.label}, " if self.label else ""
+        return f"engine {self.engine.index} ({what}workspace {self.workspace} B)"
 
     def close(self) -> None:
         """Drop the cached variant packs (the plan itself stays usable)."""
@@ -420,6 +516,8 @@ class LegacyPlan:
 
     __slots__ = ("__weakref__", "algo", "args", "descs", "fn", "handle", "name", "workspace")
     kind = "legacy"
+    fused = False
+    label = None
 
     def __init__(
         self,
@@ -543,7 +641,7 @@ def _plan_cache() -> _LRU:
         return lru
 
 
-def cached_plan(p: Problem) -> Any:
+def cached_plan(p: Any) -> Any:
     """This thread's cached plan of *p*, or None (a hit moves it to the recent end)."""
     return _plan_cache().get(p)
 
@@ -591,12 +689,8 @@ def set_cache_size(maxsize: int) -> None:
 
 
 # -- search ----------------------------------------------------------------------------------------
-def _fail(p: Problem, tried: list[str], alloc_failed: bool) -> errors.CudnnError:
-    what = (
-        f"{OP_NAMES[p.op]} convolution, x{p.x_shape} w{p.w_shape} y{p.y_shape}, "
-        f"{DataType(p.dtype).name} data, {DataType(p.compute).name} compute"
-    )
-    detail = f"no cuDNN engine could run the {what}; tried: " + (
+def _fail(p: Any, tried: list[str], alloc_failed: bool) -> errors.CudnnError:
+    detail = f"no cuDNN engine could run the {p.what()}; tried: " + (
         "; ".join(tried) or "nothing (the heuristics returned no engine)"
     )
     if alloc_failed and all("workspace" in t or "alloc" in t for t in tried):
@@ -604,7 +698,7 @@ def _fail(p: Problem, tried: list[str], alloc_failed: bool) -> errors.CudnnError
     return errors.NotSupportedError(3000, "dnn_conv", detail)
 
 
-def _candidates(p: Problem, graph: BackendDescriptor, tried: list[str], first_only: bool):
+def _candidates(p: Any, graph: BackendDescriptor, tried: list[str], first_only: bool):
     """Yield (rank, cfg, info) acceptable under the numerics policy, best first: INSTANT rank 0
     alone (*first_only*), then the other INSTANT configs, then the FALLBACK ones.
 
@@ -659,11 +753,11 @@ def _candidates(p: Problem, graph: BackendDescriptor, tried: list[str], first_on
             heur.close()
 
 
-def engine_plans(p: Problem, handle: Any) -> list[tuple[EngineInfo, GraphPlan | str]]:
-    """Every engine config the heuristics (INSTANT, then FALLBACK) return for *p* that the
-    numerics policy allows, built: ``(info, GraphPlan)``, or ``(info, why not)`` when it did not
-    build. For tests and diagnostics (each engine checked against a reference)."""
-    graph = build_operation_graph(p, handle)
+def engine_plans(p: Any, handle: Any) -> list[tuple[EngineInfo, GraphPlan | str]]:
+    """Every engine config the heuristics (INSTANT, then FALLBACK) return for the graph key *p*
+    that the numerics policy allows, built: ``(info, GraphPlan)``, or ``(info, why not)`` when
+    it did not build. For tests and diagnostics (each engine checked against a reference)."""
+    graph = p.build_graph(handle)
     out: list[tuple[EngineInfo, GraphPlan | str]] = []
     for _rank, cfg, info in _candidates(p, graph, [], first_only=False):
         try:
@@ -671,7 +765,7 @@ def engine_plans(p: Problem, handle: Any) -> list[tuple[EngineInfo, GraphPlan | 
         except errors.CudnnError as exc:
             out.append((info, errors.status_name(exc.status)))
             continue
-        out.append((info, GraphPlan(plan, graph, handle, info, ws)))
+        out.append((info, GraphPlan(plan, graph, handle, info, ws, p.uids, p.label)))
     return out
 
 
@@ -689,17 +783,18 @@ def _build_plan(cfg: BackendDescriptor, handle: Any) -> tuple[BackendDescriptor,
 
 
 def search_graph_plan(
-    p: Problem,
+    p: Any,
     handle: Any,
     workspace: Callable[[int], int],
     timing: Callable[[list[GraphPlan]], list[float]] | None,
 ) -> GraphPlan:
-    """Build the plan for *p*: the first engine that builds (guess), or the fastest (timing).
+    """Build the plan for the graph key *p*: the first engine that builds (guess), or the fastest
+    (timing).
 
     *workspace(nbytes)* returns a device pointer or raises ``MemoryError``; *timing(plans)*
     returns one time per plan (``time_*`` policies only).
     """
-    graph = build_operation_graph(p, handle)
+    graph = p.build_graph(handle)
     tried: list[str] = []
     alloc_failed = False
     cap = p.workspace_limit if p.workspace_limit >= 0 else None
@@ -732,7 +827,7 @@ def search_graph_plan(
                 )
                 continue
         stats.builds += 1
-        built.append(GraphPlan(plan, graph, handle, info, ws))
+        built.append(GraphPlan(plan, graph, handle, info, ws, p.uids, p.label))
         if len(built) >= want:
             break
     if not built:
@@ -748,7 +843,7 @@ def search_graph_plan(
     return built[best]
 
 
-def get_plan(p: Problem, build: Callable[[], Any]) -> Any:
+def get_plan(p: Any, build: Callable[[], Any]) -> Any:
     """The cached plan for *p*, or ``build()``'s (cached only if it succeeded)."""
     lru = _plan_cache()
     plan = lru.get(p)
@@ -761,7 +856,7 @@ def get_plan(p: Problem, build: Callable[[], Any]) -> Any:
     return plan
 
 
-def evict(p: Problem) -> None:
+def evict(p: Any) -> None:
     """Forget the plan of *p* in this thread (after it failed to run)."""
     lru = _plan_cache()
     plan = lru.data.pop(p, None)

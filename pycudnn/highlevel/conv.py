@@ -51,6 +51,7 @@ from typing import Any, NamedTuple
 
 from .. import _layout, errors, memory
 from .._types import itemsize, numpy_dtype
+from ..descriptors import ActivationDescriptor
 from ..enums import (
     ConvolutionBwdDataAlgo,
     ConvolutionBwdFilterAlgo,
@@ -58,7 +59,7 @@ from ..enums import (
     ConvolutionMode,
     DataType,
 )
-from . import _op, _plans
+from . import _fusion, _op, _plans
 from ._op import Operand
 from ._plans import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
 
@@ -284,7 +285,8 @@ class _ConvCall(_op.Call):
         spans: tuple[int, int, int],
         stage: _op.Stage | None = None,
     ):
-        super().__init__(_FUNC[(op, len(problem.x_shape) - 2)], handle, alloc, spans, stage)
+        conv = getattr(problem, "conv", problem)  # a fused key holds its convolution's
+        super().__init__(_FUNC[(op, len(conv.x_shape) - 2)], handle, alloc, spans, stage)
         self.op = op
         self.problem = problem
         self.plan = plan
@@ -296,6 +298,14 @@ class _ConvCall(_op.Call):
         ws = self.workspace
         self.plan.run(ptrs[x], ptrs[w], ptrs[y], _op.workspace(self.handle, ws) if ws else 0)
 
+    @property
+    def staged(self) -> bool:
+        return self.stage is not None
+
+    @property
+    def epilogue(self) -> str | None:
+        return None
+
 
 class CallInfo(NamedTuple):
     """What :func:`last_call` reports: for benchmarks and diagnostics, not a stable API.
@@ -303,15 +313,21 @@ class CallInfo(NamedTuple):
     ``plan`` has ``describe()``, ``workspace`` (bytes) and ``run(x, w, y, workspace_ptr)``;
     graph plans also ``pack(...)``, ``handle_c`` and ``plan_c`` (see :mod:`._plans`).
     ``perm`` maps the call's ``(a, b, out)`` pointers onto the plan's ``(x, w, y)``.
+    With an epilogue (``bias=``/``activation=``/``z=``), ``epilogue`` names it (e.g.
+    ``"bias+add+relu"``) and ``fused`` says whether one fused graph ran it (``plan`` is then
+    that graph's plan, ``problem`` its :class:`._fusion.FusedProblem`, and ``plan.run`` takes
+    ``x, w, [bias], [z], y, workspace_ptr``) or the convolution's plan and separate steps did.
     """
 
     func: str
-    problem: Problem
+    problem: Any
     plan: Any
     handle: Any
     perm: tuple[int, int, int]
     staged: bool
     allocates_output: bool
+    fused: bool = False
+    epilogue: str | None = None
 
     def workspace_ptr(self) -> int:
         """The handle's workspace pointer for this plan (0 when it needs none)."""
@@ -323,7 +339,15 @@ def recent_calls() -> list[CallInfo]:
     """The calling thread's cached convolution calls, the most recently cached first."""
     return [
         CallInfo(
-            c.func, c.problem, c.plan, c.handle, c.perm, c.stage is not None, c.alloc is not None
+            c.func,
+            c.problem,
+            c.plan,
+            c.handle,
+            c.perm,
+            c.staged,
+            c.alloc is not None,
+            isinstance(c, _FusedCall),
+            c.epilogue,
         )
         for c in reversed(_op.calls().data.values())
         if isinstance(c, _ConvCall)
@@ -674,9 +698,34 @@ def _problem(op, args: _Args, sh: _Shapes, lay: _Layouts, align, base) -> tuple[
     return p, perm
 
 
-def _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
-          precision, num_groups, alpha, beta, out, stream, key):  # fmt: skip
-    """Validate and normalise a call, find (or search) its plan, cache the call entry, run it."""
+class _Prepared(NamedTuple):
+    """A validated convolution call (:func:`_prepare`): everything a call entry is built from."""
+
+    func: str
+    flags: Any
+    ga: Operand
+    gb: Operand
+    go: Operand | None
+    dt: DataType
+    device: int
+    args: _Args
+    sh: _Shapes
+    lay: _Layouts
+    align: tuple[int, int, int]
+    handle: Any
+    base: dict
+    ptrs: tuple
+    spans: tuple[int, int, int]
+    alloc: _op.OutputSpec | None
+    stage: _op.Stage | None
+    extra: Any = None  # what the caller's check returned (the epilogue's operands)
+
+
+def _prepare(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
+             precision, num_groups, alpha, beta, out, stream, check=None):  # fmt: skip
+    """Validate and normalise a call (every check before any C call; *check(ga, shapes)* adds
+    the caller's). Returns a :class:`_Prepared`, or the finished result of an empty problem (no
+    cuDNN call)."""
     func = _FUNC[(op, nd)]
     flags = _op.snapshot()
     ga, gb, go, dt, device = _operands(op, nd, func, a, b, out)
@@ -698,8 +747,16 @@ def _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, 
     )
     sh = _shapes(op, nd, func, ga, gb, go, shp, border_mode, args)
     lay = _layouts(func, ga, gb, go, sh.out_shape)
+    extra = check(ga, sh) if check is not None else None
     if any(s == 0 for s in sh.out_shape) or sh.reduced_empty:  # no cuDNN call
         fill = sh.reduced_empty and not any(s == 0 for s in sh.out_shape)
+        if fill and check is not None:
+            raise errors.NotSupportedError(
+                3000,
+                func,
+                f"a convolution that sums over nothing (image {sh.xs}, filters {sh.ws}) has no "
+                "epilogue path: add the bias, z and activation to the zero output separately",
+            )
         spec = _op.output_spec(sh.out_shape, dt, device, lay.nhwc)
         return _op.empty_result(func, out, spec, beta, fill)
     names = _NAMES[op]
@@ -747,35 +804,56 @@ def _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, 
             alpha,
             beta,
         )
+    return _Prepared(
+        func, flags, ga, gb, go, dt, device, args, sh, lay, align, h, base, ptrs, spans, alloc,
+        stage, extra,
+    )  # fmt: skip
 
+
+def _conv_call(op, nd, pr: _Prepared, hint, border_mode, conv_mode, algo) -> _ConvCall:
+    """The call entry of a prepared convolution: a ``direction_hint`` route or the operation as
+    asked, its plan cached or searched."""
     call = None
-    if stage is None:
+    if pr.stage is None:
         call = _route(
             op,
             nd,
-            func,
+            pr.func,
             hint,
             border_mode,
             conv_mode,
-            args,
-            sh,
-            lay,
-            align,
-            base,
+            pr.args,
+            pr.sh,
+            pr.lay,
+            pr.align,
+            pr.base,
             algo,
-            flags,
-            h,
-            ptrs,
-            alloc,
-            spans,
+            pr.flags,
+            pr.handle,
+            pr.ptrs,
+            pr.alloc,
+            pr.spans,
         )
     if call is None:
-        p, perm = _problem(op, args, sh, lay, align, base)
+        p, perm = _problem(op, pr.args, pr.sh, pr.lay, pr.align, pr.base)
         # timing (time_*) runs on the caller's buffers, or on the packed copies when staged
-        plan = _plan_for(p, h, ptrs if stage is None else None, perm, alloc, flags)
-        call = _ConvCall(op, p, plan, h, perm, alloc, spans, stage)
+        plan = _plan_for(
+            p, pr.handle, pr.ptrs if pr.stage is None else None, perm, pr.alloc, pr.flags
+        )
+        call = _ConvCall(op, p, plan, pr.handle, perm, pr.alloc, pr.spans, pr.stage)
+    return call
+
+
+def _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
+          precision, num_groups, alpha, beta, out, stream, key):  # fmt: skip
+    """Validate and normalise a call, find (or search) its plan, cache the call entry, run it."""
+    pr = _prepare(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
+                  precision, num_groups, alpha, beta, out, stream)  # fmt: skip
+    if not isinstance(pr, _Prepared):
+        return pr  # an empty problem's result
+    call = _conv_call(op, nd, pr, hint, border_mode, conv_mode, algo)
     try:
-        result = call.run(ptrs[:2], out, ptrs[2], None)
+        result = call.run(pr.ptrs[:2], out, pr.ptrs[2], None)
     except (errors.CudnnError, MemoryError):
         _plans.evict(call.problem)  # a plan that cannot run is never kept
         raise
@@ -876,6 +954,297 @@ def _route(
     except (errors.NotSupportedError, errors.BadParamError):
         return None
     return _ConvCall(op, p, plan, h, perm, alloc, spans)
+
+
+# ==================================================================================================
+# Fused epilogues: out = act(alpha * conv(img, kerns) + z_alpha * z + bias)
+# ==================================================================================================
+class _FusedCall(_ConvCall):
+    """One fused graph (:class:`._fusion.FusedProblem`): its plan runs x, w, [bias], [z], y."""
+
+    __slots__ = ()
+
+    def launch(self, ptrs: Sequence[int]) -> None:
+        ws = self.workspace
+        self.plan.run(*ptrs, _op.workspace(self.handle, ws) if ws else 0)
+
+    @property
+    def epilogue(self) -> str | None:
+        return self.problem.label.split("+", 1)[1]
+
+
+class _SeparateCall(_ConvCall):
+    """The epilogue as separate steps, where no fused engine runs the graph: the plain
+    convolution (its own call entry: route, staging, legacy algorithm), then ``cudnnAddTensor``
+    for the bias and ``z`` and ``cudnnActivationForward`` in place on the output."""
+
+    __slots__ = ("_epilogue", "act_fn", "add", "hp", "inner", "keep", "steps", "why", "ydesc")
+
+    def __init__(self, inner: _ConvCall, alloc, spans, steps, ydesc, keep, epilogue: str,
+                 why: str):  # fmt: skip
+        super().__init__(
+            inner.op, inner.problem, inner.plan, inner.handle, inner.perm, alloc, spans
+        )
+        self.inner = inner
+        self.steps = steps  # ("add", desc, alpha_ref, one_ref) | ("act", desc, one_ref, zero_ref)
+        self.ydesc = ydesc  # the final output's descriptor
+        self.keep = keep  # the scaling factors the steps' byref()s point into
+        self.hp = inner.handle.ptr
+        self.add = _op.quiet("cudnnAddTensor")
+        self.act_fn = _op.quiet("cudnnActivationForward")
+        self._epilogue = epilogue
+        self.why = why  # why no fused engine runs it (diagnostics)
+
+    def launch(self, ptrs: Sequence[int]) -> None:
+        y = ptrs[-1]
+        self.inner.run(ptrs[:2], y, y, None)  # out given: the inner call allocates nothing
+        hp, i, ydesc = self.hp, 2, self.ydesc
+        for kind, desc, a, b in self.steps:
+            if kind == "add":
+                self.add(hp, a, desc, ptrs[i], b, ydesc, y)
+                i += 1
+            else:
+                self.act_fn(hp, desc, a, ydesc, y, b, ydesc, y)
+
+    @property
+    def staged(self) -> bool:
+        return self.inner.stage is not None
+
+    @property
+    def epilogue(self) -> str | None:
+        return self._epilogue
+
+
+class _NoEngine:
+    """A plan-cache entry saying that no engine runs a fused graph (so another spelling of the
+    call does not search again); ``reason`` is the search's error."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def close(self) -> None:
+        pass
+
+
+def _fused(nd, a, b, border_mode, subsample, dilation, conv_mode, hint, algo, precision,
+           num_groups, bias, activation, z, z_alpha, alpha, beta, out, stream):  # fmt: skip
+    """The hot path of a convolution with an epilogue: the call key of every operand, then the
+    cached call entry (or :func:`_fused_slow`)."""
+    pa, ka = _op.key_of(a)
+    pb, kb = _op.key_of(b)
+    ptrs: tuple = (pa, pb)
+    kbias = kz = None
+    if bias is not None:
+        pbias, kbias = _op.key_of(bias)
+        ptrs += (pbias,)
+    if z is not None:
+        pz, kz = _op.key_of(z)
+        ptrs += (pz,)
+    if out is None:
+        po = okey = None
+    else:
+        po, okey = _op.key_of(out)
+    key = ("fused", nd, ka, kb, kbias, kz, okey, border_mode, subsample, dilation, conv_mode,
+           hint, algo, precision, num_groups, activation, z_alpha, alpha, beta,
+           _op.snapshot())  # fmt: skip
+    calls = _op.calls()
+    try:
+        call = calls.data.get(key)
+    except TypeError:  # an unhashable argument: no call caching
+        call = key = None
+    if call is not None:
+        try:
+            result = call.run(ptrs, out, po, stream)
+        except MemoryError:
+            _plans.evict(call.problem)
+            calls.pop(key)
+        else:
+            _plans.stats.hits += 1
+            return result
+    return _fused_slow(nd, a, b, border_mode, subsample, dilation, conv_mode, hint, algo,
+                       precision, num_groups, bias, activation, z, z_alpha, alpha, beta, out,
+                       stream, key)  # fmt: skip
+
+
+def _epilogue_operands(func: str, nd: int, ga: Operand, ys: tuple[int, ...], bias: Any, z: Any):
+    """The bias and z operands, checked against the convolution's output (before any C call)."""
+    k = ys[1]
+    gbias = _op.operand(bias) if bias is not None else None
+    gz = _op.operand(z) if z is not None else None
+    _op.same_dtype_and_device(func, (("img", ga), ("bias", gbias), ("z", gz)))
+    if gbias is not None:
+        shapes = ((k,), (1, k, *(1,) * nd))
+        if tuple(gbias.shape) not in shapes:
+            raise ValueError(
+                f"{func}: bias must have shape {shapes[0]} or {shapes[1]} (one value per output "
+                f"channel), got {tuple(gbias.shape)}"
+            )
+        kstride = gbias.strides[0] if len(gbias.shape) == 1 else gbias.strides[1]
+        if k > 1 and kstride != 1:
+            raise ValueError(
+                f"{func}: bias must be contiguous along its {k} channels (stride 1), got strides "
+                f"{tuple(gbias.strides)}"
+            )
+    if gz is not None:
+        if tuple(gz.shape) != ys:
+            raise ValueError(f"{func}: z must have the output's shape {ys}, got {tuple(gz.shape)}")
+        _op.check_strides(func, "z", gz)
+        _layout.check_int32(f"{func}: z", gz.shape, gz.strides)
+    return gbias, gz
+
+
+def _fused_slow(nd, a, b, border_mode, subsample, dilation, conv_mode, hint, algo, precision,
+                num_groups, bias, activation, z, z_alpha, alpha, beta, out, stream,
+                key):  # fmt: skip
+    """Validate a convolution with an epilogue, build its fused graph's call entry -- or the
+    separate steps' when no engine runs the graph -- cache it and run it."""
+    func = _FUNC[(OP_FWD, nd)]
+    act = _fusion.activation(activation, func)
+    z_alpha = _op.real(z_alpha, "z_alpha", func)
+    if z is None and z_alpha != 1.0:
+        raise ValueError(f"{func}: z_alpha={z_alpha!r} is given without z (the residual it scales)")
+    if _op.real(beta, "beta", func) != 0.0:
+        raise ValueError(
+            f"{func}: beta={beta!r} must be 0 with an epilogue (bias, activation or z): "
+            "out = act(alpha * conv + z_alpha * z + bias) replaces out; pass out as z to add it"
+        )
+
+    def check(ga: Operand, sh: _Shapes) -> tuple:
+        return _epilogue_operands(func, nd, ga, sh.ys, bias, z)
+
+    pr = _prepare(OP_FWD, nd, a, b, None, border_mode, subsample, dilation, conv_mode, hint,
+                  algo, precision, num_groups, alpha, beta, out, stream, check)  # fmt: skip
+    if not isinstance(pr, _Prepared):
+        return pr  # an empty output: nothing to compute
+    gbias, gz = pr.extra
+    isz = itemsize(pr.dt)
+    extra = [g for g in (gbias, gz) if g is not None]
+    in_ptrs = (pr.ga.ptr, pr.gb.ptr, *(g.ptr for g in extra))
+    spans = (*pr.spans[:2], *(_layout.span(g.shape, g.strides) * isz for g in extra), pr.spans[2])
+    names = [n for n, g in (("bias", gbias), ("add", gz)) if g is not None]
+    epilogue = "+".join(names + ([act[0]] if act else []))
+
+    call: _ConvCall | None = None
+    why = ""
+    if pr.stage is not None:
+        why = "operands staged through packed copies (strides not packed NCHW/NHWC)"
+    elif pr.args.policy not in ("guess", "time"):
+        why = f"the legacy algorithm {pr.args.policy!r} was asked for"
+    elif gz is not None and not _layout.matches(gz.shape, gz.strides, pr.lay.o_can):
+        why = "z is not packed in the output's layout"
+    else:
+        conv_p, _perm = _problem(OP_FWD, pr.args, pr.sh, pr.lay, pr.align, pr.base)
+        bshape = (1, pr.sh.ys[1], *(1,) * nd)
+        fp = _fusion.FusedProblem(
+            conv_p,
+            None if gbias is None else _fusion.Tensor(
+                bshape, _layout.packed_strides(bshape, pr.lay.nhwc), _alignment(gbias.ptr & 15, isz)
+            ),
+            None if gz is None else _fusion.Tensor(
+                pr.sh.ys, pr.lay.o_can, _alignment(gz.ptr & 15, isz)
+            ),
+            z_alpha,
+            act[0] if act else None,
+            act[1] if act else None,
+        )  # fmt: skip
+        plan = _fused_plan(fp, pr.handle, in_ptrs, pr.flags)
+        if isinstance(plan, _NoEngine):
+            why = plan.reason
+        else:
+            call = _FusedCall(OP_FWD, fp, plan, pr.handle, (0, 1, 2), pr.alloc, spans)
+    if call is None:
+        call = _separate_call(nd, pr, hint, border_mode, conv_mode, algo, gbias, gz, act,
+                              z_alpha, spans, epilogue, why)  # fmt: skip
+    try:
+        result = call.run(in_ptrs, out, pr.ptrs[2], None)
+    except (errors.CudnnError, MemoryError):
+        _plans.evict(call.problem)
+        raise
+    if key is not None:
+        _op.calls().put(key, call)
+    return result
+
+
+def _fused_plan(fp: Any, h: Any, in_ptrs: tuple, flags: Any) -> Any:
+    """The cached plan of the fused graph *fp*, a new one, or a :class:`_NoEngine` (cached too)
+    when cuDNN has no engine for it."""
+    plan = _plans.cached_plan(fp)
+    if plan is not None:
+        _plans.stats.hits += 1
+        return plan
+    _plans.stats.misses += 1
+
+    def ws(nbytes: int) -> int:
+        return _op.workspace(h, nbytes)
+
+    timing = None
+    if fp.algo == "time":
+
+        def timing(plans: list) -> list[float]:
+            # the caller's inputs, a scratch output (out may be the caller's data)
+            c = fp.conv
+            n = max(_layout.span(c.y_shape, c.y_strides), 1)
+            buf = memory.empty((n,), numpy_dtype(DataType(c.dtype)), c.device, h.stream)
+
+            def run(gp: Any) -> None:
+                gp.run(*in_ptrs, buf.ptr, ws(gp.workspace) if gp.workspace else 0)
+
+            try:
+                return _plans.time_plans(plans, run, h.stream)
+            finally:
+                for gp in plans:
+                    gp.close()
+                del buf
+
+    try:
+        plan = _plans.get_plan(fp, lambda: _plans.search_graph_plan(fp, h, ws, timing))
+    except errors.CudnnError as exc:  # no engine builds the graph (AllocationError included)
+        plan = _NoEngine(f"no fused engine: {exc}")
+        _plans._plan_cache().put(fp, plan)
+    if flags.verbose:
+        print(f"pycudnn: {fp.what()} -> "
+              f"{plan.reason if isinstance(plan, _NoEngine) else plan.describe()}",
+              file=sys.stderr)  # fmt: skip
+    return plan
+
+
+def _separate_call(nd, pr: _Prepared, hint, border_mode, conv_mode, algo, gbias, gz, act,
+                   z_alpha, spans, epilogue: str, why: str) -> _SeparateCall:  # fmt: skip
+    """The separate-steps call entry (module docstring of :mod:`._fusion`)."""
+    func = pr.func
+    if act is not None and act[0] not in _fusion.SEPARATE:
+        raise errors.NotSupportedError(
+            3000,
+            func,
+            f"activation {act[0]!r} has no separate-steps form (cuDNN's legacy activations have "
+            f"no GELU) and no fused engine runs this call ({why}); GELU epilogues need cuDNN's "
+            "runtime fusion: packed NHWC float16/bfloat16 operands on an sm80+ GPU",
+        )
+    inner = _conv_call(OP_FWD, nd, pr, hint, border_mode, conv_mode, algo)
+    dt = pr.dt
+    one, zero, za = _op.scales(dt, 1.0, 0.0, z_alpha)
+    # the final output's strides (the inner call stages a strided out itself)
+    ystr = pr.alloc.element_strides if pr.alloc is not None else tuple(pr.go.strides)
+    ydesc = _op.tensor_descriptor(*_op.padded(pr.sh.ys, ystr), dt)
+    steps: list[tuple] = []
+    if gbias is not None:
+        bshape = (1, pr.sh.ys[1], *(1,) * nd)
+        bdesc = _op.tensor_descriptor(*_op.padded(bshape, _layout.packed_strides(bshape)), dt)
+        steps.append(("add", bdesc, ctypes.byref(one), ctypes.byref(one)))
+    if gz is not None:
+        zdesc = _op.tensor_descriptor(*_op.padded(gz.shape, gz.strides), dt)
+        steps.append(("add", zdesc, ctypes.byref(za), ctypes.byref(one)))
+    if act is not None:
+        name, coef = act
+        mode = _fusion.SEPARATE[name]
+        if mode == _fusion.SEPARATE["swish"]:
+            adesc = ActivationDescriptor(mode, 0.0, nan_propagation=True, swish_beta=1.0)
+        else:
+            adesc = ActivationDescriptor(mode, coef or 0.0, nan_propagation=True)
+        steps.append(("act", adesc, ctypes.byref(one), ctypes.byref(zero)))
+    return _SeparateCall(inner, pr.alloc, spans, steps, ydesc, (one, zero, za), epilogue, why)
 
 
 # ==================================================================================================
@@ -1030,12 +1399,17 @@ def dnn_conv(
     precision: str | None = None,
     num_groups: int = 1,
     *,
+    bias: Any = None,
+    activation: str | tuple[str, float] | None = None,
+    z: Any = None,
+    z_alpha: float = 1.0,
     alpha: float = 1.0,
     beta: float = 0.0,
     out: Any = None,
     stream: Any = None,
 ) -> Any:
-    """2-D convolution of *img* with *kerns*, Theano's ``dnn_conv`` on cuDNN's graph API.
+    """2-D convolution of *img* with *kerns*, Theano's ``dnn_conv`` on cuDNN's graph API, with an
+    optional fused epilogue ``act(alpha * conv + z_alpha * z + bias)``.
 
     Parameters
     ----------
@@ -1073,8 +1447,20 @@ def dnn_conv(
         (no TF32) unless ``pycudnn.config.allow_tf32``.
     num_groups : int
         Grouped convolution (``C`` and ``K`` divisible by it; ``num_groups == C`` is depthwise).
+    bias : device array, optional
+        ``(K,)`` or ``(1, K, 1, 1)``, contiguous, the dtype of *img*: added per output channel.
+    activation : str or (str, float), optional
+        Applied last: ``'relu'``, ``'gelu'`` (erf), ``'gelu_tanh'`` (tanh approximation),
+        ``'silu'``/``'swish'``, ``'sigmoid'``, ``'tanh'``, ``'elu'`` (or ``('elu', alpha)``) and
+        ``('clipped_relu', upper)``.
+    z : device array, optional
+        A residual of the output's shape and dtype, added as ``z_alpha * z`` before the bias's
+        activation (ResNet's ``relu(conv + bias + shortcut)``); it may not overlap *out*.
+    z_alpha : float
+        The scale of *z*.
     alpha, beta : float
-        ``out = alpha * conv + beta * out`` (*beta* != 0 accumulates into *out*).
+        ``out = alpha * conv + beta * out`` (*beta* != 0 accumulates into *out*). With an
+        epilogue *beta* must be 0 (pass *out* as *z* to add it).
     out : device array, optional
         Output ``(N, K, oH, oW)``; must not overlap the inputs.
     stream : optional
@@ -1097,14 +1483,37 @@ def dnn_conv(
     OverflowError
         A dimension, stride or span beyond cuDNN's 32-bit limit.
     pycudnn.errors.NotSupportedError
-        No engine can run it; the message lists every engine tried and why.
+        No engine can run it; the message lists every engine tried and why. A GELU epilogue
+        that no fused engine runs (GELU has no separate-steps form).
+
+    Notes
+    -----
+    An epilogue is built as one graph -- convolution, then pointwise additions and the
+    activation on float32 intermediates -- and runs as one fused kernel where cuDNN's runtime
+    fusion has an engine for it (packed NHWC float16/bfloat16 on sm80+ GPUs), rounding to the
+    output type once. Elsewhere (NCHW, float32/float64, staged strides, a legacy ``algo``) it
+    runs as the convolution followed by ``cudnnAddTensor`` and ``cudnnActivationForward`` on
+    the output, with the same result up to rounding. ``last_call().fused`` and
+    ``last_call().plan.describe()`` say which ran. ``direction_hint`` routes apply only to the
+    separate-steps form.
 
     Examples
     --------
     >>> x = torch.randn(8, 3, 32, 32, device="cuda")
     >>> w = torch.randn(16, 3, 3, 3, device="cuda")
     >>> y = torch.from_dlpack(pycudnn.dnn_conv(x, w, border_mode="half", conv_mode="cross"))
+    >>> b = torch.randn(16, device="cuda")
+    >>> y = pycudnn.dnn_conv(x, w, border_mode="half", conv_mode="cross", bias=b,
+    ...                      activation="relu")
     """
+    if bias is not None or activation is not None or z is not None:
+        return _fused(2, img, kerns, border_mode, subsample, dilation, conv_mode,
+                      direction_hint, algo, precision, num_groups, bias, activation, z, z_alpha,
+                      alpha, beta, out, stream)  # fmt: skip
+    if z_alpha != 1.0:
+        raise ValueError(
+            f"dnn_conv: z_alpha={z_alpha!r} is given without z (the residual it scales)"
+        )
     return _conv(
         OP_FWD,
         2,
@@ -1138,13 +1547,26 @@ def dnn_conv3d(
     precision: str | None = None,
     num_groups: int = 1,
     *,
+    bias: Any = None,
+    activation: str | tuple[str, float] | None = None,
+    z: Any = None,
+    z_alpha: float = 1.0,
     alpha: float = 1.0,
     beta: float = 0.0,
     out: Any = None,
     stream: Any = None,
 ) -> Any:
     """3-D convolution: :func:`dnn_conv` for ``(N, C, D, H, W)`` images (NCDHW or NDHWC) and
-    ``(K, C / num_groups, kD, kH, kW)`` filters. Same parameters, returns and errors."""
+    ``(K, C / num_groups, kD, kH, kW)`` filters, with the same optional epilogue (*bias* of
+    shape ``(K,)`` or ``(1, K, 1, 1, 1)``). Same parameters, returns and errors."""
+    if bias is not None or activation is not None or z is not None:
+        return _fused(3, img, kerns, border_mode, subsample, dilation, conv_mode,
+                      direction_hint, algo, precision, num_groups, bias, activation, z, z_alpha,
+                      alpha, beta, out, stream)  # fmt: skip
+    if z_alpha != 1.0:
+        raise ValueError(
+            f"dnn_conv3d: z_alpha={z_alpha!r} is given without z (the residual it scales)"
+        )
     return _conv(
         OP_FWD,
         3,

@@ -1,0 +1,224 @@
+"""Fused convolution epilogues: ``act(alpha * conv(x, w) + z_alpha * z + bias)`` as one graph.
+
+A :class:`FusedProblem` is a graph key of the plan engine (:mod:`._plans`): the convolution's
+:class:`._plans.Problem` plus the epilogue -- a bias of shape ``(1, K, 1, 1)``, a residual ``z`` of
+the output's shape scaled by ``z_alpha``, and an activation. Its graph is
+
+    conv(x, w) -> [add bias] -> [add z_alpha * z] -> [activation] -> y
+
+with the intermediate results in virtual tensors of the compute type (float32, or float64 for
+double data): cuDNN's runtime-fusion engines run it as one kernel where they can (NHWC
+fp16/bf16 on sm80+), rounding to the output's type once. The order is that of cuDNN's
+``cudnnConvolutionBiasActivationForward`` (``act(alpha1 * conv + alpha2 * z + bias)``).
+
+When no engine runs the graph, :mod:`.conv` computes the same thing as separate steps (the
+plain convolution, then ``cudnnAddTensor`` for the bias and ``z`` and
+``cudnnActivationForward`` in place); :data:`SEPARATE` lists the activations those steps have.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ..descriptors import BackendDescriptor
+from ..enums import (
+    ActivationMode,
+    BackendDescriptorType,
+    DataType,
+    PointwiseMode,
+)
+from ..enums import (
+    BackendAttributeName as A,
+)
+from ..enums import (
+    BackendAttributeType as T,
+)
+from . import _plans
+from ._plans import Problem
+
+__all__ = ["ACTIVATIONS", "SEPARATE", "FusedProblem", "activation"]
+
+#: unique ids of the epilogue's tensors (x, w, y are the convolution's 1, 2, 3)
+BIAS_UID, Z_UID = 4, 5
+_VIRTUAL_UIDS = (101, 102, 103)
+
+#: activation name -> (pointwise mode, the parameter it takes or None, its default)
+ACTIVATIONS: dict[str, tuple[PointwiseMode, str | None, float | None]] = {
+    "relu": (PointwiseMode.RELU_FWD, None, None),
+    "clipped_relu": (PointwiseMode.RELU_FWD, "upper clip", None),
+    "gelu": (PointwiseMode.GELU_FWD, None, None),
+    "gelu_tanh": (PointwiseMode.GELU_APPROX_TANH_FWD, None, None),
+    "silu": (PointwiseMode.SWISH_FWD, None, None),
+    "swish": (PointwiseMode.SWISH_FWD, None, None),
+    "sigmoid": (PointwiseMode.SIGMOID_FWD, None, None),
+    "tanh": (PointwiseMode.TANH_FWD, None, None),
+    "elu": (PointwiseMode.ELU_FWD, "alpha", 1.0),
+}
+#: activation name -> the legacy activation mode of the separate-steps fallback (the GELUs have
+#: none: a GELU epilogue needs a fused engine)
+SEPARATE: dict[str, ActivationMode] = {
+    "relu": ActivationMode.RELU,
+    "clipped_relu": ActivationMode.CLIPPED_RELU,
+    "silu": ActivationMode.SWISH,
+    "swish": ActivationMode.SWISH,
+    "sigmoid": ActivationMode.SIGMOID,
+    "tanh": ActivationMode.TANH,
+    "elu": ActivationMode.ELU,
+}
+
+
+def activation(value: Any, func: str) -> tuple[str, float | None] | None:
+    """Parse ``activation=``: None, a name, or ``(name, coef)`` (``clipped_relu`` needs its upper
+    bound, e.g. ``("clipped_relu", 6.0)``; ``elu`` takes alpha, default 1.0)."""
+    if value is None:
+        return None
+    coef: Any = None
+    name = value
+    if isinstance(value, tuple) and len(value) == 2:
+        name, coef = value
+    names = ", ".join(repr(n) for n in ACTIVATIONS)
+    if not isinstance(name, str) or name.lower() not in ACTIVATIONS:
+        raise ValueError(
+            f"{func}: activation={value!r} is not one of {names} (or a (name, coef) tuple)"
+        )
+    name = name.lower()
+    _mode, param, default = ACTIVATIONS[name]
+    if param is None:
+        if coef is not None:
+            raise ValueError(f"{func}: activation {name!r} takes no parameter, got {value!r}")
+        return name, None
+    if coef is None:
+        coef = default
+    if coef is None:
+        raise ValueError(
+            f"{func}: activation {name!r} needs its {param}: pass ({name!r}, value), "
+            f"e.g. ({name!r}, 6.0)"
+        )
+    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or coef != coef:
+        raise ValueError(f"{func}: the {param} of activation {name!r} must be a real number, "
+                         f"got {coef!r}")  # fmt: skip
+    if name == "clipped_relu" and not coef > 0:
+        raise ValueError(f"{func}: the upper clip of 'clipped_relu' must be > 0, got {coef!r}")
+    return name, float(coef)
+
+
+class Tensor(NamedTuple):
+    """An epilogue operand: shape and element strides as the graph sees them, byte alignment."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    align: int
+
+
+class FusedProblem(NamedTuple):
+    """The graph key of a fused convolution: its :class:`Problem` and its epilogue."""
+
+    conv: Problem
+    bias: Tensor | None
+    z: Tensor | None
+    z_alpha: float
+    act: str | None
+    act_coef: float | None
+
+    # -- the graph-key protocol of _plans ------------------------------------------------------
+    @property
+    def dtype(self) -> int:
+        return self.conv.dtype
+
+    @property
+    def allow_tf32(self) -> bool:
+        return self.conv.allow_tf32
+
+    @property
+    def deterministic(self) -> bool:
+        return self.conv.deterministic
+
+    @property
+    def workspace_limit(self) -> int:
+        return self.conv.workspace_limit
+
+    @property
+    def algo(self) -> str:
+        return self.conv.algo
+
+    @property
+    def device(self) -> int:
+        return self.conv.device
+
+    @property
+    def uids(self) -> tuple[int, ...]:
+        """Pointer order of a call: x, w, [bias], [z], y -- the order ``dnn_conv`` passes them."""
+        x, w, y = _plans.UIDS
+        return (x, w, *((BIAS_UID,) if self.bias else ()), *((Z_UID,) if self.z else ()), y)
+
+    @property
+    def label(self) -> str:
+        parts = ["conv"]
+        if self.bias is not None:
+            parts.append("bias")
+        if self.z is not None:
+            parts.append("add")
+        if self.act is not None:
+            parts.append(self.act)
+        return "fused " + "+".join(parts)
+
+    def what(self) -> str:
+        return f"{self.label} ({self.conv.what()})"
+
+    def build_graph(self, handle: Any) -> BackendDescriptor:
+        """conv -> [add bias] -> [add z_alpha * z] -> [activation] -> y (module docstring)."""
+        p = self.conv
+        dt = DataType(p.dtype)
+        inter = DataType.DOUBLE if dt == DataType.DOUBLE else DataType.FLOAT
+        steps: list[tuple[PointwiseMode, Any, float, dict]] = []  # (mode, b tensor, alpha2, kw)
+        if self.bias is not None:
+            b = self.bias
+            tb = BackendDescriptor.tensor(b.shape, b.strides, dt, uid=BIAS_UID, alignment=b.align)
+            steps.append((PointwiseMode.ADD, tb, 1.0, {}))
+        if self.z is not None:
+            z = self.z
+            tz = BackendDescriptor.tensor(z.shape, z.strides, dt, uid=Z_UID, alignment=z.align)
+            steps.append((PointwiseMode.ADD, tz, self.z_alpha, {}))
+        if self.act is not None:
+            mode, _param, _default = ACTIVATIONS[self.act]
+            kw: dict[str, float] = {}
+            if self.act == "clipped_relu":
+                kw = {"relu_lower_clip": 0.0, "relu_upper_clip": float(self.act_coef or 0.0)}
+            elif self.act == "relu":
+                kw = {"relu_lower_clip": 0.0}
+            elif self.act == "elu":
+                kw = {"elu_alpha": float(self.act_coef if self.act_coef is not None else 1.0)}
+            elif mode == PointwiseMode.SWISH_FWD:
+                kw = {"swish_beta": 1.0}
+            steps.append((mode, None, 1.0, kw))
+        if not steps:
+            raise ValueError("a fused convolution needs a bias, a z or an activation")
+
+        def virtual(uid: int) -> BackendDescriptor:
+            return BackendDescriptor.tensor(
+                p.y_shape, p.y_strides, inter, uid=uid, alignment=16, is_virtual=True
+            )
+
+        cur = virtual(_VIRTUAL_UIDS[0])
+        ops = [_plans.conv_operation(p._replace(beta=0.0), cur)]
+        st = _plans.scaling_type(p.compute)
+        for i, (mode, b, alpha2, kw) in enumerate(steps):
+            last = i == len(steps) - 1
+            if last:
+                out = BackendDescriptor.tensor(
+                    p.y_shape, p.y_strides, dt, uid=_plans.UIDS[2], alignment=p.y_align
+                )
+            else:
+                out = virtual(_VIRTUAL_UIDS[1 + i % 2])
+            pw = BackendDescriptor.pointwise(mode, inter, **kw)
+            op = BackendDescriptor(BackendDescriptorType.OPERATION_POINTWISE_DESCRIPTOR)
+            op.set(A.OPERATION_POINTWISE_PW_DESCRIPTOR, T.BACKEND_DESCRIPTOR, pw)
+            op.set(A.OPERATION_POINTWISE_XDESC, T.BACKEND_DESCRIPTOR, cur)
+            if b is not None:
+                op.set(A.OPERATION_POINTWISE_BDESC, T.BACKEND_DESCRIPTOR, b)
+            op.set(A.OPERATION_POINTWISE_YDESC, T.BACKEND_DESCRIPTOR, out)
+            op.set(A.OPERATION_POINTWISE_ALPHA1, st, 1.0)
+            op.set(A.OPERATION_POINTWISE_ALPHA2, st, alpha2)
+            ops.append(op.finalize())
+            cur = out
+        return BackendDescriptor.operation_graph(ops, handle)
