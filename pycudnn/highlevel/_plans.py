@@ -112,8 +112,10 @@ OP_NAMES = ("forward", "backward_data", "backward_filter")
 #: How many engine configs the ``time_*`` policies build and time at most (PyTorch's default
 #: ``benchmark_limit`` is 10). Set ``pycudnn.highlevel._plans.BENCHMARK_LIMIT`` to change it.
 BENCHMARK_LIMIT = int(os.environ.get("PYCUDNN_BENCHMARK_LIMIT", "16") or 16)
-#: variant packs kept per plan (each pins four pointers)
-PACKS_PER_PLAN = 16
+#: variant packs kept per plan: a training loop's activations cycle through the addresses of a
+#: caching allocator, so a few dozen packs per plan keep most calls on a cached pack (each pack
+#: is a few hundred bytes of host memory)
+PACKS_PER_PLAN = 64
 _TIMING_WARMUP, _TIMING_REPEATS = 1, 3
 _TIMING_BLOCK_MS, _TIMING_MIN_RUNS, _TIMING_MAX_RUNS = 0.5, 5, 50
 
@@ -476,6 +478,9 @@ class GraphPlan:
         c = self.packs.get(key)
         if c is not None:
             return c
+        return self._new_pack(key)
+
+    def _new_pack(self, key: tuple[int, ...]) -> ctypes.c_void_p:
         if len(key) != len(self.uids) + 1:
             raise TypeError(
                 f"this plan takes {len(self.uids)} data pointers and a workspace pointer, "
@@ -493,7 +498,7 @@ class GraphPlan:
         ``run(*data_pointers, workspace_pointer)``."""
         c = self.packs.get(key)
         if c is None:
-            c = self.pack(*key)
+            c = self._new_pack(key)
         rc = (_EXECUTE or execute_function())(self.handle_c, self.plan_c, c)
         if rc:
             raise errors.error_for(rc, "cudnnBackendExecute")
