@@ -34,6 +34,7 @@ ACTS = [None, "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", ("clipped_
         ("elu", 0.7)]  # fmt: skip
 LAYOUTS = [("bf16", True), ("fp16", True), ("fp32", False), ("bf16", False)]
 PATHS: collections.Counter = collections.Counter()
+NOT_FUSED: list[str] = []  # packed NHWC half/bfloat16 cases that ran unfused, and why
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -108,10 +109,15 @@ def test_fused_matches_reference_and_composition(dt, nhwc, act, with_bias, with_
         # only a GELU that no fused engine runs (it has no separate-steps form)
         assert _name(act) in ("gelu", "gelu_tanh") and "no GELU" in str(exc), exc
         PATHS[(dt, nhwc, "gelu not supported")] += 1
+        if nhwc:
+            NOT_FUSED.append(f"{dt} {_name(act)} bias={with_bias} z={with_z}: not supported")
         return
     assert got is out
     call = conv.last_call()
     PATHS[(dt, nhwc, "fused" if call.fused else "separate")] += 1
+    if nhwc and not call.fused:
+        entry = list(conv._op.calls().data.values())[-1]
+        NOT_FUSED.append(f"{dt} {_name(act)} bias={with_bias} z={with_z}: {entry.why[:160]}")
     assert call.epilogue is not None
     # float64 reference from the rounded inputs
     xr, wr = x.double().cpu().numpy(), w.double().cpu().numpy()
@@ -201,4 +207,6 @@ def test_zz_summary():
     )
     print(f"\nFUSED summary: {fused + sep + ns} cases, fused {fused}, separate steps {sep}, "
           f"GELU without an engine {ns} ({detail})")  # fmt: skip
+    for line in NOT_FUSED:
+        print(f"FUSED not fused: {line}")
     assert fused > 0
