@@ -11,9 +11,11 @@ double data): cuDNN's runtime-fusion engines run it as one kernel where they can
 fp16/bf16 on sm80+), rounding to the output's type once. The order is that of cuDNN's
 ``cudnnConvolutionBiasActivationForward`` (``act(alpha1 * conv + alpha2 * z + bias)``).
 
-When no engine runs the graph, :mod:`.conv` computes the same thing as separate steps (the
+When no engine runs the graph, :mod:`.conv` computes the same thing as separate steps: the
 plain convolution, then ``cudnnAddTensor`` for the bias and ``z`` and
-``cudnnActivationForward`` in place); :data:`SEPARATE` lists the activations those steps have.
+``cudnnActivationForward`` in place (:data:`SEPARATE` lists the activations those have); the
+GELUs, which have no legacy kernel, run as an epilogue-only graph (:class:`EpilogueProblem`)
+that reads the convolution's result from a scratch buffer.
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ from ..enums import (
 from . import _plans
 from ._plans import Problem
 
-__all__ = ["ACTIVATIONS", "SEPARATE", "FusedProblem", "activation"]
+__all__ = ["ACTIVATIONS", "SEPARATE", "EpilogueProblem", "FusedProblem", "activation"]
 
-#: unique ids of the epilogue's tensors (x, w, y are the convolution's 1, 2, 3)
-BIAS_UID, Z_UID = 4, 5
+#: unique ids of the epilogue's tensors (x, w, y are the convolution's 1, 2, 3; ``in`` is the
+#: convolution's result read by an epilogue-only graph)
+BIAS_UID, Z_UID, IN_UID = 4, 5, 6
 _VIRTUAL_UIDS = (101, 102, 103)
 
 #: activation name -> (pointwise mode, the parameter it takes or None, its default)
@@ -168,57 +171,115 @@ class FusedProblem(NamedTuple):
     def build_graph(self, handle: Any) -> BackendDescriptor:
         """conv -> [add bias] -> [add z_alpha * z] -> [activation] -> y (module docstring)."""
         p = self.conv
-        dt = DataType(p.dtype)
-        inter = DataType.DOUBLE if dt == DataType.DOUBLE else DataType.FLOAT
-        steps: list[tuple[PointwiseMode, Any, float, dict]] = []  # (mode, b tensor, alpha2, kw)
-        if self.bias is not None:
-            b = self.bias
-            tb = BackendDescriptor.tensor(b.shape, b.strides, dt, uid=BIAS_UID, alignment=b.align)
-            steps.append((PointwiseMode.ADD, tb, 1.0, {}))
-        if self.z is not None:
-            z = self.z
-            tz = BackendDescriptor.tensor(z.shape, z.strides, dt, uid=Z_UID, alignment=z.align)
-            steps.append((PointwiseMode.ADD, tz, self.z_alpha, {}))
-        if self.act is not None:
-            mode, _param, _default = ACTIVATIONS[self.act]
-            kw: dict[str, float] = {}
-            if self.act == "clipped_relu":
-                kw = {"relu_lower_clip": 0.0, "relu_upper_clip": float(self.act_coef or 0.0)}
-            elif self.act == "relu":
-                kw = {"relu_lower_clip": 0.0}
-            elif self.act == "elu":
-                kw = {"elu_alpha": float(self.act_coef if self.act_coef is not None else 1.0)}
-            elif mode == PointwiseMode.SWISH_FWD:
-                kw = {"swish_beta": 1.0}
-            steps.append((mode, None, 1.0, kw))
-        if not steps:
-            raise ValueError("a fused convolution needs a bias, a z or an activation")
-
-        def virtual(uid: int) -> BackendDescriptor:
-            return BackendDescriptor.tensor(
-                p.y_shape, p.y_strides, inter, uid=uid, alignment=16, is_virtual=True
-            )
-
-        cur = virtual(_VIRTUAL_UIDS[0])
+        cur = _virtual(p, _VIRTUAL_UIDS[0])
         ops = [_plans.conv_operation(p._replace(beta=0.0), cur)]
-        st = _plans.scaling_type(p.compute)
-        for i, (mode, b, alpha2, kw) in enumerate(steps):
-            last = i == len(steps) - 1
-            if last:
-                out = BackendDescriptor.tensor(
-                    p.y_shape, p.y_strides, dt, uid=_plans.UIDS[2], alignment=p.y_align
-                )
-            else:
-                out = virtual(_VIRTUAL_UIDS[1 + i % 2])
-            pw = BackendDescriptor.pointwise(mode, inter, **kw)
-            op = BackendDescriptor(BackendDescriptorType.OPERATION_POINTWISE_DESCRIPTOR)
-            op.set(A.OPERATION_POINTWISE_PW_DESCRIPTOR, T.BACKEND_DESCRIPTOR, pw)
-            op.set(A.OPERATION_POINTWISE_XDESC, T.BACKEND_DESCRIPTOR, cur)
-            if b is not None:
-                op.set(A.OPERATION_POINTWISE_BDESC, T.BACKEND_DESCRIPTOR, b)
-            op.set(A.OPERATION_POINTWISE_YDESC, T.BACKEND_DESCRIPTOR, out)
-            op.set(A.OPERATION_POINTWISE_ALPHA1, st, 1.0)
-            op.set(A.OPERATION_POINTWISE_ALPHA2, st, alpha2)
-            ops.append(op.finalize())
-            cur = out
+        _chain(ops, cur, p, self.bias, self.z, self.z_alpha, self.act, self.act_coef)
         return BackendDescriptor.operation_graph(ops, handle)
+
+
+class EpilogueProblem(NamedTuple):
+    """The graph key of an epilogue alone (the separate-steps form of an activation that has no
+    legacy kernel, the GELUs): ``in`` (the convolution's result, written by the plain
+    convolution into a scratch buffer of the output's layout) -> [add bias] -> [add z] ->
+    [activation] -> y. Timing policies do not apply: the heuristics choose."""
+
+    conv: Problem
+    in_align: int
+    bias: Tensor | None
+    z: Tensor | None
+    z_alpha: float
+    act: str | None
+    act_coef: float | None
+
+    dtype = FusedProblem.dtype
+    allow_tf32 = FusedProblem.allow_tf32
+    deterministic = FusedProblem.deterministic
+    workspace_limit = FusedProblem.workspace_limit
+    device = FusedProblem.device
+
+    @property
+    def algo(self) -> str:
+        return "guess"
+
+    @property
+    def uids(self) -> tuple[int, ...]:
+        """Pointer order of a call: in, [bias], [z], y."""
+        b = (BIAS_UID,) if self.bias else ()
+        z = (Z_UID,) if self.z else ()
+        return (IN_UID, *b, *z, _plans.UIDS[2])
+
+    @property
+    def label(self) -> str:
+        parts = [n for n, t in (("bias", self.bias), ("add", self.z)) if t is not None]
+        return "epilogue " + "+".join(parts + ([self.act] if self.act else []))
+
+    def what(self) -> str:
+        p = self.conv
+        return f"{self.label} on y{p.y_shape} {DataType(p.dtype).name}"
+
+    def build_graph(self, handle: Any) -> BackendDescriptor:
+        p = self.conv
+        x = BackendDescriptor.tensor(
+            p.y_shape, p.y_strides, DataType(p.dtype), uid=IN_UID, alignment=self.in_align
+        )
+        ops: list[BackendDescriptor] = []
+        _chain(ops, x, p, self.bias, self.z, self.z_alpha, self.act, self.act_coef)
+        return BackendDescriptor.operation_graph(ops, handle)
+
+
+def _virtual(p: Problem, uid: int) -> BackendDescriptor:
+    """A virtual tensor of the output's shape in the compute type of the epilogue."""
+    inter = DataType.DOUBLE if p.dtype == DataType.DOUBLE else DataType.FLOAT
+    return BackendDescriptor.tensor(
+        p.y_shape, p.y_strides, inter, uid=uid, alignment=16, is_virtual=True
+    )
+
+
+def _chain(ops: list, cur: BackendDescriptor, p: Problem, bias: Tensor | None, z: Tensor | None,
+           z_alpha: float, act: str | None, act_coef: float | None) -> None:  # fmt: skip
+    """Append the pointwise operations cur -> [+ bias] -> [+ z_alpha * z] -> [act] -> y (uid 3,
+    the output's type); the intermediate results are virtual tensors of the compute type."""
+    dt = DataType(p.dtype)
+    inter = DataType.DOUBLE if dt == DataType.DOUBLE else DataType.FLOAT
+    steps: list[tuple[PointwiseMode, Any, float, dict]] = []  # (mode, b tensor, alpha2, kw)
+    if bias is not None:
+        tb = BackendDescriptor.tensor(
+            bias.shape, bias.strides, dt, uid=BIAS_UID, alignment=bias.align
+        )
+        steps.append((PointwiseMode.ADD, tb, 1.0, {}))
+    if z is not None:
+        tz = BackendDescriptor.tensor(z.shape, z.strides, dt, uid=Z_UID, alignment=z.align)
+        steps.append((PointwiseMode.ADD, tz, z_alpha, {}))
+    if act is not None:
+        mode, _param, _default = ACTIVATIONS[act]
+        kw: dict[str, float] = {}
+        if act == "clipped_relu":
+            kw = {"relu_lower_clip": 0.0, "relu_upper_clip": float(act_coef or 0.0)}
+        elif act == "relu":
+            kw = {"relu_lower_clip": 0.0}
+        elif act == "elu":
+            kw = {"elu_alpha": float(act_coef if act_coef is not None else 1.0)}
+        elif mode == PointwiseMode.SWISH_FWD:
+            kw = {"swish_beta": 1.0}
+        steps.append((mode, None, 1.0, kw))
+    if not steps:
+        raise ValueError("an epilogue needs a bias, a z or an activation")
+    st = _plans.scaling_type(p.compute)
+    for i, (mode, b, alpha2, kw) in enumerate(steps):
+        if i == len(steps) - 1:
+            out = BackendDescriptor.tensor(
+                p.y_shape, p.y_strides, dt, uid=_plans.UIDS[2], alignment=p.y_align
+            )
+        else:
+            out = _virtual(p, _VIRTUAL_UIDS[1 + i % 2])
+        pw = BackendDescriptor.pointwise(mode, inter, **kw)
+        op = BackendDescriptor(BackendDescriptorType.OPERATION_POINTWISE_DESCRIPTOR)
+        op.set(A.OPERATION_POINTWISE_PW_DESCRIPTOR, T.BACKEND_DESCRIPTOR, pw)
+        op.set(A.OPERATION_POINTWISE_XDESC, T.BACKEND_DESCRIPTOR, cur)
+        if b is not None:
+            op.set(A.OPERATION_POINTWISE_BDESC, T.BACKEND_DESCRIPTOR, b)
+        op.set(A.OPERATION_POINTWISE_YDESC, T.BACKEND_DESCRIPTOR, out)
+        op.set(A.OPERATION_POINTWISE_ALPHA1, st, 1.0)
+        op.set(A.OPERATION_POINTWISE_ALPHA2, st, alpha2)
+        ops.append(op.finalize())
+        cur = out
