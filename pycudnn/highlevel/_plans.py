@@ -103,6 +103,7 @@ __all__ = [
     "get_plan",
     "new_lru",
     "raw_function",
+    "remember",
     "set_cache_size",
 ]
 
@@ -859,6 +860,12 @@ def get_plan(p: Any, build: Callable[[], Any]) -> Any:
     stats.search_seconds += time.perf_counter() - t0
     lru.put(p, plan)
     return plan
+
+
+def remember(p: Any, value: Any) -> None:
+    """Cache *value* for the graph key *p* in this thread (e.g. a record that no engine runs it,
+    so that another spelling of the call does not search again); it needs a ``close()``."""
+    _plan_cache().put(p, value)
 
 
 def evict(p: Any) -> None:

@@ -1213,7 +1213,7 @@ def _fused_plan(fp: Any, h: Any, in_ptrs: tuple, flags: Any) -> Any:
         plan = _plans.get_plan(fp, lambda: _plans.search_graph_plan(fp, h, ws, timing))
     except errors.CudnnError as exc:  # no engine builds the graph (AllocationError included)
         plan = _NoEngine(f"no fused engine: {exc}")
-        _plans._plan_cache().put(fp, plan)
+        _plans.remember(fp, plan)
     if flags.verbose:
         print(f"pycudnn: {fp.what()} -> "
               f"{plan.reason if isinstance(plan, _NoEngine) else plan.describe()}",
