@@ -6,10 +6,10 @@ mode A, then FALLBACK; plan finalized) outside the timed loops; the timed call i
 ``graph.execute(variant_pack, workspace, handle=handle)`` with a variant pack dict keyed by the
 graph's tensors, as the frontend's samples do. The handle runs on torch's current stream.
 
-Math modes as for torch and pycudnn: fp32 without TF32 bars engines with the TENSOR_CORE
-numerical note, and engines that down-convert their inputs are barred unless fp32 with TF32
-allowed (what PyTorch's ``filterEngineConfigs`` and pycudnn do). The frontend has no autotuning
-of its own, so it runs its heuristic plan in both modes.
+Math modes as for torch and pycudnn: fp32 without TF32 bars engines with the TENSOR_CORE or
+DOWN_CONVERT_INPUTS numerical note (what PyTorch's ``filterEngineConfigs`` and pycudnn do);
+then the first plan that builds is taken plan by plan. The frontend has no autotuning of its
+own, so it runs its heuristic plan in both modes.
 
 Nothing here imports torch or cudnn at module level: ``load`` does, and says why not when it
 cannot (the reason goes into the JSON and the report, and the column is skipped).
@@ -114,14 +114,12 @@ class Frontend:
 
     @staticmethod
     def note_filters(dtype: str, tf32: bool) -> list[str]:
-        """Numerical notes barred, as torch and pycudnn bar them."""
-        fp32 = dtype == "float32"
-        notes = []
-        if fp32 and not tf32:
-            notes.append("TENSOR_CORE")
-        if not (fp32 and tf32):
-            notes.append("DOWN_CONVERT_INPUTS")
-        return notes
+        """Numerical notes barred for fp32 data, as torch and pycudnn bar them: without TF32,
+        tensor-core (TF32) engines and engines that down-convert their inputs. fp16/bf16 graphs
+        take the frontend's own walk unfiltered."""
+        if dtype != "float32" or tf32:
+            return []
+        return ["TENSOR_CORE", "DOWN_CONVERT_INPUTS"]
 
     def finish(self, g: Any, pack: dict, barred: Sequence[str]) -> FeCall:
         """Plan, build the first plan that builds, allocate the workspace; time the build."""
