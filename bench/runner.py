@@ -1061,8 +1061,9 @@ class Child:
         )
 
     def pc_last_call_info(self) -> dict[str, Any]:
-        """pycudnn's last plan: ``plan`` (describe()) and ``fused`` (the plan's attribute;
-        None where the plan has none: the kernel count of the engine capture tells)."""
+        """pycudnn's last cached call: ``plan`` (describe()), ``fused`` (``CallInfo.fused``:
+        one fused graph ran it, else separate steps; the plan's ``fused`` where the call info
+        has none) and ``epilogue``. The engine capture's kernel count tells as well."""
         out: dict[str, Any] = {"plan": None, "fused": None}
         try:
             from pycudnn.highlevel import conv as pconv
@@ -1072,8 +1073,12 @@ class Child:
                 return out
             plan = info.plan
             out["plan"] = plan.describe()
-            fused = getattr(plan, "fused", None)
+            # CallInfo.fused: one fused graph ran the epilogue; else the plan's own flag
+            fused = getattr(info, "fused", None)
+            if fused is None:
+                fused = getattr(plan, "fused", None)
             out["fused"] = None if fused is None else bool(fused)
+            out["epilogue"] = getattr(info, "epilogue", None)
         except Exception as exc:  # diagnostics only
             out["plan"] = f"? ({type(exc).__name__}: {exc})"
         return out
