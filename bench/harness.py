@@ -249,6 +249,17 @@ def alternate(
     return a_vals, b_vals
 
 
+def alternate_many(fns: Sequence[Callable[[], float]], reps: int) -> list[list[float]]:
+    """``alternate`` for any number of sides: forward order in even repetitions, reversed in
+    odd ones (A,B,C, C,B,A, ...); for two sides the same order as ``alternate``."""
+    vals: list[list[float]] = [[] for _ in fns]
+    order = list(range(len(fns)))
+    for i in range(reps):
+        for j in order if i % 2 == 0 else reversed(order):
+            vals[j].append(fns[j]())
+    return vals
+
+
 def measure_pair(
     backend: TimingBackend,
     fn_a: Callable[[], object],
@@ -261,30 +272,49 @@ def measure_pair(
     gpu: bool = True,
 ) -> tuple[SideResult, SideResult]:
     """Host time and GPU time of A and B, alternating; the callables must already be warm."""
-    a, b = SideResult(), SideResult()
-    ha, hb = alternate(
-        lambda: backend.host_us_per_call(fn_a, host_calls),
-        lambda: backend.host_us_per_call(fn_b, host_calls),
-        reps,
+    a, b = measure_sides(
+        backend,
+        [fn_a, fn_b],
+        reps=reps,
+        host_calls=host_calls,
+        target_ms=target_ms,
+        max_calls=max_calls,
+        gpu=gpu,
+    )
+    return a, b
+
+
+def measure_sides(
+    backend: TimingBackend,
+    fns: Sequence[Callable[[], object]],
+    *,
+    reps: int = 5,
+    host_calls: int = 30,
+    target_ms: float = 3.0,
+    max_calls: int = 200,
+    gpu: bool = True,
+) -> list[SideResult]:
+    """Host time and GPU time of every side, alternating (``alternate_many``); the callables
+    must already be warm. The GPU blocks are sized from a short probe of the slowest side."""
+    sides = [SideResult() for _ in fns]
+    host = alternate_many(
+        [(lambda fn=fn: backend.host_us_per_call(fn, host_calls)) for fn in fns], reps
     )
     backend.sync()
-    a.host_us, b.host_us = Stats.of(ha), Stats.of(hb)
+    for side, vals in zip(sides, host, strict=True):
+        side.host_us = Stats.of(vals)
     if not gpu:
-        return a, b
-    host_hint = max(a.host_us.median, b.host_us.median)
-    # size the timed block from a short probe of the slower side
-    probe = max(
-        backend.gpu_ms_per_call(fn_a, 3, host_hint), backend.gpu_ms_per_call(fn_b, 3, host_hint)
-    )
+        return sides
+    host_hint = max(side.host_us.median for side in sides if side.host_us)
+    probe = max(backend.gpu_ms_per_call(fn, 3, host_hint) for fn in fns)
     calls = calls_for(probe, target_ms, hi=max_calls)
-    ga, gb = alternate(
-        lambda: backend.gpu_ms_per_call(fn_a, calls, host_hint),
-        lambda: backend.gpu_ms_per_call(fn_b, calls, host_hint),
-        reps,
+    dev = alternate_many(
+        [(lambda fn=fn: backend.gpu_ms_per_call(fn, calls, host_hint)) for fn in fns], reps
     )
-    a.gpu_ms, b.gpu_ms = Stats.of(ga), Stats.of(gb)
-    a.extra["calls_per_block"] = b.extra["calls_per_block"] = calls
-    return a, b
+    for side, vals in zip(sides, dev, strict=True):
+        side.gpu_ms = Stats.of(vals)
+        side.extra["calls_per_block"] = calls
+    return sides
 
 
 # --------------------------------------------------------------------------------------------
@@ -358,6 +388,7 @@ GPU_RATIO_MAX_GOAL = 1.05
 TINY_REUSE_GOAL = 0.6
 TINY_REUSE_STRETCH = 0.5
 TINY_NEW_GOAL = 1.0
+FUSION_MEDIAN_GOAL = 0.85  # issue 13: pycudnn fused <= 0.85x torch eager, median case
 
 
 def _fmt(v: float | None, spec: str = ".3f") -> str:
@@ -369,6 +400,27 @@ def gpu_ratios(mode_result: dict[str, Any]) -> list[tuple[str, float]]:
     out = []
     for item in mode_result.get("items", []):
         r = item.get("ratio")
+        if r is not None:
+            out.append((f"{item['case']} {item['op']}", float(r)))
+    return out
+
+
+def fusion_ratios(mode_result: dict[str, Any], key: str = "ratio") -> list[tuple[str, float]]:
+    """(case, side/torch-eager median GPU-time ratio) of every fusion case with both sides;
+    *key* ``ratio`` for pycudnn, ``ratio_frontend`` for the frontend."""
+    out = []
+    for item in mode_result.get("fusion") or []:
+        r = item.get(key)
+        if r is not None:
+            out.append((str(item["case"]), float(r)))
+    return out
+
+
+def frontend_ratios(mode_result: dict[str, Any]) -> list[tuple[str, float]]:
+    """(label, frontend/torch median GPU-time ratio) for every conv item with both sides."""
+    out = []
+    for item in mode_result.get("items", []):
+        r = item.get("ratio_frontend")
         if r is not None:
             out.append((f"{item['case']} {item['op']}", float(r)))
     return out
@@ -432,6 +484,33 @@ def evaluate_targets(results: dict[str, Any]) -> list[Target]:
             )
         )
     for mode, res in modes.items():
+        tiny = res.get("tiny") or {}
+        for key, what in (("reuse", "reused buffers"), ("new_buffers", "new buffers each call")):
+            entry = tiny.get(key) or {}
+            py = (entry.get("pycudnn") or {}).get("median")
+            fe = (entry.get("frontend") or {}).get("median")
+            if fe is None:
+                continue  # no frontend column in this run: no target row
+            targets.append(
+                Target(
+                    f"(1) tiny conv, {what}, below the frontend [{mode}]",
+                    "pycudnn host us/call < cudnn-frontend's",
+                    f"{_fmt(py, '.1f')} us vs frontend {_fmt(fe, '.1f')} us",
+                    None if py is None else py < fe,
+                )
+            )
+        fusion = fusion_ratios(res)
+        if res.get("fusion") is not None:
+            med = statistics.median(r for _, r in fusion) if fusion else None
+            targets.append(
+                Target(
+                    f"fusion: pycudnn fused / torch eager GPU time, median case [{mode}]",
+                    f"<= {FUSION_MEDIAN_GOAL:.2f}",
+                    "n/a" if med is None else f"{med:.3f} over {len(fusion)} cases",
+                    None if med is None else med <= FUSION_MEDIAN_GOAL,
+                )
+            )
+    for mode, res in modes.items():
         cold = res.get("cold") or {}
         r = cold.get("ratio")
         py = (cold.get("pycudnn_ms") or {}).get("median")
@@ -483,11 +562,73 @@ MODE_TITLES = {
 }
 
 
-def item_rows(mode_result: dict[str, Any], engines: bool = True) -> list[list[str]]:
+def has_frontend(results: dict[str, Any]) -> bool:
+    """Whether a results dict comes from a run with the frontend column (taken or skipped):
+    older runs render exactly as before."""
+    if (results.get("meta") or {}).get("frontend") is not None:
+        return True
+    for res in (results.get("modes") or {}).values():
+        if (res.get("meta") or {}).get("frontend") is not None:
+            return True
+        if any("frontend" in it for it in res.get("items", [])):
+            return True
+    return False
+
+
+def frontend_info(results: dict[str, Any]) -> dict[str, Any]:
+    info = (results.get("meta") or {}).get("frontend")
+    if info is None:
+        for res in (results.get("modes") or {}).values():
+            info = (res.get("meta") or {}).get("frontend")
+            if info is not None:
+                break
+    return info or {}
+
+
+def _plan_short(plan: str | None) -> str:
+    """``engine 62 (ws 0 B)`` -> ``e62``; other descriptions cut short."""
+    if not plan:
+        return ""
+    return str(plan).split(" (")[0].replace("engine ", "e")[:48]
+
+
+def item_rows(
+    mode_result: dict[str, Any], engines: bool = True, frontend: bool = False
+) -> list[list[str]]:
     rows = []
     for it in mode_result.get("items", []):
         py, th = it.get("pycudnn") or {}, it.get("torch") or {}
+        fe = it.get("frontend") or {}
         err = py.get("error") or th.get("error")
+        if frontend:
+            row = [
+                it["case"],
+                it["op"],
+                it["label"],
+                _stat(py.get("gpu_ms")),
+                _stat(th.get("gpu_ms")),
+                _stat(fe.get("gpu_ms")),
+                _fmt(it.get("ratio"), ".3f"),
+                _fmt(it.get("ratio_frontend"), ".3f"),
+                _fmt(it.get("pct_peak_pycudnn"), ".0f"),
+                _fmt(it.get("relerr"), ".1e"),
+                _fmt(it.get("relerr_frontend"), ".1e"),
+                _stat(py.get("host_us"), spec=".1f"),
+                _stat(th.get("host_us"), spec=".1f"),
+                _stat(fe.get("host_us"), spec=".1f"),
+            ]
+            if engines:
+                plan = _plan_short(py.get("plan"))
+                eng = (
+                    f"{plan + ': ' if plan else ''}{py.get('engine') or '-'} | "
+                    f"{th.get('engine') or '-'} | "
+                    f"{fe.get('plan') or ''}{': ' if fe.get('plan') else ''}"
+                    f"{fe.get('engine') or '-'}"
+                )
+                errs = [f"{n}: {d['error'][:100]}" for n, d in _sides(it) if d.get("error")]
+                row.append(eng if not errs else "ERROR " + "; ".join(errs))
+            rows.append(row)
+            continue
         row = [
             it["case"],
             it["op"],
@@ -508,6 +649,85 @@ def item_rows(mode_result: dict[str, Any], engines: bool = True) -> list[list[st
             eng = f"{plan}{py.get('engine') or '-'} | {th.get('engine') or '-'}"
             row.append(eng if not err else f"ERROR: {err[:120]}")
         rows.append(row)
+    return rows
+
+
+def _sides(it: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(n, it.get(n) or {}) for n in ("pycudnn", "torch", "frontend")]
+
+
+ITEM_HEADERS_FE = [
+    "case",
+    "op",
+    "problem",
+    "pycudnn ms",
+    "torch ms",
+    "frontend ms",
+    "py/th",
+    "fe/th",
+    "%pk py",
+    "relerr py",
+    "relerr fe",
+    "host us py",
+    "host us th",
+    "host us fe",
+    "engine pycudnn | torch | frontend",
+]
+
+FUSION_HEADERS = [
+    "case",
+    "problem",
+    "pycudnn ms",
+    "torch ms",
+    "frontend ms",
+    "py/th",
+    "fe/th",
+    "fused",
+    "kernels py/th/fe",
+    "relerr py",
+    "relerr th",
+    "relerr fe",
+    "host us py",
+    "host us th",
+    "host us fe",
+    "engine pycudnn | frontend",
+]
+
+
+def _yes_no(v: Any) -> str:
+    return "?" if v is None else ("yes" if v else "no")
+
+
+def fusion_rows(mode_result: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for it in mode_result.get("fusion") or []:
+        py, th, fe = (it.get(n) or {} for n in ("pycudnn", "torch", "frontend"))
+        nk = "/".join(str(d.get("n_kernels", "-")) for d in (py, th, fe))
+        errs = [f"{n}: {d['error'][:100]}" for n, d in _sides(it) if d.get("error")]
+        eng = (
+            f"{_plan_short(py.get('plan')) or '-'}: {py.get('engine') or '-'} | "
+            f"{fe.get('plan') or '-'}: {fe.get('engine') or '-'}"
+        )
+        rows.append(
+            [
+                it["case"],
+                it["label"],
+                _stat(py.get("gpu_ms")),
+                _stat(th.get("gpu_ms")),
+                _stat(fe.get("gpu_ms")),
+                _fmt(it.get("ratio"), ".3f"),
+                _fmt(it.get("ratio_frontend"), ".3f"),
+                _yes_no(py.get("fused")),
+                nk,
+                _fmt(it.get("relerr_pycudnn"), ".1e"),
+                _fmt(it.get("relerr_torch"), ".1e"),
+                _fmt(it.get("relerr_frontend"), ".1e"),
+                _stat(py.get("host_us"), spec=".1f"),
+                _stat(th.get("host_us"), spec=".1f"),
+                _stat(fe.get("host_us"), spec=".1f"),
+                eng if not errs else "ERROR " + "; ".join(errs),
+            ]
+        )
     return rows
 
 
@@ -538,43 +758,75 @@ def render_report(results: dict[str, Any], markdown: bool = False) -> str:
         f"{h}pycudnn vs torch on {meta.get('gpu', '?')} | cuDNN {meta.get('cudnn_version', '?')}"
         f" | torch {meta.get('torch_version', '?')} | peaks: {meta.get('peaks_source', '?')}"
     )
+    fe_cols = has_frontend(results)
+    if fe_cols:
+        info = frontend_info(results)
+        if info.get("available"):
+            out.append(
+                f"frontend column: nvidia-cudnn-frontend {info.get('version', '?')} (import "
+                f"cudnn, pygraph) on cuDNN {info.get('backend_version', '?')}, heuristics "
+                f"{info.get('heuristics', 'A')}"
+            )
+        else:
+            out.append(f"frontend column: skipped ({info.get('reason', 'no reason recorded')})")
     for mode, res in results.get("modes", {}).items():
         out.append("")
         out.append(f"{h}{MODE_TITLES.get(mode, mode)}")
         if res.get("error"):
             out.append(f"mode failed: {res['error']}")
-        out.append(
-            "GPU ms = median per call by CUDA events over back-to-back calls; ratio = "
-            "pycudnn/torch medians; %pk = % of dense peak for the dtype"
-        )
-        out.append(blank + format_table(ITEM_HEADERS, item_rows(res), markdown))
+        if fe_cols:
+            out.append(
+                "GPU ms = median per call by CUDA events over back-to-back calls; py/th, fe/th "
+                "= pycudnn/torch and frontend/torch medians; %pk = % of dense peak for the "
+                "dtype; relerr = ||side - torch|| / ||torch|| in fp64"
+            )
+            out.append(
+                blank + format_table(ITEM_HEADERS_FE, item_rows(res, frontend=True), markdown)
+            )
+        else:
+            out.append(
+                "GPU ms = median per call by CUDA events over back-to-back calls; ratio = "
+                "pycudnn/torch medians; %pk = % of dense peak for the dtype"
+            )
+            out.append(blank + format_table(ITEM_HEADERS, item_rows(res), markdown))
         tiny = res.get("tiny") or {}
         if tiny:
+            tiny_fe = fe_cols or any(isinstance(e, dict) and "frontend" in e for e in tiny.values())
             rows = []
             for key, entry in tiny.items():
                 if not isinstance(entry, dict) or not isinstance(entry.get("pycudnn"), dict):
                     continue
-                rows.append(
-                    [
-                        key,
-                        entry.get("what", ""),
-                        _stat(entry.get("pycudnn"), spec=".2f"),
-                        _stat(entry.get("pycudnn"), "min", ".2f"),
-                        _stat(entry.get("torch"), spec=".2f"),
-                        _stat(entry.get("torch"), "min", ".2f"),
-                        _fmt(entry.get("ratio"), ".2f"),
+                row = [
+                    key,
+                    entry.get("what", ""),
+                    _stat(entry.get("pycudnn"), spec=".2f"),
+                    _stat(entry.get("pycudnn"), "min", ".2f"),
+                    _stat(entry.get("torch"), spec=".2f"),
+                    _stat(entry.get("torch"), "min", ".2f"),
+                    _fmt(entry.get("ratio"), ".2f"),
+                ]
+                if tiny_fe:
+                    row += [
+                        _stat(entry.get("frontend"), spec=".2f"),
+                        _stat(entry.get("frontend"), "min", ".2f"),
+                        _fmt(entry.get("ratio_frontend"), ".2f"),
                     ]
-                )
+                rows.append(row)
+            headers = ["variant", "what", "pycudnn", "(min)", "torch", "(min)", "ratio"]
+            if tiny_fe:
+                headers += ["frontend", "(min)", "fe/th"]
             out.append("")
             out.append("(1) tiny conv x=(1,8,8,8) w=(8,8,3,3) pad 1 fp32 NCHW, us per call")
-            out.append(
-                blank
-                + format_table(
-                    ["variant", "what", "pycudnn", "(min)", "torch", "(min)", "ratio"],
-                    rows,
-                    markdown,
+            if tiny_fe:
+                rel = tiny.get("relerr_frontend")
+                note = (
+                    f"frontend: same variant pack dict every call (reuse) or a new dict with "
+                    f"a new output each call (new_buffers); relerr vs torch {_fmt(rel, '.1e')}"
                 )
-            )
+                if tiny.get("frontend_error"):
+                    note = f"frontend failed: {tiny['frontend_error']}"
+                out.append(note)
+            out.append(blank + format_table(headers, rows, markdown))
         cold, thrash = res.get("cold") or {}, res.get("thrash") or {}
         if cold or thrash:
             rows = []
@@ -599,8 +851,77 @@ def render_report(results: dict[str, Any], markdown: bool = False) -> str:
                     )
             out.append("")
             out.append(blank + format_table(["case", "pycudnn", "torch", "ratio"], rows, markdown))
+        if res.get("fusion"):
+            out.append("")
+            out.append(
+                "fusion: y = relu(conv(x, w) + bias [+ z]); torch eager F.relu(F.conv2d(x, w, b) "
+                "[+ z]); pycudnn one dnn_conv(bias=, activation='relu', z=, out=); frontend "
+                "conv_fprop -> bias [-> add] -> relu graph. GPU ms medians; relerr vs float64; "
+                "fused = pycudnn's plan says so; kernels = per call, from the profiler"
+            )
+            out.append(blank + format_table(FUSION_HEADERS, fusion_rows(res), markdown))
     out.append("")
     out.append(f"{h}targets")
     trows = [[t.name, t.goal, t.measured, t.verdict] for t in evaluate_targets(results)]
     out.append(blank + format_table(["target", "goal", "measured", "verdict"], trows, markdown))
     return "\n".join(out)
+
+
+def _median_txt(ratios: list[tuple[str, float]], spec: str = ".3f") -> str:
+    if not ratios:
+        return "n/a"
+    return f"{statistics.median(r for _, r in ratios):{spec}}"
+
+
+def summary_lines(results: dict[str, Any]) -> list[str]:
+    """One line per group and mode, printed last by ``run.py`` (and pasted in the issue)."""
+    lines: list[str] = []
+    fe_cols = has_frontend(results)
+    info = frontend_info(results)
+    if fe_cols and not info.get("available"):
+        lines.append(f"frontend: skipped ({info.get('reason', 'no reason recorded')})")
+    for mode, res in (results.get("modes") or {}).items():
+        if res.get("error"):
+            lines.append(f"[{mode}] mode failed: {res['error']}")
+        ratios = gpu_ratios(res)
+        if ratios:
+            worst_label, worst = max(ratios, key=lambda lr: lr[1])
+            line = (
+                f"conv [{mode}]: median pycudnn/torch {_median_txt(ratios)} ({len(ratios)} "
+                f"items), worst {worst:.3f} ({worst_label})"
+            )
+            if fe_cols:
+                fr = frontend_ratios(res)
+                line += f"; frontend/torch {_median_txt(fr)} ({len(fr)} items)"
+            lines.append(line)
+        tiny = res.get("tiny") or {}
+        if tiny:
+            parts = []
+            for key, short in (("reuse", "reuse"), ("new_buffers", "new")):
+                e = tiny.get(key) or {}
+                txt = (
+                    f"{short} py {_stat(e.get('pycudnn'), spec='.1f')} "
+                    f"torch {_stat(e.get('torch'), spec='.1f')}"
+                )
+                if fe_cols:
+                    txt += f" fe {_stat(e.get('frontend'), spec='.1f')}"
+                parts.append(txt)
+            lines.append(f"tiny conv host us [{mode}]: " + " | ".join(parts))
+        if res.get("fusion") is not None:
+            fr_py, fr_fe = fusion_ratios(res), fusion_ratios(res, "ratio_frontend")
+            fused = [(it.get("pycudnn") or {}).get("fused") for it in res["fusion"]]
+            line = (
+                f"fusion [{mode}]: median pycudnn/torch {_median_txt(fr_py, '.2f')} "
+                f"({len(fr_py)} cases), frontend/torch {_median_txt(fr_fe, '.2f')} "
+                f"({len(fr_fe)} cases); pycudnn fused {sum(1 for f in fused if f)}/{len(fused)}"
+            )
+            if any(f is None for f in fused):
+                line += f" ({sum(1 for f in fused if f is None)} unknown)"
+            lines.append(line)
+    targets = evaluate_targets(results)
+    counts = {v: sum(1 for t in targets if t.verdict == v) for v in ("MET", "MISSED")}
+    lines.append(
+        f"targets: {counts['MET']} met, {counts['MISSED']} missed, "
+        f"{len(targets) - counts['MET'] - counts['MISSED']} not measured"
+    )
+    return lines

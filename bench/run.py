@@ -1,8 +1,13 @@
-"""pycudnn vs PyTorch convolution benchmarks (GitHub issue 6).
+"""pycudnn vs PyTorch (and NVIDIA's cudnn-frontend) convolution benchmarks (issues 6 and 13).
 
 Run on the GPU machine from the repository root::
 
-    PYTHONPATH=. python3 bench/run.py
+    PYTHONPATH=. python3 bench/run.py [--quick] [--only conv,tiny,fusion] [--cases 2,f1]
+
+The frontend column (``import cudnn`` from ``nvidia-cudnn-frontend``) is skipped, with its
+reason in the JSON and the report, when the package is absent or unusable (``--no-frontend``
+skips it on purpose). The fusion cases (``f1b`` ... ``f4h``) compare pycudnn's fused
+conv+bias(+z)+relu call with torch eager and the frontend's fused graph.
 
 Each mode (heuristic vs heuristic, autotuned vs autotuned) runs in its own process (torch keeps
 one cuDNN plan per problem regardless of ``cudnn.benchmark``). Both libraries use the same
@@ -27,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.harness import evaluate_targets, render_report  # noqa: E402
+from bench.harness import evaluate_targets, render_report, summary_lines  # noqa: E402
 
 MODES = ("heuristic", "autotune")
 
@@ -35,14 +40,29 @@ MODES = ("heuristic", "autotune")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--modes", default=",".join(MODES), help="comma list of: heuristic,autotune")
-    p.add_argument("--cases", default=None, help="comma list of case ids (1,2,...,6a,...,12)")
+    p.add_argument(
+        "--cases",
+        default=None,
+        help="comma list of case ids (1,2,...,6a,...,12; f1b..f4h, f1 = f1b+f1h, f = all fusion)",
+    )
+    p.add_argument(
+        "--only", default=None, help="comma list of groups: tiny,cold,thrash,conv,fusion"
+    )
+    p.add_argument("--no-frontend", action="store_true", help="skip the cudnn-frontend column")
     p.add_argument("--budget", type=float, default=400.0, help="seconds for all modes together")
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     p.add_argument("--results", default=str(ROOT / "results"), help="results folder")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", default=None, help=argparse.SUPPRESS)
     p.add_argument("--child-budget", type=float, default=None, help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    from bench.cases import Selection
+
+    try:
+        Selection.parse(args.cases, args.only)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
 
 
 def run_modes(args: argparse.Namespace, stamp: str, outdir: Path) -> dict[str, Any]:
@@ -73,6 +93,10 @@ def run_modes(args: argparse.Namespace, stamp: str, outdir: Path) -> dict[str, A
             cmd.append("--quick")
         if args.cases:
             cmd += ["--cases", args.cases]
+        if args.only:
+            cmd += ["--only", args.only]
+        if args.no_frontend:
+            cmd.append("--no-frontend")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         print(f"[bench] mode {mode}: budget {budget:.0f} s", flush=True)
@@ -102,7 +126,13 @@ def main(argv: list[str] | None = None) -> int:
         from bench.runner import child_main
 
         return child_main(
-            args.child, args.json, args.child_budget or args.budget, args.quick, args.cases
+            args.child,
+            args.json,
+            args.child_budget or args.budget,
+            args.quick,
+            args.cases,
+            args.only,
+            not args.no_frontend,
         )
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     outdir = Path(args.results)
@@ -137,6 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         text = "report failed:\n" + traceback.format_exc()
     print("\n" + text, flush=True)
     print(f"\n[bench] wrote {', '.join(str(p) for p in paths)}", flush=True)
+    # the summary lines last, one per group and mode
+    try:
+        lines = summary_lines(results)
+    except Exception as exc:
+        lines = [f"summary failed: {type(exc).__name__}: {exc}"]
+    print("\n" + "\n".join(lines), flush=True)
     return 0
 
 

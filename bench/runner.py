@@ -19,15 +19,17 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .cases import GPU_CASES, Case
+from .cases import FUSION_CASES, GPU_CASES, Case, FusionCase, Selection
 from .harness import (
     MARKER_KERNEL,
     ConvGeom,
     SideResult,
     Stats,
     alternate,
+    alternate_many,
     math_mode,
     measure_pair,
+    measure_sides,
     peak_tflops,
     peaks_for,
     ratio,
@@ -80,15 +82,22 @@ class TorchBackend:
 class Child:
     """Everything one mode measures."""
 
-    def __init__(self, mode: str, json_path: str, deadline: float, quick: bool) -> None:
+    def __init__(
+        self, mode: str, json_path: str, deadline: float, quick: bool, frontend: bool = True
+    ) -> None:
         self.mode = mode
         self.json_path = json_path
         self.deadline = deadline
         self.quick = quick
+        self.want_frontend = frontend
+        self.fe: Any = None  # bench.frontend.Frontend when the frontend column runs
         self.result: dict[str, Any] = {"mode": mode, "items": [], "skipped": []}
         self.meta: dict[str, Any] = {}
-        # (label, pycudnn call, torch call, tf32) of every item, for the engine capture
-        self.keep: list[tuple[str, Callable[[], object], Callable[[], object], bool]] = []
+        # (label, [pycudnn call, torch call, frontend call], tf32) of every item, for the
+        # engine capture (a side that did not run has a no-op)
+        self.keep: list[tuple[str, list[Callable[[], object]], bool]] = []
+        # the tensors of the last build(): the frontend runs on the same inputs
+        self.built: dict[str, Any] = {}
 
     # -- setup ----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -137,6 +146,26 @@ class Child:
         }
         self.result["meta"] = self.meta
         log(f"{self.mode}: {gpu}, cuDNN {tv} at {files[0]} ({info.found_via})")
+        self.setup_frontend(tv, loader.libcudnn_files_in_process)
+
+    def setup_frontend(self, torch_version: int, libcudnn_files: Callable[[], list[str]]) -> None:
+        """The third column: NVIDIA's cudnn-frontend (``import cudnn``), or the reason not."""
+        if not self.want_frontend:
+            fe_info: dict[str, Any] = {"available": False, "reason": "disabled by --no-frontend"}
+        else:
+            from . import frontend
+
+            self.fe, fe_info = frontend.load(
+                self.torch, torch_version, libcudnn_files, self.stream_int
+            )
+        self.meta["frontend"] = fe_info
+        if self.fe is None:
+            log(f"frontend column skipped: {fe_info.get('reason')}")
+        else:
+            log(
+                f"frontend: cudnn {fe_info.get('version')} on cuDNN "
+                f"{fe_info.get('backend_version')} (same libcudnn as torch and pycudnn)"
+            )
 
     def flush(self) -> None:
         tmp = self.json_path + ".tmp"
@@ -192,8 +221,10 @@ class Child:
             def th() -> object:
                 return tconv(x, w, None, g.stride, g.pad, g.dilation, g.groups)
 
+            self.built = {"x": x, "w": w, "y": y}
             return py, th, lambda: y, th
         dy = self.tensor(g.y_shape, dtype, cl)
+        self.built = {"x": x, "w": w, "y": dy}
         if op == "dgrad":
             dx = self.tensor(g.x_shape, dtype, cl, empty=True)
             mask = [True, False, False]
@@ -292,6 +323,7 @@ class Child:
             }
             t_item = time.perf_counter()
             py_side, th_side = SideResult(), SideResult()
+            fe_side = SideResult() if self.fe is not None else None
             try:
                 torch.backends.cudnn.allow_tf32 = case.tf32
                 with self.pc.config.override(allow_tf32=case.tf32):
@@ -304,54 +336,108 @@ class Child:
                         py_side.error = f"{type(exc).__name__}: {exc}"
                         log(f"{label}: pycudnn failed: {py_side.error}")
                     th_side.first_call_ms = self.first_call_ms(th)
+                    fe_call = self.frontend_conv(case, op, fe_side, label)
                     if py_side.error is None:
                         item["relerr"] = self.relerr(py_out(), th_out())
-                        for _ in range(3):
-                            py()
-                            th()
-                        reps = 3 if self.quick else 7
-                        a, b = measure_pair(
-                            self.backend, py, th, reps=reps, host_calls=20, target_ms=5.0
-                        )
-                        py_side.gpu_ms, py_side.host_us = a.gpu_ms, a.host_us
-                        th_side.gpu_ms, th_side.host_us = b.gpu_ms, b.host_us
-                        item["calls_per_block"] = a.extra.get("calls_per_block")
+                    if fe_call is not None:
+                        item["relerr_frontend"] = self.relerr(fe_call.extra["result"], th_out())
+                    fns = [py if py_side.error is None else None, th]
+                    if fe_call is not None:
+                        fns.append(fe_call.run)
+                    live = [fn for fn in fns if fn is not None]
+                    for _ in range(3):
+                        for fn in live:
+                            fn()
+                    reps = 3 if self.quick else 7
+                    measured = measure_sides(
+                        self.backend, live, reps=reps, host_calls=20, target_ms=5.0
+                    )
+                    by_fn = dict(zip(map(id, live), measured, strict=True))
+                    sides = [py_side, th_side] + ([fe_side] if fe_call is not None else [])
+                    for fn, side in zip(fns, sides, strict=True):
+                        if fn is not None:
+                            side.gpu_ms, side.host_us = by_fn[id(fn)].gpu_ms, by_fn[id(fn)].host_us
+                    item["calls_per_block"] = measured[0].extra.get("calls_per_block")
+                    keep = [fn if fn is not None else _noop for fn in fns]
+                    keep += [_noop] * (3 - len(keep))
+                    self.keep.append((f"{case.id} {op}", keep, case.tf32))
+                    if py_side.error is None:
                         py_side.extra["plan"] = self.pc_last_plan()
-                        r = ratio(a.gpu_ms.median, b.gpu_ms.median)
+                        r = ratio(py_side.gpu_ms.median, th_side.gpu_ms.median)
                         if self.mode == "heuristic" and r is not None and r > 1.05:
                             item["pycudnn_time_once"] = self.try_time_once(case, op, th)
-                        self.keep.append((f"{case.id} {op}", py, th, case.tf32))
-                    else:
-                        self.keep.append((f"{case.id} {op}", lambda: None, th, case.tf32))
             except Exception as exc:
                 th_side.error = th_side.error or f"{type(exc).__name__}: {exc}"
                 log(f"{label}: failed: {traceback.format_exc(limit=3)}")
             finally:
                 torch.backends.cudnn.allow_tf32 = False
             item["pycudnn"], item["torch"] = py_side.to_dict(), th_side.to_dict()
+            if fe_side is not None:
+                item["frontend"] = fe_side.to_dict()
             peak = peak_tflops(self.peaks, item["math"])
-            for side, res in (("pycudnn", py_side), ("torch", th_side)):
-                if res.gpu_ms:
+            for side, res in (("pycudnn", py_side), ("torch", th_side), ("frontend", fe_side)):
+                if res is not None and res.gpu_ms:
                     tf = item["flops"] / (res.gpu_ms.median * 1e-3) / 1e12
                     item[f"tflops_{side}"] = tf
                     item[f"pct_peak_{side}"] = 100.0 * tf / peak
                     item[f"gbs_{side}"] = item["min_bytes"] / (res.gpu_ms.median * 1e-3) / 1e9
+            th_ms = th_side.gpu_ms
             item["ratio"] = ratio(
                 py_side.gpu_ms.median if py_side.gpu_ms else None,
-                th_side.gpu_ms.median if th_side.gpu_ms else None,
+                th_ms.median if th_ms else None,
             )
             item["ratio_min"] = ratio(
                 py_side.gpu_ms.min if py_side.gpu_ms else None,
-                th_side.gpu_ms.min if th_side.gpu_ms else None,
+                th_ms.min if th_ms else None,
             )
+            if fe_side is not None:
+                item["ratio_frontend"] = ratio(
+                    fe_side.gpu_ms.median if fe_side.gpu_ms else None,
+                    th_ms.median if th_ms else None,
+                )
             item["seconds"] = round(time.perf_counter() - t_item, 2)
             self.result["items"].append(item)
             self.flush()
+            fe_txt = ""
+            if fe_side is not None:
+                fe_txt = (
+                    f" frontend {fmt_ms(fe_side.gpu_ms)} ({fmt(item.get('ratio_frontend'))}x, "
+                    f"relerr {fmt(item.get('relerr_frontend'), '.1e')})"
+                )
             log(
                 f"{label} {case.title()}: pycudnn {fmt_ms(py_side.gpu_ms)} torch "
                 f"{fmt_ms(th_side.gpu_ms)} ratio {fmt(item['ratio'])} relerr "
-                f"{fmt(item.get('relerr'), '.1e')} ({item['seconds']} s)"
+                f"{fmt(item.get('relerr'), '.1e')}{fe_txt} ({item['seconds']} s)"
             )
+
+    def frontend_conv(self, case: Case, op: str, side: SideResult | None, label: str):
+        """The frontend's graph for one op on the tensors of the last build(), with its own
+        output buffer; None (and the error on *side*) when it cannot run."""
+        if self.fe is None or side is None:
+            return None
+        t = self.built
+        try:
+            x, w, y = t["x"], t["w"], t["y"]
+            empty = self.torch.empty_like
+            if op == "fwd":
+                out = empty(y)
+                call = self.fe.conv(op, case.geom, case.dtype, case.tf32, x, w, out)
+            elif op == "dgrad":
+                out = empty(x)
+                call = self.fe.conv(op, case.geom, case.dtype, case.tf32, out, w, y)
+            else:
+                out = empty(w)
+                call = self.fe.conv(op, case.geom, case.dtype, case.tf32, x, out, y)
+            call.extra["result"] = out
+            side.first_call_ms = self.first_call_ms(call.run) + call.build_ms
+            side.extra["build_ms"] = call.build_ms
+            side.extra["plan"] = call.plan
+            side.extra["workspace"] = call.extra.get("workspace")
+            return call
+        except Exception as exc:
+            side.error = f"{type(exc).__name__}: {exc}"
+            log(f"{label}: frontend failed: {side.error}")
+            return None
 
     # -- (1) tiny conv: host cost per call ------------------------------------------------------
     def run_tiny(self) -> None:
@@ -434,6 +520,7 @@ class Child:
             )
         except Exception as exc:
             tiny["prewrapped_error"] = f"{type(exc).__name__}: {exc}"
+        self.fe_tiny = self.frontend_tiny(x, w, tiny)
         self.measure_tiny_variants(variants, tiny, reps)
         # wall per call (2000 calls then one sync) and GPU time per call
         wall: dict[str, float] = {}
@@ -468,28 +555,62 @@ class Child:
 
         return run
 
+    def frontend_tiny(self, x: Any, w: Any, tiny: dict[str, Any]) -> dict[str, Callable]:
+        """The frontend's tiny-conv variants (``reuse``, ``new_buffers``), checked against
+        torch; {} when the frontend column is skipped or fails here."""
+        if self.fe is None:
+            return {}
+        try:
+            F = self.torch.nn.functional
+            y_fe = self.torch.empty(1, 8, 8, 8, device="cuda")
+            call, reuse, new_buffers = self.fe.tiny(x, w, y_fe)
+            call.run()
+            tiny["relerr_frontend"] = self.relerr(y_fe, F.conv2d(x, w, None, 1, 1))
+            tiny["frontend_plan"] = call.plan
+            tiny["frontend_build_ms"] = call.build_ms
+            return {"reuse": reuse, "new_buffers": new_buffers}
+        except Exception as exc:
+            tiny["frontend_error"] = f"{type(exc).__name__}: {exc}"
+            log(f"tiny frontend: {traceback.format_exc(limit=4)}")
+            return {}
+
     def measure_tiny_variants(self, variants: list[tuple], tiny: dict[str, Any], reps: int) -> None:
-        """(key, what, pycudnn fn(x), torch fn(x), inputs[, prepare]) -> tiny[key]."""
+        """(key, what, pycudnn fn(x), torch fn(x), inputs[, prepare]) -> tiny[key]; the
+        frontend's fn(x) for the same key (``self.fe_tiny``) is timed in the same rotation."""
         host_loop = self.host_loop
+        fe_fns = getattr(self, "fe_tiny", None) or {}
         for key, what, fpy, fth, inputs, *prepare in variants:
             entry: dict[str, Any] = {"what": what}
+            fns = [fpy, fth] + ([fe_fns[key]] if key in fe_fns else [])
             try:
                 for fn in prepare:
                     fn()
                 for _ in range(2):  # warm: plans and variant packs for every pointer in the pool
-                    host_loop(fpy, inputs)()
-                    host_loop(fth, inputs)()
-                a, b = alternate(host_loop(fpy, inputs), host_loop(fth, inputs), reps)
-                entry["pycudnn"], entry["torch"] = Stats.of(a).to_dict(), Stats.of(b).to_dict()
+                    for fn in fns:
+                        host_loop(fn, inputs)()
+                vals = alternate_many([host_loop(fn, inputs) for fn in fns], reps)
+                entry["pycudnn"] = Stats.of(vals[0]).to_dict()
+                entry["torch"] = Stats.of(vals[1]).to_dict()
                 entry["ratio"] = ratio(entry["pycudnn"]["median"], entry["torch"]["median"])
                 entry["ratio_min"] = ratio(entry["pycudnn"]["min"], entry["torch"]["min"])
+                if len(vals) == 3:
+                    entry["frontend"] = Stats.of(vals[2]).to_dict()
+                    entry["ratio_frontend"] = ratio(
+                        entry["frontend"]["median"], entry["torch"]["median"]
+                    )
+                    entry["ratio_py_frontend"] = ratio(
+                        entry["pycudnn"]["median"], entry["frontend"]["median"]
+                    )
             except Exception as exc:
                 entry["error"] = f"{type(exc).__name__}: {exc}"
                 log(f"tiny {key}: {traceback.format_exc(limit=4)}")
             tiny[key] = entry
+            fe_txt = ""
+            if "frontend" in entry:
+                fe_txt = f", frontend {fmt(entry['frontend']['median'], '.2f')} us"
             log(
                 f"(1) tiny {key}: pycudnn {fmt((entry.get('pycudnn') or {}).get('median'), '.2f')}"
-                f" us, torch {fmt((entry.get('torch') or {}).get('median'), '.2f')} us, "
+                f" us, torch {fmt((entry.get('torch') or {}).get('median'), '.2f')} us{fe_txt}, "
                 f"ratio {fmt(entry.get('ratio'))}"
             )
 
@@ -792,6 +913,176 @@ class Child:
             f"{fmt((thrash.get('torch_host_us') or {}).get('median'), '.2f')}"
         )
 
+    # -- fusion: conv + bias (+ z) + relu, one fused call against torch eager --------------------
+    def run_fusion(self, sel: Selection) -> None:
+        self.result.setdefault("fusion", [])
+        for case in FUSION_CASES:
+            if not sel.wants(case.id):
+                continue
+            if self.time_left() < 20:
+                self.result["skipped"].append(f"fusion {case.id}: out of time")
+                log(f"SKIP fusion {case.id}: out of time")
+                continue
+            self.run_fusion_case(case)
+
+    def run_fusion_case(self, case: FusionCase) -> None:
+        """torch eager ``F.relu(F.conv2d(x, w, b) (+ z))``, pycudnn ``dnn_conv(..., bias=b,
+        activation='relu', z=z, out=y)``, the frontend's conv_fprop -> bias (-> add z) -> relu
+        graph; each checked against a float64 reference; GPU and host time alternating."""
+        torch, pc = self.torch, self.pc
+        F = torch.nn.functional
+        g = case.geom
+        label = f"fusion {case.id}"
+        item: dict[str, Any] = {
+            "case": case.id,
+            "op": "fused",
+            "label": case.title(),
+            "dtype": case.dtype,
+            "layout": case.layout,
+            "epilogue": case.epilogue,
+            "math": math_mode(case.dtype),
+            "flops": g.flops(),
+        }
+        t_item = time.perf_counter()
+        sides = {"pycudnn": SideResult(), "torch": SideResult()}
+        if self.fe is not None:
+            sides["frontend"] = SideResult()
+        fns: dict[str, Callable[[], object]] = {}
+        outs: dict[str, Callable[[], Any]] = {}
+        try:
+            x = self.tensor(g.x_shape, case.dtype, True)
+            w = self.tensor(g.w_shape, case.dtype, True)
+            b = torch.randn(g.k, device="cuda", dtype=getattr(torch, case.dtype))
+            z = self.tensor(g.y_shape, case.dtype, True) if case.residual else None
+            y = self.tensor(g.y_shape, case.dtype, True, empty=True)
+            stride, pad = g.stride, g.pad
+
+            def th() -> Any:
+                t = F.conv2d(x, w, b, stride, pad)
+                return F.relu(t + z) if z is not None else F.relu(t)
+
+            kw: dict[str, Any] = dict(
+                border_mode=pad,
+                subsample=stride,
+                conv_mode="cross",
+                bias=b,
+                activation="relu",
+                out=y,
+                stream=self.stream_int,
+            )
+            if z is not None:
+                kw["z"] = z
+
+            def py() -> Any:
+                return pc.dnn_conv(x, w, **kw)
+
+            fns["torch"], outs["torch"] = th, th
+            sides["torch"].first_call_ms = self.first_call_ms(th)
+            try:
+                sides["pycudnn"].first_call_ms = self.first_call_ms(py)
+                fns["pycudnn"], outs["pycudnn"] = py, lambda: y
+                info = self.pc_last_call_info()
+                sides["pycudnn"].extra.update(info)
+            except Exception as exc:
+                sides["pycudnn"].error = f"{type(exc).__name__}: {exc}"
+                log(f"{label}: pycudnn failed: {sides['pycudnn'].error}")
+            if "frontend" in sides:
+                fe_side = sides["frontend"]
+                try:
+                    y_fe = torch.empty_like(y)
+                    b4 = b.view(1, g.k, 1, 1)
+                    call = self.fe.fused(x, w, b4, z, y_fe, pad, stride, case.dtype)
+                    fe_side.first_call_ms = self.first_call_ms(call.run) + call.build_ms
+                    fe_side.extra.update(
+                        build_ms=call.build_ms,
+                        plan=call.plan,
+                        workspace=call.extra.get("workspace"),
+                    )
+                    fns["frontend"], outs["frontend"] = call.run, lambda: y_fe
+                except Exception as exc:
+                    fe_side.error = f"{type(exc).__name__}: {exc}"
+                    log(f"{label}: frontend failed: {fe_side.error}")
+            # correctness: every side against float64 (NCHW, so torch's fp64 path is plain)
+            d = [t.double().contiguous() if t is not None else None for t in (x, w, b, z)]
+            benchmark = torch.backends.cudnn.benchmark
+            torch.backends.cudnn.benchmark = False  # no autotuning of the fp64 reference
+            try:
+                ref = F.conv2d(d[0], d[1], d[2], stride, pad)
+            finally:
+                torch.backends.cudnn.benchmark = benchmark
+            ref = F.relu(ref + d[3]) if d[3] is not None else F.relu(ref)
+            for name, get in outs.items():
+                item[f"relerr_{name}"] = self.relerr(get(), ref)
+            if "pycudnn" in outs:
+                item["relerr_pycudnn_vs_torch"] = self.relerr(y, th())
+            del ref, d
+            order = [n for n in ("pycudnn", "torch", "frontend") if n in fns]
+            live = [fns[n] for n in order]
+            for _ in range(3):
+                for fn in live:
+                    fn()
+            reps = 3 if self.quick else 7
+            measured = measure_sides(self.backend, live, reps=reps, host_calls=20, target_ms=5.0)
+            for n, m in zip(order, measured, strict=True):
+                sides[n].gpu_ms, sides[n].host_us = m.gpu_ms, m.host_us
+            item["calls_per_block"] = measured[0].extra.get("calls_per_block")
+            self.keep.append(
+                (
+                    f"{case.id} fused",
+                    [fns.get(n, _noop) for n in ("pycudnn", "torch", "frontend")],
+                    False,
+                )
+            )
+        except Exception as exc:
+            sides["torch"].error = sides["torch"].error or f"{type(exc).__name__}: {exc}"
+            log(f"{label}: failed: {traceback.format_exc(limit=3)}")
+        for n, side in sides.items():
+            item[n] = side.to_dict()
+            if side.gpu_ms:
+                item[f"tflops_{n}"] = item["flops"] / (side.gpu_ms.median * 1e-3) / 1e12
+        th_ms = sides["torch"].gpu_ms.median if sides["torch"].gpu_ms else None
+        for n in ("pycudnn", "frontend"):
+            side = sides.get(n)
+            if side is not None:
+                key = "ratio" if n == "pycudnn" else "ratio_frontend"
+                item[key] = ratio(side.gpu_ms.median if side.gpu_ms else None, th_ms)
+        item["seconds"] = round(time.perf_counter() - t_item, 2)
+        self.result["fusion"].append(item)
+        self.flush()
+        fe = sides.get("frontend")
+        fe_txt = ""
+        if fe is not None:
+            fe_txt = f" frontend {fmt_ms(fe.gpu_ms)} ({fmt(item.get('ratio_frontend'))}x)"
+        log(
+            f"{label} {case.title()}: pycudnn {fmt_ms(sides['pycudnn'].gpu_ms)} torch "
+            f"{fmt_ms(sides['torch'].gpu_ms)} ratio {fmt(item.get('ratio'))}{fe_txt} fused "
+            f"{sides['pycudnn'].extra.get('fused')} relerr py "
+            f"{fmt(item.get('relerr_pycudnn'), '.1e')} ({item['seconds']} s)"
+        )
+
+    def pc_last_call_info(self) -> dict[str, Any]:
+        """pycudnn's last cached call: ``plan`` (describe()), ``fused`` (``CallInfo.fused``:
+        one fused graph ran it, else separate steps; the plan's ``fused`` where the call info
+        has none) and ``epilogue``. The engine capture's kernel count tells as well."""
+        out: dict[str, Any] = {"plan": None, "fused": None}
+        try:
+            from pycudnn.highlevel import conv as pconv
+
+            info = pconv.last_call()
+            if info is None:
+                return out
+            plan = info.plan
+            out["plan"] = plan.describe()
+            # CallInfo.fused: one fused graph ran the epilogue; else the plan's own flag
+            fused = getattr(info, "fused", None)
+            if fused is None:
+                fused = getattr(plan, "fused", None)
+            out["fused"] = None if fused is None else bool(fused)
+            out["epilogue"] = getattr(info, "epilogue", None)
+        except Exception as exc:  # diagnostics only
+            out["plan"] = f"? ({type(exc).__name__}: {exc})"
+        return out
+
     # -- engines: kernel names of one call of each side, from the torch profiler ---------------
     def capture_engines(self) -> None:
         if not self.keep:
@@ -799,14 +1090,15 @@ class Child:
         torch = self.torch
         from torch.profiler import ProfilerActivity, profile
 
+        sides = ("pycudnn", "torch", "frontend")
         try:
             self.backend.sync()
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _label, py, th, tf32 in self.keep:
+                for _label, fns, tf32 in self.keep:
                     # the same math mode as when timed (the call caches key on it)
                     torch.backends.cudnn.allow_tf32 = tf32
                     with self.pc.config.override(allow_tf32=tf32):
-                        for fn in (py, th):
+                        for fn in fns:
                             torch.cuda._sleep(1)
                             try:
                                 fn()
@@ -818,16 +1110,21 @@ class Child:
             kernels = _kernel_events(prof)
             segments = split_by_marker(kernels, MARKER_KERNEL)
             by_label = {}
-            for i, (label, _py, _th, _tf32) in enumerate(self.keep):
-                seg_py = segments[2 * i] if 2 * i < len(segments) else []
-                seg_th = segments[2 * i + 1] if 2 * i + 1 < len(segments) else []
-                by_label[label] = (seg_py, seg_th)
-            for item in self.result["items"]:
+            at = 0
+            for label, fns, _tf32 in self.keep:
+                by_label[label] = [
+                    segments[at + j] if at + j < len(segments) else [] for j in range(len(fns))
+                ]
+                at += len(fns)
+            for item in self.result["items"] + self.result.get("fusion", []):
                 segs = by_label.get(f"{item['case']} {item['op']}")
-                if segs:
-                    for side, seg in zip(("pycudnn", "torch"), segs, strict=True):
+                if not segs:
+                    continue
+                for side, seg in zip(sides, segs, strict=False):
+                    if isinstance(item.get(side), dict):
                         item[side]["engine"] = summarize_kernels(seg)
                         item[side]["kernels"] = list(seg)  # full names
+                        item[side]["n_kernels"] = len(seg)
             self.result["engine_capture"] = f"{len(kernels)} kernels, {len(segments)} segments"
         except Exception as exc:
             self.result["engine_capture"] = f"failed: {type(exc).__name__}: {exc}"
@@ -835,7 +1132,9 @@ class Child:
         self.flush()
 
     # -- main -----------------------------------------------------------------------------------
-    def run(self, case_filter: set[str] | None) -> None:
+    def run(self, sel: Selection | set[str] | None) -> None:
+        if not isinstance(sel, Selection):  # a plain set of case ids (older callers)
+            sel = Selection.parse(",".join(sorted(sel)) if sel else None, None)
         t0 = time.perf_counter()
         self.setup()
         self.flush()
@@ -843,21 +1142,22 @@ class Child:
         with self.pc.config.override(
             algo_fwd=algo, algo_bwd_data=algo, algo_bwd_filter=algo, allow_tf32=False
         ):
-            if not case_filter or "1" in case_filter:
+            if sel.wants("1"):
                 self.section("tiny", self.run_tiny)
                 # pycudnn internals below dnn_conv; before the profiler runs (CUPTI, once
                 # attached, slows every later launch), after the tiny results are saved
                 with self.pc.config.override(algo_fwd="guess_once"):
                     self.section("tiny_floor", self.run_tiny_floor)
-            if not case_filter or "11" in case_filter:
+            if sel.wants("11"):
                 self.section("cold", self.run_cold)
-            if not case_filter or "12" in case_filter:
+            if sel.wants("12"):
                 self.section("thrash", self.run_thrash)
+            # fusion (issue 13) before the conv cases: a tight budget skips the latter first
+            if sel.wants_any("fusion"):
+                self.section("fusion", lambda: self.run_fusion(sel))
             for case in GPU_CASES:
-                wanted = {case.id, case.id.rstrip("ab")}
-                if case_filter and not wanted & case_filter:
-                    continue
-                self.run_case(case)
+                if sel.wants(case.id):
+                    self.run_case(case)
             self.section("engines", self.capture_engines)
         self.result["pycudnn_plan_cache"] = self.pc_cache_info()
         self.result["seconds"] = round(time.perf_counter() - t0, 1)
@@ -874,6 +1174,10 @@ class Child:
             self.result.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
             log(f"{name} failed: {traceback.format_exc(limit=5)}")
             self.flush()
+
+
+def _noop() -> None:
+    return None
 
 
 def _cold_geom(i: int, mode: str) -> ConvGeom:
@@ -907,12 +1211,19 @@ def fmt_ms(s: Stats | None) -> str:
     return "n/a" if s is None else f"{s.median:.4f} ms"
 
 
-def child_main(mode: str, json_path: str, budget_s: float, quick: bool, cases: str | None) -> int:
+def child_main(
+    mode: str,
+    json_path: str,
+    budget_s: float,
+    quick: bool,
+    cases: str | None,
+    only: str | None = None,
+    frontend: bool = True,
+) -> int:
     deadline = time.monotonic() + budget_s
-    child = Child(mode, json_path, deadline, quick)
-    case_filter = set(cases.split(",")) if cases else None
+    child = Child(mode, json_path, deadline, quick, frontend=frontend)
     try:
-        child.run(case_filter)
+        child.run(Selection.parse(cases, only))
     except Exception as exc:
         child.result["error"] = f"{type(exc).__name__}: {exc}"
         child.result["traceback"] = traceback.format_exc()

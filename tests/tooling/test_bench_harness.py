@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import harness as h  # noqa: E402
-from bench.cases import GPU_CASES  # noqa: E402
+from bench.cases import FUSION_CASES, GPU_CASES, Selection  # noqa: E402
 
 # -- statistics -------------------------------------------------------------------------------
 
@@ -362,8 +362,9 @@ def test_run_main_merges_children_and_writes_reports(tmp_path, monkeypatch) -> N
 class FakeTensor:
     """Just enough of a CUDA tensor for bench/runner.py: a shape and arithmetic stubs."""
 
-    def __init__(self, shape: tuple[int, ...]) -> None:
+    def __init__(self, shape: tuple[int, ...], dtype: str = "float32") -> None:
         self.shape = tuple(shape)
+        self.dtype = dtype
 
     def contiguous(self, memory_format: Any = None) -> FakeTensor:
         return self
@@ -371,8 +372,22 @@ class FakeTensor:
     def double(self) -> FakeTensor:
         return self
 
+    def stride(self) -> tuple[int, ...]:
+        out, acc = [], 1
+        for d in reversed(self.shape):
+            out.append(acc)
+            acc *= d
+        return tuple(reversed(out))
+
+    def view(self, *shape: int) -> FakeTensor:
+        assert math.prod(shape) == math.prod(self.shape)
+        return FakeTensor(shape, self.dtype)
+
     def __sub__(self, other: FakeTensor) -> FakeTensor:
         return FakeTensor(self.shape)
+
+    def __add__(self, other: FakeTensor) -> FakeTensor:
+        return FakeTensor(self.shape, self.dtype)
 
     def norm(self) -> float:
         return 1.0
@@ -396,10 +411,12 @@ def make_fake_torch(monkeypatch) -> Any:
     torch.float32, torch.float16, torch.bfloat16 = "float32", "float16", "bfloat16"
     torch.channels_last, torch.channels_last_3d = "cl", "cl3d"
     torch.version = types.SimpleNamespace(cuda="13.0")
+    torch.uint8 = "uint8"
     torch.randn = lambda *shape, device=None, dtype=None: FakeTensor(
-        shape[0] if isinstance(shape[0], tuple) else shape
+        shape[0] if isinstance(shape[0], tuple) else shape, dtype or "float32"
     )
     torch.empty = torch.randn
+    torch.empty_like = lambda t: FakeTensor(t.shape, t.dtype)
     cudnn = types.SimpleNamespace(
         version=lambda: 91900, enabled=True, benchmark=False, deterministic=False, allow_tf32=True
     )
@@ -440,7 +457,13 @@ def make_fake_torch(monkeypatch) -> Any:
         launched.append("torch_bwd_kernel")
         return FakeTensor(x.shape), FakeTensor(w.shape), None
 
-    torch.nn = types.SimpleNamespace(functional=types.SimpleNamespace(conv2d=conv, conv3d=conv))
+    def relu(t):
+        launched.append("torch_relu_kernel")
+        return FakeTensor(t.shape, t.dtype)
+
+    torch.nn = types.SimpleNamespace(
+        functional=types.SimpleNamespace(conv2d=conv, conv3d=conv, relu=relu)
+    )
     torch.ops = types.SimpleNamespace(
         aten=types.SimpleNamespace(convolution_backward=convolution_backward)
     )
@@ -475,18 +498,22 @@ def make_fake_torch(monkeypatch) -> Any:
     return torch
 
 
-def test_runner_child_end_to_end_with_fakes(tmp_path, monkeypatch) -> None:
+def install_fakes(monkeypatch) -> tuple[Any, dict[str, list], list[dict]]:
+    """Fake torch and fake pycudnn conv functions: (torch, calls seen, config overrides)."""
     import pycudnn
     import pycudnn._loader as loader
-    from bench import runner
 
     torch = make_fake_torch(monkeypatch)
     seen: dict[str, list] = {"conv": [], "gi": [], "gw": []}
 
     def fake_conv(img, kerns, border_mode="valid", subsample=(1, 1), dilation=(1, 1),
-                  conv_mode="conv", num_groups=1, algo=None, *, out=None, stream=None):  # fmt: skip
+                  conv_mode="conv", num_groups=1, algo=None, *, out=None, stream=None,
+                  **fused):  # fmt: skip
         assert conv_mode == "cross" and isinstance(img, FakeTensor)
+        assert set(fused) <= {"bias", "activation", "z"}, fused
         seen["conv"].append((len(img.shape), out is not None))
+        if fused:
+            seen.setdefault("fused", []).append(sorted(fused))
         torch._launched.append("sm90_xmma_fprop<1>")
         return out if out is not None else FakeTensor(img.shape)
 
@@ -525,6 +552,14 @@ def test_runner_child_end_to_end_with_fakes(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(
         loader, "load", lambda: loader.LoadedLibrary("/x/libcudnn.so.9", "fake", None)
     )
+    return torch, seen, overrides
+
+
+def test_runner_child_end_to_end_with_fakes(tmp_path, monkeypatch) -> None:
+    from bench import runner
+
+    monkeypatch.setitem(sys.modules, "cudnn", None)  # no frontend here: its column is skipped
+    torch, seen, overrides = install_fakes(monkeypatch)
     path = tmp_path / "child.json"
     assert runner.child_main("autotune", str(path), 60.0, True, None) == 0
     res = json.loads(path.read_text())
@@ -551,6 +586,21 @@ def test_runner_child_end_to_end_with_fakes(tmp_path, monkeypatch) -> None:
         allow_tf32=False,
     )  # fmt: skip
     assert {"allow_tf32": True} in overrides
+    # the frontend column is skipped with its reason, everywhere
+    fe = res["meta"]["frontend"]
+    assert fe["available"] is False and "import cudnn failed" in fe["reason"]
+    assert all("frontend" not in it for it in res["items"])
+    assert "frontend" not in res["tiny"]["reuse"]
+    # the fusion cases ran: torch eager and pycudnn's fused call (bias, relu, z for the 1x1s)
+    fusion = res["fusion"]
+    assert [it["case"] for it in fusion] == [c.id for c in FUSION_CASES]
+    assert all(it["ratio"] is not None and it["relerr_pycudnn"] == 1.0 for it in fusion)
+    assert ["activation", "bias", "z"] in seen["fused"] and ["activation", "bias"] in seen["fused"]
+    assert fusion[0]["torch"]["n_kernels"] == 2  # conv (bias inside in this fake) + relu
+    assert fusion[0]["pycudnn"]["engine"] == "sm90_xmma_fprop"
+    summary = h.summary_lines({"meta": res["meta"], "modes": {"autotune": res}})
+    assert summary[0].startswith("frontend: skipped (import cudnn failed")
+    assert any(line.startswith("fusion [autotune]: median pycudnn/torch") for line in summary)
     # heuristic mode: items slower than torch by > 5% are retried with algo='time_once'
     path2 = tmp_path / "child2.json"
     assert runner.child_main("heuristic", str(path2), 60.0, True, "3") == 0
@@ -562,3 +612,314 @@ def test_runner_child_end_to_end_with_fakes(tmp_path, monkeypatch) -> None:
     # the report copes with every kind of tiny entry (gpu_us / wall_us hold plain floats)
     res["tiny"]["gpu_us"] = {"pycudnn": 4.9, "torch": 4.9}
     assert "tiny conv" in h.render_report({"modes": {"autotune": res}})
+
+
+# -- the frontend column (bench/frontend.py) against a fake ``cudnn`` module ------------------
+
+
+def make_fake_frontend(monkeypatch, torch: Any, backend_version: int = 91900) -> dict[str, list]:
+    """A fake ``cudnn`` (nvidia-cudnn-frontend) with the pygraph surface bench/frontend.py uses;
+    records graphs and executes."""
+    import types
+
+    log: dict[str, list] = {"graphs": [], "executes": [], "notes": []}
+
+    class FeTensor:
+        def __init__(self, name: str, dim: Any = None) -> None:
+            self.name, self.dim, self.output = name, dim, False
+
+        def set_output(self, v: bool) -> FeTensor:
+            self.output = v
+            return self
+
+        def set_dim(self, d: list) -> FeTensor:
+            self.dim = list(d)
+            return self
+
+        def set_stride(self, s: list) -> FeTensor:
+            self.stride = list(s)
+            return self
+
+    class Graph:
+        def __init__(self, **kw: Any) -> None:
+            self.kw, self.ops, self.plan_index, self.built = kw, [], 0, False
+            log["graphs"].append(self)
+
+        def tensor(self, name, dim, stride, data_type):
+            assert isinstance(dim, list) and isinstance(stride, list) and data_type
+            return FeTensor(name, dim)
+
+        def _op(self, op: str, name: str, **kw: Any) -> FeTensor:
+            self.ops.append((op, sorted(kw)))
+            return FeTensor(f"{name}::out")
+
+        def conv_fprop(self, image, weight, name="", **kw):
+            return self._op("conv_fprop", name, **kw)
+
+        def conv_dgrad(self, loss, filter, name="", **kw):
+            return self._op("conv_dgrad", name, **kw)
+
+        def conv_wgrad(self, image, loss, name="", **kw):
+            return self._op("conv_wgrad", name, **kw)
+
+        def bias(self, name="", input=None, bias=None):
+            return self._op("bias", name)
+
+        def add(self, name="", a=None, b=None):
+            return self._op("add", name)
+
+        def relu(self, name="", input=None):
+            return self._op("relu", name)
+
+        def deselect_numeric_notes(self, notes):
+            log["notes"].append(list(notes))
+            self.barred = True
+
+        def validate(self):
+            pass
+
+        def build_operation_graph(self):
+            pass
+
+        def create_execution_plans(self, modes):
+            assert modes == ["A", "FALLBACK"]
+
+        def check_support(self):
+            pass
+
+        def get_execution_plan_count(self):
+            return 3
+
+        def select_plan(self, i):
+            self.plan_index = i
+
+        def build_plans(self):
+            if getattr(self, "barred", False) and self.plan_index == 0:
+                raise RuntimeError("Chosen plan index has been deselected.")
+            self.built = True
+
+        def get_workspace_size(self):
+            return 128
+
+        def get_plan_name_at_index(self, i):
+            return f"eng{62 + i}_k2=1"
+
+        def execute(self, pack, ws, handle=None):
+            assert self.built and handle == "handle" and ws.shape == (128,)
+            assert all(isinstance(k, FeTensor) for k in pack)
+            log["executes"].append(len(pack))
+            torch._launched.append("fe_" + "_".join(op for op, _ in self.ops) + "_kernel")
+
+    cudnn = types.ModuleType("cudnn")
+    cudnn.__version__ = "1.32.0"
+    cudnn.pygraph = Graph
+    cudnn.backend_version = lambda: backend_version
+    cudnn.create_handle = lambda: "handle"
+    cudnn.set_stream = lambda handle, stream: log.setdefault("streams", []).append(stream)
+    cudnn.data_type = types.SimpleNamespace(BFLOAT16="bf16", HALF="fp16", FLOAT="fp32")
+    cudnn.heur_mode = types.SimpleNamespace(A="A", FALLBACK="FALLBACK")
+    cudnn.numerical_note = types.SimpleNamespace(
+        TENSOR_CORE="TENSOR_CORE", DOWN_CONVERT_INPUTS="DOWN_CONVERT_INPUTS"
+    )
+    monkeypatch.setitem(sys.modules, "cudnn", cudnn)
+    return log
+
+
+def test_runner_frontend_column_with_fakes(tmp_path, monkeypatch) -> None:
+    from bench import runner
+
+    torch, _seen, _ = install_fakes(monkeypatch)
+    fe_log = make_fake_frontend(monkeypatch, torch)
+    path = tmp_path / "child.json"
+    assert runner.child_main("heuristic", str(path), 60.0, True, "1,7a,8,f4") == 0
+    res = json.loads(path.read_text())
+    assert not res.get("errors"), res.get("errors")
+    fe = res["meta"]["frontend"]
+    assert fe["available"] is True and fe["backend_version"] == 91900, fe
+    # conv items: a frontend side with times, relerr, plan and its kernel
+    items = {(it["case"], it["op"]): it for it in res["items"]}
+    assert set(items) == {("7a", "fwd"), ("8", "fwd"), ("8", "dgrad"), ("8", "wgrad")}
+    for it in items.values():
+        assert it["frontend"]["gpu_ms"] and it["frontend"]["host_us"], it
+        assert it["ratio_frontend"] is not None and it["relerr_frontend"] == 1.0
+        assert it["frontend"]["error"] is None
+    assert items[("8", "dgrad")]["frontend"]["engine"] == "fe_conv_dgrad_kernel"
+    assert items[("8", "wgrad")]["frontend"]["plan"] == "eng62_k2=1"
+    # fp32 without TF32 (7a): TENSOR_CORE and DOWN_CONVERT barred, plan 0 refused, plan 1 taken
+    assert items[("7a", "fwd")]["frontend"]["plan"] == "eng63_k2=1"
+    assert ["TENSOR_CORE", "DOWN_CONVERT_INPUTS"] in fe_log["notes"]
+    # the tiny conv: reuse and new buffers timed for the frontend too
+    tiny = res["tiny"]
+    for key in ("reuse", "new_buffers"):
+        assert tiny[key]["frontend"]["median"] > 0 and tiny[key]["ratio_frontend"] is not None
+    assert "frontend" not in tiny["alloc_only"] and tiny["relerr_frontend"] == 1.0
+    # fusion: the frontend's graph is conv -> bias -> add (z) -> relu for the residual case
+    fusion = {it["case"]: it for it in res["fusion"]}
+    assert set(fusion) == {"f4b", "f4h"}
+    ops = [[op for op, _ in g.ops] for g in fe_log["graphs"]]
+    assert ["conv_fprop", "bias", "add", "relu"] in ops
+    assert fusion["f4b"]["frontend"]["engine"] == "fe_conv_fprop_bias_add_relu_kernel"
+    assert fusion["f4b"]["ratio_frontend"] is not None and fusion["f4b"]["relerr_frontend"] == 1.0
+    assert fusion["f4b"]["frontend"]["n_kernels"] == 1
+    # reports: frontend columns, the fusion table, summary lines
+    merged = {"meta": res["meta"], "modes": {"heuristic": res}}
+    text = h.render_report(merged)
+    assert "frontend column: nvidia-cudnn-frontend 1.32.0" in text
+    assert "fe/th" in text and "kernels py/th/fe" in text
+    md = h.render_report(merged, markdown=True)
+    assert "| engine pycudnn \\| torch \\| frontend |" in md
+    lines = h.summary_lines(merged)
+    assert lines[0].startswith("conv [heuristic]: median pycudnn/torch")
+    assert "frontend/torch" in lines[0]
+    assert lines[1].startswith("tiny conv host us [heuristic]: reuse py ")
+    assert " fe " in lines[1] and "| new py " in lines[1]
+    assert lines[2].startswith("fusion [heuristic]: median pycudnn/torch")
+    assert lines[-1].startswith("targets: ")
+
+
+def test_frontend_skipped_on_version_mismatch(tmp_path, monkeypatch) -> None:
+    from bench import frontend
+
+    torch, _, _ = install_fakes(monkeypatch)
+    make_fake_frontend(monkeypatch, torch, backend_version=90800)
+    fe, info = frontend.load(torch, 91900, lambda: ["/x/libcudnn.so.9"], 0)
+    assert fe is None and info["reason"] == "frontend runs on cuDNN 90800, torch on 91900"
+    make_fake_frontend(monkeypatch, torch)
+    fe, info = frontend.load(torch, 91900, lambda: ["/a/libcudnn.so.9", "/b/libcudnn.so.9"], 0)
+    assert fe is None and "expected one libcudnn.so.9" in info["reason"]
+    monkeypatch.setenv(frontend.ENV_DISABLE, "1")
+    fe, info = frontend.load(torch, 91900, lambda: ["/x/libcudnn.so.9"], 0)
+    assert fe is None and "disabled" in info["reason"]
+
+
+def test_alternate_many_rotates_order() -> None:
+    order: list[str] = []
+
+    def side(name: str):
+        def fn() -> float:
+            order.append(name)
+            return float(len(order))
+
+        return fn
+
+    vals = h.alternate_many([side("a"), side("b"), side("c")], 3)
+    assert "".join(order) == "abccbaabc"
+    assert [len(v) for v in vals] == [3, 3, 3]
+    be = FakeBackend()
+    sides = h.measure_sides(
+        be, [fake_fn("a", 0.5, 12.0), fake_fn("b", 0.25, 9.0), fake_fn("c", 1.0, 30.0)], reps=2
+    )
+    assert [s.gpu_ms.median for s in sides] == [0.5, 0.25, 1.0]
+    assert sides[2].host_us.median == 30.0 and sides[0].extra["calls_per_block"] == 5
+
+
+def test_selection_of_cases_and_groups() -> None:
+    every = Selection.parse(None, None)
+    assert every.wants("1") and every.wants("f3h") and every.wants_any("fusion")
+    s = Selection.parse("3,6,f1", None)
+    assert [c for c in ("1", "3", "6a", "6b", "f1b", "f1h", "f2b") if s.wants(c)] == [
+        "3", "6a", "6b", "f1b", "f1h",
+    ]  # fmt: skip
+    s = Selection.parse(None, "fusion,tiny")
+    assert s.wants("1") and s.wants("f4h") and not s.wants("2") and not s.wants("11")
+    s = Selection.parse("f", "conv")  # both given: a case must pass both
+    assert not any(s.wants(c.id) for c in FUSION_CASES + GPU_CASES)
+    with pytest.raises(ValueError, match="unknown --only"):
+        Selection.parse(None, "fusoin")
+    with pytest.raises(ValueError, match="unknown case id"):
+        Selection.parse("99", None)
+    assert {c.dtype for c in FUSION_CASES} == {"bfloat16", "float16"}
+    assert sum(c.residual for c in FUSION_CASES) == 2
+
+
+def fusion_results(py_ratios: list[float], fe: bool = True) -> dict[str, Any]:
+    def item(i: int, r: float) -> dict[str, Any]:
+        side = {"gpu_ms": h.Stats.of([r]).to_dict(), "host_us": h.Stats.of([10.0]).to_dict()}
+        return {
+            "case": f"f{i}b",
+            "op": "fused",
+            "label": f"fusion {i}",
+            "pycudnn": side | {"fused": True, "plan": "engine 7 (ws 0 B)", "n_kernels": 1},
+            "torch": {"gpu_ms": h.Stats.of([1.0]).to_dict(), "n_kernels": 3},
+            **({"frontend": side | {"plan": "eng7"}} if fe else {}),
+            "ratio": r,
+            **({"ratio_frontend": r + 0.01} if fe else {}),
+            "relerr_pycudnn": 1e-3,
+        }
+
+    res = fake_results()
+    for mode in res["modes"].values():
+        mode["fusion"] = [item(i, r) for i, r in enumerate(py_ratios, 1)]
+    res["meta"]["frontend"] = {"available": fe, "version": "1.32.0", "reason": "absent"}
+    return res
+
+
+def test_fusion_target_report_and_summary() -> None:
+    res = fusion_results([0.7, 0.8, 0.95])
+    t = {x.name: x for x in h.evaluate_targets(res)}
+    target = t["fusion: pycudnn fused / torch eager GPU time, median case [heuristic]"]
+    assert target.met is True and target.measured == "0.800 over 3 cases"
+    res_missed = fusion_results([0.9, 0.95])
+    t = {x.name: x for x in h.evaluate_targets(res_missed)}
+    assert t["fusion: pycudnn fused / torch eager GPU time, median case [autotune]"].met is False
+    text = h.render_report(res)
+    assert "fusion: y = relu(conv(x, w) + bias [+ z])" in text and "1/3/-" in text
+    md = h.render_report(res, markdown=True)
+    assert "| case | problem | pycudnn ms | torch ms | frontend ms |" in md
+    lines = h.summary_lines(res)
+    fusion = [ln for ln in lines if ln.startswith("fusion [heuristic]")]
+    assert fusion == [
+        "fusion [heuristic]: median pycudnn/torch 0.80 (3 cases), frontend/torch 0.81 "
+        "(3 cases); pycudnn fused 3/3"
+    ]
+
+
+def test_report_frontend_skipped_reason_and_old_results_unchanged() -> None:
+    res = fusion_results([0.7], fe=False)
+    text = h.render_report(res)
+    assert "frontend column: skipped (absent)" in text
+    assert h.summary_lines(res)[0] == "frontend: skipped (absent)"
+    # a results file from before the frontend column renders as it did
+    old = fake_results()
+    assert not h.has_frontend(old)
+    md = h.render_report(old, markdown=True)
+    assert "frontend" not in md and "| engine pycudnn \\| torch |" in md
+    assert not any("fe " in ln for ln in h.summary_lines(old))
+
+
+def test_tiny_frontend_targets() -> None:
+    res = fake_results()
+    for mode in res["modes"].values():
+        mode["tiny"]["reuse"]["frontend"] = h.Stats.of([30.0]).to_dict()
+        mode["tiny"]["new_buffers"]["frontend"] = h.Stats.of([10.0]).to_dict()
+    t = {x.name: x for x in h.evaluate_targets(res)}
+    assert t["(1) tiny conv, reused buffers, below the frontend [heuristic]"].met is True
+    # new buffers: pycudnn 17*0.9 = 15.3 us against the frontend's 10 us
+    assert t["(1) tiny conv, new buffers each call, below the frontend [autotune]"].met is False
+
+
+def test_run_main_passes_only_and_no_frontend(tmp_path, monkeypatch, capsys) -> None:
+    from bench import run
+
+    cmds: list[list[str]] = []
+
+    def fake_run(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+        cmds.append(cmd)
+        path = Path(cmd[cmd.index("--json") + 1])
+        mode = cmd[cmd.index("--child") + 1]
+        path.write_text(json.dumps(fusion_results([0.7])["modes"][mode]))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(run.subprocess, "run", fake_run)
+    monkeypatch.delenv("OUT", raising=False)
+    args = ["--results", str(tmp_path), "--modes", "heuristic", "--only", "fusion,tiny"]
+    assert run.main([*args, "--cases", "f1", "--no-frontend", "--quick"]) == 0
+    cmd = cmds[0]
+    assert cmd[cmd.index("--only") + 1] == "fusion,tiny" and "--no-frontend" in cmd
+    assert cmd[cmd.index("--cases") + 1] == "f1"
+    out = capsys.readouterr().out.rstrip().splitlines()
+    assert out[-1].startswith("targets: ") and any(
+        ln.startswith("fusion [heuristic]") for ln in out[-4:]
+    )
+    with pytest.raises(SystemExit):
+        run.parse_args(["--only", "nope"])
