@@ -275,7 +275,7 @@ def _operands(func: str, name: str, g: _op.Operand, out: Any, stream: Any):
         xd = _op.tensor_desc(func, name, g)
         yd = _op.tensor_descriptor(*_op.padded(g.shape, ostrides), dt)
     inplace = (0,) if o is not None and _op.same_layout(g, o) else ()
-    h = _op.handle_for(device, stream)
+    h = _op.handle_for(device, stream, func)
     return h, spec, (g.nbytes_span, so), inplace, xd, yd, empty
 
 
