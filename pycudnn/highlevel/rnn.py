@@ -818,6 +818,8 @@ class RNNBlock:
     def _build_forward(self, w, x, hx, cx, sl, training, outs, stream) -> _Call:
         func = _FWD
         gx, gw, t, n, inp, device, hshape, cshape, expected = self._inputs(func, x, w)
+        if stream is not None:
+            _op.check_stream(func, stream, device)
         gh = None if hx is None else self._operand(func, "hx", hx, hshape, device)
         if cx is not None and self._mode != "lstm":
             raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
@@ -966,6 +968,8 @@ class RNNBlock:
         func = _BWD
         w, x, hx, cx, y, dy, dhy, dcy = ops
         gx, gw, t, n, inp, device, hshape, cshape, expected = self._inputs(func, x, w)
+        if stream is not None:
+            _op.check_stream(func, stream, device)
         yshape = self._y_shape(t, n)
         if cx is not None and self._mode != "lstm":
             raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
