@@ -14,6 +14,6 @@ print(enums.DataType(dtype.value).name, (n.value, c.value, h.value, w.value))  #
 
 try:
     api.cudnnSetTensor4dDescriptor(desc, 0, 0, -2, 3, 4, 5)
-except BadParamError as e:  # also a ValueError
+except BadParamError as e:   # also a ValueError
     print(e)  # cudnnSetTensor4dDescriptor failed: CUDNN_STATUS_BAD_PARAM (2000): (n <= 0) || ...
 api.cudnnDestroyTensorDescriptor(desc)

@@ -2,6 +2,6 @@
 
 import pycudnn
 
-pycudnn.version()  # 92800: cudnnGetVersion(), checked against the bindings
-pycudnn.library_info()  # LibraryInfo(path=..., found_via='cuda.pathfinder (site-packages)', ...)
-pycudnn.is_available()  # library usable and a GPU present; never raises
+pycudnn.version()        # 92800: cudnnGetVersion(), checked against the bindings
+pycudnn.library_info()   # LibraryInfo(path=..., found_via='cuda.pathfinder (site-packages)', ...)
+pycudnn.is_available()   # library usable and a GPU present; never raises
