@@ -51,7 +51,7 @@ def test_every_gpu_is_listed_with_capability_memory_and_support(gpus):
 
 def test_the_self_test_runs_on_every_supported_gpu(gpus):
     ran = gpus(H100, H200, FUTURE)
-    text, healthy = _info.report()
+    text, _healthy = _info.report()
     assert ran == [0, 1]
     assert "Self-test (GPU 0, against float64 NumPy references)" in text
     assert "Self-test (GPU 1, against float64 NumPy references)" in text
