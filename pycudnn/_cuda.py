@@ -41,6 +41,7 @@ __all__ = [
     "coerce_stream",
     "current_device",
     "device_count",
+    "device_now",
     "devices",
     "driver",
     "driver_versions",
@@ -50,6 +51,7 @@ __all__ = [
     "require_gpu",
     "runtime",
     "set_device",
+    "stream_device",
     "stream_wait",
     "synchronize",
     "validate_device",
@@ -200,6 +202,47 @@ def current_device() -> int:
         require_gpu("cudaGetDevice")
         check((err, dev), "cudaGetDevice")
     return int(dev)
+
+
+_get_device: Any = None
+
+
+def device_now() -> int | None:
+    """The calling thread's current device, or None when CUDA cannot say (no GPU, no
+    cuda-bindings). One ``cudaGetDevice``; never raises. The high-level calls compare it with
+    their operands' device before each launch (:func:`pycudnn.highlevel._op.on_device`)."""
+    global _get_device
+    fn = _get_device
+    if fn is None:
+        try:
+            fn = _get_device = runtime().cudaGetDevice
+        except CudaUnavailableError:
+            return None
+    err, dev = fn()
+    return int(dev) if int(err) == 0 else None
+
+
+def stream_device(stream: Any) -> int | None:
+    """The device a stream *object* says it belongs to, read from its attributes without a CUDA
+    call: ``device_index`` or ``device.index`` (torch), ``device_id`` (CuPy), ``device.device_id``
+    (cuda.core). None for ``None``, ints and objects that do not say (a raw ``cudaStream_t``
+    carries no device that Python can read for free)."""
+    if stream is None or type(stream) is int:
+        return None
+    for attr in ("device_index", "device_id"):
+        d = getattr(stream, attr, None)
+        if type(d) is int:
+            return d
+    dev = getattr(stream, "device", None)
+    if dev is None:
+        return None
+    if type(dev) is int:
+        return dev
+    for attr in ("index", "device_id"):
+        d = getattr(dev, attr, None)
+        if type(d) is int:
+            return d
+    return None
 
 
 def set_device(device: int) -> None:

@@ -308,9 +308,9 @@ def _pkg_version(name: str) -> str:
 def _never_raises(fn):
     """``python -m pycudnn`` prints no traceback: an unexpected failure becomes a report line."""
 
-    def report(self_test: bool = True) -> tuple[str, bool]:
+    def report(self_test: bool = True, device: int | None = None) -> tuple[str, bool]:
         try:
-            return fn(self_test)
+            return fn(self_test, device)
         except Exception as exc:  # the doctor reports, it does not crash
             text = f"pycudnn {__version__}\n  the report failed: {type(exc).__name__}: {exc}"
             return text, False
@@ -320,8 +320,12 @@ def _never_raises(fn):
 
 
 @_never_raises
-def report(self_test: bool = True) -> tuple[str, bool]:
-    """The diagnostics text and whether everything checked is healthy (never raises)."""
+def report(self_test: bool = True, device: int | None = None) -> tuple[str, bool]:
+    """The diagnostics text and whether everything checked is healthy (never raises).
+
+    Every visible GPU is listed (name, compute capability, memory, whether this cuDNN supports
+    it); the self-test runs on each supported GPU, or only on GPU *device* when given (a
+    *device* that is not visible makes the report unhealthy)."""
     lines = [
         f"pycudnn {__version__}",
         f"  Python {platform.python_version()} on {platform.system()} {platform.machine()}",
@@ -392,19 +396,35 @@ def report(self_test: bool = True) -> tuple[str, bool]:
             "  No GPU was found: everything above works without one, but handles, compute and the",
             "  self-test need a CUDA GPU.",
         ]
+        if device is not None:
+            lines += [f"  --device {device}: no such GPU (none visible)"]
+            healthy = False
         return "\n".join(lines), healthy
+    supported = {}
     for g in gpus:
         cc = g.capability[0] * 100 + g.capability[1] * 10
+        supported[g.index] = cc <= mdv
         ok = "supported" if cc <= mdv else f"NEWER than this cuDNN supports (sm_{mdv // 10})"
         lines += [
             f"  GPU {g.index}       {g.name}, sm_{g.capability[0]}{g.capability[1]}, "
             f"{g.memory_bytes / 2**30:.0f} GiB: {ok}"
         ]
+    if len(gpus) > 1:
+        lines += [f"  {len(gpus)} GPUs visible (CUDA_VISIBLE_DEVICES="
+                  f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"]  # fmt: skip
+    if device is not None and device not in supported:
+        visible = ", ".join(str(i) for i in supported)
+        lines += [f"  --device {device}: no such GPU (visible: {visible})"]
+        return "\n".join(lines), False
     if self_test:
-        lines += ["", "Self-test (GPU 0, against float64 NumPy references)"]
-        for name, verdict, msg in _self_test():
-            healthy &= verdict != "FAIL"
-            lines += [f"  {verdict:<4}  {name:<10} {msg}"]
+        for index in [device] if device is not None else list(supported):
+            if not supported[index]:
+                lines += ["", f"Self-test (GPU {index}): skipped, this cuDNN does not support it"]
+                continue
+            lines += ["", f"Self-test (GPU {index}, against float64 NumPy references)"]
+            for name, verdict, msg in _self_test(index):
+                healthy &= verdict != "FAIL"
+                lines += [f"  {verdict:<4}  {name:<10} {msg}"]
     return "\n".join(lines), healthy
 
 
@@ -420,15 +440,17 @@ def _wrap(label: str, text: str, width: int = 100) -> list[str]:
     return [line.replace(nbsp, " ") for line in lines]
 
 
-def _self_test() -> list[tuple[str, str, str]]:
-    """Run each self-test case: (name, PASS/FAIL/SKIP, detail); failures are reported."""
+def _self_test(device: int = 0) -> list[tuple[str, str, str]]:
+    """Run each self-test case with GPU *device* current (its arrays live there, and the calls
+    follow them): (name, PASS/FAIL/SKIP, detail); failures are reported."""
     from . import _selftest
 
     out = []
     for name, case in _selftest.CASES:
         t0 = time.perf_counter()
         try:
-            msg = case()
+            with _cuda.DeviceContext(device):
+                msg = case()
             out.append((name, "PASS", f"{msg} ({(time.perf_counter() - t0) * 1e3:.1f} ms)"))
         except _selftest.SelfTestSkip as exc:
             out.append((name, "SKIP", str(exc)))

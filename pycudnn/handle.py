@@ -177,6 +177,12 @@ class Handle(Resource):
         -------
         int
             The integer stream now bound.
+
+        Raises
+        ------
+        ValueError
+            When *stream* is an object that says it belongs to another device than the handle's
+            (torch, CuPy and cuda.core streams say it; raw integers cannot be checked).
         """
         if stream is self._stream_obj and stream is not None:
             return self._stream
@@ -184,6 +190,12 @@ class Handle(Resource):
             return stream
         sid = coerce_stream(stream)
         if sid != self._stream:
+            sdev = _cuda.stream_device(stream)
+            if sdev is not None and sdev != self._device:
+                raise ValueError(
+                    f"stream {stream!r} is on device {sdev}, but the handle (and the operands) "
+                    f"on device {self._device}"
+                )
             api.cudnnSetStream(self._h(), sid)
             self._stream = sid
         # keep a stream object alive while it is bound (ints and None need nothing)

@@ -1,4 +1,5 @@
-"""Test tiers: pure Python; needs libcudnn (CI); needs a GPU (marker ``gpu``, skipped without one).
+"""Test tiers: pure Python; needs libcudnn (CI); needs a GPU (marker ``gpu``, skipped without one);
+needs two GPUs (marker ``multigpu`` on top of ``gpu``, skipped with the count seen on fewer).
 
 Run the GPU tier on the GPU machine with ``PYTHONPATH=. python3 -m pytest -m gpu -q``.
 
@@ -39,11 +40,27 @@ def gpu_unavailable_reason() -> str | None:
     return None
 
 
+@functools.cache
+def gpu_count() -> int:
+    """The number of visible CUDA devices (0 when none is usable)."""
+    if gpu_unavailable_reason() is not None:
+        return 0
+    from cuda.bindings import runtime
+
+    return int(runtime.cudaGetDeviceCount()[1])
+
+
 def pytest_collection_modifyitems(config, items):
     reason = gpu_unavailable_reason()
-    if reason is None:
+    if reason is None and gpu_count() >= 2:
         return
     skip = pytest.mark.skip(reason=f"needs a GPU: {reason}")
+    multi = pytest.mark.skip(
+        reason=f"needs two GPUs (multigpu): {gpu_count()} visible"
+        + ("" if reason is None else f" ({reason})")
+    )
     for item in items:
-        if "gpu" in item.keywords:
+        if "multigpu" in item.keywords:
+            item.add_marker(multi)
+        elif reason is not None and "gpu" in item.keywords:
             item.add_marker(skip)

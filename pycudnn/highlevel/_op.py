@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from .. import _config, _layout, errors, memory
+from .. import _config, _cuda, _layout, errors, memory
 from .. import handle as _handle
 from .._types import as_data_type, dtype_name, itemsize, numpy_dtype, scaling_ctype
 from ..enums import DataType
@@ -52,6 +52,7 @@ __all__ = [
     "check_operand",
     "check_out",
     "check_overlap",
+    "check_stream",
     "check_strides",
     "choose",
     "cudnn_version",
@@ -62,6 +63,7 @@ __all__ = [
     "key_of",
     "like_spec",
     "lookup",
+    "on_device",
     "local",
     "operand",
     "out_operand",
@@ -432,12 +434,50 @@ def scales(dt: DataType, *values: float) -> tuple:
     return tuple(ct(float(v)) for v in values)
 
 
-def handle_for(device: int, stream: Any) -> Any:
-    """The calling thread's handle of *device*, bound to *stream* (when given)."""
+def check_stream(func: str, stream: Any, device: int) -> None:
+    """Refuse a *stream* object that says it belongs to another device than the operands'
+    (torch, CuPy and cuda.core streams say it; ints cannot be checked without a CUDA call)."""
+    sdev = _cuda.stream_device(stream)
+    if sdev is not None and device is not None and sdev != device:
+        raise ValueError(
+            f"{func}: stream is on device {sdev} but the operands on device {device}; pass a "
+            f"stream of device {device} (or none)"
+        )
+
+
+def handle_for(device: int, stream: Any, func: str = "pycudnn") -> Any:
+    """The calling thread's handle of *device*, bound to *stream* (when given; a stream object
+    of another device is a ``ValueError`` naming both, before any C call)."""
+    if stream is not None and type(stream) is not int:
+        check_stream(func, stream, device)
     h = _handle.get_handle(device)
     if stream is not None:
         h.set_stream(stream)
     return h
+
+
+class on_device:
+    """``with on_device(d):`` makes device *d* current for the block when another one is (one
+    ``cudaGetDevice``; nothing else when *d* is current already, or when CUDA cannot say), and
+    restores the caller's device after it. Every launch of the high level runs inside one, so a
+    call runs on its operands' device whatever the caller's current device is."""
+
+    __slots__ = ("device", "previous")
+
+    def __init__(self, device: int):
+        self.device = device
+        self.previous: int | None = None
+
+    def __enter__(self) -> None:
+        cur = _cuda.device_now()
+        if cur is not None and cur != self.device:
+            _cuda.set_device(self.device)
+            self.previous = cur
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            _cuda.set_device(self.previous)
+            self.previous = None
 
 
 def workspace(h: Any, nbytes: int) -> int:
@@ -687,7 +727,20 @@ class Call:
         # inputs that out may be exactly (same address; the builder checked their layout)
         self.inplace = inplace
 
-    def run(self, ptrs: tuple[int, ...], out: Any, po: int | None, stream: Any) -> Any:
+    def run(self, ptrs: Any, out: Any, po: Any, stream: Any) -> Any:
+        """:meth:`_run` with the handle's device current (the caller's device restored after):
+        the call follows its operands' device. Subclasses override :meth:`_run`."""
+        dev = self.handle.device
+        cur = _cuda.device_now()
+        if cur is None or cur == dev:
+            return self._run(ptrs, out, po, stream)
+        _cuda.set_device(dev)
+        try:
+            return self._run(ptrs, out, po, stream)
+        finally:
+            _cuda.set_device(cur)
+
+    def _run(self, ptrs: tuple[int, ...], out: Any, po: int | None, stream: Any) -> Any:
         """Bind the stream, allocate or check ``out``, stage, and launch. Returns ``out``."""
         h = self.handle
         if stream is not None:
@@ -749,7 +802,8 @@ class MultiOutputCall(Call):
     """A validated call with several outputs: ``run(ptrs, outs, pos, stream)`` takes the output
     arrays (None: allocate from ``allocs``) and their pointers, refuses outputs that overlap an
     input or each other, stages inputs (``stage``; outputs are never staged) and launches
-    ``launch((*input_ptrs, *output_ptrs))``. Returns the outputs as a tuple. ``noop``: allocate
+    ``launch((*input_ptrs, *output_ptrs))`` (on the handle's device, as :meth:`Call.run`).
+    Returns the outputs as a tuple. ``noop``: allocate
     only (empty problems)."""
 
     __slots__ = ("allocs", "n_in", "noop")
@@ -769,8 +823,8 @@ class MultiOutputCall(Call):
         self.n_in = len(in_spans)
         self.noop = noop
 
-    def run(self, ptrs: Sequence[int], outs: Sequence[Any], pos: Sequence[Any], stream: Any
-            ) -> tuple:  # fmt: skip
+    def _run(self, ptrs: Sequence[int], outs: Sequence[Any], pos: Sequence[Any], stream: Any
+             ) -> tuple:  # fmt: skip
         h = self.handle
         if stream is not None:
             h.set_stream(stream)

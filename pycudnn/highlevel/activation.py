@@ -169,7 +169,7 @@ def _forward(x, out, mode, coef, alpha, beta, stream) -> _op.Call:
     a, b = _op.scales(dt, _op.real(alpha, "alpha", func), _op.real(beta, "beta", func))
     xd = _op.tensor_desc(func, "x", g)
     yd, spec, o, so = _output(func, out, g)
-    h = _op.handle_for(device, stream)
+    h = _op.handle_for(device, stream, func)
     if any(n == 0 for n in g.shape):
         return _op.NoOp(func, h, spec, (0, so))
     inplace = (0,) if o is not None and _op.same_layout(g, o) else ()
@@ -239,7 +239,7 @@ def _backward(y, dy, x, out, mode, coef, alpha, beta, stream) -> _op.Call:
     a, b = _op.scales(dt, _op.real(alpha, "alpha", func), _op.real(beta, "beta", func))
     yd, dyd, xd = (_op.tensor_desc(func, n, g) for n, g in (("y", gy), ("dy", gdy), ("x", gx)))
     dxd, spec, o, so = _output(func, out, gx)
-    h = _op.handle_for(device, stream)
+    h = _op.handle_for(device, stream, func)
     spans = (gy.nbytes_span, gdy.nbytes_span, gx.nbytes_span, so)
     if any(n == 0 for n in gx.shape):
         return _op.NoOp(func, h, spec, spans)

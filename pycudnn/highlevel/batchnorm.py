@@ -274,7 +274,7 @@ class _Train(_BNCall):
         self.copy = None if copy is None else (*copy[:3], *(d.ptr for d in copy[3:]))
         self.names = names
 
-    def run(self, ptrs: tuple, out: Any, po: int | None, stream: Any) -> tuple:
+    def _run(self, ptrs: tuple, out: Any, po: int | None, stream: Any) -> tuple:
         h = self.handle
         if stream is not None:
             h.set_stream(stream)  # no C call when unchanged
@@ -290,7 +290,7 @@ class _Train(_BNCall):
                 fn(self.hp, one, src_m, ptrs[3], zero, dst, rm.ptr)
                 fn(self.hp, one, src_v, ptrs[4], zero, dst, rv.ptr)
                 ptrs = (*ptrs[:3], rm.ptr, rv.ptr)
-        out = _op.Call.run(self, (*ptrs, mean.ptr, invstd.ptr), out, po, None)
+        out = _op.Call._run(self, (*ptrs, mean.ptr, invstd.ptr), out, po, None)
         return (out, *new)
 
     def _check_running(self, ptrs: tuple) -> None:
@@ -332,12 +332,12 @@ class _Grad(_BNCall):
 
     __slots__ = ()
 
-    def run(self, ptrs: tuple, out: Any, po: int | None, stream: Any) -> tuple:
+    def _run(self, ptrs: tuple, out: Any, po: int | None, stream: Any) -> tuple:
         h = self.handle
         if stream is not None:
             h.set_stream(stream)
         dscale, dbias = self.stat.new(h.stream)
-        out = _op.Call.run(self, (*ptrs, dscale.ptr, dbias.ptr), out, po, None)
+        out = _op.Call._run(self, (*ptrs, dscale.ptr, dbias.ptr), out, po, None)
         return out, dscale, dbias
 
     def launch(self, ptrs: Sequence[int]) -> None:
@@ -477,7 +477,7 @@ def _train(inputs, gamma, beta, mode, epsilon, factor, running_mean, running_var
                     f"{func}: inplace_running=True writes {name} in place, which needs a "
                     "contiguous array; pass a contiguous one or inplace_running=False"
                 )
-    h = _op.handle_for(p.x.device, stream)
+    h = _op.handle_for(p.x.device, stream, p.func)
     pops = [g for g, _ in params]
     copy = None
     staged_params = pops[:2]
@@ -572,7 +572,7 @@ def _test(inputs, gamma, beta, mean, var, mode, epsilon, out, stream) -> _op.Cal
     named = (("gamma", gamma), ("beta", beta), ("mean", mean), ("var", var))
     pops = [g for g, _ in _params(p, named)]
     o = _main_output(p, "out", out)
-    h = _op.handle_for(p.x.device, stream)
+    h = _op.handle_for(p.x.device, stream, p.func)
     if 0 in p.shape:
         spec = None if o is not None else _op.output_spec(p.shape, p.dt, p.x.device, p.nhwc)
         return _op.NoOp(func, h, spec, _spans(p.x, *pops, spec if o is None else o))
@@ -665,7 +665,7 @@ def _grad(inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, stream) -> _G
     pops = [g for g, _ in params]
     o = _main_output(p, "out", out)
     _check_not_empty(p, "gradients")
-    h = _op.handle_for(p.x.device, stream)
+    h = _op.handle_for(p.x.device, stream, p.func)
     stat = _Stats(p, [params[0][1]] * 2)
     xd, pd, stage, spec = _plan(p, (p.x, gdy), o, pops, 2)
     spans = _spans(p.x, gdy, *pops, stat, stat, spec if o is None else o)

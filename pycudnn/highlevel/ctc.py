@@ -376,7 +376,7 @@ def _build(log_probs, labels, label_lengths, input_lengths, outs, algo, reductio
         stage.append(
             (0, glp._replace(shape=shape4, strides=strides4), _op.padded(shape, packed)[1])
         )
-    h = _op.handle_for(device, stream)
+    h = _op.handle_for(device, stream, func)
     cd = CTCLossDescriptor(dt, normalization="softmax", grad_mode="zero_oob",
                            max_label_length=_MAX_LABEL)  # fmt: skip
     pd = _op.tensor_descriptor(shape, packed, dt)

@@ -275,7 +275,7 @@ def _operands(func: str, name: str, g: _op.Operand, out: Any, stream: Any):
         xd = _op.tensor_desc(func, name, g)
         yd = _op.tensor_descriptor(*_op.padded(g.shape, ostrides), dt)
     inplace = (0,) if o is not None and _op.same_layout(g, o) else ()
-    h = _op.handle_for(device, stream)
+    h = _op.handle_for(device, stream, func)
     return h, spec, (g.nbytes_span, so), inplace, xd, yd, empty
 
 
@@ -336,6 +336,7 @@ def dnn_dropout(
         raise TypeError(f"{func}: state must be a DropoutState or None, got {type(state).__name__}")
     px, kx = _op.key_of(x)
     po, ko = (None, None) if out is None else _op.key_of(out)
+    state._check(func, kx[3])  # a state bound to another device: before any C call
 
     def prepare(call):
         state._check(func, call.handle.device)
@@ -391,6 +392,7 @@ def dnn_dropout_grad(dy: Any, state: DropoutState, *, out: Any = None, stream: A
         raise TypeError(f"{func}: state must be a DropoutState, got {type(state).__name__}")
     pdy, kdy = _op.key_of(dy)
     po, ko = (None, None) if out is None else _op.key_of(out)
+    state._check(func, kdy[3])  # a state bound to another device: before any C call
 
     def prepare(call):
         state._check_mask(func, call.shape, call.handle.device)

@@ -198,7 +198,7 @@ def _forward(x, out, n, alpha, beta, k, stream) -> _op.Call:
     _op.check_strides(func, "x", g)
     params = _params(func, n, alpha, beta, k)
     yd, spec, so, staged = _output(func, out, g, dt, device)
-    h = _op.handle_for(device, stream)
+    h = _op.handle_for(device, stream, func)
     spans = (g.nbytes_span, so)
     if yd is None:
         return _op.NoOp(func, h, spec, spans)
@@ -282,7 +282,7 @@ def _backward(y, dy, x, out, n, alpha, beta, k, stream) -> _op.Call:
         _op.check_strides(func, name, g)
     params = _params(func, n, alpha, beta, k)
     dxd, spec, so, staged = _output(func, out, gx, dt, device)
-    h = _op.handle_for(device, stream)
+    h = _op.handle_for(device, stream, func)
     spans = (gy.nbytes_span, gdy.nbytes_span, gx.nbytes_span, so)
     if dxd is None:
         return _op.NoOp(func, h, spec, spans)

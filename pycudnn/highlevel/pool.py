@@ -283,7 +283,7 @@ def _forward(img, out, ws, stride, mode, pad, alpha, beta, stream) -> _op.Call:
     pmode, is_sum = _op.choose(mode, _MODES, "mode", func)
     a, b = _op.real(alpha, "alpha", func), _op.real(beta, "beta", func)
     o = _out_operand(func, "out", out, g, geo.out_shape)
-    h = _op.handle_for(device, stream)
+    h = _op.handle_for(device, stream, func)
     nhwc = _op.channels_last(g)
     return _entry(func, h, dt, geo, pmode, is_sum, (g,), o, geo.out_shape, nhwc, a, b, False)
 
@@ -375,7 +375,7 @@ def _backward(img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, beta, 
     pmode, is_sum = _op.choose(mode, _MODES, "mode", func)
     a, b = _op.real(alpha, "alpha", func), _op.real(beta, "beta", func)
     o = _out_operand(func, "img_grad", img_grad, gx, gx.shape)
-    h = _op.handle_for(device, stream)
+    h = _op.handle_for(device, stream, func)
     nhwc = _op.channels_last(gx)
     inputs = (gx, gy, gdy)
     return _entry(func, h, dt, geo, pmode, is_sum, inputs, o, gx.shape, nhwc, a, b, True)

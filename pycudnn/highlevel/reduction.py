@@ -187,8 +187,8 @@ class _Degenerate(_op.MultiOutputCall):
         self.copy = _op.quiet("cudnnTransformTensor")
         self.set = _op.quiet("cudnnSetTensor")
 
-    def run(self, ptrs, outs, pos, stream):
-        result = super().run(ptrs, outs, pos, stream)
+    def _run(self, ptrs, outs, pos, stream):
+        result = super()._run(ptrs, outs, pos, stream)
         if len(result) > 1:  # indices: a block of one element is at index 0
             result[1].fill_(0)
         return result
@@ -370,7 +370,7 @@ def _build(x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, strea
             f"{func}: op={op!r} over zero elements (x has shape {tuple(g.shape)}, axis {axis!r}) "
             "has no value"
         )
-    h = _op.handle_for(device, stream)
+    h = _op.handle_for(device, stream, func)
     if n_out == 0:
         return _op.MultiOutputCall(func, h, allocs, in_spans, out_spans, noop=True)
     cd = _op.tensor_descriptor(*_op.padded(kshape, kstrides), odt)

@@ -614,7 +614,8 @@ class RNNBlock:
             device = _op.handle_for(None, None).device
         dev = self._devices.get(device)
         if dev is None:
-            dev = self._devices[device] = _Device(self, device)
+            with _op.on_device(device):  # the dropout states are initialised on the device
+                dev = self._devices[device] = _Device(self, device)
         return dev
 
     def _shape(self, dev: _Device, t: int, n: int, inp: int, lengths: tuple | None) -> _Shape:
@@ -795,7 +796,8 @@ class RNNBlock:
                 if len(self._calls) >= _MAX_CALLS:
                     self._calls.clear()
                 self._calls[key] = call
-        return self._run_forward(call, (pw, px, ph, pc), outs, bool(training), stream)
+        with _op.on_device(call.device):  # the call runs on its operands' device
+            return self._run_forward(call, (pw, px, ph, pc), outs, bool(training), stream)
 
     def _inputs(self, func: str, x: Any, w: Any) -> tuple:
         """The checks *x* and *w* share in both directions: ``(gx, gw, T, N, input size,
@@ -816,6 +818,8 @@ class RNNBlock:
     def _build_forward(self, w, x, hx, cx, sl, training, outs, stream) -> _Call:
         func = _FWD
         gx, gw, t, n, inp, device, hshape, cshape, expected = self._inputs(func, x, w)
+        if stream is not None:
+            _op.check_stream(func, stream, device)
         gh = None if hx is None else self._operand(func, "hx", hx, hshape, device)
         if cx is not None and self._mode != "lstm":
             raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
@@ -844,7 +848,7 @@ class RNNBlock:
 
     def _run_forward(self, call: _Call, ptrs: tuple, outs: tuple, training: bool, stream) -> tuple:
         s = call.shape
-        h = _op.handle_for(call.device, stream)
+        h = _op.handle_for(call.device, stream, _FWD)
         objs, optrs = call.outputs(h, outs or (None,) * len(call.outs), ptrs, _FWD)
         pw, px, ph, pc = ptrs
         keep: list = []
@@ -956,13 +960,16 @@ class RNNBlock:
                     self._calls.clear()
                 self._calls[key] = call
         ptrs = tuple(p for p, _ in keyed)
-        return self._run_backward(call, ptrs, outs, dw, pdw, bool(accumulate), bool(weights),
-                                  stream)  # fmt: skip
+        with _op.on_device(call.device):
+            return self._run_backward(call, ptrs, outs, dw, pdw, bool(accumulate),
+                                      bool(weights), stream)  # fmt: skip
 
     def _build_backward(self, ops, sl, outs, dw, weights, stream) -> _Call:
         func = _BWD
         w, x, hx, cx, y, dy, dhy, dcy = ops
         gx, gw, t, n, inp, device, hshape, cshape, expected = self._inputs(func, x, w)
+        if stream is not None:
+            _op.check_stream(func, stream, device)
         yshape = self._y_shape(t, n)
         if cx is not None and self._mode != "lstm":
             raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
@@ -1023,7 +1030,7 @@ class RNNBlock:
                 f"({_describe_shape(s.key)}); backward uses the reserve space of the last "
                 "training apply"
             )
-        h = _op.handle_for(call.device, stream)
+        h = _op.handle_for(call.device, stream, _BWD)
         nout = len(call.outs) - 1
         given = tuple(outs) or (None,) * nout
         objs, optrs = call.outputs(h, (*given, dw), ptrs, _BWD)

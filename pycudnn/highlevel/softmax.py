@@ -92,7 +92,7 @@ def _build(func, name, names, objs, out, algo, mode, alpha, beta, stream) -> _op
         _op.check_strides(func, "out", o)
         _op.check_out(func, o, g0.shape)
     a, b = _op.scales(dt, _op.real(alpha, "alpha", func), _op.real(beta, "beta", func))
-    h = _op.handle_for(device, stream)
+    h = _op.handle_for(device, stream, func)
     spec = _op.like_spec(g0) if o is None else None
     out_strides = o.strides if o is not None else spec.element_strides
     so = o.nbytes_span if o is not None else spec.nbytes_span

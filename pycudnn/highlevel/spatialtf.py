@@ -231,7 +231,7 @@ def _grid(theta, out, out_shape, stream) -> _op.Call:
         so = spec.nbytes_span
     else:
         spec, so = None, _packed_out(func, "out", out, gshape, dt, device).nbytes_span
-    hd = _op.handle_for(device, stream)
+    hd = _op.handle_for(device, stream, func)
     spans = (g.nbytes_span, so)
     if n == 0:
         return _op.NoOp(func, hd, spec, spans)
@@ -291,7 +291,7 @@ def _grid_grad(dgrid, out, stream) -> _op.Call:
         so = spec.nbytes_span
     else:
         spec, so = None, _packed_out(func, "out", out, tshape, dt, device).nbytes_span
-    hd = _op.handle_for(device, stream)
+    hd = _op.handle_for(device, stream, func)
     spans = (g.nbytes_span, so)
     if n == 0:
         return _op.NoOp(func, hd, spec, spans)
@@ -390,7 +390,7 @@ def _sampler(img, grid, out, alpha, beta, stream) -> _op.Call:
         spec = None
         o = _op.out_operand(func, out, yshape, dt, device)
         ystrides, so = tuple(o.strides), o.nbytes_span
-    hd = _op.handle_for(device, stream)
+    hd = _op.handle_for(device, stream, func)
     spans = (gi.nbytes_span, gg.nbytes_span, so)
     if n == 0:
         return _op.NoOp(func, hd, spec, spans)
@@ -490,7 +490,7 @@ def _sampler_grad(img, grid, dy, outs, alpha, beta, stream) -> _op.MultiOutputCa
     else:
         gspec = None
         sdg = _packed_out(func, "out[1] (dgrid)", outs[1], gg.shape, dt, device).nbytes_span
-    hd = _op.handle_for(device, stream)
+    hd = _op.handle_for(device, stream, func)
     in_spans = (gi.nbytes_span, gg.nbytes_span, gdy.nbytes_span)
     if n == 0:
         return _op.MultiOutputCall(func, hd, (ispec, gspec), in_spans, (sdx, sdg), noop=True)

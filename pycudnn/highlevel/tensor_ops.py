@@ -117,7 +117,7 @@ def _add(a, c, alpha, beta, stream) -> _op.Call:
     _check_broadcast(func, "a", ga, tuple(gc.shape), "c")
     _op.check_out(func, gc, gc.shape, name="c")
     al, be = _op.scales(dt, _op.real(alpha, "alpha", func), _op.real(beta, "beta", func))
-    h = _op.handle_for(device, stream)
+    h = _op.handle_for(device, stream, func)
     spans = (ga.nbytes_span, gc.nbytes_span)
     if any(n == 0 for n in gc.shape):
         return _op.NoOp(func, h, None, spans)
@@ -250,7 +250,7 @@ def _op_tensor(op, a, b, alpha1, alpha2, beta, out, stream) -> _op.Call:
         inplace = tuple(
             i for i, g in enumerate((ga, gb)) if g is not None and _op.same_layout(g, go)
         )
-    h = _op.handle_for(device, stream)
+    h = _op.handle_for(device, stream, func)
     spans = (ga.nbytes_span, *(() if gb is None else (gb.nbytes_span,)), so)
     if any(n == 0 for n in ga.shape):
         return _op.NoOp(func, h, spec, spans)

@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
+from references import bn_grad_ref, bn_test_ref, bn_train_ref  # noqa: E402
 from test_pool_gpu import (  # noqa: E402  (helpers shared with the pooling tests)
     DTYPES,
     TOL,
@@ -43,40 +44,7 @@ rng = np.random.default_rng()
 
 
 # ==================================================================================================
-# float64 NumPy references (Theano's formulas)
-# ==================================================================================================
-def axes_of(ndim, mode):
-    return (0,) if mode == "per-activation" else (0, *range(2, ndim))
-
-
-def ref_train(x, g, b, mode, eps, factor, rm, rv):
-    axes = axes_of(x.ndim, mode)
-    mean = x.mean(axes, keepdims=True)
-    var = x.var(axes, keepdims=True)
-    invstd = 1.0 / np.sqrt(var + eps)
-    out = (x - mean) * g * invstd + b
-    m = x.size / mean.size
-    new_rm = rm * (1 - factor) + mean * factor
-    new_rv = rv * (1 - factor) + (m / (m - 1)) * var * factor
-    return out, mean, invstd, new_rm, new_rv
-
-
-def ref_test(x, g, b, mean, var, eps):
-    return (x - mean) * g / np.sqrt(var + eps) + b
-
-
-def ref_grad(x, dy, scale, mean, invstd, mode):
-    axes = axes_of(x.ndim, mode)
-    m = x.size / mean.size
-    xhat = (x - mean) * invstd
-    dbias = dy.sum(axes, keepdims=True)
-    dscale = (dy * xhat).sum(axes, keepdims=True)
-    dx = scale * invstd / m * (m * dy - dbias - xhat * dscale)
-    return dx, dscale, dbias
-
-
-# ==================================================================================================
-# Helpers
+# Helpers (the float64 references, Theano's formulas, are in tests/support/references.py)
 # ==================================================================================================
 def full_shape(shape, mode):
     """Theano's parameter shape: the inputs' rank, 1 on the normalized axes."""
@@ -127,7 +95,7 @@ def test_against_reference(rank, dt, layout, mode, form):
     x = host(xt)
     (g, b, rm, rv), (gt, bt, rmt, rvt) = params(shape, mode, form, dt)
     pshape = tuple(gt.shape)
-    want = ref_train(x, g, b, mode, eps, factor, rm, rv)
+    want = bn_train_ref(x, g, b, mode, eps, factor, rm, rv)
 
     out = dev(np.full(shape, np.nan), dt, layout)
     res = dnn_batch_normalization_train(xt, gt, bt, mode, eps, factor, rmt, rvt, out=out)
@@ -156,7 +124,7 @@ def test_against_reference(rank, dt, layout, mode, form):
     out = dev(np.full(shape, np.nan), dt, layout)
     dnn_batch_normalization_test(xt, gt, bt, rmt, rvt, mode, eps, out=out)
     rm1, rv1 = host(rmt).reshape(rm.shape), host(rvt).reshape(rv.shape)
-    check(host(out), ref_test(x, g, b, rm1, rv1, eps), TOL[dt], "test")
+    check(host(out), bn_test_ref(x, g, b, rm1, rv1, eps), TOL[dt], "test")
 
     # backward at the returned statistics
     mean, invstd = res[1], res[2]
@@ -167,7 +135,7 @@ def test_against_reference(rank, dt, layout, mode, form):
     )
     assert dx is dx_out and tuple(dscale.shape) == tuple(dbias.shape) == pshape
     full = full_shape(shape, mode)
-    wdx, wds, wdb = ref_grad(
+    wdx, wds, wdb = bn_grad_ref(
         x, host(dyt), g, host(mean).reshape(full), host(invstd).reshape(full), mode
     )
     check(host(dx), wdx, TOL[dt], "dx")
@@ -182,13 +150,13 @@ def test_rank_2_and_3_inputs(shape, mode):
     xt = dev(rng.standard_normal(shape), "fp32")
     x = host(xt)
     (g, b, rm, rv), (gt, bt, rmt, rvt) = params(shape, mode, "squeezed", "fp32")
-    want = ref_train(x, g, b, mode, eps, factor, rm, rv)
+    want = bn_train_ref(x, g, b, mode, eps, factor, rm, rv)
     res = dnn_batch_normalization_train(xt, gt, bt, mode, eps, factor, rmt, rvt)
     for got, ref in zip(res, want, strict=True):
         check(host(got).reshape(ref.shape), ref, 1e-5, f"rank {len(shape)}")
     assert res[0].shape == shape
     got = dnn_batch_normalization_test(xt, gt, bt, rmt, rvt, mode, eps)
-    check(host(got), ref_test(x, g, b, rm, rv, eps), 1e-5, "test")
+    check(host(got), bn_test_ref(x, g, b, rm, rv, eps), 1e-5, "test")
 
 
 def test_epsilon_zero_is_allowed():
@@ -196,7 +164,7 @@ def test_epsilon_zero_is_allowed():
     x = host(xt)
     (g, b, rm, rv), (gt, bt, _, _) = params(x.shape, "spatial", "full", "fp64")
     out, _, invstd = dnn_batch_normalization_train(xt, gt, bt, "spatial", 0.0)
-    want = ref_train(x, g, b, "spatial", 0.0, 0.1, rm, rv)
+    want = bn_train_ref(x, g, b, "spatial", 0.0, 0.1, rm, rv)
     check(host(out), want[0], 1e-12, "out")
     check(host(invstd), want[2], 1e-12, "invstd")
 
@@ -296,7 +264,7 @@ def test_other_strides_are_staged(dt):
     g, b = host(gt).reshape(1, 3, 1, 1), host(bt).reshape(1, 3, 1, 1)
     for xt in (sliced, cn):
         x = host(xt)
-        want = ref_train(x, g, b, mode, eps, 0.1, 0 * g, 0 * g + 1)
+        want = bn_train_ref(x, g, b, mode, eps, 0.1, 0 * g, 0 * g + 1)
         obig = dev(np.full((4, 3, 5, 8), np.nan), dt)
         out = obig[..., 1:7]
         _, mean, invstd = dnn_batch_normalization_train(xt, gt, bt, mode, eps, out=out)
@@ -306,7 +274,7 @@ def test_other_strides_are_staged(dt):
         dy = dev(rng.standard_normal((4, 3, 5, 6)), dt, "nhwc")
         dx, ds, db = dnn_batch_normalization_grad(xt, dy, gt, mean, invstd, mode, eps)
         check(host(db).reshape(g.shape), host(dy).sum((0, 2, 3), keepdims=True), 1e-5, "dbias")
-        wdx, wds, _ = ref_grad(x, host(dy), g, host(mean).reshape(g.shape),
+        wdx, wds, _ = bn_grad_ref(x, host(dy), g, host(mean).reshape(g.shape),
                                  host(invstd).reshape(g.shape), mode)  # fmt: skip
         check(host(dx), wdx, TOL[dt], "staged dx")
         check(host(ds).reshape(g.shape), wds, 1e-5, "staged dscale")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from references import ctc_ref, log_softmax
 
 import pycudnn
 from pycudnn.highlevel.ctc import dnn_ctc_loss
@@ -23,53 +24,6 @@ pytestmark = pytest.mark.gpu
 
 TOL = {"float32": 1e-5, "float64": 1e-10}
 rng = np.random.default_rng()
-
-
-def log_softmax(u):
-    m = u.max(-1, keepdims=True)
-    return u - m - np.log(np.exp(u - m).sum(-1, keepdims=True))
-
-
-def ctc_ref(lp, labels, lens, ilens):
-    """(loss per sample, gradient w.r.t. the softmax input) of log-probabilities (T, N, C)."""
-    _, n_, c_ = lp.shape
-    loss = np.zeros(n_)
-    grad = np.zeros_like(lp)
-    off = 0
-    for b in range(n_):
-        lab = labels[off : off + lens[b]]
-        off += lens[b]
-        tb = ilens[b]
-        ext = np.zeros(2 * len(lab) + 1, np.int64)
-        ext[1::2] = lab
-        s_ = len(ext)
-        skip = np.zeros(s_, bool)  # s may come from s - 2
-        skip[2:] = (ext[2:] != 0) & (ext[2:] != ext[:-2])
-        e = lp[:tb, b][:, ext]  # (tb, S) emissions
-        la = np.full((tb, s_), -np.inf)
-        la[0, :2] = e[0, :2]
-        for t in range(1, tb):
-            a = la[t - 1].copy()
-            a[1:] = np.logaddexp(a[1:], la[t - 1, :-1])
-            a[2:] = np.where(skip[2:], np.logaddexp(a[2:], la[t - 1, :-2]), a[2:])
-            la[t] = a + e[t]
-        lb = np.full((tb, s_), -np.inf)
-        lb[tb - 1, -2:] = e[tb - 1, -2:]
-        for t in range(tb - 2, -1, -1):
-            bb = lb[t + 1].copy()
-            bb[:-1] = np.logaddexp(bb[:-1], lb[t + 1, 1:])
-            bb[:-2] = np.where(skip[2:], np.logaddexp(bb[:-2], lb[t + 1, 2:]), bb[:-2])
-            lb[t] = bb + e[t]
-        logp = np.logaddexp(la[tb - 1, -1], la[tb - 1, -2])
-        if not np.isfinite(logp):  # the labels do not fit: zero_oob
-            continue
-        loss[b] = -logp
-        ab = la + lb
-        for t in range(tb):
-            occ = np.full(c_, -np.inf)
-            np.logaddexp.at(occ, ext, ab[t])
-            grad[t, b] = np.exp(lp[t, b]) - np.exp(occ - lp[t, b] - logp)
-    return loss, grad
 
 
 def problem(t=16, n=4, c=6, dtype="float32", lens=None, ilens=None, repeats=True):

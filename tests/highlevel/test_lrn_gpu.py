@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from references import lrn_grad_ref, lrn_ref
 
 import pycudnn
 from pycudnn.highlevel.lrn import dnn_lrn, dnn_lrn_grad
@@ -23,31 +24,6 @@ pytestmark = pytest.mark.gpu
 DTYPES = ("float16", "float32", "float64")
 TOL = {"float64": 1e-12, "float32": 1e-5, "float16": 5e-3}
 rng = np.random.default_rng()
-
-
-def window(c, n, channels):
-    lb = (n - 1) // 2
-    return max(0, c - lb), min(channels, c + n - lb)
-
-
-def lrn_ref(x, n, alpha, beta, k):
-    sq = x * x
-    s = np.empty_like(x)
-    for c in range(x.shape[1]):
-        lo, hi = window(c, n, x.shape[1])
-        s[:, c] = sq[:, lo:hi].sum(axis=1)
-    s = k + alpha / n * s
-    return x * s**-beta, s
-
-
-def lrn_grad_ref(x, dy, n, alpha, beta, k):
-    _, s = lrn_ref(x, n, alpha, beta, k)
-    t = dy * x * s ** (-beta - 1)
-    acc = np.zeros_like(x)
-    for c in range(x.shape[1]):  # channel c's window feeds every i in it
-        lo, hi = window(c, n, x.shape[1])
-        acc[:, lo:hi] += t[:, c : c + 1]
-    return dy * s**-beta - 2 * alpha * beta / n * x * acc
 
 
 def dev(x64, dtype, layout="nchw"):

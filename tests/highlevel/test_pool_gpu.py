@@ -14,7 +14,6 @@ strides, NaN propagation, blending, streams, and the host cost of a repeated cal
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 
@@ -23,6 +22,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
+
+from references import pool_grad_ref, pool_ref  # noqa: E402  (float64 references)
 
 import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
 from pycudnn import memory  # noqa: E402
@@ -51,58 +52,6 @@ def _fresh_stream():
 # ==================================================================================================
 # float64 NumPy references
 # ==================================================================================================
-def _windows(a, ws, stride):
-    """``a[n, c, *out, *ws]``: the strided pooling windows of an (already padded) array."""
-    nd = len(ws)
-    win = np.lib.stride_tricks.sliding_window_view(a, ws, axis=tuple(range(2, 2 + nd)))
-    return win[(slice(None), slice(None), *(slice(None, None, s) for s in stride))]
-
-
-def ref_pool(x, ws, stride, pad, mode):
-    nd = len(ws)
-    padding = [(0, 0), (0, 0)] + [(p, p) for p in pad]
-    axes = tuple(range(-nd, 0))
-    if mode.startswith("max"):
-        return _windows(np.pad(x, padding, constant_values=-np.inf), ws, stride).max(axes)
-    total = _windows(np.pad(x, padding), ws, stride).sum(axes)
-    if mode == "sum":
-        return total
-    if mode == "average_inc_pad":
-        return total / math.prod(ws)
-    count = _windows(np.pad(np.ones_like(x), padding), ws, stride).sum(axes)
-    return total / count
-
-
-def ref_pool_grad(x, dy, ws, stride, pad, mode):
-    """d(sum(pool(x) * dy)) / dx, window offset by window offset."""
-    nd = len(ws)
-    padding = [(0, 0), (0, 0)] + [(p, p) for p in pad]
-    xp = np.pad(x, padding, constant_values=-np.inf)
-    y = ref_pool(x, ws, stride, pad, mode)
-    out = dy.shape[2:]
-    if mode == "average_exc_pad":
-        count = _windows(np.pad(np.ones_like(x), padding), ws, stride).sum(tuple(range(-nd, 0)))
-    dxp = np.zeros(xp.shape)
-    for k in itertools.product(*(range(w) for w in ws)):
-        taps = (slice(k[i], k[i] + stride[i] * (out[i] - 1) + 1, stride[i]) for i in range(nd))
-        sl = (slice(None), slice(None), *taps)
-        if mode.startswith("max"):
-            dxp[sl] += dy * (xp[sl] == y)
-        elif mode == "sum":
-            dxp[sl] += dy
-        elif mode == "average_inc_pad":
-            dxp[sl] += dy / math.prod(ws)
-        else:
-            dxp[sl] += dy / count
-    return dxp[
-        (
-            slice(None),
-            slice(None),
-            *(slice(p, p + n) for p, n in zip(pad, x.shape[2:], strict=True)),
-        )
-    ]
-
-
 def distinct(shape):
     """Values distinct within each (n, c) plane, exact in fp16/bf16 (integers * 1/8 below 256),
     half of them negative (padding must never win a max)."""
@@ -177,7 +126,7 @@ def test_against_reference(nd, dt, layout, mode):
     x = distinct(shape) if mode.startswith("max") else rng.standard_normal(shape)
     xt = dev(x, dt, layout)
     x = host(xt)  # rounded to dt
-    want = ref_pool(x, ws, stride, pad, mode)
+    want = pool_ref(x, ws, stride, pad, mode)
     out = nan_like(want.shape, dt, layout)
     res = dnn_pool(xt, ws, stride, mode, pad, out=out)
     assert res is out
@@ -192,7 +141,7 @@ def test_against_reference(nd, dt, layout, mode):
     dy = host(dev(rng.standard_normal(want.shape), dt))
     dyt = dev(dy, dt, layout)
     yt = dev(want, dt, layout)  # the forward output (exact for max)
-    want_dx = ref_pool_grad(x, dy, ws, stride, pad, mode)
+    want_dx = pool_grad_ref(x, dy, ws, stride, pad, mode)
     dx = nan_like(shape, dt, layout)
     res = dnn_pool_grad(xt, yt, dyt, ws, stride, mode, pad, img_grad=dx)
     assert res is dx
@@ -207,7 +156,7 @@ def test_theano_defaults_stride_one_no_padding(dt):
     for mode, ref_mode in (("max", "max"), ("average", "average_inc_pad")):
         got = host(dnn_pool(xt, (3, 2), mode=mode))
         assert got.shape == (2, 2, 4, 4)
-        check(got, ref_pool(host(xt), (3, 2), (1, 1), (0, 0), ref_mode), TOL[dt], mode)
+        check(got, pool_ref(host(xt), (3, 2), (1, 1), (0, 0), ref_mode), TOL[dt], mode)
 
 
 def test_sum_is_average_times_the_window():
@@ -298,7 +247,7 @@ def test_other_strides_are_staged(dt):
     cn = dev(rng.standard_normal((3, 2, 7, 6)), dt).transpose(0, 1)  # N and C transposed
     for xt in (sliced, cn):
         x = host(xt)
-        want = ref_pool(x, ws, stride, pad, "average_exc_pad")
+        want = pool_ref(x, ws, stride, pad, "average_exc_pad")
         out = nan_like(want.shape, dt, "nhwc")[..., :]  # the other layout
         dnn_pool(xt, ws, stride, "average_exc_pad", pad, out=out)
         check(host(out), want, TOL[dt], "staged forward")
@@ -311,7 +260,7 @@ def test_other_strides_are_staged(dt):
         dxbig = nan_like((2, 3, 7, 10), dt)
         dnn_pool_grad(xt, dev(want, dt), dy, ws, stride, "average_exc_pad", pad,
                       img_grad=dxbig[..., 1:7])  # fmt: skip
-        want_dx = ref_pool_grad(x, host(dy), ws, stride, pad, "average_exc_pad")
+        want_dx = pool_grad_ref(x, host(dy), ws, stride, pad, "average_exc_pad")
         check(host(dxbig[..., 1:7]), want_dx, TOL[dt], "staged backward")
 
 
@@ -322,12 +271,12 @@ def test_alpha_beta_blend(layout):
     old = rng.standard_normal((2, 3, 4, 4))
     out = dev(old, "fp64", layout)
     dnn_pool(xt, ws, stride, "average_inc_pad", pad, alpha=2.0, beta=-0.5, out=out)
-    want = 2.0 * ref_pool(host(xt), ws, stride, pad, "average_inc_pad") - 0.5 * old
+    want = 2.0 * pool_ref(host(xt), ws, stride, pad, "average_inc_pad") - 0.5 * old
     check(host(out), want, 1e-12, "blend")
     # a staged output (the other layout) is blended by the final copy
     out2 = dev(old, "fp64", "nhwc" if layout == "nchw" else "nchw")
     dnn_pool(xt, ws, stride, "sum", pad, alpha=0.5, beta=2.0, out=out2)
-    want = 0.5 * ref_pool(host(xt), ws, stride, pad, "sum") + 2.0 * old
+    want = 0.5 * pool_ref(host(xt), ws, stride, pad, "sum") + 2.0 * old
     check(host(out2), want, 1e-12, "staged blend")
     dold = rng.standard_normal(shape)
     dx = dev(dold, "fp64", layout)
@@ -335,7 +284,7 @@ def test_alpha_beta_blend(layout):
     y = dnn_pool(xt, ws, stride, "max", pad)
     dnn_pool_grad(xt, torch.from_dlpack(y), dy, ws, stride, "max", pad, alpha=3.0, beta=1.0,
                   img_grad=dx)  # fmt: skip
-    want = 3.0 * ref_pool_grad(host(xt), host(dy), ws, stride, pad, "max") + dold
+    want = 3.0 * pool_grad_ref(host(xt), host(dy), ws, stride, pad, "max") + dold
     check(host(dx), want, 1e-12, "backward blend")
 
 
@@ -351,7 +300,7 @@ def test_on_a_torch_stream():
 
 def test_pool_accepts_every_device_array():
     x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
-    want = ref_pool(x.astype(np.float64), (2, 2), (2, 2), (0, 0), "max")
+    want = pool_ref(x.astype(np.float64), (2, 2), (2, 2), (0, 0), "max")
     check(host(dnn_pool(memory.to_device(x), (2, 2), (2, 2))), want, 0, "DeviceArray")
     cupy = pytest.importorskip("cupy")
     check(host(dnn_pool(cupy.asarray(x), (2, 2), (2, 2))), want, 0, "CuPy")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from references import reduction_ref
 
 import pycudnn
 from pycudnn.highlevel.reduction import dnn_reduction
@@ -26,26 +27,6 @@ LAYOUTS = ("nchw", "nhwc", "sliced")
 TOL = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-3}
 AXES = (None, 1, (1, 3), (0, 2, 3), -1, (0, 1, 2, 3))
 rng = np.random.default_rng()
-
-
-def ref(x, op, axis=None, keepdims=False):
-    if op == "add":
-        return x.sum(axis=axis, keepdims=keepdims)
-    if op == "mul":
-        return x.prod(axis=axis, keepdims=keepdims)
-    if op == "min":
-        return x.min(axis=axis, keepdims=keepdims)
-    if op == "max":
-        return x.max(axis=axis, keepdims=keepdims)
-    if op == "amax":
-        return np.abs(x).max(axis=axis, keepdims=keepdims)
-    if op == "avg":
-        return x.mean(axis=axis, keepdims=keepdims)
-    if op == "norm1":
-        return np.abs(x).sum(axis=axis, keepdims=keepdims)
-    if op == "norm2":
-        return np.sqrt((x * x).sum(axis=axis, keepdims=keepdims))
-    return np.where(x == 0, 1.0, x).prod(axis=axis, keepdims=keepdims)  # mul_no_zeros
 
 
 def data(shape, op):
@@ -95,14 +76,14 @@ def test_every_op_dtype_layout_and_axes(op, dtype, layout):
     x, x64 = dev(data((2, 3, 4, 5), op), dtype, layout)
     for axis in AXES:
         for keepdims in (False, True):
-            want = ref(x64, op, axis, keepdims)
+            want = reduction_ref(x64, op, axis, keepdims)
             out = poisoned(want.shape, dtype)
             got = dnn_reduction(x, op, axis, keepdims, out=out)
             assert got is out
             assert err(out.get(), want) <= TOL[dtype], (axis, keepdims)
         y = dnn_reduction(x, op, (1, 2))  # a new output
         assert y.shape == (2, 5) and y.dtype == np.dtype(dtype)
-        assert err(y.get(), ref(x64, op, (1, 2))) <= TOL[dtype]
+        assert err(y.get(), reduction_ref(x64, op, (1, 2))) <= TOL[dtype]
 
 
 @pytest.mark.parametrize(
@@ -113,7 +94,7 @@ def test_mixed_output_dtypes(op, dtype, out_dtype, tol):
     x, x64 = dev(data((3, 4, 5, 6), op), dtype)
     got = dnn_reduction(x, op, (0, 2), dtype=out_dtype)
     assert got.dtype == np.dtype(out_dtype)
-    assert err(got.get(), ref(x64, op, (0, 2))) <= tol
+    assert err(got.get(), reduction_ref(x64, op, (0, 2))) <= tol
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -130,7 +111,7 @@ def test_indices_are_flattened_over_the_reduced_axes(op, dtype, axis):
     i = idx.get().astype(np.int64)
     assert ((i >= 0) & (i < block.shape[-1])).all()
     picked = np.take_along_axis(v, i[..., None], axis=-1)[..., 0]
-    want = ref(x64, op, axis)
+    want = reduction_ref(x64, op, axis)
     np.testing.assert_array_equal(picked, want)  # the value at the index is the extreme
     assert err(vals.get(), want) <= TOL[dtype]
     if dtype != "float16":  # no ties in float32/64 random data: the very index
@@ -146,7 +127,7 @@ def test_alpha_beta_blend(op, dtype):
     out = pycudnn.to_device(prior)
     dnn_reduction(x, op, (0, 2), alpha=-1.5, beta=0.5, out=out)
     # alpha multiplies the reduced value (for mul: alpha * prod, not prod(alpha * x))
-    want = -1.5 * ref(x64, op, (0, 2)) + 0.5 * prior.astype(np.float64)
+    want = -1.5 * reduction_ref(x64, op, (0, 2)) + 0.5 * prior.astype(np.float64)
     assert err(out.get(), want) <= 2 * TOL[dtype]
 
 
@@ -158,7 +139,7 @@ def test_nothing_to_reduce(op, dtype):
     x64[0, 0, 0, :] = [0.0, -2.0, 3.0]
     x, x64 = dev(x64, dtype, "sliced")
     for axis, keepdims in ((1, False), ((), True), ((1,), True)):
-        want = ref(x64, op, axis, keepdims)
+        want = reduction_ref(x64, op, axis, keepdims)
         out = poisoned(want.shape, dtype)
         dnn_reduction(x, op, axis, keepdims, out=out)
         assert err(out.get(), want) <= TOL[dtype], axis
@@ -167,7 +148,7 @@ def test_nothing_to_reduce(op, dtype):
         assert (idx.get() == 0).all()
     out = pycudnn.to_device(np.ones((2, 4, 3), dtype))
     dnn_reduction(x, op, 1, alpha=2.0, beta=-1.0, out=out)
-    assert err(out.get(), 2 * ref(x64, op, 1) - 1) <= 2 * TOL[dtype]
+    assert err(out.get(), 2 * reduction_ref(x64, op, 1) - 1) <= 2 * TOL[dtype]
 
 
 @pytest.mark.parametrize(("op", "value"), [("add", 0.0), ("mul", 1.0), ("norm2", 0.0)])
@@ -184,13 +165,13 @@ def test_empty_reductions(op, value):
 
 def test_strided_output_and_high_rank():
     x, x64 = dev(rng.standard_normal((2, 2, 3, 2, 2, 2, 3, 2)), "float32")
-    want = ref(x64, "add", (1, 3, 5, 7))
+    want = reduction_ref(x64, "add", (1, 3, 5, 7))
     big = poisoned((2, 3, 2, 3, 2), np.float32)
     out = big[..., 0]  # a strided (non-dense) view
     dnn_reduction(x, "add", (1, 3, 5, 7), out=out)
     assert err(out.get(), want) <= TOL["float32"]
     v, v64 = dev(rng.standard_normal(11), "float64")
-    assert err(dnn_reduction(v, "norm2").get(), ref(v64, "norm2")) <= 1e-12
+    assert err(dnn_reduction(v, "norm2").get(), reduction_ref(v64, "norm2")) <= 1e-12
 
 
 def test_nan_propagates():

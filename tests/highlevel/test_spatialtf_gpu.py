@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 import pytest
+from references import grid_grad_ref, grid_ref, sample_grad_ref, sample_ref
 
 import pycudnn
 from pycudnn.highlevel.spatialtf import (
@@ -35,67 +36,6 @@ DTYPES = ("float16", "float32", "float64")
 LAYOUTS = ("nchw", "nhwc", "sliced")
 TOL = {"float64": 1e-10, "float32": 2e-5, "float16": 1e-2}
 rng = np.random.default_rng()
-
-
-# ==================================================================================================
-# float64 references
-# ==================================================================================================
-def base(h, w):
-    xs, ys = np.linspace(-1, 1, w), np.linspace(-1, 1, h)
-    return np.stack(np.broadcast_arrays(xs[None, :], ys[:, None], np.ones((h, w))), -1)
-
-
-def grid_ref(theta, h, w):
-    return np.einsum("hwj,nij->nhwi", base(h, w), theta)
-
-
-def grid_grad_ref(dgrid):
-    return np.einsum("nhwi,hwj->nij", dgrid, base(*dgrid.shape[1:3]))
-
-
-def _corners(img, grid):
-    n_, _, h, w = img.shape
-    x = (grid[..., 0] + 1) * (w - 1) / 2
-    y = (grid[..., 1] + 1) * (h - 1) / 2
-    x0, y0 = np.floor(x).astype(np.int64), np.floor(y).astype(np.int64)
-    wx, wy = x - x0, y - y0
-    n = np.arange(n_)[:, None, None]
-
-    def at(dy_, dx_):
-        yi, xi = y0 + dy_, x0 + dx_
-        ok = (yi >= 0) & (yi < h) & (xi >= 0) & (xi < w)
-        v = img[n, :, np.clip(yi, 0, h - 1), np.clip(xi, 0, w - 1)]  # (N, Ho, Wo, C)
-        return np.where(ok[..., None], v, 0.0), ok, yi, xi
-
-    return wx, wy, at
-
-
-def sample_ref(img, grid):
-    wx, wy, at = _corners(img, grid)
-    out = 0.0
-    for dy_, dx_, wgt in ((0, 0, (1 - wy) * (1 - wx)), (0, 1, (1 - wy) * wx),
-                          (1, 0, wy * (1 - wx)), (1, 1, wy * wx)):  # fmt: skip
-        out = out + wgt[..., None] * at(dy_, dx_)[0]
-    return out.transpose(0, 3, 1, 2)
-
-
-def sample_grad_ref(img, grid, dy):
-    n_, c, h, w = img.shape
-    wx, wy, at = _corners(img, grid)
-    g = dy.transpose(0, 2, 3, 1)  # (N, Ho, Wo, C)
-    dimg = np.zeros_like(img)
-    n = np.broadcast_to(np.arange(n_)[:, None, None], wx.shape)
-    v = {}
-    for dy_, dx_, wgt in ((0, 0, (1 - wy) * (1 - wx)), (0, 1, (1 - wy) * wx),
-                          (1, 0, wy * (1 - wx)), (1, 1, wy * wx)):  # fmt: skip
-        val, ok, yi, xi = at(dy_, dx_)
-        v[dy_, dx_] = val
-        for ch in range(c):
-            np.add.at(dimg, (n[ok], ch, yi[ok], xi[ok]), (g[..., ch] * wgt)[ok])
-    dodx = (1 - wy)[..., None] * (v[0, 1] - v[0, 0]) + wy[..., None] * (v[1, 1] - v[1, 0])
-    dody = (1 - wx)[..., None] * (v[1, 0] - v[0, 0]) + wx[..., None] * (v[1, 1] - v[0, 1])
-    dgrid = np.stack([(g * dodx).sum(-1) * (w - 1) / 2, (g * dody).sum(-1) * (h - 1) / 2], -1)
-    return dimg, dgrid
 
 
 # ==================================================================================================

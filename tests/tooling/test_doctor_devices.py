@@ -1,0 +1,132 @@
+"""``python -m pycudnn`` with several GPUs, on the CPU (issue 18): every visible GPU is listed, the
+self-test runs on each supported one or only on ``--device N``, and the option is parsed
+strictly. The CUDA side is faked (``_cuda.devices``; the self-test records the device it was
+asked to run on); the report loads libcudnn (tier B).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pycudnn import _cuda, _info
+from pycudnn.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[2]
+H100 = _cuda.GPU(0, "NVIDIA H100 80GB HBM3", (9, 0), 80 * 2**30)
+H200 = _cuda.GPU(1, "NVIDIA H200", (9, 0), 141 * 2**30)
+FUTURE = _cuda.GPU(2, "Some future GPU", (19, 0), 256 * 2**30)
+
+
+@pytest.fixture
+def gpus(monkeypatch):
+    """``gpus(*GPU)`` fakes the visible GPUs; returns the list of devices the self-test ran on."""
+    ran: list[int] = []
+
+    def fake_self_test(device=0):
+        ran.append(device)
+        return [("conv", "PASS", f"on {device}"), ("pool", "PASS", "ok")]
+
+    def set_(*found):
+        monkeypatch.setattr(_cuda, "devices", lambda: (list(found), ""))
+        monkeypatch.setattr(_info, "_self_test", fake_self_test)
+        return ran
+
+    return set_
+
+
+def test_every_gpu_is_listed_with_capability_memory_and_support(gpus):
+    gpus(H100, H200, FUTURE)
+    text, _healthy = _info.report(self_test=False)
+    assert "GPU 0       NVIDIA H100 80GB HBM3, sm_90, 80 GiB: supported" in text
+    assert "GPU 1       NVIDIA H200, sm_90, 141 GiB: supported" in text
+    assert "GPU 2       Some future GPU, sm_190, 256 GiB: NEWER than this cuDNN supports" in text
+    assert "3 GPUs visible" in text
+    assert "Self-test" not in text
+
+
+def test_the_self_test_runs_on_every_supported_gpu(gpus):
+    ran = gpus(H100, H200, FUTURE)
+    text, _healthy = _info.report()
+    assert ran == [0, 1]
+    assert "Self-test (GPU 0, against float64 NumPy references)" in text
+    assert "Self-test (GPU 1, against float64 NumPy references)" in text
+    assert "Self-test (GPU 2): skipped, this cuDNN does not support it" in text
+    assert "PASS  conv       on 1" in text
+    assert text.index("(GPU 0,") < text.index("on 0") < text.index("(GPU 1,") < text.index("on 1")
+
+
+def test_device_option_runs_the_self_test_on_that_gpu_only(gpus, capsys):
+    ran = gpus(H100, H200)
+    assert main(["--device", "1"]) == 0
+    out = capsys.readouterr().out
+    assert ran == [1]
+    assert "Self-test (GPU 1," in out and "Self-test (GPU 0," not in out
+    assert "GPU 0       NVIDIA H100" in out  # still listed
+
+
+def test_device_option_naming_a_gpu_that_is_not_visible_is_unhealthy(gpus, capsys):
+    ran = gpus(H100, H200)
+    assert main(["--device", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "--device 2: no such GPU (visible: 0, 1)" in out
+    assert ran == []
+
+
+def test_device_option_without_any_gpu_is_unhealthy(gpus, capsys, monkeypatch):
+    monkeypatch.setattr(_cuda, "driver_versions", lambda: (0, 13000))
+    monkeypatch.setattr(_cuda, "devices", lambda: ([], "cudaGetDeviceCount: cudaErrorNoDevice"))
+    assert main(["--device", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "No GPU was found" in out and "--device 0: no such GPU (none visible)" in out
+
+
+def test_a_failing_case_on_one_gpu_makes_the_report_unhealthy(gpus, monkeypatch):
+    gpus(H100, H200)
+    monkeypatch.setattr(
+        _info,
+        "_self_test",
+        lambda device=0: [("conv", "FAIL" if device == 1 else "PASS", f"on {device}")],
+    )
+    text, healthy = _info.report()
+    assert not healthy
+    assert "FAIL  conv       on 1" in text
+
+
+@pytest.mark.parametrize("bad", ["-1", "one", "1.5", ""])
+def test_device_option_must_be_an_ordinal(bad, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--device", bad])
+    assert exc.value.code == 2
+    assert "expected a GPU ordinal" in capsys.readouterr().err
+
+
+def test_help_mentions_the_option():
+    r = subprocess.run(
+        [sys.executable, "-m", "pycudnn", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0
+    assert "--device N" in r.stdout and "run the self-test on GPU N only" in r.stdout
+
+
+def test_without_a_gpu_the_device_option_prints_no_traceback():
+    r = subprocess.run(
+        [sys.executable, "-m", "pycudnn", "--device", "1"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""},
+        timeout=120,
+        check=False,
+    )
+    assert "Traceback" not in r.stdout + r.stderr
+    assert "--device 1: no such GPU" in r.stdout
+    assert r.returncode == 1
