@@ -445,12 +445,20 @@ def check_stream(func: str, stream: Any, device: int) -> None:
         )
 
 
+#: True once a handle was made in a process that sees exactly one GPU: the device switch of
+#: :meth:`Call.run` is then skipped (the visible devices are fixed when CUDA starts)
+one_device = False
+
+
 def handle_for(device: int, stream: Any, func: str = "pycudnn") -> Any:
     """The calling thread's handle of *device*, bound to *stream* (when given; a stream object
     of another device is a ``ValueError`` naming both, before any C call)."""
+    global one_device
     if stream is not None and type(stream) is not int:
         check_stream(func, stream, device)
     h = _handle.get_handle(device)
+    if not one_device:
+        one_device = _cuda.device_count() == 1
     if stream is not None:
         h.set_stream(stream)
     return h
@@ -469,6 +477,8 @@ class on_device:
         self.previous: int | None = None
 
     def __enter__(self) -> None:
+        if one_device:
+            return
         cur = _cuda.device_now()
         if cur is not None and cur != self.device:
             _cuda.set_device(self.device)
@@ -730,6 +740,8 @@ class Call:
     def run(self, ptrs: Any, out: Any, po: Any, stream: Any) -> Any:
         """:meth:`_run` with the handle's device current (the caller's device restored after):
         the call follows its operands' device. Subclasses override :meth:`_run`."""
+        if one_device:  # the only visible GPU is always the current one: no cudaGetDevice
+            return self._run(ptrs, out, po, stream)
         dev = self.handle.device
         cur = _cuda.device_now()
         if cur is None or cur == dev:

@@ -851,7 +851,8 @@ def _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, 
                   precision, num_groups, alpha, beta, out, stream)  # fmt: skip
     if not isinstance(pr, _Prepared):
         return pr  # an empty problem's result
-    call = _conv_call(op, nd, pr, hint, border_mode, conv_mode, algo)
+    with _op.on_device(pr.device):  # plans are built on the operands' device
+        call = _conv_call(op, nd, pr, hint, border_mode, conv_mode, algo)
     try:
         result = call.run(pr.ptrs[:2], out, pr.ptrs[2], None)
     except (errors.CudnnError, MemoryError):
@@ -1137,6 +1138,23 @@ def _fused_slow(nd, a, b, border_mode, subsample, dilation, conv_mode, hint, alg
     names = [n for n, g in (("bias", gbias), ("add", gz)) if g is not None]
     epilogue = "+".join(names + ([act[0]] if act else []))
 
+    with _op.on_device(pr.device):  # plans are built on the operands' device
+        call = _fused_entry(nd, pr, hint, border_mode, conv_mode, algo, gbias, gz, act, z_alpha,
+                            in_ptrs, spans, epilogue)  # fmt: skip
+    try:
+        result = call.run(in_ptrs, out, pr.ptrs[2], None)
+    except (errors.CudnnError, MemoryError):
+        _plans.evict(call.problem)
+        raise
+    if key is not None:
+        _op.calls().put(key, call)
+    return result
+
+
+def _fused_entry(nd, pr: _Prepared, hint, border_mode, conv_mode, algo, gbias, gz, act,
+                 z_alpha, in_ptrs, spans, epilogue) -> _ConvCall:  # fmt: skip
+    """The fused graph's call entry, or the separate steps' when it cannot be fused."""
+    isz = itemsize(pr.dt)
     call: _ConvCall | None = None
     why = ""
     if pr.stage is not None:
@@ -1168,14 +1186,7 @@ def _fused_slow(nd, a, b, border_mode, subsample, dilation, conv_mode, hint, alg
     if call is None:
         call = _separate_call(nd, pr, hint, border_mode, conv_mode, algo, gbias, gz, act,
                               z_alpha, spans, epilogue, why)  # fmt: skip
-    try:
-        result = call.run(in_ptrs, out, pr.ptrs[2], None)
-    except (errors.CudnnError, MemoryError):
-        _plans.evict(call.problem)
-        raise
-    if key is not None:
-        _op.calls().put(key, call)
-    return result
+    return call
 
 
 def _fused_plan(fp: Any, h: Any, in_ptrs: tuple, flags: Any) -> Any:
