@@ -448,17 +448,19 @@ def check_stream(func: str, stream: Any, device: int) -> None:
 #: True once a handle was made in a process that sees exactly one GPU: the device switch of
 #: :meth:`Call.run` is then skipped (the visible devices are fixed when CUDA starts)
 one_device = False
+_devices_counted = False
 
 
 def handle_for(device: int, stream: Any, func: str = "pycudnn") -> Any:
     """The calling thread's handle of *device*, bound to *stream* (when given; a stream object
     of another device is a ``ValueError`` naming both, before any C call)."""
-    global one_device
+    global one_device, _devices_counted
     if stream is not None and type(stream) is not int:
         check_stream(func, stream, device)
     h = _handle.get_handle(device)
-    if not one_device:
+    if not _devices_counted:  # once: the visible devices are fixed when CUDA starts
         one_device = _cuda.device_count() == 1
+        _devices_counted = True
     if stream is not None:
         h.set_stream(stream)
     return h

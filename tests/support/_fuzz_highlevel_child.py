@@ -1139,9 +1139,12 @@ def gen_reduction(draw):
 def _mask_check(x64, y, dy64, dx, p, dt):
     yv = np.asarray(y.get(), np.float64)
     kept = yv != 0
-    close(np.where(kept, yv, 0), np.where(kept, x64 / (1 - p), 0), dt, "kept y")
+    # cuDNN scales by 1 / (1 - p) in float32 whatever the data type: float64 data agrees to
+    # float32's precision there (2.4e-7 relative seen at p=0.9 on an H100)
+    drop_loose = 1e3 if dt == "float64" else 1.0
+    close(np.where(kept, yv, 0), np.where(kept, x64 / (1 - p), 0), dt, "kept y", loose=drop_loose)
     if dx is not None:
-        close(dx, np.where(kept, dy64 / (1 - p), 0), dt, "dx")
+        close(dx, np.where(kept, dy64 / (1 - p), 0), dt, "dx", loose=drop_loose)
     if p == 0.0:
         assert kept.all(), "p=0 dropped elements"
 
