@@ -21,7 +21,8 @@ Design decisions
   the handle's device current (:func:`pycudnn._cuda.call_on_device`); at interpreter shutdown a
   garbage-collection-driven destroy is skipped, while the ``atexit`` pass still destroys handles.
 * **Workspaces belong to the handle.** :meth:`Handle.workspace` keeps one grow-only device buffer
-  per stream of the handle (uncached allocations of :mod:`pycudnn.memory.allocator`), bounded by
+  per stream of the handle (uncached allocations of :mod:`pycudnn.memory.allocator`, or blocks of
+  the resource :func:`~pycudnn.memory.allocator.set_memory_resource` installed), bounded by
   ``pycudnn.config.workspace_limit``; ``close()`` frees them. ``pycudnn.memory.get_workspace`` and
   friends are the documented functions over these methods.
 * **CUDA access** (no GPU -> :class:`CudaUnavailableError`, device switches, stream coercion)
@@ -124,7 +125,7 @@ class Handle(Resource):
         self._device = device
         self._stream = 0
         self._stream_obj: Any = None
-        self._workspaces: dict[int, Any] = {}  # stream -> allocator.Allocation
+        self._workspaces: dict[int, Any] = {}  # stream -> Allocation or ResourceAllocation
         self.thread_id = threading.get_ident()
 
     def _destroyer(self) -> Callable[[int], Any]:
@@ -255,11 +256,11 @@ class Handle(Resource):
         if limit is not None:
             size = min(size, limit)
         try:
-            alloc = allocator.Allocation(size, device, sid, free_sync=True)
+            alloc = allocator.workspace_allocation(size, device, sid)
         except AllocationError:
             if size == nbytes:
                 raise
-            alloc = allocator.Allocation(nbytes, device, sid, free_sync=True)
+            alloc = allocator.workspace_allocation(nbytes, device, sid)
         table[sid] = alloc
         return alloc.ptr, alloc.nbytes
 

@@ -36,7 +36,9 @@ Design decisions
   no deadlock, no re-entrant list surgery.
 * **Uncached allocations** (:class:`Allocation`) serve the handles' grow-only workspaces: the
   exact size, freed by ``close()``, by ``release(stream)`` (stream-ordered on the stream last used)
-  or by their finalizer.
+  or by their finalizer. When :func:`set_memory_resource` installed another resource (torch's
+  caching allocator, through :mod:`pycudnn.torch`), workspaces come from it too
+  (:func:`workspace_allocation`), so that one allocator sees all of pycudnn's device memory.
 * **Finalizers** switch device through :func:`pycudnn._cuda.call_on_device` and do nothing at
   interpreter shutdown (``atexit=False``, ``sys.is_finalizing()``): the driver reclaims the
   memory with the process, and CUDA may already be gone. A stream *object* passed at allocation
@@ -62,6 +64,7 @@ __all__ = [
     "Block",
     "CachingAllocator",
     "MemoryResource",
+    "ResourceAllocation",
     "allocation_error",
     "cache_stats",
     "device_malloc",
@@ -73,6 +76,7 @@ __all__ = [
     "set_cache_limit",
     "set_memory_resource",
     "size_class",
+    "workspace_allocation",
     "workspace_size",
 ]
 
@@ -217,6 +221,39 @@ class Allocation:
         if self._finalizer.detach() is not None:
             mode = ASYNC if self.is_async else SYNC
             call_on_device(self.device, _free_one, self.ptr, stream, mode, None)
+
+
+class ResourceAllocation:
+    """A workspace taken from an installed :class:`MemoryResource`: :class:`Allocation`'s
+    interface over a block of that resource (freed by dropping the block: the resource orders
+    the free on the stream the block was allocated on)."""
+
+    __slots__ = ("block", "device", "nbytes", "ptr", "stream")
+
+    def __init__(self, block: Block, nbytes: int):
+        self.block: Block | None = block
+        self.ptr = block.ptr
+        self.nbytes = nbytes
+        self.device = block.device
+        self.stream = block.stream
+
+    def close(self) -> None:
+        """Give the block back to its resource. Idempotent."""
+        self.block = None
+
+    def release(self, stream: int) -> None:
+        """Give the block back (its resource orders the free on the block's stream)."""
+        self.block = None
+
+
+def workspace_allocation(nbytes: int, device: int, stream: int) -> Allocation | ResourceAllocation:
+    """A handle's workspace of exactly *nbytes* on (*device*, *stream*): an uncached
+    :class:`Allocation` (freed with ``cudaFree``), or a block of the resource
+    :func:`set_memory_resource` installed, when one is."""
+    resource = _resource
+    if resource is _default:
+        return Allocation(nbytes, device, stream, free_sync=True)
+    return ResourceAllocation(resource.allocate(nbytes, device, stream, None), nbytes)
 
 
 # -- caching allocator ---------------------------------------------------------------------------

@@ -107,17 +107,41 @@ def test_no_underscore_names_from_other_modules(name, path):
     assert not bad, f"{path.relative_to(PKG)} imports private names: {bad}"
 
 
+# the optional torch adapter's implementation: imported only where torch is installed
+TORCH_ONLY = ("pycudnn._torch_autograd", "pycudnn._torch_nn")
+
+
 def test_no_import_cycles_at_package_import():
     code = (
-        "import pycudnn, importlib, pkgutil\n"
+        "import pycudnn, importlib, importlib.util, pkgutil\n"
+        "skip = {'pycudnn.__main__'}\n"
+        "if importlib.util.find_spec('torch') is None:\n"
+        f"    skip.update({TORCH_ONLY!r})\n"
         "for m in pkgutil.walk_packages(pycudnn.__path__, 'pycudnn.'):\n"
-        "    if m.name not in ('pycudnn.__main__',):\n"
+        "    if m.name not in skip:\n"
         "        importlib.import_module(m.name)\n"
         "print('ok')\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
                        cwd=PKG.parent)  # fmt: skip
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_only_the_torch_adapter_imports_torch():
+    """torch is an optional peer: only ``pycudnn.torch`` and its implementation import it (the
+    tests and benchmarks may use it as an oracle)."""
+    allowed = {"torch.py", *(f"{m.split('.')[-1]}.py" for m in TORCH_ONLY)}
+    bad = []
+    for p in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            if any(n == "torch" or n.startswith("torch.") for n in names) and p.name not in allowed:
+                bad.append(f"{p.relative_to(PKG)}:{node.lineno}")
+    assert not bad, f"modules importing torch outside the adapter: {bad}"
 
 
 def test_public_names_resolve():
