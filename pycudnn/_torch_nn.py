@@ -108,8 +108,9 @@ def _conv_forward(m: nn.modules.conv._ConvNd, x: torch.Tensor, nd: int) -> torch
         x = x.unsqueeze(0)
     stride, dil = tuple(m.stride), tuple(m.dilation)
     if nd == 1:  # as a 2-D convolution over (N, C, 1, L)
-        y = fn.ConvFn.apply(fn.dense(x).unsqueeze(2), w.unsqueeze(2), b, 2, (0, *pad), (1, *stride),
-                          (1, *dil), m.groups).squeeze(2)  # fmt: skip
+        x2, w2 = fn.dense(x).unsqueeze(2), w.unsqueeze(2)
+        y = fn.ConvFn.apply(x2, w2, b, 2, (0, *pad), (1, *stride), (1, *dil), m.groups)
+        y = y.squeeze(2)
     else:
         y = fn.ConvFn.apply(fn.dense(x), w, b, nd, pad, stride, dil, m.groups)
     return y.squeeze(0) if unbatched else y

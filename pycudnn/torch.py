@@ -200,4 +200,7 @@ def __dir__() -> list[str]:
 def is_available() -> bool:
     """True when PyTorch can be imported (the adapter's modules can then be used). Never
     raises and imports nothing else."""
-    return importlib.util.find_spec("torch") is not None
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a broken or blocked torch entry in sys.modules
+        return False
