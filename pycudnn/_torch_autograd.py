@@ -545,12 +545,13 @@ class RNNFn(torch.autograd.Function):
         block = run.block
         s = stream_of(x)
         if run.track.get(id(block)) != run.gen:
-            # another training forward of this module ran since: its reserve space is gone
+            # another training forward of this module ran since, or a backward consumed the
+            # reserve space (cuDNN's backward updates it): recompute it
             if run.dropout:
                 raise RuntimeError(
-                    "pycudnn.torch: the RNN module ran another training forward before the "
-                    "backward of an earlier one; with dropout > 0 its dropout mask cannot be "
-                    "recomputed (run backward before the next forward, or use dropout=0)"
+                    "pycudnn.torch: the RNN module ran another training forward (or a backward) "
+                    "since this forward; with dropout > 0 its dropout mask cannot be recomputed "
+                    "(run one backward per forward, before the next forward, or use dropout=0)"
                 )
             scratch = _rnn_outputs(block, x, run.lstm)
             block.apply(w, x, hx, cx, training=True, out=scratch if run.lstm else scratch[:2],
@@ -569,6 +570,7 @@ class RNNFn(torch.autograd.Function):
         need_w = ctx.needs_input_grad[4]
         dw = torch.empty_like(w) if need_w else None
         block.backward(w, x, hx, cx, y, dy, dhy, dcy, dw=dw, weights=need_w, out=outs, stream=s)
+        run.track[id(block)] = None  # consumed: a second backward (retain_graph) recomputes
         dh = outs[1] if hx is not None else None
         dc = outs[2] if run.lstm and cx is not None else None
         return None, dx, dh, dc, dw
