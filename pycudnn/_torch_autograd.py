@@ -223,9 +223,13 @@ def dense(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
+# tensors pycudnn reads as they are (subclasses such as FakeTensor run torch's implementation)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 def cuda_ok(x: Any, dtypes: tuple = FLOATS) -> bool:
     """*x* is a CUDA tensor of one of *dtypes* (else torch's own implementation runs)."""
-    return type(x) is torch.Tensor and x.is_cuda and x.dtype in dtypes
+    return type(x) in _PLAIN and x.is_cuda and x.dtype in dtypes
 
 
 def stream_of(t: torch.Tensor) -> int:

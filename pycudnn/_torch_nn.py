@@ -431,7 +431,7 @@ def _rnn_forward(m: nn.RNNBase, input: Any, hx: Any) -> Any:
     if isinstance(input, nn.utils.rnn.PackedSequence) or not fn.cuda_ok(input, fn.NO_BF16):
         return _BACK[type(m)].forward(m, input, hx)
     w0 = m.weight_ih_l0
-    if w0.dtype != input.dtype or not w0.is_cuda or input.dim() not in (2, 3):
+    if w0.dtype != input.dtype or not fn.cuda_ok(w0, fn.NO_BF16) or input.dim() not in (2, 3):
         return _BACK[type(m)].forward(m, input, hx)
     batched = input.dim() == 3
     h0 = c0 = None
