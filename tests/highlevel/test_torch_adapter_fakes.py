@@ -73,6 +73,8 @@ def _conv_fn(x):
 def fake_conv(img, kerns, border_mode, subsample, dilation, conv_mode, num_groups, out,
               bias=None, **_):  # fmt: skip
     assert conv_mode == "cross" and img.dim() == 4
+    if bias is not None:
+        CALLS.append("dnn_conv+bias")
     r = F.conv2d(img, kerns, None, subsample, border_mode, dilation, num_groups)
     return _out(out, r if bias is None else r + _chan(bias, r))
 
@@ -391,7 +393,8 @@ MODULES = [
     ("conv1d", lambda: nn.Conv1d(3, 4, 3, stride=2, padding=1, dilation=2), (2, 3, 11),
      ("dnn_conv", "dnn_gradinput", "dnn_gradweight")),
     ("conv2d", lambda: nn.Conv2d(4, 6, 3, stride=2, padding="valid", groups=2), (2, 4, 9, 9),
-     ("dnn_conv", "dnn_gradinput", "dnn_gradweight")),
+     ("dnn_conv", "dnn_gradinput", "dnn_gradweight")
+     + (("dnn_conv+bias",) if fn.FUSED_BIAS else ())),
     ("conv2d-same", lambda: nn.Conv2d(3, 5, (3, 1), padding="same", dilation=(2, 1), bias=False),
      (2, 3, 8, 7), ("dnn_conv",)),
     ("conv3d", lambda: nn.Conv3d(2, 4, 3, stride=(1, 2, 2), padding=1), (2, 2, 5, 6, 6),

@@ -451,9 +451,17 @@ def test_memory_goes_through_torchs_allocator():
     b = memory.empty((3, 4), np.float32)
     t = pt.to_torch(b)
     assert t.data_ptr() == b.ptr and t.shape == (3, 4) and t.dtype == torch.float32
+    # a workspace made now (a new stream: none exists for it) is a block of torch's memory
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
     h = pycudnn.get_handle()
-    ws = h.workspace_size(torch.cuda.current_stream().cuda_stream)
-    assert ws == 0 or isinstance(h._workspaces[h.stream], memory.allocator.ResourceAllocation)
+    with torch.cuda.stream(s):
+        big = _twin(nn.Conv2d(64, 64, 3, padding=1).to(DEV))
+        big(torch.randn(32, 64, 28, 28, device=DEV))
+        ws = h.workspace_size(s.cuda_stream)
+    torch.cuda.current_stream().wait_stream(s)
+    if ws:
+        assert isinstance(h._workspaces[s.cuda_stream], memory.allocator.ResourceAllocation)
 
 
 def test_no_grad_and_eval():
