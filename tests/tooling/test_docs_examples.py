@@ -31,4 +31,10 @@ def test_some_pages_opt_in():
 )
 def test_docs_example_runs(page, index, block):
     pytest.importorskip("torch")
-    exec(compile(block, f"docs/{page}[{index}]", "exec"), {"__name__": "docs_example"})
+    from pycudnn.memory import allocator
+
+    resource = allocator.memory_resource()  # an example may install another (embedding.md)
+    try:
+        exec(compile(block, f"docs/{page}[{index}]", "exec"), {"__name__": "docs_example"})
+    finally:
+        allocator.set_memory_resource(resource)
