@@ -191,10 +191,20 @@ _TORCH_DTYPES = {
 
 
 def to_torch(a: Any) -> torch.Tensor:
-    """A torch tensor over the memory of *a* (a pycudnn ``DeviceArray``), without a copy.
+    """A torch tensor over the memory of *a*, without a copy.
 
-    Over a :class:`TorchMemoryResource` block it is a view of the block's tensor (no DLPack
-    round trip); otherwise ``torch.from_dlpack``. Torch tensors are returned as they are.
+    Parameters
+    ----------
+    a : DeviceArray or torch.Tensor
+        A pycudnn array (what the high-level functions return), or a tensor.
+
+    Returns
+    -------
+    torch.Tensor
+        Over a :class:`TorchMemoryResource` block: a view of the block's tensor (shape,
+        strides and dtype of *a*; no DLPack round trip). Over any other memory:
+        ``torch.from_dlpack(a)`` (which orders torch's current stream after *a*'s). A tensor
+        is returned as it is.
     """
     if isinstance(a, torch.Tensor):
         return a

@@ -415,10 +415,30 @@ def _flat_pieces(layout: RNNLayout) -> list[tuple[str, int, int]]:
 
 
 def rnn_flat_weights(module: nn.RNNBase, layout: RNNLayout) -> torch.Tensor:
-    """cuDNN's flat weight buffer of *module* (an ``nn.LSTM``/``GRU``/``RNN``) laid out by
-    *layout* (``RNNBlock.layout`` or ``canonical_rnn_layout``), as one differentiable
-    ``torch.cat`` of its parameters: the gradient of the buffer flows back to each parameter.
-    On the parameters' device; the device-side counterpart of ``rnn_weights_from_torch``."""
+    """cuDNN's flat weight buffer of an RNN module, on its parameters' device.
+
+    The device-side, differentiable counterpart of
+    :func:`~pycudnn.highlevel.rnn_layout.rnn_weights_from_torch`: one ``torch.cat`` of the
+    parameters (whole, or row blocks of them) in the buffer's order, so the buffer's gradient
+    flows back to each parameter.
+
+    Parameters
+    ----------
+    module : torch.nn.LSTM, torch.nn.GRU or torch.nn.RNN
+        Its parameters under PyTorch's names (``weight_ih_l0``, ...).
+    layout : RNNLayout
+        ``RNNBlock.layout(input_size)`` (read from cuDNN) or ``canonical_rnn_layout(...)``.
+
+    Returns
+    -------
+    torch.Tensor
+        1-D, ``layout.size`` elements, the parameters' dtype.
+
+    Raises
+    ------
+    ValueError
+        The layout's slots do not cover the buffer back to back.
+    """
     parts = []
     for name, row, rows in _flat_pieces(layout):
         p = getattr(module, name)

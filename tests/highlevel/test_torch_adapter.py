@@ -135,6 +135,8 @@ def test_every_supported_class_has_a_twin_with_the_same_constructor_and_state_di
     torch = _torch()
     table = pt.supported_modules()
     assert {c for c, _a, _k in _twins()} == set(table)
+    for name in pt.__all__:  # every public name resolves (torch is installed here)
+        assert getattr(pt, name) is not None, name
     for base, args, kwargs in _twins():
         twin = table[base]
         assert issubclass(twin, base) and twin.__name__ == base.__name__
