@@ -407,18 +407,42 @@ class ActFn(torch.autograd.Function):
             y = torch.empty_like(x)
             dnn_activation(x, mode, coef, out=y, stream=s)
             ctx.save_for_backward(x, y)
-        ctx.cfg = (mode, coef)
+        ctx.cfg = (mode, coef, inplace)
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         x, y = ctx.saved_tensors
-        mode, coef = ctx.cfg
+        mode, coef, inplace = ctx.cfg
         dy = dense(dy)
+        if y.dtype == torch.bfloat16 or (mode == "clipped_relu" and inplace):
+            # cuDNN's legacy activation backward has no bfloat16 kernel (NOT_SUPPORTED on an
+            # H100, cuDNN 9.19), and its clipped-ReLU gradient keeps dy where x == coef: after an
+            # in-place forward x is the clipped output, equal to coef exactly where it clipped
+            return _act_grad(mode, coef, x, y, dy), None, None, None
         dx = dnn_activation_grad(y, dy, x, mode, coef, out=torch.empty_like(y),
                                  stream=stream_of(dy))  # fmt: skip
         return dx, None, None, None
+
+
+def _act_grad(mode: str, coef: float, x: Any, y: Any, dy: Any) -> Any:
+    """The activations' gradients as torch expressions (torch's own formulas, from y where
+    the mode allows it)."""
+    if mode == "relu":
+        return dy * (y > 0)
+    if mode == "clipped_relu":
+        return dy * ((y > 0) & (y < coef))
+    if mode == "sigmoid":
+        return dy * y * (1 - y)
+    if mode == "tanh":
+        return dy * (1 - y * y)
+    if mode == "elu":
+        return dy * torch.where(x > 0, torch.ones_like(y), y + coef)
+    if mode == "swish":
+        sg = torch.sigmoid(coef * x)
+        return dy * (sg + coef * x * sg * (1 - sg))
+    return dy
 
 
 class SoftmaxFn(torch.autograd.Function):
