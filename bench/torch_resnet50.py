@@ -147,7 +147,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="fewer repetitions (about 30 s)")
     p.add_argument("--autotune", action="store_true", help="time algorithms on both sides")
     p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--profile", action="store_true",
+                   help="print each side's GPU time per kernel family for one step")  # fmt: skip
     return p.parse_args(argv)
+
+
+def profile_step(name: str, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+    """One step under torch.profiler: the GPU time of the 10 costliest kernels (where the
+    difference between the two sides is)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step(model, x, y)
+        torch.cuda.synchronize()
+    rows = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0)
+        if t:
+            rows[e.key] = (t, e.count)
+    total = sum(t for t, _c in rows.values())
+    print(f"# profile {name}: GPU total {total / 1e3:.2f} ms in {len(rows)} kernel kinds")
+    for key, (t, c) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:10]:
+        print(f"#   {t / 1e3:7.3f} ms  x{c:<4d} {key[:110]}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,8 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.synchronize()
     warm = time.perf_counter() - t0
     loss_diff = abs(lr.item() - lm.item())
-    gdiff = max(rel_diff(a.grad, b.grad) for a, b in zip(mine.parameters(), ref.parameters(),
-                                                          strict=True))  # fmt: skip
+    pairs = list(zip(mine.named_parameters(), ref.parameters(), strict=True))
+    gdiff, worst = max((rel_diff(a.grad, b.grad), n) for (n, a), b in pairs)
+    # the whole gradient, one norm: a parameter whose gradient is near zero makes the per-tensor
+    # maximum large without the step being different
+    num = sum(float((a.grad.float() - b.grad.float()).square().sum()) for (_n, a), b in pairs)
+    den = sum(float(b.grad.float().square().sum()) for (_n, _a), b in pairs)
+    gnorm = (num / max(den, 1e-30)) ** 0.5
 
     times: dict[str, list[float]] = {"torch": [], "pycudnn": []}
     models = {"torch": ref, "pycudnn": mine}
@@ -214,14 +241,20 @@ def main(argv: list[str] | None = None) -> int:
         "warmup_s": warm,
         "first_loss_abs_diff": loss_diff,
         "max_rel_grad_diff": gdiff,
+        "max_rel_grad_diff_param": worst,
+        "grad_rel_l2_diff": gnorm,
         "peak_memory_gib": peak,
     }
     print(
         f"# {result['gpu']}, torch {torch.__version__} (cuDNN {result['torch_cudnn']}), pycudnn "
         f"on cuDNN {info.runtime_version}; {converted} modules converted; batch {args.batch}; "
-        f"{result['algorithms']}; loss diff {loss_diff:.2e}, max relative grad diff {gdiff:.2e}; "
+        f"{result['algorithms']}; loss diff {loss_diff:.2e}, gradient relative L2 diff {gnorm:.2e} "
+        f"(max per tensor {gdiff:.2e}, {worst}); "
         f"warm-up {warm:.1f} s; peak memory {peak:.1f} GiB"
     )
+    if args.profile:
+        profile_step("torch", ref, x, y)
+        profile_step("pycudnn", mine, x, y)
     print(f"resnet50 step ms: torch {t_torch:.2f} pycudnn {t_mine:.2f} ratio {ratio:.3f}")
     out_env = os.environ.get("OUT")
     targets = [args.json, out_env and os.path.join(out_env, "resnet50.json")]
