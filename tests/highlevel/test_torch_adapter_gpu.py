@@ -590,3 +590,49 @@ def test_training_on_digits_matches_torch(which):
     assert smooth.max() <= 0.02, f"running means differ by {smooth.max():.3g}"
     assert at >= 0.93 and ap >= 0.93, (at, ap)
     assert abs(at - ap) <= 0.03, (at, ap)
+
+
+# ==================================================================================================
+# bfloat16 channels-last, as in a ResNet training step (float32 batch-norm parameters)
+# ==================================================================================================
+def _rel_l2(got, want):
+    g, w = got.detach().double(), want.detach().double()
+    return ((g - w).norm() / w.norm().clamp_min(1e-30)).item()
+
+
+BF16_NHWC = [
+    ("conv3x3", lambda: nn.Conv2d(32, 32, 3, padding=1, bias=False)),
+    ("bn2d", lambda: nn.BatchNorm2d(32)),
+    ("relu-inplace", lambda: nn.ReLU(inplace=True)),
+    ("maxpool", lambda: nn.MaxPool2d(3, 2, 1)),
+    ("bottleneck", lambda: nn.Sequential(
+        nn.Conv2d(32, 16, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+        nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+        nn.Conv2d(16, 32, 1, bias=False), nn.BatchNorm2d(32))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "make"), BF16_NHWC, ids=[b[0] for b in BF16_NHWC])
+def test_bfloat16_channels_last_training_matches_torch(name, make):
+    """Input and parameter gradients of bf16 NHWC modules (float32 batch-norm parameters, as
+    torch's autocast-free bf16 ResNets keep them) against torch's, as relative L2 errors."""
+    torch.manual_seed(0)
+    ref = make().to(DEV, memory_format=torch.channels_last)
+    for m in ref.modules():
+        if not isinstance(m, nn.BatchNorm2d):
+            for p in m.parameters(recurse=False):
+                p.data = p.data.to(torch.bfloat16)
+    mine = _twin(ref)
+    x = torch.randn(8, 32, 14, 14, device=DEV, dtype=torch.bfloat16)
+    x = x.contiguous(memory_format=torch.channels_last)
+    xr, xm = x.clone().requires_grad_(), x.clone().requires_grad_()
+    yr, ym = ref(xr * 1), mine(xm * 1)
+    dy = torch.randn_like(yr)
+    (yr.float() * dy.float()).sum().backward()
+    (ym.float() * dy.float()).sum().backward()
+    errs = {"y": _rel_l2(ym, yr), "dx": _rel_l2(xm.grad, xr.grad)}
+    for (n, a), b in zip(mine.named_parameters(), ref.parameters(), strict=True):
+        errs[n] = _rel_l2(a.grad, b.grad)
+    print(f"\nBF16NHWC {name}: " + ", ".join(f"{k} {v:.1e}" for k, v in errs.items()))
+    bad = {k: v for k, v in errs.items() if v > 3e-2}
+    assert not bad, bad
