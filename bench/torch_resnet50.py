@@ -202,11 +202,24 @@ def main(argv: list[str] | None = None) -> int:
     loss_diff = abs(lr.item() - lm.item())
     pairs = list(zip(mine.named_parameters(), ref.parameters(), strict=True))
     gdiff, worst = max((rel_diff(a.grad, b.grad), n) for (n, a), b in pairs)
+
     # the whole gradient, one norm: a parameter whose gradient is near zero makes the per-tensor
     # maximum large without the step being different
-    num = sum(float((a.grad.float() - b.grad.float()).square().sum()) for (_n, a), b in pairs)
-    den = sum(float(b.grad.float().square().sum()) for (_n, _a), b in pairs)
-    gnorm = (num / max(den, 1e-30)) ** 0.5
+    def l2(xs: list, ys: list) -> float:
+        num = sum(
+            float((a.float() - b.float()).square().sum()) for a, b in zip(xs, ys, strict=True)
+        )
+        den = sum(float(b.float().square().sum()) for b in ys)
+        return (num / max(den, 1e-30)) ** 0.5
+
+    gnorm = l2([a.grad for (_n, a), _b in pairs], [b.grad for _p, b in pairs])
+    # the noise floor of a bf16 step: torch's own bf16 gradient against a float32 copy's
+    ref32 = copy.deepcopy(ref).float()
+    step(ref32, x.float(), y)
+    g32 = [p.grad for p in ref32.parameters()]
+    floor = l2([b.grad for _p, b in pairs], g32)
+    mine32 = l2([a.grad for (_n, a), _b in pairs], g32)
+    del ref32, g32
 
     times: dict[str, list[float]] = {"torch": [], "pycudnn": []}
     models = {"torch": ref, "pycudnn": mine}
@@ -243,13 +256,16 @@ def main(argv: list[str] | None = None) -> int:
         "max_rel_grad_diff": gdiff,
         "max_rel_grad_diff_param": worst,
         "grad_rel_l2_diff": gnorm,
+        "grad_rel_l2_torch_bf16_vs_fp32": floor,
+        "grad_rel_l2_pycudnn_bf16_vs_fp32": mine32,
         "peak_memory_gib": peak,
     }
     print(
         f"# {result['gpu']}, torch {torch.__version__} (cuDNN {result['torch_cudnn']}), pycudnn "
         f"on cuDNN {info.runtime_version}; {converted} modules converted; batch {args.batch}; "
         f"{result['algorithms']}; loss diff {loss_diff:.2e}, gradient relative L2 diff {gnorm:.2e} "
-        f"(max per tensor {gdiff:.2e}, {worst}); "
+        f"(max per tensor {gdiff:.2e}, {worst}); vs a float32 torch copy: torch bf16 {floor:.2e}, "
+        f"pycudnn bf16 {mine32:.2e}; "
         f"warm-up {warm:.1f} s; peak memory {peak:.1f} GiB"
     )
     if args.profile:
