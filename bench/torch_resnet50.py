@@ -155,9 +155,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def profile_step(name: str, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
     """One step under torch.profiler: the GPU time of the 10 costliest kernels (where the
     difference between the two sides is)."""
+    import cProfile
+    import io
+    import pstats
+
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    step(model, x, y)  # host time to queue one step (the GPU runs behind it)
+    host = (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize()
+    pr = cProfile.Profile()
+    pr.enable()
+    step(model, x, y)
+    pr.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(8)
+    print(f"# host {name}: {host:.2f} ms to queue one step; top functions by own time:")
+    for line in out.getvalue().splitlines():
+        if line.strip() and line.strip()[0].isdigit():
+            print("#   " + line.strip()[:150])
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step(model, x, y)
         torch.cuda.synchronize()
