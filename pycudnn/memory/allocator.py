@@ -53,6 +53,7 @@ import os
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from .. import _cuda, enums, errors
@@ -347,10 +348,19 @@ def _free_blocks_on(rt: Any, blocks: list[tuple[int, int]], mode: int) -> None:
 
 
 def _recycle(
-    cache: CachingAllocator, pool: _Pool, key: tuple[int, int], ptr: int, keep: Any
+    cache: CachingAllocator,
+    pool: _Pool,
+    key: tuple[int, int],
+    ptr: int,
+    keep: Any,
+    _sys: Any = sys,
 ) -> None:
-    """Finalizer of a :class:`_Block`: into the cache (or freed), never waiting for the lock."""
-    if sys.is_finalizing():
+    """Finalizer of a :class:`_Block`: into the cache (or freed), never waiting for the lock.
+
+    The ``sys`` module is bound at definition: a block whose last holder is released late at
+    interpreter exit (e.g. a JAX array over it) runs this after the module's globals are
+    gone."""
+    if _sys.is_finalizing():
         return
     if not cache._lock.acquire(blocking=False):
         cache._pending.append((pool, key, ptr, keep))  # deque.append is atomic
@@ -438,8 +448,9 @@ class CachingAllocator:
         self._live[weakref.ref(blk, self._dead)] = (pool, key, ptr, keep)
         return blk
 
-    def _block_dead(self, ref: weakref.ref) -> None:
-        """The finalizer of a block (a weakref callback): its memory back to the cache."""
+    def _block_dead(self, ref: weakref.ref, _recycle: Callable[..., None] = _recycle) -> None:
+        """The finalizer of a block (a weakref callback): its memory back to the cache
+        (``_recycle`` bound at definition, see :func:`_recycle`)."""
         info = self._live.pop(ref, None)
         if info is not None:
             _recycle(self, *info)

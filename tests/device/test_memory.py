@@ -1326,3 +1326,24 @@ def test_another_memory_resource_can_replace_the_cache(rt):
     finally:
         assert allocator.set_memory_resource(previous) is bump
     assert mem.empty((10,), F32, 0, 0x10).base.nbytes == 512  # the caching allocator again
+
+
+def test_block_finalizer_survives_module_teardown(monkeypatch):
+    """A block released late at interpreter exit (seen with a JAX array viewing a pycudnn
+    result) runs its weakref callback after the module's globals are set to None: the callback
+    must use what it bound at definition, not raise "'NoneType' object is not callable"."""
+    from pycudnn.memory import allocator as al
+
+    cache = al.CachingAllocator()
+
+    class Blk:
+        pass
+
+    blk = Blk()
+    ref = weakref.ref(blk)
+    pool = al._Pool(0)
+    cache._live[ref] = (pool, (0, 512), 0x1000, None)
+    monkeypatch.setattr(al, "_recycle", None)
+    monkeypatch.setattr(al, "sys", None)
+    cache._block_dead(ref)  # no exception
+    assert ref not in cache._live
