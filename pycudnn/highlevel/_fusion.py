@@ -13,9 +13,10 @@ fp16/bf16 on sm80+), rounding to the output's type once. The order is that of cu
 
 When no engine runs the graph, :mod:`.conv` computes the same thing as separate steps: the
 plain convolution, then ``cudnnAddTensor`` for the bias and ``z`` and
-``cudnnActivationForward`` in place (:data:`SEPARATE` lists the activations those have); the
-GELUs, which have no legacy kernel, run as an epilogue-only graph (:class:`EpilogueProblem`)
-that reads the convolution's result from a scratch buffer.
+``cudnnActivationForward`` in place (:data:`SEPARATE` lists the activations those have). The
+GELUs have no legacy kernel: without a fused engine they raise ``NotSupportedError`` (an
+epilogue-only pointwise graph was tried and dropped: cuDNN 9.19 on an H100 had no engine for
+it).
 """
 
 from __future__ import annotations
@@ -38,11 +39,10 @@ from ..enums import (
 from . import _plans
 from ._plans import Problem
 
-__all__ = ["ACTIVATIONS", "SEPARATE", "EpilogueProblem", "FusedProblem", "activation"]
+__all__ = ["ACTIVATIONS", "SEPARATE", "FusedProblem", "activation"]
 
-#: unique ids of the epilogue's tensors (x, w, y are the convolution's 1, 2, 3; ``in`` is the
-#: convolution's result read by an epilogue-only graph)
-BIAS_UID, Z_UID, IN_UID = 4, 5, 6
+#: unique ids of the epilogue's tensors (x, w, y are the convolution's 1, 2, 3)
+BIAS_UID, Z_UID = 4, 5
 _VIRTUAL_UIDS = (101, 102, 103)
 
 #: activation name -> (pointwise mode, the parameter it takes or None, its default)
@@ -174,56 +174,6 @@ class FusedProblem(NamedTuple):
         cur = _virtual(p, _VIRTUAL_UIDS[0])
         ops = [_plans.conv_operation(p._replace(beta=0.0), cur)]
         _chain(ops, cur, p, self.bias, self.z, self.z_alpha, self.act, self.act_coef)
-        return BackendDescriptor.operation_graph(ops, handle)
-
-
-class EpilogueProblem(NamedTuple):
-    """The graph key of an epilogue alone (the separate-steps form of an activation that has no
-    legacy kernel, the GELUs): ``in`` (the convolution's result, written by the plain
-    convolution into a scratch buffer of the output's layout) -> [add bias] -> [add z] ->
-    [activation] -> y. Timing policies do not apply: the heuristics choose."""
-
-    conv: Problem
-    in_align: int
-    bias: Tensor | None
-    z: Tensor | None
-    z_alpha: float
-    act: str | None
-    act_coef: float | None
-
-    dtype = FusedProblem.dtype
-    allow_tf32 = FusedProblem.allow_tf32
-    deterministic = FusedProblem.deterministic
-    workspace_limit = FusedProblem.workspace_limit
-    device = FusedProblem.device
-
-    @property
-    def algo(self) -> str:
-        return "guess"
-
-    @property
-    def uids(self) -> tuple[int, ...]:
-        """Pointer order of a call: in, [bias], [z], y."""
-        b = (BIAS_UID,) if self.bias else ()
-        z = (Z_UID,) if self.z else ()
-        return (IN_UID, *b, *z, _plans.UIDS[2])
-
-    @property
-    def label(self) -> str:
-        parts = [n for n, t in (("bias", self.bias), ("add", self.z)) if t is not None]
-        return "epilogue " + "+".join(parts + ([self.act] if self.act else []))
-
-    def what(self) -> str:
-        p = self.conv
-        return f"{self.label} on y{p.y_shape} {DataType(p.dtype).name}"
-
-    def build_graph(self, handle: Any) -> BackendDescriptor:
-        p = self.conv
-        x = BackendDescriptor.tensor(
-            p.y_shape, p.y_strides, DataType(p.dtype), uid=IN_UID, alignment=self.in_align
-        )
-        ops: list[BackendDescriptor] = []
-        _chain(ops, x, p, self.bias, self.z, self.z_alpha, self.act, self.act_coef)
         return BackendDescriptor.operation_graph(ops, handle)
 
 

@@ -403,26 +403,41 @@ def _conv(
         shp = tuple(shp)
     key = (op, nd, ka, okey, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
            precision, num_groups, alpha, beta, _op.snapshot())  # fmt: skip
+    result = _cached_run(key, (pa, pb), out, po, stream)
+    if result is _MISS or result is _UNHASHABLE:
+        return _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
+                     precision, num_groups, alpha, beta, out, stream,
+                     None if result is _UNHASHABLE else key)  # fmt: skip
+    return result
+
+
+_MISS = object()  # no cached call entry (or one whose plan was just evicted)
+_UNHASHABLE = object()  # an unhashable argument (a list, an array): no call caching
+
+
+def _cached_run(key: Any, ptrs: tuple, out: Any, po: Any, stream: Any) -> Any:
+    """Run the thread's cached call entry of *key* (plain or fused convolution): its result, or
+    :data:`_MISS` / :data:`_UNHASHABLE` for the slow path. A plan whose workspace no longer fits
+    is forgotten with its entry (the slow path searches again, smaller workspaces first). No
+    LRU reordering here: the call cache evicts the oldest-inserted."""
     try:
         calls = _op.local.calls
     except AttributeError:
         calls = _op.calls()
     try:
         call = calls.data.get(key)
-    except TypeError:  # an unhashable argument (a list, an array): no call caching
-        call = key = None
-    if call is not None:  # (no LRU reordering here: the call cache evicts oldest-inserted)
-        try:
-            result = call.run((pa, pb), out, po, stream)
-        except MemoryError:
-            # the plan's workspace no longer fits: forget it and search again (smaller ones)
-            _plans.evict(call.problem)
-            calls.pop(key)
-        else:
-            _plans.stats.hits += 1
-            return result
-    return _slow(op, nd, a, b, shp, border_mode, subsample, dilation, conv_mode, hint, algo,
-                 precision, num_groups, alpha, beta, out, stream, key)  # fmt: skip
+    except TypeError:
+        return _UNHASHABLE
+    if call is None:
+        return _MISS
+    try:
+        result = call.run(ptrs, out, po, stream)
+    except MemoryError:
+        _plans.evict(call.problem)
+        calls.pop(key)
+        return _MISS
+    _plans.stats.hits += 1
+    return result
 
 
 # ==================================================================================================
@@ -977,10 +992,7 @@ class _FusedCall(_ConvCall):
 class _SeparateCall(_ConvCall):
     """The epilogue as separate steps, where no fused engine runs the graph: the plain
     convolution (its own call entry: route, staging, legacy algorithm), then ``cudnnAddTensor``
-    for the bias and ``z`` and ``cudnnActivationForward`` in place on the output -- or, for an
-    activation without a legacy kernel, the convolution into a scratch buffer and an
-    epilogue-only graph from it into the output (``steps`` is then one ``("graph", plan,
-    scratch spec, None)``)."""
+    for the bias and ``z`` and ``cudnnActivationForward`` in place on the output."""
 
     __slots__ = ("_epilogue", "act_fn", "add", "hp", "inner", "keep", "steps", "why", "ydesc")
 
@@ -1001,14 +1013,6 @@ class _SeparateCall(_ConvCall):
 
     def launch(self, ptrs: Sequence[int]) -> None:
         y = ptrs[-1]
-        kind, graph, scratch, _ = self.steps[0]
-        if kind == "graph":  # conv into a scratch buffer, then the epilogue graph into y
-            h = self.handle
-            buf = scratch.new(h.stream)  # freed (stream-ordered) when this call returns
-            self.inner.run(ptrs[:2], buf, buf.ptr, None)
-            ws = graph.workspace
-            graph.run(buf.ptr, *ptrs[2:], _op.workspace(h, ws) if ws else 0)
-            return
         self.inner.run(ptrs[:2], y, y, None)  # out given: the inner call allocates nothing
         hp, i, ydesc = self.hp, 2, self.ydesc
         for kind, desc, a, b in self.steps:
@@ -1061,23 +1065,12 @@ def _fused(nd, a, b, border_mode, subsample, dilation, conv_mode, hint, algo, pr
     key = ("fused", nd, ka, kb, kbias, kz, okey, border_mode, subsample, dilation, conv_mode,
            hint, algo, precision, num_groups, activation, z_alpha, alpha, beta,
            _op.snapshot())  # fmt: skip
-    calls = _op.calls()
-    try:
-        call = calls.data.get(key)
-    except TypeError:  # an unhashable argument: no call caching
-        call = key = None
-    if call is not None:
-        try:
-            result = call.run(ptrs, out, po, stream)
-        except MemoryError:
-            _plans.evict(call.problem)
-            calls.pop(key)
-        else:
-            _plans.stats.hits += 1
-            return result
-    return _fused_slow(nd, a, b, border_mode, subsample, dilation, conv_mode, hint, algo,
-                       precision, num_groups, bias, activation, z, z_alpha, alpha, beta, out,
-                       stream, key)  # fmt: skip
+    result = _cached_run(key, ptrs, out, po, stream)
+    if result is _MISS or result is _UNHASHABLE:
+        return _fused_slow(nd, a, b, border_mode, subsample, dilation, conv_mode, hint, algo,
+                           precision, num_groups, bias, activation, z, z_alpha, alpha, beta, out,
+                           stream, None if result is _UNHASHABLE else key)  # fmt: skip
+    return result
 
 
 def _epilogue_operands(func: str, nd: int, ga: Operand, ys: tuple[int, ...], bias: Any, z: Any):
@@ -1237,8 +1230,13 @@ def _separate_call(nd, pr: _Prepared, hint, border_mode, conv_mode, algo, gbias,
     """The separate-steps call entry (module docstring of :mod:`._fusion`)."""
     dt = pr.dt
     if act is not None and act[0] not in _fusion.SEPARATE:
-        return _epilogue_graph_call(nd, pr, hint, border_mode, conv_mode, algo, gbias, gz, act,
-                                    z_alpha, spans, epilogue, why)  # fmt: skip
+        raise errors.NotSupportedError(
+            3000,
+            pr.func,
+            f"activation {act[0]!r} has no legacy kernel (cuDNN's legacy activations have no "
+            f"GELU) and no fused engine runs this call ({why}); GELU epilogues need cuDNN's "
+            "runtime fusion: packed NHWC float16/bfloat16 operands on an sm80+ GPU",
+        )
     inner = _conv_call(OP_FWD, nd, pr, hint, border_mode, conv_mode, algo)
     one, zero, za = _op.scales(dt, 1.0, 0.0, z_alpha)
     # the final output's strides (the inner call stages a strided out itself)
@@ -1261,48 +1259,6 @@ def _separate_call(nd, pr: _Prepared, hint, border_mode, conv_mode, algo, gbias,
             adesc = ActivationDescriptor(mode, coef or 0.0, nan_propagation=True)
         steps.append(("act", adesc, ctypes.byref(one), ctypes.byref(zero)))
     return _SeparateCall(inner, pr.alloc, spans, steps, ydesc, (one, zero, za), epilogue, why)
-
-
-def _epilogue_graph_call(nd, pr: _Prepared, hint, border_mode, conv_mode, algo, gbias, gz, act,
-                         z_alpha, spans, epilogue: str, why: str) -> _SeparateCall:  # fmt: skip
-    """Separate steps for an activation without a legacy kernel (the GELUs): the plain
-    convolution into a scratch buffer of the output's layout, then an epilogue-only graph
-    (:class:`._fusion.EpilogueProblem`) from it into the output."""
-    func = pr.func
-
-    def unsupported(reason: str) -> errors.NotSupportedError:
-        return errors.NotSupportedError(
-            3000,
-            func,
-            f"activation {act[0]!r} has no legacy kernel and no fused engine runs this call "
-            f"({why}); its epilogue graph cannot run either ({reason})",
-        )
-
-    if pr.lay.staged_out:
-        raise unsupported("the output's strides are not packed NCHW/NHWC")
-    isz = itemsize(pr.dt)
-    conv_p, _perm = _problem(OP_FWD, pr.args, pr.sh, pr.lay, pr.align, pr.base)
-    bshape = (1, pr.sh.ys[1], *(1,) * nd)
-    key = _fusion.EpilogueProblem(
-        conv_p,
-        16,  # the scratch buffer comes from the caching allocator: 512-byte aligned
-        None if gbias is None else _fusion.Tensor(
-            bshape, _layout.packed_strides(bshape, pr.lay.nhwc), _alignment(gbias.ptr & 15, isz)
-        ),
-        None if gz is None else _fusion.Tensor(
-            pr.sh.ys, tuple(gz.strides), _alignment(gz.ptr & 15, isz)
-        ),
-        z_alpha,
-        act[0],
-        act[1],
-    )  # fmt: skip
-    graph = _fused_plan(key, pr.handle, (), pr.flags)
-    if isinstance(graph, _NoEngine):
-        raise unsupported(graph.reason)
-    inner = _conv_call(OP_FWD, nd, pr, hint, border_mode, conv_mode, algo)
-    scratch = _op.output_spec(pr.sh.ys, pr.dt, pr.device, pr.lay.nhwc)
-    return _SeparateCall(inner, pr.alloc, spans, [("graph", graph, scratch, None)], None, (),
-                         epilogue, why)  # fmt: skip
 
 
 # ==================================================================================================
