@@ -285,7 +285,7 @@ class Child:
 
     def pc_cache_info(self) -> dict[str, Any] | None:
         try:
-            from pycudnn.highlevel import _plans
+            from pycudnn.graph import _plans
 
             return _plans.cache_info()._asdict()
         except Exception as exc:
@@ -618,7 +618,7 @@ class Child:
         """Diagnostics below dnn_conv: the cached plan's run() (variant-pack lookup + execute)
         and the bare cudnnBackendExecute with a prebuilt pack (pycudnn internals)."""
         try:
-            from pycudnn.highlevel import _plans
+            from pycudnn.graph import _plans
             from pycudnn.highlevel import conv as pconv
 
             # the diagnostics hook: the tiny conv's cached call with out= given

@@ -115,6 +115,7 @@ _SUBMODULES = {
     "descriptors": ".descriptors",
     "handle": ".handle",
     "memory": ".memory",
+    "graph": ".graph",
     "highlevel": ".highlevel",
 }
 
@@ -127,6 +128,7 @@ if TYPE_CHECKING:  # what a type checker sees of the lazily resolved names (kept
         descriptors as descriptors,
         enums as enums,
         errors as errors,
+        graph as graph,
         handle as handle,
         highlevel as highlevel,
         lib as lib,

@@ -60,6 +60,8 @@ _PLAN_JSON = int(BackendAttributeName.EXECUTION_PLAN_JSON_REPRESENTATION)
 # plain ints: comparing with an enum member costs a class attribute lookup on the hot path
 _BACKEND_DESCRIPTOR, _CHAR = int(_T.BACKEND_DESCRIPTOR), int(_T.CHAR)
 _COMPUTE_TYPES = (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16, DataType.INT32)
+# pointwise comparisons and logic compute in BOOLEAN (the attention masks)
+_POINTWISE_TYPES = (*_COMPUTE_TYPES, DataType.BOOLEAN)
 
 
 class BackendDescriptor(Resource):
@@ -430,7 +432,7 @@ class BackendDescriptor(Resource):
         """A ``POINTWISE_DESCRIPTOR`` (*mode*: a :class:`~pycudnn.enums.PointwiseMode` or its
         name, e.g. ``"add"``, ``"relu_fwd"``); optional parameters are set only when given."""
         mode = coerce_enum(mode, enums.PointwiseMode, "mode")
-        ct = restrict_dtype(compute_type, "compute_type", _COMPUTE_TYPES)
+        ct = restrict_dtype(compute_type, "compute_type", _POINTWISE_TYPES)
         attrs: list[tuple] = [
             (BackendAttributeName.POINTWISE_MODE, _T.POINTWISE_MODE, mode),
             (BackendAttributeName.POINTWISE_MATH_PREC, _T.DATA_TYPE, ct),

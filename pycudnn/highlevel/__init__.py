@@ -4,7 +4,7 @@ One module per family, all on the shared op path (:mod:`._op`: operands, call ke
 per-thread call cache, validation, outputs, staging, one execute path):
 
 - :mod:`.conv` -- ``dnn_conv``, ``dnn_conv3d``, ``dnn_gradinput``, ``dnn_gradinput3d``,
-  ``dnn_gradweight``, ``dnn_gradweight3d`` (graph-API plans, :mod:`._plans`);
+  ``dnn_gradweight``, ``dnn_gradweight3d`` (graph-API plans, :mod:`pycudnn.graph._plans`);
 - :mod:`.pool` -- ``dnn_pool``, ``dnn_pool_grad``;
 - :mod:`.batchnorm` -- ``dnn_batch_normalization_train``, ``dnn_batch_normalization_test``,
   ``dnn_batch_normalization_grad``;
@@ -25,7 +25,7 @@ per-thread call cache, validation, outputs, staging, one execute path):
 
 from __future__ import annotations
 
-from . import _plans
+from ..graph import _plans
 from .activation import dnn_activation, dnn_activation_grad
 from .batchnorm import (
     dnn_batch_normalization_grad,

@@ -1,13 +1,13 @@
 """Fused convolution epilogues: ``act(alpha * conv(x, w) + z_alpha * z + bias)`` as one graph.
 
-A :class:`FusedProblem` is a graph key of the plan engine (:mod:`._plans`): the convolution's
+A :class:`FusedProblem` is a graph key of the plan engine (:mod:`pycudnn.graph._plans`): the convolution's
 :class:`._plans.Problem` plus the epilogue -- a bias of shape ``(1, K, 1, 1)``, a residual ``z`` of
 the output's shape scaled by ``z_alpha``, and an activation. Its graph is
 
     conv(x, w) -> [add bias] -> [add z_alpha * z] -> [activation] -> y
 
-with the intermediate results in virtual tensors of the compute type (float32, or float64 for
-double data): cuDNN's runtime-fusion engines run it as one kernel where they can (NHWC
+built with the public graph builder (:class:`pycudnn.graph.Graph`), with the intermediate
+results in virtual tensors of the compute type (float32, or float64 for double data): cuDNN's runtime-fusion engines run it as one kernel where they can (NHWC
 fp16/bf16 on sm80+), rounding to the output's type once. The order is that of cuDNN's
 ``cudnnConvolutionBiasActivationForward`` (``act(alpha1 * conv + alpha2 * z + bias)``).
 
@@ -26,24 +26,17 @@ from typing import Any, NamedTuple
 from ..descriptors import BackendDescriptor
 from ..enums import (
     ActivationMode,
-    BackendDescriptorType,
+    ConvolutionMode,
     DataType,
     PointwiseMode,
 )
-from ..enums import (
-    BackendAttributeName as A,
-)
-from ..enums import (
-    BackendAttributeType as T,
-)
-from . import _plans
-from ._plans import Problem
+from ..graph import Graph, _plans
+from ..graph._plans import Problem
 
-__all__ = ["ACTIVATIONS", "SEPARATE", "FusedProblem", "activation"]
+__all__ = ["ACTIVATIONS", "SEPARATE", "FusedProblem", "activation", "epilogue"]
 
 #: unique ids of the epilogue's tensors (x, w, y are the convolution's 1, 2, 3)
 BIAS_UID, Z_UID = 4, 5
-_VIRTUAL_UIDS = (101, 102, 103)
 
 #: activation name -> (pointwise mode, the parameter it takes or None, its default)
 ACTIVATIONS: dict[str, tuple[PointwiseMode, str | None, float | None]] = {
@@ -169,37 +162,43 @@ class FusedProblem(NamedTuple):
         return f"{self.label} ({self.conv.what()})"
 
     def build_graph(self, handle: Any) -> BackendDescriptor:
-        """conv -> [add bias] -> [add z_alpha * z] -> [activation] -> y (module docstring)."""
+        """conv -> [add bias] -> [add z_alpha * z] -> [activation] -> y (module docstring), a
+        :class:`pycudnn.graph.Graph` like any other."""
+        return self.graph().key(device=self.device).build_graph(handle)
+
+    def graph(self) -> Graph:
+        """The builder graph: x, w, y, bias, z with the unique ids 1, 2, 3, 4, 5."""
         p = self.conv
-        cur = _virtual(p, _VIRTUAL_UIDS[0])
-        ops = [_plans.conv_operation(p._replace(beta=0.0), cur)]
-        _chain(ops, cur, p, self.bias, self.z, self.z_alpha, self.act, self.act_coef)
-        return BackendDescriptor.operation_graph(ops, handle)
+        dt = DataType(p.dtype)
+        inter = DataType.DOUBLE if dt == DataType.DOUBLE else DataType.FLOAT
+        g = Graph(dt, inter, inter, name="dnn_conv")
+        x = g.tensor(p.x_shape, p.x_strides, uid=_plans.UIDS[0], alignment=p.x_align, name="x")
+        w = g.tensor(p.w_shape, p.w_strides, uid=_plans.UIDS[1], alignment=p.w_align, name="w")
+        b = z = None
+        if self.bias is not None:
+            b = g.tensor(self.bias.shape, self.bias.strides, uid=BIAS_UID,
+                         alignment=self.bias.align, name="bias")  # fmt: skip
+        if self.z is not None:
+            z = g.tensor(self.z.shape, self.z.strides, uid=Z_UID, alignment=self.z.align,
+                         name="z")  # fmt: skip
+        cur = g.conv_fprop(x, w, p.pads, p.strides, p.dilations,
+                           mode=ConvolutionMode(p.mode).name.lower(),
+                           compute_data_type=DataType(p.compute), alpha=p.alpha, name="conv")  # fmt: skip
+        cur.set_dim(p.y_shape).set_stride(p.y_strides)
+        y = epilogue(g, cur, b, z, self.z_alpha, self.act, self.act_coef)
+        y.set_output(True).set_uid(_plans.UIDS[2]).set_alignment(p.y_align).set_stride(p.y_strides)
+        y.set_name("y")
+        return g
 
 
-def _virtual(p: Problem, uid: int) -> BackendDescriptor:
-    """A virtual tensor of the output's shape in the compute type of the epilogue."""
-    inter = DataType.DOUBLE if p.dtype == DataType.DOUBLE else DataType.FLOAT
-    return BackendDescriptor.tensor(
-        p.y_shape, p.y_strides, inter, uid=uid, alignment=16, is_virtual=True
-    )
-
-
-def _chain(ops: list, cur: BackendDescriptor, p: Problem, bias: Tensor | None, z: Tensor | None,
-           z_alpha: float, act: str | None, act_coef: float | None) -> None:  # fmt: skip
-    """Append the pointwise operations cur -> [+ bias] -> [+ z_alpha * z] -> [act] -> y (uid 3,
-    the output's type); the intermediate results are virtual tensors of the compute type."""
-    dt = DataType(p.dtype)
-    inter = DataType.DOUBLE if dt == DataType.DOUBLE else DataType.FLOAT
-    steps: list[tuple[PointwiseMode, Any, float, dict]] = []  # (mode, b tensor, alpha2, kw)
+def epilogue(g: Graph, cur: Any, bias: Any, z: Any, z_alpha: float, act: str | None,
+             act_coef: float | None) -> Any:  # fmt: skip
+    """Append ``cur -> [+ bias] -> [+ z_alpha * z] -> [act]`` to the builder graph *g* and
+    return the last tensor (the fused convolution's and ``dnn_matmul``'s epilogue)."""
     if bias is not None:
-        tb = BackendDescriptor.tensor(
-            bias.shape, bias.strides, dt, uid=BIAS_UID, alignment=bias.align
-        )
-        steps.append((PointwiseMode.ADD, tb, 1.0, {}))
+        cur = g.add(cur, bias, name="add_bias")
     if z is not None:
-        tz = BackendDescriptor.tensor(z.shape, z.strides, dt, uid=Z_UID, alignment=z.align)
-        steps.append((PointwiseMode.ADD, tz, z_alpha, {}))
+        cur = g.add(cur, z, alpha2=z_alpha, name="add_z")
     if act is not None:
         mode, _param, _default = ACTIVATIONS[act]
         kw: dict[str, float] = {}
@@ -211,25 +210,5 @@ def _chain(ops: list, cur: BackendDescriptor, p: Problem, bias: Tensor | None, z
             kw = {"elu_alpha": float(act_coef if act_coef is not None else 1.0)}
         elif mode == PointwiseMode.SWISH_FWD:
             kw = {"swish_beta": 1.0}
-        steps.append((mode, None, 1.0, kw))
-    if not steps:
-        raise ValueError("an epilogue needs a bias, a z or an activation")
-    st = _plans.scaling_type(p.compute)
-    for i, (mode, b, alpha2, kw) in enumerate(steps):
-        if i == len(steps) - 1:
-            out = BackendDescriptor.tensor(
-                p.y_shape, p.y_strides, dt, uid=_plans.UIDS[2], alignment=p.y_align
-            )
-        else:
-            out = _virtual(p, _VIRTUAL_UIDS[1 + i % 2])
-        pw = BackendDescriptor.pointwise(mode, inter, **kw)
-        op = BackendDescriptor(BackendDescriptorType.OPERATION_POINTWISE_DESCRIPTOR)
-        op.set(A.OPERATION_POINTWISE_PW_DESCRIPTOR, T.BACKEND_DESCRIPTOR, pw)
-        op.set(A.OPERATION_POINTWISE_XDESC, T.BACKEND_DESCRIPTOR, cur)
-        if b is not None:
-            op.set(A.OPERATION_POINTWISE_BDESC, T.BACKEND_DESCRIPTOR, b)
-        op.set(A.OPERATION_POINTWISE_YDESC, T.BACKEND_DESCRIPTOR, out)
-        op.set(A.OPERATION_POINTWISE_ALPHA1, st, 1.0)
-        op.set(A.OPERATION_POINTWISE_ALPHA2, st, alpha2)
-        ops.append(op.finalize())
-        cur = out
+        cur = g.pointwise(mode, cur, name=act, **kw)
+    return cur

@@ -37,11 +37,12 @@ from .. import _config, _cuda, _layout, errors, memory
 from .. import handle as _handle
 from .._types import as_data_type, dtype_name, itemsize, numpy_dtype, scaling_ctype
 from ..enums import DataType
-from . import _plans
+from ..graph import _builder, _plans
 
 __all__ = [
     "FLOATS",
     "Call",
+    "GraphCall",
     "MultiOutputCall",
     "NoOp",
     "Packed",
@@ -863,6 +864,36 @@ class MultiOutputCall(Call):
                 self.stage.before(self.handle, all_ptrs, keep)
                 self.launch(all_ptrs)
         return tuple(outs)
+
+
+class GraphCall(MultiOutputCall):
+    """A builder graph's plan as a call entry (:mod:`pycudnn.graph`): ``launch`` runs the plan
+    on the inputs' and outputs' pointers (the graph's io order), its constants' host
+    addresses, the scratch tensors' places in the workspace, and the workspace."""
+
+    __slots__ = ("consts", "graph", "key", "plan", "scratch")
+
+    def __init__(self, func: str, handle: Any, allocs: Sequence[Any], in_spans: Sequence[int],
+                 out_spans: Sequence[int], graph: Any, stage: Stage | None = None) -> None:  # fmt: skip
+        super().__init__(func, handle, allocs, in_spans, out_spans, stage)
+        self.graph = graph
+        self.key = graph._key if graph._key is not None else None
+        self.plan = graph.plan
+        self.consts = graph.constant_pointers()
+        self.scratch = bool(self.key.scratch)
+
+    def launch(self, ptrs: Sequence[int]) -> None:
+        plan = self.plan
+        h = self.handle
+        if self.scratch:
+            full = [*ptrs, *self.consts, *(0,) * len(self.key.scratch)]
+            total, offsets = _builder.workspace_layout(plan.workspace, self.key.scratch)
+            wsp = h.workspace(total)[0]
+            _builder.fill_scratch(self.key, full, wsp, offsets, h.stream)
+            plan.run(*full, wsp if plan.workspace else 0)
+            return
+        ws = plan.workspace
+        plan.run(*ptrs, *self.consts, h.workspace(ws)[0] if ws else 0)
 
 
 def lookup(key: Any, build: Callable[[], Any]) -> tuple[Any, bool]:

@@ -13,7 +13,7 @@ the caller passed that is cheap to read -- each operand's shape, element strides
 and pointer residue mod 16 (which fixes its byte alignment), the convolution arguments exactly as
 given, ``alpha``/``beta`` and the calling thread's ``pycudnn.config.snapshot()``. The per-thread
 call cache maps call keys to a ready call entry (:class:`_ConvCall`): the plan (from
-:mod:`._plans`), the handle, how the three pointers map onto the plan's x/w/y, the output's
+:mod:`pycudnn.graph._plans`), the handle, how the three pointers map onto the plan's x/w/y, the output's
 allocation spec and the operands' byte spans. A hit therefore skips parsing and validation (the
 key pins everything they depend on) and only reads three pointers, checks that ``out`` does not
 overlap an input, fetches the workspace pointer when the plan needs one, finds the variant pack
@@ -59,9 +59,10 @@ from ..enums import (
     ConvolutionMode,
     DataType,
 )
-from . import _fusion, _op, _plans
+from ..graph import _plans
+from . import _fusion, _op
 from ._op import Operand
-from ._plans import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
+from ..graph._plans import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
 
 __all__ = [
     "CallInfo",
@@ -311,7 +312,7 @@ class CallInfo(NamedTuple):
     """What :func:`last_call` reports: for benchmarks and diagnostics, not a stable API.
 
     ``plan`` has ``describe()``, ``workspace`` (bytes) and ``run(x, w, y, workspace_ptr)``;
-    graph plans also ``pack(...)``, ``handle_c`` and ``plan_c`` (see :mod:`._plans`).
+    graph plans also ``pack(...)``, ``handle_c`` and ``plan_c`` (see :mod:`pycudnn.graph._plans`).
     ``perm`` maps the call's ``(a, b, out)`` pointers onto the plan's ``(x, w, y)``.
     With an epilogue (``bias=``/``activation=``/``z=``), ``epilogue`` names it (e.g.
     ``"bias+add+relu"``) and ``fused`` says whether one fused graph ran it (``plan`` is then

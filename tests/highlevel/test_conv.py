@@ -19,8 +19,9 @@ import pytest
 import pycudnn
 from pycudnn import _config, _layout
 from pycudnn.enums import ConvolutionMode, DataType
-from pycudnn.highlevel import _op, _plans, conv
-from pycudnn.highlevel._plans import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
+from pycudnn.graph import _plans
+from pycudnn.highlevel import _op, conv
+from pycudnn.graph._plans import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
 
 F32, F64, F16, BF16 = DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16
 _addr = itertools.count(1)

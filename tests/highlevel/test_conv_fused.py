@@ -21,7 +21,8 @@ from _fake_device import Fake
 import pycudnn
 from pycudnn import errors
 from pycudnn.enums import DataType
-from pycudnn.highlevel import _fusion, _op, _plans, conv
+from pycudnn.graph import _plans
+from pycudnn.highlevel import _fusion, _op, conv
 from pycudnn.highlevel._fusion import FusedProblem
 
 F32, F16, BF16 = DataType.FLOAT, DataType.HALF, DataType.BFLOAT16

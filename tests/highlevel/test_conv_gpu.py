@@ -24,7 +24,8 @@ torch = pytest.importorskip("torch")
 
 import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
 from pycudnn import _config, errors, memory  # noqa: E402
-from pycudnn.highlevel import _plans, conv  # noqa: E402
+from pycudnn.graph import _plans  # noqa: E402
+from pycudnn.highlevel import conv  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

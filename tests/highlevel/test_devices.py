@@ -19,7 +19,8 @@ from _fake_device import F32, I32, Fake
 
 import pycudnn
 from pycudnn import _cuda
-from pycudnn.highlevel import DropoutState, RNNBlock, _plans, conv, rnn
+from pycudnn.graph import _plans
+from pycudnn.highlevel import DropoutState, RNNBlock, conv, rnn
 
 no_c = fd.no_c
 

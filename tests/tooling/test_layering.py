@@ -34,6 +34,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "descriptors": {"handle", "memory", "highlevel"},
     "handle": {"descriptors", "highlevel"},
     "memory": {"handle", "descriptors", "highlevel"},
+    # the graph engine and builder (floor 6) sit under the high level
+    "graph": {"highlevel", "_lib", "lib"},
     "highlevel": {"_lib", "lib"},
 }
 

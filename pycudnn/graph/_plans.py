@@ -79,6 +79,7 @@ from ..enums import (
     BackendAttributeType as T,
 )
 from ..enums import (
+    BackendBehaviorNote,
     BackendDescriptorType,
     BackendHeurMode,
     BackendNumericalNote,
@@ -111,7 +112,7 @@ OP_FWD, OP_BWD_DATA, OP_BWD_FILTER = 0, 1, 2
 OP_NAMES = ("forward", "backward_data", "backward_filter")
 
 #: How many engine configs the ``time_*`` policies build and time at most (PyTorch's default
-#: ``benchmark_limit`` is 10). Set ``pycudnn.highlevel._plans.BENCHMARK_LIMIT`` to change it.
+#: ``benchmark_limit`` is 10). Set ``pycudnn.graph._plans.BENCHMARK_LIMIT`` to change it.
 BENCHMARK_LIMIT = int(os.environ.get("PYCUDNN_BENCHMARK_LIMIT", "16") or 16)
 #: variant packs kept per plan: a training loop's activations cycle through the addresses of a
 #: caching allocator, so a few dozen packs per plan keep most calls on a cached pack (each pack
@@ -388,6 +389,14 @@ def rejection(p: Any, info: EngineInfo) -> str | None:
       compute in a narrower type than the caller asked for).
     """
     n = info.numerical
+    deny = getattr(p, "deny_numerical", None)
+    if deny and n & deny:
+        return "numerical note " + ", ".join(BackendNumericalNote(v).name for v in n & deny)
+    deny = getattr(p, "deny_behavior", None)
+    if deny and info.behavior & deny:
+        return "behaviour note " + ", ".join(
+            BackendBehaviorNote(v).name for v in info.behavior & deny
+        )
     if p.deterministic and BackendNumericalNote.NONDETERMINISTIC in n:
         return "non-deterministic"
     fp32 = p.dtype == DataType.FLOAT
@@ -699,9 +708,10 @@ def _fail(p: Any, tried: list[str], alloc_failed: bool) -> errors.CudnnError:
     detail = f"no cuDNN engine could run the {p.what()}; tried: " + (
         "; ".join(tried) or "nothing (the heuristics returned no engine)"
     )
+    api = getattr(p, "api", None) or "dnn_conv"
     if alloc_failed and all("workspace" in t or "alloc" in t for t in tried):
-        return errors.AllocationError(4004, "dnn_conv", detail)
-    return errors.NotSupportedError(3000, "dnn_conv", detail)
+        return errors.AllocationError(4004, api, detail)
+    return errors.NotSupportedError(3000, api, detail)
 
 
 def _candidates(p: Any, graph: BackendDescriptor, tried: list[str], first_only: bool):
@@ -726,7 +736,11 @@ def _candidates(p: Any, graph: BackendDescriptor, tried: list[str], first_only: 
             return None
         return rank, cfg, info
 
-    for mode in (BackendHeurMode.MODE_INSTANT, BackendHeurMode.MODE_FALLBACK):
+    modes = getattr(p, "heur_modes", None) or (
+        BackendHeurMode.MODE_INSTANT,
+        BackendHeurMode.MODE_FALLBACK,
+    )
+    for mode in modes:
         try:
             heur = heuristics(graph, mode)
         except errors.CudnnError as exc:
@@ -734,7 +748,7 @@ def _candidates(p: Any, graph: BackendDescriptor, tried: list[str], first_only: 
             continue
         try:
             start = 0
-            if mode == BackendHeurMode.MODE_INSTANT and first_only:
+            if mode == modes[0] and first_only:
                 # the rank-0 config is usually the answer: fetching it alone skips making
                 # descriptors for the (often 30-40) others
                 try:

@@ -1,0 +1,23 @@
+"""``pycudnn.graph``: cuDNN's graph (backend) API made scriptable from Python, and the plan
+engine under every graph the library runs.
+
+- :class:`Graph` / :class:`Tensor` -- the public builder (:mod:`._builder`): declare tensors,
+  add operations (convolutions, matmul, pointwise, reduction, norms, scaled dot-product
+  attention), :meth:`Graph.build` a plan (heuristics or autotuned, engine filters), and
+  :meth:`Graph.execute` it on device arrays; :meth:`Graph.serialize` /
+  :meth:`Graph.deserialize` keep a chosen plan across processes.
+- :mod:`._key` -- the frozen graph (:class:`GraphKey`): what plans are cached under.
+- :mod:`._plans` -- the engine: heuristics search, numerics filters, timing, the per-thread
+  plan LRU, variant packs. The high level's convolutions (fused or not), matmul, norms and
+  attention are graph keys planned here: one mechanism.
+- :mod:`._sdpa` -- the composite attention graphs cuDNN's fused flash-attention engines run.
+
+See ``docs/graph.md``.
+"""
+
+from __future__ import annotations
+
+from ._builder import POINTWISE_NAMES, Graph, Tensor, load_plan
+from ._key import GraphKey
+
+__all__ = ["POINTWISE_NAMES", "Graph", "GraphKey", "Tensor", "load_plan"]
