@@ -340,7 +340,11 @@ class Graph:
         array), e.g. a scale; its dims must all be 1.
         """
         d = _dims(dim, f"{self.name}: tensor dim")
-        s = _layout.packed_strides(d) if stride is None else _dims(stride, f"{self.name}: tensor stride")  # noqa: E501
+        s = (
+            _layout.packed_strides(d)
+            if stride is None
+            else _dims(stride, f"{self.name}: tensor stride")
+        )
         if len(s) != len(d):
             raise ValueError(f"{self.name}: stride {s} has {len(s)} values, dim {d} has {len(d)}")
         dt = _dtype(data_type, f"{self.name}: data_type", allow_none=True)
@@ -358,7 +362,7 @@ class Graph:
         (torch tensor, CuPy/JAX array, ``DeviceArray``); its address's alignment is kept."""
         try:
             a = memory.asarray(array, check=False)
-        except Exception as exc:  # noqa: BLE001 - re-raised with the argument named
+        except Exception as exc:
             raise TypeError(f"{self.name}: tensor_like needs a device array: {exc}") from None
         dt = _dtype(a.dtype, f"{self.name}: tensor_like dtype")
         isz = a.dtype.itemsize
@@ -520,13 +524,20 @@ class Graph:
             filter_dim = (dy._dim[1], x._dim[1], *k)
         dim = _dims(filter_dim, f"{self.name}.conv_wgrad: filter_dim")
         dw = self._out("conv_wgrad", name and f"{name}::dw", dim, x)
-        self._node("conv_wgrad", name, s, [("OPERATION_CONVOLUTION_BWD_FILTER_X", x),
-                                           ("OPERATION_CONVOLUTION_BWD_FILTER_DY", dy),
-                                           ("OPERATION_CONVOLUTION_BWD_FILTER_DW", dw)])  # fmt: skip
+        self._node(
+            "conv_wgrad",
+            name,
+            s,
+            [
+                ("OPERATION_CONVOLUTION_BWD_FILTER_X", x),
+                ("OPERATION_CONVOLUTION_BWD_FILTER_DY", dy),
+                ("OPERATION_CONVOLUTION_BWD_FILTER_DW", dw),
+            ],
+        )
         return dw
 
     # -- matmul --------------------------------------------------------------------------------
-    def matmul(self, A: Tensor, B: Tensor, *, compute_data_type: Any = None,  # noqa: N803
+    def matmul(self, A: Tensor, B: Tensor, *, compute_data_type: Any = None,
                padding_value: float | None = None, m_override: Tensor | None = None,
                n_override: Tensor | None = None, k_override: Tensor | None = None,
                name: str | None = None) -> Tensor:  # fmt: skip
@@ -613,7 +624,7 @@ class Graph:
         c = self._check(op, "input2", c, optional=arity < 3)
         if arity >= 2 and b is None:
             raise TypeError(f"{self.name}.{op} takes {arity} inputs, got 1")
-        if arity < 2 and b is not None or arity < 3 and c is not None:
+        if (arity < 2 and b is not None) or (arity < 3 and c is not None):
             raise TypeError(f"{self.name}.{op} takes {arity} input(s)")
         for k in params:
             if k not in _PW_PARAM_NAMES:
@@ -673,7 +684,8 @@ class Graph:
                   compute_data_type: Any = None, deterministic: bool | None = None,
                   name: str | None = None) -> Tensor:  # fmt: skip
         """Reduce *input* to the output shape *dim* (1 where a dim is reduced, the input's size
-        where it is kept, a divisor to reduce consecutive groups): ``mode`` ``'add'``, ``'mul'``, ``'min'``, ``'max'``, ``'amax'``, ``'avg'``,
+        where it is kept, a divisor to reduce consecutive groups): ``mode`` ``'add'``,
+        ``'mul'``, ``'min'``, ``'max'``, ``'amax'``, ``'avg'``,
         ``'norm1'``, ``'norm2'``, ``'mul_no_zeros'``."""
         from ..descriptors._validate import coerce_enum
 
@@ -741,10 +753,8 @@ class Graph:
                             DataType.FLOAT, True, producer=op)  # fmt: skip
             roles.append(("OPERATION_NORM_FWD_INV_VARIANCE_DESC", inv))
             outs.append(inv)
-        elif mode != BackendNormMode.RMS_NORM:
-            outs.append(None)
-            if mode != BackendNormMode.LAYER_NORM:
-                outs.append(None)
+        else:  # inference: no statistics
+            outs += [None] if mode == BackendNormMode.RMS_NORM else [None, None]
         if running is not None:
             in_mean, in_var, momentum = running
             roles += [("OPERATION_NORM_FWD_INPUT_RUNNING_MEAN_DESC", in_mean),
@@ -780,8 +790,16 @@ class Graph:
                      norm_forward_phase: Any = "training", *, name: str | None = None
                      ) -> tuple:  # fmt: skip
         """Instance norm (per sample and channel): ``(y, mean, inv_variance)``."""
-        return self._norm_forward("instancenorm", BackendNormMode.INSTANCE_NORM,
-                                  norm_forward_phase, input, scale, bias, epsilon, name)  # fmt: skip
+        return self._norm_forward(
+            "instancenorm",
+            BackendNormMode.INSTANCE_NORM,
+            norm_forward_phase,
+            input,
+            scale,
+            bias,
+            epsilon,
+            name,
+        )
 
     def batchnorm(self, input: Tensor, scale: Tensor, bias: Tensor, epsilon: Tensor, *,
                   in_running_mean: Tensor | None = None, in_running_var: Tensor | None = None,
@@ -812,8 +830,11 @@ class Graph:
         roles: list[tuple[str, Tensor]] = [("OPERATION_NORM_BWD_XDESC", x)]
         if mean is not None:
             roles.append(("OPERATION_NORM_BWD_MEAN_DESC", mean))
-        roles += [("OPERATION_NORM_BWD_INV_VARIANCE_DESC", inv),
-                  ("OPERATION_NORM_BWD_DYDESC", dy), ("OPERATION_NORM_BWD_SCALE_DESC", scale)]  # fmt: skip
+        roles += [
+            ("OPERATION_NORM_BWD_INV_VARIANCE_DESC", inv),
+            ("OPERATION_NORM_BWD_DYDESC", dy),
+            ("OPERATION_NORM_BWD_SCALE_DESC", scale),
+        ]
         if eps is not None:
             roles.append(("OPERATION_NORM_BWD_EPSILON_DESC", eps))
         roles.append(("OPERATION_NORM_BWD_DSCALE_DESC", dscale))
@@ -838,8 +859,16 @@ class Graph:
         return self._norm_backward("rmsnorm_backward", BackendNormMode.RMS_NORM, grad, input,
                                    scale, None, inv_variance, has_dbias, name)  # fmt: skip
 
-    def instancenorm_backward(self, grad: Tensor, input: Tensor, scale: Tensor, mean: Tensor,
-                              inv_variance: Tensor, *, name: str | None = None) -> tuple:  # fmt: skip
+    def instancenorm_backward(
+        self,
+        grad: Tensor,
+        input: Tensor,
+        scale: Tensor,
+        mean: Tensor,
+        inv_variance: Tensor,
+        *,
+        name: str | None = None,
+    ) -> tuple:
         """``(dx, dscale, dbias)`` of :meth:`instancenorm`."""
         return self._norm_backward("instancenorm_backward", BackendNormMode.INSTANCE_NORM,
                                    grad, input, scale, mean, inv_variance, True, name)  # fmt: skip
@@ -868,7 +897,7 @@ class Graph:
         return _sdpa.forward(self, q, k, v, attn_scale, is_inference, use_causal_mask,
                              seq_len_q, seq_len_kv, dropout, name or "sdpa")  # fmt: skip
 
-    def sdpa_backward(self, q: Tensor, k: Tensor, v: Tensor, o: Tensor, dO: Tensor,  # noqa: N803
+    def sdpa_backward(self, q: Tensor, k: Tensor, v: Tensor, o: Tensor, dO: Tensor,
                       stats: Tensor, *, attn_scale: float | Tensor | None = None,
                       use_causal_mask: bool = False, seq_len_q: Tensor | None = None,
                       seq_len_kv: Tensor | None = None,
@@ -986,10 +1015,18 @@ class Graph:
             label=self._label, api=self._api,
         )  # fmt: skip
 
-    def build(self, heur_mode: Any = ("a", "fallback"), *, policy: str = "heuristics",
-              deterministic: bool | None = None, allow_tf32: bool | None = None,
-              workspace_limit: int | None = None, deny_numerical_notes: Sequence[Any] = (),
-              deny_behavior_notes: Sequence[Any] = (), device: int | None = None) -> Graph:  # fmt: skip
+    def build(
+        self,
+        heur_mode: Any = ("a", "fallback"),
+        *,
+        policy: str = "heuristics",
+        deterministic: bool | None = None,
+        allow_tf32: bool | None = None,
+        workspace_limit: int | None = None,
+        deny_numerical_notes: Sequence[Any] = (),
+        deny_behavior_notes: Sequence[Any] = (),
+        device: int | None = None,
+    ) -> Graph:
         """Freeze the graph and find its execution plan (cached per thread by structure).
 
         Parameters
@@ -1180,8 +1217,10 @@ class Graph:
         if saved.get("graph") != json.loads(self.to_json()):
             raise ValueError(f"{self.name}: the saved plan is for another graph structure")
         if saved.get("cudnn_version") != _cudnn_version():
-            raise ValueError(f"{self.name}: the plan was saved with cuDNN "
-                             f"{saved.get('cudnn_version')}, this is {_cudnn_version()}")  # fmt: skip
+            raise ValueError(
+                f"{self.name}: the plan was saved with cuDNN "
+                f"{saved.get('cudnn_version')}, this is {_cudnn_version()}"
+            )
         key = self.key(device=device)
         h = _handle.get_handle(key.device)
         with _cuda.DeviceContext(key.device):
@@ -1191,7 +1230,7 @@ class Graph:
         return self
 
 
-# -- helpers shared with the high-level layer --------------------------------------------------------
+# -- helpers shared with the high-level layer ----------------------------------------------
 def plan_for(key: Any, h: Any, timing: Callable[[list], list[float]] | None = None) -> Any:
     """The cached plan of *key* in this thread, or a new one (searched on handle *h*)."""
     plan = _plans.cached_plan(key)
@@ -1303,7 +1342,7 @@ def _check_array(graph: str, t: Tensor, obj: Any, spec: TensorSpec, device: int)
     name = t._name
     try:
         a = memory.asarray(obj, check=False)
-    except Exception as exc:  # noqa: BLE001 - re-raised naming the tensor
+    except Exception as exc:
         raise TypeError(f"{graph}: tensor {name!r} needs a device array: {exc}") from None
     try:
         dt = as_data_type(a.dtype)
@@ -1378,9 +1417,17 @@ _BINARY = {PointwiseMode.ADD, PointwiseMode.ADD_SQUARE, PointwiseMode.DIV, Point
            PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT,
            PointwiseMode.CMP_GE, PointwiseMode.CMP_LT, PointwiseMode.CMP_LE,
            PointwiseMode.LOGICAL_AND, PointwiseMode.LOGICAL_OR}  # fmt: skip
-_BOOL_OUT = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT,
-             PointwiseMode.CMP_GE, PointwiseMode.CMP_LT, PointwiseMode.CMP_LE,
-             PointwiseMode.LOGICAL_AND, PointwiseMode.LOGICAL_OR, PointwiseMode.LOGICAL_NOT}  # fmt: skip
+_BOOL_OUT = {
+    PointwiseMode.CMP_EQ,
+    PointwiseMode.CMP_NEQ,
+    PointwiseMode.CMP_GT,
+    PointwiseMode.CMP_GE,
+    PointwiseMode.CMP_LT,
+    PointwiseMode.CMP_LE,
+    PointwiseMode.LOGICAL_AND,
+    PointwiseMode.LOGICAL_OR,
+    PointwiseMode.LOGICAL_NOT,
+}
 
 
 def _arity(m: PointwiseMode) -> int:
@@ -1395,21 +1442,25 @@ def _named(mode: PointwiseMode, doc: str) -> Callable[..., Tensor]:
     arity = _arity(mode)
 
     if arity == 1:
+
         def op(self: Graph, input: Tensor, *, compute_data_type: Any = None,
                name: str | None = None, **params: float) -> Tensor:  # fmt: skip
             return self._pointwise(mode, input, None, None, compute_data_type, 1.0, 1.0, name,
                                    params)  # fmt: skip
     elif arity == 2:
+
         def op(self: Graph, a: Tensor, b: Tensor, *, compute_data_type: Any = None,  # type: ignore[misc]
                alpha1: float = 1.0, alpha2: float = 1.0, name: str | None = None,
                **params: float) -> Tensor:  # fmt: skip
             return self._pointwise(mode, a, b, None, compute_data_type, alpha1, alpha2, name,
                                    params)  # fmt: skip
     else:
+
         def op(self: Graph, input0: Tensor, input1: Tensor, mask: Tensor, *,  # type: ignore[misc]
                compute_data_type: Any = None, name: str | None = None) -> Tensor:  # fmt: skip
             return self._pointwise(mode, input0, input1, mask, compute_data_type, 1.0, 1.0,
                                    name, {})  # fmt: skip
+
     op.__doc__ = doc
     return op
 

@@ -197,8 +197,8 @@ class GraphKey:
     __slots__ = (
         "_hash",
         "algo",
-        "api",
         "allow_tf32",
+        "api",
         "cudnn_version",
         "deny_behavior",
         "deny_numerical",

@@ -77,8 +77,10 @@ def _checks(g: Graph, op: str, q: Any, k: Any, v: Any, seq_q: Any, seq_kv: Any,
     else:
         if attn_scale is None:
             attn_scale = 1.0 / math.sqrt(d)
-        if isinstance(attn_scale, bool) or not isinstance(attn_scale, (int, float)) or not (
-            math.isfinite(attn_scale)
+        if (
+            isinstance(attn_scale, bool)
+            or not isinstance(attn_scale, (int, float))
+            or not (math.isfinite(attn_scale))
         ):
             raise ValueError(f"{g.name}.{op}: attn_scale must be a finite number, got "
                              f"{attn_scale!r}")  # fmt: skip

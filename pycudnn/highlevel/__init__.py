@@ -16,6 +16,9 @@ per-thread call cache, validation, outputs, staging, one execute path):
 - :mod:`.reduction` -- ``dnn_reduction``;
 - :mod:`.lrn` -- ``dnn_lrn``, ``dnn_lrn_grad``;
 - :mod:`.ctc` -- ``dnn_ctc_loss``;
+- :mod:`.matmul` -- ``dnn_matmul`` (with a fused bias and activation);
+- :mod:`.norms` -- ``dnn_layer_norm``, ``dnn_rms_norm`` and their ``_grad``s;
+- :mod:`.sdpa` -- ``dnn_sdpa``, ``dnn_sdpa_grad`` (cuDNN's fused flash attention);
 - :mod:`.rnn` -- ``RNNBlock`` (the v8 RNN API), with the weight-layout converters of
   :mod:`.rnn_layout` (``rnn_weights_from_torch``, ``rnn_weights_to_torch``,
   ``canonical_rnn_layout``, ``torch_rnn_param_names``).
@@ -43,6 +46,8 @@ from .conv import (
 from .ctc import dnn_ctc_loss
 from .dropout import DropoutState, dnn_dropout, dnn_dropout_grad
 from .lrn import dnn_lrn, dnn_lrn_grad
+from .matmul import dnn_matmul
+from .norms import dnn_layer_norm, dnn_layer_norm_grad, dnn_rms_norm, dnn_rms_norm_grad
 from .pool import dnn_pool, dnn_pool_grad
 from .reduction import dnn_reduction
 from .rnn import RNNBlock
@@ -52,6 +57,7 @@ from .rnn_layout import (
     rnn_weights_to_torch,
     torch_rnn_param_names,
 )
+from .sdpa import dnn_sdpa, dnn_sdpa_grad
 from .softmax import dnn_softmax, dnn_softmax_grad
 from .spatialtf import (
     dnn_spatialtf,
@@ -85,6 +91,13 @@ __all__ = [
     "dnn_gradweight3d",
     "dnn_lrn",
     "dnn_lrn_grad",
+    "dnn_layer_norm",
+    "dnn_layer_norm_grad",
+    "dnn_matmul",
+    "dnn_rms_norm",
+    "dnn_rms_norm_grad",
+    "dnn_sdpa",
+    "dnn_sdpa_grad",
     "dnn_op_tensor",
     "dnn_pool",
     "dnn_pool_grad",

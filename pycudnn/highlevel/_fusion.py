@@ -1,13 +1,14 @@
 """Fused convolution epilogues: ``act(alpha * conv(x, w) + z_alpha * z + bias)`` as one graph.
 
-A :class:`FusedProblem` is a graph key of the plan engine (:mod:`pycudnn.graph._plans`): the convolution's
-:class:`._plans.Problem` plus the epilogue -- a bias of shape ``(1, K, 1, 1)``, a residual ``z`` of
-the output's shape scaled by ``z_alpha``, and an activation. Its graph is
+A :class:`FusedProblem` is a graph key of the plan engine (:mod:`pycudnn.graph._plans`): the
+convolution's :class:`._plans.Problem` plus the epilogue -- a bias of shape ``(1, K, 1, 1)``, a
+residual ``z`` of the output's shape scaled by ``z_alpha``, and an activation. Its graph is
 
     conv(x, w) -> [add bias] -> [add z_alpha * z] -> [activation] -> y
 
 built with the public graph builder (:class:`pycudnn.graph.Graph`), with the intermediate
-results in virtual tensors of the compute type (float32, or float64 for double data): cuDNN's runtime-fusion engines run it as one kernel where they can (NHWC
+results in virtual tensors of the compute type (float32, or float64 for double data): cuDNN's
+runtime-fusion engines run it as one kernel where they can (NHWC
 fp16/bf16 on sm80+), rounding to the output's type once. The order is that of cuDNN's
 ``cudnnConvolutionBiasActivationForward`` (``act(alpha1 * conv + alpha2 * z + bias)``).
 
@@ -181,9 +182,17 @@ class FusedProblem(NamedTuple):
         if self.z is not None:
             z = g.tensor(self.z.shape, self.z.strides, uid=Z_UID, alignment=self.z.align,
                          name="z")  # fmt: skip
-        cur = g.conv_fprop(x, w, p.pads, p.strides, p.dilations,
-                           mode=ConvolutionMode(p.mode).name.lower(),
-                           compute_data_type=DataType(p.compute), alpha=p.alpha, name="conv")  # fmt: skip
+        cur = g.conv_fprop(
+            x,
+            w,
+            p.pads,
+            p.strides,
+            p.dilations,
+            mode=ConvolutionMode(p.mode).name.lower(),
+            compute_data_type=DataType(p.compute),
+            alpha=p.alpha,
+            name="conv",
+        )
         cur.set_dim(p.y_shape).set_stride(p.y_strides)
         y = epilogue(g, cur, b, z, self.z_alpha, self.act, self.act_coef)
         y.set_output(True).set_uid(_plans.UIDS[2]).set_alignment(p.y_align).set_stride(p.y_strides)

@@ -871,16 +871,25 @@ class GraphCall(MultiOutputCall):
     on the inputs' and outputs' pointers (the graph's io order), its constants' host
     addresses, the scratch tensors' places in the workspace, and the workspace."""
 
-    __slots__ = ("consts", "graph", "key", "plan", "scratch")
+    __slots__ = ("consts", "extra", "graph", "key", "plan", "scratch")
 
-    def __init__(self, func: str, handle: Any, allocs: Sequence[Any], in_spans: Sequence[int],
-                 out_spans: Sequence[int], graph: Any, stage: Stage | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        func: str,
+        handle: Any,
+        allocs: Sequence[Any],
+        in_spans: Sequence[int],
+        out_spans: Sequence[int],
+        graph: Any,
+        stage: Stage | None = None,
+    ) -> None:
         super().__init__(func, handle, allocs, in_spans, out_spans, stage)
         self.graph = graph
         self.key = graph._key if graph._key is not None else None
         self.plan = graph.plan
         self.consts = graph.constant_pointers()
         self.scratch = bool(self.key.scratch)
+        self.extra: tuple = ()  # buffers the operation keeps with its entry (stand-ins)
 
     def launch(self, ptrs: Sequence[int]) -> None:
         plan = self.plan

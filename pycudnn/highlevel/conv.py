@@ -13,8 +13,8 @@ the caller passed that is cheap to read -- each operand's shape, element strides
 and pointer residue mod 16 (which fixes its byte alignment), the convolution arguments exactly as
 given, ``alpha``/``beta`` and the calling thread's ``pycudnn.config.snapshot()``. The per-thread
 call cache maps call keys to a ready call entry (:class:`_ConvCall`): the plan (from
-:mod:`pycudnn.graph._plans`), the handle, how the three pointers map onto the plan's x/w/y, the output's
-allocation spec and the operands' byte spans. A hit therefore skips parsing and validation (the
+:mod:`pycudnn.graph._plans`), the handle, how the three pointers map onto the plan's x/w/y, the
+output's allocation spec and the operands' byte spans. A hit therefore skips parsing and validation (the
 key pins everything they depend on) and only reads three pointers, checks that ``out`` does not
 overlap an input, fetches the workspace pointer when the plan needs one, finds the variant pack
 cached for those pointers and calls ``cudnnBackendExecute`` -- no stream query, and
@@ -60,9 +60,9 @@ from ..enums import (
     DataType,
 )
 from ..graph import _plans
+from ..graph._plans import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
 from . import _fusion, _op
 from ._op import Operand
-from ..graph._plans import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
 
 __all__ = [
     "CallInfo",

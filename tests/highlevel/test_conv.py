@@ -20,8 +20,8 @@ import pycudnn
 from pycudnn import _config, _layout
 from pycudnn.enums import ConvolutionMode, DataType
 from pycudnn.graph import _plans
-from pycudnn.highlevel import _op, conv
 from pycudnn.graph._plans import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
+from pycudnn.highlevel import _op, conv
 
 F32, F64, F16, BF16 = DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16
 _addr = itertools.count(1)

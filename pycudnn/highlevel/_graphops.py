@@ -1,0 +1,121 @@
+"""What the high level's graph operations (:mod:`.matmul`, :mod:`.norms`, :mod:`.sdpa`) share:
+their operands declared as builder tensors, the plan found under the operands' device, and the
+call entry that runs it (:class:`._op.GraphCall`).
+
+An operation module validates its arguments (before any C call), builds a
+:class:`pycudnn.graph.Graph` whose real tensors are its operands and outputs, and hands it to
+:func:`entry`, which plans it (cached per thread by the graph's structure) and returns the call
+entry that ``_op.lookup`` caches under the call's key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _layout, errors, memory
+from ..enums import DataType
+from ..graph import Graph
+from . import _op
+
+__all__ = ["alignment", "capability", "declare", "entry", "filled", "flags_key"]
+
+
+def alignment(ptr: int) -> int:
+    """The byte alignment a tensor may declare for an address (16 at most: the key holds the
+    address residue mod 16, so a cached plan never meets a less aligned pointer)."""
+    a = 16
+    while a > 1 and ptr % a:
+        a //= 2
+    return a
+
+
+def declare(g: Graph, name: str, o: _op.Operand, shape: tuple[int, ...] | None = None,
+            strides: tuple[int, ...] | None = None) -> Any:  # fmt: skip
+    """*o* as a graph input named *name* (its shape/strides unless given; size-1 dims get a
+    positive stride, which cuDNN requires)."""
+    shape = tuple(o.shape) if shape is None else shape
+    strides = tuple(o.strides) if strides is None else strides
+    fixed = tuple(max(st, 1) for st in strides)
+    return g.tensor(shape, fixed, o.dtype, name=name, alignment=alignment(o.ptr))
+
+
+def flags_key() -> Any:
+    """The config flags a graph plan depends on (a part of every call key)."""
+    f = _op.snapshot()
+    return (f.allow_tf32, f.deterministic, f.workspace_limit)
+
+
+def entry(
+    func: str,
+    g: Graph,
+    device: int,
+    stream: Any,
+    allocs: list,
+    in_spans: list,
+    out_spans: list,
+    *,
+    what: str,
+    stage: _op.Stage | None = None,
+) -> _op.GraphCall:
+    """Plan *g* on *device* (its handle bound to *stream*) and make its call entry. cuDNN
+    having no engine becomes a ``NotSupportedError`` that names *what* was asked for."""
+    h = _op.handle_for(device, stream, func)
+    g._api = func
+    g._label = what
+    with _op.on_device(device):
+        try:
+            g.build(device=device)
+        except errors.NotSupportedError as exc:
+            raise errors.NotSupportedError(
+                int(exc.status), func,
+                f"cuDNN {_op.cudnn_version()} has no engine for {what} on this GPU "
+                f"(compute capability {_capability(device)}): {exc.detail or exc}",
+            ) from None  # fmt: skip
+    return _op.GraphCall(func, h, allocs, in_spans, out_spans, g, stage)
+
+
+_CAPS: dict[int, tuple[int, int] | None] = {}
+
+
+def capability(device: int) -> tuple[int, int] | None:
+    """The GPU's compute capability (cached; None when CUDA cannot say)."""
+    if device not in _CAPS:
+        from .. import _cuda
+
+        _CAPS[device] = next((g.capability for g in _cuda.devices()[0] if g.index == device),
+                             None)  # fmt: skip
+    return _CAPS[device]
+
+
+def _capability(device: int) -> str:
+    cap = capability(device)
+    return "unknown" if cap is None else f"{cap[0]}.{cap[1]}"
+
+
+_FILLED: dict[tuple, Any] = {}
+
+
+def filled(n: int, dt: DataType, device: int, value: float) -> memory.DeviceArray:
+    """A cached device vector of *n* elements equal to *value* (a missing scale is ones, a
+    missing bias zeros: cuDNN's norm operations need both)."""
+    key = (n, int(dt), device, value)
+    a = _FILLED.get(key)
+    if a is None:
+        from .._types import numpy_dtype
+
+        a = memory.empty((n,), numpy_dtype(dt), device)
+        a.fill_(value)
+        a.synchronize()
+        if len(_FILLED) > 64:
+            _FILLED.clear()
+        _FILLED[key] = a
+    return a
+
+
+def span(o: _op.Operand) -> int:
+    """Bytes *o*'s elements span."""
+    return o.nbytes_span
+
+
+def packed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return _layout.packed_strides(shape)

@@ -1,0 +1,154 @@
+"""``dnn_matmul``: batched matrix products on cuDNN's graph API, with an optional fused
+``bias`` and activation (one graph: ``act(a @ b + bias)``, the epilogue of
+:mod:`._fusion`), planned and cached like every builder graph (:mod:`pycudnn.graph`).
+
+Operands: ``a`` (..., M, K) and ``b`` (..., K, N) with NumPy's batch broadcasting (missing
+leading dims are 1; a batch dim of 1 broadcasts). Transposed operands are strides: pass
+``w.t()`` (a view) for ``x @ w.T``. float16, bfloat16 and float32 (float32 computes in float32;
+TF32 engines only with ``pycudnn.config.allow_tf32``); the product accumulates in float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._types import dtype_name
+from ..enums import DataType
+from ..graph import Graph
+from . import _fusion, _graphops, _op
+
+__all__ = ["dnn_matmul"]
+
+_TYPES = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT)
+_FUNC = "dnn_matmul"
+
+
+def dnn_matmul(a: Any, b: Any, bias: Any = None, activation: Any = None, *, out: Any = None,
+               stream: Any = None) -> Any:  # fmt: skip
+    """Batched ``act(a @ b + bias)`` as one cuDNN graph.
+
+    Parameters
+    ----------
+    a : device array
+        (..., M, K), float16, bfloat16 or float32, any positive strides.
+    b : device array
+        (..., K, N), same dtype; batch dims broadcast against *a*'s (NumPy rules).
+    bias : device array, optional
+        (N,) (or any shape whose dims are 1 but the last, N), *a*'s dtype; added to each row.
+    activation : str or (str, float), optional
+        As ``dnn_conv``'s: ``'relu'``, ``'gelu'`` (erf), ``'gelu_tanh'``, ``'silu'``/``'swish'``,
+        ``'sigmoid'``, ``'tanh'``, ``'elu'`` or ``('clipped_relu', upper)``.
+    out : device array, optional
+        (*batch, M, N), *a*'s dtype, any non-overlapping strides.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    DeviceArray or the type of *out*
+        The product, packed row-major when new.
+
+    Raises
+    ------
+    TypeError
+        Host arrays, mixed or unsupported dtypes.
+    ValueError
+        Mismatched inner dims, batch dims that do not broadcast, a bad *bias*, *activation* or
+        *out*, zero or negative strides.
+    NotSupportedError
+        cuDNN has no engine for this product here (the message lists the engines tried).
+
+    Examples
+    --------
+    >>> y = pycudnn.dnn_matmul(x, w.t(), bias=b, activation="gelu")   # F.gelu(F.linear(x, w, b))
+    """
+    pa, ka = _op.key_of(a)
+    pb, kb = _op.key_of(b)
+    pbias, kbias = (0, None) if bias is None else _op.key_of(bias)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+    key = (_FUNC, ka, kb, kbias, activation, ko, _graphops.flags_key())
+    call, cached = _op.lookup(key, lambda: _build(a, b, bias, activation, out, stream))
+    ptrs = (pa, pb) if bias is None else (pa, pb, pbias)
+    result = call.run(ptrs, (out,), (po,), stream)
+    if not cached:
+        _op.remember(key, call)
+    return result[0]
+
+
+def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) -> _op.GraphCall:
+    func = _FUNC
+    ga, gb = _op.operand(a), _op.operand(b)
+    gbias = None if bias is None else _op.operand(bias)
+    named = (("a", ga), ("b", gb), ("bias", gbias))
+    dt, device = _op.same_dtype_and_device(func, named, _TYPES)
+    for name, g in named:
+        if g is not None:
+            _op.check_strides(func, name, g)
+    if len(ga.shape) < 2 or len(gb.shape) < 2:
+        raise ValueError(f"{func}: a {tuple(ga.shape)} and b {tuple(gb.shape)} need at least "
+                         "2 dims (..., M, K) and (..., K, N)")  # fmt: skip
+    if ga.shape[-1] != gb.shape[-2]:
+        raise ValueError(
+            f"{func}: a's last dim ({ga.shape[-1]}) must equal b's second to "
+            f"last ({gb.shape[-2]}); a {tuple(ga.shape)}, b {tuple(gb.shape)}"
+        )
+    act = _fusion.activation(activation, func)
+    rank = max(len(ga.shape), len(gb.shape), 3)
+    sa, sta = _lift(ga, rank)
+    sb, stb = _lift(gb, rank)
+    batch = []
+    for i, (m, n) in enumerate(zip(sa[:-2], sb[:-2], strict=True)):
+        if m != n and 1 not in (m, n):
+            raise ValueError(f"{func}: batch dim {i} of a {tuple(ga.shape)} and b "
+                             f"{tuple(gb.shape)} does not broadcast ({m} vs {n})")  # fmt: skip
+        batch.append(max(m, n))
+    m_, n_ = sa[-2], sb[-1]
+    out_shape = (*batch, m_, n_)
+    user_shape = tuple(out_shape[rank - max(len(ga.shape), len(gb.shape)) :])
+    if any(d == 0 for d in (*out_shape, sa[-1])):
+        raise ValueError(f"{func}: empty operands are not supported (a {tuple(ga.shape)}, b "
+                         f"{tuple(gb.shape)})")  # fmt: skip
+    g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
+    ta = _graphops.declare(g, "a", ga, sa, sta)
+    tb = _graphops.declare(g, "b", gb, sb, stb)
+    tbias = None
+    if gbias is not None:
+        n_bias = 1
+        for d in gbias.shape:
+            n_bias *= d
+        if n_bias != n_ or any(d not in (1, n_) for d in gbias.shape):
+            raise ValueError(f"{func}: bias has shape {tuple(gbias.shape)}; expected ({n_},) "
+                             "(one value per output column)")  # fmt: skip
+        last = gbias.strides[list(gbias.shape).index(n_)] if n_ > 1 else 1
+        tbias = _graphops.declare(g, "bias", gbias, (1,) * (rank - 1) + (n_,),
+                                  (n_,) * (rank - 1) + (max(last, 1),))  # fmt: skip
+    y = g.matmul(ta, tb, name="matmul")
+    if tbias is not None or act is not None:
+        y = _fusion.epilogue(g, y, tbias, None, 1.0, act[0] if act else None,
+                             act[1] if act else None)  # fmt: skip
+    y.set_output(True).set_data_type(dt).set_name("y")
+    if out is not None:
+        o = _op.out_operand(func, out, user_shape, dt, device)
+        _, ost = _lift(o, rank)
+        y.set_stride(tuple(max(s, 1) for s in ost)).set_alignment(_graphops.alignment(o.ptr))
+        alloc, so = None, o.nbytes_span
+    else:
+        alloc = _op.output_spec(user_shape, dt, device)
+        so = alloc.nbytes_span
+    inputs = [ta, tb] + ([tbias] if tbias is not None else [])
+    g.set_io_order(*inputs, y)
+    spans = [ga.nbytes_span, gb.nbytes_span] + ([gbias.nbytes_span] if gbias else [])
+    what = (
+        f"a {dtype_name(dt)} matmul {tuple(ga.shape)} @ {tuple(gb.shape)}"
+        + (" + bias" if gbias is not None else "")
+        + (f", {act[0]}" if act else "")
+    )
+    return _graphops.entry(func, g, device, stream, [alloc], spans, [so], what=what)
+
+
+def _lift(g: _op.Operand, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """*g*'s shape and strides with leading size-1 dims up to *rank* (their stride: the span,
+    any positive value does)."""
+    extra = rank - len(g.shape)
+    top = max((s * st for s, st in zip(g.shape, g.strides, strict=True)), default=1)
+    return (1,) * extra + tuple(g.shape), (max(top, 1),) * extra + tuple(g.strides)

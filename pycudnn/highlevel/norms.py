@@ -1,0 +1,434 @@
+"""Layer norm and RMS norm on cuDNN's graph API (``OPERATION_NORM_FORWARD`` /
+``NORM_BACKWARD``), with PyTorch's arguments: ``normalized_shape`` is the trailing dims
+normalized together.
+
+The operand ``x`` of shape ``(*lead, *normalized_shape)`` is given to cuDNN as an
+``(M, N, 1, 1)`` tensor (``M`` rows of ``N`` features) when its normalized dims are packed and
+its leading dims collapse into one stride -- any row pitch, so slices of a larger buffer work
+as they are; other layouts go through a packed copy. The statistics (``mean``, ``inv_std`` =
+1/sqrt(var + eps), ``inv_rms``) are float32 of shape ``(*lead, 1, ..., 1)``, as torch's
+``native_layer_norm`` returns them; the backward functions take them back.
+
+``gamma``/``beta`` may be None (cuDNN still needs them: cached ones/zeros stand in, and their
+gradients are not returned). Data: float16, bfloat16, float32; gamma/beta: the same dtype or
+float32.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import _layout
+from .._types import dtype_name
+from ..enums import DataType
+from ..graph import Graph
+from . import _graphops, _op
+
+__all__ = ["dnn_layer_norm", "dnn_layer_norm_grad", "dnn_rms_norm", "dnn_rms_norm_grad"]
+
+_TYPES = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT)
+
+
+def _norm_shape(func: str, normalized_shape: Any, x: _op.Operand) -> tuple[int, ...]:
+    ns = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+    try:
+        ns = tuple(int(d.__index__()) for d in ns)
+    except (TypeError, AttributeError):
+        raise TypeError(f"{func}: normalized_shape must be an int or a tuple of ints, got "
+                        f"{normalized_shape!r}") from None  # fmt: skip
+    if not ns or tuple(x.shape[len(x.shape) - len(ns) :]) != ns or len(ns) >= len(x.shape) + 1:
+        raise ValueError(f"{func}: normalized_shape {ns} must be the trailing dims of x's shape "
+                         f"{tuple(x.shape)}")  # fmt: skip
+    if len(ns) == len(x.shape):
+        raise ValueError(f"{func}: normalized_shape {ns} covers every dim of x "
+                         f"{tuple(x.shape)}; x needs at least one leading (row) dim")  # fmt: skip
+    return ns
+
+
+def _rows(g: _op.Operand, nn: int) -> int | None:
+    """The row stride when *g* is (M, N) rows of packed features with collapsible leading
+    dims, else None."""
+    shape, strides = tuple(g.shape), tuple(g.strides)
+    lead, feat = shape[: len(shape) - nn], shape[len(shape) - nn :]
+    if not _layout.matches(feat, strides[len(shape) - nn :], _layout.packed_strides(feat)):
+        return None
+    pitch = None
+    acc = None
+    for size, st in reversed(list(zip(lead, strides[: len(lead)], strict=True))):
+        if size == 1:
+            continue
+        if acc is None:
+            pitch = st
+            acc = st * size
+        elif st != acc:
+            return None
+        else:
+            acc = st * size
+    n = math.prod(feat)
+    return n if pitch is None else pitch
+
+
+def _x_tensor(g: Graph, name: str, o: _op.Operand, nn: int, index: int, stage: list) -> Any:
+    m = math.prod(o.shape[: len(o.shape) - nn])
+    n = math.prod(o.shape[len(o.shape) - nn :])
+    pitch = _rows(o, nn)
+    align = _graphops.alignment(o.ptr)
+    if pitch is None:  # through a packed copy (a new, aligned buffer)
+        stage.append((index, o, _layout.packed_strides(tuple(o.shape))))
+        pitch, align = n, 16
+    return g.tensor((m, n, 1, 1), (pitch, 1, n, n), o.dtype, name=name, alignment=align)
+
+
+def _params(func: str, gm: _op.Operand | None, ns: tuple[int, ...], name: str) -> None:
+    if gm is None:
+        return
+    if tuple(gm.shape) != ns:
+        raise ValueError(f"{func}: {name} has shape {tuple(gm.shape)}, expected normalized_shape "
+                         f"{ns}")  # fmt: skip
+    if gm.dtype not in _TYPES:
+        raise TypeError(f"{func}: {name} has an unsupported dtype; supported: float16, bfloat16, "
+                        "float32")  # fmt: skip
+    _op.check_strides(func, name, gm)
+    if not _layout.matches(gm.shape, gm.strides, _layout.packed_strides(tuple(gm.shape))):
+        raise ValueError(f"{func}: {name} must be contiguous, got strides {tuple(gm.strides)}")
+
+
+def _param_tensor(g: Graph, name: str, gm: _op.Operand | None, n: int, dt: DataType) -> Any:
+    align = 16 if gm is None else _graphops.alignment(gm.ptr)
+    return g.tensor((1, n, 1, 1), (n, 1, n, n), dt if gm is None else gm.dtype, name=name,
+                    alignment=align)  # fmt: skip
+
+
+def _stat_shape(x: _op.Operand, nn: int) -> tuple[int, ...]:
+    return (*x.shape[: len(x.shape) - nn], *(1,) * nn)
+
+
+def _check_stat(func: str, name: str, o: _op.Operand, shape: tuple[int, ...], device: int) -> None:
+    if o.dtype != DataType.FLOAT:
+        raise TypeError(
+            f"{func}: {name} must be float32 (as the forward returns it), got "
+            f"{dtype_name(o.dtype) if o.dtype else 'an unsupported dtype'}"
+        )
+    if tuple(o.shape) != shape or (
+        math.prod(shape) and not _layout.matches(o.shape, o.strides, _layout.packed_strides(shape))
+    ):
+        raise ValueError(f"{func}: {name} must be a contiguous float32 array of shape {shape}, "
+                         f"got shape {tuple(o.shape)}")  # fmt: skip
+    if o.device != device:
+        raise ValueError(f"{func}: {name} is on device {o.device}, x on device {device}")
+
+
+def _stat_out(g: Graph, t: Any) -> None:
+    t.set_output(True).set_data_type(DataType.FLOAT)
+
+
+# ==================================================================================================
+# forward
+# ==================================================================================================
+def _forward(func: str, rms: bool, x: Any, normalized_shape: Any, gamma: Any, beta: Any,
+             epsilon: Any, training: bool, out: Any, stream: Any) -> tuple:  # fmt: skip
+    px, kx = _op.key_of(x)
+    pg, kg = (0, None) if gamma is None else _op.key_of(gamma)
+    pb, kb = (0, None) if beta is None else _op.key_of(beta)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+    key = (func, kx, normalized_shape if isinstance(normalized_shape, int)
+           else tuple(normalized_shape), kg, kb, epsilon, bool(training), ko,
+           _graphops.flags_key())  # fmt: skip
+    call, cached = _op.lookup(
+        key,
+        lambda: _build_forward(
+            func, rms, x, normalized_shape, gamma, beta, epsilon, training, out, stream
+        ),
+    )
+    ptrs = [px]
+    ptrs.append(pg if gamma is not None else call.extra[0].ptr)
+    if not rms:
+        ptrs.append(pb if beta is not None else call.extra[1].ptr)
+    n_out = 1 + (0 if not training else (1 if rms else 2))
+    outs = (out,) + (None,) * (n_out - 1)
+    pos = (po,) + (None,) * (n_out - 1)
+    result = call.run(tuple(ptrs), outs, pos, stream)
+    if not cached:
+        _op.remember(key, call)
+    if rms:
+        return (result[0], result[1] if training else None)
+    return (result[0], result[1], result[2]) if training else (result[0], None, None)
+
+
+def _build_forward(
+    func: str,
+    rms: bool,
+    x: Any,
+    normalized_shape: Any,
+    gamma: Any,
+    beta: Any,
+    epsilon: Any,
+    training: bool,
+    out: Any,
+    stream: Any,
+) -> _op.GraphCall:
+    gx = _op.operand(x)
+    dt, device = _op.same_dtype_and_device(func, (("x", gx),), _TYPES)
+    _op.check_strides(func, "x", gx)
+    ns = _norm_shape(func, normalized_shape, gx)
+    nn, n = len(ns), math.prod(ns)
+    gg = None if gamma is None else _op.operand(gamma)
+    gb = None if beta is None else _op.operand(beta)
+    if rms and beta is not None:
+        raise TypeError(f"{func} takes no beta")
+    _params(func, gg, ns, "gamma")
+    _params(func, gb, ns, "beta")
+    for name, o in (("gamma", gg), ("beta", gb)):
+        if o is not None and o.device != device:
+            raise ValueError(f"{func}: {name} is on device {o.device}, x on device {device}")
+    eps = _op.real(epsilon, "epsilon", func, lo=0.0, lo_open=True)
+    if any(d == 0 for d in gx.shape):
+        raise ValueError(f"{func}: x has an empty dim {tuple(gx.shape)}")
+    g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
+    stage: list = []
+    tx = _x_tensor(g, "x", gx, nn, 0, stage)
+    pdt = dt if gg is None else gg.dtype
+    tg = _param_tensor(g, "gamma", gg, n, pdt)
+    consts = []
+    if gg is None:
+        consts.append(_graphops.filled(n, pdt, device, 1.0))
+    tb = None
+    if not rms:
+        tb = _param_tensor(g, "beta", gb, n, pdt if gb is None else gb.dtype)
+        if gb is None:
+            consts.append(_graphops.filled(n, pdt, device, 0.0))
+    te = g.scalar(eps, name="epsilon")
+    phase = "training" if training else "inference"
+    if rms:
+        y, inv = g.rmsnorm(tx, tg, None, te, phase, name="rmsnorm")
+        stats = [inv] if training else []
+    else:
+        y, mean, inv = g.layernorm(tx, tg, tb, te, phase, name="layernorm")
+        stats = [mean, inv] if training else []
+    m = tx.dim[0]
+    y.set_output(True).set_data_type(dt).set_name("y")
+    if out is not None:
+        o = _op.out_operand(func, out, tuple(gx.shape), dt, device)
+        pitch = _rows(o, nn)
+        if pitch is None:
+            raise ValueError(f"{func}: out must hold packed rows of normalized_shape {ns}, got "
+                             f"strides {tuple(o.strides)}")  # fmt: skip
+        y.set_stride((pitch, 1, n, n)).set_alignment(_graphops.alignment(o.ptr))
+        alloc, so = None, o.nbytes_span
+    else:
+        alloc = _op.output_spec(tuple(gx.shape), dt, device)
+        y.set_stride((n, 1, n, n))
+        so = alloc.nbytes_span
+    allocs = [alloc]
+    out_spans = [so]
+    sshape = _stat_shape(gx, nn)
+    for t in stats:
+        _stat_out(g, t)
+        spec = _op.output_spec(sshape, DataType.FLOAT, device)
+        allocs.append(spec)
+        out_spans.append(spec.nbytes_span)
+    inputs = [tx, tg] + ([] if rms else [tb])
+    g.set_io_order(*inputs, y, *stats)
+    in_spans = [gx.nbytes_span, n * 4 if gg is None else gg.nbytes_span]
+    if not rms:
+        in_spans.append(n * 4 if gb is None else gb.nbytes_span)
+    st = _op.Stage(dt, stage, None, 1.0, 0.0) if stage else None
+    what = (f"{'RMS' if rms else 'layer'} norm {phase} of {m} rows x {n} {dtype_name(dt)} "
+            "features")  # fmt: skip
+    call = _graphops.entry(func, g, device, stream, allocs, in_spans, out_spans, what=what,
+                           stage=st)  # fmt: skip
+    call.extra = tuple(consts)  # the stand-in gamma/beta, kept with the entry
+    return call
+
+
+def dnn_layer_norm(x: Any, normalized_shape: Any, gamma: Any = None, beta: Any = None,
+                   epsilon: float = 1e-5, *, training: bool = True, out: Any = None,
+                   stream: Any = None) -> tuple[Any, Any, Any]:  # fmt: skip
+    """Layer normalization over the trailing ``normalized_shape`` dims (``F.layer_norm``).
+
+    ``y = (x - mean) * inv_std * gamma + beta`` with ``inv_std = 1 / sqrt(var + epsilon)``
+    (biased variance), per row.
+
+    Parameters
+    ----------
+    x : device array
+        ``(*lead, *normalized_shape)``, float16, bfloat16 or float32, any strides.
+    normalized_shape : int or tuple of int
+        The trailing dims normalized together.
+    gamma, beta : device array, optional
+        Of shape ``normalized_shape``, contiguous, x's dtype or float32.
+    epsilon : float
+        > 0.
+    training : bool
+        Also return the statistics the backward needs (default); False runs cuDNN's
+        inference phase and returns ``(y, None, None)``.
+    out : device array, optional
+        ``y``'s storage: x's shape and dtype, packed rows.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    (y, mean, inv_std)
+        ``mean`` and ``inv_std`` float32 of shape ``(*lead, 1, ..., 1)`` (None unless
+        *training*).
+
+    Raises
+    ------
+    TypeError
+        Host arrays, unsupported dtypes, a bad *normalized_shape* type.
+    ValueError
+        *normalized_shape* not the trailing dims of x; bad gamma/beta shapes; epsilon <= 0.
+    NotSupportedError
+        cuDNN has no engine for this case here.
+    """
+    return _forward("dnn_layer_norm", False, x, normalized_shape, gamma, beta, epsilon,
+                    training, out, stream)  # fmt: skip
+
+
+def dnn_rms_norm(
+    x: Any,
+    normalized_shape: Any,
+    gamma: Any = None,
+    epsilon: float = 1e-6,
+    *,
+    training: bool = True,
+    out: Any = None,
+    stream: Any = None,
+) -> tuple[Any, Any]:
+    """RMS normalization over the trailing ``normalized_shape`` dims (``F.rms_norm``).
+
+    ``y = x * inv_rms * gamma`` with ``inv_rms = 1 / sqrt(mean(x**2) + epsilon)`` per row.
+
+    Parameters and errors as :func:`dnn_layer_norm` (no *beta*).
+
+    Returns
+    -------
+    (y, inv_rms)
+        ``inv_rms`` float32 of shape ``(*lead, 1, ..., 1)`` (None unless *training*).
+    """
+    return _forward("dnn_rms_norm", True, x, normalized_shape, gamma, None, epsilon, training,
+                    out, stream)  # fmt: skip
+
+
+# ==================================================================================================
+# backward
+# ==================================================================================================
+def _backward(func: str, rms: bool, dy: Any, x: Any, mean: Any, inv: Any, normalized_shape: Any,
+              gamma: Any, stream: Any) -> tuple:  # fmt: skip
+    pdy, kdy = _op.key_of(dy)
+    px, kx = _op.key_of(x)
+    pm, km = (0, None) if mean is None else _op.key_of(mean)
+    pi, ki = _op.key_of(inv)
+    pg, kg = (0, None) if gamma is None else _op.key_of(gamma)
+    key = (func, kdy, kx, km, ki, normalized_shape if isinstance(normalized_shape, int)
+           else tuple(normalized_shape), kg, _graphops.flags_key())  # fmt: skip
+    call, cached = _op.lookup(
+        key, lambda: _build_backward(func, rms, dy, x, mean, inv, normalized_shape, gamma, stream)
+    )
+    ptrs = [pdy, px, pg if gamma is not None else call.extra[0].ptr]
+    if not rms:
+        ptrs.append(pm)
+    ptrs.append(pi)
+    n_out = 2 if rms else 3
+    result = call.run(tuple(ptrs), (None,) * n_out, (None,) * n_out, stream)
+    if not cached:
+        _op.remember(key, call)
+    if gamma is None:
+        return (result[0], None) if rms else (result[0], None, None)
+    return tuple(result)
+
+
+def _build_backward(func: str, rms: bool, dy: Any, x: Any, mean: Any, inv: Any,
+                    normalized_shape: Any, gamma: Any, stream: Any) -> _op.GraphCall:  # fmt: skip
+    gdy, gx = _op.operand(dy), _op.operand(x)
+    dt, device = _op.same_dtype_and_device(func, (("dy", gdy), ("x", gx)), _TYPES)
+    for name, o in (("dy", gdy), ("x", gx)):
+        _op.check_strides(func, name, o)
+    if tuple(gdy.shape) != tuple(gx.shape):
+        raise ValueError(f"{func}: dy has shape {tuple(gdy.shape)}, x {tuple(gx.shape)}")
+    ns = _norm_shape(func, normalized_shape, gx)
+    nn, n = len(ns), math.prod(ns)
+    sshape = _stat_shape(gx, nn)
+    gm = None if mean is None else _op.operand(mean)
+    if not rms:
+        if gm is None:
+            raise TypeError(f"{func}: mean is required (the forward's second result)")
+        _check_stat(func, "mean", gm, sshape, device)
+    gi = _op.operand(inv)
+    _check_stat(func, "inv_rms" if rms else "inv_std", gi, sshape, device)
+    gg = None if gamma is None else _op.operand(gamma)
+    _params(func, gg, ns, "gamma")
+    g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
+    stage: list = []
+    tdy = _x_tensor(g, "dy", gdy, nn, 0, stage)
+    tx = _x_tensor(g, "x", gx, nn, 1, stage)
+    pdt = dt if gg is None else gg.dtype
+    tg = _param_tensor(g, "gamma", gg, n, pdt)
+    consts = [] if gg is not None else [_graphops.filled(n, pdt, device, 1.0)]
+    m = tx.dim[0]
+    tm = None if rms else g.tensor((m, 1, 1, 1), (1, 1, 1, 1), DataType.FLOAT, name="mean",
+                                   alignment=_graphops.alignment(gm.ptr))  # fmt: skip
+    ti = g.tensor((m, 1, 1, 1), (1, 1, 1, 1), DataType.FLOAT, name="inv",
+                  alignment=_graphops.alignment(gi.ptr))  # fmt: skip
+    if rms:
+        dx, dgamma, _ = g.rmsnorm_backward(tdy, tx, tg, ti, False, name="rmsnorm_backward")
+        grads = [dgamma]
+    else:
+        dx, dgamma, dbeta = g.layernorm_backward(tdy, tx, tg, tm, ti, name="layernorm_backward")
+        grads = [dgamma, dbeta]
+    dx.set_output(True).set_data_type(dt).set_stride((n, 1, n, n)).set_name("dx")
+    allocs = [_op.output_spec(tuple(gx.shape), dt, device)]
+    for t in grads:
+        t.set_output(True).set_data_type(pdt).set_stride((n, 1, n, n))
+        allocs.append(_op.output_spec(ns, pdt, device))
+    inputs = [tdy, tx, tg] + ([] if rms else [tm]) + [ti]
+    g.set_io_order(*inputs, dx, *grads)
+    in_spans = [gdy.nbytes_span, gx.nbytes_span, n * 4 if gg is None else gg.nbytes_span]
+    if not rms:
+        in_spans.append(gm.nbytes_span)
+    in_spans.append(gi.nbytes_span)
+    st = _op.Stage(dt, stage, None, 1.0, 0.0) if stage else None
+    what = f"{'RMS' if rms else 'layer'} norm backward of {m} rows x {n} {dtype_name(dt)} features"
+    call = _graphops.entry(func, g, device, stream, allocs, in_spans,
+                           [a.nbytes_span for a in allocs], what=what, stage=st)  # fmt: skip
+    call.extra = tuple(consts)
+    return call
+
+
+def dnn_layer_norm_grad(
+    dy: Any,
+    x: Any,
+    mean: Any,
+    inv_std: Any,
+    normalized_shape: Any,
+    gamma: Any = None,
+    *,
+    stream: Any = None,
+) -> tuple[Any, Any, Any]:
+    """Gradients of :func:`dnn_layer_norm` from its saved statistics.
+
+    Parameters
+    ----------
+    dy, x : device array
+        The output's gradient and the forward's input (same shape and dtype).
+    mean, inv_std : device array
+        The forward's statistics (float32, ``(*lead, 1, ..., 1)``).
+    normalized_shape, gamma
+        As in the forward.
+
+    Returns
+    -------
+    (dx, dgamma, dbeta)
+        ``dgamma``/``dbeta`` in gamma's dtype (None when *gamma* is None).
+    """
+    return _backward("dnn_layer_norm_grad", False, dy, x, mean, inv_std, normalized_shape,
+                     gamma, stream)  # fmt: skip
+
+
+def dnn_rms_norm_grad(dy: Any, x: Any, inv_rms: Any, normalized_shape: Any, gamma: Any = None,
+                      *, stream: Any = None) -> tuple[Any, Any]:  # fmt: skip
+    """Gradients of :func:`dnn_rms_norm`: ``(dx, dgamma)`` (dgamma None without gamma)."""
+    return _backward("dnn_rms_norm_grad", True, dy, x, None, inv_rms, normalized_shape, gamma,
+                     stream)  # fmt: skip

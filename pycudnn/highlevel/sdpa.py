@@ -1,0 +1,450 @@
+"""Scaled dot-product attention on cuDNN's fused flash-attention engines: ``dnn_sdpa`` and its
+gradient ``dnn_sdpa_grad``, each one builder graph (:mod:`pycudnn.graph._sdpa`) planned and
+cached like every graph.
+
+Layout: q ``(B, H, S_q, D)``, k ``(B, H_k, S_kv, D)``, v ``(B, H_k, S_kv, D_v)`` as logical
+dims; a ``(B, S, H, D)`` array is passed as its ``transpose(1, 2)`` view (strides carry the
+layout, nothing is copied). ``H`` a multiple of ``H_k``: grouped-query (and, ``H_k = 1``,
+multi-query) attention. The head dim must be contiguous (stride 1); other operands go through
+a packed copy. float16 and bfloat16 (cuDNN's fused attention has no float32 engine).
+
+Masks: ``is_causal`` (top-left aligned, as torch's), and per-batch valid lengths
+``seq_lens_q``/``seq_lens_kv`` (int32 device arrays of shape (B,)): rows and columns past a
+batch's lengths are masked (padding). ``attn_mask`` tensors are not supported (use those two);
+:func:`pycudnn.torch.scaled_dot_product_attention` falls back to torch for them.
+
+Dropout: ``dropout_p`` with a ``seed`` (Philox; the same seed gives the same mask, and
+``dnn_sdpa_grad`` with the same seed regenerates it). Without a seed a random one is drawn,
+and the backward cannot reproduce the mask: pass a seed when training with dropout.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import numpy as np
+
+from .. import _layout, errors, memory
+from .._types import dtype_name, numpy_dtype
+from ..enums import DataType
+from ..graph import Graph
+from . import _graphops, _op
+
+__all__ = ["dnn_sdpa", "dnn_sdpa_grad"]
+
+_TYPES = (DataType.HALF, DataType.BFLOAT16)
+_ALL = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT, DataType.DOUBLE)
+
+
+def _qkv(func: str, q: Any, k: Any, v: Any) -> tuple:
+    gq, gk, gv = _op.operand(q), _op.operand(k), _op.operand(v)
+    named = (("q", gq), ("k", gk), ("v", gv))
+    dt, device = _op.same_dtype_and_device(func, named, _ALL)
+    if dt not in _TYPES:
+        raise errors.NotSupportedError(
+            3000, func, f"cuDNN's fused attention runs float16 and bfloat16 only, got "
+            f"{dtype_name(dt)}: cast q, k, v (e.g. .to(torch.bfloat16))")  # fmt: skip
+    for name, g in named:
+        if len(g.shape) != 4:
+            raise ValueError(f"{func}: {name} must have 4 dims (B, H, S, D), got shape "
+                             f"{tuple(g.shape)}")  # fmt: skip
+        _op.check_strides(func, name, g)
+        if 0 in g.shape:
+            raise ValueError(f"{func}: {name} has an empty dim {tuple(g.shape)}")
+    b, hq, _sq, d = gq.shape
+    _, hk, skv, dk = gk.shape
+    _, hv, skv2, dv = gv.shape
+    if gk.shape[0] != b or gv.shape[0] != b:
+        raise ValueError(f"{func}: q, k, v have different batch sizes: {tuple(gq.shape)}, "
+                         f"{tuple(gk.shape)}, {tuple(gv.shape)}")  # fmt: skip
+    if dk != d:
+        raise ValueError(f"{func}: q's head dim ({d}) and k's ({dk}) differ")
+    if skv2 != skv or hv != hk:
+        raise ValueError(f"{func}: k {tuple(gk.shape)} and v {tuple(gv.shape)} must have the "
+                         "same batch, heads and sequence length")  # fmt: skip
+    if hq % hk:
+        raise ValueError(f"{func}: q's heads ({hq}) must be a multiple of k's and v's ({hk}) "
+                         "(grouped-query attention)")  # fmt: skip
+    for name, size in (("q/k", d), ("v", dv)):
+        if size % 8 or size > 256:
+            raise errors.NotSupportedError(
+                3000, func, f"cuDNN's fused attention needs head dims that are multiples of 8, "
+                f"at most 256; {name} has {size}")  # fmt: skip
+    cap = _graphops.capability(device)
+    if cap is not None and cap < (8, 0):
+        raise errors.NotSupportedError(
+            3000, func, f"cuDNN's fused attention needs an sm80 (Ampere) or newer GPU; device "
+            f"{device} is sm{cap[0]}{cap[1]}")  # fmt: skip
+    return gq, gk, gv, dt, device
+
+
+def _options(func: str, attn_mask: Any, is_causal: Any, scale: Any, dropout_p: Any, d: int
+             ) -> tuple[bool, float, float]:  # fmt: skip
+    if attn_mask is not None:
+        raise ValueError(f"{func}: attn_mask tensors are not supported; use is_causal=True or "
+                         "seq_lens_q/seq_lens_kv (padding masks)")  # fmt: skip
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"{func}: is_causal must be a bool, got {is_causal!r}")
+    sc = 1.0 / math.sqrt(d) if scale is None else _op.real(scale, "scale", func)
+    p = _op.real(dropout_p, "dropout_p", func, lo=0.0, hi=1.0, hi_open=True)
+    return is_causal, sc, p
+
+
+def _lens(func: str, name: str, obj: Any, b: int, device: int) -> _op.Operand | None:
+    if obj is None:
+        return None
+    g = _op.operand(obj)
+    if g.dtype != DataType.INT32:
+        raise TypeError(
+            f"{func}: {name} must be an int32 device array of shape ({b},), got "
+            f"{dtype_name(g.dtype) if g.dtype else 'an unsupported dtype'}"
+        )
+    if tuple(g.shape) not in ((b,), (b, 1, 1, 1)):
+        raise ValueError(f"{func}: {name} must have shape ({b},) (one length per batch), got "
+                         f"{tuple(g.shape)}")  # fmt: skip
+    if g.device != device:
+        raise ValueError(f"{func}: {name} is on device {g.device}, q on device {device}")
+    return g
+
+
+def _layout_of(func: str, name: str, g: _op.Operand, index: int, stage: list
+               ) -> tuple[tuple[int, ...], int]:  # fmt: skip
+    """*g*'s strides for the graph (a packed copy when its head dim is not contiguous)."""
+    if g.strides[3] == 1 or g.shape[3] == 1:
+        return tuple(g.strides), _graphops.alignment(g.ptr)
+    packed = _layout.packed_strides(tuple(g.shape))
+    stage.append((index, g, packed))
+    return packed, 16
+
+
+_SEEDS: dict[tuple[int, int], memory.DeviceArray] = {}
+
+
+def _seed_buffer(seed: int, device: int) -> memory.DeviceArray:
+    """A device int64 pair (seed, offset 0) for the attention's Philox generator, cached by
+    seed (the graph reads both from device memory)."""
+    key = (device, seed)
+    a = _SEEDS.get(key)
+    if a is None:
+        a = memory.to_device(np.array([seed, 0], np.int64), device=device)
+        a.synchronize()
+        if len(_SEEDS) > 256:
+            _SEEDS.clear()
+        _SEEDS[key] = a
+    return a
+
+
+def _seed(func: str, seed: Any, p: float) -> int | None:
+    if p == 0.0:
+        return None
+    if seed is None:
+        return random.getrandbits(63)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"{func}: seed must be an int in [0, 2**63), got {seed!r}")
+    return seed
+
+
+def _declare_common(g: Graph, gs_q: Any, gs_kv: Any, seed_buf: Any, b: int) -> tuple:
+    tsq = tskv = tseed = toff = None
+    if gs_q is not None:
+        tsq = g.tensor((b, 1, 1, 1), (1, 1, 1, 1), DataType.INT32, name="seq_len_q",
+                       alignment=_graphops.alignment(gs_q.ptr))  # fmt: skip
+        tskv = g.tensor((b, 1, 1, 1), (1, 1, 1, 1), DataType.INT32, name="seq_len_kv",
+                        alignment=_graphops.alignment(gs_kv.ptr))  # fmt: skip
+    if seed_buf is not None:
+        tseed = g.tensor((1, 1, 1, 1), (1, 1, 1, 1), DataType.INT64, name="seed", alignment=8)
+        toff = g.tensor((1, 1, 1, 1), (1, 1, 1, 1), DataType.INT64, name="offset", alignment=8)
+    return tsq, tskv, tseed, toff
+
+
+def _spec_like(g: _op.Operand, shape: tuple[int, ...], dt: DataType) -> _op.OutputSpec:
+    """A new output of *shape* packed in *g*'s stride order (a (B, S, H, D) q gives a
+    (B, S, H, D) output)."""
+    from ..graph._builder import like_strides
+
+    el = like_strides(shape, tuple(g.shape), tuple(g.strides))
+    isz = 2
+    return _op.OutputSpec(shape, numpy_dtype(dt), g.device, tuple(s * isz for s in el))
+
+
+def dnn_sdpa(q: Any, k: Any, v: Any, attn_mask: Any = None, is_causal: bool = False,
+             scale: float | None = None, dropout_p: float = 0.0, seed: int | None = None,
+             training: bool = False, *, seq_lens_q: Any = None, seq_lens_kv: Any = None,
+             out: Any = None, stream: Any = None) -> Any:  # fmt: skip
+    """Scaled dot-product attention, ``softmax(scale * q k^T + mask) v``, on cuDNN's fused
+    flash-attention engines.
+
+    Parameters
+    ----------
+    q, k, v : device array
+        ``(B, H, S_q, D)``, ``(B, H_k, S_kv, D)``, ``(B, H_k, S_kv, D_v)``; float16 or
+        bfloat16; ``H`` a multiple of ``H_k``; D and D_v multiples of 8, at most 256. Any
+        strides (``x.transpose(1, 2)`` of a (B, S, H, D) array).
+    attn_mask : None
+        Not supported (raises ``ValueError``); use *is_causal* or the sequence lengths.
+    is_causal : bool
+        Mask keys after each query (top-left aligned, as ``torch``'s ``is_causal``).
+    scale : float, optional
+        Default ``1 / sqrt(D)``.
+    dropout_p : float
+        Probability of zeroing an attention weight, in [0, 1).
+    seed : int, optional
+        Dropout's Philox seed (default random); pass the same to :func:`dnn_sdpa_grad`.
+    training : bool
+        Also return the softmax statistics the backward needs.
+    seq_lens_q, seq_lens_kv : device array, optional
+        int32 ``(B,)`` valid lengths per batch (both or neither): padding masks.
+    out : device array, optional
+        ``(B, H, S_q, D_v)``, q's dtype, head dim contiguous.
+    stream : optional
+        CUDA stream; default the handle's current stream.
+
+    Returns
+    -------
+    out, or (out, stats) when *training*
+        ``stats``: float32 ``(B, H, S_q, 1)``, each row's log-sum-exp.
+
+    Raises
+    ------
+    NotSupportedError
+        float32/float64 data, head dims not multiples of 8 or over 256, a GPU older than
+        sm80, or no engine in the loaded cuDNN for the case (the message says which).
+    TypeError, ValueError
+        Host arrays, mismatched shapes, bad options, a bad *out* (before any C call).
+
+    Examples
+    --------
+    >>> o = pycudnn.dnn_sdpa(q, k, v, is_causal=True)
+    """
+    func = "dnn_sdpa"
+    pq, kq = _op.key_of(q)
+    pk, kk = _op.key_of(k)
+    pv, kv = _op.key_of(v)
+    psq, ksq = (0, None) if seq_lens_q is None else _op.key_of(seq_lens_q)
+    pskv, kskv = (0, None) if seq_lens_kv is None else _op.key_of(seq_lens_kv)
+    po, ko = (None, None) if out is None else _op.key_of(out)
+    seedv = (
+        _seed(func, seed, dropout_p) if isinstance(dropout_p, (int, float)) and dropout_p else None
+    )
+    key = (func, kq, kk, kv, attn_mask is None, is_causal, scale, dropout_p, bool(training),
+           ksq, kskv, ko, _graphops.flags_key())  # fmt: skip
+    call, cached = _op.lookup(key, lambda: _build_fwd(q, k, v, attn_mask, is_causal, scale,
+                                                      dropout_p, training, seq_lens_q,
+                                                      seq_lens_kv, out, stream))  # fmt: skip
+    ptrs = [pq, pk, pv]
+    if seq_lens_q is not None:
+        ptrs += [psq, pskv]
+    if seedv is not None:
+        sb = _seed_buffer(seedv, call.handle.device).ptr
+        ptrs += [sb, sb + 8]
+    if training:
+        result = call.run(tuple(ptrs), (out, None), (po, None), stream)
+    else:
+        result = call.run(tuple(ptrs), (out,), (po,), stream)
+    if not cached:
+        _op.remember(key, call)
+    return (result[0], result[1]) if training else result[0]
+
+
+def _build_fwd(q, k, v, attn_mask, is_causal, scale, dropout_p, training, seq_lens_q,
+               seq_lens_kv, out, stream) -> _op.GraphCall:  # fmt: skip
+    func = "dnn_sdpa"
+    gq, gk, gv, dt, device = _qkv(func, q, k, v)
+    causal, sc, p = _options(func, attn_mask, is_causal, scale, dropout_p, gq.shape[3])
+    b, hq, sq, _d = gq.shape
+    dv = gv.shape[3]
+    if (seq_lens_q is None) != (seq_lens_kv is None):
+        raise ValueError(f"{func}: give both seq_lens_q and seq_lens_kv (or neither)")
+    gsq = _lens(func, "seq_lens_q", seq_lens_q, b, device)
+    gskv = _lens(func, "seq_lens_kv", seq_lens_kv, b, device)
+    g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
+    stage: list = []
+    st_q, aq = _layout_of(func, "q", gq, 0, stage)
+    st_k, ak = _layout_of(func, "k", gk, 1, stage)
+    st_v, av = _layout_of(func, "v", gv, 2, stage)
+    tq = g.tensor(tuple(gq.shape), st_q, dt, name="q", alignment=aq)
+    tk = g.tensor(tuple(gk.shape), st_k, dt, name="k", alignment=ak)
+    tv = g.tensor(tuple(gv.shape), st_v, dt, name="v", alignment=av)
+    tsq, tskv, tseed, toff = _declare_common(g, gsq, gskv, True if p else None, b)
+    dropout = (p, tseed, toff) if p else None
+    o, stats = g.sdpa(tq, tk, tv, attn_scale=sc, is_inference=not training,
+                      use_causal_mask=causal, seq_len_q=tsq, seq_len_kv=tskv, dropout=dropout,
+                      name="sdpa")  # fmt: skip
+    oshape = (b, hq, sq, dv)
+    if out is not None:
+        go = _op.out_operand(func, out, oshape, dt, device)
+        if go.strides[3] != 1:
+            raise ValueError(f"{func}: out's head dim must be contiguous (stride 1), got "
+                             f"strides {tuple(go.strides)}")  # fmt: skip
+        o.set_stride(tuple(max(s, 1) for s in go.strides)).set_alignment(
+            _graphops.alignment(go.ptr)
+        )
+        alloc, so = None, go.nbytes_span
+    else:
+        alloc = _spec_like(gq, oshape, dt)
+        o.set_stride(alloc.element_strides)
+        so = alloc.nbytes_span
+    allocs, out_spans = [alloc], [so]
+    outs = [o]
+    if training:
+        sspec = _op.output_spec((b, hq, sq, 1), DataType.FLOAT, device)
+        allocs.append(sspec)
+        out_spans.append(sspec.nbytes_span)
+        outs.append(stats)
+    inputs = [tq, tk, tv] + ([tsq, tskv] if tsq is not None else []) + (
+        [tseed, toff] if tseed is not None else [])  # fmt: skip
+    g.set_io_order(*inputs, *outs)
+    in_spans = [gq.nbytes_span, gk.nbytes_span, gv.nbytes_span]
+    if gsq is not None:
+        in_spans += [gsq.nbytes_span, gskv.nbytes_span]
+    if p:
+        in_spans += [8, 8]
+    st = _op.Stage(dt, stage, None, 1.0, 0.0) if stage else None
+    what = _describe("attention forward", dt, gq, gk, causal, gsq is not None, p, training)
+    return _graphops.entry(func, g, device, stream, allocs, in_spans, out_spans, what=what,
+                           stage=st)  # fmt: skip
+
+
+def _describe(kind: str, dt: DataType, gq: Any, gk: Any, causal: bool, padded: bool, p: float,
+              training: bool) -> str:  # fmt: skip
+    opts = [o for o, on in (("causal", causal), ("padding mask", padded),
+                            (f"dropout {p}", bool(p)), ("training", training)) if on]  # fmt: skip
+    return (f"{dtype_name(dt)} {kind} q{tuple(gq.shape)} k{tuple(gk.shape)}"
+            + (f" ({', '.join(opts)})" if opts else ""))  # fmt: skip
+
+
+def dnn_sdpa_grad(
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any,
+    dout: Any,
+    stats: Any,
+    attn_mask: Any = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
+    *,
+    seq_lens_q: Any = None,
+    seq_lens_kv: Any = None,
+    deterministic: bool | None = None,
+    stream: Any = None,
+) -> tuple[Any, Any, Any]:
+    """Gradients ``(dq, dk, dv)`` of :func:`dnn_sdpa`.
+
+    Parameters
+    ----------
+    q, k, v, out, dout : device array
+        The forward's inputs and output, and the output's gradient (out's shape and dtype).
+    stats : device array
+        The forward's statistics (``training=True``), float32 ``(B, H, S_q, 1)``.
+    attn_mask, is_causal, scale, dropout_p, seq_lens_q, seq_lens_kv
+        As in the forward.
+    seed : int
+        The forward's dropout seed (required when *dropout_p* > 0).
+    deterministic : bool, optional
+        cuDNN's deterministic variant (no float32 dQ accumulator); default
+        ``pycudnn.config.deterministic``.
+    stream : optional
+        CUDA stream.
+
+    Returns
+    -------
+    (dq, dk, dv)
+        In q's, k's and v's memory order; dk and dv summed over each group of query heads.
+    """
+    func = "dnn_sdpa_grad"
+    keys = [_op.key_of(a) for a in (q, k, v, out, dout, stats)]
+    psq, ksq = (0, None) if seq_lens_q is None else _op.key_of(seq_lens_q)
+    pskv, kskv = (0, None) if seq_lens_kv is None else _op.key_of(seq_lens_kv)
+    det = _op.snapshot().deterministic if deterministic is None else deterministic
+    if isinstance(dropout_p, (int, float)) and dropout_p and seed is None:
+        raise ValueError(f"{func}: dropout_p={dropout_p} needs the forward's seed (seed=None "
+                         "would draw another mask)")  # fmt: skip
+    key = (func, *(kk for _p, kk in keys), attn_mask is None, is_causal, scale, dropout_p,
+           ksq, kskv, bool(det), _graphops.flags_key())  # fmt: skip
+    call, cached = _op.lookup(key, lambda: _build_bwd(q, k, v, out, dout, stats, attn_mask,
+                                                      is_causal, scale, dropout_p, seq_lens_q,
+                                                      seq_lens_kv, bool(det), stream))  # fmt: skip
+    ptrs = [p for p, _k in keys]
+    if seq_lens_q is not None:
+        ptrs += [psq, pskv]
+    if isinstance(dropout_p, (int, float)) and dropout_p:
+        sb = _seed_buffer(_seed(func, seed, dropout_p), call.handle.device).ptr
+        ptrs += [sb, sb + 8]
+    result = call.run(tuple(ptrs), (None, None, None), (None, None, None), stream)
+    if not cached:
+        _op.remember(key, call)
+    return tuple(result)  # type: ignore[return-value]
+
+
+def _build_bwd(q, k, v, out, dout, stats, attn_mask, is_causal, scale, dropout_p, seq_lens_q,
+               seq_lens_kv, det, stream) -> _op.GraphCall:  # fmt: skip
+    func = "dnn_sdpa_grad"
+    gq, gk, gv, dt, device = _qkv(func, q, k, v)
+    causal, sc, p = _options(func, attn_mask, is_causal, scale, dropout_p, gq.shape[3])
+    b, hq, sq, d = gq.shape
+    _, hk, skv, dv = gv.shape
+    if sq == 1 and skv == 1:
+        raise errors.NotSupportedError(3000, func, "cuDNN's attention backward does not run "
+                                       "S_q = S_kv = 1")  # fmt: skip
+    oshape = (b, hq, sq, dv)
+    go, gdo = _op.operand(out), _op.operand(dout)
+    for name, g_ in (("out", go), ("dout", gdo)):
+        if tuple(g_.shape) != oshape:
+            raise ValueError(f"{func}: {name} must have shape {oshape}, got {tuple(g_.shape)}")
+        if g_.dtype != dt:
+            raise TypeError(f"{func}: {name} is {dtype_name(g_.dtype) if g_.dtype else '?'}, "
+                            f"q is {dtype_name(dt)}")  # fmt: skip
+        if g_.device != device:
+            raise ValueError(f"{func}: {name} is on device {g_.device}, q on device {device}")
+        _op.check_strides(func, name, g_)
+    gs = _op.operand(stats)
+    if gs.dtype != DataType.FLOAT or tuple(gs.shape) != (b, hq, sq, 1):
+        raise ValueError(f"{func}: stats must be the forward's float32 ({b}, {hq}, {sq}, 1) "
+                         f"statistics, got shape {tuple(gs.shape)}")  # fmt: skip
+    if not _layout.matches(gs.shape, gs.strides, _layout.packed_strides((b, hq, sq, 1))):
+        raise ValueError(f"{func}: stats must be contiguous, got strides {tuple(gs.strides)}")
+    if gs.device != device:
+        raise ValueError(f"{func}: stats is on device {gs.device}, q on device {device}")
+    if (seq_lens_q is None) != (seq_lens_kv is None):
+        raise ValueError(f"{func}: give both seq_lens_q and seq_lens_kv (or neither)")
+    gsq = _lens(func, "seq_lens_q", seq_lens_q, b, device)
+    gskv = _lens(func, "seq_lens_kv", seq_lens_kv, b, device)
+    g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
+    stage: list = []
+    ops = (("q", gq), ("k", gk), ("v", gv), ("out", go), ("dout", gdo))
+    ts = []
+    for i, (name, g_) in enumerate(ops):
+        st_, al = _layout_of(func, name, g_, i, stage)
+        ts.append(g.tensor(tuple(g_.shape), st_, dt, name=name, alignment=al))
+    tq, tk, tv, to, tdo = ts
+    tst = g.tensor((b, hq, sq, 1), _layout.packed_strides((b, hq, sq, 1)), DataType.FLOAT,
+                   name="stats", alignment=_graphops.alignment(gs.ptr))  # fmt: skip
+    tsq, tskv, tseed, toff = _declare_common(g, gsq, gskv, True if p else None, b)
+    from ..graph import _sdpa
+
+    dq, dk, dv_ = _sdpa.backward(g, tq, tk, tv, to, tdo, tst, sc, causal, tsq, tskv,
+                                 (p, tseed, toff) if p else None, "sdpa_backward",
+                                 deterministic=det)  # fmt: skip
+    allocs = []
+    for t, like, shape in ((dq, gq, (b, hq, sq, d)), (dk, gk, (b, hk, skv, d)),
+                           (dv_, gv, (b, hk, skv, dv))):  # fmt: skip
+        spec = _spec_like(like, shape, dt)
+        t.set_stride(spec.element_strides)
+        allocs.append(spec)
+    inputs = [tq, tk, tv, to, tdo, tst] + ([tsq, tskv] if tsq is not None else []) + (
+        [tseed, toff] if tseed is not None else [])  # fmt: skip
+    g.set_io_order(*inputs, dq, dk, dv_)
+    in_spans = [x.nbytes_span for _n, x in ops] + [gs.nbytes_span]
+    if gsq is not None:
+        in_spans += [gsq.nbytes_span, gskv.nbytes_span]
+    if p:
+        in_spans += [8, 8]
+    st = _op.Stage(dt, stage, None, 1.0, 0.0) if stage else None
+    what = _describe("attention backward", dt, gq, gk, causal, gsq is not None, p, False)
+    return _graphops.entry(func, g, device, stream, allocs, in_spans,
+                           [a.nbytes_span for a in allocs], what=what, stage=st)  # fmt: skip
