@@ -936,7 +936,7 @@ def summary(res: dict[str, Any]) -> list[str]:
                 pct = [sub["pycudnn_pct_bw"] for sub in subs if "pycudnn_pct_bw" in sub]
                 lines.append(
                     f"{kind} {phase}: median pycudnn/torch {_f(_median(rs))} over {len(rs)} "
-                    f"shapes; pycudnn {_f(_median(pct), '.0f')}% of peak bandwidth"
+                    f"shapes; pycudnn median {_f(_median(pct), '.0f')} % of peak bandwidth"
                 )
         med = _median(all_r)
         lines.append(f"norms all: median pycudnn/torch {_f(med)}; checks FAIL {nfail}/{ntot}")

@@ -96,7 +96,7 @@ def like_strides(dim: Sequence[int], ref_dim: Sequence[int], ref_stride: Sequenc
     if len(ref_dim) != n:
         return _layout.packed_strides(tuple(dim))
     # innermost first: by stride, ties broken by the later axis (row-major)
-    order = sorted(range(n), key=lambda i: (ref_stride[i], i))
+    order = sorted(range(n), key=lambda i: (ref_stride[i], -i))
     out = [0] * n
     acc = 1
     for i in order:
@@ -630,6 +630,14 @@ class Graph:
             if k not in _PW_PARAM_NAMES:
                 raise TypeError(f"{self.name}.{op}: unknown parameter {k!r}; expected one of "
                                 f"{', '.join(_PW_PARAM_NAMES)}")  # fmt: skip
+        for t in (b, c):  # a scalar takes the rank of the operation (as cudnn-frontend's)
+            if (
+                t is not None
+                and t._by_value
+                and math.prod(t._dim) == 1
+                and len(t._dim) != len(x._dim)
+            ):
+                t._dim = t._stride = (1,) * len(x._dim)
         dims = [t._dim for t in (x, b, c) if t is not None]
         if len({len(d) for d in dims}) != 1:
             raise ValueError(f"{self.name}.{op}: inputs of different ranks {dims}; give size-1 "
@@ -808,6 +816,9 @@ class Graph:
         """Batch norm (per channel) in training: ``(y, mean, inv_variance[,
         next_running_mean, next_running_var])`` -- the running statistics when
         *in_running_mean*, *in_running_var* and *momentum* (a scalar) are given."""
+        if _phase(norm_forward_phase, f"{self.name}.batchnorm") != BackendNormFwdPhase.TRAINING:
+            raise ValueError(f"{self.name}.batchnorm: only the training phase is built here (an "
+                             "inference batch norm is a scale and shift: use mul/add)")  # fmt: skip
         running = None
         if any(v is not None for v in (in_running_mean, in_running_var, momentum)):
             running = (self._check("batchnorm", "in_running_mean", in_running_mean),
@@ -902,13 +913,17 @@ class Graph:
                       use_causal_mask: bool = False, seq_len_q: Tensor | None = None,
                       seq_len_kv: Tensor | None = None,
                       dropout: tuple[float, Tensor, Tensor] | None = None,
+                      use_deterministic_algorithm: bool = False,
                       name: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
         """Gradients ``(dq, dk, dv)`` of :meth:`sdpa` from its output, its statistics and the
-        output's gradient *dO* (the same options as the forward)."""
+        output's gradient *dO* (the same options as the forward). The default form accumulates
+        dQ in a float32 tensor the graph keeps in its workspace;
+        ``use_deterministic_algorithm=True`` writes dQ directly (cuDNN's deterministic form)."""
         from . import _sdpa
 
         return _sdpa.backward(self, q, k, v, o, dO, stats, attn_scale, use_causal_mask,
-                              seq_len_q, seq_len_kv, dropout, name or "sdpa_backward")  # fmt: skip
+                              seq_len_q, seq_len_kv, dropout, name or "sdpa_backward",
+                              deterministic=use_deterministic_algorithm)  # fmt: skip
 
     # -- freeze, plan, execute ------------------------------------------------------------------
     def set_io_order(self, *tensors: Tensor) -> Graph:
@@ -1214,7 +1229,7 @@ class Graph:
             *data* was saved for another graph structure or another cuDNN version.
         """
         saved = json.loads(data)
-        if saved.get("graph") != json.loads(self.to_json()):
+        if _unnamed(saved.get("graph")) != _unnamed(json.loads(self.to_json())):
             raise ValueError(f"{self.name}: the saved plan is for another graph structure")
         if saved.get("cudnn_version") != _cudnn_version():
             raise ValueError(
@@ -1319,6 +1334,16 @@ def load_plan(text: str, h: Any, uids: Sequence[int], *, engine: int = -1) -> An
     ws = int(plan.get(A.EXECUTION_PLAN_WORKSPACE_SIZE, T.INT64, 1)[0])
     info = _plans.EngineInfo(engine, frozenset(), frozenset(), ws)
     return _plans.GraphPlan(plan, None, h, info, ws, uids, "loaded from JSON")
+
+
+def _unnamed(graph: Any) -> Any:
+    """A :meth:`Graph.to_json` structure without its names (they only label messages)."""
+    if not isinstance(graph, dict):
+        return graph
+    return {
+        "tensors": [{k: v for k, v in t.items() if k != "name"} for t in graph.get("tensors", [])],
+        "nodes": [{k: v for k, v in n.items() if k != "name"} for n in graph.get("nodes", [])],
+    }
 
 
 def _ddim(t: Tensor) -> tuple[int, ...]:

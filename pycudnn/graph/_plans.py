@@ -39,7 +39,8 @@ Caching design
   allocated once (its unique ids, a pointer array it refills, the workspace slot).
 * **The execute call** goes through a ctypes prototype without ``argtypes``/``errcheck`` and
   with prebuilt ``c_void_p`` arguments; the status check is one integer comparison.
-* **Search** (cache miss): operation graph -> heuristics (mode INSTANT) -> the first engine
+* **Search** (cache miss): operation graph -> heuristics (mode INSTANT, or the key's
+  ``heur_modes``: builder graphs default to A then FALLBACK) -> the first engine
   config is tried alone before the rest are fetched; configs are filtered by their numerical
   notes (TF32 / down-conversion / non-determinism, as PyTorch's ``filterEngineConfigs``), then
   built in rank order; an engine that fails to build, exceeds the workspace limit, or whose

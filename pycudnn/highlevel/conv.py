@@ -8,15 +8,15 @@ write into ``out=`` and return it.
 
 Caching design (the hot path)
 -----------------------------
-A call first builds a *call key* (the shared op path's, see :mod:`._op`): a flat tuple of what
-the caller passed that is cheap to read -- each operand's shape, element strides, dtype, device
-and pointer residue mod 16 (which fixes its byte alignment), the convolution arguments exactly as
+A call first builds a *call key* (the shared op path's, see :mod:`._op`): a flat tuple of what the
+caller passed that is cheap to read -- each operand's shape, element strides, dtype, device and
+pointer residue mod 16 (which fixes its byte alignment), the convolution arguments exactly as
 given, ``alpha``/``beta`` and the calling thread's ``pycudnn.config.snapshot()``. The per-thread
 call cache maps call keys to a ready call entry (:class:`_ConvCall`): the plan (from
 :mod:`pycudnn.graph._plans`), the handle, how the three pointers map onto the plan's x/w/y, the
-output's allocation spec and the operands' byte spans. A hit therefore skips parsing and validation (the
-key pins everything they depend on) and only reads three pointers, checks that ``out`` does not
-overlap an input, fetches the workspace pointer when the plan needs one, finds the variant pack
+output's allocation spec and the operands' byte spans. A hit therefore skips parsing and validation
+(the key pins everything they depend on) and only reads three pointers, checks that ``out`` does
+not overlap an input, fetches the workspace pointer when the plan needs one, finds the variant pack
 cached for those pointers and calls ``cudnnBackendExecute`` -- no stream query, and
 ``cudnnSetStream`` only when ``stream=`` names a different stream than the handle's. The torch
 fast path builds the key without an intermediate record; ``docs/BENCHMARKS.md`` has the measured

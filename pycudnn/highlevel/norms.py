@@ -80,9 +80,12 @@ def _x_tensor(g: Graph, name: str, o: _op.Operand, nn: int, index: int, stage: l
     return g.tensor((m, n, 1, 1), (pitch, 1, n, n), o.dtype, name=name, alignment=align)
 
 
-def _params(func: str, gm: _op.Operand | None, ns: tuple[int, ...], name: str) -> None:
+def _params(func: str, gm: _op.Operand | None, ns: tuple[int, ...], name: str,
+            device: int) -> None:  # fmt: skip
     if gm is None:
         return
+    if gm.device != device:
+        raise ValueError(f"{func}: {name} is on device {gm.device}, x on device {device}")
     if tuple(gm.shape) != ns:
         raise ValueError(f"{func}: {name} has shape {tuple(gm.shape)}, expected normalized_shape "
                          f"{ns}")  # fmt: skip
@@ -177,11 +180,8 @@ def _build_forward(
     gb = None if beta is None else _op.operand(beta)
     if rms and beta is not None:
         raise TypeError(f"{func} takes no beta")
-    _params(func, gg, ns, "gamma")
-    _params(func, gb, ns, "beta")
-    for name, o in (("gamma", gg), ("beta", gb)):
-        if o is not None and o.device != device:
-            raise ValueError(f"{func}: {name} is on device {o.device}, x on device {device}")
+    _params(func, gg, ns, "gamma", device)
+    _params(func, gb, ns, "beta", device)
     eps = _op.real(epsilon, "epsilon", func, lo=0.0, lo_open=True)
     if any(d == 0 for d in gx.shape):
         raise ValueError(f"{func}: x has an empty dim {tuple(gx.shape)}")
@@ -359,7 +359,7 @@ def _build_backward(func: str, rms: bool, dy: Any, x: Any, mean: Any, inv: Any,
     gi = _op.operand(inv)
     _check_stat(func, "inv_rms" if rms else "inv_std", gi, sshape, device)
     gg = None if gamma is None else _op.operand(gamma)
-    _params(func, gg, ns, "gamma")
+    _params(func, gg, ns, "gamma", device)
     g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
     stage: list = []
     tdy = _x_tensor(g, "dy", gdy, nn, 0, stage)

@@ -15,7 +15,7 @@ import re
 import _fake_device as fd
 import numpy as np
 import pytest
-from _fake_device import F32, I32, Fake
+from _fake_device import BF16, F32, I32, Fake
 
 import pycudnn
 from pycudnn import _cuda
@@ -290,6 +290,69 @@ CASES = {
         ("y", "dy", "x"),
         (2, 8, 4, 4),
     ),
+    "dnn_matmul": (
+        lambda d, **k: pycudnn.dnn_matmul(
+            A((4, 8), d("a")), A((8, 6), d("b")), bias=A((6,), d("bias")), **k
+        ),
+        ("a", "b", "bias"),
+        (4, 6),
+    ),
+    "dnn_layer_norm": (
+        lambda d, **k: pycudnn.dnn_layer_norm(
+            A((4, 8), d("x")), (8,), A((8,), d("gamma")), A((8,), d("beta")), **k
+        ),
+        ("x", "gamma", "beta"),
+        (4, 8),
+    ),
+    "dnn_layer_norm_grad": (
+        lambda d, **k: pycudnn.dnn_layer_norm_grad(
+            A((4, 8), d("dy")),
+            A((4, 8), d("x")),
+            A((4, 1), d("mean")),
+            A((4, 1), d("inv_std")),
+            (8,),
+            A((8,), d("gamma")),
+            **k,
+        ),
+        ("dy", "x", "mean", "inv_std", "gamma"),
+        None,
+    ),
+    "dnn_rms_norm": (
+        lambda d, **k: pycudnn.dnn_rms_norm(A((4, 8), d("x")), (8,), A((8,), d("gamma")), **k),
+        ("x", "gamma"),
+        (4, 8),
+    ),
+    "dnn_rms_norm_grad": (
+        lambda d, **k: pycudnn.dnn_rms_norm_grad(
+            A((4, 8), d("dy")),
+            A((4, 8), d("x")),
+            A((4, 1), d("inv_rms")),
+            (8,),
+            A((8,), d("gamma")),
+            **k,
+        ),
+        ("dy", "x", "inv_rms", "gamma"),
+        None,
+    ),
+    "dnn_sdpa": (
+        lambda d, **k: pycudnn.dnn_sdpa(
+            A((1, 2, 8, 8), d("q"), BF16),
+            A((1, 2, 8, 8), d("k"), BF16),
+            A((1, 2, 8, 8), d("v"), BF16),
+            **k,
+        ),
+        ("q", "k", "v"),
+        ((1, 2, 8, 8), BF16),
+    ),
+    "dnn_sdpa_grad": (
+        lambda d, **k: pycudnn.dnn_sdpa_grad(
+            *(A((1, 2, 8, 8), d(n), BF16) for n in ("q", "k", "v", "out", "dout")),
+            A((1, 2, 8, 1), d("stats")),
+            **k,
+        ),
+        ("q", "k", "v", "out", "dout", "stats"),
+        None,
+    ),
     "dnn_ctc_loss": (
         lambda d, **k: _ctc(d, **k),
         ("log_probs", "labels", "label_lengths", "input_lengths"),
@@ -323,11 +386,18 @@ def test_operands_on_different_devices_are_refused_naming_both(no_c_at_all, name
 OUTS = [name for name, (_, _, out) in CASES.items() if out is not None]
 
 
+def _out(spec, device):
+    """An ``out=`` array: *spec* is a shape, or (shape, dtype)."""
+    if len(spec) == 2 and isinstance(spec[0], tuple):
+        return A(spec[0], device, spec[1])
+    return A(spec, device)
+
+
 @pytest.mark.parametrize("name", OUTS)
 def test_out_on_another_device_is_refused_naming_both(no_c_at_all, name):
     call, _ops, out_shape = CASES[name]
     with pytest.raises(ValueError, match="device") as exc:
-        call(lambda n: 0, out=A(out_shape, 1))
+        call(lambda n: 0, out=_out(out_shape, 1))
     assert _named_both(str(exc.value), 0, 1), str(exc.value)
 
 
@@ -338,7 +408,7 @@ def test_out_on_the_operands_other_device_is_refused_too(no_c_at_all, name):
     if name == "dnn_dropout_grad":  # its state is bound to device 0 (checked first)
         pytest.skip("the state fixes the device")
     with pytest.raises(ValueError, match="device") as exc:
-        call(lambda n: 2, out=A(out_shape, 0))
+        call(lambda n: 2, out=_out(out_shape, 0))
     assert _named_both(str(exc.value), 2, 0), str(exc.value)
 
 
