@@ -40,9 +40,9 @@ def declare(g: Graph, name: str, o: _op.Operand, shape: tuple[int, ...] | None =
 
 
 def flags_key() -> Any:
-    """The config flags a graph plan depends on (a part of every call key)."""
-    f = _op.snapshot()
-    return (f.allow_tf32, f.deterministic, f.workspace_limit)
+    """The config flags a graph plan depends on (a part of every call key): the thread's
+    hashable snapshot as is (cached per thread; cheaper than picking fields out of it)."""
+    return _op.snapshot()
 
 
 def entry(

@@ -891,6 +891,41 @@ class GraphCall(MultiOutputCall):
         self.scratch = bool(self.key.scratch)
         self.extra: tuple = ()  # buffers the operation keeps with its entry (stand-ins)
 
+    def _run(self, ptrs: Sequence[int], outs: Sequence[Any], pos: Sequence[Any], stream: Any
+             ) -> tuple:  # fmt: skip
+        """:meth:`MultiOutputCall._run` for the common case, leaner: a new output cannot
+        overlap anything; a given one is checked against the inputs inline."""
+        if (
+            self.stage is not None
+            or self.noop
+            or (len(outs) > 1 and sum(o is not None for o in outs) > 1)
+        ):  # several given outputs may overlap each other: the general path
+            return super()._run(ptrs, outs, pos, stream)
+        h = self.handle
+        if stream is not None:
+            h.set_stream(stream)
+        spans, n = self.spans, self.n_in
+        full = list(ptrs)
+        res = []
+        i = 0
+        for o in outs:
+            if o is None:
+                o = self.allocs[i].new(h.stream)
+                p = o.ptr
+            else:
+                p = pos[i]
+                end = p + spans[n + i]
+                j = 0
+                for q in ptrs:
+                    if q < end and p < q + spans[j]:
+                        check_overlap(self.func, ptrs, spans, p, spans[n + i])
+                    j += 1  # noqa: SIM113 (enumerate costs more on the hot path)
+            full.append(p)
+            res.append(o)
+            i += 1  # noqa: SIM113
+        self.launch(full)
+        return tuple(res)
+
     def launch(self, ptrs: Sequence[int]) -> None:
         plan = self.plan
         h = self.handle
