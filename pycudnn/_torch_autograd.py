@@ -33,10 +33,16 @@ from .highlevel import (
     dnn_gradinput3d,
     dnn_gradweight,
     dnn_gradweight3d,
+    dnn_layer_norm,
+    dnn_layer_norm_grad,
     dnn_lrn,
     dnn_lrn_grad,
     dnn_pool,
     dnn_pool_grad,
+    dnn_rms_norm,
+    dnn_rms_norm_grad,
+    dnn_sdpa,
+    dnn_sdpa_grad,
     dnn_softmax,
     dnn_softmax_grad,
 )
@@ -45,6 +51,8 @@ from .memory import allocator
 __all__ = [
     "FLOATS",
     "FUSED_BIAS",
+    "HALVES",
+    "NORM_FLOATS",
     "NO_BF16",
     "Y_ONLY",
     "ActFn",
@@ -54,15 +62,20 @@ __all__ = [
     "DropoutFn",
     "DropoutPool",
     "LRNFn",
+    "LayerNormFn",
     "PoolFn",
+    "RMSNormFn",
     "RNNFn",
     "RNNRun",
+    "SDPAFn",
     "SoftmaxFn",
     "TorchMemoryResource",
     "as_tuple",
+    "attention_out",
     "cuda_ok",
     "dense",
     "hy_shape",
+    "no_broadcast",
     "ready",
     "stream_of",
     "to_torch",
@@ -71,6 +84,8 @@ __all__ = [
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 NO_BF16 = (torch.float16, torch.float32, torch.float64)  # dropout, LRN, RNNs
+NORM_FLOATS = (torch.float16, torch.bfloat16, torch.float32)  # layer and RMS norm
+HALVES = (torch.float16, torch.bfloat16)  # fused attention
 # dnn_conv fuses the bias into the convolution once it takes bias= (the fused-epilogue work)
 FUSED_BIAS = "bias" in inspect.signature(dnn_conv).parameters
 
@@ -231,6 +246,17 @@ def dense(t: torch.Tensor) -> torch.Tensor:
     ):
         return t
     return t.contiguous()
+
+
+def no_broadcast(t: torch.Tensor, unit_last: bool = False) -> torch.Tensor:
+    """*t*, or a contiguous copy when it has a zero (broadcast) stride, which cuDNN refuses, or
+    (*unit_last*) a last dim that is not contiguous."""
+    if unit_last and t.stride(-1) != 1 and t.shape[-1] != 1:
+        return t.contiguous()
+    for n, st in zip(t.shape, t.stride(), strict=True):
+        if st == 0 and n > 1:
+            return t.contiguous()
+    return t
 
 
 # tensors pycudnn reads as they are (subclasses such as FakeTensor run torch's implementation)
@@ -630,3 +656,117 @@ def _rnn_outputs(block: RNNBlock, x: torch.Tensor, lstm: bool) -> tuple:
     hy = torch.empty(hsh, **kw)
     cy = torch.empty((hsh[0], n, block.hidden_size), **kw) if lstm else None
     return y, hy, cy
+
+
+class LayerNormFn(torch.autograd.Function):
+    """``dnn_layer_norm`` (cuDNN's training phase when a gradient is wanted, else its inference
+    phase, which keeps no statistics) and ``dnn_layer_norm_grad``. *w* and *b* may be None
+    (``elementwise_affine=False``, ``bias=False``)."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, shape, eps, grad):
+        ready()
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        _, mean, invstd = dnn_layer_norm(x, shape, w, b, eps, training=grad, out=y,
+                                         stream=stream_of(x))  # fmt: skip
+        if grad:
+            ctx.save_for_backward(x, w, to_torch(mean), to_torch(invstd))
+            ctx.cfg = (shape, b is not None)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x, w, mean, invstd = ctx.saved_tensors
+        shape, has_bias = ctx.cfg
+        dy = dense(dy)
+        dx, dw, db = dnn_layer_norm_grad(dy, x, mean, invstd, shape, w, stream=stream_of(dy))
+        need = ctx.needs_input_grad
+        return (
+            to_torch(dx) if need[0] else None,
+            to_torch(dw) if need[1] and dw is not None else None,
+            to_torch(db) if need[2] and has_bias and db is not None else None,
+            None,
+            None,
+            None,
+        )
+
+
+class RMSNormFn(torch.autograd.Function):
+    """``dnn_rms_norm`` (training phase when a gradient is wanted) and ``dnn_rms_norm_grad``;
+    *w* may be None."""
+
+    @staticmethod
+    def forward(ctx, x, w, shape, eps, grad):
+        ready()
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        _, invrms = dnn_rms_norm(x, shape, w, eps, training=grad, out=y, stream=stream_of(x))
+        if grad:
+            ctx.save_for_backward(x, w, to_torch(invrms))
+            ctx.shape = shape
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x, w, invrms = ctx.saved_tensors
+        dy = dense(dy)
+        dx, dw = dnn_rms_norm_grad(dy, x, invrms, ctx.shape, w, stream=stream_of(dy))
+        need = ctx.needs_input_grad
+        return (
+            to_torch(dx) if need[0] else None,
+            to_torch(dw) if need[1] and dw is not None else None,
+            None,
+            None,
+            None,
+        )
+
+
+def attention_out(q: torch.Tensor, dv: int) -> torch.Tensor:
+    """An empty ``(B, H, S_q, dv)`` output in *q*'s memory order: the ``transpose(1, 2)`` view of
+    a ``(B, S_q, H, dv)`` tensor when q is such a view (heads inside sequence), else packed."""
+    b, h, s, _ = q.shape
+    if h > 1 and s > 1 and q.stride(1) < q.stride(2):
+        return torch.empty((b, s, h, dv), dtype=q.dtype, device=q.device).transpose(1, 2)
+    return torch.empty((b, h, s, dv), dtype=q.dtype, device=q.device)
+
+
+class SDPAFn(torch.autograd.Function):
+    """``dnn_sdpa`` / ``dnn_sdpa_grad`` on 4-D ``(B, H, S, D)`` operands (no mask tensor).
+
+    The forward runs cuDNN's training variant (which also returns the softmax statistics) when
+    a gradient is wanted or dropout is on, the inference variant otherwise. With dropout the
+    backward passes the forward's *seed*, so cuDNN regenerates the same mask."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, p, seed, grad):
+        ready()
+        out = attention_out(q, v.shape[3])
+        r = dnn_sdpa(q, k, v, None, causal, scale, p, seed, grad or p > 0.0, out=out,
+                     stream=stream_of(q))  # fmt: skip
+        if grad:
+            ctx.save_for_backward(q, k, v, out, to_torch(r[1]))
+            ctx.cfg = (causal, scale, p, seed)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        q, k, v, out, stats = ctx.saved_tensors
+        causal, scale, p, seed = ctx.cfg
+        if dout.stride() != out.stride():  # an expanded or otherwise laid-out gradient
+            dout = torch.empty_like(out).copy_(dout)
+        det = True if torch.are_deterministic_algorithms_enabled() else None
+        dq, dk, dv = dnn_sdpa_grad(q, k, v, out, dout, stats, None, causal, scale, p, seed,
+                                   deterministic=det, stream=stream_of(dout))  # fmt: skip
+        need = ctx.needs_input_grad
+        return (
+            to_torch(dq) if need[0] else None,
+            to_torch(dk) if need[1] else None,
+            to_torch(dv) if need[2] else None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )

@@ -3,10 +3,11 @@ the modules and :func:`convert`.
 
 Each supported ``torch.nn`` module has a subclass here whose ``forward`` calls an
 ``autograd.Function`` of :mod:`pycudnn._torch_autograd` for CUDA tensors of the dtypes the
-operation takes, and torch's own ``forward`` otherwise. The subclasses add no state to the
-module: what they cache (RNN blocks and layouts, dropout pools, constant scale/bias vectors) lives
-in a side table keyed weakly by the module, so ``convert`` can swap a module's class in place and
-back, and ``copy.deepcopy`` / ``torch.save`` see a plain module.
+operation takes, and torch's own ``forward`` otherwise; :func:`scaled_dot_product_attention`
+does the same for ``torch.nn.functional.scaled_dot_product_attention``. The subclasses add no
+state to the module: what they cache (RNN blocks and layouts, dropout pools, constant scale/bias
+vectors) lives in a side table keyed weakly by the module, so ``convert`` can swap a module's class
+in place and back, and ``copy.deepcopy`` / ``torch.save`` see a plain module.
 """
 
 from __future__ import annotations
@@ -41,10 +42,12 @@ __all__ = [
     "Conv3d",
     "Dropout",
     "Hardtanh",
+    "LayerNorm",
     "LocalResponseNorm",
     "LogSoftmax",
     "MaxPool2d",
     "MaxPool3d",
+    "RMSNorm",
     "ReLU",
     "ReLU6",
     "Sigmoid",
@@ -53,6 +56,7 @@ __all__ = [
     "TorchMemoryResource",
     "convert",
     "rnn_flat_weights",
+    "scaled_dot_product_attention",
     "supported_modules",
     "to_torch",
     "unsupported_reason",
@@ -380,6 +384,229 @@ class LocalResponseNorm(_Converted, nn.LocalResponseNorm):
                             float(self.k))  # fmt: skip
 
 
+# -- layer norm, RMS norm, attention ---------------------------------------------------------------
+def _norm_forward(m: nn.Module, x: torch.Tensor, rms: bool, fallback: Callable) -> Any:
+    ns = tuple(m.normalized_shape)  # type: ignore[attr-defined]
+    w = m.weight  # type: ignore[attr-defined]
+    b = None if rms else m.bias  # type: ignore[attr-defined]
+    eps = m.eps  # type: ignore[attr-defined]
+    if not fn.cuda_ok(x, fn.NORM_FLOATS) or x.dim() <= len(ns) or x.numel() == 0:
+        return fallback(x)
+    if _autocast_dtype() is not None:  # autocast's own casting rules for norms: torch's
+        return fallback(x)
+    if tuple(x.shape[x.dim() - len(ns) :]) != ns:
+        return fallback(x)  # torch's error message
+    if eps is None:  # RMSNorm's default: the input dtype's machine epsilon, as torch
+        eps = torch.finfo(x.dtype).eps
+    if not eps > 0:
+        return fallback(x)
+    # parameters: x's dtype (RMSNorm), or x's dtype or float32 (LayerNorm: torch's mixed
+    # half-input/float-parameter case, outputs in x's dtype)
+    pdts = (x.dtype,) if rms else (x.dtype, torch.float32)
+    for p in (w, b):
+        if p is not None and (not fn.cuda_ok(p, pdts) or p.device != x.device):
+            return fallback(x)
+    if w is not None and b is not None and b.dtype != w.dtype:
+        return fallback(x)
+    x = fn.no_broadcast(x)
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, b))
+    w = None if w is None else w.contiguous()
+    if rms:
+        return fn.RMSNormFn.apply(x, w, ns, float(eps), grad)
+    return fn.LayerNormFn.apply(x, w, None if b is None else b.contiguous(), ns, float(eps), grad)
+
+
+class LayerNorm(_Converted, nn.LayerNorm):
+    """``torch.nn.LayerNorm`` on ``dnn_layer_norm`` / ``dnn_layer_norm_grad``
+    (``elementwise_affine=False`` and ``bias=False`` included).
+
+    Float16, bfloat16 and float32 inputs, the parameters in the input's dtype or float32 (the
+    output in the input's dtype, as torch's); cuDNN's inference phase (no statistics kept) when
+    no gradient is wanted. Other inputs (CPU, float64) and autocast regions run torch's
+    ``forward``.
+    """
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.LayerNorm.forward``."""
+        return _norm_forward(self, input, False, super().forward)
+
+
+if hasattr(nn, "RMSNorm"):
+
+    class RMSNorm(_Converted, nn.RMSNorm):
+        """``torch.nn.RMSNorm`` on ``dnn_rms_norm`` / ``dnn_rms_norm_grad``.
+
+        ``eps=None`` is the input dtype's machine epsilon, as in torch. Float16, bfloat16 and
+        float32 inputs with parameters of the same dtype (torch promotes mixed dtypes); other
+        inputs (CPU, float64, mixed) and autocast regions run torch's ``forward``.
+        """
+
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            """As ``torch.nn.RMSNorm.forward``."""
+            return _norm_forward(self, input, True, super().forward)
+
+else:  # torch < 2.4 has no torch.nn.RMSNorm
+
+    class RMSNorm(nn.Module):  # type: ignore[no-redef]
+        """Stand-in for ``torch.nn.RMSNorm``, which this PyTorch (before 2.4) lacks:
+        constructing it raises ``TypeError``."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise TypeError(
+                f"pycudnn.torch.RMSNorm needs torch.nn.RMSNorm (PyTorch >= 2.4); this is "
+                f"PyTorch {torch.__version__}"
+            )
+
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            """Never called (the constructor raises)."""
+            raise NotImplementedError
+
+
+def _autocast_dtype() -> torch.dtype | None:
+    """The dtype of an enclosing ``torch.autocast('cuda')`` region (None outside one)."""
+    try:
+        if torch.is_autocast_enabled("cuda"):
+            return torch.get_autocast_dtype("cuda")
+    except TypeError:  # torch < 2.4: the argument-free CUDA forms
+        if torch.is_autocast_enabled():
+            return torch.get_autocast_gpu_dtype()
+    return None
+
+
+_CAPABLE: dict[int, bool] = {}
+_TENSORS = (torch.Tensor, nn.Parameter)
+
+
+def _attention_capable(t: torch.Tensor) -> bool:
+    """cuDNN's fused attention runs on *t*'s device (sm80 or newer), cached per device."""
+    dev = t.get_device()
+    ok = _CAPABLE.get(dev)
+    if ok is None:
+        ok = _CAPABLE[dev] = torch.cuda.get_device_capability(dev) >= (8, 0)
+    return ok
+
+
+def _attention_native(q: Any, k: Any, v: Any, attn_mask: Any, dropout_p: Any, enable_gqa: bool,
+                      grad: bool) -> bool:  # fmt: skip
+    """The call is one pycudnn's ``dnn_sdpa`` runs (else torch's function runs)."""
+    if attn_mask is not None or not isinstance(dropout_p, (int, float)):
+        return False
+    if not 0.0 <= dropout_p < 1.0:
+        return False
+    if not (fn.cuda_ok(q, fn.HALVES) and fn.cuda_ok(k, fn.HALVES) and fn.cuda_ok(v, fn.HALVES)):
+        return False
+    if not q.dtype == k.dtype == v.dtype or not q.device == k.device == v.device:
+        return False
+    nd = q.dim()
+    if nd < 3 or k.dim() != nd or v.dim() != nd:
+        return False
+    if q.shape[:-3] != k.shape[:-3] or k.shape[:-3] != v.shape[:-3]:
+        return False
+    hq, sq, d = q.shape[-3:]
+    hk, skv, dk = k.shape[-3:]
+    hv, skv2, dv = v.shape[-3:]
+    if dk != d or hv != hk or skv2 != skv:
+        return False
+    if hq != hk and (not enable_gqa or hq % hk):  # without enable_gqa torch raises
+        return False
+    if d % 8 or d > 256 or dv % 8 or dv > 256:
+        return False
+    if not q.numel() or not k.numel() or not v.numel():
+        return False
+    if grad and sq == 1 and skv == 1:  # cuDNN's backward does not run S_q = S_kv = 1
+        return False
+    return _attention_capable(q)
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """``torch.nn.functional.scaled_dot_product_attention`` on cuDNN's fused flash attention
+    (``dnn_sdpa`` / ``dnn_sdpa_grad``), differentiable.
+
+    Same signature and results as torch's function. pycudnn runs it for float16 and bfloat16
+    CUDA tensors (one dtype, one device) of shapes ``(..., H, S, E)`` (the leading dims equal
+    for query, key and value; 3-D inputs are one batch), head dims ``E`` and ``Ev`` multiples of
+    8 up to 256, on an sm80 or newer GPU, without ``attn_mask``. Any strides: the usual
+    ``(B, S, H, E)`` projections passed as their ``transpose(1, 2)`` views are read as they
+    are, and the output is then laid out the same way (a ``(B, S, H, Ev)`` tensor's view).
+    Everything else -- ``attn_mask`` tensors, float32/float64, other head dims, CPU tensors,
+    tensor subclasses, ``H_q != H_k`` without ``enable_gqa`` (torch raises), a backward
+    through ``S_q = S_kv = 1`` -- calls ``torch.nn.functional.scaled_dot_product_attention``.
+
+    Parameters
+    ----------
+    query : torch.Tensor
+        ``(..., H_q, S_q, E)``.
+    key, value : torch.Tensor
+        ``(..., H_k, S_kv, E)`` and ``(..., H_k, S_kv, Ev)``.
+    attn_mask : torch.Tensor, optional
+        Runs torch's implementation (cuDNN's path here takes no mask tensor).
+    dropout_p : float
+        As in torch's functional API, applied whenever > 0 (whatever a module's ``training``
+        flag): pass ``dropout_p if self.training else 0.0`` from a module. The mask comes from
+        cuDNN's Philox generator with a seed drawn from torch's CPU generator
+        (``torch.manual_seed`` makes it reproducible; it differs from torch's mask), and the
+        backward regenerates it from that seed. Each dropout call copies its seed to the
+        device (a small synchronous copy).
+    is_causal : bool
+        Top-left aligned causal mask, as torch's.
+    scale : float, optional
+        Default ``1 / sqrt(E)``.
+    enable_gqa : bool
+        Grouped-query attention: ``H_q`` a multiple of ``H_k`` (cuDNN reads the shared key and
+        value heads without repeating them; their gradients are summed over each group).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(..., H_q, S_q, Ev)``, query's dtype.
+
+    Notes
+    -----
+    Inside ``torch.autocast('cuda')`` (float16 or bfloat16) the inputs are cast to autocast's
+    dtype first, as autocast casts torch's function. cuDNN's training variant runs (keeping the
+    softmax statistics for the backward) when a gradient is wanted, or dropout is on; otherwise
+    the inference variant. The backward is cuDNN's deterministic one when
+    ``torch.are_deterministic_algorithms_enabled()``.
+    """
+    ac = _autocast_dtype()
+    if ac in fn.HALVES and attn_mask is None:  # as autocast casts it (a lower-precision op)
+        query, key, value = (
+            t.to(ac) if type(t) in _TENSORS and t.is_cuda and t.dtype in fn.NORM_FLOATS else t
+            for t in (query, key, value)
+        )
+    grad = torch.is_grad_enabled() and (
+        query.requires_grad or key.requires_grad or value.requires_grad
+    )
+    if not _attention_native(query, key, value, attn_mask, dropout_p, enable_gqa, grad):
+        kw: dict[str, Any] = {"scale": scale}
+        if enable_gqa:  # torch >= 2.5
+            kw["enable_gqa"] = True
+        return nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask, dropout_p, is_causal, **kw
+        )
+    lead = query.shape[:-3]
+    q, k, v = query, key, value
+    if len(lead) != 1:
+        q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (q, k, v))
+    q, k, v = (fn.no_broadcast(t, unit_last=True) for t in (q, k, v))
+    p = float(dropout_p)
+    seed = int(torch.randint(0, 2**62, (1,)).item()) if p > 0.0 else None
+    sc = None if scale is None else float(scale)
+    out = fn.SDPAFn.apply(q, k, v, bool(is_causal), sc, p, seed, grad)
+    if len(lead) != 1:
+        out = out.reshape(*lead, *out.shape[1:])
+    return out
+
+
 # -- RNNs ------------------------------------------------------------------------------------------
 _RNN_MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
 
@@ -544,7 +771,10 @@ _CLASSES: dict[type, type] = {
     nn.RNN: RNN,
     nn.LSTM: LSTM,
     nn.GRU: GRU,
+    nn.LayerNorm: LayerNorm,
 }
+if hasattr(nn, "RMSNorm"):  # torch >= 2.4
+    _CLASSES[nn.RMSNorm] = RMSNorm
 _BACK = {v: k for k, v in _CLASSES.items()}
 
 
@@ -625,6 +855,8 @@ def unsupported_reason(module: nn.Module) -> str | None:
         return None
     if base in (nn.RNN, nn.LSTM, nn.GRU):
         return _float_params(m, fn.NO_BF16)
+    if base is nn.LayerNorm or base is getattr(nn, "RMSNorm", None):
+        return _float_params(m, fn.NORM_FLOATS)
     if base in _CLASSES:
         return None
     return f"{type(module).__name__} is not a module pycudnn.torch converts"

@@ -16,8 +16,11 @@ Design decisions
 * **autograd.Functions over the forward and backward functions**: ``dnn_conv`` /
   ``dnn_gradinput`` / ``dnn_gradweight`` (bias fused into ``dnn_conv`` when it takes
   ``bias=``), ``dnn_pool`` / ``dnn_pool_grad``, the three batch-normalization calls,
-  ``dnn_activation``, ``dnn_softmax``, ``dnn_dropout``, ``dnn_lrn`` and ``RNNBlock.apply`` /
-  ``backward``, each with its ``_grad``.
+  ``dnn_activation``, ``dnn_softmax``, ``dnn_dropout``, ``dnn_lrn``, ``dnn_layer_norm``,
+  ``dnn_rms_norm`` and ``RNNBlock.apply`` / ``backward``, each with its ``_grad``; and
+  :func:`scaled_dot_product_attention`, torch's function of that name (same signature) over
+  ``dnn_sdpa`` / ``dnn_sdpa_grad``, falling back to torch's for what cuDNN's fused attention
+  does not run (``attn_mask`` tensors, float32, other head dims, CPU tensors).
 * **torch's current stream, torch's memory.** Every call passes torch's current stream (no
   synchronisation is added). On first use the adapter installs :class:`TorchMemoryResource` as
   pycudnn's memory resource (unless another non-default resource is installed, or
@@ -85,6 +88,9 @@ if TYPE_CHECKING:  # the names resolve lazily (__getattr__), importing torch the
         Hardtanh as Hardtanh,
     )
     from ._torch_nn import (
+        LayerNorm as LayerNorm,
+    )
+    from ._torch_nn import (
         LocalResponseNorm as LocalResponseNorm,
     )
     from ._torch_nn import (
@@ -101,6 +107,9 @@ if TYPE_CHECKING:  # the names resolve lazily (__getattr__), importing torch the
     )
     from ._torch_nn import (
         ReLU6 as ReLU6,
+    )
+    from ._torch_nn import (
+        RMSNorm as RMSNorm,
     )
     from ._torch_nn import (
         Sigmoid as Sigmoid,
@@ -122,6 +131,9 @@ if TYPE_CHECKING:  # the names resolve lazily (__getattr__), importing torch the
     )
     from ._torch_nn import (
         rnn_flat_weights as rnn_flat_weights,
+    )
+    from ._torch_nn import (
+        scaled_dot_product_attention as scaled_dot_product_attention,
     )
     from ._torch_nn import (
         supported_modules as supported_modules,
@@ -152,10 +164,12 @@ __all__ = [
     "Conv3d",
     "Dropout",
     "Hardtanh",
+    "LayerNorm",
     "LocalResponseNorm",
     "LogSoftmax",
     "MaxPool2d",
     "MaxPool3d",
+    "RMSNorm",
     "ReLU",
     "ReLU6",
     "Sigmoid",
@@ -165,6 +179,7 @@ __all__ = [
     "convert",
     "is_available",
     "rnn_flat_weights",
+    "scaled_dot_product_attention",
     "supported_modules",
     "to_torch",
     "unsupported_reason",

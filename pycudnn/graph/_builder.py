@@ -21,7 +21,7 @@ import ctypes
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _config, _cuda, _layout, errors, memory
 from .. import handle as _handle
@@ -307,6 +307,10 @@ class Graph:
         self._label: str | None = None
         self._api = "pycudnn.graph"
         self._order: tuple[Tensor, ...] = ()
+
+    if TYPE_CHECKING:  # the pointwise operations by name (add, relu, gelu...) are set below
+
+        def __getattr__(self, name: str) -> Callable[..., Tensor]: ...
 
     # -- tensors -------------------------------------------------------------------------------
     def _mutable(self) -> None:

@@ -127,7 +127,8 @@ def _twins():
         (nn.RNN, (4, 6, 2), {"nonlinearity": "relu", "batch_first": True}),
         (nn.LSTM, (4, 6), {"proj_size": 3, "bidirectional": True}),
         (nn.GRU, (4, 6, 2), {"dropout": 0.1, "bias": False}),
-    ]
+        (nn.LayerNorm, ((8, 8),), {"eps": 1e-6, "bias": False}),
+    ] + ([(nn.RMSNorm, (8,), {})] if hasattr(nn, "RMSNorm") else [])  # torch >= 2.4
 
 
 def test_every_supported_class_has_a_twin_with_the_same_constructor_and_state_dict():
