@@ -975,13 +975,14 @@ class Graph:
                                         t._by_value, t._alignment, t._scratch)))  # fmt: skip
         # a call's pointer order: real data tensors as declared, then the by-value
         # constants, then the scratch tensors
+        used = {id(t) for _k, _n, _s, roles in self._nodes for _r, t in roles}
         real = [(t, s) for t, s in specs if not s.is_virtual and not s.is_by_value
-                and not s.scratch]  # fmt: skip
+                and not s.scratch and id(t) in used]  # fmt: skip
         if self._order:
             rank = {id(t): i for i, t in enumerate(self._order)}
             real.sort(key=lambda ts: rank.get(id(ts[0]), len(rank) + ts[0]._index))
         real = [s for _t, s in real]
-        byv = [s for t, s in specs if s.is_by_value]
+        byv = [s for t, s in specs if s.is_by_value and id(t) in used]
         scr = [s for t, s in specs if s.scratch]
         return tuple(s for _t, s in specs), tuple(s.uid for s in (*real, *byv, *scr))
 
@@ -1421,6 +1422,11 @@ def _host_scalar(value: Any, dt: DataType, name: str = "scalar") -> ctypes._Simp
 
 
 _cached_version: int | None = None
+
+
+def cudnn_version() -> int:
+    """The loaded cuDNN's version (cached)."""
+    return _cudnn_version()
 
 
 def _cudnn_version() -> int:

@@ -4,14 +4,16 @@
 
 Operands: ``a`` (..., M, K) and ``b`` (..., K, N) with NumPy's batch broadcasting (missing
 leading dims are 1; a batch dim of 1 broadcasts). Transposed operands are strides: pass
-``w.t()`` (a view) for ``x @ w.T``. float16, bfloat16 and float32 (float32 computes in float32;
-TF32 engines only with ``pycudnn.config.allow_tf32``); the product accumulates in float32.
+``w.t()`` (a view) for ``x @ w.T``. float16, bfloat16 and float32 (float32 only with
+``pycudnn.config.allow_tf32``: cuDNN's float32 matmul engines compute in TF32); the product
+accumulates in float32.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from .. import errors
 from .._types import dtype_name
 from ..enums import DataType
 from ..graph import Graph
@@ -56,7 +58,8 @@ def dnn_matmul(a: Any, b: Any, bias: Any = None, activation: Any = None, *, out:
         Mismatched inner dims, batch dims that do not broadcast, a bad *bias*, *activation* or
         *out*, zero or negative strides.
     NotSupportedError
-        cuDNN has no engine for this product here (the message lists the engines tried).
+        float32 operands without ``pycudnn.config.allow_tf32``; cuDNN has no engine for this
+        product here (the message lists the engines tried).
 
     Examples
     --------
@@ -108,6 +111,13 @@ def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) ->
     if any(d == 0 for d in (*out_shape, sa[-1])):
         raise ValueError(f"{func}: empty operands are not supported (a {tuple(ga.shape)}, b "
                          f"{tuple(gb.shape)})")  # fmt: skip
+    if dt == DataType.FLOAT and not _op.snapshot().allow_tf32:
+        # measured on an H100 with cuDNN 9.19: every float32 matmul engine computes with TF32
+        # (most carry the TENSOR_CORE note; one does not but rounds as TF32 does)
+        raise errors.NotSupportedError(
+            3000, func, "cuDNN's float32 matmul engines compute in TF32: set "
+            "pycudnn.config.allow_tf32 = True (or config.override(allow_tf32=True)) to accept "
+            "that, or use float16/bfloat16 operands")  # fmt: skip
     g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
     ta = _graphops.declare(g, "a", ga, sa, sta)
     tb = _graphops.declare(g, "b", gb, sb, stb)

@@ -46,6 +46,13 @@ def _norm_shape(func: str, normalized_shape: Any, x: _op.Operand) -> tuple[int, 
     return ns
 
 
+def _shape_key(normalized_shape: Any) -> Any:
+    """*normalized_shape* as a hashable part of a call key (validated later, on a miss)."""
+    if isinstance(normalized_shape, (list, tuple)):
+        return tuple(normalized_shape)
+    return normalized_shape
+
+
 def _rows(g: _op.Operand, nn: int) -> int | None:
     """The row stride when *g* is (M, N) rows of packed features with collapsible leading
     dims, else None."""
@@ -74,10 +81,13 @@ def _x_tensor(g: Graph, name: str, o: _op.Operand, nn: int, index: int, stage: l
     n = math.prod(o.shape[len(o.shape) - nn :])
     pitch = _rows(o, nn)
     align = _graphops.alignment(o.ptr)
-    if pitch is None:  # through a packed copy (a new, aligned buffer)
+    # through a packed copy (a new, aligned buffer): cuDNN's norms want x, dy, y and dx in one
+    # layout (a row pitch other than N is refused: "!xDesc.hasSameShape(&yDesc)", 9.19)
+    if pitch is None or (pitch != n and m > 1):
         stage.append((index, o, _layout.packed_strides(tuple(o.shape))))
         pitch, align = n, 16
-    return g.tensor((m, n, 1, 1), (pitch, 1, n, n), o.dtype, name=name, alignment=align)
+    return g.tensor((m, n, 1, 1), (n if m == 1 else pitch, 1, n, n), o.dtype, name=name,
+                    alignment=align)  # fmt: skip
 
 
 def _params(func: str, gm: _op.Operand | None, ns: tuple[int, ...], name: str,
@@ -135,8 +145,7 @@ def _forward(func: str, rms: bool, x: Any, normalized_shape: Any, gamma: Any, be
     pg, kg = (0, None) if gamma is None else _op.key_of(gamma)
     pb, kb = (0, None) if beta is None else _op.key_of(beta)
     po, ko = (None, None) if out is None else _op.key_of(out)
-    key = (func, kx, normalized_shape if isinstance(normalized_shape, int)
-           else tuple(normalized_shape), kg, kb, epsilon, bool(training), ko,
+    key = (func, kx, _shape_key(normalized_shape), kg, kb, epsilon, bool(training), ko,
            _graphops.flags_key())  # fmt: skip
     call, cached = _op.lookup(
         key,
@@ -144,8 +153,7 @@ def _forward(func: str, rms: bool, x: Any, normalized_shape: Any, gamma: Any, be
             func, rms, x, normalized_shape, gamma, beta, epsilon, training, out, stream
         ),
     )
-    ptrs = [px]
-    ptrs.append(pg if gamma is not None else call.extra[0].ptr)
+    ptrs = [px, pg if gamma is not None else call.extra[0].ptr]
     if not rms:
         ptrs.append(pb if beta is not None else call.extra[1].ptr)
     n_out = 1 + (0 if not training else (1 if rms else 2))
@@ -190,14 +198,13 @@ def _build_forward(
     tx = _x_tensor(g, "x", gx, nn, 0, stage)
     pdt = dt if gg is None else gg.dtype
     tg = _param_tensor(g, "gamma", gg, n, pdt)
-    consts = []
-    if gg is None:
-        consts.append(_graphops.filled(n, pdt, device, 1.0))
+    # the stand-ins by role (None where the caller gave the array): (gamma, beta)
+    consts: list = [None if gg is not None else _graphops.filled(n, pdt, device, 1.0), None]
     tb = None
     if not rms:
         tb = _param_tensor(g, "beta", gb, n, pdt if gb is None else gb.dtype)
         if gb is None:
-            consts.append(_graphops.filled(n, pdt, device, 0.0))
+            consts[1] = _graphops.filled(n, pdt, device, 0.0)
     te = g.scalar(eps, name="epsilon")
     phase = "training" if training else "inference"
     if rms:
@@ -211,10 +218,11 @@ def _build_forward(
     if out is not None:
         o = _op.out_operand(func, out, tuple(gx.shape), dt, device)
         pitch = _rows(o, nn)
-        if pitch is None:
-            raise ValueError(f"{func}: out must hold packed rows of normalized_shape {ns}, got "
-                             f"strides {tuple(o.strides)}")  # fmt: skip
-        y.set_stride((pitch, 1, n, n)).set_alignment(_graphops.alignment(o.ptr))
+        if pitch is None or (pitch != n and m > 1):
+            raise ValueError(f"{func}: out must be packed (rows of normalized_shape {ns} with no "
+                             f"row padding: cuDNN writes y in x's layout), got strides "
+                             f"{tuple(o.strides)}")  # fmt: skip
+        y.set_stride((n, 1, n, n)).set_alignment(_graphops.alignment(o.ptr))
         alloc, so = None, o.nbytes_span
     else:
         alloc = _op.output_spec(tuple(gx.shape), dt, device)
@@ -230,9 +238,9 @@ def _build_forward(
         out_spans.append(spec.nbytes_span)
     inputs = [tx, tg] + ([] if rms else [tb])
     g.set_io_order(*inputs, y, *stats)
-    in_spans = [gx.nbytes_span, n * 4 if gg is None else gg.nbytes_span]
+    in_spans = [gx.nbytes_span, consts[0].nbytes if gg is None else gg.nbytes_span]
     if not rms:
-        in_spans.append(n * 4 if gb is None else gb.nbytes_span)
+        in_spans.append(consts[1].nbytes if gb is None else gb.nbytes_span)
     st = _op.Stage(dt, stage, None, 1.0, 0.0) if stage else None
     what = (f"{'RMS' if rms else 'layer'} norm {phase} of {m} rows x {n} {dtype_name(dt)} "
             "features")  # fmt: skip
@@ -322,8 +330,7 @@ def _backward(func: str, rms: bool, dy: Any, x: Any, mean: Any, inv: Any, normal
     pm, km = (0, None) if mean is None else _op.key_of(mean)
     pi, ki = _op.key_of(inv)
     pg, kg = (0, None) if gamma is None else _op.key_of(gamma)
-    key = (func, kdy, kx, km, ki, normalized_shape if isinstance(normalized_shape, int)
-           else tuple(normalized_shape), kg, _graphops.flags_key())  # fmt: skip
+    key = (func, kdy, kx, km, ki, _shape_key(normalized_shape), kg, _graphops.flags_key())
     call, cached = _op.lookup(
         key, lambda: _build_backward(func, rms, dy, x, mean, inv, normalized_shape, gamma, stream)
     )
@@ -366,7 +373,7 @@ def _build_backward(func: str, rms: bool, dy: Any, x: Any, mean: Any, inv: Any,
     tx = _x_tensor(g, "x", gx, nn, 1, stage)
     pdt = dt if gg is None else gg.dtype
     tg = _param_tensor(g, "gamma", gg, n, pdt)
-    consts = [] if gg is not None else [_graphops.filled(n, pdt, device, 1.0)]
+    consts = [None if gg is not None else _graphops.filled(n, pdt, device, 1.0)]
     m = tx.dim[0]
     tm = None if rms else g.tensor((m, 1, 1, 1), (1, 1, 1, 1), DataType.FLOAT, name="mean",
                                    alignment=_graphops.alignment(gm.ptr))  # fmt: skip
@@ -385,7 +392,7 @@ def _build_backward(func: str, rms: bool, dy: Any, x: Any, mean: Any, inv: Any,
         allocs.append(_op.output_spec(ns, pdt, device))
     inputs = [tdy, tx, tg] + ([] if rms else [tm]) + [ti]
     g.set_io_order(*inputs, dx, *grads)
-    in_spans = [gdy.nbytes_span, gx.nbytes_span, n * 4 if gg is None else gg.nbytes_span]
+    in_spans = [gdy.nbytes_span, gx.nbytes_span, consts[0].nbytes if gg is None else gg.nbytes_span]
     if not rms:
         in_spans.append(gm.nbytes_span)
     in_spans.append(gi.nbytes_span)

@@ -292,10 +292,10 @@ CASES = {
     ),
     "dnn_matmul": (
         lambda d, **k: pycudnn.dnn_matmul(
-            A((4, 8), d("a")), A((8, 6), d("b")), bias=A((6,), d("bias")), **k
+            A((4, 8), d("a"), BF16), A((8, 6), d("b"), BF16), bias=A((6,), d("bias"), BF16), **k
         ),
         ("a", "b", "bias"),
-        (4, 6),
+        ((4, 6), BF16),
     ),
     "dnn_layer_norm": (
         lambda d, **k: pycudnn.dnn_layer_norm(

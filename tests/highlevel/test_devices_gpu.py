@@ -62,6 +62,9 @@ def inputs():
         lp=log_softmax(R((12, 3, 6))), labels=np.array([1, 2, 3, 3, 4, 5], np.int32),
         lens=lens, ilens=np.array([12, 10, 7], np.int32),
         rx=R((3, 2, 5)), rh=R((1, 2, 4)) * 0.5,
+        ma=R((4, 8)).astype(np.float16), mb=R((8, 6)).astype(np.float16),
+        nx=R((4, 8)), ndy=R((4, 8)), ng=R((8,)),
+        q=R((1, 2, 16, 64)).astype(np.float16), qdy=R((1, 2, 16, 64)).astype(np.float16),
     )  # fmt: skip
 
 
@@ -82,6 +85,22 @@ def _pool_grad(d):
 def _dropout_pair(d):
     y, st = pycudnn.dnn_dropout(d("e"), 0.5, 7)
     return y, pycudnn.dnn_dropout_grad(d("edy"), st)
+
+
+def _ln_grad(d):
+    _, mean, inv = pycudnn.dnn_layer_norm(d("nx"), (8,), d("ng"), d("ng"))
+    return pycudnn.dnn_layer_norm_grad(d("ndy"), d("nx"), mean, inv, (8,), d("ng"))
+
+
+def _rms_grad(d):
+    _, inv = pycudnn.dnn_rms_norm(d("nx"), (8,), d("ng"))
+    return pycudnn.dnn_rms_norm_grad(d("ndy"), d("nx"), inv, (8,), d("ng"))
+
+
+def _sdpa_grad(d):
+    q = d("q")
+    o, st = pycudnn.dnn_sdpa(q, q, q, is_causal=True, training=True)
+    return pycudnn.dnn_sdpa_grad(q, q, q, o, d("qdy"), st, is_causal=True)
 
 
 def _rnn(d, device):
@@ -137,6 +156,13 @@ CALLS = {
     "dnn_ctc_loss": lambda d, _: pycudnn.dnn_ctc_loss(
         d("lp"), d("labels"), d("lens"), d("ilens"), "deterministic"
     ),
+    "dnn_matmul": lambda d, _: pycudnn.dnn_matmul(d("ma"), d("mb")),
+    "dnn_layer_norm": lambda d, _: pycudnn.dnn_layer_norm(d("nx"), (8,), d("ng"), d("ng")),
+    "dnn_layer_norm_grad": lambda d, _: _ln_grad(d),
+    "dnn_rms_norm": lambda d, _: pycudnn.dnn_rms_norm(d("nx"), (8,), d("ng")),
+    "dnn_rms_norm_grad": lambda d, _: _rms_grad(d),
+    "dnn_sdpa": lambda d, _: pycudnn.dnn_sdpa(d("q"), d("q"), d("q"), is_causal=True),
+    "dnn_sdpa_grad": lambda d, _: _sdpa_grad(d),
     "RNNBlock": _rnn,
 }
 #: results compared across devices only where the same computation is deterministic

@@ -292,8 +292,14 @@ def test_norm_twins_match_torch(name, make, shape, dts):
     x = (torch.randn(shape, device=DEV) * 2 + 0.5).to(xdt)
     dy = torch.randn(shape, device=DEV)
     ym, gm = _norm_run(mine, x, dy)
-    yt, gt = _norm_run(ref, x, dy)
-    assert ym.dtype == yt.dtype and ym.shape == yt.shape
+    try:
+        yt, gt = _norm_run(ref, x, dy)
+    except RuntimeError:  # torch 2.11's LayerNorm refuses bf16 input with float32 parameters
+        yt, gt = ym, gm  # then only the float32 reference below judges
+        torch_ran = False
+    else:
+        torch_ran = True
+        assert ym.dtype == yt.dtype and ym.shape == yt.shape
     names = ["y", "dx"] + [f"d{n}" for n, _ in ref.named_parameters()]
     if xdt == torch.float32:
         errs = {n: (_rel_l2(a, b), 0.0) for n, a, b in zip(names, [ym, *gm], [yt, *gt],
@@ -304,7 +310,7 @@ def test_norm_twins_match_torch(name, make, shape, dts):
         if getattr(r32, "eps", 0) is None:
             r32.eps = torch.finfo(xdt).eps
         y32, g32 = _norm_run(r32, x.float(), dy)
-        errs = {n: (_rel_l2(a, w), _rel_l2(b, w))
+        errs = {n: (_rel_l2(a, w), _rel_l2(b, w) if torch_ran else 0.0)
                 for n, a, b, w in zip(names, [ym, *gm], [yt, *gt], [y32, *g32],
                                       strict=True)}  # fmt: skip
         tol = 1e-2

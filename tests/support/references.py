@@ -18,6 +18,8 @@ __all__ = [
     "ctc_ref",
     "grid_grad_ref",
     "grid_ref",
+    "layer_norm_grad_ref",
+    "layer_norm_ref",
     "log_softmax",
     "lrn_grad_ref",
     "lrn_ref",
@@ -25,8 +27,12 @@ __all__ = [
     "pool_grad_ref",
     "pool_ref",
     "reduction_ref",
+    "rms_norm_grad_ref",
+    "rms_norm_ref",
     "sample_grad_ref",
     "sample_ref",
+    "sdpa_grad_ref",
+    "sdpa_ref",
 ]
 
 
@@ -323,3 +329,129 @@ def ctc_ref(lp, labels, lens, ilens):
             np.logaddexp.at(occ, ext, ab[t])
             grad[t, b] = np.exp(lp[t, b]) - np.exp(occ - lp[t, b] - logp)
     return loss, grad
+
+
+# -- transformer operations (tests/highlevel/test_transformer_gpu.py) -----------------------------
+def _rows2d(x, nn):
+    """*x* as (M, N): the leading dims are rows, the trailing *nn* dims features."""
+    x = np.asarray(x, np.float64)
+    return x.reshape(-1, math.prod(x.shape[x.ndim - nn :]))
+
+
+def layer_norm_ref(x, nn, gamma=None, beta=None, eps=1e-5):
+    """``(y, mean, inv_std)`` over the trailing *nn* dims (biased variance); the statistics
+    shaped ``(*lead, 1, ..., 1)``."""
+    shape = np.shape(x)
+    x2 = _rows2d(x, nn)
+    mean = x2.mean(1, keepdims=True)
+    inv = 1.0 / np.sqrt(((x2 - mean) ** 2).mean(1, keepdims=True) + eps)
+    y = (x2 - mean) * inv
+    if gamma is not None:
+        y = y * np.asarray(gamma, np.float64).reshape(1, -1)
+    if beta is not None:
+        y = y + np.asarray(beta, np.float64).reshape(1, -1)
+    sshape = (*shape[: len(shape) - nn], *(1,) * nn)
+    return y.reshape(shape), mean.reshape(sshape), inv.reshape(sshape)
+
+
+def layer_norm_grad_ref(dy, x, nn, gamma=None, eps=1e-5):
+    """``(dx, dgamma, dbeta)`` of :func:`layer_norm_ref` (dgamma/dbeta of normalized shape)."""
+    shape = np.shape(x)
+    x2, dy2 = _rows2d(x, nn), _rows2d(dy, nn)
+    mean = x2.mean(1, keepdims=True)
+    inv = 1.0 / np.sqrt(((x2 - mean) ** 2).mean(1, keepdims=True) + eps)
+    xhat = (x2 - mean) * inv
+    g = np.ones(x2.shape[1]) if gamma is None else np.asarray(gamma, np.float64).reshape(-1)
+    dxhat = dy2 * g
+    dx = inv * (dxhat - dxhat.mean(1, keepdims=True) - xhat * (dxhat * xhat).mean(1, keepdims=True))
+    nshape = shape[len(shape) - nn :]
+    return dx.reshape(shape), (dy2 * xhat).sum(0).reshape(nshape), dy2.sum(0).reshape(nshape)
+
+
+def rms_norm_ref(x, nn, gamma=None, eps=1e-6):
+    """``(y, inv_rms)``, ``inv_rms = 1 / sqrt(mean(x**2) + eps)`` over the trailing *nn* dims."""
+    shape = np.shape(x)
+    x2 = _rows2d(x, nn)
+    inv = 1.0 / np.sqrt((x2 * x2).mean(1, keepdims=True) + eps)
+    y = x2 * inv
+    if gamma is not None:
+        y = y * np.asarray(gamma, np.float64).reshape(1, -1)
+    return y.reshape(shape), inv.reshape((*shape[: len(shape) - nn], *(1,) * nn))
+
+
+def rms_norm_grad_ref(dy, x, nn, gamma=None, eps=1e-6):
+    """``(dx, dgamma)`` of :func:`rms_norm_ref`."""
+    shape = np.shape(x)
+    x2, dy2 = _rows2d(x, nn), _rows2d(dy, nn)
+    inv = 1.0 / np.sqrt((x2 * x2).mean(1, keepdims=True) + eps)
+    g = np.ones(x2.shape[1]) if gamma is None else np.asarray(gamma, np.float64).reshape(-1)
+    dxhat = dy2 * g
+    dx = inv * (dxhat - x2 * inv**2 * (dxhat * x2).mean(1, keepdims=True))
+    return dx.reshape(shape), (dy2 * x2 * inv).sum(0).reshape(shape[len(shape) - nn :])
+
+
+def _sdpa_probs(q, k, causal, scale, lens_q, lens_kv):
+    """``(P, lse, k repeated over the query heads, scale)``: the softmax of the masked scores
+    (rows with every key masked: P = 0, lse = -inf)."""
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    b, hq, sq, d = q.shape
+    group = hq // k.shape[1]
+    kr = np.repeat(k, group, axis=1)  # query head h reads key head h // group
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    s = scale * q @ kr.transpose(0, 1, 3, 2)
+    skv = s.shape[-1]
+    row = np.arange(sq)[:, None]
+    col = np.arange(skv)[None, :]
+    keep = np.ones((b, 1, sq, skv), bool)
+    if causal:  # top-left aligned, as torch's is_causal
+        keep &= (col <= row)[None, None]
+    if lens_q is not None:
+        lq = np.asarray(lens_q).reshape(b, 1, 1, 1)
+        lkv = np.asarray(lens_kv).reshape(b, 1, 1, 1)
+        keep &= (row[None, None] < lq) & (col[None, None] < lkv)
+    s = np.where(keep, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(s - m)
+    z = e.sum(-1, keepdims=True)
+    p = np.divide(e, z, out=np.zeros_like(e), where=z > 0)
+    with np.errstate(divide="ignore"):
+        lse = m + np.log(z)
+    return p, lse, kr, scale
+
+
+def sdpa_ref(q, k, v, causal=False, scale=None, lens_q=None, lens_kv=None, drop_mask=None,
+             dropout_p=0.0):  # fmt: skip
+    """Scaled dot-product attention in float64: ``(o, lse)``; q (B, H, S_q, D), k/v
+    (B, H_k, S_kv, D/D_v) with H a multiple of H_k; *lens_q*/*lens_kv* per-batch valid lengths
+    (rows past lens_q come out 0, lse -inf); *drop_mask* (B, H, S_q, S_kv) of 0/1 scales the
+    kept weights by 1 / (1 - dropout_p). lse (B, H, S_q, 1) is the log-sum-exp of the scaled
+    scores (before dropout)."""
+    p, lse, _kr, _scale = _sdpa_probs(q, k, causal, scale, lens_q, lens_kv)
+    if drop_mask is not None:
+        p = p * drop_mask / (1.0 - dropout_p)
+    vr = np.repeat(np.asarray(v, np.float64), q.shape[1] // v.shape[1], axis=1)
+    return p @ vr, lse
+
+
+def sdpa_grad_ref(q, k, v, do, causal=False, scale=None, lens_q=None, lens_kv=None,
+                  drop_mask=None, dropout_p=0.0):  # fmt: skip
+    """``(dq, dk, dv)`` of ``sum(sdpa_ref(...)[0] * do)``; dk and dv summed over each group of
+    query heads (grouped-query attention)."""
+    q, v, do = (np.asarray(a, np.float64) for a in (q, v, do))
+    b, hq, _sq, _d = q.shape
+    hk = np.shape(k)[1]
+    p, _lse, kr, scale = _sdpa_probs(q, k, causal, scale, lens_q, lens_kv)
+    vr = np.repeat(v, hq // hk, axis=1)
+    keep = 1.0 if drop_mask is None else drop_mask / (1.0 - dropout_p)
+    pd = p * keep
+    dv = pd.transpose(0, 1, 3, 2) @ do
+    dp = (do @ vr.transpose(0, 1, 3, 2)) * keep
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    dq = scale * ds @ kr
+    dk = scale * ds.transpose(0, 1, 3, 2) @ q
+
+    def heads(a):
+        return a.reshape(b, hk, hq // hk, *a.shape[2:]).sum(2)
+
+    return dq, heads(dk), heads(dv)
