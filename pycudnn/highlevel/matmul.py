@@ -4,7 +4,8 @@
 
 Operands: ``a`` (..., M, K) and ``b`` (..., K, N) with NumPy's batch broadcasting (missing
 leading dims are 1; a batch dim of 1 broadcasts). Transposed operands are strides: pass
-``w.t()`` (a view) for ``x @ w.T``. float16, bfloat16 and float32 (float32 only with
+``w.t()`` (a view) for ``x @ w.T``. Only one operand may broadcast (cuDNN has no engine when
+each broadcasts against the other). float16, bfloat16 and float32 (float32 only with
 ``pycudnn.config.allow_tf32``: cuDNN's float32 matmul engines compute in TF32); the product
 accumulates in float32.
 """
@@ -105,6 +106,15 @@ def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) ->
             raise ValueError(f"{func}: batch dim {i} of a {tuple(ga.shape)} and b "
                              f"{tuple(gb.shape)} does not broadcast ({m} vs {n})")  # fmt: skip
         batch.append(max(m, n))
+    if any(x == 1 < y for x, y in zip(sa[:-2], sb[:-2], strict=True)) and any(
+        y == 1 < x for x, y in zip(sa[:-2], sb[:-2], strict=True)
+    ):
+        # measured on cuDNN 9.19 (H100): the heuristics return no engine when each operand
+        # broadcasts against the other
+        raise errors.NotSupportedError(
+            3000, func, f"cuDNN's matmul broadcasts the batch dims of one operand only; a "
+            f"{tuple(ga.shape)} and b {tuple(gb.shape)} each broadcast against the other "
+            "(expand one of them first)")  # fmt: skip
     m_, n_ = sa[-2], sb[-1]
     out_shape = (*batch, m_, n_)
     user_shape = tuple(out_shape[rank - max(len(ga.shape), len(gb.shape)) :])

@@ -84,7 +84,9 @@ def _x_tensor(g: Graph, name: str, o: _op.Operand, nn: int, index: int, stage: l
     # through a packed copy (a new, aligned buffer): cuDNN's norms want x, dy, y and dx in one
     # layout (a row pitch other than N is refused: "!xDesc.hasSameShape(&yDesc)", 9.19)
     if pitch is None or (pitch != n and m > 1):
-        stage.append((index, o, _layout.packed_strides(tuple(o.shape))))
+        # the copy's legacy descriptors take 4 dims at least (trailing 1s change nothing)
+        shp, st = _op.padded(o.shape, o.strides)
+        stage.append((index, o._replace(shape=shp, strides=st), _layout.packed_strides(shp)))
         pitch, align = n, 16
     return g.tensor((m, n, 1, 1), (n if m == 1 else pitch, 1, n, n), o.dtype, name=name,
                     alignment=align)  # fmt: skip

@@ -119,7 +119,7 @@ def test_float32_matmul_needs_allow_tf32(guarded):
     [
         {},
         dict(a=Fake((2, 4, 5)), b=Fake((1, 5, 7))),
-        dict(a=Fake((3, 1, 4, 5)), b=Fake((2, 5, 7))),
+        dict(a=Fake((3, 1, 4, 5)), b=Fake((1, 5, 7))),
         dict(b=Fake((5, 7), strides=(1, 5))),  # a transposed operand
         dict(bias=Fake((7,)), activation="gelu"),
         dict(bias=Fake((1, 1, 7)), activation=("clipped_relu", 6.0)),
@@ -544,7 +544,7 @@ def test_norm_graph_rows(rms):
     wide = _op.Operand(4096, (4, 6, 64), (6 * 128, 128, 1), BF16, 0)
     t = norms._x_tensor(g, "x", wide, 1, 0, stage)
     assert t.dim == (24, 64, 1, 1) and t.stride == (64, 1, 64, 64)
-    assert [(i, tuple(p)) for i, _o, p in stage] == [(0, (384, 64, 1))]
+    assert [(i, tuple(p)) for i, _o, p in stage] == [(0, (384, 64, 1, 1))]
     stage.clear()
     packed = _op.Operand(4096, (4, 6, 64), (384, 64, 1), BF16, 0)
     t = norms._x_tensor(g, "x2", packed, 1 + rms, 1, stage)

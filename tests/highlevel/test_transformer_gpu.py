@@ -116,10 +116,17 @@ def _torch():
 MM_SHAPES = [  # (a, b, how b is stored)
     ((64, 128), (128, 96), "c"),
     ((3, 33, 40), (3, 40, 24), "c"),
-    ((2, 1, 16, 32), (3, 32, 8), "c"),  # batch broadcast: (2, 3, 16, 8)
+    ((2, 1, 16, 32), (1, 32, 8), "c"),  # batch broadcast of b: (2, 1, 16, 8)
     ((5, 48, 64), (64, 40), "t"),  # x @ w.T with w (40, 64): a transposed view
     ((1, 40, 64), (4, 64, 24), "t"),
 ]
+
+
+def test_matmul_two_way_broadcast_is_refused_naming_it():
+    a, _ = dev(rng.standard_normal((2, 1, 16, 32)), "bf16")
+    b, _ = dev(rng.standard_normal((3, 32, 8)), "bf16")
+    with pytest.raises(errors.NotSupportedError, match="one operand only"):
+        pycudnn.dnn_matmul(a, b)
 
 
 @pytest.mark.parametrize("dt", ["fp16", "bf16", "fp32"])
@@ -359,7 +366,8 @@ def test_sdpa_forward(dt, causal, h, hk, sq, skv, d, bshd):
 
 
 def _elstrides(a):
-    return tuple(s // a.itemsize for s in a.strides)
+    """Element strides of the dims longer than 1 (a size-1 dim's stride means nothing)."""
+    return tuple(s // a.itemsize for s, n in zip(a.strides, a.shape, strict=True) if n > 1)
 
 
 @pytest.mark.parametrize("causal", [False, True])
