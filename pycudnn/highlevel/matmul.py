@@ -12,6 +12,7 @@ accumulates in float32.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from .. import errors
@@ -128,6 +129,17 @@ def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) ->
             3000, func, "cuDNN's float32 matmul engines compute in TF32: set "
             "pycudnn.config.allow_tf32 = True (or config.override(allow_tf32=True)) to accept "
             "that, or use float16/bfloat16 operands")  # fmt: skip
+    ost = None
+    if out is not None:
+        o = _op.out_operand(func, out, user_shape, dt, device)
+        ost = _lift(o, rank)[1]
+    if rank > 3:
+        # cuDNN 9.19 (H100) runs rank-3 products but found no engine for a broadcast over
+        # rank-4 batches: fold the batch dims into one where the memory allows
+        folded = _fold(sa, sta, sb, stb, (*batch, m_, n_), ost)
+        if folded is not None:
+            (sa, sta), (sb, stb), ost = folded
+            rank = 3
     g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
     ta = _graphops.declare(g, "a", ga, sa, sta)
     tb = _graphops.declare(g, "b", gb, sb, stb)
@@ -148,8 +160,6 @@ def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) ->
                              act[1] if act else None)  # fmt: skip
     y.set_output(True).set_data_type(dt).set_name("y")
     if out is not None:
-        o = _op.out_operand(func, out, user_shape, dt, device)
-        _, ost = _lift(o, rank)
         y.set_stride(tuple(max(s, 1) for s in ost)).set_alignment(_graphops.alignment(o.ptr))
         alloc, so = None, o.nbytes_span
     else:
@@ -172,3 +182,37 @@ def _lift(g: _op.Operand, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     extra = rank - len(g.shape)
     top = max((s * st for s, st in zip(g.shape, g.strides, strict=True)), default=1)
     return (1,) * extra + tuple(g.shape), (max(top, 1),) * extra + tuple(g.strides)
+
+
+def _batch(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int] | None:
+    """``(count, stride)`` of the batch dims as one, or None when their memory does not fold."""
+    dims = [(d, st) for d, st in zip(shape[:-2], strides[:-2], strict=True) if d > 1]
+    for (_d0, s0), (d1, s1) in itertools.pairwise(dims):
+        if s0 != s1 * d1:
+            return None
+    count = 1
+    for d, _st in dims:
+        count *= d
+    return count, (dims[-1][1] if dims else max(strides[-2] * shape[-2], 1))
+
+
+def _fold(sa: tuple, sta: tuple, sb: tuple, stb: tuple, out_shape: tuple, ost: tuple | None
+          ) -> tuple | None:  # fmt: skip
+    """a, b and the output with their batch dims folded into one, or None: each operand's batch
+    is the output's or all 1, and every batch folds in memory."""
+    outb = out_shape[:-2]
+    parts = []
+    for shape, strides in ((sa, sta), (sb, stb)):
+        if tuple(shape[:-2]) != tuple(outb) and any(d != 1 for d in shape[:-2]):
+            return None
+        f = _batch(shape, strides)
+        if f is None:
+            return None
+        n, st = f
+        parts.append(((n, *shape[-2:]), (st, *strides[-2:])))
+    if ost is not None:
+        f = _batch(out_shape, ost)
+        if f is None:
+            return None
+        ost = (f[1], *ost[-2:])
+    return parts[0], parts[1], ost
