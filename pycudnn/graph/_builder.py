@@ -372,10 +372,7 @@ class Graph:
         isz = a.dtype.itemsize
         stride = tuple(max(s // isz, 1) for s in a.strides) if a.shape else (1,)
         t = self._new(name, tuple(a.shape) or (1,), stride, dt, False)
-        align = 16
-        while align > 1 and a.ptr % align:
-            align //= 2
-        t._alignment = align
+        t._alignment = alignment_of(a.ptr)
         return t
 
     def scalar(self, value: float, data_type: Any = "float32", *, name: str | None = None
@@ -1026,7 +1023,7 @@ class Graph:
             names=(tuple(t._name for t in self._tensors), tuple(n[1] for n in self._nodes)),
             dtype=int(main),
             device=_cuda.current_device() if device is None else int(device),
-            cudnn_version=_cudnn_version(),
+            cudnn_version=cudnn_version(),
             allow_tf32=flags.allow_tf32 if allow_tf32 is None else bool(allow_tf32),
             deterministic=flags.deterministic if deterministic is None else bool(deterministic),
             workspace_limit=-1 if wl is None else wl,
@@ -1236,10 +1233,10 @@ class Graph:
         saved = json.loads(data)
         if _unnamed(saved.get("graph")) != _unnamed(json.loads(self.to_json())):
             raise ValueError(f"{self.name}: the saved plan is for another graph structure")
-        if saved.get("cudnn_version") != _cudnn_version():
+        if saved.get("cudnn_version") != cudnn_version():
             raise ValueError(
                 f"{self.name}: the plan was saved with cuDNN "
-                f"{saved.get('cudnn_version')}, this is {_cudnn_version()}"
+                f"{saved.get('cudnn_version')}, this is {cudnn_version()}"
             )
         key = self.key(device=device)
         h = _handle.get_handle(key.device)
@@ -1351,6 +1348,14 @@ def _unnamed(graph: Any) -> Any:
     }
 
 
+def alignment_of(ptr: int) -> int:
+    """The byte alignment (16 at most) a tensor may declare for an address."""
+    a = 16
+    while a > 1 and ptr % a:
+        a //= 2
+    return a
+
+
 def _ddim(t: Tensor) -> tuple[int, ...]:
     """The dims cuDNN sees (the last two swapped for a transposed view)."""
     d = t._dim
@@ -1426,10 +1431,6 @@ _cached_version: int | None = None
 
 def cudnn_version() -> int:
     """The loaded cuDNN's version (cached)."""
-    return _cudnn_version()
-
-
-def _cudnn_version() -> int:
     global _cached_version
     if _cached_version is None:
         _cached_version = int(errors.checked("cudnnGetVersion", warn=False)())

@@ -26,7 +26,7 @@ import math
 from typing import Any
 
 from ..enums import DataType
-from ._builder import Graph, Tensor, like_strides
+from ._builder import Graph, Tensor, cudnn_version, like_strides
 
 __all__ = ["backward", "forward"]
 
@@ -222,7 +222,7 @@ def backward(g: Graph, q: Any, k: Any, v: Any, o: Any, do: Any, stats: Any, attn
         dq = dq_acc
     else:
         # cuDNN >= 9.6 initialises the accumulator itself (cudnn-frontend zeroes it before)
-        _to_scratch(dq_acc, "zero" if _builder_version() < 90600 else None)
+        _to_scratch(dq_acc, "zero" if cudnn_version() < 90600 else None)
         dq_acc.set_data_type(DataType.FLOAT)
         dq = g.identity(dq_acc, name=f"{name}::dQ")
     dq._stride = _like(dq.dim, q)
@@ -230,12 +230,6 @@ def backward(g: Graph, q: Any, k: Any, v: Any, o: Any, do: Any, stats: Any, attn
     if io is not None:
         dq.set_data_type(io)
     return dq, dk_t, dv_t
-
-
-def _builder_version() -> int:
-    from ._builder import cudnn_version
-
-    return cudnn_version()
 
 
 def _to_scratch(t: Tensor, fill: str | None) -> None:

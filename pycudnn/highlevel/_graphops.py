@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _layout, errors, memory
+from .. import errors, memory
 from ..enums import DataType
-from ..graph import Graph
+from ..graph import Graph, _builder
 from . import _op
 
 __all__ = ["alignment", "capability", "declare", "entry", "filled", "flags_key"]
@@ -23,10 +23,7 @@ __all__ = ["alignment", "capability", "declare", "entry", "filled", "flags_key"]
 def alignment(ptr: int) -> int:
     """The byte alignment a tensor may declare for an address (16 at most: the key holds the
     address residue mod 16, so a cached plan never meets a less aligned pointer)."""
-    a = 16
-    while a > 1 and ptr % a:
-        a //= 2
-    return a
+    return _builder.alignment_of(ptr)
 
 
 def declare(g: Graph, name: str, o: _op.Operand, shape: tuple[int, ...] | None = None,
@@ -110,12 +107,3 @@ def filled(n: int, dt: DataType, device: int, value: float) -> memory.DeviceArra
             _FILLED.clear()
         _FILLED[key] = a
     return a
-
-
-def span(o: _op.Operand) -> int:
-    """Bytes *o*'s elements span."""
-    return o.nbytes_span
-
-
-def packed(shape: tuple[int, ...]) -> tuple[int, ...]:
-    return _layout.packed_strides(shape)

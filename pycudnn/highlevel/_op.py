@@ -844,15 +844,20 @@ class MultiOutputCall(Call):
         if stream is not None:
             h.set_stream(stream)
         outs, pos = list(outs), list(pos)
+        given = []
         for i, spec in enumerate(self.allocs):
             if outs[i] is None:
                 outs[i] = spec.new(h.stream)
                 pos[i] = outs[i].ptr
+            else:
+                given.append(i)
+        # a new array overlaps nothing: only the given ones are checked, against the inputs
+        # and each other
         spans, n = self.spans, self.n_in
-        for i, p in enumerate(pos):
-            s = spans[n + i]
+        for k, i in enumerate(given):
+            p, s = pos[i], spans[n + i]
             check_overlap(self.func, ptrs, spans, p, s)
-            for j in range(i):
+            for j in given[:k]:
                 if s and spans[n + j] and overlaps(p, s, pos[j], spans[n + j]):
                     raise ValueError(f"{self.func}: two outputs overlap; give separate arrays")
         if not self.noop:
@@ -885,46 +890,11 @@ class GraphCall(MultiOutputCall):
     ) -> None:
         super().__init__(func, handle, allocs, in_spans, out_spans, stage)
         self.graph = graph
-        self.key = graph._key if graph._key is not None else None
+        self.key = graph._key
         self.plan = graph.plan
         self.consts = graph.constant_pointers()
         self.scratch = bool(self.key.scratch)
         self.extra: tuple = ()  # buffers the operation keeps with its entry (stand-ins)
-
-    def _run(self, ptrs: Sequence[int], outs: Sequence[Any], pos: Sequence[Any], stream: Any
-             ) -> tuple:  # fmt: skip
-        """:meth:`MultiOutputCall._run` for the common case, leaner: a new output cannot
-        overlap anything; a given one is checked against the inputs inline."""
-        if (
-            self.stage is not None
-            or self.noop
-            or (len(outs) > 1 and sum(o is not None for o in outs) > 1)
-        ):  # several given outputs may overlap each other: the general path
-            return super()._run(ptrs, outs, pos, stream)
-        h = self.handle
-        if stream is not None:
-            h.set_stream(stream)
-        spans, n = self.spans, self.n_in
-        full = list(ptrs)
-        res = []
-        i = 0
-        for o in outs:
-            if o is None:
-                o = self.allocs[i].new(h.stream)
-                p = o.ptr
-            else:
-                p = pos[i]
-                end = p + spans[n + i]
-                j = 0
-                for q in ptrs:
-                    if q < end and p < q + spans[j]:
-                        check_overlap(self.func, ptrs, spans, p, spans[n + i])
-                    j += 1  # noqa: SIM113 (enumerate costs more on the hot path)
-            full.append(p)
-            res.append(o)
-            i += 1  # noqa: SIM113
-        self.launch(full)
-        return tuple(res)
 
     def launch(self, ptrs: Sequence[int]) -> None:
         plan = self.plan

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import _layout, errors, memory
-from .._types import dtype_name, numpy_dtype
+from .._types import dtype_name, itemsize, numpy_dtype
 from ..enums import DataType
 from ..graph import Graph
 from . import _graphops, _op
@@ -165,7 +165,7 @@ def _spec_like(g: _op.Operand, shape: tuple[int, ...], dt: DataType) -> _op.Outp
     from ..graph._builder import like_strides
 
     el = like_strides(shape, tuple(g.shape), tuple(g.strides))
-    isz = 2
+    isz = itemsize(dt)
     return _op.OutputSpec(shape, numpy_dtype(dt), g.device, tuple(s * isz for s in el))
 
 

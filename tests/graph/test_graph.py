@@ -889,7 +889,7 @@ def test_deserialize_refuses_another_structure_or_version():
     g, *_ = _chain()
     other, *_ = _chain(dims=(4, 16))
     saved = json.dumps({"graph": json.loads(other.to_json()), "plan": "{}",
-                        "cudnn_version": _builder._cudnn_version(), "engine": 0})  # fmt: skip
+                        "cudnn_version": _builder.cudnn_version(), "engine": 0})  # fmt: skip
     with pytest.raises(ValueError, match="chain: the saved plan is for another graph structure"):
         g.deserialize(saved)
     saved = json.dumps({"graph": json.loads(g.to_json()), "plan": "{}", "cudnn_version": 1})
