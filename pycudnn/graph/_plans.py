@@ -14,7 +14,18 @@ execution plan, which also knows how to build its operation graph. The engine as
   search policy (:func:`rejection`, :func:`search_graph_plan`);
 * ``what()`` -> a phrase naming the problem for error messages; ``label`` -> what
   ``describe()`` adds after the engine (e.g. ``"fused conv+bias+relu"``; None for a plain
-  convolution).
+  convolution);
+* ``timing_buffers(handle, given_ptrs)`` -> ``(ptrs, keepalive)``: a pointer for every uid to
+  time candidates on (``algo == 'time'`` only). Each key type knows which of the caller's
+  pointers are safe to run on (inputs) and which need a scratch buffer (an output that may
+  accumulate, ``beta != 0``); the engine keeps the one timing loop;
+* optionally ``scratch`` -> tensors carved from the workspace (:mod:`._scratch`),
+  ``make_plan(handle, given_ptrs)`` -> a plan of the key's own kind or None (a convolution's
+  pinned legacy algorithm), and ``negative`` -> True when "no engine" is an answer to cache
+  (:class:`NoEngine`) rather than an error to raise.
+
+:func:`plan` is the one entry: cache lookup, counters, the key's own plan or the search, the
+negative record, the verbose report.
 
 A convolution's key is :class:`Problem`: operation (forward / backward-data / backward-filter),
 device, cuDNN version, data and compute types, the three tensors' shapes and strides (after
@@ -71,7 +82,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from .. import _cuda, api, enums, errors
+from .. import _config, _cuda, api, enums, errors
 from ..descriptors import BackendDescriptor
 from ..enums import (
     BackendAttributeName as A,
@@ -86,6 +97,7 @@ from ..enums import (
     BackendNumericalNote,
     DataType,
 )
+from ._scratch import fill_scratch, workspace_layout
 
 __all__ = [
     "BENCHMARK_LIMIT",
@@ -514,6 +526,24 @@ class GraphPlan:
         if rc:
             raise errors.error_for(rc, "cudnnBackendExecute")
 
+    def launch(self, ptrs: Sequence[int], scratch: Sequence[Any] = ()) -> None:
+        """Run on the handle's workspace and current stream: *ptrs* are the data pointers in
+        ``uids`` order, the last ``len(scratch)`` of them placeholders for the graph's scratch
+        tensors, which are carved from the same workspace (:mod:`._scratch`).
+
+        The one way the engine, a builder graph's ``execute`` and the high level's graph calls
+        run a plan with its workspace."""
+        handle = self.handle
+        if not scratch:
+            ws = self.workspace
+            self.run(*ptrs, handle.workspace(ws)[0] if ws else 0)
+            return
+        full = list(ptrs)
+        total, offsets = workspace_layout(self.workspace, scratch)
+        wsp = handle.workspace(total)[0]
+        fill_scratch(scratch, full, wsp, offsets, handle.stream)
+        self.run(*full, wsp if self.workspace else 0)
+
     def describe(self) -> str:
         what = f"{self.label}, " if self.label else ""
         return f"engine {self.engine.index} ({what}workspace {self.workspace} B)"
@@ -803,44 +833,130 @@ def _build_plan(cfg: BackendDescriptor, handle: Any) -> tuple[BackendDescriptor,
     return plan, ws
 
 
-def search_graph_plan(
-    p: Any,
-    handle: Any,
-    workspace: Callable[[int], int],
-    timing: Callable[[list[GraphPlan]], list[float]] | None,
-) -> GraphPlan:
-    """Build the plan for the graph key *p*: the first engine that builds (guess), or the fastest
-    (timing).
+class NoEngine:
+    """A cached record that no engine runs a graph key (for keys that allow it, ``negative``):
+    another spelling of the same call then does not search again. ``reason`` says why."""
 
-    *workspace(nbytes)* returns a device pointer or raises ``MemoryError``; *timing(plans)*
-    returns one time per plan (``time_*`` policies only).
+    __slots__ = ("reason",)
+    kind = "none"
+    fused = False
+    workspace = 0
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def describe(self) -> str:
+        return self.reason
+
+    def close(self) -> None:
+        pass
+
+
+def plan(key: Any, handle: Any, given_ptrs: Sequence[int] | None = None) -> Any:
+    """The plan of the graph key *key* in this thread: cached, or made on *handle* and cached.
+
+    The one entry to plans. On a miss the key's own ``make_plan(handle, given_ptrs)`` runs
+    first when it has one (a convolution's pinned legacy algorithm; None: search), then the
+    search (:func:`search`). A key with ``negative = True`` gets a :class:`NoEngine` (cached)
+    instead of the search's error. A failed search is never cached. *given_ptrs* are the
+    caller's data pointers (``uids`` order, None where the key must not use them), which
+    timing policies may run on (``key.timing_buffers``). The engine alone keeps the counters
+    of :func:`cache_info`.
     """
-    graph = p.build_graph(handle)
+    lru = _plan_cache()
+    found = lru.get(key)
+    if found is not None:
+        stats.hits += 1
+        return found
+    stats.misses += 1
+    return _make(lru, key, handle, given_ptrs)
+
+
+def served_cached() -> None:
+    """Count a call served by a plan that its call entry already held (a call-cache hit never
+    looks the plan up, but it is a cache hit of the plan all the same)."""
+    stats.hits += 1
+
+
+def _make(lru: _LRU, key: Any, handle: Any, given_ptrs: Sequence[int] | None) -> Any:
+    t0 = time.perf_counter()
+    try:
+        found = None
+        make = getattr(key, "make_plan", None)
+        if make is not None:
+            found = make(handle, given_ptrs)
+        if found is None:
+            try:
+                found = search(key, handle, given_ptrs)
+            except errors.CudnnError as exc:  # AllocationError included
+                if not getattr(key, "negative", False):
+                    raise
+                found = NoEngine(f"no engine: {exc}")
+    finally:
+        stats.search_seconds += time.perf_counter() - t0
+    lru.put(key, found)
+    if _config.config.verbose:
+        print(f"pycudnn: {key.what()} -> {found.describe()}", file=sys.stderr)
+    return found
+
+
+def alias(key: Any, handle: Any, given_ptrs: Sequence[int] | None = None) -> Any:
+    """The plan of *key* for use under another key (e.g. a pinned legacy algorithm that cannot
+    run here falls back to the heuristics' plan): cached under *key* too, not counted again."""
+    lru = _plan_cache()
+    found = lru.get(key)
+    if found is not None:
+        return found
+    return _make(lru, key, handle, given_ptrs)
+
+
+def search(key: Any, handle: Any, given_ptrs: Sequence[int] | None = None) -> GraphPlan:
+    """Build the plan for the graph key *key*: the first engine that builds (``algo`` other than
+    ``'time'``), or the fastest of up to :data:`BENCHMARK_LIMIT` (``algo == 'time'``), timed on
+    the buffers the key supplies (``key.timing_buffers(handle, given_ptrs) -> (ptrs,
+    keepalive)``; its scratch tensors, ``key.scratch``, carved from the workspace).
+
+    Workspaces come from the handle (grow-only, per stream); an engine whose workspace cannot
+    be allocated is skipped and caps later candidates' size.
+    """
+    timing = None
+    if key.algo == "time":
+
+        def timing(built: list[GraphPlan]) -> list[float]:
+            return _time(key, built, handle, given_ptrs)
+
+    return _search(key, handle, timing)
+
+
+def _search(
+    key: Any, handle: Any, timing: Callable[[list[GraphPlan]], list[float]] | None
+) -> GraphPlan:
+    graph = key.build_graph(handle)
     tried: list[str] = []
     alloc_failed = False
-    cap = p.workspace_limit if p.workspace_limit >= 0 else None
+    cap = key.workspace_limit if key.workspace_limit >= 0 else None
     built: list[GraphPlan] = []
     want = BENCHMARK_LIMIT if timing is not None else 1
-    for _rank, cfg, info in _candidates(p, graph, tried, first_only=timing is None):
+    for _rank, cfg, info in _candidates(key, graph, tried, first_only=timing is None):
         if cap is not None and info.workspace > cap:
             tried.append(
                 f"engine {info.index}: workspace {info.workspace} B over the limit {cap} B"
             )
             continue
         try:
-            plan, ws = _build_plan(cfg, handle)
+            gp, ws = _build_plan(cfg, handle)
         except errors.CudnnError as exc:
             tried.append(f"engine {info.index}: {errors.status_name(exc.status)}")
             continue
         if cap is not None and ws > cap:
-            plan.close()
+            gp.close()
             tried.append(f"engine {info.index}: workspace {ws} B over the limit {cap} B")
             continue
         if ws:
             try:
-                workspace(ws)
+                handle.workspace(ws)
             except MemoryError as exc:  # AllocationError is a MemoryError too
-                plan.close()
+                gp.close()
                 alloc_failed = True
                 cap = ws - 1  # smaller candidates only from now on
                 tried.append(
@@ -848,33 +964,60 @@ def search_graph_plan(
                 )
                 continue
         stats.builds += 1
-        built.append(GraphPlan(plan, graph, handle, info, ws, p.uids, p.label))
+        built.append(GraphPlan(gp, graph, handle, info, ws, key.uids, key.label))
         if len(built) >= want:
             break
     if not built:
-        raise _fail(p, tried, alloc_failed)
+        raise _fail(key, tried, alloc_failed)
     if timing is None or len(built) == 1:
         return built[0]
     times = timing(built)
     best = min(range(len(built)), key=times.__getitem__)
-    for i, gp in enumerate(built):
+    for i, candidate in enumerate(built):
         if i != best:
-            gp.close()
-            gp.plan.close()
+            candidate.close()
+            candidate.plan.close()
     return built[best]
+
+
+def _time(
+    key: Any, built: list[GraphPlan], handle: Any, given_ptrs: Sequence[int] | None
+) -> list[float]:
+    """Each candidate's milliseconds per run on the key's timing buffers; the packs made for
+    those buffers are dropped afterwards (they are of no further use)."""
+    ptrs, keepalive = key.timing_buffers(handle, given_ptrs)
+    scratch = getattr(key, "scratch", ())
+    try:
+        return time_plans(built, lambda gp: gp.launch(ptrs, scratch), handle.stream)
+    finally:
+        for gp in built:
+            gp.close()
+        del keepalive
+
+
+def search_graph_plan(
+    p: Any,
+    handle: Any,
+    workspace: Callable[[int], int],
+    timing: Callable[[list[GraphPlan]], list[float]] | None,
+) -> GraphPlan:
+    """Transitional, until the convolution and the builder call :func:`plan`: the search with
+    the caller's timing closure (*workspace* is the handle's, as in :func:`search`)."""
+    del workspace
+    return _search(p, handle, timing)
 
 
 def get_plan(p: Any, build: Callable[[], Any]) -> Any:
     """The cached plan for *p*, or ``build()``'s (cached only if it succeeded)."""
     lru = _plan_cache()
-    plan = lru.get(p)
-    if plan is not None:
-        return plan
+    found = lru.get(p)
+    if found is not None:
+        return found
     t0 = time.perf_counter()
-    plan = build()
+    found = build()
     stats.search_seconds += time.perf_counter() - t0
-    lru.put(p, plan)
-    return plan
+    lru.put(p, found)
+    return found
 
 
 def remember(p: Any, value: Any) -> None:
