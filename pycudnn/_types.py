@@ -17,10 +17,11 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from .enums import DataType
+from .enums import BackendAttributeType, DataType
 
 __all__ = [
     "DTYPES",
+    "FLOATS",
     "DType",
     "HasPtr",
     "as_data_type",
@@ -30,6 +31,7 @@ __all__ = [
     "itemsize",
     "numpy_dtype",
     "scaling_ctype",
+    "scaling_type",
 ]
 
 
@@ -67,6 +69,8 @@ DTYPES: dict[DataType, DType] = {
         DType("bool", DataType.BOOLEAN, 1, 6, _F),
     )
 }
+#: The floating-point data types (what "any float" means in checks and defaults).
+FLOATS = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT, DataType.DOUBLE)
 _BY_NAME = {row.name: row for row in DTYPES.values()}
 _BY_DLPACK = {(row.dlpack_code, row.itemsize * 8): row for row in DTYPES.values()}
 _ALIASES = {
@@ -162,6 +166,16 @@ def itemsize(data_type: DataType) -> int:
 def scaling_ctype(data_type: DataType) -> type[ctypes.c_float] | type[ctypes.c_double]:
     """ctypes type of ``alpha``/``beta`` for data of *data_type*: double for DOUBLE, else float."""
     return _D if data_type == DataType.DOUBLE else _F
+
+
+def scaling_type(compute_type: int) -> BackendAttributeType:
+    """The backend attribute type of an operation's scaling factors for math in
+    *compute_type*: double only for double compute, as :func:`scaling_ctype`."""
+    return (
+        BackendAttributeType.DOUBLE
+        if compute_type == DataType.DOUBLE
+        else BackendAttributeType.FLOAT
+    )
 
 
 def from_dlpack_code(code: int, bits: int) -> DType | None:

@@ -30,6 +30,7 @@ from ._codec import (
     from_c,
     pack,
 )
+from ._conv_operation import CONV_OPERATIONS, conv_operation_attributes
 from ._validate import (
     CONV_MODES,
     DIM_MAX,
@@ -458,24 +459,20 @@ class BackendDescriptor(Resource):
     @classmethod
     def _conv_op(
         cls,
-        dtype: BackendDescriptorType,
-        names: tuple[BackendAttributeName, ...],
-        tensors: tuple[tuple[str, Any], ...],
+        operation: str,
+        tensors: dict[str, Any],
         conv: Any,
         alpha: float,
         beta: float,
         finalize: bool,
     ) -> Self:
-        alpha_name, beta_name, conv_name, *tensor_names = names
-        attrs: list[tuple] = []
-        for (arg, desc), attr in zip(tensors, tensor_names, strict=True):
+        for arg, desc in tensors.items():
             _require_backend(desc, arg, BackendDescriptorType.TENSOR_DESCRIPTOR)
-            attrs.append((attr, _T.BACKEND_DESCRIPTOR, desc))
         _require_backend(conv, "conv", BackendDescriptorType.CONVOLUTION_DESCRIPTOR)
-        attrs.append((conv_name, _T.BACKEND_DESCRIPTOR, conv))
-        attrs.append((alpha_name, _T.DOUBLE, as_float(alpha, "alpha")))
-        attrs.append((beta_name, _T.DOUBLE, as_float(beta, "beta")))
-        return cls._build(dtype, attrs, finalize)
+        # alpha and beta as doubles: cuDNN takes either type whatever the compute type
+        scaling = (_T.DOUBLE, as_float(alpha, "alpha"), as_float(beta, "beta"))
+        attrs = conv_operation_attributes(operation, tensors, conv, scaling)
+        return cls._build(CONV_OPERATIONS[operation].descriptor, attrs, finalize)
 
     @classmethod
     def operation_convolution_forward(
@@ -490,23 +487,7 @@ class BackendDescriptor(Resource):
         finalize: bool = True,
     ) -> Self:
         """``OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR``: ``y = alpha * conv(x, w) + beta * y``."""
-        A = BackendAttributeName
-        return cls._conv_op(
-            BackendDescriptorType.OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-            (
-                A.OPERATION_CONVOLUTION_FORWARD_ALPHA,
-                A.OPERATION_CONVOLUTION_FORWARD_BETA,
-                A.OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-                A.OPERATION_CONVOLUTION_FORWARD_X,
-                A.OPERATION_CONVOLUTION_FORWARD_W,
-                A.OPERATION_CONVOLUTION_FORWARD_Y,
-            ),
-            (("x", x), ("w", w), ("y", y)),
-            conv,
-            alpha,
-            beta,
-            finalize,
-        )
+        return cls._conv_op("forward", {"x": x, "w": w, "y": y}, conv, alpha, beta, finalize)
 
     @classmethod
     def operation_convolution_backward_data(
@@ -521,23 +502,8 @@ class BackendDescriptor(Resource):
         finalize: bool = True,
     ) -> Self:
         """``OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR`` (gradient w.r.t. the input)."""
-        A = BackendAttributeName
-        return cls._conv_op(
-            BackendDescriptorType.OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-            (
-                A.OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
-                A.OPERATION_CONVOLUTION_BWD_DATA_BETA,
-                A.OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-                A.OPERATION_CONVOLUTION_BWD_DATA_DX,
-                A.OPERATION_CONVOLUTION_BWD_DATA_W,
-                A.OPERATION_CONVOLUTION_BWD_DATA_DY,
-            ),
-            (("dx", dx), ("w", w), ("dy", dy)),
-            conv,
-            alpha,
-            beta,
-            finalize,
-        )
+        tensors = {"dx": dx, "w": w, "dy": dy}
+        return cls._conv_op("backward_data", tensors, conv, alpha, beta, finalize)
 
     @classmethod
     def operation_convolution_backward_filter(
@@ -552,23 +518,8 @@ class BackendDescriptor(Resource):
         finalize: bool = True,
     ) -> Self:
         """``OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR`` (gradient w.r.t. the filter)."""
-        A = BackendAttributeName
-        return cls._conv_op(
-            BackendDescriptorType.OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-            (
-                A.OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
-                A.OPERATION_CONVOLUTION_BWD_FILTER_BETA,
-                A.OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-                A.OPERATION_CONVOLUTION_BWD_FILTER_X,
-                A.OPERATION_CONVOLUTION_BWD_FILTER_DW,
-                A.OPERATION_CONVOLUTION_BWD_FILTER_DY,
-            ),
-            (("x", x), ("dw", dw), ("dy", dy)),
-            conv,
-            alpha,
-            beta,
-            finalize,
-        )
+        tensors = {"x": x, "dw": dw, "dy": dy}
+        return cls._conv_op("backward_filter", tensors, conv, alpha, beta, finalize)
 
     @classmethod
     def operation_pointwise(
