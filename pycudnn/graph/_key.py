@@ -6,35 +6,26 @@ alignment) and the nodes (kind, settings, tensor roles -> uids) -- plus the sear
 hashable and compares by structure (node and tensor *names* are kept for error messages but do
 not take part), so two graphs built the same way share one cached plan. ``build_graph(handle)``
 makes the descriptors: one tensor descriptor per uid, shared by the operations that use it, then
-one operation per node; a refusal by cuDNN is re-raised naming the node, its kind and the
-attribute (or ``finalize``), with cuDNN's last error text.
+one operation per node, encoded as its family's registry row says (:data:`.nodes.KINDS`); a
+refusal by cuDNN is re-raised naming the node, its kind and the attribute (or ``finalize``),
+with cuDNN's last error text. ``timing_buffers`` gives the engine zero-filled buffers to time an
+autotuned graph on, and ``scratch`` the tensors the graph keeps in its workspace.
 """
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any, NamedTuple
 
-from .. import errors
+from .. import _layout, errors, memory
+from .._types import FLOATS, itemsize, scaling_type
 from ..descriptors import BackendDescriptor
-from ..enums import (
-    BackendAttributeName as A,
-)
-from ..enums import (
-    BackendAttributeType as T,
-)
-from ..enums import (
-    BackendDescriptorType as D,
-)
-from ..enums import (
-    BackendHeurMode,
-    BackendNormFwdPhase,
-    BackendNormMode,
-    ConvolutionMode,
-    DataType,
-    PointwiseMode,
-    ReduceTensorOp,
-    RngDistribution,
-)
+from ..enums import BackendAttributeName as A
+from ..enums import BackendAttributeType as T
+from ..enums import BackendHeurMode, DataType
+from ._tensor import host_scalar
+from .nodes import KINDS
+from .nodes._base import SCALING
 
 __all__ = ["GraphKey", "NodeSpec", "TensorSpec"]
 
@@ -60,123 +51,6 @@ class NodeSpec(NamedTuple):
     kind: str
     settings: tuple[tuple[str, Any], ...]
     tensors: tuple[tuple[str, int], ...]
-
-
-def _scaling(compute: int) -> T:
-    return T.DOUBLE if compute == DataType.DOUBLE else T.FLOAT
-
-
-def _conv_desc(s: dict[str, Any]) -> BackendDescriptor:
-    return BackendDescriptor.convolution(
-        s["pre_padding"],
-        s["post_padding"],
-        s["stride"],
-        s["dilation"],
-        mode=ConvolutionMode(s["mode"]),
-        compute_type=DataType(s["compute_data_type"]),
-    )
-
-
-def _pointwise_desc(s: dict[str, Any]) -> BackendDescriptor:
-    params = {k: s[k] for k in _PW_PARAMS if k in s}
-    return BackendDescriptor.pointwise(
-        PointwiseMode(s["mode"]), DataType(s["compute_data_type"]), **params
-    )
-
-
-_PW_PARAMS = (
-    "relu_lower_clip",
-    "relu_upper_clip",
-    "relu_lower_clip_slope",
-    "elu_alpha",
-    "softplus_beta",
-    "swish_beta",
-    "axis",
-)
-
-
-def _matmul_desc(s: dict[str, Any]) -> BackendDescriptor:
-    d = BackendDescriptor(D.MATMUL_DESCRIPTOR)
-    d.set(A.MATMUL_COMP_TYPE, T.DATA_TYPE, DataType(s["compute_data_type"]))
-    if s.get("padding_value") is not None:
-        d.set(A.MATMUL_PADDING_VALUE, T.DOUBLE, float(s["padding_value"]))
-    return d.finalize()
-
-
-def _reduction_desc(s: dict[str, Any]) -> BackendDescriptor:
-    d = BackendDescriptor(D.REDUCTION_DESCRIPTOR)
-    d.set(A.REDUCTION_OPERATOR, T.REDUCTION_OPERATOR_TYPE, ReduceTensorOp(s["mode"]))
-    d.set(A.REDUCTION_COMP_TYPE, T.DATA_TYPE, DataType(s["compute_data_type"]))
-    if s.get("deterministic") is not None:
-        d.set(A.REDUCTION_IS_DETERMINISTIC, T.BOOLEAN, bool(s["deterministic"]))
-    return d.finalize()
-
-
-def _rng_desc(s: dict[str, Any]) -> BackendDescriptor:
-    d = BackendDescriptor(D.RNG_DESCRIPTOR)
-    d.set(A.RNG_DISTRIBUTION, T.RNG_DISTRIBUTION, RngDistribution.BERNOULLI)
-    d.set(A.RNG_BERNOULLI_DIST_PROBABILITY, T.DOUBLE, float(s["probability"]))
-    return d.finalize()
-
-
-# kind -> (operation descriptor type, the sub-descriptor attribute and its maker, scalar
-# attributes written from the settings: (attribute, settings key, type or "scaling"))
-_KINDS: dict[str, tuple[D, tuple[A, Any] | None, tuple[tuple[A, str, Any], ...]]] = {
-    "conv_fprop": (
-        D.OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-        (A.OPERATION_CONVOLUTION_FORWARD_CONV_DESC, _conv_desc),
-        (
-            (A.OPERATION_CONVOLUTION_FORWARD_ALPHA, "alpha", "scaling"),
-            (A.OPERATION_CONVOLUTION_FORWARD_BETA, "beta", "scaling"),
-        ),
-    ),
-    "conv_dgrad": (
-        D.OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-        (A.OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, _conv_desc),
-        (
-            (A.OPERATION_CONVOLUTION_BWD_DATA_ALPHA, "alpha", "scaling"),
-            (A.OPERATION_CONVOLUTION_BWD_DATA_BETA, "beta", "scaling"),
-        ),
-    ),
-    "conv_wgrad": (
-        D.OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-        (A.OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, _conv_desc),
-        (
-            (A.OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, "alpha", "scaling"),
-            (A.OPERATION_CONVOLUTION_BWD_FILTER_BETA, "beta", "scaling"),
-        ),
-    ),
-    "matmul": (D.OPERATION_MATMUL_DESCRIPTOR, (A.OPERATION_MATMUL_DESC, _matmul_desc), ()),
-    "pointwise": (
-        D.OPERATION_POINTWISE_DESCRIPTOR,
-        (A.OPERATION_POINTWISE_PW_DESCRIPTOR, _pointwise_desc),
-        (
-            (A.OPERATION_POINTWISE_ALPHA1, "alpha1", "scaling"),
-            (A.OPERATION_POINTWISE_ALPHA2, "alpha2", "scaling"),
-        ),
-    ),
-    "reduction": (
-        D.OPERATION_REDUCTION_DESCRIPTOR,
-        (A.OPERATION_REDUCTION_DESC, _reduction_desc),
-        (),
-    ),
-    "rng": (D.OPERATION_RNG_DESCRIPTOR, (A.OPERATION_RNG_DESC, _rng_desc), ()),
-    "reshape": (D.OPERATION_RESHAPE_DESCRIPTOR, None, ()),
-    "norm_forward": (
-        D.OPERATION_NORM_FORWARD_DESCRIPTOR,
-        None,
-        (
-            (A.OPERATION_NORM_FWD_MODE, "mode", T.NORM_MODE),
-            (A.OPERATION_NORM_FWD_PHASE, "phase", T.NORM_FWD_PHASE),
-        ),
-    ),
-    "norm_backward": (
-        D.OPERATION_NORM_BACKWARD_DESCRIPTOR,
-        None,
-        ((A.OPERATION_NORM_BWD_MODE, "mode", T.NORM_MODE),),
-    ),
-}
-_ENUM_OF = {T.NORM_MODE: BackendNormMode, T.NORM_FWD_PHASE: BackendNormFwdPhase}
 
 
 def _refused(exc: errors.CudnnError, node: str, kind: str, what: str) -> errors.CudnnError:
@@ -278,9 +152,9 @@ class GraphKey:
     def what(self) -> str:
         """A phrase naming the graph, for error messages."""
         kinds = "+".join(n.kind for n in self.nodes)
-        return f"graph of {len(self.nodes)} operations ({kinds})" if not self.label else (
-            f"{self.label} graph ({kinds})"
-        )  # fmt: skip
+        if self.label:
+            return f"{self.label} graph ({kinds})"
+        return f"graph of {len(self.nodes)} operations ({kinds})"
 
     @property
     def scratch(self) -> tuple[TensorSpec, ...]:
@@ -303,41 +177,64 @@ class GraphKey:
                     is_by_value=t.is_by_value,
                 )
             except errors.CudnnError as exc:
-                raise _refused(exc, tnames[i], "tensor", f"its dims {t.dim} / strides {t.stride}"
-                               ) from None  # fmt: skip
+                what = f"its dims {t.dim} / strides {t.stride}"
+                raise _refused(exc, tnames[i], "tensor", what) from None
         ops = [self._operation(n, nnames[i], descs) for i, n in enumerate(self.nodes)]
         try:
             return BackendDescriptor.operation_graph(ops, handle)
         except errors.CudnnError as exc:
             raise _refused(exc, self.label or "graph", "operation graph", "the graph") from None
 
+    def timing_buffers(self, handle: Any, given_ptrs: Any = None) -> tuple[list[int], list[Any]]:
+        """``(ptrs, keepalive)`` to time candidate plans on (the engine's ``algo == 'time'``):
+        a zero-filled buffer for every real tensor (zero lengths keep a variable-length graph
+        in bounds), a host scalar for every by-value one (1 for floats, else 0), a placeholder
+        for every scratch tensor (carved from the workspace). The caller's pointers are not
+        used: an output may alias an input."""
+        del given_ptrs
+        by_uid = {t.uid: t for t in self.tensors}
+        ptrs: list[int] = []
+        keep: list[Any] = []
+        for uid in self.uids:
+            spec = by_uid[uid]
+            dt = DataType(spec.data_type)
+            if spec.scratch:
+                ptrs.append(0)
+            elif spec.is_by_value:
+                c = host_scalar(1.0 if dt in FLOATS else 0, dt)
+                keep.append(c)
+                ptrs.append(ctypes.addressof(c))
+            else:
+                n = max(_layout.span(spec.dim, spec.stride), 1) * itemsize(dt)
+                buf = memory.zeros((n,), "uint8", self.device, handle.stream)
+                keep.append(buf)
+                ptrs.append(buf.ptr)
+        return ptrs, keep
+
     @staticmethod
-    def _operation(n: NodeSpec, name: str, descs: dict[int, BackendDescriptor]
-                   ) -> BackendDescriptor:  # fmt: skip
+    def _operation(
+        n: NodeSpec, name: str, descs: dict[int, BackendDescriptor]
+    ) -> BackendDescriptor:
         s = dict(n.settings)
         kind = n.kind
-        dtype, sub, scalars = _KINDS[kind]
-        op = BackendDescriptor(dtype)
+        enc = KINDS[kind]
+        op = BackendDescriptor(enc.descriptor)
         what = "its settings"
         try:
-            if sub is not None:
-                attr, make = sub
+            if enc.sub is not None:
+                attr, make = enc.sub
                 what = f"its {attr.name} settings {s}"
                 op.set(attr, T.BACKEND_DESCRIPTOR, make(s))
             for role, uid in n.tensors:
                 what = f"{role} (tensor uid {uid})"
                 op.set(A[role], T.BACKEND_DESCRIPTOR, descs[uid])
-            for attr, key, atype in scalars:
+            for attr, key, atype, convert in enc.scalars:
                 if key not in s:
                     continue
                 what = f"{attr.name}={s[key]!r}"
-                if atype == "scaling":
-                    op.set(attr, _scaling(s.get("compute_data_type", DataType.FLOAT)), s[key])
-                else:
-                    op.set(attr, atype, _ENUM_OF[atype](s[key]))
-            if kind == "rng" and "seed" in s:
-                what = f"OPERATION_RNG_SEED={s['seed']!r}"
-                op.set(A.OPERATION_RNG_SEED, T.INT64, int(s["seed"]))
+                if atype == SCALING:
+                    atype = scaling_type(s.get("compute_data_type", DataType.FLOAT))
+                op.set(attr, atype, s[key] if convert is None else convert(s[key]))
             what = "finalize"
             return op.finalize()
         except errors.CudnnError as exc:

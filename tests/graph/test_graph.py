@@ -26,7 +26,9 @@ from pycudnn import errors
 from pycudnn.descriptors import BackendDescriptor
 from pycudnn.enums import BackendDescriptorType as D
 from pycudnn.enums import DataType, PointwiseMode
-from pycudnn.graph import Graph, GraphKey, Tensor, _builder, _sdpa
+from pycudnn.graph import Graph, GraphKey, Tensor, _scratch, _tensor
+from pycudnn.graph.nodes import _base as nodes_base
+from pycudnn.graph.nodes import sdpa as sdpa_node
 from pycudnn.graph._key import TensorSpec
 
 F16, BF16, F32 = DataType.HALF, DataType.BFLOAT16, DataType.FLOAT
@@ -612,8 +614,8 @@ def _sdpa_key(causal=False, pad=False, dropout=False, hk=4, backward=False, det=
         o = g.tensor((2, 4, 64, 64), name="o")
         do = g.tensor((2, 4, 64, 64), name="do")
         st = g.tensor((2, 4, 64, 1), data_type="float32", name="stats")
-        outs = _sdpa.backward(g, q, k, v, o, do, st, None, causal, sq, skv, d, "bwd",
-                              deterministic=det)  # fmt: skip
+        opts = sdpa_node.SdpaOptions(None, causal, sq, skv, d)
+        outs = sdpa_node.backward(g, (q, k, v), (o, do, st), opts, "bwd", deterministic=det)
     else:
         outs = g.sdpa(q, k, v, is_inference=not training, use_causal_mask=causal, seq_len_q=sq,
                       seq_len_kv=skv, dropout=d)  # fmt: skip
@@ -697,10 +699,8 @@ def test_sdpa_backward_graph(causal, pad, dropout, hk, det):
 def test_sdpa_backward_dq_accumulator_is_zeroed_only_before_cudnn_9_6(monkeypatch):
     """cudnn-frontend memsets the float32 dQ accumulator for cuDNN < 9.6 only: later versions
     initialise it themselves (the GPU test runs the backward twice and compares)."""
-    from pycudnn.graph import _builder
-
     for version, fill in ((90500, "zero"), (91900, "keep")):
-        monkeypatch.setattr(_builder, "_cached_version", version)
+        monkeypatch.setattr(nodes_base, "_cached_version", version)
         _g, key, *_ = _sdpa_key(backward=True)
         assert [s.scratch for s in key.scratch] == ["keep", fill]
 
@@ -824,12 +824,12 @@ def test_uid_order_io_order_constants_then_scratch():
 def test_workspace_layout_is_256_aligned():
     s1 = TensorSpec(1, (2, 4, 64, 1), (256, 64, 1, 1), int(F32), False, False, 16, "keep")
     s2 = TensorSpec(2, (3, 5), (5, 1), int(F16), False, False, 16, "zero")
-    assert _builder.workspace_layout(1000, ()) == (1000, [])
-    assert _builder.workspace_layout(0, (s1,)) == (2048, [0])
-    total, offs = _builder.workspace_layout(100, (s1, s2))
+    assert _scratch.workspace_layout(1000, ()) == (1000, [])
+    assert _scratch.workspace_layout(0, (s1,)) == (2048, [0])
+    total, offs = _scratch.workspace_layout(100, (s1, s2))
     assert offs == [256, 256 + 2048] and total == 256 + 2048 + 256
     assert all(o % 256 == 0 for o in offs)
-    total, offs = _builder.workspace_layout(256, (s2, s1))
+    total, offs = _scratch.workspace_layout(256, (s2, s1))
     assert offs == [256, 512] and total == 512 + 2048
 
 
@@ -856,19 +856,19 @@ def test_workspace_layout_is_256_aligned():
     ],
 )
 def test_host_scalar(value, dt, ctype, raw):
-    c = _builder._host_scalar(value, dt)
+    c = _tensor.host_scalar(value, dt)
     assert type(c) is ctype and c.value == raw
 
 
 def test_host_scalar_errors():
     with pytest.raises(ValueError, match=r"by-value tensor 'n' is an integer, got 2\.5"):
-        _builder._host_scalar(2.5, DataType.INT32, "n")
+        _tensor.host_scalar(2.5, DataType.INT32, "n")
     with pytest.raises(TypeError, match="needs a real number, got True"):
-        _builder._host_scalar(True, DataType.FLOAT)
+        _tensor.host_scalar(True, DataType.FLOAT)
     with pytest.raises(TypeError, match="needs a real number"):
-        _builder._host_scalar("1", DataType.FLOAT)
+        _tensor.host_scalar("1", DataType.FLOAT)
     with pytest.raises(TypeError, match="is not supported for scalars"):
-        _builder._host_scalar(1, DataType.BOOLEAN)
+        _tensor.host_scalar(1, DataType.BOOLEAN)
 
 
 def test_constant_pointers_hold_the_scalars():
@@ -889,7 +889,7 @@ def test_deserialize_refuses_another_structure_or_version():
     g, *_ = _chain()
     other, *_ = _chain(dims=(4, 16))
     saved = json.dumps({"graph": json.loads(other.to_json()), "plan": "{}",
-                        "cudnn_version": _builder.cudnn_version(), "engine": 0})  # fmt: skip
+                        "cudnn_version": nodes_base.cudnn_version(), "engine": 0})  # fmt: skip
     with pytest.raises(ValueError, match="chain: the saved plan is for another graph structure"):
         g.deserialize(saved)
     saved = json.dumps({"graph": json.loads(g.to_json()), "plan": "{}", "cudnn_version": 1})
@@ -943,9 +943,9 @@ def test_variant_pack_lookup():
 
 
 def test_like_strides():
-    assert _builder.like_strides((2, 3, 4), (2, 3, 4), (12, 1, 3)) == (12, 1, 3)
-    assert _builder.like_strides((2, 5, 4), (2, 3, 4), (12, 1, 3)) == (20, 1, 5)
-    assert _builder.like_strides((2, 3), (2, 3, 4), (12, 4, 1)) == (3, 1)  # other rank: packed
+    assert _tensor.like_strides((2, 3, 4), (2, 3, 4), (12, 1, 3)) == (12, 1, 3)
+    assert _tensor.like_strides((2, 5, 4), (2, 3, 4), (12, 1, 3)) == (20, 1, 5)
+    assert _tensor.like_strides((2, 3), (2, 3, 4), (12, 4, 1)) == (3, 1)  # other rank: packed
 
 
 # ==================================================================================================

@@ -1,0 +1,394 @@
+"""A builder graph's tensors: :class:`Tensor`, and :class:`GraphBase`, the record of tensors and
+nodes that every node family (:mod:`.nodes`) adds to.
+
+The bottom of the builder: the node families build on this module, and
+:class:`~pycudnn.graph._builder.Graph` (the public face) builds on both.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+from .. import _layout
+from .._types import as_data_type, dtype_name
+from ..enums import DataType
+
+__all__ = [
+    "GraphBase",
+    "Tensor",
+    "alignment_of",
+    "as_dims",
+    "as_dtype",
+    "described_dim",
+    "described_stride",
+    "host_scalar",
+    "like_strides",
+]
+
+
+def as_dtype(value: Any, argument: str, allow_none: bool = False) -> DataType | None:
+    """*value* as a ``DataType`` (any dtype-like); errors name *argument*."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, DataType):
+        return value
+    try:
+        return as_data_type(value, argument=argument)
+    except TypeError as exc:
+        raise TypeError(f"{argument}: {exc}") from None
+
+
+def as_dims(value: Any, argument: str, lo: int = 1) -> tuple[int, ...]:
+    """*value* as 1 to 8 ints, each at least *lo*; errors name *argument*."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{argument} must be a sequence of ints, got {value!r}")
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise TypeError(f"{argument} must contain ints, got {value!r}")
+        v = v.__index__()
+        if v < lo:
+            raise ValueError(f"{argument} must contain ints >= {lo}, got {tuple(value)!r}")
+        out.append(v)
+    if not out or len(out) > 8:
+        raise ValueError(f"{argument} must have 1 to 8 values, got {tuple(value)!r}")
+    return tuple(out)
+
+
+def like_strides(
+    dim: Sequence[int], ref_dim: Sequence[int], ref_stride: Sequence[int]
+) -> tuple[int, ...]:
+    """Packed strides for *dim* in the memory order of a reference tensor of the same rank
+    (row-major when the ranks differ): an output keeps its input's layout."""
+    n = len(dim)
+    if len(ref_dim) != n:
+        return _layout.packed_strides(tuple(dim))
+    # innermost first: by stride, ties broken by the later axis (row-major)
+    order = sorted(range(n), key=lambda i: (ref_stride[i], -i))
+    out = [0] * n
+    acc = 1
+    for i in order:
+        out[i] = acc
+        acc *= dim[i]
+    return tuple(out)
+
+
+def alignment_of(ptr: int) -> int:
+    """The byte alignment (16 at most) a tensor may declare for an address."""
+    a = 16
+    while a > 1 and ptr % a:
+        a //= 2
+    return a
+
+
+_SCALAR_CTYPES = {
+    DataType.FLOAT: ctypes.c_float,
+    DataType.DOUBLE: ctypes.c_double,
+    DataType.INT32: ctypes.c_int32,
+    DataType.INT64: ctypes.c_int64,
+    DataType.HALF: ctypes.c_uint16,
+    DataType.BFLOAT16: ctypes.c_uint16,
+}
+
+
+def host_scalar(value: Any, dt: DataType, name: str = "scalar") -> ctypes._SimpleCData:
+    """*value* as the host scalar a by-value tensor of type *dt* passes (half and bfloat16 as
+    their bits)."""
+    ct = _SCALAR_CTYPES.get(dt)
+    if ct is None:
+        raise TypeError(
+            f"by-value tensor {name!r}: data type {dtype_name(dt)} is not supported for scalars"
+        )
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"by-value tensor {name!r} needs a real number, got {value!r}")
+    if dt in (DataType.HALF, DataType.BFLOAT16):
+        import numpy as np
+
+        if dt == DataType.HALF:
+            return ct(int(np.array(value, np.float16).view(np.uint16)))
+        bits = int(np.array(value, np.float32).view(np.uint32))
+        return ct((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)  # round to nearest even
+    if ct in (ctypes.c_int32, ctypes.c_int64):
+        if value != int(value):
+            raise ValueError(f"by-value tensor {name!r} is an integer, got {value!r}")
+        return ct(int(value))
+    return ct(float(value))
+
+
+class Tensor:
+    """A tensor of a :class:`~pycudnn.graph.Graph`: an input declared with
+    :meth:`~pycudnn.graph.Graph.tensor`, or an operation's output (virtual until
+    :meth:`set_output`).
+
+    The setters return the tensor, so they chain as in cudnn-frontend
+    (``y.set_output(True).set_data_type("bfloat16")``).
+    """
+
+    __slots__ = (
+        "_alignment",
+        "_by_value",
+        "_dim",
+        "_dtype",
+        "_graph",
+        "_index",
+        "_name",
+        "_producer",
+        "_scratch",
+        "_stride",
+        "_swap_last",
+        "_uid",
+        "_value",
+        "_virtual",
+    )
+
+    def __init__(
+        self,
+        graph: GraphBase,
+        index: int,
+        name: str,
+        layout: tuple[tuple[int, ...], tuple[int, ...], DataType | None],
+        virtual: bool,
+        by_value: bool = False,
+        producer: str | None = None,
+    ) -> None:
+        self._graph = graph
+        self._index = index
+        self._name = name
+        self._dim, self._stride, self._dtype = layout
+        self._virtual, self._by_value = virtual, by_value
+        self._value: ctypes._SimpleCData | None = None
+        self._uid: int | None = None
+        self._alignment = 16
+        self._producer = producer
+        self._scratch: str | None = None
+        # described to cuDNN with the last two dims swapped (same memory): attention's K^T
+        self._swap_last = False
+
+    # -- pygraph-style setters -----------------------------------------------------------------
+    def set_output(self, is_output: bool = True) -> Tensor:
+        """Make this operation output a real (non-virtual) tensor that
+        :meth:`~pycudnn.graph.Graph.execute` writes into a device array (``False``: an
+        intermediate cuDNN may keep in registers)."""
+        self._graph._mutable()
+        if self._producer is None and not is_output:
+            raise ValueError(f"tensor {self._name!r} is a graph input; it cannot be virtual")
+        self._virtual = not bool(is_output)
+        return self
+
+    def set_data_type(self, data_type: Any) -> Tensor:
+        """Set the data type (any dtype-like: ``"bfloat16"``, a numpy/torch dtype...)."""
+        self._graph._mutable()
+        self._dtype = as_dtype(data_type, f"tensor {self._name!r}: data_type")
+        return self
+
+    def set_dim(self, dim: Sequence[int]) -> Tensor:
+        """Set the dims (strides become packed row-major if the rank changes)."""
+        self._graph._mutable()
+        d = as_dims(dim, f"tensor {self._name!r}: dim")
+        if len(d) != len(self._stride):
+            self._stride = _layout.packed_strides(d)
+        self._dim = d
+        return self
+
+    def set_stride(self, stride: Sequence[int]) -> Tensor:
+        """Set the element strides (one per dim)."""
+        self._graph._mutable()
+        s = as_dims(stride, f"tensor {self._name!r}: stride")
+        if len(s) != len(self._dim):
+            raise ValueError(
+                f"tensor {self._name!r}: stride {s} has {len(s)} values, its dim "
+                f"{self._dim} has {len(self._dim)}"
+            )
+        self._stride = s
+        return self
+
+    def set_name(self, name: str) -> Tensor:
+        """Set the name used in error messages and by execute() lookups."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a tensor name must be a non-empty str, got {name!r}")
+        self._name = name
+        return self
+
+    def set_uid(self, uid: int) -> Tensor:
+        """Pin the unique id the variant pack uses for this tensor."""
+        self._graph._mutable()
+        if isinstance(uid, bool) or not isinstance(uid, int) or not 0 < uid < 2**62:
+            raise ValueError(
+                f"tensor {self._name!r}: uid must be an int in [1, 2**62), got {uid!r}"
+            )
+        self._uid = uid
+        return self
+
+    def set_alignment(self, alignment: int) -> Tensor:
+        """Declare the byte alignment of the arrays this tensor will be given (default 16)."""
+        self._graph._mutable()
+        if isinstance(alignment, bool) or alignment not in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+            raise ValueError(
+                f"tensor {self._name!r}: alignment must be a power of two from 1 "
+                f"to 256 bytes, got {alignment!r}"
+            )
+        self._alignment = alignment
+        return self
+
+    # -- getters -------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The name of the tensor."""
+        return self._name
+
+    @property
+    def dim(self) -> tuple[int, ...]:
+        """The dims."""
+        return self._dim
+
+    @property
+    def stride(self) -> tuple[int, ...]:
+        """The element strides."""
+        return self._stride
+
+    @property
+    def data_type(self) -> DataType | None:
+        """The declared data type (None: resolved when the graph is built)."""
+        return self._dtype
+
+    @property
+    def is_virtual(self) -> bool:
+        """True for an intermediate that never reaches memory."""
+        return self._virtual
+
+    @property
+    def is_pass_by_value(self) -> bool:
+        """True for a host scalar passed by value."""
+        return self._by_value
+
+    def get_dim(self) -> list[int]:
+        """The dims as a list (cudnn-frontend spelling)."""
+        return list(self._dim)
+
+    def get_stride(self) -> list[int]:
+        """The element strides as a list."""
+        return list(self._stride)
+
+    def get_data_type(self) -> DataType | None:
+        """The declared data type (None: resolved at build)."""
+        return self._dtype
+
+    def get_uid(self) -> int | None:
+        """The unique id (assigned by :meth:`~pycudnn.graph.Graph.build` unless
+        :meth:`set_uid` set one)."""
+        return self._uid
+
+    def __repr__(self) -> str:
+        kind = "virtual" if self._virtual else "by value" if self._by_value else "tensor"
+        dt = dtype_name(self._dtype) if self._dtype is not None else "auto"
+        return f"<graph {kind} {self._name!r} dim={self._dim} stride={self._stride} {dt}>"
+
+
+def described_dim(t: Tensor) -> tuple[int, ...]:
+    """The dims cuDNN sees (the last two swapped for a transposed view)."""
+    d = t._dim
+    return (*d[:-2], d[-1], d[-2]) if t._swap_last else d
+
+
+def described_stride(t: Tensor) -> tuple[int, ...]:
+    """The strides cuDNN sees (as :func:`described_dim`)."""
+    s = t._stride
+    return (*s[:-2], s[-1], s[-2]) if t._swap_last else s
+
+
+#: one recorded operation: (kind, name, settings, [(role, tensor)...], inputs first)
+Node = tuple[str, str, dict[str, Any], list[tuple[str, Tensor]]]
+
+
+class GraphBase:
+    """What a graph records -- its tensors and its nodes -- and the primitives the node families
+    (:mod:`.nodes`) add them with: check an argument, make an output, record a node.
+    :class:`~pycudnn.graph.Graph` is the public face."""
+
+    def __init__(
+        self, io_data_type: Any, intermediate_data_type: Any, compute_data_type: Any, name: str
+    ) -> None:
+        self.io_data_type = as_dtype(io_data_type, "io_data_type", allow_none=True)
+        self.intermediate_data_type = as_dtype(intermediate_data_type, "intermediate_data_type")
+        self.compute_data_type = as_dtype(compute_data_type, "compute_data_type")
+        self.name = name
+        self._tensors: list[Tensor] = []
+        self._nodes: list[Node] = []
+        self._key: Any = None  # the frozen graph (GraphKey) once built
+
+    def _mutable(self) -> None:
+        if self._key is not None:
+            raise RuntimeError(f"{self.name}: the graph was built; make a new Graph to change it")
+
+    def _new(
+        self,
+        name: str | None,
+        layout: tuple[tuple[int, ...], tuple[int, ...], DataType | None],
+        virtual: bool,
+        by_value: bool = False,
+        producer: str | None = None,
+    ) -> Tensor:
+        """A new tensor of *layout* ``(dim, stride, data type)``."""
+        self._mutable()
+        index = len(self._tensors)
+        t = Tensor(self, index, name or f"t{index}", layout, virtual, by_value, producer)
+        self._tensors.append(t)
+        return t
+
+    def _check(self, op: str, argument: str, t: Any, optional: bool = False) -> Tensor | None:
+        """*t* if it is a tensor of this graph (None if *optional* and None)."""
+        if t is None and optional:
+            return None
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                f"{self.name}.{op}: {argument} must be a Tensor of this graph, got "
+                f"{type(t).__name__}"
+            )
+        if t._graph is not self:
+            raise ValueError(f"{self.name}.{op}: {argument} ({t._name!r}) belongs to another graph")
+        return t
+
+    def _node(
+        self, kind: str, name: str | None, settings: dict[str, Any], roles: list[tuple[str, Tensor]]
+    ) -> None:
+        """Record a node of *kind* (its settings, its tensors by role, inputs first)."""
+        self._mutable()
+        self._nodes.append((kind, name or f"{kind}{len(self._nodes)}", settings, roles))
+
+    def _out(
+        self,
+        op: str,
+        name: str | None,
+        dim: tuple[int, ...],
+        like: Tensor | None,
+        dtype: DataType | None = None,
+    ) -> Tensor:
+        """A virtual output of *op*, packed in *like*'s memory order (row-major without)."""
+        if like is not None:
+            stride = like_strides(dim, like._dim, like._stride)
+        else:
+            stride = _layout.packed_strides(dim)
+        return self._new(name, (dim, stride, dtype), True, producer=op)
+
+    def _compute(self, value: Any, op: str) -> DataType:
+        """An operation's compute data type: *value*, or the graph's."""
+        if value is None:
+            return self.compute_data_type
+        return as_dtype(value, f"{self.name}.{op}: compute_data_type")
+
+    def _constant(self, value: float, dtype: DataType, name: str | None) -> Tensor:
+        """A by-value scalar whose value the graph keeps and passes itself."""
+        t = self._new(name, ((1, 1, 1, 1), (1, 1, 1, 1), dtype), False, True)
+        t._value = host_scalar(value, dtype)
+        return t
+
+    def _scratch(
+        self, name: str, dim: tuple[int, ...], dtype: DataType, fill: str | None
+    ) -> Tensor:
+        """A real tensor the graph keeps in its own workspace (*fill* ``'zero'``: zeroed before
+        every run), e.g. an accumulator an engine needs."""
+        t = self._new(name, (dim, _layout.packed_strides(dim), dtype), False)
+        t._scratch = fill or "keep"
+        return t

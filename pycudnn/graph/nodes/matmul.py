@@ -1,0 +1,82 @@
+"""Matmul nodes: batched ``C = A @ B`` with broadcast (or grouped) batch dims and optional
+per-batch valid sizes -- checks, the output's shape and encoding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import _layout
+from ...descriptors import BackendDescriptor
+from ...enums import BackendAttributeName as A
+from ...enums import BackendAttributeType as T
+from ...enums import BackendDescriptorType as D
+from ...enums import DataType
+from .._tensor import GraphBase, Tensor, described_dim
+from ._base import NodeKind
+
+__all__ = ["KINDS", "matmul"]
+
+
+def matmul(
+    g: GraphBase,
+    a: Any,
+    b: Any,
+    compute: Any = None,
+    padding_value: float | None = None,
+    overrides: tuple = (None, None, None),
+    name: str | None = None,
+    groups: bool = False,
+) -> Tensor:
+    """``C = A @ B``: A (*batch, M, K), B (*batch, K, N) -> C (*batch, M, N); a batch dim of 1
+    broadcasts; with *groups* (attention's heads) one operand's count may divide the other's.
+    *overrides*: the M, N, K override tensors (int32 per-batch valid sizes) or None."""
+    a = g._check("matmul", "A", a)
+    b = g._check("matmul", "B", b)
+    ad, bd = described_dim(a), described_dim(b)
+    if len(ad) != len(bd) or len(ad) < 2:
+        raise ValueError(
+            f"{g.name}.matmul: A {ad} and B {bd} must have the same "
+            "rank, at least 2 (add size-1 batch dims)"
+        )
+    if ad[-1] != bd[-2]:
+        raise ValueError(
+            f"{g.name}.matmul: A's last dim ({ad[-1]}) must equal B's "
+            f"second to last ({bd[-2]}); A {ad}, B {bd}"
+        )
+    batch = []
+    for i, (m, n) in enumerate(zip(ad[:-2], bd[:-2], strict=True)):
+        grouped = groups and max(m, n) % min(m, n) == 0
+        if m != n and 1 not in (m, n) and not grouped:
+            raise ValueError(
+                f"{g.name}.matmul: batch dim {i} of A ({m}) and B ({n}) differ and neither is 1"
+            )
+        batch.append(max(m, n))
+    dim = (*batch, ad[-2], bd[-1])
+    c = g._new(
+        name and f"{name}::C", (dim, _layout.packed_strides(dim), None), True, producer="matmul"
+    )
+    s: dict[str, Any] = {"compute_data_type": int(g._compute(compute, "matmul"))}
+    if padding_value is not None:
+        s["padding_value"] = float(padding_value)
+    roles = [
+        ("OPERATION_MATMUL_ADESC", a),
+        ("OPERATION_MATMUL_BDESC", b),
+        ("OPERATION_MATMUL_CDESC", c),
+    ]
+    for which, t in zip("MNK", overrides, strict=True):
+        t = g._check("matmul", f"{which.lower()}_override", t, optional=True)
+        if t is not None:
+            roles.append((f"OPERATION_MATMUL_GEMM_{which}_OVERRIDE_DESC", t))
+    g._node("matmul", name, s, roles)
+    return c
+
+
+def _matmul_desc(s: dict[str, Any]) -> BackendDescriptor:
+    d = BackendDescriptor(D.MATMUL_DESCRIPTOR)
+    d.set(A.MATMUL_COMP_TYPE, T.DATA_TYPE, DataType(s["compute_data_type"]))
+    if s.get("padding_value") is not None:
+        d.set(A.MATMUL_PADDING_VALUE, T.DOUBLE, float(s["padding_value"]))
+    return d.finalize()
+
+
+KINDS = {"matmul": NodeKind(D.OPERATION_MATMUL_DESCRIPTOR, (A.OPERATION_MATMUL_DESC, _matmul_desc))}

@@ -1,0 +1,163 @@
+"""Normalization nodes: layer, RMS, instance and batch norm, forward (training or inference,
+batch norm's running statistics) and backward -- checks, statistics shapes and encoding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import _layout
+from ...enums import BackendAttributeName as A
+from ...enums import BackendAttributeType as T
+from ...enums import BackendDescriptorType as D
+from ...enums import BackendNormFwdPhase, BackendNormMode, DataType
+from .._tensor import GraphBase, Tensor
+from ._base import NodeKind, Scalar
+
+__all__ = ["KINDS", "backward", "forward", "phase"]
+
+_RMS = BackendNormMode.RMS_NORM
+
+
+def phase(value: Any, where: str) -> BackendNormFwdPhase:
+    """A forward phase given as the enum or ``'training'`` / ``'inference'``."""
+    if isinstance(value, BackendNormFwdPhase):
+        return value
+    if isinstance(value, str) and value.upper() in ("TRAINING", "INFERENCE"):
+        return BackendNormFwdPhase[value.upper()]
+    raise ValueError(f"{where}: norm_forward_phase={value!r} is not 'training' or 'inference'")
+
+
+def _stats_dim(mode: BackendNormMode, x: Tensor) -> tuple[int, ...]:
+    n = len(x._dim)
+    if mode in (BackendNormMode.LAYER_NORM, _RMS):
+        return (x._dim[0], *(1,) * (n - 1))
+    if mode == BackendNormMode.INSTANCE_NORM:
+        return (x._dim[0], x._dim[1], *(1,) * (n - 2))
+    return (1, x._dim[1], *(1,) * (n - 2))  # batch norm
+
+
+def _stat(g: GraphBase, op: str, name: str | None, dim: tuple[int, ...]) -> Tensor:
+    """A float32 statistics output (mean, inverse variance)."""
+    layout = (dim, _layout.packed_strides(dim), DataType.FLOAT)
+    return g._new(name, layout, True, producer=op)
+
+
+def _running(g: GraphBase, op: str, name: str | None, running: tuple) -> tuple[list, list]:
+    """The roles and outputs of batch norm's running statistics ``(mean, var, momentum)``."""
+    in_mean, in_var, momentum = running
+    roles = [
+        ("OPERATION_NORM_FWD_INPUT_RUNNING_MEAN_DESC", in_mean),
+        ("OPERATION_NORM_FWD_INPUT_RUNNING_VAR_DESC", in_var),
+        ("OPERATION_NORM_FWD_EXP_AVG_FACTOR_DESC", momentum),
+    ]
+    nm = g._out(op, name and f"{name}::next_running_mean", in_mean._dim, in_mean)
+    nv = g._out(op, name and f"{name}::next_running_var", in_var._dim, in_var)
+    roles += [
+        ("OPERATION_NORM_FWD_OUTPUT_RUNNING_MEAN_DESC", nm),
+        ("OPERATION_NORM_FWD_OUTPUT_RUNNING_VAR_DESC", nv),
+    ]
+    return roles, [nm, nv]
+
+
+def forward(
+    g: GraphBase,
+    op: str,
+    mode: BackendNormMode,
+    norm_phase: Any,
+    inputs: tuple,
+    name: str | None,
+    running: tuple | None = None,
+) -> tuple:
+    """The forward norm *op* of *mode* over ``inputs = (x, scale, bias, epsilon)``: ``(y,
+    [mean,] inv_variance[, next_running_mean, next_running_var])`` (the statistics None in
+    inference; RMS norm has no mean)."""
+    x, scale, bias, epsilon = inputs
+    x = g._check(op, "input", x)
+    scale = g._check(op, "scale", scale, optional=mode == _RMS)
+    bias = g._check(op, "bias", bias, optional=True)
+    eps = g._check(op, "epsilon", epsilon)
+    ph = phase(norm_phase, f"{g.name}.{op}")
+    if len(x._dim) < 2:
+        raise ValueError(f"{g.name}.{op}: input needs at least 2 dims, got {x._dim}")
+    sdim = _stats_dim(mode, x)
+    y = g._out(op, name and f"{name}::y", x._dim, x)
+    roles: list[tuple[str, Tensor]] = [("OPERATION_NORM_FWD_XDESC", x)]
+    if scale is not None:
+        roles.append(("OPERATION_NORM_FWD_SCALE_DESC", scale))
+    if bias is not None:
+        roles.append(("OPERATION_NORM_FWD_BIAS_DESC", bias))
+    roles.append(("OPERATION_NORM_FWD_EPSILON_DESC", eps))
+    outs: list[Tensor | None] = [y]
+    if ph == BackendNormFwdPhase.TRAINING:
+        if mode != _RMS:
+            mean = _stat(g, op, name and f"{name}::mean", sdim)
+            roles.append(("OPERATION_NORM_FWD_MEAN_DESC", mean))
+            outs.append(mean)
+        inv = _stat(g, op, name and f"{name}::inv_variance", sdim)
+        roles.append(("OPERATION_NORM_FWD_INV_VARIANCE_DESC", inv))
+        outs.append(inv)
+    else:  # inference: no statistics
+        outs += [None] if mode == _RMS else [None, None]
+    if running is not None:
+        more_roles, more_outs = _running(g, op, name, running)
+        roles += more_roles
+        outs += more_outs
+    roles.append(("OPERATION_NORM_FWD_YDESC", y))
+    g._node("norm_forward", name or op, {"mode": int(mode), "phase": int(ph)}, roles)
+    return tuple(outs)
+
+
+def backward(
+    g: GraphBase,
+    op: str,
+    mode: BackendNormMode,
+    inputs: tuple,
+    saved: tuple,
+    has_dbias: bool,
+    name: str | None,
+) -> tuple:
+    """``(dx, dscale, dbias)`` of the norm *op* of *mode* from ``inputs = (dy, x, scale)`` and
+    the forward's ``saved = (mean, inv_variance)`` (no mean for RMS norm); dbias None unless
+    *has_dbias*."""
+    grad, x, scale = inputs
+    mean, inv_variance = saved
+    dy = g._check(op, "grad", grad)
+    x = g._check(op, "input", x)
+    scale = g._check(op, "scale", scale)
+    mean = g._check(op, "mean", mean, optional=mode == _RMS)
+    inv = g._check(op, "inv_variance", inv_variance)
+    dx = g._out(op, name and f"{name}::dx", x._dim, x)
+    dscale = g._out(op, name and f"{name}::dscale", scale._dim, scale)
+    roles: list[tuple[str, Tensor]] = [("OPERATION_NORM_BWD_XDESC", x)]
+    if mean is not None:
+        roles.append(("OPERATION_NORM_BWD_MEAN_DESC", mean))
+    roles += [
+        ("OPERATION_NORM_BWD_INV_VARIANCE_DESC", inv),
+        ("OPERATION_NORM_BWD_DYDESC", dy),
+        ("OPERATION_NORM_BWD_SCALE_DESC", scale),
+        ("OPERATION_NORM_BWD_DSCALE_DESC", dscale),
+    ]
+    dbias = None
+    if has_dbias:
+        dbias = g._out(op, name and f"{name}::dbias", scale._dim, scale)
+        roles.append(("OPERATION_NORM_BWD_DBIAS_DESC", dbias))
+    roles.append(("OPERATION_NORM_BWD_DXDESC", dx))
+    g._node("norm_backward", name or op, {"mode": int(mode)}, roles)
+    return dx, dscale, dbias
+
+
+KINDS = {
+    "norm_forward": NodeKind(
+        D.OPERATION_NORM_FORWARD_DESCRIPTOR,
+        None,
+        (
+            Scalar(A.OPERATION_NORM_FWD_MODE, "mode", T.NORM_MODE, BackendNormMode),
+            Scalar(A.OPERATION_NORM_FWD_PHASE, "phase", T.NORM_FWD_PHASE, BackendNormFwdPhase),
+        ),
+    ),
+    "norm_backward": NodeKind(
+        D.OPERATION_NORM_BACKWARD_DESCRIPTOR,
+        None,
+        (Scalar(A.OPERATION_NORM_BWD_MODE, "mode", T.NORM_MODE, BackendNormMode),),
+    ),
+}

@@ -1,0 +1,333 @@
+"""Scaled dot-product attention as cuDNN's *composite* graphs: the matmul / pointwise /
+reduction / RNG pattern that cuDNN's fused flash-attention engines recognise (the graph
+cudnn-frontend builds for its ``CompositeSDPANode`` and ``CompositeSDPABackwardNode``; our
+notes on it are in ``docs/graph.md``).
+
+Forward::
+
+    S = Q @ K^T                        (K described transposed: same memory, swapped dims)
+    S = S * scale
+    [padding: rows >= seq_len_q or cols >= seq_len_kv -> -inf]
+    [causal (top left): col > row -> -inf]
+    M = max_j S;  E = exp(S - M);  Z = sum_j E
+    Stats = M + log Z                  (training: the log-sum-exp the backward needs)
+    P = E / Z  [* Bernoulli(1-p) mask * 1/(1-p)]
+    O = P @ V
+
+Grouped-query attention is K and V with fewer heads (H_q a multiple of H_k): the engines
+take the head counts as they are. The backward recomputes ``P = exp(scale * Q K^T - Stats)``
+and needs two float32 tensors of its own: ``softmax_sum = rowsum(dO * O)`` and (unless
+deterministic) a float32 ``dQ`` accumulator; the graph keeps both in its workspace.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from ... import _layout
+from ...enums import DataType
+from ...enums import PointwiseMode as P
+from .._tensor import GraphBase, Tensor, like_strides
+from . import pointwise
+from ._base import cudnn_version
+from .matmul import matmul
+from .reduction import reduction
+from .rng_reshape import reshape, rng
+
+__all__ = ["SdpaOptions", "backward", "forward"]
+
+
+class SdpaOptions(NamedTuple):
+    """What the forward and the backward share (``Graph.sdpa``'s keyword arguments)."""
+
+    attn_scale: float | Tensor | None = None  #: default ``1 / sqrt(D)``
+    use_causal_mask: bool = False
+    seq_len_q: Tensor | None = None
+    seq_len_kv: Tensor | None = None
+    dropout: tuple[float, Tensor, Tensor] | None = None  #: (probability, seed, offset)
+
+
+def _pw(
+    g: GraphBase, mode: P, *inputs: Tensor, name: str, compute: Any = None, **params: Any
+) -> Tensor:
+    return pointwise.apply(g, mode, inputs, compute, name=name, params=params)
+
+
+def _mm(g: GraphBase, a: Tensor, b: Tensor, overrides: tuple, name: str) -> Tensor:
+    """A matmul over grouped heads with the M, N, K valid sizes *overrides*."""
+    return matmul(g, a, b, overrides=overrides, name=name, groups=True)
+
+
+def _checks(g: GraphBase, op: str, qkv: tuple, o: SdpaOptions) -> tuple:
+    """The checked operands and options: ``(q, k, v, seq_q, seq_kv, dropout, scale, io)``
+    (dropout None at probability 0; the scale a tensor)."""
+    q = g._check(op, "q", qkv[0])
+    k = g._check(op, "k", qkv[1])
+    v = g._check(op, "v", qkv[2])
+    for nm, t in (("q", q), ("k", k), ("v", v)):
+        if len(t.dim) != 4:
+            raise ValueError(f"{g.name}.{op}: {nm} must have 4 dims (B, H, S, D), got {t.dim}")
+        if t.stride[3] != 1:
+            raise ValueError(
+                f"{g.name}.{op}: {nm}'s last dim (D) must have stride 1, got strides {t.stride}"
+            )
+    b, hq, _sq, d = q.dim
+    _, hk, skv, dk = k.dim
+    _, hv, skv2, _dv = v.dim
+    if k.dim[0] != b or v.dim[0] != b:
+        raise ValueError(f"{g.name}.{op}: q, k, v batch sizes differ: {q.dim}, {k.dim}, {v.dim}")
+    if dk != d:
+        raise ValueError(f"{g.name}.{op}: q and k head dims differ ({d} vs {dk})")
+    if skv2 != skv:
+        raise ValueError(f"{g.name}.{op}: k and v sequence lengths differ ({skv} vs {skv2})")
+    if hq % hk or hq % hv:
+        raise ValueError(
+            f"{g.name}.{op}: q's heads ({hq}) must be a multiple of k's ({hk}) "
+            f"and v's ({hv}) (grouped-query attention)"
+        )
+    seq_q, seq_kv = _seq_lens(g, op, o, b)
+    dropout = _dropout(g, op, o.dropout)
+    scale = _scale(g, op, o.attn_scale, d)
+    io = q.data_type or g.io_data_type
+    return q, k, v, seq_q, seq_kv, dropout, scale, io
+
+
+def _seq_lens(g: GraphBase, op: str, o: SdpaOptions, b: int) -> tuple:
+    seq_q = g._check(op, "seq_len_q", o.seq_len_q, optional=True)
+    seq_kv = g._check(op, "seq_len_kv", o.seq_len_kv, optional=True)
+    if (seq_q is None) != (seq_kv is None):
+        raise ValueError(f"{g.name}.{op}: a padding mask needs both seq_len_q and seq_len_kv")
+    for nm, t in (("seq_len_q", seq_q), ("seq_len_kv", seq_kv)):
+        if t is not None and t.dim != (b, 1, 1, 1):
+            raise ValueError(f"{g.name}.{op}: {nm} must have dims ({b}, 1, 1, 1), got {t.dim}")
+    return seq_q, seq_kv
+
+
+def _dropout(g: GraphBase, op: str, dropout: Any) -> tuple | None:
+    if dropout is None:
+        return None
+    if not isinstance(dropout, tuple) or len(dropout) != 3:
+        raise TypeError(f"{g.name}.{op}: dropout must be (probability, seed, offset)")
+    p, seed, offset = dropout
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{g.name}.{op}: dropout probability must be in [0, 1), got {p!r}")
+    g._check(op, "dropout seed", seed)
+    g._check(op, "dropout offset", offset)
+    return None if p == 0.0 else dropout
+
+
+def _scale(g: GraphBase, op: str, attn_scale: Any, d: int) -> Tensor:
+    if isinstance(attn_scale, Tensor):
+        return g._check(op, "attn_scale", attn_scale)
+    if attn_scale is None:
+        attn_scale = 1.0 / math.sqrt(d)
+    if (
+        isinstance(attn_scale, bool)
+        or not isinstance(attn_scale, (int, float))
+        or not math.isfinite(attn_scale)
+    ):
+        raise ValueError(f"{g.name}.{op}: attn_scale must be a finite number, got {attn_scale!r}")
+    return g._constant(float(attn_scale), DataType.FLOAT, f"{op}::attn_scale")
+
+
+def _masks(
+    g: GraphBase,
+    s: Tensor,
+    seq_lens: tuple[Tensor | None, Tensor | None],
+    causal: bool,
+    neg_inf: Tensor | None,
+    name: str,
+    after_padding: Any = None,
+) -> Tensor:
+    """The padding mask, then *after_padding(s)* (the backward's Stats subtraction), then the
+    causal mask, each as cudnn-frontend orders them."""
+    seq_q, seq_kv = seq_lens
+    i32, b8 = DataType.INT32, DataType.BOOLEAN
+    if seq_q is not None:
+        row = _pw(g, P.GEN_INDEX, s, axis=2, compute=i32, name=f"{name}::pad_row")
+        col = _pw(g, P.GEN_INDEX, s, axis=3, compute=i32, name=f"{name}::pad_col")
+        rm = _pw(g, P.CMP_LT, row, seq_q, compute=b8, name=f"{name}::lt_row")
+        cm = _pw(g, P.CMP_LT, col, seq_kv, compute=b8, name=f"{name}::lt_col")
+        pm = _pw(g, P.LOGICAL_AND, rm, cm, compute=b8, name=f"{name}::and")
+        s = _pw(g, P.BINARY_SELECT, s, neg_inf, pm, name=f"{name}::select_padding")
+    if after_padding is not None:
+        s = after_padding(s)
+    if causal:
+        row = _pw(g, P.GEN_INDEX, s, axis=2, name=f"{name}::row")
+        col = _pw(g, P.GEN_INDEX, s, axis=3, name=f"{name}::col")
+        keep = _pw(g, P.CMP_GE, row, col, compute=b8, name=f"{name}::causal")
+        s = _pw(g, P.BINARY_SELECT, s, neg_inf, keep, name=f"{name}::select_causal")
+    return s
+
+
+def _rowdim(q: Tensor) -> tuple[int, int, int, int]:
+    b, h, sq, _d = q.dim
+    return (b, h, sq, 1)
+
+
+def _neg_inf(g: GraphBase, seq_q: Tensor | None, causal: bool, name: str) -> Tensor | None:
+    """The -inf a mask selects, when there is a mask."""
+    if seq_q is None and not causal:
+        return None
+    return g._constant(float("-inf"), DataType.FLOAT, f"{name}::neg_inf")
+
+
+def forward(
+    g: GraphBase, qkv: tuple, o: SdpaOptions, is_inference: bool, name: str
+) -> tuple[Tensor, Tensor | None]:
+    """``(o, stats)`` of attention over ``qkv = (q, k, v)``: stats (the log-sum-exp) only in
+    training."""
+    q, k, v, seq_q, seq_kv, dropout, scale, io = _checks(g, "sdpa", qkv, o)
+    causal = o.use_causal_mask
+    k._swap_last = True  # bmm1 reads K^T: the same memory with the last two dims swapped
+    neg_inf = _neg_inf(g, seq_q, causal, name)
+    s = _mm(g, q, k, (seq_q, seq_kv, None), f"{name}::bmm1")
+    s = _pw(g, P.MUL, s, scale, name=f"{name}::attn_scale")
+    s = _masks(g, s, (seq_q, seq_kv), causal, neg_inf, name)
+    rows = _rowdim(q)
+    m = reduction(g, s, "max", rows, name=f"{name}::max")
+    e = _pw(g, P.EXP, _pw(g, P.SUB, s, m, name=f"{name}::sub"), name=f"{name}::exp")
+    z = reduction(g, e, "add", rows, name=f"{name}::sum")
+    stats = _pw(g, P.ADD, m, _pw(g, P.LOG, z, name=f"{name}::log"), name=f"{name}::stats")
+    p = _pw(g, P.DIV, e, z, name=f"{name}::p")
+    if dropout is not None:
+        prob, seed, offset = dropout
+        mask = rng(g, p.dim, p, 1.0 - prob, (seed, offset), f"{name}::rng")
+        p = _pw(g, P.MUL, p, mask, name=f"{name}::dropout_mask")
+        inv_keep = g._constant(1.0 / (1.0 - prob), DataType.FLOAT, f"{name}::dropout_scale")
+        p = _pw(g, P.MUL, p, inv_keep, name=f"{name}::dropout_scale")
+    if io is not None:
+        p.set_data_type(io)
+    out = _mm(g, p, v, (seq_q, None, seq_kv), f"{name}::bmm2")
+    out._stride = like_strides(out.dim, q.dim, q.stride)
+    out.set_output(True)
+    if io is not None:
+        out.set_data_type(io)
+    if is_inference:
+        return out, None
+    stats.set_output(True).set_data_type(DataType.FLOAT)
+    return out, stats
+
+
+def _check_backward(g: GraphBase, q: Tensor, k: Tensor, v: Tensor, saved: tuple) -> tuple:
+    """The forward's ``saved = (o, dO, stats)``, checked against q, k, v."""
+    op = "sdpa_backward"
+    o = g._check(op, "o", saved[0])
+    do = g._check(op, "dO", saved[1])
+    stats = g._check(op, "stats", saved[2])
+    b, hq, sq, _d = q.dim
+    skv, dv = k.dim[2], v.dim[3]
+    if sq == 1 and skv == 1:
+        raise ValueError(f"{g.name}.sdpa_backward: s_q = s_kv = 1 is not supported by cuDNN")
+    if o.dim != (b, hq, sq, dv) or do.dim != o.dim:
+        raise ValueError(
+            f"{g.name}.sdpa_backward: o and dO must have dims {(b, hq, sq, dv)}, "
+            f"got {o.dim} and {do.dim}"
+        )
+    if stats.dim != (b, hq, sq, 1):
+        raise ValueError(
+            f"{g.name}.sdpa_backward: stats must have dims {(b, hq, sq, 1)}, got {stats.dim}"
+        )
+    return o, do, stats
+
+
+def backward(
+    g: GraphBase,
+    qkv: tuple,
+    saved: tuple,
+    o: SdpaOptions,
+    name: str,
+    deterministic: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(dq, dk, dv)`` of attention over ``qkv = (q, k, v)`` from the forward's ``saved =
+    (o, dO, stats)``; *deterministic* writes dQ directly instead of through a float32
+    accumulator."""
+    q, k, v, seq_q, seq_kv, dropout, scale, io = _checks(g, "sdpa_backward", qkv, o)
+    out, do, stats = _check_backward(g, q, k, v, saved)
+    causal = o.use_causal_mask
+    b, hq, sq, d = q.dim
+    _, hk, skv, _ = k.dim
+    hv, dv = v.dim[1], v.dim[3]
+    k_strides = k.stride
+    k._swap_last = True
+    v._swap_last = True
+    neg_inf = _neg_inf(g, seq_q, causal, name)
+    mask = None
+    if dropout is not None:
+        prob, seed, offset = dropout
+        mask = rng(g, (b, hq, sq, skv), q, 1.0 - prob, (seed, offset), f"{name}::rng")
+        keep = g._constant(1.0 - prob, DataType.FLOAT, f"{name}::dropout_scale_inv")
+        dscale = g._constant(1.0 / (1.0 - prob), DataType.FLOAT, f"{name}::dropout_scale")
+    else:
+        keep = g._constant(1.0, DataType.FLOAT, f"{name}::one")
+    rows = _rowdim(q)
+    t = _pw(g, P.MUL, do, out, name=f"{name}::dO_O")
+    r = reduction(g, t, "add", rows, name=f"{name}::rowsum_dO_O")
+    softmax_sum = _pw(g, P.MUL, r, keep, name=f"{name}::softmax_sum")
+    _to_scratch(softmax_sum, None)
+    s = _mm(g, q, k, (seq_q, seq_kv, None), f"{name}::Q_KT")
+    s = _pw(g, P.MUL, s, scale, name=f"{name}::attn_scale")
+
+    def sub_stats(x: Tensor) -> Tensor:
+        return _pw(g, P.SUB, x, stats, name=f"{name}::sub_stats")
+
+    s = _masks(g, s, (seq_q, seq_kv), causal, neg_inf, name, after_padding=sub_stats)
+    exp_s = _pw(g, P.EXP, s, name=f"{name}::exp_s")
+    p = exp_s
+    if mask is not None:
+        p = _pw(g, P.MUL, p, mask, name=f"{name}::p_dropout_mask")
+        p = _pw(g, P.MUL, p, dscale, name=f"{name}::p_dropout_scale")
+    pt_stride = (hq * sq * skv, sq * skv, 1, skv)
+    pt = reshape(g, p, (b, hq, skv, sq), pt_stride, io, f"{name}::reshape_p")
+    dv_full = _mm(g, pt, do, (seq_kv, None, seq_q), f"{name}::pT_dO")
+    dv_t = _head_sum(g, dv_full, (b, hv, skv, dv), v, io, f"{name}::dV")
+    dp = _mm(g, do, v, (seq_q, seq_kv, None), f"{name}::dO_VT")
+    if mask is not None:
+        dp = _pw(g, P.MUL, dp, mask, name=f"{name}::dP_dropout_mask")
+    dp = _pw(g, P.SUB, dp, softmax_sum, name=f"{name}::sub_softmax_sum")
+    dp = _pw(g, P.MUL, dp, exp_s, name=f"{name}::mul_exp_s")
+    if mask is not None:
+        dp = _pw(g, P.MUL, dp, dscale, name=f"{name}::dS_dropout_scale")
+    ds = _pw(g, P.MUL, dp, scale, name=f"{name}::dS")
+    dst = reshape(g, ds, (b, hq, skv, sq), pt_stride, io, f"{name}::reshape_dS")
+    dk_full = _mm(g, dst, q, (seq_kv, None, seq_q), f"{name}::dST_Q")
+    dk_t = _head_sum(g, dk_full, (b, hk, skv, d), k, io, f"{name}::dK")
+    kv = reshape(g, k, (b, hk, skv, d), k_strides, name=f"{name}::reshape_k")
+    dq_acc = _mm(g, ds, kv, (seq_q, None, seq_kv), f"{name}::dS_K")
+    if deterministic:
+        dq = dq_acc
+    else:
+        # cuDNN >= 9.6 initialises the accumulator itself (cudnn-frontend zeroes it before)
+        _to_scratch(dq_acc, "zero" if cudnn_version() < 90600 else None)
+        dq_acc.set_data_type(DataType.FLOAT)
+        dq = _pw(g, P.IDENTITY, dq_acc, name=f"{name}::dQ")
+    dq._stride = like_strides(dq.dim, q.dim, q.stride)
+    dq.set_output(True)
+    if io is not None:
+        dq.set_data_type(io)
+    return dq, dk_t, dv_t
+
+
+def _to_scratch(t: Tensor, fill: str | None) -> None:
+    """An operation output the graph keeps in its workspace (float32, packed)."""
+    t._virtual = False
+    t._scratch = fill or "keep"
+    t._dtype = DataType.FLOAT
+    t._stride = _layout.packed_strides(t.dim)
+
+
+def _head_sum(
+    g: GraphBase, full: Tensor, dim: tuple[int, ...], like: Tensor, io: Any, name: str
+) -> Tensor:
+    """The gradient of K or V: the matmul's output as is, or (grouped-query) summed over each
+    group of query heads."""
+    if full.dim != dim:
+        if io is not None:
+            full.set_data_type(io)
+        full = reduction(g, full, "add", dim, name=f"{name}::head_sum")
+    full._stride = like_strides(dim, like.dim, like.stride)
+    full.set_output(True)
+    if io is not None:
+        full.set_data_type(io)
+    return full
