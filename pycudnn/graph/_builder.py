@@ -28,29 +28,23 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _config, _cuda, _layout, memory
 from .. import handle as _handle
-from .._types import FLOATS, as_data_type, dtype_name
+from .._types import FLOATS
 from ..descriptors import BackendDescriptor
-from ..descriptors._validate import coerce_enum
 from ..enums import BackendAttributeName as A
 from ..enums import BackendAttributeType as T
 from ..enums import (
-    BackendBehaviorNote,
     BackendDescriptorType,
-    BackendHeurMode,
     BackendNormFwdPhase,
-    BackendNormMode,
-    BackendNumericalNote,
     DataType,
 )
 from . import _plans, _scratch
-from ._key import GraphKey, NodeSpec, TensorSpec
+from ._key import GraphKey, TensorSpec, freeze, node_specs, search_policy, structure, unnamed
 from ._tensor import (
     GraphBase,
     Tensor,
     as_dims,
     as_dtype,
-    described_dim,
-    described_stride,
+    check_array,
     host_scalar,
 )
 from ._tensor import alignment_of as alignment_of  # also the high level's (_graphops)
@@ -60,19 +54,6 @@ from .nodes._base import cudnn_version as cudnn_version  # also the high level's
 from .nodes.pointwise import POINTWISE_NAMES
 
 __all__ = ["POINTWISE_NAMES", "Graph", "Tensor", "load_plan"]
-
-_HEUR = {
-    "a": BackendHeurMode.MODE_A,
-    "b": BackendHeurMode.MODE_B,
-    "instant": BackendHeurMode.MODE_INSTANT,
-    "fallback": BackendHeurMode.MODE_FALLBACK,
-}
-_MODES = {
-    "layernorm": BackendNormMode.LAYER_NORM,
-    "rmsnorm": BackendNormMode.RMS_NORM,
-    "instancenorm": BackendNormMode.INSTANCE_NORM,
-    "batchnorm": BackendNormMode.BATCH_NORM,
-}
 
 
 class Graph(GraphBase):
@@ -335,7 +316,7 @@ class Graph(GraphBase):
         statistics are None in inference). *scale*/*bias* are shaped like one sample
         (1, *input.dim[1:]); *epsilon* a scalar tensor (:meth:`scalar`)."""
         inputs = (input, scale, bias, epsilon)
-        return self._norm("layernorm", norm_forward_phase, inputs, name)  # type: ignore[return-value]
+        return norm.forward(self, "layernorm", norm_forward_phase, inputs, name)  # type: ignore[return-value]
 
     def rmsnorm(
         self,
@@ -348,7 +329,9 @@ class Graph(GraphBase):
         name: str | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """RMS norm over every dim but the first: ``(y, inv_variance)`` (None in inference)."""
-        outs = self._norm("rmsnorm", norm_forward_phase, (input, scale, bias, epsilon), name)
+        outs = norm.forward(
+            self, "rmsnorm", norm_forward_phase, (input, scale, bias, epsilon), name
+        )
         return outs[0], (outs[1] if len(outs) > 1 else None)
 
     def instancenorm(
@@ -362,7 +345,9 @@ class Graph(GraphBase):
         name: str | None = None,
     ) -> tuple:
         """Instance norm (per sample and channel): ``(y, mean, inv_variance)``."""
-        return self._norm("instancenorm", norm_forward_phase, (input, scale, bias, epsilon), name)
+        return norm.forward(
+            self, "instancenorm", norm_forward_phase, (input, scale, bias, epsilon), name
+        )
 
     def batchnorm(
         self,
@@ -393,12 +378,7 @@ class Graph(GraphBase):
                 self._check("batchnorm", "momentum", momentum),
             )
         inputs = (input, scale, bias, epsilon)
-        return self._norm("batchnorm", norm_forward_phase, inputs, name, running)
-
-    def _norm(
-        self, op: str, phase: Any, inputs: tuple, name: str | None, running: tuple | None = None
-    ) -> tuple:
-        return norm.forward(self, op, _MODES[op], phase, inputs, name, running)
+        return norm.forward(self, "batchnorm", norm_forward_phase, inputs, name, running)
 
     def layernorm_backward(
         self,
@@ -411,7 +391,7 @@ class Graph(GraphBase):
         name: str | None = None,
     ) -> tuple:
         """``(dx, dscale, dbias)`` of :meth:`layernorm` from its saved statistics."""
-        return self._norm_backward("layernorm", (grad, input, scale), (mean, inv_variance), name)
+        return norm.backward(self, "layernorm", (grad, input, scale), (mean, inv_variance), name)
 
     def rmsnorm_backward(
         self,
@@ -425,7 +405,7 @@ class Graph(GraphBase):
     ) -> tuple:
         """``(dx, dscale, dbias)`` of :meth:`rmsnorm` (dbias None unless *has_dbias*)."""
         inputs = (grad, input, scale)
-        return self._norm_backward("rmsnorm", inputs, (None, inv_variance), name, has_dbias)
+        return norm.backward(self, "rmsnorm", inputs, (None, inv_variance), name, has_dbias)
 
     def instancenorm_backward(
         self,
@@ -439,7 +419,7 @@ class Graph(GraphBase):
     ) -> tuple:
         """``(dx, dscale, dbias)`` of :meth:`instancenorm`."""
         inputs = (grad, input, scale)
-        return self._norm_backward("instancenorm", inputs, (mean, inv_variance), name)
+        return norm.backward(self, "instancenorm", inputs, (mean, inv_variance), name)
 
     def batchnorm_backward(
         self,
@@ -452,13 +432,7 @@ class Graph(GraphBase):
         name: str | None = None,
     ) -> tuple:
         """``(dx, dscale, dbias)`` of :meth:`batchnorm`."""
-        return self._norm_backward("batchnorm", (grad, input, scale), (mean, inv_variance), name)
-
-    def _norm_backward(
-        self, norm_op: str, inputs: tuple, saved: tuple, name: str | None, has_dbias: bool = True
-    ) -> tuple:
-        op = f"{norm_op}_backward"
-        return norm.backward(self, op, _MODES[norm_op], inputs, saved, has_dbias, name)
+        return norm.backward(self, "batchnorm", (grad, input, scale), (mean, inv_variance), name)
 
     # -- attention (composite graphs, nodes/sdpa.py) -------------------------------------------
     def sdpa(
@@ -527,59 +501,7 @@ class Graph(GraphBase):
         return self
 
     def _freeze_tensors(self) -> tuple[tuple[TensorSpec, ...], tuple[int, ...]]:
-        if not self._nodes:
-            raise ValueError(f"{self.name}: the graph has no operations")
-        if not any(not t._virtual and t._producer for t in self._tensors):
-            raise ValueError(f"{self.name}: no operation output is marked set_output(True)")
-        used: set[int] = {t._uid for t in self._tensors if t._uid is not None}
-        if len(used) != sum(t._uid is not None for t in self._tensors):
-            raise ValueError(f"{self.name}: two tensors were given the same uid")
-        nxt = 1
-        specs = []
-        for t in self._tensors:
-            if t._uid is None:
-                while nxt in used:
-                    nxt += 1
-                used.add(nxt)
-                uid = nxt
-            else:
-                uid = t._uid
-            dt = t._dtype
-            if dt is None:
-                dt = self.intermediate_data_type if t._virtual else self.io_data_type
-                if dt is None:
-                    raise ValueError(
-                        f"{self.name}: tensor {t._name!r} has no data type: call "
-                        "set_data_type(...) or give the Graph an io_data_type"
-                    )
-            spec = TensorSpec(
-                uid,
-                described_dim(t),
-                described_stride(t),
-                int(dt),
-                t._virtual,
-                t._by_value,
-                t._alignment,
-                t._scratch,
-            )
-            specs.append((t, spec))
-        return tuple(s for _t, s in specs), self._pointer_order(specs)
-
-    def _pointer_order(self, specs: list[tuple[Tensor, TensorSpec]]) -> tuple[int, ...]:
-        """A call's pointer order: real data tensors as declared (those of
-        :meth:`set_io_order` first), then the by-value constants, then the scratch tensors."""
-        used = {id(t) for _k, _n, _s, roles in self._nodes for _r, t in roles}
-        real = [
-            (t, s)
-            for t, s in specs
-            if not s.is_virtual and not s.is_by_value and not s.scratch and id(t) in used
-        ]
-        if self._order:
-            rank = {id(t): i for i, t in enumerate(self._order)}
-            real.sort(key=lambda ts: rank.get(id(ts[0]), len(rank) + ts[0]._index))
-        byv = [s for t, s in specs if s.is_by_value and id(t) in used]
-        scr = [s for _t, s in specs if s.scratch]
-        return tuple(s.uid for s in (*(s for _t, s in real), *byv, *scr))
+        return freeze(self, self._order)
 
     def key(
         self,
@@ -596,39 +518,19 @@ class Graph(GraphBase):
         """The frozen graph with its search policy (what :meth:`build` plans and caches)."""
         tensors, uids = self._freeze_tensors()
         flags = _config.config.snapshot()
-        if policy not in ("heuristics", "autotune"):
-            raise ValueError(f"{self.name}: policy={policy!r} is not 'heuristics' or 'autotune'")
-        hm = self._heur_modes(heur_mode)
-        deny_n = frozenset(
-            int(coerce_enum(n, BackendNumericalNote, "deny_numerical_notes"))
-            for n in deny_numerical_notes
-        )
-        deny_b = frozenset(
-            int(coerce_enum(n, BackendBehaviorNote, "deny_behavior_notes"))
-            for n in deny_behavior_notes
-        )
         wl = flags.workspace_limit if workspace_limit is None else workspace_limit
-        if wl is not None and (isinstance(wl, bool) or not isinstance(wl, int) or wl < 0):
-            raise ValueError(
-                f"{self.name}: workspace_limit must be None or an int >= 0, got {wl!r}"
-            )
+        searched = search_policy(
+            self.name, policy, heur_mode, wl, (deny_numerical_notes, deny_behavior_notes)
+        )
         real_types = [
             t.data_type
             for t in tensors
             if not t.is_virtual and not t.is_by_value and not t.scratch and t.data_type in FLOATS
         ]
         main = self.io_data_type or (real_types[0] if real_types else DataType.FLOAT)
-        nodes = tuple(
-            NodeSpec(
-                kind,
-                tuple(sorted(s.items())),
-                tuple((role, tensors[t._index].uid) for role, t in roles),
-            )
-            for kind, _name, s, roles in self._nodes
-        )
         return GraphKey(
             tensors,
-            nodes,
+            node_specs(self, tensors),
             uids,
             names=(tuple(t._name for t in self._tensors), tuple(n[1] for n in self._nodes)),
             dtype=int(main),
@@ -636,28 +538,10 @@ class Graph(GraphBase):
             cudnn_version=cudnn_version(),
             allow_tf32=flags.allow_tf32 if allow_tf32 is None else bool(allow_tf32),
             deterministic=flags.deterministic if deterministic is None else bool(deterministic),
-            workspace_limit=-1 if wl is None else wl,
-            algo="time" if policy == "autotune" else "guess",
-            heur_modes=hm,
-            deny_numerical=deny_n,
-            deny_behavior=deny_b,
             label=self._label,
             api=self._api,
+            **searched,
         )
-
-    def _heur_modes(self, heur_mode: Any) -> tuple[BackendHeurMode, ...]:
-        modes = (heur_mode,) if isinstance(heur_mode, str) else tuple(heur_mode)
-        try:
-            hm = tuple(
-                _HEUR[m.lower()] if isinstance(m, str) else BackendHeurMode(m) for m in modes
-            )
-        except (KeyError, ValueError, AttributeError):
-            raise ValueError(
-                f"{self.name}: heur_mode={heur_mode!r}: expected names from {tuple(_HEUR)}"
-            ) from None
-        if not hm:
-            raise ValueError(f"{self.name}: heur_mode is empty")
-        return hm
 
     def build(
         self,
@@ -802,7 +686,7 @@ class Graph(GraphBase):
                     f"{self.name}: no array for tensor {t._name!r} (uid {uid}) in variant_pack"
                 )
             else:
-                ptrs.append(_check_array(self.name, t, pack[uid], spec, key.device))
+                ptrs.append(check_array(self.name, t, pack[uid], spec, key.device))
         return ptrs, keep
 
     def constant_pointers(self) -> tuple[int, ...]:
@@ -840,25 +724,7 @@ class Graph(GraphBase):
     # -- saving plans ----------------------------------------------------------------------------
     def to_json(self) -> str:
         """The graph's structure (tensors, nodes, data types) as JSON: no GPU needed."""
-        tensors, _uids = self._freeze_tensors()
-        doc = {
-            "format": "pycudnn.graph/1",
-            "name": self.name,
-            "tensors": [
-                dict(spec._asdict(), name=t._name)
-                for t, spec in zip(self._tensors, tensors, strict=True)
-            ],
-            "nodes": [
-                {
-                    "kind": kind,
-                    "name": name,
-                    "settings": s,
-                    "tensors": [[role, tensors[t._index].uid] for role, t in roles],
-                }
-                for kind, name, s, roles in self._nodes
-            ],
-        }
-        return json.dumps(doc, sort_keys=True)
+        return json.dumps(structure(self, self._freeze_tensors()[0]), sort_keys=True)
 
     def serialize(self) -> str:
         """The built plan as JSON (cuDNN's plan representation and this graph's structure), for
@@ -882,7 +748,7 @@ class Graph(GraphBase):
             *data* was saved for another graph structure or another cuDNN version.
         """
         saved = json.loads(data)
-        if _unnamed(saved.get("graph")) != _unnamed(json.loads(self.to_json())):
+        if unnamed(saved.get("graph")) != unnamed(json.loads(self.to_json())):
             raise ValueError(f"{self.name}: the saved plan is for another graph structure")
         if saved.get("cudnn_version") != cudnn_version():
             raise ValueError(
@@ -914,55 +780,6 @@ def load_plan(text: str, h: Any, uids: Sequence[int], *, engine: int = -1) -> An
     ws = int(plan.get(A.EXECUTION_PLAN_WORKSPACE_SIZE, T.INT64, 1)[0])
     info = _plans.EngineInfo(engine, frozenset(), frozenset(), ws)
     return _plans.GraphPlan(plan, None, h, info, ws, uids, "loaded from JSON")
-
-
-def _unnamed(graph: Any) -> Any:
-    """A :meth:`Graph.to_json` structure without its names (they only label messages)."""
-    if not isinstance(graph, dict):
-        return graph
-    return {
-        "tensors": [{k: v for k, v in t.items() if k != "name"} for t in graph.get("tensors", [])],
-        "nodes": [{k: v for k, v in n.items() if k != "name"} for n in graph.get("nodes", [])],
-    }
-
-
-def _check_array(graph: str, t: Tensor, obj: Any, spec: TensorSpec, device: int) -> int:
-    """The array's address after checking it against tensor *t* (its own dims and strides,
-    not the transposed view cuDNN may be given)."""
-    name = t._name
-    try:
-        a = memory.asarray(obj, check=False)
-    except Exception as exc:
-        raise TypeError(f"{graph}: tensor {name!r} needs a device array: {exc}") from None
-    try:
-        dt = as_data_type(a.dtype)
-    except TypeError:
-        dt = None
-    if dt != spec.data_type:
-        raise TypeError(
-            f"{graph}: tensor {name!r} is {dtype_name(DataType(spec.data_type))}, "
-            f"the array {a.dtype}"
-        )
-    shape = tuple(a.shape) or (1,)
-    if shape != t._dim:
-        raise ValueError(f"{graph}: tensor {name!r} has dims {t._dim}, the array {shape}")
-    isz = a.dtype.itemsize
-    strides = tuple(s // isz for s in a.strides) or (1,)
-    if not _layout.matches(shape, strides, t._stride):
-        raise ValueError(
-            f"{graph}: tensor {name!r} has strides {t._stride}, the array {strides} (elements)"
-        )
-    if a.device != device:
-        raise ValueError(
-            f"{graph}: tensor {name!r}'s array is on device {a.device}, the graph "
-            f"was built for device {device}"
-        )
-    if a.ptr % spec.alignment:
-        raise ValueError(
-            f"{graph}: tensor {name!r}'s address 0x{a.ptr:x} is not aligned to "
-            f"{spec.alignment} B as declared"
-        )
-    return a.ptr
 
 
 # -- kept for the high level until it moves (see the report of issue 24) -----------------------

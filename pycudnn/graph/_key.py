@@ -15,19 +15,30 @@ autotuned graph on, and ``scratch`` the tensors the graph keeps in its workspace
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from .. import _layout, errors, memory
 from .._types import FLOATS, itemsize, scaling_type
 from ..descriptors import BackendDescriptor
+from ..descriptors._validate import coerce_enum
 from ..enums import BackendAttributeName as A
 from ..enums import BackendAttributeType as T
-from ..enums import BackendHeurMode, DataType
-from ._tensor import host_scalar
+from ..enums import BackendBehaviorNote, BackendHeurMode, BackendNumericalNote, DataType
+from ._tensor import GraphBase, Tensor, described_dim, described_stride, host_scalar
 from .nodes import KINDS
 from .nodes._base import SCALING
 
-__all__ = ["GraphKey", "NodeSpec", "TensorSpec"]
+__all__ = [
+    "GraphKey",
+    "NodeSpec",
+    "TensorSpec",
+    "freeze",
+    "node_specs",
+    "search_policy",
+    "structure",
+    "unnamed",
+]
 
 
 class TensorSpec(NamedTuple):
@@ -51,6 +62,159 @@ class NodeSpec(NamedTuple):
     kind: str
     settings: tuple[tuple[str, Any], ...]
     tensors: tuple[tuple[str, int], ...]
+
+
+_HEUR = {
+    "a": BackendHeurMode.MODE_A,
+    "b": BackendHeurMode.MODE_B,
+    "instant": BackendHeurMode.MODE_INSTANT,
+    "fallback": BackendHeurMode.MODE_FALLBACK,
+}
+
+
+def node_specs(g: GraphBase, tensors: Sequence[TensorSpec]) -> tuple[NodeSpec, ...]:
+    """The frozen nodes of *g* (settings sorted, tensors by uid) given its frozen *tensors*."""
+    return tuple(
+        NodeSpec(
+            kind,
+            tuple(sorted(s.items())),
+            tuple((role, tensors[t._index].uid) for role, t in roles),
+        )
+        for kind, _name, s, roles in g._nodes
+    )
+
+
+def search_policy(
+    where: str, policy: str, heur_mode: Any, workspace_limit: Any, deny_notes: tuple
+) -> dict[str, Any]:
+    """The search keywords of a :class:`GraphKey` from ``Graph.key``'s arguments, checked
+    (errors start with *where*): *policy* ``'heuristics'`` or ``'autotune'``, heuristics modes
+    by name or member, the workspace limit (None: no limit), ``deny_notes`` the numerical and
+    the behavior notes (members or names) an engine must not have."""
+    if policy not in ("heuristics", "autotune"):
+        raise ValueError(f"{where}: policy={policy!r} is not 'heuristics' or 'autotune'")
+    modes = (heur_mode,) if isinstance(heur_mode, str) else tuple(heur_mode)
+    try:
+        hm = tuple(_HEUR[m.lower()] if isinstance(m, str) else BackendHeurMode(m) for m in modes)
+    except (KeyError, ValueError, AttributeError):
+        raise ValueError(
+            f"{where}: heur_mode={heur_mode!r}: expected names from {tuple(_HEUR)}"
+        ) from None
+    if not hm:
+        raise ValueError(f"{where}: heur_mode is empty")
+    numerical, behavior = deny_notes
+    deny_n = frozenset(
+        int(coerce_enum(n, BackendNumericalNote, "deny_numerical_notes")) for n in numerical
+    )
+    deny_b = frozenset(
+        int(coerce_enum(n, BackendBehaviorNote, "deny_behavior_notes")) for n in behavior
+    )
+    wl = workspace_limit
+    if wl is not None and (isinstance(wl, bool) or not isinstance(wl, int) or wl < 0):
+        raise ValueError(f"{where}: workspace_limit must be None or an int >= 0, got {wl!r}")
+    return {
+        "algo": "time" if policy == "autotune" else "guess",
+        "heur_modes": hm,
+        "workspace_limit": -1 if wl is None else wl,
+        "deny_numerical": deny_n,
+        "deny_behavior": deny_b,
+    }
+
+
+def freeze(
+    g: GraphBase, order: Sequence[Tensor] = ()
+) -> tuple[tuple[TensorSpec, ...], tuple[int, ...]]:
+    """``(the tensors' specs in declaration order, the uids in a call's pointer order)`` of the
+    graph *g*: uids assigned (those set by ``set_uid`` kept), data types resolved from the
+    graph's defaults, the dims and strides as cuDNN sees them. *order*: the tensors
+    ``set_io_order`` put first."""
+    if not g._nodes:
+        raise ValueError(f"{g.name}: the graph has no operations")
+    if not any(not t._virtual and t._producer for t in g._tensors):
+        raise ValueError(f"{g.name}: no operation output is marked set_output(True)")
+    used: set[int] = {t._uid for t in g._tensors if t._uid is not None}
+    if len(used) != sum(t._uid is not None for t in g._tensors):
+        raise ValueError(f"{g.name}: two tensors were given the same uid")
+    nxt = 1
+    specs = []
+    for t in g._tensors:
+        if t._uid is None:
+            while nxt in used:
+                nxt += 1
+            used.add(nxt)
+            uid = nxt
+        else:
+            uid = t._uid
+        dt = t._dtype
+        if dt is None:
+            dt = g.intermediate_data_type if t._virtual else g.io_data_type
+            if dt is None:
+                raise ValueError(
+                    f"{g.name}: tensor {t._name!r} has no data type: call "
+                    "set_data_type(...) or give the Graph an io_data_type"
+                )
+        spec = TensorSpec(
+            uid,
+            described_dim(t),
+            described_stride(t),
+            int(dt),
+            t._virtual,
+            t._by_value,
+            t._alignment,
+            t._scratch,
+        )
+        specs.append((t, spec))
+    return tuple(s for _t, s in specs), _pointer_order(g, specs, order)
+
+
+def _pointer_order(
+    g: GraphBase, specs: list[tuple[Tensor, TensorSpec]], order: Sequence[Tensor]
+) -> tuple[int, ...]:
+    """A call's pointer order: real data tensors as declared (those of
+    ``set_io_order`` first), then the by-value constants, then the scratch tensors."""
+    used = {id(t) for _k, _n, _s, roles in g._nodes for _r, t in roles}
+    real = [
+        (t, s)
+        for t, s in specs
+        if not s.is_virtual and not s.is_by_value and not s.scratch and id(t) in used
+    ]
+    if order:
+        rank = {id(t): i for i, t in enumerate(order)}
+        real.sort(key=lambda ts: rank.get(id(ts[0]), len(rank) + ts[0]._index))
+    byv = [s for t, s in specs if s.is_by_value and id(t) in used]
+    scr = [s for _t, s in specs if s.scratch]
+    return tuple(s.uid for s in (*(s for _t, s in real), *byv, *scr))
+
+
+def structure(g: GraphBase, tensors: Sequence[TensorSpec]) -> dict[str, Any]:
+    """The document ``Graph.to_json`` writes: the frozen *tensors* and *g*'s nodes, with their
+    names."""
+    return {
+        "format": "pycudnn.graph/1",
+        "name": g.name,
+        "tensors": [
+            dict(spec._asdict(), name=t._name) for t, spec in zip(g._tensors, tensors, strict=True)
+        ],
+        "nodes": [
+            {
+                "kind": kind,
+                "name": name,
+                "settings": s,
+                "tensors": [[role, tensors[t._index].uid] for role, t in roles],
+            }
+            for kind, name, s, roles in g._nodes
+        ],
+    }
+
+
+def unnamed(graph: Any) -> Any:
+    """A ``Graph.to_json`` structure without its names (they only label messages)."""
+    if not isinstance(graph, dict):
+        return graph
+    return {
+        "tensors": [{k: v for k, v in t.items() if k != "name"} for t in graph.get("tensors", [])],
+        "nodes": [{k: v for k, v in n.items() if k != "name"} for n in graph.get("nodes", [])],
+    }
 
 
 def _refused(exc: errors.CudnnError, node: str, kind: str, what: str) -> errors.CudnnError:

@@ -11,7 +11,7 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _layout
+from .. import _layout, memory
 from .._types import as_data_type, dtype_name
 from ..enums import DataType
 
@@ -21,6 +21,7 @@ __all__ = [
     "alignment_of",
     "as_dims",
     "as_dtype",
+    "check_array",
     "described_dim",
     "described_stride",
     "host_scalar",
@@ -296,6 +297,46 @@ def described_stride(t: Tensor) -> tuple[int, ...]:
     """The strides cuDNN sees (as :func:`described_dim`)."""
     s = t._stride
     return (*s[:-2], s[-1], s[-2]) if t._swap_last else s
+
+
+def check_array(graph: str, t: Tensor, obj: Any, spec: Any, device: int) -> int:
+    """The array's address after checking it against tensor *t* (its own dims and strides,
+    not the transposed view cuDNN may be given) and its frozen *spec* (data type,
+    alignment)."""
+    name = t._name
+    try:
+        a = memory.asarray(obj, check=False)
+    except Exception as exc:
+        raise TypeError(f"{graph}: tensor {name!r} needs a device array: {exc}") from None
+    try:
+        dt = as_data_type(a.dtype)
+    except TypeError:
+        dt = None
+    if dt != spec.data_type:
+        raise TypeError(
+            f"{graph}: tensor {name!r} is {dtype_name(DataType(spec.data_type))}, "
+            f"the array {a.dtype}"
+        )
+    shape = tuple(a.shape) or (1,)
+    if shape != t._dim:
+        raise ValueError(f"{graph}: tensor {name!r} has dims {t._dim}, the array {shape}")
+    isz = a.dtype.itemsize
+    strides = tuple(s // isz for s in a.strides) or (1,)
+    if not _layout.matches(shape, strides, t._stride):
+        raise ValueError(
+            f"{graph}: tensor {name!r} has strides {t._stride}, the array {strides} (elements)"
+        )
+    if a.device != device:
+        raise ValueError(
+            f"{graph}: tensor {name!r}'s array is on device {a.device}, the graph "
+            f"was built for device {device}"
+        )
+    if a.ptr % spec.alignment:
+        raise ValueError(
+            f"{graph}: tensor {name!r}'s address 0x{a.ptr:x} is not aligned to "
+            f"{spec.alignment} B as declared"
+        )
+    return a.ptr
 
 
 #: one recorded operation: (kind, name, settings, [(role, tensor)...], inputs first)

@@ -13,9 +13,16 @@ from ...enums import BackendNormFwdPhase, BackendNormMode, DataType
 from .._tensor import GraphBase, Tensor
 from ._base import NodeKind, Scalar
 
-__all__ = ["KINDS", "backward", "forward", "phase"]
+__all__ = ["KINDS", "MODES", "backward", "forward", "phase"]
 
 _RMS = BackendNormMode.RMS_NORM
+#: the graph's norm methods -> the mode they record
+MODES = {
+    "layernorm": BackendNormMode.LAYER_NORM,
+    "rmsnorm": _RMS,
+    "instancenorm": BackendNormMode.INSTANCE_NORM,
+    "batchnorm": BackendNormMode.BATCH_NORM,
+}
 
 
 def phase(value: Any, where: str) -> BackendNormFwdPhase:
@@ -62,15 +69,15 @@ def _running(g: GraphBase, op: str, name: str | None, running: tuple) -> tuple[l
 def forward(
     g: GraphBase,
     op: str,
-    mode: BackendNormMode,
     norm_phase: Any,
     inputs: tuple,
     name: str | None,
     running: tuple | None = None,
 ) -> tuple:
-    """The forward norm *op* of *mode* over ``inputs = (x, scale, bias, epsilon)``: ``(y,
-    [mean,] inv_variance[, next_running_mean, next_running_var])`` (the statistics None in
-    inference; RMS norm has no mean)."""
+    """The forward norm *op* (a key of :data:`MODES`) over ``inputs = (x, scale, bias,
+    epsilon)``: ``(y, [mean,] inv_variance[, next_running_mean, next_running_var])`` (the
+    statistics None in inference; RMS norm has no mean)."""
+    mode = MODES[op]
     x, scale, bias, epsilon = inputs
     x = g._check(op, "input", x)
     scale = g._check(op, "scale", scale, optional=mode == _RMS)
@@ -109,16 +116,16 @@ def forward(
 
 def backward(
     g: GraphBase,
-    op: str,
-    mode: BackendNormMode,
+    norm_op: str,
     inputs: tuple,
     saved: tuple,
-    has_dbias: bool,
     name: str | None,
+    has_dbias: bool = True,
 ) -> tuple:
-    """``(dx, dscale, dbias)`` of the norm *op* of *mode* from ``inputs = (dy, x, scale)`` and
-    the forward's ``saved = (mean, inv_variance)`` (no mean for RMS norm); dbias None unless
-    *has_dbias*."""
+    """``(dx, dscale, dbias)`` of the norm *norm_op* (a key of :data:`MODES`) from ``inputs =
+    (dy, x, scale)`` and the forward's ``saved = (mean, inv_variance)`` (no mean for RMS
+    norm); dbias None unless *has_dbias*."""
+    op, mode = f"{norm_op}_backward", MODES[norm_op]
     grad, x, scale = inputs
     mean, inv_variance = saved
     dy = g._check(op, "grad", grad)
