@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _config, _cuda, _layout, memory
 from .. import handle as _handle
-from .._types import FLOATS
 from ..descriptors import BackendDescriptor
 from ..enums import BackendAttributeName as A
 from ..enums import BackendAttributeType as T
@@ -38,7 +37,17 @@ from ..enums import (
     DataType,
 )
 from . import _plans, _scratch
-from ._key import GraphKey, TensorSpec, freeze, node_specs, search_policy, structure, unnamed
+from ._key import (
+    GraphKey,
+    Policy,
+    TensorSpec,
+    freeze,
+    main_data_type,
+    node_specs,
+    search_policy,
+    structure,
+    unnamed,
+)
 from ._tensor import (
     GraphBase,
     Tensor,
@@ -522,26 +531,17 @@ class Graph(GraphBase):
         searched = search_policy(
             self.name, policy, heur_mode, wl, (deny_numerical_notes, deny_behavior_notes)
         )
-        real_types = [
-            t.data_type
-            for t in tensors
-            if not t.is_virtual and not t.is_by_value and not t.scratch and t.data_type in FLOATS
-        ]
-        main = self.io_data_type or (real_types[0] if real_types else DataType.FLOAT)
-        return GraphKey(
-            tensors,
-            node_specs(self, tensors),
-            uids,
-            names=(tuple(t._name for t in self._tensors), tuple(n[1] for n in self._nodes)),
-            dtype=int(main),
+        policy = Policy(
+            dtype=int(self.io_data_type or main_data_type(tensors)),
             device=_cuda.current_device() if device is None else int(device),
             cudnn_version=cudnn_version(),
             allow_tf32=flags.allow_tf32 if allow_tf32 is None else bool(allow_tf32),
             deterministic=flags.deterministic if deterministic is None else bool(deterministic),
-            label=self._label,
-            api=self._api,
             **searched,
         )
+        names = (tuple(t._name for t in self._tensors), tuple(n[1] for n in self._nodes))
+        nodes = node_specs(self, tensors)
+        return GraphKey(tensors, nodes, uids, policy, names=names, label=self._label, api=self._api)
 
     def build(
         self,

@@ -32,8 +32,10 @@ from .nodes._base import SCALING
 __all__ = [
     "GraphKey",
     "NodeSpec",
+    "Policy",
     "TensorSpec",
     "freeze",
+    "main_data_type",
     "node_specs",
     "search_policy",
     "structure",
@@ -64,6 +66,22 @@ class NodeSpec(NamedTuple):
     tensors: tuple[tuple[str, int], ...]
 
 
+class Policy(NamedTuple):
+    """What changes a graph's plan beside its structure: the main data type, the device and
+    cuDNN, the numerics filters and the search (:func:`search_policy` checks the last five)."""
+
+    dtype: int
+    device: int
+    cudnn_version: int
+    allow_tf32: bool
+    deterministic: bool
+    workspace_limit: int  #: bytes; -1: no limit
+    algo: str  #: ``'guess'`` (the first engine that builds) or ``'time'`` (the fastest)
+    heur_modes: tuple[int, ...]
+    deny_numerical: frozenset[int] = frozenset()
+    deny_behavior: frozenset[int] = frozenset()
+
+
 _HEUR = {
     "a": BackendHeurMode.MODE_A,
     "b": BackendHeurMode.MODE_B,
@@ -87,7 +105,7 @@ def node_specs(g: GraphBase, tensors: Sequence[TensorSpec]) -> tuple[NodeSpec, .
 def search_policy(
     where: str, policy: str, heur_mode: Any, workspace_limit: Any, deny_notes: tuple
 ) -> dict[str, Any]:
-    """The search keywords of a :class:`GraphKey` from ``Graph.key``'s arguments, checked
+    """The search fields of a :class:`Policy` from ``Graph.key``'s arguments, checked
     (errors start with *where*): *policy* ``'heuristics'`` or ``'autotune'``, heuristics modes
     by name or member, the workspace limit (None: no limit), ``deny_notes`` the numerical and
     the behavior notes (members or names) an engine must not have."""
@@ -186,6 +204,15 @@ def _pointer_order(
     return tuple(s.uid for s in (*(s for _t, s in real), *byv, *scr))
 
 
+def main_data_type(tensors: Sequence[TensorSpec]) -> DataType:
+    """The data type a graph without an io data type is planned for (the engines' numerics
+    filters): its first real floating-point tensor's, float32 without one."""
+    for t in tensors:
+        if not t.is_virtual and not t.is_by_value and not t.scratch and t.data_type in FLOATS:
+            return DataType(t.data_type)
+    return DataType.FLOAT
+
+
 def structure(g: GraphBase, tensors: Sequence[TensorSpec]) -> dict[str, Any]:
     """The document ``Graph.to_json`` writes: the frozen *tensors* and *g*'s nodes, with their
     names."""
@@ -257,28 +284,23 @@ class GraphKey:
         tensors: tuple[TensorSpec, ...],
         nodes: tuple[NodeSpec, ...],
         uids: tuple[int, ...],
+        policy: Policy,
         *,
         names: tuple[tuple[str, ...], tuple[str, ...]],
-        dtype: int,
-        device: int,
-        cudnn_version: int,
-        allow_tf32: bool,
-        deterministic: bool,
-        workspace_limit: int,
-        algo: str,
-        heur_modes: tuple[int, ...],
-        deny_numerical: frozenset[int] = frozenset(),
-        deny_behavior: frozenset[int] = frozenset(),
         label: str | None = None,
         api: str = "pycudnn.graph",
     ):
         self.tensors, self.nodes, self.uids = tensors, nodes, uids
         self.names = names  # (tensor names by position, node names by position)
-        self.dtype, self.device, self.cudnn_version = dtype, device, cudnn_version
-        self.allow_tf32, self.deterministic = allow_tf32, deterministic
-        self.workspace_limit, self.algo = workspace_limit, algo
-        self.heur_modes = tuple(BackendHeurMode(m) for m in heur_modes)
-        self.deny_numerical, self.deny_behavior = deny_numerical, deny_behavior
+        self.dtype, self.device, self.cudnn_version = (
+            policy.dtype,
+            policy.device,
+            policy.cudnn_version,
+        )
+        self.allow_tf32, self.deterministic = policy.allow_tf32, policy.deterministic
+        self.workspace_limit, self.algo = policy.workspace_limit, policy.algo
+        self.heur_modes = tuple(BackendHeurMode(m) for m in policy.heur_modes)
+        self.deny_numerical, self.deny_behavior = policy.deny_numerical, policy.deny_behavior
         self.label = label
         self.api = api  # the function named by errors
         self._hash = hash(self._fields())
