@@ -167,3 +167,58 @@ def test_every_high_level_name_is_exported_from_pycudnn():
     assert set(hl.__all__) <= set(pycudnn.__all__)
     for name in hl.__all__:
         assert getattr(pycudnn, name) is getattr(hl, name)
+
+
+# packages whose modules import one another without a circle, imports made inside functions
+# included (cuda-python checks the same with an import hook); the whole package once
+# memory/array <-> memory/interop is untangled
+ACYCLIC = ("pycudnn.graph", "pycudnn.descriptors")
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """Module -> the pycudnn modules it imports anywhere in its source (a ``from pkg import
+    sub`` counts as importing the submodule)."""
+    names = {}
+    for p in PKG.rglob("*.py"):
+        parts = p.relative_to(PKG.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    edges: dict[str, set[str]] = {}
+    for mod, path in names.items():
+        pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    found.add(sub if sub in names else target)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+        edges[mod] = {m for m in found if m in names and m != mod}
+    return edges
+
+
+@pytest.mark.parametrize("package", ACYCLIC)
+def test_no_import_circles_in_the_source(package):
+    edges = _module_imports()
+    inside = {m for m in edges if m == package or m.startswith(package + ".")}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    circles = []
+
+    def walk(mod: str, path: list[str]) -> None:
+        state[mod] = 1
+        for dep in sorted(edges[mod] & inside):
+            if state.get(dep) == 1:
+                circles.append(" -> ".join([*path[path.index(dep) :], dep]))
+            elif dep not in state:
+                walk(dep, [*path, dep])
+        state[mod] = 2
+
+    for mod in sorted(inside):
+        if mod not in state:
+            walk(mod, [mod])
+    assert not circles, f"import circles in {package}: {circles}"
