@@ -6,11 +6,14 @@ engine under every graph the library runs.
   attention), :meth:`Graph.build` a plan (heuristics or autotuned, engine filters), and
   :meth:`Graph.execute` it on device arrays; :meth:`Graph.serialize` /
   :meth:`Graph.deserialize` keep a chosen plan across processes.
+- :mod:`._tensor` -- :class:`Tensor` and the record of tensors and nodes every family adds to.
+- :mod:`.nodes` -- the operations by family (convolutions, pointwise, matmul, reduction,
+  norms, RNG and reshape, and the composite attention graphs cuDNN's fused flash-attention
+  engines run), each with its checks, output shapes and descriptor encoding.
 - :mod:`._key` -- the frozen graph (:class:`GraphKey`): what plans are cached under.
-- :mod:`._plans` -- the engine: heuristics search, numerics filters, timing, the per-thread
-  plan LRU, variant packs. The high level's convolutions (fused or not), matmul, norms and
-  attention are graph keys planned here: one mechanism.
-- :mod:`._sdpa` -- the composite attention graphs cuDNN's fused flash-attention engines run.
+- :mod:`._plans` -- the engine, one entry ``plan(key, handle)``: heuristics search, numerics
+  filters, timing, the per-thread plan LRU, variant packs. The high level's convolutions (fused
+  or not), matmul, norms and attention are graph keys planned here: one mechanism.
 
 See ``docs/graph.md``.
 """
