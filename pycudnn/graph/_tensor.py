@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 from .. import _layout, memory
 from .._types import as_data_type, dtype_name
@@ -94,7 +94,7 @@ _SCALAR_CTYPES = {
 }
 
 
-def host_scalar(value: Any, dt: DataType, name: str = "scalar") -> ctypes._SimpleCData:
+def host_scalar(value: Any, dt: DataType, name: str = "scalar") -> ctypes._SimpleCData[Any]:
     """*value* as the host scalar a by-value tensor of type *dt* passes (half and bfloat16 as
     their bits)."""
     ct = _SCALAR_CTYPES.get(dt)
@@ -159,7 +159,7 @@ class Tensor:
         self._name = name
         self._dim, self._stride, self._dtype = layout
         self._virtual, self._by_value = virtual, by_value
-        self._value: ctypes._SimpleCData | None = None
+        self._value: ctypes._SimpleCData[Any] | None = None
         self._uid: int | None = None
         self._alignment = 16
         self._producer = producer
@@ -377,6 +377,14 @@ class GraphBase:
         t = Tensor(self, index, name or f"t{index}", layout, virtual, by_value, producer)
         self._tensors.append(t)
         return t
+
+    @overload
+    def _check(
+        self, op: str, argument: str, t: Any, optional: Literal[False] = False
+    ) -> Tensor: ...
+
+    @overload
+    def _check(self, op: str, argument: str, t: Any, optional: bool) -> Tensor | None: ...
 
     def _check(self, op: str, argument: str, t: Any, optional: bool = False) -> Tensor | None:
         """*t* if it is a tensor of this graph (None if *optional* and None)."""

@@ -27,9 +27,9 @@ from pycudnn.descriptors import BackendDescriptor
 from pycudnn.enums import BackendDescriptorType as D
 from pycudnn.enums import DataType, PointwiseMode
 from pycudnn.graph import Graph, GraphKey, Tensor, _scratch, _tensor
+from pycudnn.graph._key import TensorSpec
 from pycudnn.graph.nodes import _base as nodes_base
 from pycudnn.graph.nodes import sdpa as sdpa_node
-from pycudnn.graph._key import TensorSpec
 
 F16, BF16, F32 = DataType.HALF, DataType.BFLOAT16, DataType.FLOAT
 
