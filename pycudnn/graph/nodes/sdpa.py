@@ -51,6 +51,7 @@ class SdpaOptions(NamedTuple):
 def _pw(
     g: GraphBase, mode: P, *inputs: Tensor, name: str, compute: Any = None, **params: Any
 ) -> Tensor:
+    """A pointwise node of *mode* (alphas 1, the graph's compute type unless *compute*)."""
     return pointwise.apply(g, mode, inputs, compute, name=name, params=params)
 
 
