@@ -16,8 +16,10 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import json
+import types
 
 import numpy as np
 import pytest
@@ -1065,3 +1067,101 @@ def test_sdpa_backward_public_deterministic_flag(det):
 def test_tensor_class_is_exported():
     g = g16()
     assert isinstance(g.tensor((1,)), Tensor)
+
+
+# ==================================================================================================
+# The engine entry: build -> _plans.plan, the key's timing buffers, execute -> GraphPlan.launch
+# ==================================================================================================
+def _graph_with_scratch():
+    g = g16()
+    a = g.tensor((1, 1, 2, 3), name="a")
+    b = g.tensor((1, 1, 2, 3), name="b")
+    y = g.mul(g.add(a, b), g.scalar(2.0, name="two"))
+    g.add(y, g._scratch("acc", (1, 1, 2, 3), F32, "zero"))
+    g.add(y, g.tensor((1, 1, 1, 1), data_type="float32", is_pass_by_value=True, name="bias"))
+    return g, a, b, y.set_output(True)
+
+
+class _FakeHandle:
+    stream = 7
+
+    def __init__(self):
+        self.streams = []
+
+    def set_stream(self, stream):
+        self.streams.append(stream)
+
+
+def test_the_key_gives_the_engine_timing_buffers(monkeypatch):
+    """Zero-filled buffers for the real tensors, 1 for the float by-value ones, placeholders
+    for the scratch tensors (carved from the workspace by GraphPlan.launch)."""
+    from pycudnn import memory
+
+    made = []
+
+    def zeros(shape, dtype, device, stream):
+        made.append((shape, dtype, device, stream))
+        return type("Buf", (), {"ptr": 4096 * len(made)})()
+
+    monkeypatch.setattr(memory, "zeros", zeros)
+    g, *_ = _graph_with_scratch()
+    key = g.key(device=3)
+    ptrs, keep = key.timing_buffers(_FakeHandle(), given_ptrs=None)
+    spec = {t.uid: t for t in key.tensors}
+    assert len(ptrs) == len(key.uids)
+    for uid, ptr in zip(key.uids, ptrs, strict=True):
+        s = spec[uid]
+        if s.scratch:
+            assert ptr == 0
+        elif s.is_by_value:
+            assert ctypes.c_float.from_address(ptr).value == 1.0
+    assert made == [((12,), "uint8", 3, 7)] * 3  # a, b, y: 6 half elements each
+    assert len(keep) == 3 + 2  # the buffers and the two host scalars
+
+
+def test_build_plans_through_the_engine_and_execute_launches(monkeypatch):
+    from pycudnn import _cuda, memory
+    from pycudnn.graph import _builder
+
+    launched = []
+
+    class Plan:
+        workspace = 0
+
+        def launch(self, ptrs, scratch=()):
+            # the by-value scalars are read when the plan runs
+            values = [ctypes.c_float.from_address(p).value for p in ptrs[3:5]]
+            launched.append((list(ptrs), scratch, values))
+
+    asked = []
+    handle = _FakeHandle()
+    monkeypatch.setattr(_builder._plans, "plan", lambda key, h: asked.append((key, h)) or Plan())
+    monkeypatch.setattr(_builder._handle, "get_handle", lambda device: handle)
+    monkeypatch.setattr(_cuda, "DeviceContext", lambda device: contextlib.nullcontext())
+
+    def asarray(obj, check=False):
+        shape, strides = (1, 1, 2, 3), (12, 12, 6, 2)
+        return types.SimpleNamespace(
+            dtype=np.dtype("float16"), shape=shape, strides=strides, device=0, ptr=obj
+        )
+
+    monkeypatch.setattr(memory, "asarray", asarray)
+    g, a, b, y = _graph_with_scratch()
+    g.build(device=0, policy="autotune")
+    ((key, h),) = asked
+    assert key is g._key and h is handle and key.algo == "time"
+    g.execute({a: 0x1000, b: 0x2000, y: 0x3000, "bias": 0.5}, stream=5)
+    ((ptrs, scratch, values),) = launched
+    assert ptrs[:3] == [0x1000, 0x2000, 0x3000] and ptrs[-1] == 0  # the scratch slot
+    assert sorted(values) == [0.5, 2.0]  # the given bias and the graph's constant
+    assert [s.scratch for s in scratch] == ["zero"] and handle.streams == [5]
+    Plan.workspace = 100  # a given workspace holds the engine's and the scratch tensors'
+    assert g.get_workspace_size() == 256 + 256
+    small = types.SimpleNamespace(nbytes=300, ptr=0x9000)
+
+    def asarray_or_workspace(obj, check=False):
+        return obj if obj is small else asarray(obj)
+
+    monkeypatch.setattr(memory, "asarray", asarray_or_workspace)
+    with pytest.raises(ValueError, match=r"workspace has 300 B, the plan needs 512 B"):
+        g.execute({a: 0x1000, b: 0x2000, y: 0x3000, "bias": 0.5}, small)
