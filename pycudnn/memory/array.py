@@ -820,11 +820,12 @@ def to_device(
     array : array-like
         Host data. A dense layout (C, Fortran, NHWC-as-NCHW transposes) is kept; any other is
         made C-contiguous first. bfloat16 host arrays use ``ml_dtypes.bfloat16``. A device
-        array is copied as is (same dtype).
+        array is copied as is (same dtype), onto *device* when given (a peer copy from another
+        device), else on its own device.
     stream : optional
         Stream to copy on (and that the new array is ordered on); default 0.
     device : int, optional
-        Default the current device.
+        Default the current device (for device data: the data's device).
     dtype : dtype-like, optional
         Convert on the host first.
 
@@ -846,10 +847,15 @@ def to_device(
             or _dlpack.device_type_of(array) == _dlpack.KDL_CUDA
         )
     ):
-        src = _foreign(array, stream)
+        dev = None if device is None else check_device(device, "pycudnn.to_device")
+        said = _device_said(array)
+        src = _foreign(array, stream if dev is None or said == dev else 0)
         if dtype is not None and checked_dtype(dtype) != src.dtype:
             raise TypeError("to_device copies device data as is; it cannot convert its dtype")
-        return src.copy(stream=stream)
+        if dev is None or dev == src.device:
+            return src.copy(stream=stream)
+        out = empty_like(src, device=dev, stream=stream)  # another device: a peer copy
+        return out.copy_(src, stream=out.stream)
     host = np.asarray(array, dtype=None if dtype is None else checked_dtype(dtype))
     dt = checked_dtype(host.dtype, argument="array.dtype")
     if host.dtype != dt:
