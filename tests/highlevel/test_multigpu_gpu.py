@@ -305,10 +305,8 @@ def test_a_converted_model_on_cuda_1_while_cuda_0_is_current():
 
     def make():
         torch.manual_seed(0)
-        return nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(8 * 8 * 8, 10),
-        )  # fmt: skip
+        layers = [nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2)]
+        return nn.Sequential(*layers, nn.Flatten(), nn.Linear(8 * 8 * 8, 10))
 
     ref, conv = make(), make()
     pt.convert(conv)
@@ -347,11 +345,9 @@ def test_convert_leaves_sync_batchnorm_alone():
 def test_the_ddp_example_trains_converted_models_like_torch_on_two_gpus(tmp_path):
     pytest.importorskip("torch")
     env = {**os.environ, **NO_MULTICAST, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "ddp_train.py"), "--steps", "4",
-         "--json", str(tmp_path / "ddp.json")],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=540,
-    )  # fmt: skip
+    script = str(ROOT / "examples" / "ddp_train.py")
+    cmd = [sys.executable, script, "--steps", "4", "--json", str(tmp_path / "ddp.json")]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=540)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("ddp ")]
     assert len(lines) == 2, r.stdout  # the CNN and the sequence model
