@@ -348,6 +348,7 @@ def test_the_ddp_example_trains_converted_models_like_torch_on_two_gpus(tmp_path
     script = str(ROOT / "examples" / "ddp_train.py")
     cmd = [sys.executable, script, "--steps", "4", "--json", str(tmp_path / "ddp.json")]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=540)
+    print(r.stdout)  # the summary lines, for -s or the junit report
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("ddp ")]
     assert len(lines) == 2, r.stdout  # the CNN and the sequence model
