@@ -261,13 +261,15 @@ def test_peer_copies_of_torch_tensors_on_their_streams():
     torch = pytest.importorskip("torch")
     torch.cuda.set_device(0)
     s0, s1 = torch.cuda.Stream(device=0), torch.cuda.Stream(device=1)
+    dst = memory.empty((4 << 20,), np.float32, 1, stream=s1)
     with torch.cuda.stream(s0):
         t0 = torch.randn(4 << 20, device="cuda:0")
         t0 = t0 * 2 + 1  # pending on s0
-    dst = memory.empty(tuple(t0.shape), np.float32, 1, stream=s1)
-    dst.copy_(t0)  # orders s0 (device 0) before the copy on s1 (device 1)
+    s1.wait_stream(s0)  # torch's rule for a tensor used on another stream (no host sync)
+    dst.copy_(t0)  # a peer copy on s1, dst's stream (device 1)
     out = torch.as_tensor(dst, device="cuda:1")
     s1.synchronize()
+    s0.synchronize()
     torch.testing.assert_close(out.cpu(), t0.cpu())
     back = torch.empty_like(t0)
     pycudnn.asarray(back).copy_(dst)
@@ -283,6 +285,7 @@ def test_torch_cuda_1_work_on_device_1s_current_stream_is_ordered_before_the_cal
     torch.cuda.set_device(0)
     s1 = torch.cuda.Stream(device=1)
     a = torch.randn(2048, 2048, device="cuda:1")
+    s1.wait_stream(torch.cuda.default_stream(1))
     with torch.cuda.stream(s1):
         x = (a @ a).reshape(64, 64, 32, 32)  # long work pending on s1, no sync
         y = pycudnn.dnn_softmax(x, stream=torch.cuda.current_stream(1))
@@ -314,6 +317,7 @@ def test_a_converted_model_on_cuda_1_while_cuda_0_is_current():
     torch.cuda.set_device(0)
     s1 = torch.cuda.Stream(device=1)
     x = torch.randn(4, 3, 16, 16, device="cuda:1")
+    s1.wait_stream(torch.cuda.default_stream(1))
     with torch.cuda.stream(s1):  # device 1's current stream; device 0 stays current
         outs = []
         for m in (ref, conv):
