@@ -10,8 +10,11 @@ model as torch.nn and converted with ``pycudnn.torch.convert``. Two processes (o
 NCCL, started with ``torch.multiprocessing.spawn``, NVLink multicast off) each hold both models
 twice: a plain copy (the one-GPU step, timed on rank 0 while rank 1 waits) and a
 ``DistributedDataParallel`` copy (the two-GPU step, ``--batch`` images per GPU, the time of the
-slower rank). The four (model, mode) cases alternate within one run (the order turns every
-repetition), each timed over several steps between synchronizations; the medians are compared.
+slower rank), and the DDP step without its all-reduce (``no_sync``, to split DDP's cost into
+its host/copy part and the exposed communication). The six (model, mode) cases alternate within
+one run (the order turns every repetition), each timed over several steps between
+synchronizations; the medians are compared. The gradients' all-reduce alone (one flat buffer of
+their size) is timed too.
 
 Throughput ratio = two-GPU images/s / one-GPU images/s = 2 * t1 / t2; scaling efficiency =
 ratio / 2. Target: pycudnn's efficiency >= 90 % and within 2 points of torch's. Prints one
@@ -59,12 +62,17 @@ def step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch
     opt.step()
 
 
-def timed(model, opt, x, y, n: int, group_max: bool) -> float:
-    """Milliseconds per step over *n* steps (the slowest rank's when *group_max*)."""
+def timed(model, opt, x, y, n: int, group_max: bool, nosync: bool = False) -> float:
+    """Milliseconds per step over *n* steps (the slowest rank's when *group_max*); *nosync*:
+    the DDP model's step without its gradient all-reduce (``no_sync``)."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(n):
-        step(model, opt, x, y)
+        if nosync:
+            with model.no_sync():
+                step(model, opt, x, y)
+        else:
+            step(model, opt, x, y)
     torch.cuda.synchronize()
     ms = (time.perf_counter() - t0) / n * 1e3
     if group_max:
@@ -102,23 +110,34 @@ def run(rank: int, world: int, args: argparse.Namespace, result: str) -> None:
     x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 1000, (args.batch,), device=dev, generator=g)
     reps, per = (3, 3) if args.quick else (7, 6)
-    order = [(s, n) for s in SIDES for n in (1, world)]
-    times: dict[str, list[float]] = {f"{s}_{n}gpu": [] for s, n in order}
+    order = [(s, n) for s in SIDES for n in (1, world, 0)]  # 0: DDP without the all-reduce
+    times: dict[str, list[float]] = {f"{s}_{n}gpu" if n else f"{s}_nosync": [] for s, n in order}
     t_warm = time.perf_counter()
     for r in range(reps + 1):  # repetition 0 warms up (plans, workspaces, NCCL buckets)
         for side, n in order if r % 2 == 0 else order[::-1]:
             dist.barrier()
+            k = per if r else 2
             if n == 1:
                 if rank == 0:
-                    ms = timed(*cases[(side, 1)], x, y, per if r else 2, group_max=False)
+                    ms = timed(*cases[(side, 1)], x, y, k, group_max=False)
             else:
-                ms = timed(*cases[(side, n)], x, y, per if r else 2, group_max=True)
+                ms = timed(*cases[(side, world)], x, y, k, group_max=True, nosync=n == 0)
             dist.barrier()
             if r and rank == 0:
-                times[f"{side}_{n}gpu"].append(ms)
+                times[f"{side}_{n}gpu" if n else f"{side}_nosync"].append(ms)
         if r == 0:
             torch.cuda.synchronize()
             t_warm = time.perf_counter() - t_warm
+    # the gradients' all-reduce alone: one flat buffer of all of them (bf16 + the float32 ones)
+    nbytes = sum(p.numel() * p.element_size() for p in cases[("torch", world)][0].parameters())
+    buf = torch.ones(nbytes // 2, dtype=torch.bfloat16, device=dev)
+    ar = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        torch.cuda.synchronize()
+        ar.append((time.perf_counter() - t0) * 1e3)
     if rank != 0:
         return
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -136,6 +155,9 @@ def run(rank: int, world: int, args: argparse.Namespace, result: str) -> None:
         "reps": reps,
         "steps_per_rep": per,
         "warmup_s": t_warm,
+        "gradient_bytes": nbytes,
+        "allreduce_ms": ar,
+        "allreduce_median_ms": statistics.median(ar[1:]),
         "ms": times,
         "median_ms": med,
     }
@@ -182,6 +204,19 @@ def main(argv: list[str] | None = None) -> int:
         f"{out['nccl']}), pycudnn on cuDNN {out['pycudnn_cudnn']}; {out['batch_per_gpu']} images "
         f"per GPU; {out['reps']} reps x {out['steps_per_rep']} steps; "
         f"warm-up {out['warmup_s']:.1f} s"
+    )
+    ov = {
+        s: (med[f"{s}_nosync"] - med[f"{s}_1gpu"], med[f"{s}_{w}gpu"] - med[f"{s}_nosync"])
+        for s in SIDES
+    }
+    out["ddp_overhead_ms"] = {
+        s: {"without_allreduce": a, "allreduce_exposed": b} for s, (a, b) in ov.items()
+    }
+    print(
+        "# DDP cost over the one-GPU step, ms (without the all-reduce / the all-reduce exposed): "
+        + "; ".join(f"{s} {a:+.2f} / {b:+.2f}" for s, (a, b) in ov.items())
+        + f"; all-reduce of the {out['gradient_bytes'] / 2**20:.0f} MiB of gradients alone "
+        f"{out['allreduce_median_ms']:.2f} ms"
     )
     print(
         f"ddp scaling {args.model} step ms 1-GPU/{w}-GPU: torch {med['torch_1gpu']:.2f}/"

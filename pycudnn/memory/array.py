@@ -666,6 +666,9 @@ def _resolve(device: Any, stream: Any, what: str) -> tuple[int, int]:
         dev = current_device()
     else:
         dev = validate_device(device, what)
+    said = _cuda.stream_device(stream)
+    if said is not None and said != dev:  # its pool would be the stream's device's
+        raise ValueError(f"{what}: stream is on device {said} but the memory on device {dev}")
     return dev, coerce_stream(stream)
 
 
@@ -789,7 +792,12 @@ def zeros(
 def empty_like(
     a: Any, dtype: Any = None, *, device: int | None = None, stream: Any = None
 ) -> DeviceArray:
-    """A new array with *a*'s shape and (if dense) layout; dtype and device default to *a*'s."""
+    """A new array with *a*'s shape and (if dense) layout; dtype and device default to *a*'s.
+
+    The stream defaults to *a*'s when the new array is on *a*'s device, else to 0 (that
+    device's legacy default stream): a stream belongs to one device, and memory allocated on
+    another device's stream would come from that device's pool.
+    """
     shape = tuple(a.shape)
     dt = checked_dtype(a.dtype if dtype is None else dtype)
     src_strides = tuple(getattr(a, "strides", None) or ())
@@ -805,7 +813,7 @@ def empty_like(
     if device is None:
         device = getattr(a, "device", None)
         device = device if isinstance(device, int) else None
-    if stream is None and isinstance(a, DeviceArray):
+    if stream is None and isinstance(a, DeviceArray) and device in (None, a.device):
         stream = a.stream
     return empty(shape, dt, device, stream, strides=strides)
 

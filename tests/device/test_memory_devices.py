@@ -179,3 +179,40 @@ def test_the_memory_package_has_no_import_cycle_and_no_hidden_imports():
     cycles = [m for m in modules if reaches(m, m)]
     assert not cycles, f"import cycle through {cycles}: {graph}"
     assert "interop" in graph and "array" in graph["interop"]  # interop sits above array
+
+
+def test_empty_like_on_another_device_does_not_take_the_sources_stream(rt, monkeypatch):
+    from pycudnn.memory import allocator, array
+
+    seen = []
+
+    class Block:
+        def __init__(self, device, stream):
+            self.ptr, self.nbytes, self.device, self.stream = A0, 1 << 20, device, stream
+
+    class Resource:  # records where each allocation is asked for
+        def allocate(self, nbytes, device, stream, keep):
+            seen.append((device, stream))
+            return Block(device, stream)
+
+    monkeypatch.setattr(array, "_layouts", {})
+    prev = allocator.set_memory_resource(Resource())
+    try:
+        src = view(A1, 1, 0x20)  # on device 1, ordered on a device-1 stream
+        assert array.empty_like(src).stream == 0x20  # same device: its stream
+        out = array.empty_like(src, device=0)
+        assert (out.device, out.stream) == (0, 0)  # not device 1's stream
+        assert seen == [(1, 0x20), (0, 0)]
+    finally:
+        allocator.set_memory_resource(prev)
+
+
+def test_a_stream_object_of_another_device_is_refused_at_allocation(rt):
+    from pycudnn import memory
+
+    class TorchLikeStream:
+        device_index = 1
+        cuda_stream = 0x30
+
+    with pytest.raises(ValueError, match="stream is on device 1 but the memory on device 0"):
+        memory.empty((4,), np.float32, 0, TorchLikeStream())

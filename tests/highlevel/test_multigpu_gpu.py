@@ -31,6 +31,7 @@ from pycudnn import handle as hmod
 from pycudnn import memory
 from pycudnn.graph import Graph
 from pycudnn.highlevel import DropoutState, RNNBlock
+from pycudnn.memory import allocator
 
 pytestmark = pytest.mark.gpu
 multigpu = pytest.mark.multigpu
@@ -197,8 +198,7 @@ def test_dropout_states_stay_on_their_device():
 
 
 # -- the caching allocator, per device ---------------------------------------------------------
-@multigpu
-def test_allocator_pools_and_statistics_are_per_device():
+def _allocator_pools_and_statistics_per_device():
     gc.collect()
     for d in (0, 1):
         memory.empty_cache(d)
@@ -232,6 +232,15 @@ def test_allocator_pools_and_statistics_are_per_device():
     assert memory.cache_stats(0)["cached_bytes"] >= 4 * mib  # device 0's cache untouched
     memory.empty_cache(0)
     assert hmod.current_device() == 0
+
+
+@multigpu
+def test_allocator_pools_and_statistics_are_per_device():
+    before = allocator.set_memory_resource(None)  # the caching allocator (torch's may be in)
+    try:
+        _allocator_pools_and_statistics_per_device()
+    finally:
+        allocator.set_memory_resource(before)
 
 
 # -- peer copies --------------------------------------------------------------------------------
