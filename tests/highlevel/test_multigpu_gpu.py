@@ -351,6 +351,8 @@ def test_convert_leaves_sync_batchnorm_alone():
     assert type(model[1]) is nn.SyncBatchNorm  # torch's, with its statistics exchange
     assert type(model[0]).__module__.startswith("pycudnn")
     assert type(model[2]).__module__.startswith("pycudnn")
+    synced = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # converted batch norms too
+    assert type(synced[2]) is nn.SyncBatchNorm and type(synced[0]).__module__.startswith("pycudnn")
 
 
 # -- DistributedDataParallel ---------------------------------------------------------------------
