@@ -102,7 +102,11 @@ def run(rank: int, world: int, args: argparse.Namespace, result: str) -> None:
         if rank == 0:
             single = copy.deepcopy(models[side])
             cases[(side, 1)] = (single, torch.optim.SGD(single.parameters(), lr=1e-3))
-        ddp = nn.parallel.DistributedDataParallel(copy.deepcopy(models[side]), device_ids=[rank])
+        ddp = nn.parallel.DistributedDataParallel(
+            copy.deepcopy(models[side]),
+            device_ids=[rank],
+            gradient_as_bucket_view=args.bucket_view,
+        )
         cases[(side, world)] = (ddp, torch.optim.SGD(ddp.parameters(), lr=1e-3))
     del models, base
     g = torch.Generator(device=dev).manual_seed(rank)
@@ -154,6 +158,7 @@ def run(rank: int, world: int, args: argparse.Namespace, result: str) -> None:
         "nccl": ".".join(map(str, torch.cuda.nccl.version())),
         "reps": reps,
         "steps_per_rep": per,
+        "gradient_as_bucket_view": args.bucket_view,
         "warmup_s": t_warm,
         "gradient_bytes": nbytes,
         "allreduce_ms": ar,
@@ -181,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="resnet50", choices=["resnet50"])
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    p.add_argument(
+        "--bucket-view",
+        action="store_true",
+        help="DDP(gradient_as_bucket_view=True): gradients are views of the all-reduce buckets",
+    )
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if torch.cuda.device_count() < args.world_size:
