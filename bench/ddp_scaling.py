@@ -18,8 +18,9 @@ their size) is timed too.
 
 Throughput ratio = two-GPU images/s / one-GPU images/s = 2 * t1 / t2; scaling efficiency =
 ratio / 2. Target: pycudnn's efficiency >= 90 % and within 2 points of torch's. Prints one
-summary line ``ddp scaling ...`` and writes the numbers to ``$OUT/ddp_scaling.json`` when
-``$OUT`` is set (``--json PATH`` too).
+summary line ``ddp scaling ...`` (after two ``#`` lines: the setup, and DDP's cost split) and
+writes the numbers to ``$OUT/ddp_scaling_b<batch>[_bucketview].json`` when ``$OUT`` is set
+(``--json PATH`` too).
 """
 
 from __future__ import annotations
@@ -235,10 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{out['pycudnn_throughput_ratio']:.3f} eff {eff_p:.1%}; gap {gap:+.1f} points; "
         f"target {'met' if out['target_met'] else 'MISSED'}"
     )
-    targets = [
-        args.json,
-        os.environ.get("OUT") and os.path.join(os.environ["OUT"], "ddp_scaling.json"),
-    ]
+    name = f"ddp_scaling_b{args.batch}{'_bucketview' if args.bucket_view else ''}.json"
+    targets = [args.json, os.environ.get("OUT") and os.path.join(os.environ["OUT"], name)]
     for target in filter(None, targets):
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         Path(target).write_text(json.dumps(out, indent=2) + "\n")
