@@ -421,16 +421,30 @@ def _same_stream(a: int, b: int) -> bool:
     return (0 if a == 1 else a) == (0 if b == 1 else b)  # 1: cudaStreamLegacy is stream 0
 
 
-def stream_wait(consumer: int, producer: int, device: int) -> None:
-    """Make *consumer* wait for the work queued so far on *producer* (an event, no host sync)."""
-    if _same_stream(consumer, producer):
-        return
+def stream_wait(
+    consumer: int, producer: int, device: int, consumer_device: int | None = None
+) -> None:
+    """Make *consumer* wait for the work queued so far on *producer* (an event, no host sync).
+
+    *producer* is a stream of *device*; *consumer* one of *consumer_device* (default the same).
+    Across devices the event is recorded with the producer's device current and waited for with
+    the consumer's (a raw 0 is each device's own legacy default stream, so equal ids there are
+    still two streams).
+    """
+    if consumer_device is None or consumer_device == device:
+        if _same_stream(consumer, producer):
+            return
+        consumer_device = device
     rt = runtime()
     with DeviceContext(device):
         event = check(rt.cudaEventCreateWithFlags(2), "cudaEventCreateWithFlags")  # no timing
         try:
             check(rt.cudaEventRecord(event, producer), "cudaEventRecord")
-            check(rt.cudaStreamWaitEvent(consumer, event, 0), "cudaStreamWaitEvent")
+            if consumer_device == device:
+                check(rt.cudaStreamWaitEvent(consumer, event, 0), "cudaStreamWaitEvent")
+            else:
+                with DeviceContext(consumer_device):
+                    check(rt.cudaStreamWaitEvent(consumer, event, 0), "cudaStreamWaitEvent")
         finally:
             rt.cudaEventDestroy(event)
 

@@ -40,121 +40,20 @@ from .._cuda import (
     validate_device,
 )
 from .._layout import extent, is_c_contiguous, is_dense, packed_strides
-from ..errors import CudaUnavailableError
 from . import _dlpack, allocator
+from ._checks import (
+    as_shape,
+    check_device,
+    check_device_pointer,
+    check_view,
+    checked_dtype,
+    default_device,
+    dimension,
+    is_host_array,
+)
+from ._protocols import view_of
 
 __all__ = ["DeviceArray", "empty", "empty_like", "to_device", "zeros"]
-
-
-# -- argument helpers (shared with interop) ------------------------------------------------------
-def _dimension(value: Any) -> int:
-    if isinstance(value, bool):
-        raise TypeError("a bool is not a dimension")
-    return operator.index(value)
-
-
-def as_shape(shape: Any) -> tuple[int, ...]:
-    """*shape* (an int or a sequence of ints) as a tuple of non-negative ints."""
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        shape = (shape,)
-    try:
-        out = tuple(int(_dimension(s)) for s in shape)
-    except TypeError:
-        raise TypeError(f"shape must be an int or a sequence of ints, not {shape!r}") from None
-    if any(s < 0 for s in out):
-        raise ValueError(f"shape {out} has a negative dimension")
-    return out
-
-
-#: limits of a view anything foreign may describe (DLPack's int64 shapes and strides, 64-bit
-#: addresses, numpy's 64 dimensions)
-ADDRESS_END = 1 << 64
-INT64_MAX = 2**63 - 1
-MAX_NDIM = 64
-
-
-def check_device(device: Any, argument: str) -> int:
-    """A device ordinal: an int (not a bool) >= 0."""
-    if isinstance(device, bool) or not isinstance(device, int | np.integer):
-        raise TypeError(f"{argument}: device={device!r} is not a device ordinal (an int >= 0)")
-    dev = int(device)
-    if not 0 <= dev <= 2**31 - 1:
-        raise ValueError(f"{argument}: device={dev} is not a device ordinal (an int >= 0)")
-    return dev
-
-
-def check_view(
-    ptr: int,
-    shape: tuple[int, ...],
-    strides: tuple[int, ...],
-    itemsize: int,
-    argument: str,
-    *,
-    whole_elements: bool = True,
-) -> None:
-    """``ValueError`` unless an array view is representable: a 64-bit address (non-NULL when the
-    array has elements), at most :data:`MAX_NDIM` dims, sizes and strides in int64, a byte size
-    and a byte extent that do not overflow, and (if *whole_elements*) strides in whole items."""
-    if not 0 <= ptr < ADDRESS_END:
-        raise ValueError(f"{argument}: data pointer {ptr} is not a 64-bit address")
-    if len(shape) > MAX_NDIM:
-        raise ValueError(f"{argument}: {len(shape)} dimensions; at most {MAX_NDIM} are supported")
-    if len(strides) != len(shape):
-        raise ValueError(f"{argument}: strides {strides} do not match shape {shape}")
-    size, lo, hi = 1, 0, 0
-    for i, n in enumerate(shape):
-        st = strides[i]
-        if n < 0 or n > INT64_MAX:
-            raise ValueError(f"{argument}: shape[{i}]={n} is out of range (0 to 2**63 - 1)")
-        if st < -INT64_MAX or st > INT64_MAX:
-            raise ValueError(f"{argument}: strides[{i}]={st} does not fit in int64")
-        if whole_elements and st % itemsize:
-            raise ValueError(
-                f"{argument}: strides[{i}]={st} bytes is not a multiple of the item size "
-                f"({itemsize} bytes)"
-            )
-        size *= n
-        if st < 0:
-            lo += st * (n - 1)
-        else:
-            hi += st * (n - 1)
-    if size * itemsize > INT64_MAX:
-        raise ValueError(
-            f"{argument}: shape {shape} of {itemsize}-byte items is {size * itemsize} bytes, "
-            "which overflows int64"
-        )
-    if not size:
-        return
-    if ptr == 0:
-        raise ValueError(f"{argument}: NULL data pointer for an array of {size} elements")
-    if ptr + lo < 0 or ptr + hi + itemsize > ADDRESS_END:
-        raise ValueError(
-            f"{argument}: shape {shape} with strides {strides} from 0x{ptr:x} reaches outside "
-            "the 64-bit address space"
-        )
-
-
-def checked_dtype(dtype: Any, argument: str = "dtype") -> np.dtype:
-    """Validate against cuDNN's dtype table and return the numpy dtype (bfloat16: ml_dtypes)."""
-    if isinstance(dtype, np.dtype) and dtype.kind == "V" and dtype.name != "bfloat16":
-        raise TypeError(
-            f"{argument}={dtype!r} is an untyped void type; bfloat16 needs "
-            "ml_dtypes.bfloat16 (or the string 'bfloat16')"
-        )
-    return _types.numpy_dtype(_types.as_data_type(dtype, argument=argument))
-
-
-def is_host_array(obj: Any) -> bool:
-    """numpy arrays and scalars, lists, tuples and Python numbers: data that lives on the host."""
-    return isinstance(obj, np.ndarray | np.generic | list | tuple | int | float)
-
-
-def default_device() -> int:
-    """The current device, or 0 when it cannot be asked (no GPU): for trusted views."""
-    try:
-        return current_device()
-    except (CudaUnavailableError, RuntimeError):
-        return 0
 
 
 # -- DeviceArray ---------------------------------------------------------------------------------
@@ -262,7 +161,7 @@ class DeviceArray:
         st = (
             packed_strides(shp, itemsize=dt.itemsize)
             if strides is None
-            else tuple(int(_dimension(s)) for s in strides)
+            else tuple(int(dimension(s)) for s in strides)
         )
         if len(st) != len(shp):
             raise ValueError(f"strides {st} do not match shape {shp}")
@@ -274,8 +173,6 @@ class DeviceArray:
             device = check_device(device, "from_ptr")
         size = math.prod(shp)
         if check and size:
-            from .interop import check_device_pointer  # interop builds arrays: no import cycle
-
             dev = check_device_pointer(ptr, device, argument="ptr", allow_managed=allow_managed)
         elif device is not None:
             dev = int(device)
@@ -632,9 +529,7 @@ class DeviceArray:
                         "cudaMemcpyAsync",
                     )
             return self
-        from .interop import asarray  # interop builds arrays: no import cycle
-
-        other = asarray(src, stream=sid)
+        other = _foreign(src, sid if _device_said(src) == self._device else 0)
         if other.dtype != self._dtype or other.shape != self._shape:
             raise ValueError(
                 f"copy_: source {other.shape} {other.dtype} does not match the array "
@@ -647,15 +542,18 @@ class DeviceArray:
                 f"copy_ between different device layouts (strides {other.strides} -> "
                 f"{self._strides}) is not supported; make the source contiguous first"
             )
-        with DeviceContext(self._device):
-            stream_wait(sid, self._stream, self._device)
-            stream_wait(sid, other._stream, other._device)
-            _cuda.check(
-                rt.cudaMemcpyAsync(
-                    self._ptr, other._ptr, self.nbytes, rt.cudaMemcpyKind.cudaMemcpyDefault, sid
-                ),
-                "cudaMemcpyAsync",
-            )
+        if other._device == self._device:
+            with DeviceContext(self._device):
+                stream_wait(sid, self._stream, self._device)
+                stream_wait(sid, other._stream, other._device)
+                _cuda.check(
+                    rt.cudaMemcpyAsync(
+                        self._ptr, other._ptr, self.nbytes, rt.cudaMemcpyKind.cudaMemcpyDefault, sid
+                    ),
+                    "cudaMemcpyAsync",
+                )
+            return self
+        _copy_peer(self, other, sid)
         return self
 
     def copy(self, stream: Any = None) -> DeviceArray:
@@ -711,6 +609,44 @@ def _same_layout(a: DeviceArray, b: DeviceArray) -> bool:
     return all(n == 1 or sa == sb for n, sa, sb in zip(a.shape, a.strides, b.strides, strict=True))
 
 
+def _device_said(obj: Any) -> int | None:
+    """The device *obj* says it is on (a ``DeviceArray``, ``__dlpack_device__``), else None."""
+    if isinstance(obj, DeviceArray):
+        return obj._device
+    dl = _dlpack.device_of(obj)
+    return dl[1] if dl is not None and dl[0] == _dlpack.KDL_CUDA else None
+
+
+def _foreign(obj: Any, stream: Any) -> DeviceArray:
+    """*obj* as a ``DeviceArray`` (itself, or a zero-copy view; ``asarray`` without options)."""
+    if isinstance(obj, DeviceArray):
+        return obj
+    return DeviceArray(*view_of(obj, stream, None, True, False, "array"))
+
+
+def _copy_peer(dst: DeviceArray, src: DeviceArray, sid: int) -> None:
+    """Copy *src* (another device) into *dst* on *sid*, a stream of ``dst``'s device.
+
+    A peer copy (``cudaMemcpyPeerAsync``): memory from the stream-ordered pool is accessible
+    from its own device only (``cudaMemPoolSetAccess`` is not asked for), and a plain
+    ``cudaMemcpyAsync`` between two such blocks fails with ``cudaErrorInvalidValue``; the peer
+    copy needs no access rights. Ordering: *sid* waits for both arrays' streams (the source's on
+    its own device: a raw 0 is each device's own legacy stream), and the source's stream then
+    waits for the copy, so that memory is not reused or overwritten while it is read. Where the
+    driver refuses a peer copy, the bytes go through the host (synchronous).
+    """
+    rt = _cuda.runtime()
+    with DeviceContext(dst._device):
+        stream_wait(sid, dst._stream, dst._device)
+        stream_wait(sid, src._stream, src._device, dst._device)
+        err = rt.cudaMemcpyPeerAsync(dst._ptr, dst._device, src._ptr, src._device, dst.nbytes, sid)
+        if int(err[0] if isinstance(err, tuple) else err) != 0:
+            rt.cudaGetLastError()  # not sticky: clear it, then stage through the host
+            dst.copy_(src.get(), stream=sid)
+            return
+        stream_wait(src._stream, sid, dst._device, src._device)
+
+
 def _host_in_layout(host: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
     """*host*'s elements laid out with the dense byte *strides* (copied only if needed)."""
     itemsize = host.itemsize
@@ -730,6 +666,9 @@ def _resolve(device: Any, stream: Any, what: str) -> tuple[int, int]:
         dev = current_device()
     else:
         dev = validate_device(device, what)
+    said = _cuda.stream_device(stream)
+    if said is not None and said != dev:  # its pool would be the stream's device's
+        raise ValueError(f"{what}: stream is on device {said} but the memory on device {dev}")
     return dev, coerce_stream(stream)
 
 
@@ -853,7 +792,12 @@ def zeros(
 def empty_like(
     a: Any, dtype: Any = None, *, device: int | None = None, stream: Any = None
 ) -> DeviceArray:
-    """A new array with *a*'s shape and (if dense) layout; dtype and device default to *a*'s."""
+    """A new array with *a*'s shape and (if dense) layout; dtype and device default to *a*'s.
+
+    The stream defaults to *a*'s when the new array is on *a*'s device, else to 0 (that
+    device's legacy default stream): a stream belongs to one device, and memory allocated on
+    another device's stream would come from that device's pool.
+    """
     shape = tuple(a.shape)
     dt = checked_dtype(a.dtype if dtype is None else dtype)
     src_strides = tuple(getattr(a, "strides", None) or ())
@@ -869,7 +813,7 @@ def empty_like(
     if device is None:
         device = getattr(a, "device", None)
         device = device if isinstance(device, int) else None
-    if stream is None and isinstance(a, DeviceArray):
+    if stream is None and isinstance(a, DeviceArray) and device in (None, a.device):
         stream = a.stream
     return empty(shape, dt, device, stream, strides=strides)
 
@@ -884,11 +828,12 @@ def to_device(
     array : array-like
         Host data. A dense layout (C, Fortran, NHWC-as-NCHW transposes) is kept; any other is
         made C-contiguous first. bfloat16 host arrays use ``ml_dtypes.bfloat16``. A device
-        array is copied as is (same dtype).
+        array is copied as is (same dtype), onto *device* when given (a peer copy from another
+        device), else on its own device.
     stream : optional
         Stream to copy on (and that the new array is ordered on); default 0.
     device : int, optional
-        Default the current device.
+        Default the current device (for device data: the data's device).
     dtype : dtype-like, optional
         Convert on the host first.
 
@@ -910,12 +855,15 @@ def to_device(
             or _dlpack.device_type_of(array) == _dlpack.KDL_CUDA
         )
     ):
-        from .interop import asarray  # interop builds arrays: no import cycle
-
-        src = asarray(array, stream=stream)
+        dev = None if device is None else check_device(device, "pycudnn.to_device")
+        said = _device_said(array)
+        src = _foreign(array, stream if dev is None or said == dev else 0)
         if dtype is not None and checked_dtype(dtype) != src.dtype:
             raise TypeError("to_device copies device data as is; it cannot convert its dtype")
-        return src.copy(stream=stream)
+        if dev is None or dev == src.device:
+            return src.copy(stream=stream)
+        out = empty_like(src, device=dev, stream=stream)  # another device: a peer copy
+        return out.copy_(src, stream=out.stream)
     host = np.asarray(array, dtype=None if dtype is None else checked_dtype(dtype))
     dt = checked_dtype(host.dtype, argument="array.dtype")
     if host.dtype != dt:
