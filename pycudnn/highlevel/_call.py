@@ -14,10 +14,13 @@ Pass the builder and its arguments rather than a closure: a closure would make e
 captures a cell in the caller, on the hot path too.
 
 **The lean path.** A caller that has bound an entry to a signature once (for example a framework
-module that always passes the same shapes) may skip :meth:`Call.run` when :attr:`Call.lean` is
-true: with every output given (and known not to overlap the inputs), the handle's stream already
-the caller's and the handle's device current, ``call.launch((*input_ptrs, *output_ptrs))`` is the
-whole call -- a key lookup, the pointer writes and the C call.
+module that always passes the same shapes: it runs the first call through :func:`run_cached`,
+then takes the entry with :func:`cached_entry`) may skip :meth:`Call.run` when :attr:`Call.lean`
+is true: with every output given (and known not to overlap the inputs), the handle's stream
+already the caller's and the handle's device current, ``call.launch((*input_ptrs,
+*output_ptrs))`` is the whole call -- a key lookup, the pointer writes and the C call. Entries
+whose launch reads per-call arguments (dropout's state, CTC's values, an attention's seed) and
+staged or empty ones are not lean.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
     "Call",
     "GraphCall",
     "OutputSpec",
+    "cached_entry",
     "calls",
     "check_overlap",
     "cudnn_version",
@@ -334,8 +338,9 @@ class Call:
             device = self.handle.device
             if previous is not None and previous != device:
                 _cuda.set_device(device)
-                try:  # the device is now current: this second run does not switch
-                    return self.run(ptrs, outs, out_ptrs, stream)
+                try:  # the device is now current: this second run does not switch (Call.run:
+                    # a subclass may wrap run)
+                    return Call.run(self, ptrs, outs, out_ptrs, stream)
                 finally:
                     _cuda.set_device(previous)
         h = self.handle
@@ -476,6 +481,18 @@ def calls() -> Any:
     except AttributeError:
         lru = local.calls = _plans.new_lru()
         return lru
+
+
+def cached_entry(key: Any, store: Any = None) -> Call | None:
+    """The cached entry of *key* (None: none, or an unhashable key), for a caller that binds an
+    entry once and then launches it itself (see :attr:`Call.lean`); the LRU order is left as is.
+    """
+    if store is None:
+        store = calls()
+    try:
+        return store.data.get(key)
+    except TypeError:
+        return None
 
 
 def new_store() -> Any:

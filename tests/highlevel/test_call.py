@@ -224,3 +224,16 @@ def test_run_cached_counts_hits():
     for _ in range(3):
         _call.run_cached(*args, stats=stats, store=store)
     assert stats.hits == 2
+
+
+def test_cached_entry_for_a_caller_that_binds_once(store):
+    def build():
+        return Recording("f", Handle(), (None,), (64, 64))
+
+    assert _call.cached_entry("k", store) is None
+    _call.run_cached("k", build, (), (0x1000,), (object(),), (0x9000,), None, store=store)
+    entry = _call.cached_entry("k", store)
+    assert entry.lean
+    entry.launch((0x1000, 0x9000))  # the lean path: outputs given, stream and device right
+    assert entry.launched == [(0x1000, 0x9000)] * 2
+    assert _call.cached_entry(["unhashable"], store) is None
