@@ -325,22 +325,30 @@ class Call:
         is staged, something is launched, and the launch needs no per-call arguments."""
         return self.stage is None
 
-    def run(self, ptrs: tuple[int, ...], outs: tuple, out_ptrs: tuple, stream: Any) -> tuple:
+    def run(
+        self,
+        ptrs: tuple[int, ...],
+        outs: tuple,
+        out_ptrs: tuple,
+        stream: Any,
+        *,
+        here: bool = False,
+    ) -> tuple:
         """Run on the handle's device (the caller's device restored after; nothing to switch
         when one GPU is visible): bind *stream* (no C call when unchanged), allocate the outputs
         given as None, refuse given outputs that overlap an input or each other, stage, launch.
 
         *ptrs* are the inputs' pointers, *outs* the outputs (None: allocate) and *out_ptrs*
-        their pointers (read for the given ones only). Returns the outputs as a tuple.
+        their pointers (read for the given ones only); *here*: the handle's device is current
+        (the switch's own rerun). Returns the outputs as a tuple.
         """
-        if not one_device:
+        if not one_device and not here:
             previous = _cuda.device_now()
             device = self.handle.device
             if previous is not None and previous != device:
                 _cuda.set_device(device)
-                try:  # the device is now current: this second run does not switch (Call.run:
-                    # a subclass may wrap run)
-                    return Call.run(self, ptrs, outs, out_ptrs, stream)
+                try:  # Call.run: a subclass may wrap run
+                    return Call.run(self, ptrs, outs, out_ptrs, stream, here=True)
                 finally:
                     _cuda.set_device(previous)
         h = self.handle

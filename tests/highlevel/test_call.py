@@ -127,11 +127,19 @@ def test_staging_wraps_the_launch():
     assert call.launched == [(0xAAAA, 0x9000)] and not call.lean
 
 
-def test_runs_on_the_handles_device_and_restores_the_callers(monkeypatch):
-    current = [1]
+@pytest.mark.parametrize("reflects", [True, False])
+def test_runs_on_the_handles_device_and_restores_the_callers(monkeypatch, reflects):
+    """One switch and one restore per run, also when ``device_now`` does not see the switch
+    (the GPU tests fake it so)."""
+    current, switches = [1], []
     monkeypatch.setattr(_call, "one_device", False)
-    monkeypatch.setattr(_call._cuda, "device_now", lambda: current[0])
-    monkeypatch.setattr(_call._cuda, "set_device", lambda d: current.__setitem__(0, d))
+    monkeypatch.setattr(_call._cuda, "device_now", lambda: current[0] if reflects else 1)
+
+    def set_device(d):
+        switches.append(d)
+        current[0] = d
+
+    monkeypatch.setattr(_call._cuda, "set_device", set_device)
     seen = []
 
     class Here(Recording):
@@ -141,7 +149,7 @@ def test_runs_on_the_handles_device_and_restores_the_callers(monkeypatch):
             seen.append(current[0])
 
     Here("f", Handle(), (None,), (64, 64)).run((0x1000,), (object(),), (0x9000,), None)
-    assert seen == [0] and current == [1]
+    assert seen == [0] and current == [1] and switches == [0, 1]
 
 
 def test_run_cached_caches_after_the_first_successful_run(store):
