@@ -339,8 +339,8 @@ class Call:
         given as None, refuse given outputs that overlap an input or each other, stage, launch.
 
         *ptrs* are the inputs' pointers, *outs* the outputs (None: allocate) and *out_ptrs*
-        their pointers (read for the given ones only); *here*: the handle's device is current
-        (the switch's own rerun). Returns the outputs as a tuple.
+        their pointers (read for the given ones only), all three tuples; *here*: the handle's
+        device is current (the switch's own rerun). Returns the outputs as a tuple.
         """
         if not one_device and not here:
             previous = _cuda.device_now()
@@ -373,12 +373,12 @@ class Call:
             outs, out_ptrs = self._outputs(h, ptrs, outs, out_ptrs)
         stage = self.stage
         if stage is None:
-            self.launch((*ptrs, *out_ptrs))
+            self.launch(ptrs + out_ptrs)  # tuples: concatenating beats unpacking
             return outs
         if stage is _NOTHING:
             return outs
         keep: list = []  # staged copies, freed stream-ordered after the launch was queued
-        all_ptrs = [*ptrs, *out_ptrs]
+        all_ptrs = list(ptrs + out_ptrs)
         real_out = stage.before(h, all_ptrs, keep)
         self.launch(all_ptrs)
         stage.after(h, all_ptrs, real_out)
