@@ -395,7 +395,8 @@ class Call:
             if out is None:
                 if objs is None:
                     objs, places = list(outs), list(out_ptrs)
-                new = self.allocs[i].new(h.stream)
+                    stream = h.stream  # a property of the handle: read once
+                new = self.allocs[i].new(stream)
                 objs[i], places[i] = new, new.ptr
             else:
                 given += 1
