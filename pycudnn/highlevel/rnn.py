@@ -3,12 +3,14 @@
 
 ``RNNBlock`` owns an ``RNNDescriptor`` per (device, input size), its dropout state, and per input
 shape the ``RNNDataDescriptor`` pair, the device copy of the sequence lengths and the reserve
-space; the workspace is the handle's (``_op.workspace``). A call is keyed like every high-level
-call (:func:`._op.key_of`: shapes, strides, dtypes, devices, address residues, the arguments), so
-a repeated call skips validation and makes its one C call (``cudnnRNNForward``, or
-``cudnnRNNBackwardData_v8`` then ``cudnnRNNBackwardWeights_v8``). These caches belong to the
-block (not to the shared per-thread call cache) because they hold the block's descriptors and
-reserve space: :meth:`RNNBlock.close` frees them all.
+space; the workspace is the handle's (``_call.workspace``). A call is keyed like every high-level
+call (:func:`._operand.key_of`: shapes, strides, dtypes, devices, address residues, the
+arguments) and runs through the one cache-and-run helper (:func:`._call.run_cached`), so a
+repeated call skips validation and makes its one C call (``cudnnRNNForward``, or
+``cudnnRNNBackwardData_v8`` then ``cudnnRNNBackwardWeights_v8``). The call entries live in the
+block's own store (one per thread, as the handles they hold), not in the shared per-thread call
+cache, because they hold the block's descriptors and reserve space: :meth:`RNNBlock.close` frees
+them all.
 
 Data layout: ``x`` is ``(T, N, input_size)`` (``(N, T, input_size)`` with ``batch_first``), padded
 when sequences are shorter than ``T`` (cuDNN's unpacked layouts with padded I/O); ``hx``/``hy`` are
@@ -20,23 +22,21 @@ when sequences are shorter than ``T`` (cuDNN's unpacked layouts with padded I/O)
 
 from __future__ import annotations
 
-import ctypes
 import random
+import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from math import prod
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from .. import _config, _layout, memory
 from .._types import as_data_type, dtype_name, itemsize, numpy_dtype
-from ..descriptors import DropoutDescriptor, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
-from ..enums import DataType, ForwardMode, MathType, RNNDataLayout, WgradMode
-from . import _op
+from ..descriptors import RNNDataDescriptor
+from ..enums import DataType, MathType, RNNDataLayout
+from . import _call, _checks, _operand, _rnn_calls, _staging
 from .rnn_layout import (
-    GATES,
-    PROJ_ID,
     ParamSlot,
     RNNLayout,
     canonical_rnn_layout,
@@ -57,204 +57,7 @@ _MATH = {
 }
 _MATH_NAMES = {v: k for k, v in _MATH.items()}
 _MAX_SHAPES = 64  # input shapes (with their reserve spaces) kept per block
-_MAX_CALLS = 256  # validated calls kept per block
-_FWD, _BWD = "RNNBlock.apply", "RNNBlock.backward"
-_INT32_P = ctypes.POINTER(ctypes.c_int32)
-
-
-def _nonneg_int(value: Any, name: str, func: str, lo: int = 1, hi: int = _layout.INT32_MAX) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{func}: {name} must be an int, got {value!r}")
-    v = value.__index__()
-    if not lo <= v <= hi:
-        raise ValueError(f"{func}: {name}={v} is out of range; expected {lo} <= {name} <= {hi}")
-    return v
-
-
-def _input_size(value: Any, func: str) -> int:
-    """Theano passes ``(batch_size, input_dim)``; an int is the input dimension."""
-    if not isinstance(value, bool) and hasattr(value, "__index__"):
-        return _nonneg_int(value, "input_size", func)
-    try:
-        vals = tuple(value)
-    except TypeError:
-        raise TypeError(
-            f"{func}: input_size must be an int or Theano's (batch_size, input_dim), got {value!r}"
-        ) from None
-    if not vals:
-        raise ValueError(f"{func}: input_size={value!r} is empty")
-    return _nonneg_int(vals[-1], "input_size", func)
-
-
-def _lengths_key(seq_lengths: Any) -> tuple | None:
-    """The call-key form of *seq_lengths* (a tuple), refusing device arrays."""
-    if seq_lengths is None:
-        return None
-    if hasattr(seq_lengths, "__cuda_array_interface__") or getattr(seq_lengths, "is_cuda", False):
-        raise TypeError(
-            "RNNBlock: seq_lengths must be host integers (a list, tuple, NumPy array or CPU "
-            "tensor): cuDNN reads them on the host; pycudnn copies them to the device itself"
-        )
-    if isinstance(seq_lengths, tuple):
-        return seq_lengths
-    tolist = getattr(seq_lengths, "tolist", None)
-    if tolist is not None:
-        seq_lengths = tolist()
-    try:
-        return tuple(seq_lengths)
-    except TypeError:
-        raise TypeError(
-            f"RNNBlock: seq_lengths must be a sequence of ints, got {type(seq_lengths).__name__}"
-        ) from None
-
-
-def _out_tuple(func: str, out: Any, what: str) -> tuple:
-    if out is None:
-        return ()
-    if not isinstance(out, (tuple, list)):
-        raise TypeError(
-            f"{func}: out must be a tuple {what} of device arrays or None entries, got "
-            f"{type(out).__name__}"
-        )
-    return tuple(out)
-
-
-def _check_lengths(func: str, lengths: tuple, n: int, t: int) -> tuple[int, ...]:
-    if len(lengths) != n:
-        raise ValueError(
-            f"{func}: seq_lengths has {len(lengths)} entries but the batch has {n} sequences"
-        )
-    out = []
-    for v in lengths:
-        if isinstance(v, bool) or not hasattr(v, "__index__"):
-            raise TypeError(f"{func}: seq_lengths must contain ints, got {v!r}")
-        v = v.__index__()
-        if not 1 <= v <= t:
-            raise ValueError(
-                f"{func}: seq_lengths contains {v}; each length must be in [1, {t}] (the "
-                "padded sequence length of x)"
-            )
-        out.append(v)
-    return tuple(out)
-
-
-class _Shape:
-    """Everything that depends on one input shape: the RNN data descriptors, the device copy of
-    the sequence lengths, the temp-space sizes and the reserve space (kept for ``backward``)."""
-
-    __slots__ = (
-        "cdesc",
-        "dev_lengths",
-        "dev_lengths_p",
-        "device",
-        "hdesc",
-        "key",
-        "lengths",
-        "reserve",
-        "rnn",
-        "rs_bytes",
-        "w_bytes",
-        "ws_infer",
-        "ws_train",
-        "xdesc",
-        "ydesc",
-    )
-
-    def __init__(self, key, device, rnn, w_bytes, xdesc, ydesc, hdesc, cdesc, lengths, dev_len,
-                 ws_train, ws_infer, rs_bytes):  # fmt: skip
-        self.key = key
-        self.device = device
-        self.rnn = rnn
-        self.w_bytes = w_bytes
-        self.xdesc, self.ydesc, self.hdesc, self.cdesc = xdesc, ydesc, hdesc, cdesc
-        self.lengths = lengths
-        self.dev_lengths = dev_len  # cuDNN reads the lengths on the device, asynchronously
-        self.dev_lengths_p = ctypes.cast(ctypes.c_void_p(dev_len.ptr), _INT32_P)
-        self.ws_train, self.ws_infer, self.rs_bytes = ws_train, ws_infer, rs_bytes
-        self.reserve: Any = None  # allocated by the first training apply, then reused
-
-    def reserve_ptr(self, stream: int) -> int:
-        if not self.rs_bytes:
-            return 0
-        if self.reserve is None:
-            self.reserve = memory.empty((self.rs_bytes,), np.uint8, self.device, stream)
-        return self.reserve.ptr
-
-
-def _nbytes(g: _op.Operand | None) -> int:
-    """Bytes *g*'s elements span (0 for None)."""
-    return 0 if g is None else g.nbytes_span
-
-
-class _Out(NamedTuple):
-    """An output: its shape and, when given as ``out=``, the operand (else allocated)."""
-
-    shape: tuple[int, ...]
-    given: _op.Operand | None
-
-
-def _staging(dt: DataType, named: list[tuple[int, _op.Operand]]) -> _op.Stage | None:
-    """A Stage copying the inputs that are not packed (C order) into packed buffers."""
-    todo = []
-    for idx, g in named:
-        if g is None:
-            continue
-        packed = _layout.packed_strides(g.shape)
-        if not _layout.matches(g.shape, g.strides, packed):
-            shape, strides = _op.padded(g.shape, g.strides)
-            g4 = _op.Operand(g.ptr, shape, strides, g.dtype, g.device)
-            todo.append((idx, g4, _layout.packed_strides(shape)))
-    return _op.Stage(dt, todo, None, 1.0, 0.0) if todo else None
-
-
-class _Call:
-    """A validated forward or backward call of one block, ready to run."""
-
-    __slots__ = ("args", "block", "device", "dt", "fn", "fn2", "outs", "shape", "spans", "stage")
-
-    def __init__(self, block, shape, device, dt, outs, spans, stage, fn, fn2=None, args=()):
-        self.block = block
-        self.shape: _Shape = shape
-        self.device = device
-        self.dt = dt
-        self.outs: tuple[_Out, ...] = outs  # in return order; None entries: no such output
-        self.spans = spans  # byte spans of the inputs (for the overlap check)
-        self.stage = stage
-        self.fn, self.fn2 = fn, fn2
-        self.args = args
-
-    def outputs(self, h: Any, outs: tuple, ptrs: Sequence[int], func: str) -> tuple[list, list]:
-        """Allocate the outputs not given; check the given ones against the inputs and each
-        other (addresses may change between calls of one key)."""
-        npdt = numpy_dtype(self.dt)
-        isz = itemsize(self.dt)
-        objs: list = []
-        optrs: list[int] = []
-        placed: list[tuple[int, int]] = []
-        for spec, o in zip(self.outs, outs, strict=True):
-            if spec is None:
-                objs.append(None)
-                optrs.append(0)
-                continue
-            if o is None:
-                o = memory.empty(spec.shape, npdt, self.device, h.stream)
-                p = o.ptr
-            else:
-                p = _op.key_of(o)[0]
-                n = prod(spec.shape) * isz
-                for q, s in zip(ptrs, self.spans, strict=True):
-                    if q and _op.overlaps(p, n, q, s):
-                        raise ValueError(
-                            f"{func}: an output overlaps an input; cuDNN's outputs may not alias "
-                            "its inputs"
-                        )
-                for q, s in placed:
-                    if _op.overlaps(p, n, q, s):
-                        raise ValueError(f"{func}: two outputs overlap")
-                placed.append((p, n))
-            objs.append(o)
-            optrs.append(p)
-        return objs, optrs
+_FWD, _BWD = _rnn_calls.FWD, _rnn_calls.BWD
 
 
 class RNNBlock:
@@ -354,12 +157,12 @@ class RNNBlock:
                 "float16, float32 or float64"
             )
         self._dt = dt
-        self._hidden = _nonneg_int(hidden_size, "hidden_size", func)
-        self._layers = _nonneg_int(num_layers, "num_layers", func)
+        self._hidden = _rnn_calls.nonneg_int(hidden_size, "hidden_size", func)
+        self._layers = _rnn_calls.nonneg_int(num_layers, "num_layers", func)
         self._mode = mode_name(rnn_mode, func)
-        self._input_mode = _op.choose(input_mode, _INPUT_MODES, "input_mode", func)
-        self._dirs = _op.choose(direction_mode, _DIRECTIONS, "direction_mode", func)
-        self._dropout = _op.real(dropout, "dropout", func, lo=0.0, hi=1.0, hi_open=True)
+        self._input_mode = _checks.choose(input_mode, _INPUT_MODES, "input_mode", func)
+        self._dirs = _checks.choose(direction_mode, _DIRECTIONS, "direction_mode", func)
+        self._dropout = _checks.real(dropout, "dropout", func, lo=0.0, hi=1.0, hi_open=True)
         if proj_size is None or (
             not isinstance(proj_size, bool)
             and hasattr(proj_size, "__index__")
@@ -367,7 +170,7 @@ class RNNBlock:
         ):
             self._proj = None
         else:
-            p = _nonneg_int(proj_size, "proj_size", func, hi=self._hidden)
+            p = _rnn_calls.nonneg_int(proj_size, "proj_size", func, hi=self._hidden)
             if self._mode != "lstm":
                 raise ValueError(
                     f"{func}: proj_size={p} is only valid for rnn_mode='lstm', not {self._mode!r}"
@@ -387,14 +190,17 @@ class RNNBlock:
             else:
                 self._math = MathType.DEFAULT_MATH
         else:
-            self._math = _op.choose(math, _MATH, "math", func)
+            self._math = _checks.choose(math, _MATH, "math", func)
         if seed is None:
             seed = random.SystemRandom().getrandbits(63)
-        self._seed = _nonneg_int(seed, "seed", func, lo=0, hi=2**64 - 1)
-        self._devices: dict[int, _Device] = {}
+        self._seed = _rnn_calls.nonneg_int(seed, "seed", func, lo=0, hi=2**64 - 1)
+        self._devices: dict[int, _rnn_calls.Device] = {}
         self._shapes: OrderedDict = OrderedDict()
-        self._calls: dict = {}
-        self._last_train: _Shape | None = None
+        # validated calls, per thread (they hold the thread's handle) and per block (they hold
+        # the block's descriptors and reserve spaces: close() frees them)
+        self._local = threading.local()
+        self._stores: weakref.WeakSet = weakref.WeakSet()
+        self._last_train: _rnn_calls.Shape | None = None
         self._closed = False
 
     # -- properties ---------------------------------------------------------------------------
@@ -446,7 +252,8 @@ class RNNBlock:
         if self._closed:
             return
         self._closed = True
-        self._calls.clear()
+        for store in list(self._stores):
+            store.clear()
         for shape in self._shapes.values():
             for d in (shape.xdesc, shape.ydesc):
                 d.close()
@@ -468,12 +275,36 @@ class RNNBlock:
         if self._closed:
             raise ValueError("RNNBlock is closed")
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the per-thread call entries are not copied (a copy builds its own)
+        state = self.__dict__.copy()
+        state["_local"] = state["_stores"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
+        self._stores = weakref.WeakSet()
+
+    def _calls(self) -> Any:
+        """The calling thread's call entries of this block (:func:`._call.run_cached`'s store)."""
+        try:
+            return self._local.calls
+        except AttributeError:
+            store = self._local.calls = _call.new_store()
+            self._stores.add(store)
+            return store
+
+    def _alloc(self, out: _rnn_calls.Out, device: int) -> _call.OutputSpec | None:
+        """How to allocate *out* (None: given)."""
+        return None if out.given is not None else _call.output_spec(out.shape, self._dt, device)
+
     # -- parameters ---------------------------------------------------------------------------
     def canonical_layout(self, input_size: Any) -> RNNLayout:
         """The weight layout computed without a GPU (:func:`.canonical_rnn_layout`)."""
         return canonical_rnn_layout(
             self._mode,
-            _input_size(input_size, "RNNBlock.canonical_layout"),
+            _rnn_calls.input_size(input_size, "RNNBlock.canonical_layout"),
             self._hidden,
             self._layers,
             self._dirs == 2,
@@ -501,7 +332,7 @@ class RNNBlock:
         """
         self._check_open()
         func = "RNNBlock.get_param_size"
-        inp = _input_size(input_size, func)
+        inp = _rnn_calls.input_size(input_size, func)
         self._check_input_size(inp, func)
         return self._device(device).rnn(inp)[1] // itemsize(self._dt)
 
@@ -516,7 +347,7 @@ class RNNBlock:
         """
         self._check_open()
         func = "RNNBlock.layout"
-        inp = _input_size(input_size, func)
+        inp = _rnn_calls.input_size(input_size, func)
         self._check_input_size(inp, func)
         return self._device(device).layout(inp)
 
@@ -545,14 +376,26 @@ class RNNBlock:
         """
         self._check_open()
         func = "RNNBlock.split_params"
-        inp = _input_size(input_size, func)
+        inp = _rnn_calls.input_size(input_size, func)
         self._check_input_size(inp, func)
         npl = self._layers * self._dirs
-        pl = _nonneg_int(layer, "layer", func, lo=0, hi=npl - 1)
-        g = _op.operand(w)
-        self._check_weights(func, "w", g, canonical_rnn_layout(
-            self._mode, inp, self._hidden, self._layers, self._dirs == 2, self._proj,
-            self._input_mode, self._bias).size)  # fmt: skip
+        pl = _rnn_calls.nonneg_int(layer, "layer", func, lo=0, hi=npl - 1)
+        g = _operand.operand(w)
+        self._check_weights(
+            func,
+            "w",
+            g,
+            canonical_rnn_layout(
+                self._mode,
+                inp,
+                self._hidden,
+                self._layers,
+                self._dirs == 2,
+                self._proj,
+                self._input_mode,
+                self._bias,
+            ).size,
+        )
         lay = self._device(g.device).layout(inp)
         if g.shape[0] != lay.size:
             raise ValueError(f"{func}: w has {g.shape[0]} elements, cuDNN expects {lay.size}")
@@ -586,7 +429,7 @@ class RNNBlock:
         """PyTorch's parameters (host arrays, PyTorch's names) from a weight buffer or its
         gradient (:func:`.rnn_weights_to_torch`)."""
         self._check_open()
-        g = _op.operand(w)
+        g = _operand.operand(w)
         lay = self.layout(input_size, g.device)
         return rnn_weights_to_torch(w, lay, prefix=prefix)
 
@@ -597,28 +440,30 @@ class RNNBlock:
         input of *x_shape* (``cudnnGetRNNTempSpaceSizes``)."""
         self._check_open()
         func = "RNNBlock.temp_space_sizes"
-        shp = tuple(_nonneg_int(s, "x_shape", func) for s in x_shape)
+        shp = tuple(_rnn_calls.nonneg_int(s, "x_shape", func) for s in x_shape)
         if len(shp) != 3:
             raise ValueError(f"{func}: x_shape must have 3 entries, got {tuple(x_shape)}")
         t, n, inp = (shp[1], shp[0], shp[2]) if self._batch_first else shp
         self._check_input_size(inp, func)
-        lengths = _lengths_key(seq_lengths)
-        lengths = None if lengths is None else _check_lengths(func, lengths, n, t)
+        lengths = _rnn_calls.lengths_key(seq_lengths)
+        lengths = None if lengths is None else _rnn_calls.check_lengths(func, lengths, n, t)
         dev = self._device(device)
         s = self._shape(dev, t, n, inp, lengths)
         return s.ws_infer, s.ws_train, s.rs_bytes
 
     # -- state per device and per shape -------------------------------------------------------
-    def _device(self, device: int | None) -> _Device:
+    def _device(self, device: int | None) -> _rnn_calls.Device:
         if device is None:
-            device = _op.handle_for(None, None).device
+            device = _call.handle_for(None, None).device
         dev = self._devices.get(device)
         if dev is None:
-            with _op.on_device(device):  # the dropout states are initialised on the device
-                dev = self._devices[device] = _Device(self, device)
+            with _call.on_device(device):  # the dropout states are initialised on the device
+                dev = self._devices[device] = _rnn_calls.Device(self, device)
         return dev
 
-    def _shape(self, dev: _Device, t: int, n: int, inp: int, lengths: tuple | None) -> _Shape:
+    def _shape(
+        self, dev: _rnn_calls.Device, t: int, n: int, inp: int, lengths: tuple | None
+    ) -> _rnn_calls.Shape:
         key = (dev.device, t, n, inp, lengths)
         s = self._shapes.get(key)
         if s is not None:
@@ -627,31 +472,40 @@ class RNNBlock:
         rnn, w_bytes = dev.rnn(inp)
         h = dev.handle()
         seq = lengths if lengths is not None else (t,) * n
-        lay = RNNDataLayout.BATCH_MAJOR_UNPACKED if self._batch_first else (
-            RNNDataLayout.SEQ_MAJOR_UNPACKED)  # fmt: skip
+        lay = (
+            RNNDataLayout.BATCH_MAJOR_UNPACKED
+            if self._batch_first
+            else (RNNDataLayout.SEQ_MAJOR_UNPACKED)
+        )
         xdesc = RNNDataDescriptor(seq, inp, t, dtype=self._dt, layout=lay)
         ydesc = RNNDataDescriptor(seq, self.output_size, t, dtype=self._dt, layout=lay)
         nl = self._layers * self._dirs
         hshape, cshape = (nl, n, self.out_size), (nl, n, self._hidden)
-        hdesc = _op.tensor_descriptor(hshape, _layout.packed_strides(hshape), self._dt)
-        cdesc = _op.tensor_descriptor(cshape, _layout.packed_strides(cshape), self._dt)
+        hdesc = _staging.tensor_descriptor(hshape, _layout.packed_strides(hshape), self._dt)
+        cdesc = _staging.tensor_descriptor(cshape, _layout.packed_strides(cshape), self._dt)
         ws_train, rs = rnn.temp_space_sizes(h, xdesc, training=True)
         ws_infer, _ = rnn.temp_space_sizes(h, xdesc, training=False)
         dev_len = memory.to_device(np.asarray(seq, dtype=np.int32), h.stream, device=dev.device)
-        s = _Shape(key, dev.device, rnn, w_bytes, xdesc, ydesc, hdesc, cdesc, seq, dev_len,
-                   ws_train, ws_infer, rs)  # fmt: skip
+        s = _rnn_calls.Shape(
+            key,
+            dev.device,
+            (rnn, w_bytes),
+            (xdesc, ydesc, hdesc, cdesc),
+            (seq, dev_len),
+            (ws_train, ws_infer, rs),
+        )
         self._shapes[key] = s
         while len(self._shapes) > _MAX_SHAPES:
             self._shapes.popitem(last=False)  # the last training shape stays alive via _last_train
         return s
 
     # -- validation helpers -------------------------------------------------------------------
-    def _check_dtype(self, func: str, name: str, g: _op.Operand) -> None:
+    def _check_dtype(self, func: str, name: str, g: _operand.Operand) -> None:
         if g.dtype != self._dt:
             got = dtype_name(g.dtype) if g.dtype is not None else "of an unsupported type"
             raise TypeError(f"{func}: {name} is {got}; the block's dtype is {dtype_name(self._dt)}")
 
-    def _check_weights(self, func: str, name: str, g: _op.Operand, size: int) -> None:
+    def _check_weights(self, func: str, name: str, g: _operand.Operand, size: int) -> None:
         self._check_dtype(func, name, g)
         if len(g.shape) != 1:
             raise ValueError(
@@ -666,30 +520,33 @@ class RNNBlock:
             raise ValueError(
                 f"{func}: {name} must be contiguous (stride 1), got stride {g.strides[0]}"
             )
-        _op.check_strides(func, name, g)
+        _checks.check_strides(func, name, g)
 
-    def _operand(self, func: str, name: str, obj: Any, shape: tuple[int, ...], device: int | None
-                 ) -> _op.Operand:  # fmt: skip
-        g = _op.operand(obj)
+    def _operand(
+        self, func: str, name: str, obj: Any, shape: tuple[int, ...], device: int | None
+    ) -> _operand.Operand:
+        g = _operand.operand(obj)
         self._check_dtype(func, name, g)
         if tuple(g.shape) != shape:
             raise ValueError(f"{func}: {name} has shape {tuple(g.shape)}, expected {shape}")
         if device is not None and g.device != device:
             raise ValueError(f"{func}: x is on device {device} but {name} on device {g.device}")
-        _op.check_strides(func, name, g)
+        _checks.check_strides(func, name, g)
         return g
 
-    def _out(self, func: str, name: str, obj: Any, shape: tuple[int, ...], device: int) -> _Out:
+    def _out(
+        self, func: str, name: str, obj: Any, shape: tuple[int, ...], device: int
+    ) -> _rnn_calls.Out:
         if obj is None:
-            return _Out(shape, None)
+            return _rnn_calls.Out(shape, None)
         g = self._operand(func, name, obj, shape, device)
         if not _layout.matches(g.shape, g.strides, _layout.packed_strides(g.shape)):
             raise ValueError(
                 f"{func}: {name} must be C-contiguous (packed), got strides {tuple(g.strides)}"
             )
-        return _Out(shape, g)
+        return _rnn_calls.Out(shape, g)
 
-    def _geometry(self, func: str, gx: _op.Operand) -> tuple[int, int, int]:
+    def _geometry(self, func: str, gx: _operand.Operand) -> tuple[int, int, int]:
         if len(gx.shape) != 3:
             order = "(N, T, input_size)" if self._batch_first else "(T, N, input_size)"
             raise ValueError(f"{func}: x must be 3-D {order}, got shape {tuple(gx.shape)}")
@@ -778,99 +635,45 @@ class RNNBlock:
         """
         if self._closed:
             self._check_open()
-        pw, kw = _op.key_of(w)
-        px, kx = _op.key_of(x)
-        ph, kh = (0, None) if hx is None else _op.key_of(hx)
-        pc, kc = (0, None) if cx is None else _op.key_of(cx)
-        sl = _lengths_key(seq_lengths)
-        outs = _out_tuple(_FWD, out, "(y, hy[, cy])")
-        ko = tuple(None if o is None else _op.key_of(o)[1] for o in outs)
-        key = (_FWD, kw, kx, kh, kc, sl, bool(training), ko)
-        try:
-            call = self._calls.get(key)
-        except TypeError:  # unhashable: an odd seq_lengths entry; validation will say
-            call = key = None
-        if call is None:
-            call = self._build_forward(w, x, hx, cx, sl, bool(training), outs, stream)
-            if key is not None:
-                if len(self._calls) >= _MAX_CALLS:
-                    self._calls.clear()
-                self._calls[key] = call
-        with _op.on_device(call.device):  # the call runs on its operands' device
-            return self._run_forward(call, (pw, px, ph, pc), outs, bool(training), stream)
+        pw, kw = _operand.key_of(w)
+        px, kx = _operand.key_of(x)
+        ph, kh = (0, None) if hx is None else _operand.key_of(hx)
+        pc, kc = (0, None) if cx is None else _operand.key_of(cx)
+        sl = _rnn_calls.lengths_key(seq_lengths)
+        outs = _rnn_calls.out_tuple(_FWD, out, "(y, hy[, cy])")
+        placed = tuple((None, None) if o is None else _operand.key_of(o) for o in outs)
+        key = (_FWD, kw, kx, kh, kc, sl, bool(training), tuple(k for _p, k in placed))
+        args = (self, w, x, hx, cx, sl, bool(training), outs, stream)
+        if not outs:
+            outs = (None, None, None) if self._mode == "lstm" else (None, None)
+            placed = ((None, None),) * len(outs)
+        out_ptrs = tuple(p for p, _k in placed)
+        return _call.run_cached(
+            key,
+            _rnn_calls.build_forward,
+            args,
+            (pw, px, ph, pc),
+            outs,
+            out_ptrs,
+            stream,
+            store=self._calls(),
+        )
 
     def _inputs(self, func: str, x: Any, w: Any) -> tuple:
         """The checks *x* and *w* share in both directions: ``(gx, gw, T, N, input size,
         device, hx shape, cx shape, weight elements)``."""
-        gx = _op.operand(x)
+        gx = _operand.operand(x)
         t, n, inp = self._geometry(func, gx)
         self._check_dtype(func, "x", gx)
-        _op.check_strides(func, "x", gx)
+        _checks.check_strides(func, "x", gx)
         device = gx.device
-        gw = _op.operand(w)
+        gw = _operand.operand(w)
         if gw.device != device:
             raise ValueError(f"{func}: x is on device {device} but w on device {gw.device}")
         expected = self.canonical_layout(inp).size
         self._check_weights(func, "w", gw, expected)
         hshape, cshape = self._state_shapes(n)
         return gx, gw, t, n, inp, device, hshape, cshape, expected
-
-    def _build_forward(self, w, x, hx, cx, sl, training, outs, stream) -> _Call:
-        func = _FWD
-        gx, gw, t, n, inp, device, hshape, cshape, expected = self._inputs(func, x, w)
-        if stream is not None:
-            _op.check_stream(func, stream, device)
-        gh = None if hx is None else self._operand(func, "hx", hx, hshape, device)
-        if cx is not None and self._mode != "lstm":
-            raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
-        gc = None if cx is None else self._operand(func, "cx", cx, cshape, device)
-        lengths = None if sl is None else _check_lengths(func, sl, n, t)
-        nout = 3 if self._mode == "lstm" else 2
-        if not isinstance(outs, (tuple, list)) or len(outs) not in (0, nout):
-            raise ValueError(
-                f"{func}: out must be a tuple of {nout} entries "
-                f"({'y, hy, cy' if nout == 3 else 'y, hy'}), got {outs!r}"
-            )
-        outs = tuple(outs) or (None,) * nout
-        specs = [self._out(func, "y", outs[0], self._y_shape(t, n), device),
-                 self._out(func, "hy", outs[1], hshape, device)]  # fmt: skip
-        if nout == 3:
-            specs.append(self._out(func, "cy", outs[2], cshape, device))
-        stage = _staging(self._dt, [(1, gx), (2, gh), (3, gc)])
-        spans = tuple(_nbytes(g) for g in (gw, gx, gh, gc))
-        # -- validated: descriptors, sizes (C calls) ------------------------------------------
-        dev = self._device(device)
-        if dev.rnn(inp)[1] // itemsize(self._dt) != expected:  # pragma: no cover - cuDNN change
-            self._check_weights(func, "w", gw, dev.rnn(inp)[1] // itemsize(self._dt))
-        shape = self._shape(dev, t, n, inp, lengths)
-        fn = _op.quiet("cudnnRNNForward")
-        return _Call(self, shape, device, self._dt, tuple(specs), spans, stage, fn)
-
-    def _run_forward(self, call: _Call, ptrs: tuple, outs: tuple, training: bool, stream) -> tuple:
-        s = call.shape
-        h = _op.handle_for(call.device, stream, _FWD)
-        objs, optrs = call.outputs(h, outs or (None,) * len(call.outs), ptrs, _FWD)
-        pw, px, ph, pc = ptrs
-        keep: list = []
-        if call.stage is not None:
-            staged = [pw, px, ph, pc]
-            call.stage.before(h, staged, keep)
-            pw, px, ph, pc = staged
-        if training:
-            ws = s.ws_train
-            rs, rptr = s.rs_bytes, s.reserve_ptr(h.stream)
-            mode = ForwardMode.TRAINING
-        else:
-            ws, rs, rptr, mode = s.ws_infer, 0, 0, ForwardMode.INFERENCE
-        wsp = _op.workspace(h, ws) if ws else 0
-        py, phy = optrs[0], optrs[1]
-        pcy = optrs[2] if len(optrs) > 2 else 0
-        call.fn(h.ptr, s.rnn, mode, s.dev_lengths_p, s.xdesc, px, s.ydesc, py, s.hdesc,
-                ph or None, phy, s.cdesc, pc or None, pcy or None, s.w_bytes, pw, ws, wsp or None,
-                rs, rptr or None)  # fmt: skip
-        if training:
-            self._last_train = s
-        return tuple(objs)
 
     # -- backward -----------------------------------------------------------------------------
     def backward(
@@ -943,226 +746,30 @@ class RNNBlock:
         if self._closed:
             self._check_open()
         ops = (w, x, hx, cx, y, dy, dhy, dcy)
-        keyed = [(0, None) if o is None else _op.key_of(o) for o in ops]
-        sl = _lengths_key(seq_lengths)
-        outs = _out_tuple(_BWD, out, "(dx, dhx[, dcx])")
-        ko = tuple(None if o is None else _op.key_of(o)[1] for o in outs)
-        pdw, kdw = (0, None) if dw is None else _op.key_of(dw)
-        key = (_BWD, tuple(k for _, k in keyed), sl, ko, kdw, bool(accumulate), bool(weights))
-        try:
-            call = self._calls.get(key)
-        except TypeError:
-            call = key = None
-        if call is None:
-            call = self._build_backward(ops, sl, outs, dw, weights, stream)
-            if key is not None:
-                if len(self._calls) >= _MAX_CALLS:
-                    self._calls.clear()
-                self._calls[key] = call
+        keyed = [(0, None) if o is None else _operand.key_of(o) for o in ops]
+        sl = _rnn_calls.lengths_key(seq_lengths)
+        outs = _rnn_calls.out_tuple(_BWD, out, "(dx, dhx[, dcx])")
+        placed = tuple((None, None) if o is None else _operand.key_of(o) for o in outs)
+        pdw, kdw = (None, None) if dw is None else _operand.key_of(dw)
+        key = (
+            _BWD,
+            tuple(k for _, k in keyed),
+            sl,
+            tuple(k for _p, k in placed),
+            kdw,
+            bool(accumulate),
+            bool(weights),
+        )
+        args = (self, ops, sl, outs, dw, (bool(weights), bool(accumulate)), stream)
+        lstm = self._mode == "lstm"
+        if not outs:
+            outs = (None, None, None) if lstm else (None, None)
+            placed = ((None, None),) * len(outs)
+        out_ptrs = tuple(p for p, _k in placed)
+        if weights:  # dw is the last output
+            outs, out_ptrs = (*outs, dw), (*out_ptrs, pdw)
         ptrs = tuple(p for p, _ in keyed)
-        with _op.on_device(call.device):
-            return self._run_backward(call, ptrs, outs, dw, pdw, bool(accumulate),
-                                      bool(weights), stream)  # fmt: skip
-
-    def _build_backward(self, ops, sl, outs, dw, weights, stream) -> _Call:
-        func = _BWD
-        w, x, hx, cx, y, dy, dhy, dcy = ops
-        gx, gw, t, n, inp, device, hshape, cshape, expected = self._inputs(func, x, w)
-        if stream is not None:
-            _op.check_stream(func, stream, device)
-        yshape = self._y_shape(t, n)
-        if cx is not None and self._mode != "lstm":
-            raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
-        if dcy is not None and self._mode != "lstm":
-            raise TypeError(f"{func}: dcy is only for rnn_mode='lstm', not {self._mode!r}")
-        gh = None if hx is None else self._operand(func, "hx", hx, hshape, device)
-        gc = None if cx is None else self._operand(func, "cx", cx, cshape, device)
-        if y is None or dy is None:
-            raise TypeError(f"{func}: y and dy are required (the forward output and its gradient)")
-        gy = self._operand(func, "y", y, yshape, device)
-        gdy = self._operand(func, "dy", dy, yshape, device)
-        gdh = None if dhy is None else self._operand(func, "dhy", dhy, hshape, device)
-        gdc = None if dcy is None else self._operand(func, "dcy", dcy, cshape, device)
-        lengths = None if sl is None else _check_lengths(func, sl, n, t)
-        nout = 3 if self._mode == "lstm" else 2
-        if not isinstance(outs, (tuple, list)) or len(outs) not in (0, nout):
-            raise ValueError(
-                f"{func}: out must be a tuple of {nout} entries "
-                f"({'dx, dhx, dcx' if nout == 3 else 'dx, dhx'}), got {outs!r}"
-            )
-        outs = tuple(outs) or (None,) * nout
-        specs = [self._out(func, "dx", outs[0], tuple(gx.shape), device),
-                 self._out(func, "dhx", outs[1], hshape, device)]  # fmt: skip
-        if nout == 3:
-            specs.append(self._out(func, "dcx", outs[2], cshape, device))
-        wsize = (gw.shape[0],)
-        dw_spec = None
-        if dw is not None:
-            if not weights:
-                raise ValueError(f"{func}: dw was given with weights=False")
-            gdw = self._operand(func, "dw", dw, wsize, device)
-            self._check_weights(func, "dw", gdw, expected)
-            dw_spec = _Out(wsize, gdw)
-        elif weights:
-            dw_spec = _Out(wsize, None)
-        specs.append(dw_spec)
-        named = [(1, gx), (2, gh), (3, gc), (4, gy), (5, gdy), (6, gdh), (7, gdc)]
-        stage = _staging(self._dt, named)
-        spans = tuple(_nbytes(g) for g in (gw, gx, gh, gc, gy, gdy, gdh, gdc))
-        # -- validated --------------------------------------------------------------------------
-        dev = self._device(device)
-        shape = self._shape(dev, t, n, inp, lengths)
-        return _Call(self, shape, device, self._dt, tuple(specs), spans, stage,
-                     _op.quiet("cudnnRNNBackwardData_v8"),
-                     _op.quiet("cudnnRNNBackwardWeights_v8"))  # fmt: skip
-
-    def _run_backward(self, call: _Call, ptrs, outs, dw, pdw, accumulate, weights, stream) -> tuple:
-        s = call.shape
-        if self._last_train is not s:
-            if self._last_train is None:
-                raise RuntimeError(
-                    f"{_BWD}: no training apply ran on this block; call apply(..., "
-                    "training=True) first (backward needs its reserve space)"
-                )
-            raise RuntimeError(
-                f"{_BWD}: the last training apply had another input shape or other sequence "
-                f"lengths ({_describe_shape(self._last_train.key)}) than this backward "
-                f"({_describe_shape(s.key)}); backward uses the reserve space of the last "
-                "training apply"
-            )
-        h = _op.handle_for(call.device, stream, _BWD)
-        nout = len(call.outs) - 1
-        given = tuple(outs) or (None,) * nout
-        objs, optrs = call.outputs(h, (*given, dw), ptrs, _BWD)
-        pw, px, ph, pc, py, pdy, pdh, pdc = ptrs
-        keep: list = []
-        if call.stage is not None:
-            staged = list(ptrs)
-            call.stage.before(h, staged, keep)
-            pw, px, ph, pc, py, pdy, pdh, pdc = staged
-        ws = s.ws_train
-        wsp = _op.workspace(h, ws) if ws else 0
-        rptr = s.reserve_ptr(h.stream)
-        pdx, pdhx = optrs[0], optrs[1]
-        pdcx = optrs[2] if nout == 3 else 0
-        call.fn(h.ptr, s.rnn, s.dev_lengths_p, s.ydesc, py, pdy, s.xdesc, pdx, s.hdesc,
-                ph or None, pdh or None, pdhx, s.cdesc, pc or None, pdc or None, pdcx or None,
-                s.w_bytes, pw, ws, wsp or None, s.rs_bytes, rptr or None)  # fmt: skip
-        dwo = None
-        if weights:
-            dwo = objs[-1]
-            pdwo = optrs[-1]
-            if dw is None or not accumulate:
-                # cuDNN's weight gradient adds into dw (CUDNN_WGRAD_MODE_SET is not supported by
-                # every release): start from zeros to overwrite
-                _zero(pdwo, s.w_bytes, call.device, h.stream)
-            call.fn2(h.ptr, s.rnn, WgradMode.ADD, s.dev_lengths_p, s.xdesc, px, s.hdesc,
-                     ph or None, s.ydesc, py, s.w_bytes, pdwo, ws, wsp or None, s.rs_bytes,
-                     rptr or None)  # fmt: skip
-        return (objs[0], objs[1], objs[2] if nout == 3 else None, dwo)
-
-
-def _zero(ptr: int, nbytes: int, device: int, stream: int) -> None:
-    """Zero *nbytes* at *ptr*, ordered on *stream*."""
-    memory.DeviceArray.from_ptr(ptr, (nbytes,), np.uint8, device=device, stream=stream,
-                                check=False).fill_(0)  # fmt: skip
-
-
-def _describe_shape(key: tuple) -> str:
-    _device, t, n, inp, lengths = key
-    s = f"T={t}, N={n}, input_size={inp}"
-    return s + (f", seq_lengths={list(lengths)}" if lengths is not None else "")
-
-
-class _Device:
-    """A block's state on one device: the dropout descriptor with its states, and one
-    RNNDescriptor (with its weight-space size and layout) per input size."""
-
-    __slots__ = ("block", "device", "drop", "layouts", "rnns", "states")
-
-    def __init__(self, block: RNNBlock, device: int) -> None:
-        self.block = block
-        self.device = device
-        self.rnns: dict[int, tuple[RNNDescriptor, int]] = {}
-        self.layouts: dict[int, RNNLayout] = {}
-        h = self.handle()
-        b = block
-        if b._dropout > 0 and b._layers > 1:
-            nbytes = DropoutDescriptor.states_size(h)
-            self.states = memory.empty((nbytes,), np.uint8, device, h.stream)
-            self.drop = DropoutDescriptor(h, b._dropout, self.states, nbytes, b._seed)
-        else:
-            self.states = None
-            self.drop = DropoutDescriptor(h, 0.0, seed=b._seed)
-
-    def handle(self) -> Any:
-        return _op.handle_for(self.device, None)
-
-    def close(self) -> None:
-        for rnn, _ in self.rnns.values():
-            rnn.close()
-        self.rnns.clear()
-        self.drop.close()
-        self.states = None
-
-    def rnn(self, inp: int) -> tuple[RNNDescriptor, int]:
-        """The RNN descriptor for input size *inp* and its weight space in bytes."""
-        got = self.rnns.get(inp)
-        if got is None:
-            b = self.block
-            desc = RNNDescriptor(
-                b._hidden,
-                b._layers,
-                cell_mode=b._mode,
-                input_size=inp,
-                proj_size=b._proj,
-                bias_mode="double" if b._bias else "none",
-                direction="bidirectional" if b._dirs == 2 else "unidirectional",
-                input_mode=b._input_mode,
-                dtype=b._dt,
-                math_type=b._math,
-                dropout=self.drop,
-                aux_flags="padded_io",
-                algo="standard",
-            )
-            got = self.rnns[inp] = (desc, desc.weight_space_size(self.handle()))
-        return got
-
-    def layout(self, inp: int) -> RNNLayout:
-        """The weight layout cuDNN reports for input size *inp*."""
-        lay = self.layouts.get(inp)
-        if lay is None:
-            lay = self.layouts[inp] = self._read_layout(inp)
-        return lay
-
-    def _read_layout(self, inp: int) -> RNNLayout:
-        b = self.block
-        desc, nbytes = self.rnn(inp)
-        h = self.handle()
-        isz = itemsize(b._dt)
-        fn = _op.quiet("cudnnGetRNNWeightParams")
-        # cudnnGetRNNWeightParams computes addresses inside the buffer it is given: use a real one
-        buf = memory.empty((max(nbytes, 1),), np.uint8, self.device, h.stream)
-        base = buf.ptr
-        mdesc = TensorDescriptor((1, 1, 1), b._dt)
-        bdesc = TensorDescriptor((1, 1, 1), b._dt)
-        nlin = 2 * len(GATES[b._mode])
-        ids = list(range(nlin)) + ([PROJ_ID] if b._proj else [])
-        slots = []
-        try:
-            for pl in range(b._layers * b._dirs):
-                for lid in ids:
-                    ma, ba = ctypes.c_void_p(), ctypes.c_void_p()
-                    fn(h.ptr, desc, pl, nbytes, base, lid, mdesc, ctypes.byref(ma), bdesc,
-                       ctypes.byref(ba))  # fmt: skip
-                    for kind, addr, d in (("weight", ma.value, mdesc), ("bias", ba.value, bdesc)):
-                        if not addr:
-                            continue
-                        dims = d.shape  # (1, rows, cols) or (1, rows, 1)
-                        shape = (dims[-2], dims[-1]) if kind == "weight" else (dims[-2],)
-                        slots.append((pl, lid, kind, (addr - base) // isz, shape))
-        finally:
-            mdesc.close()
-            bdesc.close()
-        return RNNLayout(b._mode, inp, b._hidden, b._layers, b._dirs == 2, b._proj,
-                         b._input_mode, b._bias, nbytes // isz, slots)  # fmt: skip
+        result = _call.run_cached(
+            key, _rnn_calls.build_backward, args, ptrs, outs, out_ptrs, stream, store=self._calls()
+        )
+        return (result[0], result[1], result[2] if lstm else None, result[-1] if weights else None)

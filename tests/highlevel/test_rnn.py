@@ -26,7 +26,7 @@ import pytest
 
 from pycudnn import _layout
 from pycudnn.enums import DataType, ForwardMode, WgradMode
-from pycudnn.highlevel import _op, rnn
+from pycudnn.highlevel import _call, _operand, _rnn_calls, _staging, rnn
 from pycudnn.highlevel.rnn import RNNBlock
 from pycudnn.highlevel.rnn_layout import (
     GATES,
@@ -53,7 +53,7 @@ class Fake:
         self.device = device
 
 
-_op.register_operand_type(Fake, lambda f: (f.ptr, f.shape, f.strides, f.dt, f.device))
+_operand.register_operand_type(Fake, lambda f: (f.ptr, f.shape, f.strides, f.dt, f.device))
 
 
 class CCall(BaseException):
@@ -68,12 +68,14 @@ def _boom(*args, **kwargs):
 @pytest.fixture
 def no_c(monkeypatch):
     """Make every way into CUDA/cuDNN raise CCall."""
-    monkeypatch.setattr(_op._handle, "get_handle", _boom)
-    monkeypatch.setattr(_op, "tensor_descriptor", _boom)
-    monkeypatch.setattr(_op, "quiet", _boom)
-    monkeypatch.setattr(_op, "workspace", _boom)
+    monkeypatch.setattr(_call._handle, "get_handle", _boom)
+    monkeypatch.setattr(_staging, "tensor_descriptor", _boom)
+    monkeypatch.setattr(_call, "quiet", _boom)
+    monkeypatch.setattr(_call, "workspace", _boom)
     for name in ("RNNDescriptor", "RNNDataDescriptor", "DropoutDescriptor", "TensorDescriptor"):
-        monkeypatch.setattr(rnn, name, _boom)
+        for module in (rnn, _rnn_calls):  # where the block and its parts make them
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, _boom)
     for name in ("empty", "zeros", "asarray", "to_device", "get_workspace"):
         monkeypatch.setattr(rnn.memory, name, _boom)
     yield
@@ -571,18 +573,18 @@ def fakes(monkeypatch):
 
     def allocate(shape, dtype, device=None, stream=None, *, strides=None):
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        return Fake(shape, _op.data_type(np.dtype(dtype)))
+        return Fake(shape, _operand.data_type(np.dtype(dtype)))
 
-    monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: handle)
-    monkeypatch.setattr(_op, "quiet", quiet)
-    monkeypatch.setattr(_op, "workspace", lambda h, n: 0xABC000)
-    monkeypatch.setattr(_op, "tensor_descriptor", lambda shape, strides, dt: ("tdesc", shape))
-    monkeypatch.setattr(rnn, "RNNDescriptor", FakeRNNDesc)
+    monkeypatch.setattr(_call._handle, "get_handle", lambda device=None: handle)
+    monkeypatch.setattr(_call, "quiet", quiet)
+    monkeypatch.setattr(_call, "workspace", lambda h, n: 0xABC000)
+    monkeypatch.setattr(_staging, "tensor_descriptor", lambda shape, strides, dt: ("tdesc", shape))
+    monkeypatch.setattr(_rnn_calls, "RNNDescriptor", FakeRNNDesc)
     monkeypatch.setattr(rnn, "RNNDataDescriptor", FakeDesc)
-    monkeypatch.setattr(rnn, "DropoutDescriptor", FakeDropout)
+    monkeypatch.setattr(_rnn_calls, "DropoutDescriptor", FakeDropout)
     monkeypatch.setattr(rnn.memory, "empty", allocate)
     monkeypatch.setattr(rnn.memory, "to_device", lambda a, stream=None, device=None: Fake(a.shape))
-    monkeypatch.setattr(rnn, "_zero", lambda p, n, d, s: calls.append(("zero", (p, n))))
+    monkeypatch.setattr(_rnn_calls, "zero", lambda p, n, d, s: calls.append(("zero", (p, n))))
     FakeDesc.made = []
     return calls
 
@@ -597,9 +599,8 @@ def _args(call):
 def test_forward_call_and_caching(fakes, monkeypatch):
     block = _block()
     builds = []
-    real = RNNBlock._build_forward
-    monkeypatch.setattr(RNNBlock, "_build_forward",
-                        lambda self, *a: builds.append(1) or real(self, *a))  # fmt: skip
+    real = _rnn_calls.build_forward
+    monkeypatch.setattr(_rnn_calls, "build_forward", lambda *a: builds.append(1) or real(*a))
     ops = _ops(block)
     y, hy, cy = block.apply(ops["w"], ops["x"], ops["hx"], ops["cx"], [5, 2, 4], training=True)
     assert (y.shape, hy.shape, cy.shape) == ((5, 3, 8), (4, 3, 4), (4, 3, 4))
@@ -741,3 +742,12 @@ def test_get_param_size_and_temp_sizes_with_fakes(fakes):
     assert b.temp_space_sizes((5, 3, 6), [1, 2, 3]) == (1024, 4096, 512)
     with pytest.raises(ValueError, match="seq_lengths has 2 entries"):
         b.temp_space_sizes((5, 3, 6), [1, 2])
+
+
+def test_a_fresh_block_copies_and_pickles():
+    import copy
+    import pickle
+
+    block = RNNBlock("float32", 4, 1, "lstm")
+    for clone in (copy.deepcopy(block), pickle.loads(pickle.dumps(block))):
+        assert repr(clone) == repr(block) and clone._calls() is not block._calls()
