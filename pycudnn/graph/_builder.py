@@ -780,14 +780,3 @@ def load_plan(text: str, h: Any, uids: Sequence[int], *, engine: int = -1) -> An
     ws = int(plan.get(A.EXECUTION_PLAN_WORKSPACE_SIZE, T.INT64, 1)[0])
     info = _plans.EngineInfo(engine, frozenset(), frozenset(), ws)
     return _plans.GraphPlan(plan, None, h, info, ws, uids, "loaded from JSON")
-
-
-# -- kept for the high level until it moves (see the report of issue 24) -----------------------
-#: removed once ``highlevel/_op.GraphCall`` runs plans through ``GraphPlan.launch``
-workspace_layout = _scratch.workspace_layout
-
-
-def fill_scratch(key: GraphKey, ptrs: list[int], wsp: int, offsets: list[int], stream: int) -> None:
-    """:func:`._scratch.fill_scratch` for *key*'s scratch tensors; removed once
-    ``highlevel/_op.GraphCall`` runs plans through ``GraphPlan.launch``."""
-    _scratch.fill_scratch(key.scratch, ptrs, wsp, offsets, stream)

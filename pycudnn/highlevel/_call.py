@@ -33,7 +33,7 @@ from .. import _config, _cuda, _layout, errors, memory
 from .. import handle as _handle
 from .._types import itemsize, numpy_dtype, scaling_ctype
 from ..enums import DataType
-from ..graph import _builder, _plans
+from ..graph import _plans
 from ._checks import check_stream
 from ._operand import Operand
 
@@ -443,7 +443,7 @@ class GraphCall(Call):
     on the inputs' and outputs' pointers (the graph's io order), its constants' host
     addresses, the scratch tensors' places in the workspace, and the workspace."""
 
-    __slots__ = ("consts", "graph", "key", "plan", "scratch")
+    __slots__ = ("consts", "graph", "key", "plan")
 
     def __init__(
         self,
@@ -459,21 +459,14 @@ class GraphCall(Call):
         self.graph = graph
         self.key = graph._key
         self.plan = graph.plan
-        self.consts = graph.constant_pointers()
-        self.scratch = bool(self.key.scratch)
+        self.consts = tuple(graph.constant_pointers())
 
     def launch(self, ptrs: Sequence[int]) -> None:
-        plan = self.plan
-        h = self.handle
-        if self.scratch:
-            full = [*ptrs, *self.consts, *(0,) * len(self.key.scratch)]
-            total, offsets = _builder.workspace_layout(plan.workspace, self.key.scratch)
-            wsp = h.workspace(total)[0]
-            _builder.fill_scratch(self.key, full, wsp, offsets, h.stream)
-            plan.run(*full, wsp if plan.workspace else 0)
-            return
-        ws = plan.workspace
-        plan.run(*ptrs, *self.consts, h.workspace(ws)[0] if ws else 0)
+        scratch = self.key.scratch
+        if scratch:  # placeholders that GraphPlan.launch points into the workspace
+            self.plan.launch((*ptrs, *self.consts, *(0,) * len(scratch)), scratch)
+        else:
+            self.plan.launch((*ptrs, *self.consts))
 
 
 # ==================================================================================================

@@ -1,5 +1,5 @@
 """Scaled dot-product attention on cuDNN's fused flash-attention engines: ``dnn_sdpa`` and its
-gradient ``dnn_sdpa_grad``, each one builder graph (:mod:`pycudnn.graph._sdpa`) planned and
+gradient ``dnn_sdpa_grad``, each one builder graph (:mod:`pycudnn.graph.nodes.sdpa`) planned and
 cached like every graph.
 
 Layout: q ``(B, H, S_q, D)``, k ``(B, H_k, S_kv, D)``, v ``(B, H_k, S_kv, D_v)`` as logical
@@ -595,23 +595,19 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         alignment=_graphops.alignment(gs.ptr),
     )
     tsq, tskv, tseed, toff = _declare_common(g, gsq, gskv, True if p else None, b)
-    from ..graph import _sdpa
-
-    dq, dk, dv_ = _sdpa.backward(
-        g,
+    dq, dk, dv_ = g.sdpa_backward(
         tq,
         tk,
         tv,
         to,
         tdo,
         tst,
-        sc,
-        causal,
-        tsq,
-        tskv,
-        (p, tseed, toff) if p else None,
-        "sdpa_backward",
-        deterministic=det,
+        attn_scale=sc,
+        use_causal_mask=causal,
+        seq_len_q=tsq,
+        seq_len_kv=tskv,
+        dropout=(p, tseed, toff) if p else None,
+        use_deterministic_algorithm=det,
     )
     allocs = []
     for t, like, shape in (
