@@ -20,8 +20,10 @@ import pycudnn
 from pycudnn import _config, _layout
 from pycudnn.enums import ConvolutionMode, DataType
 from pycudnn.graph import _plans
-from pycudnn.graph._plans import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
 from pycudnn.highlevel import _op, conv
+from pycudnn.highlevel.conv import _prepare
+from pycudnn.highlevel.conv import _problem as problem_mod
+from pycudnn.highlevel.conv._problem import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
 
 F32, F64, F16, BF16 = DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16
 _addr = itertools.count(1)
@@ -59,6 +61,7 @@ def no_c(monkeypatch):
     """Make every way into CUDA/cuDNN raise CCall."""
     monkeypatch.setattr(_op._handle, "get_handle", _boom)
     monkeypatch.setattr(_plans, "BackendDescriptor", _boom)
+    monkeypatch.setattr(problem_mod, "BackendDescriptor", _boom)
     monkeypatch.setattr(_op, "cudnn_version", _boom)
     for name in ("empty", "zeros", "get_workspace", "asarray"):
         monkeypatch.setattr(conv.memory, name, _boom)
@@ -102,7 +105,7 @@ def capture(monkeypatch):
     plans: list[FakePlan] = []
     handle = DummyHandle()
 
-    def plan_for(p, h, ptrs, perm, alloc, flags):
+    def plan(p, h, given_ptrs=None):
         problems.append(p)
         plan = FakePlan(p)
         plans.append(plan)
@@ -114,7 +117,7 @@ def capture(monkeypatch):
 
     monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: handle)
     monkeypatch.setattr(_op, "cudnn_version", lambda: 91900)
-    monkeypatch.setattr(conv, "_plan_for", plan_for)
+    monkeypatch.setattr(_plans, "plan", plan)
     monkeypatch.setattr(conv.memory, "empty", allocate)
     monkeypatch.setattr(conv.memory, "zeros", _boom)
     conv.clear_caches()
@@ -593,13 +596,13 @@ def test_direction_hint_routes(capture):
 def test_second_call_skips_validation(capture, monkeypatch):
     _problems, plans = capture
     slow_calls = []
-    real_slow = conv._slow
+    real_slow = _prepare.slow
 
     def spy(*args):
         slow_calls.append(args[0])
         return real_slow(*args)
 
-    monkeypatch.setattr(conv, "_slow", spy)
+    monkeypatch.setattr(_prepare, "slow", spy)
     img, kerns = x4(), w4()
     out = Fake((2, 6, 6, 6))
     for _ in range(5):
@@ -706,7 +709,7 @@ def test_algo_names_per_direction_cover_config_choices():
         (OP_BWD_FILTER, _config.ALGO_BWD_FILTER_CHOICES),
     ):
         for name in choices:
-            policy, det = conv._policy(op, name, flags, "f")
+            policy, det = _prepare.policy(op, name, flags, "f")
             if name.startswith("guess"):
                 assert policy == "guess" and not det
             elif name.startswith("time"):
@@ -714,8 +717,8 @@ def test_algo_names_per_direction_cover_config_choices():
             elif name == "deterministic":
                 assert policy == "guess" and det
             else:
-                assert policy == name and name in conv._LEGACY[op]
-        assert conv._policy(op, "TIME_ONCE", flags, "f") == ("time", False)
+                assert policy == name and name in problem_mod.LEGACY[op]
+        assert _prepare.policy(op, "TIME_ONCE", flags, "f") == ("time", False)
 
 
 def test_config_defaults_flow_into_the_problem(capture):
@@ -751,7 +754,7 @@ def test_config_defaults_flow_into_the_problem(capture):
     ],
 )
 def test_precision_table(dt, precision, compute):
-    assert conv._compute_type(dt, precision, "f") == compute
+    assert _prepare.compute_type(dt, precision, "f") == compute
 
 
 @pytest.mark.parametrize(
@@ -768,7 +771,7 @@ def test_precision_table(dt, precision, compute):
 )
 def test_precision_rejected(dt, precision):
     with pytest.raises(ValueError, match="not available"):
-        conv._compute_type(dt, precision, "f")
+        _prepare.compute_type(dt, precision, "f")
 
 
 def test_layout_helpers():
@@ -779,7 +782,8 @@ def test_layout_helpers():
     assert _layout.matches((2, 1, 4, 5), (20, 7, 5, 1), _packed((2, 1, 4, 5)))  # size-1 dim
     assert _layout.non_overlapping(shape, _packed(shape))
     assert not _layout.non_overlapping(shape, (60, 20, 5, 2))
-    assert conv._alignment(0, 4) == 16 and conv._alignment(8, 4) == 8 and conv._alignment(2, 2) == 2
+    align = problem_mod.alignment
+    assert align(0, 4) == 16 and align(8, 4) == 8 and align(2, 2) == 2
 
 
 def test_unpacked_operands_are_staged(capture, monkeypatch):

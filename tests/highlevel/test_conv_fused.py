@@ -22,8 +22,9 @@ import pycudnn
 from pycudnn import errors
 from pycudnn.enums import DataType
 from pycudnn.graph import _plans
-from pycudnn.highlevel import _fusion, _op, conv
-from pycudnn.highlevel._fusion import FusedProblem
+from pycudnn.highlevel import _op, conv
+from pycudnn.highlevel.conv import _epilogue, _problem
+from pycudnn.highlevel.conv._epilogue import FusedProblem
 
 F32, F16, BF16 = DataType.FLOAT, DataType.HALF, DataType.BFLOAT16
 no_c = fd.no_c  # the fixture: every way into CUDA/cuDNN raises
@@ -103,11 +104,11 @@ def test_fused_3d_bias_shape(no_c):
     ],
 )
 def test_activation_names(value, parsed):
-    assert _fusion.activation(value, "f") == parsed
+    assert _epilogue.activation(value, "f") == parsed
 
 
 def test_every_activation_has_a_pointwise_mode_and_gelu_has_no_separate_form():
-    assert set(_fusion.SEPARATE) == set(_fusion.ACTIVATIONS) - {"gelu", "gelu_tanh"}
+    assert set(_epilogue.SEPARATE) == set(_epilogue.ACTIVATIONS) - {"gelu", "gelu_tanh"}
 
 
 # ==================================================================================================
@@ -148,14 +149,13 @@ def fused(monkeypatch):
     state = {"engine": True, "fused": [], "plain": [], "c_calls": []}
     handle = DummyHandle()
 
-    def fused_plan(fp, h, in_ptrs, flags):
-        state["fused"].append(fp)
-        if not state["engine"]:
-            return conv._NoEngine("no fused engine: fake")
-        return FakeGraphPlan(fp)
-
-    def plan_for(p, h, ptrs, perm, alloc, flags):
-        plan = FakeGraphPlan(p)
+    def plan(key, h, given_ptrs=None):
+        if isinstance(key, FusedProblem):
+            state["fused"].append(key)
+            if not state["engine"]:
+                return _plans.NoEngine("no engine: fake")
+            return FakeGraphPlan(key)
+        plan = FakeGraphPlan(key)
         state["plain"].append(plan)
         return plan
 
@@ -171,8 +171,7 @@ def fused(monkeypatch):
 
     monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: handle)
     monkeypatch.setattr(_op, "cudnn_version", lambda: 91900)
-    monkeypatch.setattr(conv, "_fused_plan", fused_plan)
-    monkeypatch.setattr(conv, "_plan_for", plan_for)
+    monkeypatch.setattr(_plans, "plan", plan)
     monkeypatch.setattr(conv.memory, "empty", allocate)
     monkeypatch.setattr(_op, "quiet", quiet)
     conv.clear_caches()
@@ -186,7 +185,7 @@ def test_fused_call_pointer_order_and_key(fused):
     y = pycudnn.dnn_conv(x, w, conv_mode="cross", bias=b, z=z, z_alpha=0.5, activation="relu")
     (fp,) = fused["fused"]
     assert isinstance(fp, FusedProblem)
-    assert fp.uids == (1, 2, _fusion.BIAS_UID, _fusion.Z_UID, 3)
+    assert fp.uids == (1, 2, _epilogue.BIAS_UID, _epilogue.Z_UID, 3)
     assert fp.label == "fused conv+bias+add+relu"
     assert fp.z_alpha == 0.5 and fp.act == "relu" and fp.conv.beta == 0.0
     assert fp.bias.shape == (1, 6, 1, 1) and fp.bias.strides == (6, 1, 6, 6)  # NHWC-packed
@@ -258,7 +257,7 @@ def test_separate_steps_when_the_graph_cannot_be_fused(fused, kwargs, why):
     assert fused["fused"] == []  # no fused search at all
     call = conv.last_call()
     assert not call.fused
-    entry = conv._op.calls().data[next(reversed(conv._op.calls().data))]
+    entry = _op.calls().data[next(reversed(_op.calls().data))]
     assert why in entry.why
 
 
@@ -293,20 +292,21 @@ def test_graph_plan_checks_the_number_of_pointers_before_any_c_call():
     assert gp.describe() == "engine 1 (fused conv+bias, workspace 0 B)"
     with pytest.raises(TypeError, match="takes 4 data pointers and a workspace pointer, got 4"):
         gp.pack(1, 2, 3, 0)
-    plain = _plans.GraphPlan(P(), P(), P(), _plans.EngineInfo(7, frozenset(), frozenset(), 0), 0)
-    assert not plain.fused and plain.uids == _plans.UIDS
+    info7 = _plans.EngineInfo(7, frozenset(), frozenset(), 0)
+    plain = _plans.GraphPlan(P(), P(), P(), info7, 0, _problem.UIDS)
+    assert not plain.fused and plain.uids == _problem.UIDS
     assert plain.describe() == "engine 7 (workspace 0 B)"
 
 
 def test_problem_is_a_graph_key():
-    p = _plans.Problem(
+    p = _problem.Problem(
         op=0, device=0, cudnn_version=91900, dtype=int(F32), compute=int(F32), mode=1,
         x_shape=(1, 4, 8, 8), x_strides=(256, 64, 8, 1), w_shape=(6, 4, 3, 3),
         w_strides=(36, 9, 3, 1), y_shape=(1, 6, 6, 6), y_strides=(216, 36, 6, 1), pads=(0, 0),
         strides=(1, 1), dilations=(1, 1), allow_tf32=False, deterministic=False, x_align=16,
         w_align=16, y_align=16, workspace_limit=-1, alpha=1.0, beta=0.0, algo="guess",
     )  # fmt: skip
-    assert p.uids == _plans.UIDS and p.label is None
+    assert p.uids == _problem.UIDS and p.label is None
     assert "forward convolution, x(1, 4, 8, 8)" in p.what()
     fp = FusedProblem(p, None, None, 1.0, "tanh", None)
     assert fp.uids == (1, 2, 3) and fp.label == "fused conv+tanh"
