@@ -298,17 +298,113 @@ def test_graph_plan_checks_the_number_of_pointers_before_any_c_call():
     assert plain.describe() == "engine 7 (workspace 0 B)"
 
 
+def _conv_problem(**kw):
+    """A small forward convolution's plan key, with fields replaced by *kw*."""
+    base = dict(
+        op=0,
+        device=0,
+        cudnn_version=91900,
+        dtype=int(F32),
+        compute=int(F32),
+        mode=1,
+        x_shape=(1, 4, 8, 8),
+        x_strides=(256, 64, 8, 1),
+        w_shape=(6, 4, 3, 3),
+        w_strides=(36, 9, 3, 1),
+        y_shape=(1, 6, 6, 6),
+        y_strides=(216, 36, 6, 1),
+        pads=(0, 0),
+        strides=(1, 1),
+        dilations=(1, 1),
+        allow_tf32=False,
+        deterministic=False,
+        x_align=16,
+        w_align=16,
+        y_align=16,
+        workspace_limit=-1,
+        alpha=1.0,
+        beta=0.0,
+        algo="guess",
+    )
+    return _problem.Problem(**{**base, **kw})
+
+
 def test_problem_is_a_graph_key():
-    p = _problem.Problem(
-        op=0, device=0, cudnn_version=91900, dtype=int(F32), compute=int(F32), mode=1,
-        x_shape=(1, 4, 8, 8), x_strides=(256, 64, 8, 1), w_shape=(6, 4, 3, 3),
-        w_strides=(36, 9, 3, 1), y_shape=(1, 6, 6, 6), y_strides=(216, 36, 6, 1), pads=(0, 0),
-        strides=(1, 1), dilations=(1, 1), allow_tf32=False, deterministic=False, x_align=16,
-        w_align=16, y_align=16, workspace_limit=-1, alpha=1.0, beta=0.0, algo="guess",
-    )  # fmt: skip
+    p = _conv_problem()
     assert p.uids == _problem.UIDS and p.label is None
     assert "forward convolution, x(1, 4, 8, 8)" in p.what()
     fp = FusedProblem(p, None, None, 1.0, "tanh", None)
     assert fp.uids == (1, 2, 3) and fp.label == "fused conv+tanh"
     assert fp.what().startswith("fused conv+tanh (forward convolution")
     assert FusedProblem(p, None, None, 1.0, None, None).label == "fused conv"
+
+
+# ==================================================================================================
+# The convolution keys on the engine's one entry (_plans.plan), with a fake search
+# ==================================================================================================
+@pytest.fixture
+def engine(fused, monkeypatch):
+    """The real ``_plans.plan`` (cache, counters, make_plan, negative records) over a fake
+    search; ``fused["engine"]`` decides whether the fused graph has an engine."""
+    searched = []
+
+    def search(key, handle, given_ptrs=None):
+        searched.append(key)
+        if isinstance(key, FusedProblem) and not fused["engine"]:
+            raise errors.NotSupportedError(3000, "dnn_conv", "fake: no engine")
+        return FakeGraphPlan(key)
+
+    monkeypatch.undo()  # the fused fixture's fake plan entry goes; its fakes come back below
+    handle = DummyHandle()
+    monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: handle)
+    monkeypatch.setattr(_op, "cudnn_version", lambda: 91900)
+    monkeypatch.setattr(_plans, "search", search)
+    monkeypatch.setattr(_op, "quiet", lambda name: lambda *args: fused["c_calls"].append(name))
+    conv.clear_caches()
+    yield searched
+    conv.clear_caches()
+
+
+def test_no_engine_is_a_cached_answer_of_the_engine(fused, engine):
+    fused["engine"] = False
+    x, w = x4(), w4()
+    pycudnn.dnn_conv(x, w, activation="relu", out=Fake(Y))
+    pycudnn.dnn_conv(x, w, 0, activation="relu", out=Fake(Y))  # another call key, same graph
+    fps = [k for k in engine if isinstance(k, FusedProblem)]
+    assert len(fps) == 1  # the second spelling found the NoEngine record
+    record = _plans.cached_plan(fps[0])
+    assert isinstance(record, _plans.NoEngine) and "fake: no engine" in record.reason
+    entry = _op.calls().data[next(reversed(_op.calls().data))]
+    assert not entry.fused and "fake: no engine" in entry.why
+    info = conv.cache_info()
+    assert (info.misses, info.hits) == (2, 2)  # fused + plain searched; both found once more
+
+
+def test_a_legacy_algorithm_that_cannot_run_falls_back_to_the_heuristics(engine, monkeypatch):
+    monkeypatch.setattr(_problem, "legacy_plan", lambda p, h: None)
+    p = _conv_problem(algo="fft")
+    assert _conv_problem().make_plan(DummyHandle(), None) is None  # guess: the engine searches
+    plan = _plans.plan(p, DummyHandle())
+    (searched,) = engine
+    assert searched == p._replace(algo="guess")  # the heuristics' key, searched once
+    assert _plans.cached_plan(p) is plan is _plans.cached_plan(searched)
+    assert conv.cache_info().misses == 1  # the alias is not counted again
+
+
+def test_timing_buffers_keep_the_callers_output_intact(monkeypatch):
+    made = []
+
+    def empty(shape, dtype, device=None, stream=None):
+        made.append(Fake(shape))
+        return made[-1]
+
+    monkeypatch.setattr(conv.memory, "empty", empty)
+    h = DummyHandle()
+    ptrs, keep = _conv_problem(op=_problem.OP_BWD_DATA).timing_buffers(h, (10, 20, 30))
+    assert ptrs == (made[0].ptr, 20, 30) and keep == made  # dx (x) is the output
+    ptrs, keep = _conv_problem().timing_buffers(h, None)  # staged: scratch throughout
+    assert ptrs == tuple(b.ptr for b in made[1:]) and len(keep) == 3
+    fp = FusedProblem(_conv_problem(), None, None, 1.0, "relu", None)
+    assert fp.negative and not getattr(_conv_problem(), "negative", False)
+    ptrs, keep = fp.timing_buffers(h, (10, 20, None))
+    assert ptrs == (10, 20, keep.ptr) and keep.shape == (216,)
