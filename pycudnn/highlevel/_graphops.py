@@ -1,21 +1,22 @@
 """What the high level's graph operations (:mod:`.matmul`, :mod:`.norms`, :mod:`.sdpa`) share:
 their operands declared as builder tensors, the plan found under the operands' device, and the
-call entry that runs it (:class:`._op.GraphCall`).
+call entry that runs it (:class:`._call.GraphCall`).
 
 An operation module validates its arguments (before any C call), builds a
 :class:`pycudnn.graph.Graph` whose real tensors are its operands and outputs, and hands it to
 :func:`entry`, which plans it (cached per thread by the graph's structure) and returns the call
-entry that ``_op.lookup`` caches under the call's key.
+entry that ``_call.lookup`` caches under the call's key.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .. import errors, memory
 from ..enums import DataType
 from ..graph import Graph, _builder
-from . import _op
+from . import _call, _operand, _staging
 
 __all__ = ["alignment", "capability", "declare", "entry", "filled", "flags_key"]
 
@@ -26,8 +27,13 @@ def alignment(ptr: int) -> int:
     return _builder.alignment_of(ptr)
 
 
-def declare(g: Graph, name: str, o: _op.Operand, shape: tuple[int, ...] | None = None,
-            strides: tuple[int, ...] | None = None) -> Any:  # fmt: skip
+def declare(
+    g: Graph,
+    name: str,
+    o: _operand.Operand,
+    shape: tuple[int, ...] | None = None,
+    strides: tuple[int, ...] | None = None,
+) -> Any:
     """*o* as a graph input named *name* (its shape/strides unless given; size-1 dims get a
     positive stride, which cuDNN requires)."""
     shape = tuple(o.shape) if shape is None else shape
@@ -39,7 +45,7 @@ def declare(g: Graph, name: str, o: _op.Operand, shape: tuple[int, ...] | None =
 def flags_key() -> Any:
     """The config flags a graph plan depends on (a part of every call key): the thread's
     hashable snapshot as is (cached per thread; cheaper than picking fields out of it)."""
-    return _op.snapshot()
+    return _call.snapshot()
 
 
 def entry(
@@ -47,28 +53,30 @@ def entry(
     g: Graph,
     device: int,
     stream: Any,
-    allocs: list,
-    in_spans: list,
-    out_spans: list,
+    allocs: Sequence[_call.OutputSpec | None],
+    spans: Sequence[int],
     *,
     what: str,
-    stage: _op.Stage | None = None,
-) -> _op.GraphCall:
-    """Plan *g* on *device* (its handle bound to *stream*) and make its call entry. cuDNN
-    having no engine becomes a ``NotSupportedError`` that names *what* was asked for."""
-    h = _op.handle_for(device, stream, func)
+    stage: _staging.Stage | None = None,
+    kind: type[_call.GraphCall] = _call.GraphCall,
+) -> _call.GraphCall:
+    """Plan *g* on *device* (its handle bound to *stream*) and make its call entry (a *kind*;
+    *spans*: the inputs', then the outputs'). cuDNN having no engine becomes a
+    ``NotSupportedError`` that names *what* was asked for."""
+    h = _call.handle_for(device, stream, func)
     g._api = func
     g._label = what
-    with _op.on_device(device):
+    with _call.on_device(device):
         try:
             g.build(device=device)
         except errors.NotSupportedError as exc:
             raise errors.NotSupportedError(
-                int(exc.status), func,
-                f"cuDNN {_op.cudnn_version()} has no engine for {what} on this GPU "
+                int(exc.status),
+                func,
+                f"cuDNN {_call.cudnn_version()} has no engine for {what} on this GPU "
                 f"(compute capability {_capability(device)}): {exc.detail or exc}",
-            ) from None  # fmt: skip
-    return _op.GraphCall(func, h, allocs, in_spans, out_spans, g, stage)
+            ) from None
+    return kind(func, h, tuple(allocs), tuple(spans), g, stage)
 
 
 _CAPS: dict[int, tuple[int, int] | None] = {}
@@ -79,8 +87,7 @@ def capability(device: int) -> tuple[int, int] | None:
     if device not in _CAPS:
         from .. import _cuda
 
-        _CAPS[device] = next((g.capability for g in _cuda.devices()[0] if g.index == device),
-                             None)  # fmt: skip
+        _CAPS[device] = next((g.capability for g in _cuda.devices()[0] if g.index == device), None)
     return _CAPS[device]
 
 

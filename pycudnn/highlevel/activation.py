@@ -2,7 +2,7 @@
 swish, identity) as Theano-style eager functions.
 
 ``dnn_activation(x, mode, coef)`` runs ``cudnnActivationForward`` and ``dnn_activation_grad(y, dy,
-x, mode, coef)`` ``cudnnActivationBackward``, through the shared op path (:mod:`._op`): a
+x, mode, coef)`` ``cudnnActivationBackward``, through the shared call path (:mod:`._call`): a
 per-thread cache maps what was passed to a ready call with its descriptors, so a repeated call
 makes one C call. Any strides are taken as they are (the legacy API reads strided descriptors);
 a new output has the input's memory order. ``out=x`` computes in place (cudnn.torch's
@@ -19,7 +19,7 @@ from typing import Any
 
 from ..descriptors import ActivationDescriptor
 from ..enums import ActivationMode
-from . import _op
+from . import _call, _checks, _operand, _staging
 
 __all__ = ["dnn_activation", "dnn_activation_grad"]
 
@@ -35,54 +35,50 @@ _MODES = {
 _FWD, _BWD = "activation", "activation_grad"
 
 
-class _Forward(_op.Call):
-    __slots__ = ("act", "args", "fn", "hp", "xd", "yd")
+class _Activation(_call.Call):
+    """``cudnnActivationForward`` (x, y) or ``cudnnActivationBackward`` (y, dy, x, dx);
+    ``cudnnTransformTensor`` for ``identity`` (no activation descriptor)."""
 
-    def __init__(self, func, h, alloc, spans, inplace, act, xd, yd, alpha, beta):
-        super().__init__(func, h, alloc, spans, inplace=inplace)
-        self.act, self.xd, self.yd = act, xd, yd  # descriptors live as long as the call entry
+    __slots__ = ("act", "alpha", "beta", "descs", "fn", "hp")
+
+    def __init__(self, func, h, alloc, spans, inplace, act, descs, alpha, beta, name):
+        # the descriptors and the factors byref() points into live as long as the entry
+        super().__init__(
+            func, h, (alloc,), spans, inplace=inplace, keepalive=(act, descs, alpha, beta)
+        )
+        self.act, self.descs = act, descs
         self.hp = h.ptr
-        self.args = (ctypes.byref(alpha), ctypes.byref(beta), alpha, beta)
-        if act is None:
-            self.fn = _op.quiet("cudnnTransformTensor")
-        else:
-            self.fn = _op.quiet("cudnnActivationForward")
+        self.alpha, self.beta = ctypes.byref(alpha), ctypes.byref(beta)
+        self.fn = _call.quiet("cudnnTransformTensor" if act is None else name)
+
+
+class _Forward(_Activation):
+    __slots__ = ()
 
     def launch(self, ptrs):
         x, y = ptrs
-        alpha, beta = self.args[0], self.args[1]
+        xd, yd = self.descs
         if self.act is None:
-            self.fn(self.hp, alpha, self.xd, x, beta, self.yd, y)
+            self.fn(self.hp, self.alpha, xd, x, self.beta, yd, y)
         else:
-            self.fn(self.hp, self.act, alpha, self.xd, x, beta, self.yd, y)
+            self.fn(self.hp, self.act, self.alpha, xd, x, self.beta, yd, y)
 
 
-class _Backward(_op.Call):
-    __slots__ = ("act", "args", "dxd", "dyd", "fn", "hp", "xd", "yd")
-
-    def __init__(self, func, h, alloc, spans, inplace, act, yd, dyd, xd, dxd, alpha, beta):
-        super().__init__(func, h, alloc, spans, inplace=inplace)
-        self.act, self.yd, self.dyd, self.xd, self.dxd = act, yd, dyd, xd, dxd
-        self.hp = h.ptr
-        self.args = (ctypes.byref(alpha), ctypes.byref(beta), alpha, beta)
-        if act is None:
-            self.fn = _op.quiet("cudnnTransformTensor")
-        else:
-            self.fn = _op.quiet("cudnnActivationBackward")
+class _Backward(_Activation):
+    __slots__ = ()
 
     def launch(self, ptrs):
         y, dy, x, dx = ptrs
-        alpha, beta = self.args[0], self.args[1]
+        yd, dyd, xd, dxd = self.descs
         if self.act is None:
-            self.fn(self.hp, alpha, self.dyd, dy, beta, self.dxd, dx)
+            self.fn(self.hp, self.alpha, dyd, dy, self.beta, dxd, dx)
         else:
-            self.fn(self.hp, self.act, alpha, self.yd, y, self.dyd, dy, self.xd, x, beta,
-                    self.dxd, dx)  # fmt: skip
+            self.fn(self.hp, self.act, self.alpha, yd, y, dyd, dy, xd, x, self.beta, dxd, dx)
 
 
 def _descriptor(func: str, mode: Any, coef: Any) -> ActivationDescriptor | None:
-    m = _op.choose(mode, _MODES, "mode", func)
-    c = _op.real(coef, "coef", func)
+    m = _checks.choose(mode, _MODES, "mode", func)
+    c = _checks.real(coef, "coef", func)
     if m == ActivationMode.IDENTITY:
         return None
     if m == ActivationMode.CLIPPED_RELU and c <= 0:
@@ -92,18 +88,20 @@ def _descriptor(func: str, mode: Any, coef: Any) -> ActivationDescriptor | None:
     return ActivationDescriptor(m, c, nan_propagation=True)
 
 
-def _output(func: str, out: Any, like: _op.Operand):
+def _output(func: str, out: Any, like: _operand.Operand):
     """(descriptor, alloc spec or None, the out operand or None, its byte span)."""
     if out is None:
-        spec = _op.like_spec(like)
+        spec = _call.like_spec(like)
         if 0 in spec.shape:
             return None, spec, None, 0
-        desc = _op.tensor_descriptor(*_op.padded(spec.shape, spec.element_strides), like.dtype)
+        desc = _staging.tensor_descriptor(
+            *_staging.padded(spec.shape, spec.element_strides), like.dtype
+        )
         return desc, spec, None, spec.nbytes_span
-    o = _op.operand(out)
-    _op.same_dtype_and_device(func, (("x", like), ("out", o)))
-    _op.check_out(func, o, like.shape)
-    return _op.tensor_desc(func, "out", o), None, o, o.nbytes_span
+    o = _operand.operand(out)
+    _checks.same_dtype_and_device(func, (("x", like), ("out", o)))
+    _checks.check_out(func, o, like.shape)
+    return _staging.tensor_desc(func, "out", o), None, o, o.nbytes_span
 
 
 def dnn_activation(
@@ -153,27 +151,27 @@ def dnn_activation(
     >>> y = pycudnn.dnn_activation(x, "clipped_relu", coef=6.0)   # ReLU6
     >>> pycudnn.dnn_activation(x, "relu", out=x)                   # in place
     """
-    px, kx = _op.key_of(x)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    px, kx = _operand.key_of(x)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (_FWD, kx, ko, mode, coef, alpha, beta)
-    return _op.dispatch(
-        key, _forward, (px,), out, po, stream, x, out, mode, coef, alpha, beta, stream
-    )
+    args = (x, out, mode, coef, alpha, beta, stream)
+    return _call.run_cached(key, _build_forward, args, (px,), (out,), (po,), stream)[0]
 
 
-def _forward(x, out, mode, coef, alpha, beta, stream) -> _op.Call:
+def _build_forward(x, out, mode, coef, alpha, beta, stream) -> _call.Call:
     func = "dnn_activation"
-    g = _op.operand(x)
-    dt, device = _op.same_dtype_and_device(func, (("x", g),))
+    g = _operand.operand(x)
+    dt, device = _checks.same_dtype_and_device(func, (("x", g),))
     act = _descriptor(func, mode, coef)
-    a, b = _op.scales(dt, _op.real(alpha, "alpha", func), _op.real(beta, "beta", func))
-    xd = _op.tensor_desc(func, "x", g)
+    a, b = _call.scales(dt, _checks.real(alpha, "alpha", func), _checks.real(beta, "beta", func))
+    xd = _staging.tensor_desc(func, "x", g)
     yd, spec, o, so = _output(func, out, g)
-    h = _op.handle_for(device, stream, func)
+    h = _call.handle_for(device, stream, func)
     if any(n == 0 for n in g.shape):
-        return _op.NoOp(func, h, spec, (0, so))
-    inplace = (0,) if o is not None and _op.same_layout(g, o) else ()
-    return _Forward(func, h, spec, (g.nbytes_span, so), inplace, act, xd, yd, a, b)
+        return _call.Call(func, h, (spec,), (0, so), noop=True)
+    inplace = (0,) if o is not None and _staging.same_layout(g, o) else ()
+    spans = (g.nbytes_span, so)
+    return _Forward(func, h, spec, spans, inplace, act, (xd, yd), a, b, "cudnnActivationForward")
 
 
 def dnn_activation_grad(
@@ -216,19 +214,19 @@ def dnn_activation_grad(
     TypeError, ValueError
         As for :func:`dnn_activation`; also when the shapes of *y*, *dy* and *x* differ.
     """
-    py, ky = _op.key_of(y)
-    pdy, kdy = _op.key_of(dy)
-    px, kx = _op.key_of(x)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    py, ky = _operand.key_of(y)
+    pdy, kdy = _operand.key_of(dy)
+    px, kx = _operand.key_of(x)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (_BWD, ky, kdy, kx, ko, mode, coef, alpha, beta)
-    return _op.dispatch(key, _backward, (py, pdy, px), out, po, stream,
-                        y, dy, x, out, mode, coef, alpha, beta, stream)  # fmt: skip
+    args = (y, dy, x, out, mode, coef, alpha, beta, stream)
+    return _call.run_cached(key, _build_backward, args, (py, pdy, px), (out,), (po,), stream)[0]
 
 
-def _backward(y, dy, x, out, mode, coef, alpha, beta, stream) -> _op.Call:
+def _build_backward(y, dy, x, out, mode, coef, alpha, beta, stream) -> _call.Call:
     func = "dnn_activation_grad"
-    gy, gdy, gx = _op.operand(y), _op.operand(dy), _op.operand(x)
-    dt, device = _op.same_dtype_and_device(func, (("y", gy), ("dy", gdy), ("x", gx)))
+    gy, gdy, gx = _operand.operand(y), _operand.operand(dy), _operand.operand(x)
+    dt, device = _checks.same_dtype_and_device(func, (("y", gy), ("dy", gdy), ("x", gx)))
     for name, g in (("y", gy), ("dy", gdy)):
         if tuple(g.shape) != tuple(gx.shape):
             raise ValueError(
@@ -236,13 +234,14 @@ def _backward(y, dy, x, out, mode, coef, alpha, beta, stream) -> _op.Call:
                 "forward input, output and their gradients have one shape"
             )
     act = _descriptor(func, mode, coef)
-    a, b = _op.scales(dt, _op.real(alpha, "alpha", func), _op.real(beta, "beta", func))
-    yd, dyd, xd = (_op.tensor_desc(func, n, g) for n, g in (("y", gy), ("dy", gdy), ("x", gx)))
+    a, b = _call.scales(dt, _checks.real(alpha, "alpha", func), _checks.real(beta, "beta", func))
+    yd, dyd, xd = (_staging.tensor_desc(func, n, g) for n, g in (("y", gy), ("dy", gdy), ("x", gx)))
     dxd, spec, o, so = _output(func, out, gx)
-    h = _op.handle_for(device, stream, func)
+    h = _call.handle_for(device, stream, func)
     spans = (gy.nbytes_span, gdy.nbytes_span, gx.nbytes_span, so)
     if any(n == 0 for n in gx.shape):
-        return _op.NoOp(func, h, spec, spans)
+        return _call.Call(func, h, (spec,), spans, noop=True)
     # cuDNN may write dx over dy (documented in place), never over y or x
-    inplace = (1,) if o is not None and _op.same_layout(gdy, o) else ()
-    return _Backward(func, h, spec, spans, inplace, act, yd, dyd, xd, dxd, a, b)
+    inplace = (1,) if o is not None and _staging.same_layout(gdy, o) else ()
+    descs = (yd, dyd, xd, dxd)
+    return _Backward(func, h, spec, spans, inplace, act, descs, a, b, "cudnnActivationBackward")

@@ -22,10 +22,10 @@ cuDNN's ``resultSaveInvVariance`` is this ``invstd`` (not ``1/var``), and its ba
 ``savedMean``/``savedInvVariance`` it is given (checked on cuDNN 9.19), so the gradient is the one
 of the formula above at the given ``x_mean``/``x_invstd``.
 
-Multiple outputs: these calls do not fit :meth:`._op.Call.run`'s one output, so the call entries
-here override ``run``: they allocate the statistics, then reuse the shared path (stream binding,
-the output's allocation, the overlap check, staging) for the rest, and a repeated call is one
-cache lookup and one C call (plus the running-average copies when they are not updated in place).
+Multiple outputs: the statistics are outputs of the one call protocol (:class:`._call.Call`),
+allocated like any output, before the normalized data (the last output, which a staged call
+copies out); a repeated call is one cache lookup and one C call (plus the running-average copies
+when they are not updated in place).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from .. import _layout
 from .._types import dtype_name
 from ..descriptors import BN_MIN_EPSILON
 from ..enums import BatchNormMode, DataType
-from . import _op
+from . import _call, _checks, _operand, _staging
 
 __all__ = [
     "dnn_batch_normalization_grad",
@@ -70,7 +70,7 @@ _TRAIN, _TEST, _GRAD = "bn_train", "bn_test", "bn_grad"
 # ==================================================================================================
 class _Problem(NamedTuple):
     func: str
-    x: _op.Operand  # padded to >= 4 dims
+    x: _operand.Operand  # padded to >= 4 dims
     shape: tuple[int, ...]  # the inputs' own shape
     dt: DataType
     pdt: DataType  # the parameters' dtype
@@ -85,44 +85,57 @@ class _Problem(NamedTuple):
 
 
 def _problem(func: str, name: str, x: Any, mode: Any, epsilon: Any) -> _Problem:
-    g = _op.operand(x)
-    dt, _device = _op.same_dtype_and_device(func, ((name, g),))
+    g = _operand.operand(x)
+    dt, _device = _checks.same_dtype_and_device(func, ((name, g),))
     shape = tuple(g.shape)
     if not 2 <= len(shape) <= 5:
         raise ValueError(
             f"{func}: {name} has shape {shape}; cuDNN normalizes 4-D (N, C, H, W) and 5-D "
             "(N, C, D, H, W) inputs (2-D and 3-D ones are padded with size-1 dims, as Theano did)"
         )
-    _op.check_operand(func, name, g)
-    m = _op.choose(mode, _MODES, "mode", func)
-    eps = _op.real(epsilon, "epsilon", func)
+    _checks.check_operand(func, name, g)
+    m = _checks.choose(mode, _MODES, "mode", func)
+    eps = _checks.real(epsilon, "epsilon", func)
     if eps < BN_MIN_EPSILON:
         raise ValueError(
             f"{func}: epsilon={epsilon!r} is below cuDNN's minimum CUDNN_BN_MIN_EPSILON = "
             f"{BN_MIN_EPSILON}"
         )
-    xp = _op.Operand(g.ptr, *_op.padded(shape, g.strides, 4), dt, g.device)
+    xp = _operand.Operand(g.ptr, *_staging.padded(shape, g.strides, 4), dt, g.device)
     if m == BatchNormMode.SPATIAL:
         full, squeezed = (1, shape[1]) + (1,) * (len(shape) - 2), (shape[1],)
         count = shape[0] * math.prod(shape[2:])
     else:
         full, squeezed, count = (1, *shape[1:]), shape[1:], shape[0]
-    pshape = _op.padded(full, full, 4)[0]
+    pshape = _staging.padded(full, full, 4)[0]
     mode_name = "spatial" if m == BatchNormMode.SPATIAL else "per-activation"
-    return _Problem(func, xp, shape, dt, _PARAM_DT[dt], m, mode_name, eps, full, squeezed,
-                    pshape, count, _op.channels_last(xp))  # fmt: skip
+    return _Problem(
+        func,
+        xp,
+        shape,
+        dt,
+        _PARAM_DT[dt],
+        m,
+        mode_name,
+        eps,
+        full,
+        squeezed,
+        pshape,
+        count,
+        _staging.channels_last(xp),
+    )
 
 
-def _reshaped(g: _op.Operand, shape: tuple[int, ...]) -> _op.Operand:
+def _reshaped(g: _operand.Operand, shape: tuple[int, ...]) -> _operand.Operand:
     """*g* seen with *shape*, which differs from ``g.shape`` by size-1 dimensions only."""
     big = iter(st for n, st in zip(g.shape, g.strides, strict=True) if n != 1)
     strides = tuple(next(big) if n != 1 else 1 for n in shape)
-    return _op.Operand(g.ptr, shape, strides, g.dtype, g.device)
+    return _operand.Operand(g.ptr, shape, strides, g.dtype, g.device)
 
 
-def _param(p: _Problem, name: str, obj: Any) -> tuple[_op.Operand, tuple[int, ...]]:
+def _param(p: _Problem, name: str, obj: Any) -> tuple[_operand.Operand, tuple[int, ...]]:
     """A scale/bias/statistics operand as cuDNN sees it, and its own shape."""
-    g = _op.operand(obj)
+    g = _operand.operand(obj)
     if g.device != p.x.device:
         raise ValueError(f"{p.func}: inputs are on device {p.x.device} but {name} on {g.device}")
     if g.dtype != p.pdt:
@@ -138,32 +151,32 @@ def _param(p: _Problem, name: str, obj: Any) -> tuple[_op.Operand, tuple[int, ..
             f"{p.func}: {name} has shape {shape}; for mode={p.mode_name!r} and inputs of shape "
             f"{p.shape} expected {p.full} or {p.squeezed}"
         )
-    _op.check_operand(p.func, name, g)
+    _checks.check_operand(p.func, name, g)
     return _reshaped(g, p.pshape), shape
 
 
-def _params(p: _Problem, named: Sequence[tuple[str, Any]]) -> list[tuple[_op.Operand, tuple]]:
+def _params(p: _Problem, named: Sequence[tuple[str, Any]]) -> list[tuple[_operand.Operand, tuple]]:
     return [_param(p, name, obj) for name, obj in named]
 
 
-def _main_output(p: _Problem, name: str, out: Any) -> _op.Operand | None:
+def _main_output(p: _Problem, name: str, out: Any) -> _operand.Operand | None:
     """``out=`` (shaped like the inputs) as cuDNN sees it, or None."""
     if out is None:
         return None
-    o = _op.operand(out)
-    _op.same_dtype_and_device(p.func, (("inputs", p.x), (name, o)))
-    _op.check_operand(p.func, name, o)
-    _op.check_out(p.func, o, p.shape, name)
-    return _op.Operand(o.ptr, *_op.padded(o.shape, o.strides, 4), o.dtype, o.device)
+    o = _operand.operand(out)
+    _checks.same_dtype_and_device(p.func, (("inputs", p.x), (name, o)))
+    _checks.check_operand(p.func, name, o)
+    _checks.check_out(p.func, o, p.shape, name)
+    return _operand.Operand(o.ptr, *_staging.padded(o.shape, o.strides, 4), o.dtype, o.device)
 
 
 class _Stages:
     """The staging of a call whose operands have two dtypes (data and parameters): each
-    :class:`._op.Stage` copies its own operands; only the data's may stage the output."""
+    :class:`._staging.Stage` copies its own operands; only the data's may stage the output."""
 
     __slots__ = ("stages",)
 
-    def __init__(self, *stages: _op.Stage | None):
+    def __init__(self, *stages: _staging.Stage | None):
         self.stages = tuple(s for s in stages if s is not None)
 
     def before(self, h: Any, ptrs: list[int], keep: list) -> int | None:
@@ -179,8 +192,14 @@ class _Stages:
                 s.after(h, ptrs, real_out)
 
 
-def _plan(p: _Problem, data: Sequence[_op.Operand], o: _op.Operand | None,
-          params: Sequence[_op.Operand], first_param: int, inference: bool = False):  # fmt: skip
+def _plan(
+    p: _Problem,
+    data: Sequence[_operand.Operand],
+    o: _operand.Operand | None,
+    params: Sequence[_operand.Operand],
+    first_param: int,
+    inference: bool = False,
+):
     """Descriptors and staging: the data operands (and the output, last) packed in the layout
     cuDNN computes in, the parameters packed ``(1, C, ...)``; the output's allocation spec when
     new (in the inputs' layout).
@@ -192,40 +211,23 @@ def _plan(p: _Problem, data: Sequence[_op.Operand], o: _op.Operand | None,
     channels-last (1.6x torch; 3.2x through copies): it runs as given.
     """
     compute_nhwc = p.nhwc and (inference or p.dt not in _SLOW_NHWC)
-    spec = None if o is not None else _op.output_spec(p.shape, p.dt, p.x.device, p.nhwc)
+    spec = None if o is not None else _call.output_spec(p.shape, p.dt, p.x.device, p.nhwc)
     target = o
     if o is None and compute_nhwc != p.nhwc:
         # the new output is written through a staged copy: plan it like a given out=
-        target = _op.Operand(0, *_op.padded(spec.shape, spec.element_strides, 4), p.dt,
-                             p.x.device)  # fmt: skip
-    dplan = _op.packed_operands(p.dt, data, target, p.x.shape, compute_nhwc)
-    pplan = _op.packed_operands(p.pdt, params, None, None, False, first=first_param)
+        target = _operand.Operand(
+            0, *_staging.padded(spec.shape, spec.element_strides, 4), p.dt, p.x.device
+        )
+    dplan = _staging.packed_operands(p.dt, data, target, p.x.shape, compute_nhwc)
+    pplan = _staging.packed_operands(p.pdt, params, None, None, False, first=first_param)
     stage = None
     if dplan.stage is not None or pplan.stage is not None:
         stage = _Stages(dplan.stage, pplan.stage)
     return dplan.descs, pplan.descs[0], stage, spec
 
 
-class _Stats:
-    """The statistics a call returns (mean and invstd, or dscale and dbias, then the running
-    averages' copies): new packed arrays of the parameters' dtype, each in its own shape."""
-
-    __slots__ = ("specs",)
-
-    def __init__(self, p: _Problem, shapes: Sequence[tuple[int, ...]]):
-        self.specs = tuple(_op.output_spec(s, p.pdt, p.x.device) for s in shapes)
-
-    def new(self, stream: int) -> list:
-        return [spec.new(stream) for spec in self.specs]
-
-    @property
-    def nbytes_span(self) -> int:
-        """Bytes of one array."""
-        return self.specs[0].nbytes_span
-
-
 def _spans(*ops: Any) -> tuple[int, ...]:
-    """Byte spans of operands (Operand) and new outputs (OutputSpec, _Stats)."""
+    """Byte spans of operands (Operand) and new outputs (OutputSpec)."""
     return tuple(o.nbytes_span for o in ops)
 
 
@@ -237,115 +239,146 @@ def _check_not_empty(p: _Problem, what: str) -> None:
 
 
 def _key(obj: Any) -> tuple[int | None, Any]:
-    return (None, None) if obj is None else _op.key_of(obj)
+    return (None, None) if obj is None else _operand.key_of(obj)
 
 
 # ==================================================================================================
 # Call entries
 # ==================================================================================================
-class _BNCall(_op.Call):
-    """A batch-norm call: data descriptors ``xd`` (inputs, then output), the parameters'
-    descriptor ``pd``, cuDNN's mode and epsilon, and fresh statistics of spec ``stat``."""
+class _BatchNorm(_call.Call):
+    """A batch-norm call: data descriptors ``xd`` (inputs, then output) and the parameters'
+    descriptor ``pd`` (*descs*), cuDNN's mode and epsilon. The statistics it returns are
+    outputs before the normalized data, which is last (a staged output is the last one)."""
 
-    __slots__ = ("args", "descs", "eps", "fn", "hp", "mode", "pd", "stat", "xd")
+    __slots__ = ("eps", "fn", "hp", "mode", "one", "pd", "xd", "zero")
 
-    def __init__(self, p: _Problem, name: str, h, spec, spans, stage, xd, pd, stat=None, keep=()):
-        super().__init__(p.func, h, spec, spans)
-        self.stage, self.stat = stage, stat
-        self.descs = (*xd, pd, *keep)  # the descriptors live as long as the entry; the C call
-        self.xd, self.pd = tuple(d.ptr for d in xd), pd.ptr  # gets their addresses (faster)
+    def __init__(self, p: _Problem, name: str, h, allocs, spans, stage, descs, keep=()):
+        xd, pd = descs
+        one, zero = _call.scales(p.dt, 1.0, 0.0)
+        # the descriptors live as long as the entry; the C call gets their addresses (faster)
+        super().__init__(p.func, h, allocs, spans, stage, keepalive=(xd, pd, keep, one, zero))
+        self.xd, self.pd = tuple(d.ptr for d in xd), pd.ptr
         self.hp, self.mode, self.eps = h.ptr, int(p.mode), p.eps
-        one, zero = _op.scales(p.dt, 1.0, 0.0)
-        self.args = (ctypes.byref(one), ctypes.byref(zero), one, zero)
-        self.fn = _op.quiet(name)
+        self.one, self.zero = ctypes.byref(one), ctypes.byref(zero)
+        self.fn = _call.quiet(name)
 
 
-class _Train(_BNCall):
-    """Pointers: x, gamma, beta[, running_mean, running_var], mean, invstd, y."""
+class _Train(_BatchNorm):
+    """Pointers: x, gamma, beta[, running_mean, running_var], then mean, invstd[, the running
+    averages' new copies], y."""
 
     __slots__ = ("copy", "factor", "names")
 
-    def __init__(self, p, h, spec, spans, stage, xd, pd, stat, factor, copy, names):
-        keep = () if copy is None else copy[3:]  # the copies' descriptors
-        super().__init__(p, "cudnnBatchNormalizationForwardTraining", h, spec, spans, stage, xd,
-                         pd, stat, keep)  # fmt: skip
+    def __init__(self, p, h, allocs, spans, stage, descs, factor, copy, names):
+        super().__init__(
+            p, "cudnnBatchNormalizationForwardTraining", h, allocs, spans, stage, descs, copy
+        )
         self.factor = factor
         # None: no running averages, or updated in place; else how to copy them first
         self.copy = None if copy is None else (*copy[:3], *(d.ptr for d in copy[3:]))
         self.names = names
 
-    def _run(self, ptrs: tuple, out: Any, po: int | None, stream: Any) -> tuple:
-        h = self.handle
-        if stream is not None:
-            h.set_stream(stream)  # no C call when unchanged
-        s = h.stream
-        new = self.stat.new(s)  # mean, invstd[, the running averages' copies]
-        mean, invstd = new[0], new[1]
-        if len(ptrs) == 5:
-            if self.copy is None:
-                self._check_running(ptrs)
-            else:
-                fn, one, zero, src_m, src_v, dst = self.copy
-                rm, rv = new[2], new[3]
-                fn(self.hp, one, src_m, ptrs[3], zero, dst, rm.ptr)
-                fn(self.hp, one, src_v, ptrs[4], zero, dst, rv.ptr)
-                ptrs = (*ptrs[:3], rm.ptr, rv.ptr)
-        out = _op.Call._run(self, (*ptrs, mean.ptr, invstd.ptr), out, po, None)
-        return (out, *new)
-
-    def _check_running(self, ptrs: tuple) -> None:
-        """Running averages updated in place may not alias another operand."""
+    def _check_running(self, ptrs: Sequence[int]) -> None:
+        """Running averages updated in place may not alias another operand (the addresses
+        may change between calls of one key)."""
         spans = self.spans
         for w in (3, 4):
             for r in range(5):
-                if r != w and _op.overlaps(ptrs[w], spans[w], ptrs[r], spans[r]):
+                if r != w and _call.overlaps(ptrs[w], spans[w], ptrs[r], spans[r]):
                     raise ValueError(
                         f"{self.func}: {self.names[w]} overlaps {self.names[r]}; with "
                         "inplace_running=True the running averages are written in place"
                     )
 
     def launch(self, ptrs: Sequence[int]) -> None:
-        if len(ptrs) == 8:
-            x, g, b, rm, rv, mean, invstd, y = ptrs
-        else:
+        if len(ptrs) == 6:
             (x, g, b, mean, invstd, y), rm, rv = ptrs, None, None
-        one, zero = self.args[0], self.args[1]
+        elif len(ptrs) == 8:  # the running averages updated in place
+            self._check_running(ptrs)
+            x, g, b, rm, rv, mean, invstd, y = ptrs
+        else:  # new copies of the running averages are updated
+            x, g, b, src_m, src_v, mean, invstd, rm, rv, y = ptrs
+            copy, one, zero, desc_m, desc_v, dst = self.copy
+            copy(self.hp, one, desc_m, src_m, zero, dst, rm)
+            copy(self.hp, one, desc_v, src_v, zero, dst, rv)
         xd, yd = self.xd
-        self.fn(self.hp, self.mode, one, zero, xd, x, yd, y, self.pd, g, b, self.factor, rm, rv,
-                self.eps, mean, invstd)  # fmt: skip
+        self.fn(
+            self.hp,
+            self.mode,
+            self.one,
+            self.zero,
+            xd,
+            x,
+            yd,
+            y,
+            self.pd,
+            g,
+            b,
+            self.factor,
+            rm,
+            rv,
+            self.eps,
+            mean,
+            invstd,
+        )
 
 
-class _Infer(_BNCall):
-    """Pointers: x, gamma, beta, mean, var, y."""
+class _Inference(_BatchNorm):
+    """Pointers: x, gamma, beta, mean, var, then y."""
 
     __slots__ = ()
 
     def launch(self, ptrs: Sequence[int]) -> None:
         x, g, b, mean, var, y = ptrs
-        one, zero = self.args[0], self.args[1]
         xd, yd = self.xd
-        self.fn(self.hp, self.mode, one, zero, xd, x, yd, y, self.pd, g, b, mean, var, self.eps)
+        self.fn(
+            self.hp,
+            self.mode,
+            self.one,
+            self.zero,
+            xd,
+            x,
+            yd,
+            y,
+            self.pd,
+            g,
+            b,
+            mean,
+            var,
+            self.eps,
+        )
 
 
-class _Grad(_BNCall):
-    """Pointers: x, dy, scale, x_mean, x_invstd, dscale, dbias, dx."""
+class _Backward(_BatchNorm):
+    """Pointers: x, dy, scale, x_mean, x_invstd, then dscale, dbias, dx."""
 
     __slots__ = ()
 
-    def _run(self, ptrs: tuple, out: Any, po: int | None, stream: Any) -> tuple:
-        h = self.handle
-        if stream is not None:
-            h.set_stream(stream)
-        dscale, dbias = self.stat.new(h.stream)
-        out = _op.Call._run(self, (*ptrs, dscale.ptr, dbias.ptr), out, po, None)
-        return out, dscale, dbias
-
     def launch(self, ptrs: Sequence[int]) -> None:
         x, dy, scale, mean, invstd, dscale, dbias, dx = ptrs
-        one, zero = self.args[0], self.args[1]
+        one, zero = self.one, self.zero
         xd, dyd, dxd = self.xd
-        self.fn(self.hp, self.mode, one, zero, one, zero, xd, x, dyd, dy, dxd, dx, self.pd, scale,
-                dscale, dbias, self.eps, mean, invstd)  # fmt: skip
+        self.fn(
+            self.hp,
+            self.mode,
+            one,
+            zero,
+            one,
+            zero,
+            xd,
+            x,
+            dyd,
+            dy,
+            dxd,
+            dx,
+            self.pd,
+            scale,
+            dscale,
+            dbias,
+            self.eps,
+            mean,
+            invstd,
+        )
 
 
 # ==================================================================================================
@@ -422,28 +455,43 @@ def dnn_batch_normalization_train(
     >>> y, mean, invstd, rm, rv = pycudnn.dnn_batch_normalization_train(
     ...     x, gamma, beta, "spatial", 1e-5, 0.1, running_mean, running_var, inplace_running=True)
     """
-    px, kx = _op.key_of(inputs)
-    pg, kg = _op.key_of(gamma)
-    pb, kb = _op.key_of(beta)
+    px, kx = _operand.key_of(inputs)
+    pg, kg = _operand.key_of(gamma)
+    pb, kb = _operand.key_of(beta)
     pm, km = _key(running_mean)
     pv, kv = _key(running_var)
     po, ko = _key(out)
-    key = (_TRAIN, kx, kg, kb, km, kv, ko, mode, epsilon, running_average_factor,
-           inplace_running)  # fmt: skip
-    ptrs = (px, pg, pb) if pm is None or pv is None else (px, pg, pb, pm, pv)
-    result = _op.dispatch(key, _train, ptrs, out, po, stream,
-                          inputs, gamma, beta, mode, epsilon, running_average_factor,
-                          running_mean, running_var, inplace_running, out, stream)  # fmt: skip
-    if inplace_running and len(ptrs) == 5:
-        return (*result, running_mean, running_var)
-    return result
+    key = (_TRAIN, kx, kg, kb, km, kv, ko, mode, epsilon, running_average_factor, inplace_running)
+    running = pm is not None and pv is not None
+    ptrs = (px, pg, pb, pm, pv) if running else (px, pg, pb)
+    # the statistics, then the output (see _BatchNorm); new copies of running averages too
+    n_stats = 4 if running and not inplace_running else 2
+    outs, out_ptrs = (*(None,) * n_stats, out), (*(None,) * n_stats, po)
+    args = (
+        inputs,
+        gamma,
+        beta,
+        mode,
+        epsilon,
+        running_average_factor,
+        (running_mean, running_var),
+        inplace_running,
+        out,
+        stream,
+    )
+    result = _call.run_cached(key, _build_train, args, ptrs, outs, out_ptrs, stream)
+    if inplace_running and running:
+        return (result[-1], *result[:-1], running_mean, running_var)
+    return (result[-1], *result[:-1])
 
 
-def _train(inputs, gamma, beta, mode, epsilon, factor, running_mean, running_var,
-           inplace_running, out, stream) -> _Train:  # fmt: skip
+def _build_train(
+    inputs, gamma, beta, mode, epsilon, factor, running, inplace_running, out, stream
+) -> _Train:
     func = "dnn_batch_normalization_train"
+    running_mean, running_var = running
     p = _problem(func, "inputs", inputs, mode, epsilon)
-    f = _op.real(factor, "running_average_factor", func, lo=0.0, hi=1.0)
+    f = _checks.real(factor, "running_average_factor", func, lo=0.0, hi=1.0)
     if not isinstance(inplace_running, bool):
         raise TypeError(f"{func}: inplace_running must be a bool, got {inplace_running!r}")
     if (running_mean is None) != (running_var is None):
@@ -477,8 +525,9 @@ def _train(inputs, gamma, beta, mode, epsilon, factor, running_mean, running_var
                     f"{func}: inplace_running=True writes {name} in place, which needs a "
                     "contiguous array; pass a contiguous one or inplace_running=False"
                 )
-    h = _op.handle_for(p.x.device, stream, p.func)
+    h = _call.handle_for(p.x.device, stream, p.func)
     pops = [g for g, _ in params]
+    given = list(pops)  # the operands as given (their spans)
     copy = None
     staged_params = pops[:2]
     stat_shapes = [params[0][1]] * 2
@@ -486,21 +535,32 @@ def _train(inputs, gamma, beta, mode, epsilon, factor, running_mean, running_var
         if inplace_running:
             staged_params = pops  # packed (checked above): never staged
         else:
-            one, zero = _op.scales(p.pdt, 1.0, 0.0)
-            dst = _op.tensor_descriptor(p.pshape, _packed(p.pshape), p.pdt)
-            src_m, src_v = (_op.tensor_descriptor(g.shape, g.strides, p.pdt) for g in pops[2:])
-            copy = (_op.quiet("cudnnTransformTensor"), ctypes.byref(one), ctypes.byref(zero),
-                    src_m, src_v, dst)  # fmt: skip
+            one, zero = _call.scales(p.pdt, 1.0, 0.0)
+            dst = _staging.tensor_descriptor(p.pshape, _packed(p.pshape), p.pdt)
+            src_m, src_v = (_staging.tensor_descriptor(g.shape, g.strides, p.pdt) for g in pops[2:])
+            copy = (
+                _call.quiet("cudnnTransformTensor"),
+                ctypes.byref(one),
+                ctypes.byref(zero),
+                src_m,
+                src_v,
+                dst,
+            )
             stat_shapes += [rshape] * 2
             # the copies are packed: the call sees them with the parameters' descriptor
-            pops = [*pops[:2], *(_op.Operand(0, g.shape, _packed(g.shape), p.pdt, g.device)
-                                 for g in pops[2:])]  # fmt: skip
+            pops = [
+                *pops[:2],
+                *(
+                    _operand.Operand(0, g.shape, _packed(g.shape), p.pdt, g.device)
+                    for g in pops[2:]
+                ),
+            ]
             staged_params = pops
-    stat = _Stats(p, stat_shapes)
+    stats = tuple(_call.output_spec(s, p.pdt, p.x.device) for s in stat_shapes)
     xd, pd, stage, spec = _plan(p, (p.x,), o, staged_params, 1)
-    spans = _spans(p.x, *pops, stat, stat, spec if o is None else o)
+    spans = _spans(p.x, *given, *stats, spec if o is None else o)
     names = ("inputs", "gamma", "beta", "running_mean", "running_var")
-    return _Train(p, h, spec, spans, stage, xd, pd, stat, f, copy, names)
+    return _Train(p, h, (*stats, spec), spans, stage, (xd, pd), f, copy, names)
 
 
 def _packed(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -555,30 +615,33 @@ def dnn_batch_normalization_test(
     >>> y = pycudnn.dnn_batch_normalization_test(x, gamma, beta, running_mean, running_var,
     ...                                          "spatial", 1e-5)
     """
-    px, kx = _op.key_of(inputs)
-    pg, kg = _op.key_of(gamma)
-    pb, kb = _op.key_of(beta)
-    pm, km = _op.key_of(mean)
-    pv, kv = _op.key_of(var)
+    px, kx = _operand.key_of(inputs)
+    pg, kg = _operand.key_of(gamma)
+    pb, kb = _operand.key_of(beta)
+    pm, km = _operand.key_of(mean)
+    pv, kv = _operand.key_of(var)
     po, ko = _key(out)
     key = (_TEST, kx, kg, kb, km, kv, ko, mode, epsilon)
-    return _op.dispatch(key, _test, (px, pg, pb, pm, pv), out, po, stream,
-                        inputs, gamma, beta, mean, var, mode, epsilon, out, stream)  # fmt: skip
+    args = (inputs, gamma, beta, mean, var, mode, epsilon, out, stream)
+    ptrs = (px, pg, pb, pm, pv)
+    return _call.run_cached(key, _build_inference, args, ptrs, (out,), (po,), stream)[0]
 
 
-def _test(inputs, gamma, beta, mean, var, mode, epsilon, out, stream) -> _op.Call:
+def _build_inference(inputs, gamma, beta, mean, var, mode, epsilon, out, stream) -> _call.Call:
     func = "dnn_batch_normalization_test"
     p = _problem(func, "inputs", inputs, mode, epsilon)
     named = (("gamma", gamma), ("beta", beta), ("mean", mean), ("var", var))
     pops = [g for g, _ in _params(p, named)]
     o = _main_output(p, "out", out)
-    h = _op.handle_for(p.x.device, stream, p.func)
+    h = _call.handle_for(p.x.device, stream, p.func)
     if 0 in p.shape:
-        spec = None if o is not None else _op.output_spec(p.shape, p.dt, p.x.device, p.nhwc)
-        return _op.NoOp(func, h, spec, _spans(p.x, *pops, spec if o is None else o))
+        spec = None if o is not None else _call.output_spec(p.shape, p.dt, p.x.device, p.nhwc)
+        spans = _spans(p.x, *pops, spec if o is None else o)
+        return _call.Call(func, h, (spec,), spans, noop=True)
     xd, pd, stage, spec = _plan(p, (p.x,), o, pops, 1, inference=True)
     spans = _spans(p.x, *pops, spec if o is None else o)
-    return _Infer(p, "cudnnBatchNormalizationForwardInference", h, spec, spans, stage, xd, pd)
+    name = "cudnnBatchNormalizationForwardInference"
+    return _Inference(p, name, h, (spec,), spans, stage, (xd, pd))
 
 
 # ==================================================================================================
@@ -641,32 +704,40 @@ def dnn_batch_normalization_grad(
     >>> dx, dgamma, dbeta = pycudnn.dnn_batch_normalization_grad(x, dy, gamma, mean, invstd,
     ...                                                           "spatial")
     """
-    px, kx = _op.key_of(inputs)
-    pdy, kdy = _op.key_of(dy)
-    ps, ks = _op.key_of(scale)
-    pm, km = _op.key_of(x_mean)
-    pi, ki = _op.key_of(x_invstd)
+    px, kx = _operand.key_of(inputs)
+    pdy, kdy = _operand.key_of(dy)
+    ps, ks = _operand.key_of(scale)
+    pm, km = _operand.key_of(x_mean)
+    pi, ki = _operand.key_of(x_invstd)
     po, ko = _key(out)
     key = (_GRAD, kx, kdy, ks, km, ki, ko, mode, epsilon)
     args = (inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, stream)
-    return _op.dispatch(key, _grad, (px, pdy, ps, pm, pi), out, po, stream, *args)
+    ptrs = (px, pdy, ps, pm, pi)
+    # dscale, dbias, then dx (see _BatchNorm)
+    result = _call.run_cached(
+        key, _build_backward, args, ptrs, (None, None, out), (None, None, po), stream
+    )
+    return result[2], result[0], result[1]
 
 
-def _grad(inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, stream) -> _Grad:
+def _build_backward(inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, stream) -> _Backward:
     func = "dnn_batch_normalization_grad"
     p = _problem(func, "inputs", inputs, mode, epsilon)
-    gdy = _op.operand(dy)
-    _op.same_dtype_and_device(func, (("inputs", p.x), ("dy", gdy)))
+    gdy = _operand.operand(dy)
+    _checks.same_dtype_and_device(func, (("inputs", p.x), ("dy", gdy)))
     if tuple(gdy.shape) != p.shape:
         raise ValueError(f"{func}: dy has shape {tuple(gdy.shape)} but inputs {p.shape}")
-    _op.check_operand(func, "dy", gdy)
-    gdy = _op.Operand(gdy.ptr, *_op.padded(gdy.shape, gdy.strides, 4), gdy.dtype, gdy.device)
+    _checks.check_operand(func, "dy", gdy)
+    gdy = _operand.Operand(
+        gdy.ptr, *_staging.padded(gdy.shape, gdy.strides, 4), gdy.dtype, gdy.device
+    )
     params = _params(p, (("scale", scale), ("x_mean", x_mean), ("x_invstd", x_invstd)))
     pops = [g for g, _ in params]
     o = _main_output(p, "out", out)
     _check_not_empty(p, "gradients")
-    h = _op.handle_for(p.x.device, stream, p.func)
-    stat = _Stats(p, [params[0][1]] * 2)
+    h = _call.handle_for(p.x.device, stream, p.func)
+    stats = tuple(_call.output_spec(params[0][1], p.pdt, p.x.device) for _ in range(2))
     xd, pd, stage, spec = _plan(p, (p.x, gdy), o, pops, 2)
-    spans = _spans(p.x, gdy, *pops, stat, stat, spec if o is None else o)
-    return _Grad(p, "cudnnBatchNormalizationBackward", h, spec, spans, stage, xd, pd, stat)
+    spans = _spans(p.x, gdy, *pops, *stats, spec if o is None else o)
+    name = "cudnnBatchNormalizationBackward"
+    return _Backward(p, name, h, (*stats, spec), spans, stage, (xd, pd))

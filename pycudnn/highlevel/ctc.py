@@ -21,14 +21,15 @@ gradient in one call, as PyTorch's ``F.ctc_loss`` with blank 0 computes them:
 
 With ``check_values=True`` (the default) the labels and lengths are copied to the host (a
 synchronising copy) and checked before cuDNN reads them on the device, where bad values give
-wrong results or illegal memory accesses. The call goes through the shared op path
-(:mod:`._op`): descriptors and workspace size are cached per layout.
+wrong results or illegal memory accesses. The call goes through the shared call path
+(:mod:`._call`): descriptors and workspace size are cached per layout.
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+import threading
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from .. import _layout, memory
 from .._types import numpy_dtype
 from ..descriptors import CTCLossDescriptor, OpTensorDescriptor, ReduceTensorDescriptor
 from ..enums import CTCLossAlgo, DataType
-from . import _op
+from . import _call, _checks, _operand, _staging
 
 __all__ = ["dnn_ctc_loss"]
 
@@ -58,48 +59,116 @@ def _flag(func: str, name: str, value: Any) -> bool:
     raise TypeError(f"{func}: {name} must be True or False, got {value!r}")
 
 
-def _vector(func: str, name: str, g: _op.Operand, n: int | None, what: str) -> None:
+def _vector(func: str, name: str, g: _operand.Operand, n: int | None, what: str) -> None:
     if len(g.shape) != 1 or (n is not None and g.shape[0] != n):
         raise ValueError(f"{func}: {name} has shape {tuple(g.shape)}; expected {what}")
-    _op.check_strides(func, name, g)
+    _checks.check_strides(func, name, g)
     if g.shape[0] > 1 and g.strides[0] != 1:
         raise ValueError(
             f"{func}: {name} has stride {g.strides[0]}; cuDNN reads it as a packed int32 vector"
         )
 
 
-class _CTC(_op.MultiOutputCall):
-    """cudnnCTCLoss_v8 into packed buffers (zeroed gradient), then the reduction/copy."""
+class _Plan(NamedTuple):
+    """What a CTC call computes with: shapes, cuDNN's choices, descriptors, workspace sizes."""
 
-    __slots__ = ("algo", "cd", "copy", "fn", "g4d", "gd", "god", "grad_direct", "hp", "ld", "lod",
-                 "mul", "n", "npdt", "one", "opd", "pd", "rd", "red", "reduce", "rws", "set",
-                 "shape", "wd", "weights", "ws")  # fmt: skip
+    dt: DataType
+    shape: tuple[int, int, int]  # (T, N, C)
+    algo: CTCLossAlgo
+    reduction: str  # 'none', 'sum' or 'mean'
+    grad_direct: bool  # cuDNN writes the gradient straight into its output
+    ctc: CTCLossDescriptor
+    probs: Any  # packed (T, N, C): log_probs and cuDNN's gradient
+    grad_out: Any  # the gradient output as given
+    loss_out: Any  # the reduced loss (None for reduction='none')
+    reduce: Any  # the sum over N (None unless reduced over N > 1)
+    workspace: int
+    reduce_workspace: int
 
-    def __init__(self, func, h, allocs, in_spans, out_spans, stage, dt, shape, algo, cd, pd, gd,
-                 god, ws, red, grad_direct, lod, rd, rws):  # fmt: skip
-        super().__init__(func, h, allocs, in_spans, out_spans, stage)
-        self.shape, self.n, self.algo = shape, shape[1], algo
-        self.cd, self.pd, self.gd, self.god, self.lod = cd, pd, gd, god, lod
+
+#: the per-call arguments that are not in the key (pure Python; read by launch)
+_RUN = threading.local()
+
+
+class _CTCLoss(_call.Call):
+    """cudnnCTCLoss_v8 into packed buffers (zeroed gradient), then the reduction/copy:
+    log_probs, labels, label_lengths, input_lengths, then loss[, grad]. The per-call value
+    checks and 'mean' weights come from :data:`_RUN` (set around the run)."""
+
+    __slots__ = (
+        "algo",
+        "cd",
+        "copy",
+        "fn",
+        "g4d",
+        "gd",
+        "god",
+        "grad_direct",
+        "hp",
+        "ld",
+        "lod",
+        "mul",
+        "n",
+        "npdt",
+        "one",
+        "opd",
+        "pd",
+        "rd",
+        "red",
+        "reduce",
+        "rws",
+        "set",
+        "shape",
+        "wd",
+        "ws",
+    )
+    lean = False  # launch reads the per-call arguments
+
+    def __init__(self, func, h, allocs, spans, stage, plan: _Plan):
+        dt, shape, n = plan.dt, plan.shape, plan.shape[1]
+        one, zero = _call.scales(dt, 1.0, 0.0)
         # the element-wise calls take 4-D descriptors (cudnnSetTensor refuses 3-D ones)
-        self.g4d = _op.tensor_descriptor(*_op.padded(shape, _layout.packed_strides(shape)), dt)
-        self.ws, self.red, self.grad_direct = ws, red, grad_direct
-        self.rd, self.rws = rd, rws
+        g4d = _staging.tensor_descriptor(*_staging.padded(shape, _layout.packed_strides(shape)), dt)
+        wd = _staging.tensor_descriptor(
+            *_staging.padded((1, n, 1), (n, 1, 1)), dt
+        )  # over (T, N, C)
+        ld = _staging.tensor_descriptor(*_staging.padded((n,), (1,)), dt)  # a vector of N
+        opd = OpTensorDescriptor("mul", dt) if plan.reduction == "mean" else None
+        super().__init__(func, h, allocs, spans, stage, keepalive=(plan, g4d, wd, ld, opd))
+        self.shape, self.n, self.algo = shape, n, plan.algo
+        self.cd, self.pd, self.gd, self.god, self.lod = (
+            plan.ctc,
+            plan.probs,
+            plan.probs,
+            plan.grad_out,
+            plan.loss_out,
+        )
+        self.g4d, self.wd, self.ld, self.opd = g4d, wd, ld, opd
+        self.ws, self.red, self.grad_direct = plan.workspace, plan.reduction, plan.grad_direct
+        self.rd, self.rws = plan.reduce, plan.reduce_workspace
         self.npdt = np.dtype(numpy_dtype(dt))
         self.hp = h.ptr
-        one, zero = _op.scales(dt, 1.0, 0.0)
         self.one = (ctypes.byref(one), ctypes.byref(zero), one, zero)
-        self.fn = _op.quiet("cudnnCTCLoss_v8")
-        self.set = _op.quiet("cudnnSetTensor")
-        self.copy = _op.quiet("cudnnTransformTensor")
-        self.mul = _op.quiet("cudnnOpTensor")
-        self.reduce = _op.quiet("cudnnReduceTensor")
-        n = shape[1]
-        self.wd = _op.tensor_descriptor(*_op.padded((1, n, 1), (n, 1, 1)), dt)  # over (T, N, C)
-        self.ld = _op.tensor_descriptor(*_op.padded((n,), (1,)), dt)  # a vector of N
-        self.opd = OpTensorDescriptor("mul", dt) if red == "mean" else None
-        self.weights = None  # host weights of a 'mean' call, set around each run
+        self.fn = _call.quiet("cudnnCTCLoss_v8")
+        self.set = _call.quiet("cudnnSetTensor")
+        self.copy = _call.quiet("cudnnTransformTensor")
+        self.mul = _call.quiet("cudnnOpTensor")
+        self.reduce = _call.quiet("cudnnReduceTensor")
+
+    def _weights(self) -> np.ndarray | None:
+        """Check the values (when asked to) and make the 'mean' weights, before any C call."""
+        check, labels, label_lengths, input_lengths = _RUN.args
+        lens = None
+        if check:
+            lens = _check_values(self.func, self, labels, label_lengths, input_lengths)
+        if self.red != "mean":
+            return None
+        if lens is None:
+            lens = _host(label_lengths, self.handle)
+        return (1.0 / (self.n * np.maximum(lens, 1))).astype(self.npdt)
 
     def launch(self, ptrs):
+        weights = self._weights()
         lp, labels, lens, ilens = ptrs[:4]
         loss = ptrs[4]
         grad = ptrs[5] if len(ptrs) > 5 else None
@@ -122,30 +191,45 @@ class _CTC(_op.MultiOutputCall):
             costs = memory.empty((self.n,), self.npdt, dev, stream)
             keep.append(costs)
             cp = costs.ptr
-        wp = _op.workspace(h, self.ws) if self.ws else None
-        self.fn(self.hp, self.algo, self.cd, self.pd, lp, ctypes.cast(labels, _IP),
-                ctypes.cast(lens, _IP), ctypes.cast(ilens, _IP), cp, self.gd, gp, self.ws,
-                wp)  # fmt: skip
+        wp = _call.workspace(h, self.ws) if self.ws else None
+        self.fn(
+            self.hp,
+            self.algo,
+            self.cd,
+            self.pd,
+            lp,
+            ctypes.cast(labels, _IP),
+            ctypes.cast(lens, _IP),
+            ctypes.cast(ilens, _IP),
+            cp,
+            self.gd,
+            gp,
+            self.ws,
+            wp,
+        )
         w = None
         if self.red == "mean":
-            w = memory.to_device(self.weights, stream)
+            w = memory.to_device(weights, stream)
             keep.append(w)
             scaled = memory.empty((self.n,), self.npdt, dev, stream)
             keep.append(scaled)
-            self.mul(self.hp, self.opd, one, self.ld, cp, one, self.ld, w.ptr, zero, self.ld,
-                     scaled.ptr)  # fmt: skip
+            self.mul(
+                self.hp, self.opd, one, self.ld, cp, one, self.ld, w.ptr, zero, self.ld, scaled.ptr
+            )
             cp = scaled.ptr
         if self.red != "none":
             if self.n == 1:
                 self.copy(self.hp, one, self.ld, cp, zero, self.lod, loss)
             else:
-                rwp = _op.workspace(h, self.rws) if self.rws else None
-                self.reduce(self.hp, self.rd, None, 0, rwp, self.rws, one, self.ld, cp, zero,
-                            self.lod, loss)  # fmt: skip
+                rwp = _call.workspace(h, self.rws) if self.rws else None
+                self.reduce(
+                    self.hp, self.rd, None, 0, rwp, self.rws, one, self.ld, cp, zero, self.lod, loss
+                )
         if grad is not None and not self.grad_direct:
             if w is not None:
-                self.mul(self.hp, self.opd, one, self.g4d, gp, one, self.wd, w.ptr, zero,
-                         self.god, grad)  # fmt: skip
+                self.mul(
+                    self.hp, self.opd, one, self.g4d, gp, one, self.wd, w.ptr, zero, self.god, grad
+                )
             else:
                 self.copy(self.hp, one, self.g4d, gp, zero, self.god, grad)
         del keep  # temporaries are freed stream-ordered, after the queued calls
@@ -219,43 +303,29 @@ def dnn_ctc_loss(
     outs = _pair(func, out)
     ptrs, keys = [], []
     for obj in (log_probs, labels, label_lengths, input_lengths):
-        p, k = _op.key_of(obj)
+        p, k = _operand.key_of(obj)
         ptrs.append(p)
         keys.append(k)
-    pos, kos = zip(*((None, None) if o is None else _op.key_of(o) for o in outs), strict=True)
+    pos, kos = zip(*((None, None) if o is None else _operand.key_of(o) for o in outs), strict=True)
     key = (_KEY, *keys, kos, algo, reduction, compute_grad)
-    call, cached = _op.lookup(
-        key,
-        lambda: _build(
-            log_probs,
-            labels,
-            label_lengths,
-            input_lengths,
-            outs,
-            algo,
-            reduction,
-            compute_grad,
-            stream,
-        ),
+    args = (
+        log_probs,
+        labels,
+        label_lengths,
+        input_lengths,
+        outs,
+        algo,
+        reduction,
+        compute_grad,
+        stream,
     )
-    flag = _flag(func, "check_values", check_values)
-    if stream is not None:
-        call.handle.set_stream(stream)  # the values are read in order on the call's stream
-    lens = None
-    if flag:
-        lens = _check_values(func, call, labels, label_lengths, input_lengths)
-    if call.red == "mean":
-        if lens is None:
-            lens = _host(label_lengths, call.handle)
-        n = call.n
-        call.weights = (1.0 / (n * np.maximum(lens, 1))).astype(call.npdt)
-    n_out = len(call.allocs)
+    n_out = 2 if compute_grad else 1
+    # read by launch, which runs on the call's stream (the values are read in order on it)
+    _RUN.args = (_flag(func, "check_values", check_values), labels, label_lengths, input_lengths)
     try:
-        result = call.run(tuple(ptrs), outs[:n_out], pos[:n_out], stream)
+        result = _call.run_cached(key, _build, args, tuple(ptrs), outs[:n_out], pos[:n_out], stream)
     finally:
-        call.weights = None
-    if not cached:
-        _op.remember(key, call)
+        _RUN.args = None  # the arrays are not kept
     return (result[0], result[1]) if n_out == 2 else (result[0], None)
 
 
@@ -311,11 +381,12 @@ def _check_values(func, call, labels, label_lengths, input_lengths) -> np.ndarra
     return lens
 
 
-def _build(log_probs, labels, label_lengths, input_lengths, outs, algo, reduction, compute_grad,
-           stream) -> _CTC:  # fmt: skip
+def _build(
+    log_probs, labels, label_lengths, input_lengths, outs, algo, reduction, compute_grad, stream
+) -> _CTCLoss:
     func = "dnn_ctc_loss"
-    glp = _op.operand(log_probs)
-    dt, device = _op.same_dtype_and_device(func, (("log_probs", glp),), _TYPES)
+    glp = _operand.operand(log_probs)
+    dt, device = _checks.same_dtype_and_device(func, (("log_probs", glp),), _TYPES)
     if len(glp.shape) != 3:
         raise ValueError(f"{func}: log_probs has shape {tuple(glp.shape)}; expected (T, N, C)")
     t, n, c = glp.shape
@@ -324,9 +395,9 @@ def _build(log_probs, labels, label_lengths, input_lengths, outs, algo, reductio
             f"{func}: log_probs has shape {tuple(glp.shape)}; expected T >= 1, N >= 1 and C >= 2 "
             "(the blank and at least one label)"
         )
-    _op.check_strides(func, "log_probs", glp)
-    gl, gll, gil = (_op.operand(o) for o in (labels, label_lengths, input_lengths))
-    _, ldev = _op.same_dtype_and_device(
+    _checks.check_strides(func, "log_probs", glp)
+    gl, gll, gil = (_operand.operand(o) for o in (labels, label_lengths, input_lengths))
+    _, ldev = _checks.same_dtype_and_device(
         func, (("labels", gl), ("label_lengths", gll), ("input_lengths", gil)), _INT
     )
     if ldev != device:
@@ -334,8 +405,8 @@ def _build(log_probs, labels, label_lengths, input_lengths, outs, algo, reductio
     _vector(func, "labels", gl, None, "1-D (the concatenated label sequences)")
     _vector(func, "label_lengths", gll, n, f"({n},) (N of log_probs)")
     _vector(func, "input_lengths", gil, n, f"({n},) (N of log_probs)")
-    algo_v = _op.choose(algo, _ALGOS, "algo", func)
-    red = _op.choose(reduction, _REDUCTIONS, "reduction", func)
+    algo_v = _checks.choose(algo, _ALGOS, "algo", func)
+    red = _checks.choose(reduction, _REDUCTIONS, "reduction", func)
     with_grad = _flag(func, "compute_grad", compute_grad)
     if not with_grad and outs[1] is not None:
         raise ValueError(f"{func}: out[1] (grad) was given with compute_grad=False")
@@ -345,11 +416,11 @@ def _build(log_probs, labels, label_lengths, input_lengths, outs, algo, reductio
     allocs: list[Any] = []
     spans: list[int] = []
     if outs[0] is None:
-        lspec = _op.output_spec(lshape, dt, device)
+        lspec = _call.output_spec(lshape, dt, device)
         allocs.append(lspec)
         spans.append(lspec.nbytes_span)
     else:
-        o = _op.out_operand(func, outs[0], lshape, dt, device, "out[0] (loss)")
+        o = _checks.out_operand(func, outs[0], lshape, dt, device, "out[0] (loss)")
         if red == "none" and n > 1 and o.strides[0] != 1:
             raise ValueError(
                 f"{func}: out[0] (loss) has stride {o.strides[0]}; cuDNN writes it packed"
@@ -360,11 +431,11 @@ def _build(log_probs, labels, label_lengths, input_lengths, outs, algo, reductio
     gstrides = packed
     if with_grad:
         if outs[1] is None:
-            gspec = _op.output_spec(shape, dt, device)
+            gspec = _call.output_spec(shape, dt, device)
             allocs.append(gspec)
             spans.append(gspec.nbytes_span)
         else:
-            og = _op.out_operand(func, outs[1], shape, dt, device, "out[1] (grad)")
+            og = _checks.out_operand(func, outs[1], shape, dt, device, "out[1] (grad)")
             allocs.append(None)
             spans.append(og.nbytes_span)
             gstrides = tuple(og.strides)
@@ -372,28 +443,27 @@ def _build(log_probs, labels, label_lengths, input_lengths, outs, algo, reductio
         grad_direct = grad_direct and red != "mean"
     stage: list = []
     if not _layout.is_c_contiguous(glp.shape, glp.strides):
-        shape4, strides4 = _op.padded(shape, glp.strides)
+        shape4, strides4 = _staging.padded(shape, glp.strides)
         stage.append(
-            (0, glp._replace(shape=shape4, strides=strides4), _op.padded(shape, packed)[1])
+            (0, glp._replace(shape=shape4, strides=strides4), _staging.padded(shape, packed)[1])
         )
-    h = _op.handle_for(device, stream, func)
-    cd = CTCLossDescriptor(dt, normalization="softmax", grad_mode="zero_oob",
-                           max_label_length=_MAX_LABEL)  # fmt: skip
-    pd = _op.tensor_descriptor(shape, packed, dt)
-    gd = pd
-    god = _op.tensor_descriptor(*_op.padded(shape, gstrides), dt)
+    h = _call.handle_for(device, stream, func)
+    cd = CTCLossDescriptor(
+        dt, normalization="softmax", grad_mode="zero_oob", max_label_length=_MAX_LABEL
+    )
+    pd = _staging.tensor_descriptor(shape, packed, dt)
+    god = _staging.tensor_descriptor(*_staging.padded(shape, gstrides), dt)
     size = ctypes.c_size_t()
-    _op.quiet("cudnnGetCTCLossWorkspaceSize_v8")(h.ptr, algo_v, cd, pd, gd, ctypes.byref(size))
-    lod = None if red == "none" else _op.tensor_descriptor((1, 1, 1, 1), (1, 1, 1, 1), dt)
+    _call.quiet("cudnnGetCTCLossWorkspaceSize_v8")(h.ptr, algo_v, cd, pd, pd, ctypes.byref(size))
+    lod = None if red == "none" else _staging.tensor_descriptor((1, 1, 1, 1), (1, 1, 1, 1), dt)
     rd, rws = None, 0
     if red != "none" and n > 1:
         rd = ReduceTensorDescriptor("add", dt)
-        ld = _op.tensor_descriptor(*_op.padded((n,), (1,)), dt)
+        ld = _staging.tensor_descriptor(*_staging.padded((n,), (1,)), dt)
         rsize = ctypes.c_size_t()
-        _op.quiet("cudnnGetReductionWorkspaceSize")(h.ptr, rd, ld, lod, ctypes.byref(rsize))
+        _call.quiet("cudnnGetReductionWorkspaceSize")(h.ptr, rd, ld, lod, ctypes.byref(rsize))
         rws = rsize.value
-    in_spans = (glp.nbytes_span, gl.nbytes_span, gll.nbytes_span, gil.nbytes_span)
-    call = _CTC(func, h, allocs, in_spans, spans, _op.Stage(dt, stage, None, 1.0, 0.0)
-                if stage else None, dt, shape, algo_v, cd, pd, gd, god, size.value, red,
-                grad_direct, lod, rd, rws)  # fmt: skip
-    return call
+    spans = [glp.nbytes_span, gl.nbytes_span, gll.nbytes_span, gil.nbytes_span, *spans]
+    staging = _staging.Stage(dt, stage, None, 1.0, 0.0) if stage else None
+    plan = _Plan(dt, shape, algo_v, red, grad_direct, cd, pd, god, lod, rd, size.value, rws)
+    return _CTCLoss(func, h, tuple(allocs), tuple(spans), staging, plan)

@@ -3,7 +3,7 @@ reusable :class:`DropoutState`.
 
 ``dnn_dropout(x, p, seed, state)`` runs ``cudnnDropoutForward`` and returns ``(y, state)``;
 ``dnn_dropout_grad(dy, state)`` runs ``cudnnDropoutBackward`` with the mask of the state's last
-forward call. The calls go through the shared op path (:mod:`._op`): a per-thread cache maps the
+forward call. The calls go through the shared call path (:mod:`._call`): a per-thread cache maps the
 operands' layouts to ready calls (descriptors, reserve-space size), so a repeated call makes
 one C call.
 
@@ -41,6 +41,7 @@ its first use, so a state moved to another stream needs that stream ordered afte
 from __future__ import annotations
 
 import secrets
+import threading
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,7 @@ import numpy as np
 from .. import memory
 from ..descriptors import DropoutDescriptor
 from ..enums import DataType
-from . import _op
+from . import _call, _checks, _operand, _staging
 
 __all__ = ["DropoutState", "dnn_dropout", "dnn_dropout_grad"]
 
@@ -67,7 +68,7 @@ def _seed(func: str, seed: Any) -> int:
 
 
 def _p(func: str, p: Any) -> float:
-    return _op.real(p, "p", func, lo=0.0, hi=1.0, hi_open=True)
+    return _checks.real(p, "p", func, lo=0.0, hi=1.0, hi_open=True)
 
 
 class DropoutState:
@@ -92,8 +93,18 @@ class DropoutState:
     ...     dx = pycudnn.dnn_dropout_grad(dy, st)
     """
 
-    __slots__ = ("__weakref__", "_closed", "_desc", "_device", "_fresh", "_mask", "_p",
-                 "_reserve", "_seed", "_states")  # fmt: skip
+    __slots__ = (
+        "__weakref__",
+        "_closed",
+        "_desc",
+        "_device",
+        "_fresh",
+        "_mask",
+        "_p",
+        "_reserve",
+        "_seed",
+        "_states",
+    )
 
     def __init__(self, seed: int | None = None) -> None:
         self._seed = secrets.randbits(63) if seed is None else _seed("DropoutState", seed)
@@ -205,77 +216,93 @@ class DropoutState:
         return self._desc, self._reserve.ptr, self._reserve.nbytes
 
 
-class _Forward(_op.Call):
-    __slots__ = ("empty", "fn", "hp", "nbytes", "p", "seed", "shape", "state", "xd", "yd")
+#: the per-call arguments that are not in the key: ``(func, state, p, seed)`` (pure Python; read
+#: by launch, set around each run, so the cached entry never keeps a state alive)
+_RUN = threading.local()
 
-    def __init__(self, func, h, alloc, spans, inplace, xd, yd, nbytes, shape, empty):
-        super().__init__(func, h, alloc, spans, inplace=inplace)
-        self.xd, self.yd = xd, yd
-        self.nbytes, self.shape, self.empty = nbytes, shape, empty
+
+class _Dropout(_call.Call):
+    """A dropout call: its two descriptors (input, output), the input's shape (the mask's) and
+    whether it is empty (nothing to launch, but the state still records the mask's shape)."""
+
+    __slots__ = ("empty", "fn", "hp", "in_desc", "out_desc", "shape")
+    lean = False  # launch reads the per-call state
+
+    def __init__(self, func, h, alloc, spans, inplace, descs, shape, empty, name):
+        super().__init__(func, h, (alloc,), spans, inplace=inplace, keepalive=descs)
+        self.in_desc, self.out_desc = descs
+        self.shape, self.empty = shape, empty
         self.hp = h.ptr
-        self.fn = _op.quiet("cudnnDropoutForward")
-        self.state = self.p = self.seed = None  # set around each run
+        self.fn = _call.quiet(name)
+
+
+class _Forward(_Dropout):
+    """``cudnnDropoutForward``: x, then y; the state's reserve space holds the mask."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, func, h, alloc, spans, inplace, descs, shape, empty, nbytes):
+        super().__init__(func, h, alloc, spans, inplace, descs, shape, empty, "cudnnDropoutForward")
+        self.nbytes = nbytes
 
     def launch(self, ptrs):
-        st = self.state
+        func, state, p, seed = _RUN.args
+        state._check(func, self.handle.device)
         if not self.empty:
-            desc, rp, rs = st._acquire(self.handle, self.p, self.seed, self.nbytes)
-            self.fn(self.hp, desc, self.xd, ptrs[0], self.yd, ptrs[1], rp, rs)
-            st._fresh = False
-        st._mask = self.shape
+            desc, rp, rs = state._acquire(self.handle, p, seed, self.nbytes)
+            self.fn(self.hp, desc, self.in_desc, ptrs[0], self.out_desc, ptrs[1], rp, rs)
+            state._fresh = False
+        state._mask = self.shape
 
 
-class _Backward(_op.Call):
-    __slots__ = ("dxd", "dyd", "empty", "fn", "hp", "shape", "state")
+class _Backward(_Dropout):
+    """``cudnnDropoutBackward``: dy, then dx, with the mask of the state's last forward."""
 
-    def __init__(self, func, h, alloc, spans, inplace, dyd, dxd, shape, empty):
-        super().__init__(func, h, alloc, spans, inplace=inplace)
-        self.dyd, self.dxd, self.shape, self.empty = dyd, dxd, shape, empty
-        self.hp = h.ptr
-        self.fn = _op.quiet("cudnnDropoutBackward")
-        self.state = None
+    __slots__ = ()
 
     def launch(self, ptrs):
+        func, state, _p, _seed = _RUN.args
+        state._check_mask(func, self.shape, self.handle.device)
         if self.empty:
             return
-        st = self.state
-        res = st._reserve
-        self.fn(self.hp, st._desc, self.dyd, ptrs[0], self.dxd, ptrs[1], res.ptr, res.nbytes)
+        res = state._reserve
+        self.fn(
+            self.hp, state._desc, self.in_desc, ptrs[0], self.out_desc, ptrs[1], res.ptr, res.nbytes
+        )
 
 
-def _run(key: Any, build: Any, ptr: int, out: Any, po: Any, stream: Any, prepare: Any) -> Any:
-    call, cached = _op.lookup(key, build)
-    prepare(call)  # per-call checks and arguments (pure Python)
+def _run(
+    key: Any, build: Any, args: tuple, ptr: int, out: Any, po: Any, stream: Any, context: tuple
+) -> Any:
+    """:func:`._call.run_cached` with *context* ``(func, state, p, seed)`` for the launch."""
+    _RUN.args = context
     try:
-        result = call.run((ptr,), out, po, stream)
+        return _call.run_cached(key, build, args, (ptr,), (out,), (po,), stream)[0]
     finally:
-        call.state = None  # the cache must not keep the state alive
-    if not cached:
-        _op.remember(key, call)
-    return result
+        _RUN.args = None  # the cache must not keep the state alive
 
 
-def _operands(func: str, name: str, g: _op.Operand, out: Any, stream: Any):
+def _operands(func: str, name: str, g: _operand.Operand, out: Any, stream: Any):
     """Validate *g* and *out*; ``(handle, alloc spec, spans, in-place, in desc, out desc,
     empty)`` (no descriptors for an empty problem)."""
-    dt, device = _op.same_dtype_and_device(func, ((name, g),), _TYPES)
+    dt, device = _checks.same_dtype_and_device(func, ((name, g),), _TYPES)
     empty = any(n == 0 for n in g.shape)
     if len(g.shape) > 8:
         raise ValueError(f"{func}: {name} has {len(g.shape)} dims; cuDNN supports at most 8")
-    _op.check_strides(func, name, g)
+    _checks.check_strides(func, name, g)
     if out is None:
-        spec = _op.like_spec(g)
+        spec = _call.like_spec(g)
         o, so, ostrides = None, spec.nbytes_span, spec.element_strides
     else:
         spec = None
-        o = _op.out_operand(func, out, g.shape, dt, device)
+        o = _checks.out_operand(func, out, g.shape, dt, device)
         so, ostrides = o.nbytes_span, o.strides
     xd = yd = None
     if not empty:
-        xd = _op.tensor_desc(func, name, g)
-        yd = _op.tensor_descriptor(*_op.padded(g.shape, ostrides), dt)
-    inplace = (0,) if o is not None and _op.same_layout(g, o) else ()
-    h = _op.handle_for(device, stream, func)
+        xd = _staging.tensor_desc(func, name, g)
+        yd = _staging.tensor_descriptor(*_staging.padded(g.shape, ostrides), dt)
+    inplace = (0,) if o is not None and _staging.same_layout(g, o) else ()
+    h = _call.handle_for(device, stream, func)
     return h, spec, (g.nbytes_span, so), inplace, xd, yd, empty
 
 
@@ -334,24 +361,20 @@ def dnn_dropout(
         state, sv = DropoutState(sv), None
     elif not isinstance(state, DropoutState):
         raise TypeError(f"{func}: state must be a DropoutState or None, got {type(state).__name__}")
-    px, kx = _op.key_of(x)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    px, kx = _operand.key_of(x)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     state._check(func, kx[3])  # a state bound to another device: before any C call
-
-    def prepare(call):
-        state._check(func, call.handle.device)
-        call.state, call.p, call.seed = state, pv, sv
-
-    y = _run((_FWD, kx, ko), lambda: _forward(x, out, stream), px, out, po, stream, prepare)
+    args = (x, out, stream)
+    y = _run((_FWD, kx, ko), _build_forward, args, px, out, po, stream, (func, state, pv, sv))
     return y, state
 
 
-def _forward(x, out, stream) -> _Forward:
+def _build_forward(x, out, stream) -> _Forward:
     func = "dnn_dropout"
-    g = _op.operand(x)
+    g = _operand.operand(x)
     h, spec, spans, inplace, xd, yd, empty = _operands(func, "x", g, out, stream)
     nbytes = 0 if empty else DropoutDescriptor.reserve_space_size(xd)
-    return _Forward(func, h, spec, spans, inplace, xd, yd, nbytes, tuple(g.shape), empty)
+    return _Forward(func, h, spec, spans, inplace, (xd, yd), tuple(g.shape), empty, nbytes)
 
 
 def dnn_dropout_grad(dy: Any, state: DropoutState, *, out: Any = None, stream: Any = None) -> Any:
@@ -390,19 +413,18 @@ def dnn_dropout_grad(dy: Any, state: DropoutState, *, out: Any = None, stream: A
     func = "dnn_dropout_grad"
     if not isinstance(state, DropoutState):
         raise TypeError(f"{func}: state must be a DropoutState, got {type(state).__name__}")
-    pdy, kdy = _op.key_of(dy)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    pdy, kdy = _operand.key_of(dy)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     state._check(func, kdy[3])  # a state bound to another device: before any C call
-
-    def prepare(call):
-        state._check_mask(func, call.shape, call.handle.device)
-        call.state = state
-
-    return _run((_BWD, kdy, ko), lambda: _backward(dy, out, stream), pdy, out, po, stream, prepare)
+    args = (dy, out, stream)
+    return _run(
+        (_BWD, kdy, ko), _build_backward, args, pdy, out, po, stream, (func, state, None, None)
+    )
 
 
-def _backward(dy, out, stream) -> _Backward:
+def _build_backward(dy, out, stream) -> _Backward:
     func = "dnn_dropout_grad"
-    g = _op.operand(dy)
+    g = _operand.operand(dy)
     h, spec, spans, inplace, dyd, dxd, empty = _operands(func, "dy", g, out, stream)
-    return _Backward(func, h, spec, spans, inplace, dyd, dxd, tuple(g.shape), empty)
+    name = "cudnnDropoutBackward"
+    return _Backward(func, h, spec, spans, inplace, (dyd, dxd), tuple(g.shape), empty, name)

@@ -27,7 +27,7 @@ from typing import Any
 from .. import _layout
 from ..descriptors import LRNDescriptor
 from ..enums import DataType, LRNMode
-from . import _op
+from . import _call, _checks, _operand, _staging
 
 __all__ = ["dnn_lrn", "dnn_lrn_grad"]
 
@@ -42,95 +42,97 @@ def _params(func: str, n: Any, alpha: Any, beta: Any, k: Any) -> tuple[int, floa
     nv = n.__index__()
     if not 1 <= nv <= _N_MAX:
         raise ValueError(f"{func}: n={nv} is out of range; expected a window of 1 to 16 channels")
-    a = _op.real(alpha, "alpha", func)
-    b = _op.real(beta, "beta", func, lo=_BETA_MIN)
-    kv = _op.real(k, "k", func, lo=_K_MIN)
+    a = _checks.real(alpha, "alpha", func)
+    b = _checks.real(beta, "beta", func, lo=_BETA_MIN)
+    kv = _checks.real(k, "k", func, lo=_K_MIN)
     return nv, a, b, kv
 
 
-def _check_rank(func: str, name: str, g: _op.Operand) -> None:
+def _check_rank(func: str, name: str, g: _operand.Operand) -> None:
     if not 2 <= len(g.shape) <= 5:
         raise ValueError(
             f"{func}: {name} has shape {tuple(g.shape)}; expected 2 to 5 dims (N, C, spatial...)"
         )
 
 
-class _Forward(_op.Call):
-    __slots__ = ("args", "fn", "hp", "ld", "xd", "yd")
+class _LRN(_call.Call):
+    """``cudnnLRNCrossChannelForward`` (x, y) or ``cudnnLRNCrossChannelBackward``
+    (y, dy, x, dx)."""
 
-    def __init__(self, func, h, alloc, spans, stage, ld, xd, yd, dt):
-        super().__init__(func, h, alloc, spans, stage)
-        self.ld, self.xd, self.yd = ld, xd, yd
+    __slots__ = ("descs", "fn", "hp", "ld", "one", "zero")
+
+    def __init__(self, func, h, alloc, spans, stage, ld, descs, dt, name):
+        one, zero = _call.scales(dt, 1.0, 0.0)
+        # the descriptors and the factors byref() points into live as long as the entry
+        super().__init__(func, h, (alloc,), spans, stage, keepalive=(ld, descs, one, zero))
+        self.ld, self.descs = ld, descs
         self.hp = h.ptr
-        self.args = _op.scales(dt, 1.0, 0.0)
-        self.fn = _op.quiet("cudnnLRNCrossChannelForward")
+        self.one, self.zero = ctypes.byref(one), ctypes.byref(zero)
+        self.fn = _call.quiet(name)
+
+
+class _Forward(_LRN):
+    __slots__ = ()
 
     def launch(self, ptrs):
-        one, zero = self.args
-        self.fn(self.hp, self.ld, LRNMode.DIM1, ctypes.byref(one), self.xd, ptrs[0],
-                ctypes.byref(zero), self.yd, ptrs[1])  # fmt: skip
+        xd, yd = self.descs
+        self.fn(self.hp, self.ld, LRNMode.DIM1, self.one, xd, ptrs[0], self.zero, yd, ptrs[1])
 
 
-class _Backward(_op.Call):
-    __slots__ = ("args", "dxd", "dyd", "fn", "hp", "ld", "xd", "yd")
-
-    def __init__(self, func, h, alloc, spans, stage, ld, yd, dyd, xd, dxd, dt):
-        super().__init__(func, h, alloc, spans, stage)
-        self.ld, self.yd, self.dyd, self.xd, self.dxd = ld, yd, dyd, xd, dxd
-        self.hp = h.ptr
-        self.args = _op.scales(dt, 1.0, 0.0)
-        self.fn = _op.quiet("cudnnLRNCrossChannelBackward")
+class _Backward(_LRN):
+    __slots__ = ()
 
     def launch(self, ptrs):
-        one, zero = self.args
         y, dy, x, dx = ptrs
-        self.fn(self.hp, self.ld, LRNMode.DIM1, ctypes.byref(one), self.yd, y, self.dyd, dy,
-                self.xd, x, ctypes.byref(zero), self.dxd, dx)  # fmt: skip
+        yd, dyd, xd, dxd = self.descs
+        self.fn(self.hp, self.ld, LRNMode.DIM1, self.one, yd, y, dyd, dy, xd, x, self.zero, dxd, dx)
 
 
-def _packed5(g: _op.Operand) -> bool:
+def _packed5(g: _operand.Operand) -> bool:
     """cuDNN's LRN takes 5-D tensors with packed spatial dims only (``BAD_PARAM`` otherwise,
     measured on 9.19); other 5-D layouts go through packed copies."""
     return len(g.shape) != 5 or _layout.is_c_contiguous(g.shape, g.strides)
 
 
-def _input(func: str, name: str, g: _op.Operand, index: int, stage: list) -> Any:
+def _input(func: str, name: str, g: _operand.Operand, index: int, stage: list) -> Any:
     """The descriptor cuDNN reads *g* with (queueing a packed copy for 5-D non-packed)."""
     if _packed5(g):
-        return _op.tensor_desc(func, name, g)
-    _op.check_strides(func, name, g)
+        return _staging.tensor_desc(func, name, g)
+    _checks.check_strides(func, name, g)
     packed = _layout.packed_strides(g.shape)
     stage.append((index, g, packed))
-    return _op.tensor_descriptor(g.shape, packed, g.dtype)
+    return _staging.tensor_descriptor(g.shape, packed, g.dtype)
 
 
-def _output(func: str, out: Any, like: _op.Operand, dt: DataType, device: int):
+def _output(func: str, out: Any, like: _operand.Operand, dt: DataType, device: int):
     """(descriptor or None when empty, alloc spec or None, its byte span, staged output or
     None)."""
     empty = any(n == 0 for n in like.shape)
     if out is None:
         if len(like.shape) == 5:
-            spec = _op.output_spec(like.shape, dt, device)  # packed NCDHW
+            spec = _call.output_spec(like.shape, dt, device)  # packed NCDHW
         else:
-            spec = _op.like_spec(like)
+            spec = _call.like_spec(like)
         desc = None
         if not empty:
-            desc = _op.tensor_descriptor(*_op.padded(spec.shape, spec.element_strides), dt)
+            desc = _staging.tensor_descriptor(
+                *_staging.padded(spec.shape, spec.element_strides), dt
+            )
         return desc, spec, spec.nbytes_span, None
-    o = _op.out_operand(func, out, like.shape, dt, device)
+    o = _checks.out_operand(func, out, like.shape, dt, device)
     if empty:
         return None, None, o.nbytes_span, None
     if _packed5(o):
-        return _op.tensor_desc(func, "out", o), None, o.nbytes_span, None
+        return _staging.tensor_desc(func, "out", o), None, o.nbytes_span, None
     packed = _layout.packed_strides(o.shape)
     staged = (tuple(o.shape), tuple(o.strides), packed)
-    return _op.tensor_descriptor(o.shape, packed, dt), None, o.nbytes_span, staged
+    return _staging.tensor_descriptor(o.shape, packed, dt), None, o.nbytes_span, staged
 
 
-def _stage(dt: DataType, inputs: list, output: Any) -> _op.Stage | None:
+def _stage(dt: DataType, inputs: list, output: Any) -> _staging.Stage | None:
     if not inputs and output is None:
         return None
-    return _op.Stage(dt, inputs, output, 1.0, 0.0)
+    return _staging.Stage(dt, inputs, output, 1.0, 0.0)
 
 
 def dnn_lrn(
@@ -182,30 +184,30 @@ def dnn_lrn(
     --------
     >>> y = pycudnn.dnn_lrn(x, n=5, alpha=1e-4, beta=0.75, k=2.0)   # AlexNet's LRN
     """
-    px, kx = _op.key_of(x)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    px, kx = _operand.key_of(x)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (_FWD, kx, ko, n, alpha, beta, k)
-    return _op.dispatch(
-        key, lambda: _forward(x, out, n, alpha, beta, k, stream), (px,), out, po, stream
-    )
+    args = (x, out, n, alpha, beta, k, stream)
+    return _call.run_cached(key, _build_forward, args, (px,), (out,), (po,), stream)[0]
 
 
-def _forward(x, out, n, alpha, beta, k, stream) -> _op.Call:
+def _build_forward(x, out, n, alpha, beta, k, stream) -> _call.Call:
     func = "dnn_lrn"
-    g = _op.operand(x)
-    dt, device = _op.same_dtype_and_device(func, (("x", g),), _TYPES)
+    g = _operand.operand(x)
+    dt, device = _checks.same_dtype_and_device(func, (("x", g),), _TYPES)
     _check_rank(func, "x", g)
-    _op.check_strides(func, "x", g)
+    _checks.check_strides(func, "x", g)
     params = _params(func, n, alpha, beta, k)
     yd, spec, so, staged = _output(func, out, g, dt, device)
-    h = _op.handle_for(device, stream, func)
+    h = _call.handle_for(device, stream, func)
     spans = (g.nbytes_span, so)
     if yd is None:
-        return _op.NoOp(func, h, spec, spans)
+        return _call.Call(func, h, (spec,), spans, noop=True)
     inputs: list = []
     xd = _input(func, "x", g, 0, inputs)
     ld = LRNDescriptor(*params)
-    return _Forward(func, h, spec, spans, _stage(dt, inputs, staged), ld, xd, yd, dt)
+    stage = _stage(dt, inputs, staged)
+    return _Forward(func, h, spec, spans, stage, ld, (xd, yd), dt, "cudnnLRNCrossChannelForward")
 
 
 def dnn_lrn_grad(
@@ -252,25 +254,19 @@ def dnn_lrn_grad(
     >>> y = pycudnn.dnn_lrn(x, 5)
     >>> dx = pycudnn.dnn_lrn_grad(y, dy, x, 5)
     """
-    py, ky = _op.key_of(y)
-    pdy, kdy = _op.key_of(dy)
-    px, kx = _op.key_of(x)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    py, ky = _operand.key_of(y)
+    pdy, kdy = _operand.key_of(dy)
+    px, kx = _operand.key_of(x)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (_BWD, ky, kdy, kx, ko, n, alpha, beta, k)
-    return _op.dispatch(
-        key,
-        lambda: _backward(y, dy, x, out, n, alpha, beta, k, stream),
-        (py, pdy, px),
-        out,
-        po,
-        stream,
-    )
+    args = (y, dy, x, out, n, alpha, beta, k, stream)
+    return _call.run_cached(key, _build_backward, args, (py, pdy, px), (out,), (po,), stream)[0]
 
 
-def _backward(y, dy, x, out, n, alpha, beta, k, stream) -> _op.Call:
+def _build_backward(y, dy, x, out, n, alpha, beta, k, stream) -> _call.Call:
     func = "dnn_lrn_grad"
-    gy, gdy, gx = _op.operand(y), _op.operand(dy), _op.operand(x)
-    dt, device = _op.same_dtype_and_device(func, (("y", gy), ("dy", gdy), ("x", gx)), _TYPES)
+    gy, gdy, gx = _operand.operand(y), _operand.operand(dy), _operand.operand(x)
+    dt, device = _checks.same_dtype_and_device(func, (("y", gy), ("dy", gdy), ("x", gx)), _TYPES)
     _check_rank(func, "x", gx)
     for name, g in (("y", gy), ("dy", gdy)):
         if tuple(g.shape) != tuple(gx.shape):
@@ -279,17 +275,19 @@ def _backward(y, dy, x, out, n, alpha, beta, k, stream) -> _op.Call:
                 "forward input, output and their gradients have one shape"
             )
     for name, g in (("y", gy), ("dy", gdy), ("x", gx)):
-        _op.check_strides(func, name, g)
+        _checks.check_strides(func, name, g)
     params = _params(func, n, alpha, beta, k)
     dxd, spec, so, staged = _output(func, out, gx, dt, device)
-    h = _op.handle_for(device, stream, func)
+    h = _call.handle_for(device, stream, func)
     spans = (gy.nbytes_span, gdy.nbytes_span, gx.nbytes_span, so)
     if dxd is None:
-        return _op.NoOp(func, h, spec, spans)
+        return _call.Call(func, h, (spec,), spans, noop=True)
     inputs: list = []
     yd, dyd, xd = (
         _input(func, nm, g, i, inputs)
         for i, (nm, g) in enumerate((("y", gy), ("dy", gdy), ("x", gx)))
     )
     ld = LRNDescriptor(*params)
-    return _Backward(func, h, spec, spans, _stage(dt, inputs, staged), ld, yd, dyd, xd, dxd, dt)
+    stage = _stage(dt, inputs, staged)
+    descs = (yd, dyd, xd, dxd)
+    return _Backward(func, h, spec, spans, stage, ld, descs, dt, "cudnnLRNCrossChannelBackward")

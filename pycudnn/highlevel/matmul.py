@@ -19,7 +19,7 @@ from .. import errors
 from .._types import dtype_name
 from ..enums import DataType
 from ..graph import Graph
-from . import _fusion, _graphops, _op
+from . import _call, _checks, _fusion, _graphops, _operand
 
 __all__ = ["dnn_matmul"]
 
@@ -27,8 +27,9 @@ _TYPES = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT)
 _FUNC = "dnn_matmul"
 
 
-def dnn_matmul(a: Any, b: Any, bias: Any = None, activation: Any = None, *, out: Any = None,
-               stream: Any = None) -> Any:  # fmt: skip
+def dnn_matmul(
+    a: Any, b: Any, bias: Any = None, activation: Any = None, *, out: Any = None, stream: Any = None
+) -> Any:
     """Batched ``act(a @ b + bias)`` as one cuDNN graph.
 
     Parameters
@@ -67,31 +68,30 @@ def dnn_matmul(a: Any, b: Any, bias: Any = None, activation: Any = None, *, out:
     --------
     >>> y = pycudnn.dnn_matmul(x, w.t(), bias=b, activation="gelu")   # F.gelu(F.linear(x, w, b))
     """
-    pa, ka = _op.key_of(a)
-    pb, kb = _op.key_of(b)
-    pbias, kbias = (0, None) if bias is None else _op.key_of(bias)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    pa, ka = _operand.key_of(a)
+    pb, kb = _operand.key_of(b)
+    pbias, kbias = (0, None) if bias is None else _operand.key_of(bias)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (_FUNC, ka, kb, kbias, activation, ko, _graphops.flags_key())
-    call, cached = _op.lookup(key, lambda: _build(a, b, bias, activation, out, stream))
+    args = (a, b, bias, activation, out, stream)
     ptrs = (pa, pb) if bias is None else (pa, pb, pbias)
-    result = call.run(ptrs, (out,), (po,), stream)
-    if not cached:
-        _op.remember(key, call)
-    return result[0]
+    return _call.run_cached(key, _build, args, ptrs, (out,), (po,), stream)[0]
 
 
-def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) -> _op.GraphCall:
+def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) -> _call.GraphCall:
     func = _FUNC
-    ga, gb = _op.operand(a), _op.operand(b)
-    gbias = None if bias is None else _op.operand(bias)
+    ga, gb = _operand.operand(a), _operand.operand(b)
+    gbias = None if bias is None else _operand.operand(bias)
     named = (("a", ga), ("b", gb), ("bias", gbias))
-    dt, device = _op.same_dtype_and_device(func, named, _TYPES)
+    dt, device = _checks.same_dtype_and_device(func, named, _TYPES)
     for name, g in named:
         if g is not None:
-            _op.check_strides(func, name, g)
+            _checks.check_strides(func, name, g)
     if len(ga.shape) < 2 or len(gb.shape) < 2:
-        raise ValueError(f"{func}: a {tuple(ga.shape)} and b {tuple(gb.shape)} need at least "
-                         "2 dims (..., M, K) and (..., K, N)")  # fmt: skip
+        raise ValueError(
+            f"{func}: a {tuple(ga.shape)} and b {tuple(gb.shape)} need at least "
+            "2 dims (..., M, K) and (..., K, N)"
+        )
     if ga.shape[-1] != gb.shape[-2]:
         raise ValueError(
             f"{func}: a's last dim ({ga.shape[-1]}) must equal b's second to "
@@ -104,8 +104,10 @@ def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) ->
     batch = []
     for i, (m, n) in enumerate(zip(sa[:-2], sb[:-2], strict=True)):
         if m != n and 1 not in (m, n):
-            raise ValueError(f"{func}: batch dim {i} of a {tuple(ga.shape)} and b "
-                             f"{tuple(gb.shape)} does not broadcast ({m} vs {n})")  # fmt: skip
+            raise ValueError(
+                f"{func}: batch dim {i} of a {tuple(ga.shape)} and b "
+                f"{tuple(gb.shape)} does not broadcast ({m} vs {n})"
+            )
         batch.append(max(m, n))
     if any(x == 1 < y for x, y in zip(sa[:-2], sb[:-2], strict=True)) and any(
         y == 1 < x for x, y in zip(sa[:-2], sb[:-2], strict=True)
@@ -113,25 +115,32 @@ def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) ->
         # measured on cuDNN 9.19 (H100): the heuristics return no engine when each operand
         # broadcasts against the other
         raise errors.NotSupportedError(
-            3000, func, f"cuDNN's matmul broadcasts the batch dims of one operand only; a "
+            3000,
+            func,
+            f"cuDNN's matmul broadcasts the batch dims of one operand only; a "
             f"{tuple(ga.shape)} and b {tuple(gb.shape)} each broadcast against the other "
-            "(expand one of them first)")  # fmt: skip
+            "(expand one of them first)",
+        )
     m_, n_ = sa[-2], sb[-1]
     out_shape = (*batch, m_, n_)
     user_shape = tuple(out_shape[rank - max(len(ga.shape), len(gb.shape)) :])
     if any(d == 0 for d in (*out_shape, sa[-1])):
-        raise ValueError(f"{func}: empty operands are not supported (a {tuple(ga.shape)}, b "
-                         f"{tuple(gb.shape)})")  # fmt: skip
-    if dt == DataType.FLOAT and not _op.snapshot().allow_tf32:
+        raise ValueError(
+            f"{func}: empty operands are not supported (a {tuple(ga.shape)}, b {tuple(gb.shape)})"
+        )
+    if dt == DataType.FLOAT and not _call.snapshot().allow_tf32:
         # measured on an H100 with cuDNN 9.19: every float32 matmul engine computes with TF32
         # (most carry the TENSOR_CORE note; one does not but rounds as TF32 does)
         raise errors.NotSupportedError(
-            3000, func, "cuDNN's float32 matmul engines compute in TF32: set "
+            3000,
+            func,
+            "cuDNN's float32 matmul engines compute in TF32: set "
             "pycudnn.config.allow_tf32 = True (or config.override(allow_tf32=True)) to accept "
-            "that, or use float16/bfloat16 operands")  # fmt: skip
+            "that, or use float16/bfloat16 operands",
+        )
     ost = None
     if out is not None:
-        o = _op.out_operand(func, out, user_shape, dt, device)
+        o = _checks.out_operand(func, out, user_shape, dt, device)
         ost = _lift(o, rank)[1]
     if rank > 3:
         # cuDNN 9.19 (H100) runs rank-3 products but found no engine for a broadcast over
@@ -149,21 +158,25 @@ def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) ->
         for d in gbias.shape:
             n_bias *= d
         if n_bias != n_ or any(d not in (1, n_) for d in gbias.shape):
-            raise ValueError(f"{func}: bias has shape {tuple(gbias.shape)}; expected ({n_},) "
-                             "(one value per output column)")  # fmt: skip
+            raise ValueError(
+                f"{func}: bias has shape {tuple(gbias.shape)}; expected ({n_},) "
+                "(one value per output column)"
+            )
         last = gbias.strides[list(gbias.shape).index(n_)] if n_ > 1 else 1
-        tbias = _graphops.declare(g, "bias", gbias, (1,) * (rank - 1) + (n_,),
-                                  (n_,) * (rank - 1) + (max(last, 1),))  # fmt: skip
+        tbias = _graphops.declare(
+            g, "bias", gbias, (1,) * (rank - 1) + (n_,), (n_,) * (rank - 1) + (max(last, 1),)
+        )
     y = g.matmul(ta, tb, name="matmul")
     if tbias is not None or act is not None:
-        y = _fusion.epilogue(g, y, tbias, None, 1.0, act[0] if act else None,
-                             act[1] if act else None)  # fmt: skip
+        y = _fusion.epilogue(
+            g, y, tbias, None, 1.0, act[0] if act else None, act[1] if act else None
+        )
     y.set_output(True).set_data_type(dt).set_name("y")
     if out is not None:
         y.set_stride(tuple(max(s, 1) for s in ost)).set_alignment(_graphops.alignment(o.ptr))
         alloc, so = None, o.nbytes_span
     else:
-        alloc = _op.output_spec(user_shape, dt, device)
+        alloc = _call.output_spec(user_shape, dt, device)
         so = alloc.nbytes_span
     inputs = [ta, tb] + ([tbias] if tbias is not None else [])
     g.set_io_order(*inputs, y)
@@ -173,10 +186,10 @@ def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) ->
         + (" + bias" if gbias is not None else "")
         + (f", {act[0]}" if act else "")
     )
-    return _graphops.entry(func, g, device, stream, [alloc], spans, [so], what=what)
+    return _graphops.entry(func, g, device, stream, [alloc], [*spans, so], what=what)
 
 
-def _lift(g: _op.Operand, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _lift(g: _operand.Operand, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """*g*'s shape and strides with leading size-1 dims up to *rank* (their stride: the span,
     any positive value does)."""
     extra = rank - len(g.shape)
@@ -196,8 +209,9 @@ def _batch(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int] 
     return count, (dims[-1][1] if dims else max(strides[-2] * shape[-2], 1))
 
 
-def _fold(sa: tuple, sta: tuple, sb: tuple, stb: tuple, out_shape: tuple, ost: tuple | None
-          ) -> tuple | None:  # fmt: skip
+def _fold(
+    sa: tuple, sta: tuple, sb: tuple, stb: tuple, out_shape: tuple, ost: tuple | None
+) -> tuple | None:
     """a, b and the output with their batch dims folded into one, or None: each operand's batch
     is the output's or all 1, and every batch folds in memory."""
     outb = out_shape[:-2]

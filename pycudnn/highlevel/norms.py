@@ -17,32 +17,37 @@ float32.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from .. import _layout
 from .._types import dtype_name
 from ..enums import DataType
 from ..graph import Graph
-from . import _graphops, _op
+from . import _call, _checks, _graphops, _operand, _staging
 
 __all__ = ["dnn_layer_norm", "dnn_layer_norm_grad", "dnn_rms_norm", "dnn_rms_norm_grad"]
 
 _TYPES = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT)
 
 
-def _norm_shape(func: str, normalized_shape: Any, x: _op.Operand) -> tuple[int, ...]:
+def _norm_shape(func: str, normalized_shape: Any, x: _operand.Operand) -> tuple[int, ...]:
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
     try:
         ns = tuple(int(d.__index__()) for d in ns)
     except (TypeError, AttributeError):
-        raise TypeError(f"{func}: normalized_shape must be an int or a tuple of ints, got "
-                        f"{normalized_shape!r}") from None  # fmt: skip
+        raise TypeError(
+            f"{func}: normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}"
+        ) from None
     if not ns or tuple(x.shape[len(x.shape) - len(ns) :]) != ns or len(ns) >= len(x.shape) + 1:
-        raise ValueError(f"{func}: normalized_shape {ns} must be the trailing dims of x's shape "
-                         f"{tuple(x.shape)}")  # fmt: skip
+        raise ValueError(
+            f"{func}: normalized_shape {ns} must be the trailing dims of x's shape {tuple(x.shape)}"
+        )
     if len(ns) == len(x.shape):
-        raise ValueError(f"{func}: normalized_shape {ns} covers every dim of x "
-                         f"{tuple(x.shape)}; x needs at least one leading (row) dim")  # fmt: skip
+        raise ValueError(
+            f"{func}: normalized_shape {ns} covers every dim of x "
+            f"{tuple(x.shape)}; x needs at least one leading (row) dim"
+        )
     return ns
 
 
@@ -53,7 +58,7 @@ def _shape_key(normalized_shape: Any) -> Any:
     return normalized_shape
 
 
-def _rows(g: _op.Operand, nn: int) -> int | None:
+def _rows(g: _operand.Operand, nn: int) -> int | None:
     """The row stride when *g* is (M, N) rows of packed features with collapsible leading
     dims, else None."""
     shape, strides = tuple(g.shape), tuple(g.strides)
@@ -76,7 +81,7 @@ def _rows(g: _op.Operand, nn: int) -> int | None:
     return n if pitch is None else pitch
 
 
-def _x_tensor(g: Graph, name: str, o: _op.Operand, nn: int, index: int, stage: list) -> Any:
+def _x_tensor(g: Graph, name: str, o: _operand.Operand, nn: int, index: int, stage: list) -> Any:
     m = math.prod(o.shape[: len(o.shape) - nn])
     n = math.prod(o.shape[len(o.shape) - nn :])
     pitch = _rows(o, nn)
@@ -85,41 +90,48 @@ def _x_tensor(g: Graph, name: str, o: _op.Operand, nn: int, index: int, stage: l
     # layout (a row pitch other than N is refused: "!xDesc.hasSameShape(&yDesc)", 9.19)
     if pitch is None or (pitch != n and m > 1):
         # the copy's legacy descriptors take 4 dims at least (trailing 1s change nothing)
-        shp, st = _op.padded(o.shape, o.strides)
+        shp, st = _staging.padded(o.shape, o.strides)
         stage.append((index, o._replace(shape=shp, strides=st), _layout.packed_strides(shp)))
         pitch, align = n, 16
-    return g.tensor((m, n, 1, 1), (n if m == 1 else pitch, 1, n, n), o.dtype, name=name,
-                    alignment=align)  # fmt: skip
+    return g.tensor(
+        (m, n, 1, 1), (n if m == 1 else pitch, 1, n, n), o.dtype, name=name, alignment=align
+    )
 
 
-def _params(func: str, gm: _op.Operand | None, ns: tuple[int, ...], name: str,
-            device: int) -> None:  # fmt: skip
+def _params(
+    func: str, gm: _operand.Operand | None, ns: tuple[int, ...], name: str, device: int
+) -> None:
     if gm is None:
         return
     if gm.device != device:
         raise ValueError(f"{func}: {name} is on device {gm.device}, x on device {device}")
     if tuple(gm.shape) != ns:
-        raise ValueError(f"{func}: {name} has shape {tuple(gm.shape)}, expected normalized_shape "
-                         f"{ns}")  # fmt: skip
+        raise ValueError(
+            f"{func}: {name} has shape {tuple(gm.shape)}, expected normalized_shape {ns}"
+        )
     if gm.dtype not in _TYPES:
-        raise TypeError(f"{func}: {name} has an unsupported dtype; supported: float16, bfloat16, "
-                        "float32")  # fmt: skip
-    _op.check_strides(func, name, gm)
+        raise TypeError(
+            f"{func}: {name} has an unsupported dtype; supported: float16, bfloat16, float32"
+        )
+    _checks.check_strides(func, name, gm)
     if not _layout.matches(gm.shape, gm.strides, _layout.packed_strides(tuple(gm.shape))):
         raise ValueError(f"{func}: {name} must be contiguous, got strides {tuple(gm.strides)}")
 
 
-def _param_tensor(g: Graph, name: str, gm: _op.Operand | None, n: int, dt: DataType) -> Any:
+def _param_tensor(g: Graph, name: str, gm: _operand.Operand | None, n: int, dt: DataType) -> Any:
     align = 16 if gm is None else _graphops.alignment(gm.ptr)
-    return g.tensor((1, n, 1, 1), (n, 1, n, n), dt if gm is None else gm.dtype, name=name,
-                    alignment=align)  # fmt: skip
+    return g.tensor(
+        (1, n, 1, 1), (n, 1, n, n), dt if gm is None else gm.dtype, name=name, alignment=align
+    )
 
 
-def _stat_shape(x: _op.Operand, nn: int) -> tuple[int, ...]:
+def _stat_shape(x: _operand.Operand, nn: int) -> tuple[int, ...]:
     return (*x.shape[: len(x.shape) - nn], *(1,) * nn)
 
 
-def _check_stat(func: str, name: str, o: _op.Operand, shape: tuple[int, ...], device: int) -> None:
+def _check_stat(
+    func: str, name: str, o: _operand.Operand, shape: tuple[int, ...], device: int
+) -> None:
     if o.dtype != DataType.FLOAT:
         raise TypeError(
             f"{func}: {name} must be float32 (as the forward returns it), got "
@@ -128,8 +140,10 @@ def _check_stat(func: str, name: str, o: _op.Operand, shape: tuple[int, ...], de
     if tuple(o.shape) != shape or (
         math.prod(shape) and not _layout.matches(o.shape, o.strides, _layout.packed_strides(shape))
     ):
-        raise ValueError(f"{func}: {name} must be a contiguous float32 array of shape {shape}, "
-                         f"got shape {tuple(o.shape)}")  # fmt: skip
+        raise ValueError(
+            f"{func}: {name} must be a contiguous float32 array of shape {shape}, "
+            f"got shape {tuple(o.shape)}"
+        )
     if o.device != device:
         raise ValueError(f"{func}: {name} is on device {o.device}, x on device {device}")
 
@@ -138,32 +152,61 @@ def _stat_out(g: Graph, t: Any) -> None:
     t.set_output(True).set_data_type(DataType.FLOAT)
 
 
+class _Norm(_call.GraphCall):
+    """A norm graph whose missing gamma/beta are stand-ins (ones, zeros): the caller passes
+    pointer 0 for them and :meth:`launch` puts the stand-ins' pointers in."""
+
+    __slots__ = ("stand_ins",)
+
+    def stand_in(self, *places: tuple[int, Any]) -> None:
+        """*places*: ``(input index, stand-in array or None)``; the arrays live with the entry."""
+        self.stand_ins = tuple((i, a.ptr) for i, a in places if a is not None)
+        self.keepalive = tuple(a for _i, a in places if a is not None)
+
+    def launch(self, ptrs: Sequence[int]) -> None:
+        if self.stand_ins:
+            ptrs = list(ptrs)
+            for i, p in self.stand_ins:
+                ptrs[i] = p
+        super().launch(ptrs)
+
+
 # ==================================================================================================
 # forward
 # ==================================================================================================
-def _forward(func: str, rms: bool, x: Any, normalized_shape: Any, gamma: Any, beta: Any,
-             epsilon: Any, training: bool, out: Any, stream: Any) -> tuple:  # fmt: skip
-    px, kx = _op.key_of(x)
-    pg, kg = (0, None) if gamma is None else _op.key_of(gamma)
-    pb, kb = (0, None) if beta is None else _op.key_of(beta)
-    po, ko = (None, None) if out is None else _op.key_of(out)
-    key = (func, kx, _shape_key(normalized_shape), kg, kb, epsilon, bool(training), ko,
-           _graphops.flags_key())  # fmt: skip
-    call, cached = _op.lookup(
-        key,
-        lambda: _build_forward(
-            func, rms, x, normalized_shape, gamma, beta, epsilon, training, out, stream
-        ),
+def _forward(
+    func: str,
+    rms: bool,
+    x: Any,
+    normalized_shape: Any,
+    gamma: Any,
+    beta: Any,
+    epsilon: Any,
+    training: bool,
+    out: Any,
+    stream: Any,
+) -> tuple:
+    px, kx = _operand.key_of(x)
+    pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
+    pb, kb = (0, None) if beta is None else _operand.key_of(beta)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
+    key = (
+        func,
+        kx,
+        _shape_key(normalized_shape),
+        kg,
+        kb,
+        epsilon,
+        bool(training),
+        ko,
+        _graphops.flags_key(),
     )
-    ptrs = [px, pg if gamma is not None else call.extra[0].ptr]
-    if not rms:
-        ptrs.append(pb if beta is not None else call.extra[1].ptr)
+    args = (func, rms, x, normalized_shape, gamma, beta, epsilon, training, out, stream)
+    ptrs = (px, pg) if rms else (px, pg, pb)  # 0: a stand-in (_Norm)
     n_out = 1 + (0 if not training else (1 if rms else 2))
     outs = (out,) + (None,) * (n_out - 1)
     pos = (po,) + (None,) * (n_out - 1)
-    result = call.run(tuple(ptrs), outs, pos, stream)
-    if not cached:
-        _op.remember(key, call)
+    result = _call.run_cached(key, _build_forward, args, ptrs, outs, pos, stream)
     if rms:
         return (result[0], result[1] if training else None)
     return (result[0], result[1], result[2]) if training else (result[0], None, None)
@@ -180,19 +223,19 @@ def _build_forward(
     training: bool,
     out: Any,
     stream: Any,
-) -> _op.GraphCall:
-    gx = _op.operand(x)
-    dt, device = _op.same_dtype_and_device(func, (("x", gx),), _TYPES)
-    _op.check_strides(func, "x", gx)
+) -> _call.GraphCall:
+    gx = _operand.operand(x)
+    dt, device = _checks.same_dtype_and_device(func, (("x", gx),), _TYPES)
+    _checks.check_strides(func, "x", gx)
     ns = _norm_shape(func, normalized_shape, gx)
     nn, n = len(ns), math.prod(ns)
-    gg = None if gamma is None else _op.operand(gamma)
-    gb = None if beta is None else _op.operand(beta)
+    gg = None if gamma is None else _operand.operand(gamma)
+    gb = None if beta is None else _operand.operand(beta)
     if rms and beta is not None:
         raise TypeError(f"{func} takes no beta")
     _params(func, gg, ns, "gamma", device)
     _params(func, gb, ns, "beta", device)
-    eps = _op.real(epsilon, "epsilon", func, lo=0.0, lo_open=True)
+    eps = _checks.real(epsilon, "epsilon", func, lo=0.0, lo_open=True)
     if any(d == 0 for d in gx.shape):
         raise ValueError(f"{func}: x has an empty dim {tuple(gx.shape)}")
     g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
@@ -218,16 +261,18 @@ def _build_forward(
     m = tx.dim[0]
     y.set_output(True).set_data_type(dt).set_name("y")
     if out is not None:
-        o = _op.out_operand(func, out, tuple(gx.shape), dt, device)
+        o = _checks.out_operand(func, out, tuple(gx.shape), dt, device)
         pitch = _rows(o, nn)
         if pitch is None or (pitch != n and m > 1):
-            raise ValueError(f"{func}: out must be packed (rows of normalized_shape {ns} with no "
-                             f"row padding: cuDNN writes y in x's layout), got strides "
-                             f"{tuple(o.strides)}")  # fmt: skip
+            raise ValueError(
+                f"{func}: out must be packed (rows of normalized_shape {ns} with no "
+                f"row padding: cuDNN writes y in x's layout), got strides "
+                f"{tuple(o.strides)}"
+            )
         y.set_stride((n, 1, n, n)).set_alignment(_graphops.alignment(o.ptr))
         alloc, so = None, o.nbytes_span
     else:
-        alloc = _op.output_spec(tuple(gx.shape), dt, device)
+        alloc = _call.output_spec(tuple(gx.shape), dt, device)
         y.set_stride((n, 1, n, n))
         so = alloc.nbytes_span
     allocs = [alloc]
@@ -235,26 +280,35 @@ def _build_forward(
     sshape = _stat_shape(gx, nn)
     for t in stats:
         _stat_out(g, t)
-        spec = _op.output_spec(sshape, DataType.FLOAT, device)
+        spec = _call.output_spec(sshape, DataType.FLOAT, device)
         allocs.append(spec)
         out_spans.append(spec.nbytes_span)
     inputs = [tx, tg] + ([] if rms else [tb])
     g.set_io_order(*inputs, y, *stats)
-    in_spans = [gx.nbytes_span, consts[0].nbytes if gg is None else gg.nbytes_span]
+    # a stand-in's pointer is 0 in the call's pointers, so its span is 0 (it overlaps nothing)
+    in_spans = [gx.nbytes_span, 0 if gg is None else gg.nbytes_span]
     if not rms:
-        in_spans.append(consts[1].nbytes if gb is None else gb.nbytes_span)
-    st = _op.Stage(dt, stage, None, 1.0, 0.0) if stage else None
-    what = (f"{'RMS' if rms else 'layer'} norm {phase} of {m} rows x {n} {dtype_name(dt)} "
-            "features")  # fmt: skip
-    call = _graphops.entry(func, g, device, stream, allocs, in_spans, out_spans, what=what,
-                           stage=st)  # fmt: skip
-    call.extra = tuple(consts)  # the stand-in gamma/beta, kept with the entry
+        in_spans.append(0 if gb is None else gb.nbytes_span)
+    st = _staging.Stage(dt, stage, None, 1.0, 0.0) if stage else None
+    what = f"{'RMS' if rms else 'layer'} norm {phase} of {m} rows x {n} {dtype_name(dt)} features"
+    call = _graphops.entry(
+        func, g, device, stream, allocs, [*in_spans, *out_spans], what=what, stage=st, kind=_Norm
+    )
+    call.stand_in((1, consts[0]), (2, consts[1]))
     return call
 
 
-def dnn_layer_norm(x: Any, normalized_shape: Any, gamma: Any = None, beta: Any = None,
-                   epsilon: float = 1e-5, *, training: bool = True, out: Any = None,
-                   stream: Any = None) -> tuple[Any, Any, Any]:  # fmt: skip
+def dnn_layer_norm(
+    x: Any,
+    normalized_shape: Any,
+    gamma: Any = None,
+    beta: Any = None,
+    epsilon: float = 1e-5,
+    *,
+    training: bool = True,
+    out: Any = None,
+    stream: Any = None,
+) -> tuple[Any, Any, Any]:
     """Layer normalization over the trailing ``normalized_shape`` dims (``F.layer_norm``).
 
     ``y = (x - mean) * inv_std * gamma + beta`` with ``inv_std = 1 / sqrt(var + epsilon)``
@@ -293,8 +347,9 @@ def dnn_layer_norm(x: Any, normalized_shape: Any, gamma: Any = None, beta: Any =
     NotSupportedError
         cuDNN has no engine for this case here.
     """
-    return _forward("dnn_layer_norm", False, x, normalized_shape, gamma, beta, epsilon,
-                    training, out, stream)  # fmt: skip
+    return _forward(
+        "dnn_layer_norm", False, x, normalized_shape, gamma, beta, epsilon, training, out, stream
+    )
 
 
 def dnn_rms_norm(
@@ -318,56 +373,70 @@ def dnn_rms_norm(
     (y, inv_rms)
         ``inv_rms`` float32 of shape ``(*lead, 1, ..., 1)`` (None unless *training*).
     """
-    return _forward("dnn_rms_norm", True, x, normalized_shape, gamma, None, epsilon, training,
-                    out, stream)  # fmt: skip
+    return _forward(
+        "dnn_rms_norm", True, x, normalized_shape, gamma, None, epsilon, training, out, stream
+    )
 
 
 # ==================================================================================================
 # backward
 # ==================================================================================================
-def _backward(func: str, rms: bool, dy: Any, x: Any, mean: Any, inv: Any, normalized_shape: Any,
-              gamma: Any, stream: Any) -> tuple:  # fmt: skip
-    pdy, kdy = _op.key_of(dy)
-    px, kx = _op.key_of(x)
-    pm, km = (0, None) if mean is None else _op.key_of(mean)
-    pi, ki = _op.key_of(inv)
-    pg, kg = (0, None) if gamma is None else _op.key_of(gamma)
+def _backward(
+    func: str,
+    rms: bool,
+    dy: Any,
+    x: Any,
+    mean: Any,
+    inv: Any,
+    normalized_shape: Any,
+    gamma: Any,
+    stream: Any,
+) -> tuple:
+    pdy, kdy = _operand.key_of(dy)
+    px, kx = _operand.key_of(x)
+    pm, km = (0, None) if mean is None else _operand.key_of(mean)
+    pi, ki = _operand.key_of(inv)
+    pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
     key = (func, kdy, kx, km, ki, _shape_key(normalized_shape), kg, _graphops.flags_key())
-    call, cached = _op.lookup(
-        key, lambda: _build_backward(func, rms, dy, x, mean, inv, normalized_shape, gamma, stream)
-    )
-    ptrs = [pdy, px, pg if gamma is not None else call.extra[0].ptr]
-    if not rms:
-        ptrs.append(pm)
-    ptrs.append(pi)
+    args = (func, rms, dy, x, mean, inv, normalized_shape, gamma, stream)
+    ptrs = (pdy, px, pg, pi) if rms else (pdy, px, pg, pm, pi)  # pg 0: a stand-in (_Norm)
     n_out = 2 if rms else 3
-    result = call.run(tuple(ptrs), (None,) * n_out, (None,) * n_out, stream)
-    if not cached:
-        _op.remember(key, call)
+    result = _call.run_cached(
+        key, _build_backward, args, ptrs, (None,) * n_out, (None,) * n_out, stream
+    )
     if gamma is None:
         return (result[0], None) if rms else (result[0], None, None)
     return tuple(result)
 
 
-def _build_backward(func: str, rms: bool, dy: Any, x: Any, mean: Any, inv: Any,
-                    normalized_shape: Any, gamma: Any, stream: Any) -> _op.GraphCall:  # fmt: skip
-    gdy, gx = _op.operand(dy), _op.operand(x)
-    dt, device = _op.same_dtype_and_device(func, (("dy", gdy), ("x", gx)), _TYPES)
+def _build_backward(
+    func: str,
+    rms: bool,
+    dy: Any,
+    x: Any,
+    mean: Any,
+    inv: Any,
+    normalized_shape: Any,
+    gamma: Any,
+    stream: Any,
+) -> _call.GraphCall:
+    gdy, gx = _operand.operand(dy), _operand.operand(x)
+    dt, device = _checks.same_dtype_and_device(func, (("dy", gdy), ("x", gx)), _TYPES)
     for name, o in (("dy", gdy), ("x", gx)):
-        _op.check_strides(func, name, o)
+        _checks.check_strides(func, name, o)
     if tuple(gdy.shape) != tuple(gx.shape):
         raise ValueError(f"{func}: dy has shape {tuple(gdy.shape)}, x {tuple(gx.shape)}")
     ns = _norm_shape(func, normalized_shape, gx)
     nn, n = len(ns), math.prod(ns)
     sshape = _stat_shape(gx, nn)
-    gm = None if mean is None else _op.operand(mean)
+    gm = None if mean is None else _operand.operand(mean)
     if not rms:
         if gm is None:
             raise TypeError(f"{func}: mean is required (the forward's second result)")
         _check_stat(func, "mean", gm, sshape, device)
-    gi = _op.operand(inv)
+    gi = _operand.operand(inv)
     _check_stat(func, "inv_rms" if rms else "inv_std", gi, sshape, device)
-    gg = None if gamma is None else _op.operand(gamma)
+    gg = None if gamma is None else _operand.operand(gamma)
     _params(func, gg, ns, "gamma", device)
     g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
     stage: list = []
@@ -377,10 +446,24 @@ def _build_backward(func: str, rms: bool, dy: Any, x: Any, mean: Any, inv: Any,
     tg = _param_tensor(g, "gamma", gg, n, pdt)
     consts = [None if gg is not None else _graphops.filled(n, pdt, device, 1.0)]
     m = tx.dim[0]
-    tm = None if rms else g.tensor((m, 1, 1, 1), (1, 1, 1, 1), DataType.FLOAT, name="mean",
-                                   alignment=_graphops.alignment(gm.ptr))  # fmt: skip
-    ti = g.tensor((m, 1, 1, 1), (1, 1, 1, 1), DataType.FLOAT, name="inv",
-                  alignment=_graphops.alignment(gi.ptr))  # fmt: skip
+    tm = (
+        None
+        if rms
+        else g.tensor(
+            (m, 1, 1, 1),
+            (1, 1, 1, 1),
+            DataType.FLOAT,
+            name="mean",
+            alignment=_graphops.alignment(gm.ptr),
+        )
+    )
+    ti = g.tensor(
+        (m, 1, 1, 1),
+        (1, 1, 1, 1),
+        DataType.FLOAT,
+        name="inv",
+        alignment=_graphops.alignment(gi.ptr),
+    )
     if rms:
         dx, dgamma, _ = g.rmsnorm_backward(tdy, tx, tg, ti, False, name="rmsnorm_backward")
         grads = [dgamma]
@@ -388,21 +471,21 @@ def _build_backward(func: str, rms: bool, dy: Any, x: Any, mean: Any, inv: Any,
         dx, dgamma, dbeta = g.layernorm_backward(tdy, tx, tg, tm, ti, name="layernorm_backward")
         grads = [dgamma, dbeta]
     dx.set_output(True).set_data_type(dt).set_stride((n, 1, n, n)).set_name("dx")
-    allocs = [_op.output_spec(tuple(gx.shape), dt, device)]
+    allocs = [_call.output_spec(tuple(gx.shape), dt, device)]
     for t in grads:
         t.set_output(True).set_data_type(pdt).set_stride((n, 1, n, n))
-        allocs.append(_op.output_spec(ns, pdt, device))
+        allocs.append(_call.output_spec(ns, pdt, device))
     inputs = [tdy, tx, tg] + ([] if rms else [tm]) + [ti]
     g.set_io_order(*inputs, dx, *grads)
-    in_spans = [gdy.nbytes_span, gx.nbytes_span, consts[0].nbytes if gg is None else gg.nbytes_span]
+    in_spans = [gdy.nbytes_span, gx.nbytes_span, 0 if gg is None else gg.nbytes_span]
     if not rms:
         in_spans.append(gm.nbytes_span)
     in_spans.append(gi.nbytes_span)
-    st = _op.Stage(dt, stage, None, 1.0, 0.0) if stage else None
+    st = _staging.Stage(dt, stage, None, 1.0, 0.0) if stage else None
     what = f"{'RMS' if rms else 'layer'} norm backward of {m} rows x {n} {dtype_name(dt)} features"
-    call = _graphops.entry(func, g, device, stream, allocs, in_spans,
-                           [a.nbytes_span for a in allocs], what=what, stage=st)  # fmt: skip
-    call.extra = tuple(consts)
+    spans = [*in_spans, *(a.nbytes_span for a in allocs)]
+    call = _graphops.entry(func, g, device, stream, allocs, spans, what=what, stage=st, kind=_Norm)
+    call.stand_in((2, consts[0]))
     return call
 
 
@@ -432,12 +515,15 @@ def dnn_layer_norm_grad(
     (dx, dgamma, dbeta)
         ``dgamma``/``dbeta`` in gamma's dtype (None when *gamma* is None).
     """
-    return _backward("dnn_layer_norm_grad", False, dy, x, mean, inv_std, normalized_shape,
-                     gamma, stream)  # fmt: skip
+    return _backward(
+        "dnn_layer_norm_grad", False, dy, x, mean, inv_std, normalized_shape, gamma, stream
+    )
 
 
-def dnn_rms_norm_grad(dy: Any, x: Any, inv_rms: Any, normalized_shape: Any, gamma: Any = None,
-                      *, stream: Any = None) -> tuple[Any, Any]:  # fmt: skip
+def dnn_rms_norm_grad(
+    dy: Any, x: Any, inv_rms: Any, normalized_shape: Any, gamma: Any = None, *, stream: Any = None
+) -> tuple[Any, Any]:
     """Gradients of :func:`dnn_rms_norm`: ``(dx, dgamma)`` (dgamma None without gamma)."""
-    return _backward("dnn_rms_norm_grad", True, dy, x, None, inv_rms, normalized_shape, gamma,
-                     stream)  # fmt: skip
+    return _backward(
+        "dnn_rms_norm_grad", True, dy, x, None, inv_rms, normalized_shape, gamma, stream
+    )

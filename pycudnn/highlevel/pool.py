@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 from .. import _layout
 from ..descriptors import PoolingDescriptor
 from ..enums import PoolingMode
-from . import _op
+from . import _call, _checks, _operand, _staging
 
 __all__ = ["dnn_pool", "dnn_pool_grad", "get_pool_output_shape"]
 
@@ -88,7 +88,7 @@ def _window(func: str, ws: Any, ndim: int) -> tuple[int, ...]:
                 f"{func}: img has {ndim} dims; 2-D pooling needs (N, C, H, W), 3-D pooling "
                 "(N, C, D, H, W)"
             )
-        return _op.ints(ws, nd, "ws", 1, func)
+        return _checks.ints(ws, nd, "ws", 1, func)
     try:
         nd = len(ws)
     except TypeError:
@@ -98,7 +98,7 @@ def _window(func: str, ws: Any, ndim: int) -> tuple[int, ...]:
             f"{func}: ws={ws!r} has {nd} values; cuDNN pools in 2 or 3 spatial dims (its length "
             "sets the rank)"
         )
-    return _op.ints(ws, nd, "ws", 1, func)
+    return _checks.ints(ws, nd, "ws", 1, func)
 
 
 def _geometry(func: str, shape: Sequence[int], ws: Any, stride: Any, pad: Any) -> _Geometry:
@@ -110,8 +110,8 @@ def _geometry(func: str, shape: Sequence[int], ws: Any, stride: Any, pad: Any) -
             f"{func}: img has shape {shape} ({len(shape)} dims) but ws={ws!r} asks for {nd}-D "
             f"pooling, which needs {nd + 2} dims (N, C, {'D, H, W' if nd == 3 else 'H, W'})"
         )
-    s = (1,) * nd if stride is None else _op.ints(stride, nd, "stride", 1, func)
-    p = (0,) * nd if pad is None else _op.ints(pad, nd, "pad", 0, func)
+    s = (1,) * nd if stride is None else _checks.ints(stride, nd, "stride", 1, func)
+    p = (0,) * nd if pad is None else _checks.ints(pad, nd, "pad", 0, func)
     if any(pi >= wi for pi, wi in zip(p, w, strict=True)):
         raise ValueError(
             f"{func}: pad={p} must be smaller than the window ws={w} in every dimension "
@@ -155,21 +155,23 @@ def _hashable(v: Any) -> Any:
 # ==================================================================================================
 # Call entries
 # ==================================================================================================
-class _PoolCall(_op.Call):
+class _Pooling(_call.Call):
     """``cudnnPoolingForward`` (pointers x, y) or ``cudnnPoolingBackward`` (x, y, dy, dx)."""
 
-    __slots__ = ("args", "d", "descs", "fn", "hp", "pool", "pp")
+    __slots__ = ("alpha", "beta", "d", "fn", "hp", "pp")
 
-    def __init__(self, func, h, plan: _op.Packed, spans, pool, alpha, beta, backward):
-        super().__init__(func, h, plan.spec, spans, plan.stage)
-        self.pool, self.descs = pool, plan.descs  # descriptors live as long as the call entry
+    def __init__(self, func, h, plan: _staging.Packed, spans, pool, alpha, beta, backward):
+        # the descriptors and the factors byref() points into live as long as the entry
+        super().__init__(
+            func, h, (plan.spec,), spans, plan.stage, keepalive=(pool, plan.descs, alpha, beta)
+        )
         # their addresses: ctypes converts an int faster than an object's _as_parameter_
         self.hp, self.pp, self.d = h.ptr, pool.ptr, tuple(d.ptr for d in plan.descs)
-        self.args = (ctypes.byref(alpha), ctypes.byref(beta), alpha, beta)
-        self.fn = _op.quiet("cudnnPoolingBackward" if backward else "cudnnPoolingForward")
+        self.alpha, self.beta = ctypes.byref(alpha), ctypes.byref(beta)
+        self.fn = _call.quiet("cudnnPoolingBackward" if backward else "cudnnPoolingForward")
 
     def launch(self, ptrs: Sequence[int]) -> None:
-        a, b = self.args[0], self.args[1]
+        a, b = self.alpha, self.beta
         d = self.d
         if len(ptrs) == 2:  # forward: x, y
             self.fn(self.hp, self.pp, a, d[0], ptrs[0], b, d[1], ptrs[1])
@@ -182,26 +184,29 @@ def _entry(func, h, dt, geo, pmode, is_sum, inputs, o, out_shape, nhwc, alpha, b
     """The call entry once operands and arguments are valid (descriptors, staging, scales)."""
     spans = tuple(g.nbytes_span for g in inputs)
     if any(n == 0 for n in out_shape):  # N or C is 0: nothing to compute
-        spec = None if o is not None else _op.output_spec(out_shape, dt, inputs[0].device, nhwc)
-        return _op.NoOp(func, h, spec, (*spans, 0 if o is None else o.nbytes_span))
-    plan = _op.packed_operands(dt, inputs, o, out_shape, nhwc, alpha, beta)
+        spec = None if o is not None else _call.output_spec(out_shape, dt, inputs[0].device, nhwc)
+        spans = (*spans, 0 if o is None else o.nbytes_span)
+        return _call.Call(func, h, (spec,), spans, noop=True)
+    plan = _staging.packed_operands(dt, inputs, o, out_shape, nhwc, alpha, beta)
     scale = float(math.prod(geo.ws)) if is_sum else 1.0
     if plan.stage is not None and plan.stage.output is not None:
-        a, b = _op.scales(dt, scale, 0.0)  # the staged copy applies alpha/beta
+        a, b = _call.scales(dt, scale, 0.0)  # the staged copy applies alpha/beta
     else:
-        a, b = _op.scales(dt, alpha * scale, beta)
+        a, b = _call.scales(dt, alpha * scale, beta)
     so = (plan.spec if o is None else o).nbytes_span
     pool = PoolingDescriptor(geo.ws, geo.stride, geo.pad, mode=pmode, nan_propagation=True)
-    return _PoolCall(func, h, plan, (*spans, so), pool, a, b, backward)
+    return _Pooling(func, h, plan, (*spans, so), pool, a, b, backward)
 
 
-def _out_operand(func: str, name: str, out: Any, like: _op.Operand, shape) -> _op.Operand | None:
+def _out_operand(
+    func: str, name: str, out: Any, like: _operand.Operand, shape
+) -> _operand.Operand | None:
     if out is None:
         return None
-    o = _op.operand(out)
-    _op.same_dtype_and_device(func, (("img", like), (name, o)))
-    _op.check_operand(func, name, o)
-    _op.check_out(func, o, shape, name)
+    o = _operand.operand(out)
+    _checks.same_dtype_and_device(func, (("img", like), (name, o)))
+    _checks.check_operand(func, name, o)
+    _checks.check_out(func, o, shape, name)
     return o
 
 
@@ -267,24 +272,24 @@ def dnn_pool(
     >>> y = pycudnn.dnn_pool(x, (2, 2), stride=(2, 2))              # PyTorch's max_pool2d(x, 2)
     >>> y = pycudnn.dnn_pool(x, (3, 3), (1, 1), "average_exc_pad", pad=(1, 1))
     """
-    px, kx = _op.key_of(img)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    px, kx = _operand.key_of(img)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (_FWD, kx, ko, _hashable(ws), _hashable(stride), mode, _hashable(pad), alpha, beta)
-    return _op.dispatch(key, _forward, (px,), out, po, stream,
-                        img, out, ws, stride, mode, pad, alpha, beta, stream)  # fmt: skip
+    args = (img, out, ws, stride, mode, pad, alpha, beta, stream)
+    return _call.run_cached(key, _build_forward, args, (px,), (out,), (po,), stream)[0]
 
 
-def _forward(img, out, ws, stride, mode, pad, alpha, beta, stream) -> _op.Call:
+def _build_forward(img, out, ws, stride, mode, pad, alpha, beta, stream) -> _call.Call:
     func = "dnn_pool"
-    g = _op.operand(img)
-    dt, device = _op.same_dtype_and_device(func, (("img", g),))
-    _op.check_operand(func, "img", g)
+    g = _operand.operand(img)
+    dt, device = _checks.same_dtype_and_device(func, (("img", g),))
+    _checks.check_operand(func, "img", g)
     geo = _geometry(func, g.shape, ws, stride, pad)
-    pmode, is_sum = _op.choose(mode, _MODES, "mode", func)
-    a, b = _op.real(alpha, "alpha", func), _op.real(beta, "beta", func)
+    pmode, is_sum = _checks.choose(mode, _MODES, "mode", func)
+    a, b = _checks.real(alpha, "alpha", func), _checks.real(beta, "beta", func)
     o = _out_operand(func, "out", out, g, geo.out_shape)
-    h = _op.handle_for(device, stream, func)
-    nhwc = _op.channels_last(g)
+    h = _call.handle_for(device, stream, func)
+    nhwc = _staging.channels_last(g)
     return _entry(func, h, dt, geo, pmode, is_sum, (g,), o, geo.out_shape, nhwc, a, b, False)
 
 
@@ -346,24 +351,35 @@ def dnn_pool_grad(
     >>> y = pycudnn.dnn_pool(x, (2, 2), (2, 2))
     >>> dx = pycudnn.dnn_pool_grad(x, y, dy, (2, 2), (2, 2))
     """
-    px, kx = _op.key_of(img)
-    py, ky = _op.key_of(out)
-    pdy, kdy = _op.key_of(out_grad)
-    po, ko = (None, None) if img_grad is None else _op.key_of(img_grad)
-    key = (_BWD, kx, ky, kdy, ko, _hashable(ws), _hashable(stride), mode, _hashable(pad), alpha,
-           beta)  # fmt: skip
-    return _op.dispatch(key, _backward, (px, py, pdy), img_grad, po, stream,
-                        img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, beta,
-                        stream)  # fmt: skip
+    px, kx = _operand.key_of(img)
+    py, ky = _operand.key_of(out)
+    pdy, kdy = _operand.key_of(out_grad)
+    po, ko = (None, None) if img_grad is None else _operand.key_of(img_grad)
+    key = (
+        _BWD,
+        kx,
+        ky,
+        kdy,
+        ko,
+        _hashable(ws),
+        _hashable(stride),
+        mode,
+        _hashable(pad),
+        alpha,
+        beta,
+    )
+    args = (img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, beta, stream)
+    ptrs = (px, py, pdy)
+    return _call.run_cached(key, _build_backward, args, ptrs, (img_grad,), (po,), stream)[0]
 
 
-def _backward(img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, beta, stream):
+def _build_backward(img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, beta, stream):
     func = "dnn_pool_grad"
-    gx, gy, gdy = _op.operand(img), _op.operand(out), _op.operand(out_grad)
+    gx, gy, gdy = _operand.operand(img), _operand.operand(out), _operand.operand(out_grad)
     named = (("img", gx), ("out", gy), ("out_grad", gdy))
-    dt, device = _op.same_dtype_and_device(func, named)
+    dt, device = _checks.same_dtype_and_device(func, named)
     for name, g in named:
-        _op.check_operand(func, name, g)
+        _checks.check_operand(func, name, g)
     geo = _geometry(func, gx.shape, ws, stride, pad)
     for name, g in named[1:]:
         if tuple(g.shape) != geo.out_shape:
@@ -372,10 +388,10 @@ def _backward(img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, beta, 
                 f"{geo.out_shape} (img {tuple(gx.shape)}, ws={geo.ws}, stride={geo.stride}, "
                 f"pad={geo.pad})"
             )
-    pmode, is_sum = _op.choose(mode, _MODES, "mode", func)
-    a, b = _op.real(alpha, "alpha", func), _op.real(beta, "beta", func)
+    pmode, is_sum = _checks.choose(mode, _MODES, "mode", func)
+    a, b = _checks.real(alpha, "alpha", func), _checks.real(beta, "beta", func)
     o = _out_operand(func, "img_grad", img_grad, gx, gx.shape)
-    h = _op.handle_for(device, stream, func)
-    nhwc = _op.channels_last(gx)
+    h = _call.handle_for(device, stream, func)
+    nhwc = _staging.channels_last(gx)
     inputs = (gx, gy, gdy)
     return _entry(func, h, dt, geo, pmode, is_sum, inputs, o, gx.shape, nhwc, a, b, True)

@@ -36,7 +36,7 @@ from .. import _layout, memory
 from .._types import dtype_name, numpy_dtype
 from ..descriptors import ReduceTensorDescriptor
 from ..enums import DataType, ReduceTensorOp
-from . import _op
+from . import _call, _checks, _operand, _staging
 
 __all__ = ["dnn_reduction"]
 
@@ -125,7 +125,7 @@ def _flag(func: str, name: str, value: Any) -> bool:
 def _out_dtype(func: str, dtype: Any, dt: DataType) -> DataType:
     if dtype is None:
         return dt
-    odt = _op.data_type(dtype)
+    odt = _operand.data_type(dtype)
     allowed = _OUT_TYPES[dt]
     if odt not in allowed:
         raise TypeError(
@@ -135,8 +135,7 @@ def _out_dtype(func: str, dtype: Any, dt: DataType) -> DataType:
     return odt
 
 
-def result_shape(shape: Sequence[int], axis: Any = None, keepdims: bool = False
-                 ) -> tuple[int, ...]:  # fmt: skip
+def result_shape(shape: Sequence[int], axis: Any = None, keepdims: bool = False) -> tuple[int, ...]:
     """The shape :func:`dnn_reduction` returns for an input of *shape*."""
     axes = _axes("dnn_reduction", axis, len(shape))
     if keepdims:
@@ -144,102 +143,150 @@ def result_shape(shape: Sequence[int], axis: Any = None, keepdims: bool = False
     return tuple(s for i, s in enumerate(shape) if i not in axes)
 
 
-class _Reduce(_op.MultiOutputCall):
-    """``cudnnReduceTensor`` (values, optionally indices)."""
+class _Reduce(_call.Call):
+    """``cudnnReduceTensor``: x, then the values[, the indices]."""
 
-    __slots__ = ("ad", "args", "cd", "fn", "hp", "isz", "rd", "ws")
+    __slots__ = ("ad", "alpha", "beta", "cd", "fn", "hp", "isz", "rd", "ws")
 
-    def __init__(self, func, h, allocs, in_spans, out_spans, rd, ad, cd, ws, isz, a, b):
-        super().__init__(func, h, allocs, in_spans, out_spans)
-        self.rd, self.ad, self.cd = rd, ad, cd
+    def __init__(self, func, h, allocs, spans, rd, descs, ws, isz, factors):
+        # the descriptors and the factors byref() points into live as long as the entry
+        super().__init__(func, h, allocs, spans, keepalive=(rd, descs, factors))
+        self.rd, (self.ad, self.cd) = rd, descs
         self.ws, self.isz = ws, isz
         self.hp = h.ptr
-        self.args = (ctypes.byref(a), ctypes.byref(b), a, b)
-        self.fn = _op.quiet("cudnnReduceTensor")
+        self.alpha, self.beta = (ctypes.byref(f) for f in factors)
+        self.fn = _call.quiet("cudnnReduceTensor")
 
     def launch(self, ptrs):
         x, y = ptrs[0], ptrs[1]
         ind = ptrs[2] if len(ptrs) > 2 else None
-        wp = _op.workspace(self.handle, self.ws) if self.ws else None
-        self.fn(self.hp, self.rd, ind, self.isz if ind is not None else 0, wp, self.ws,
-                self.args[0], self.ad, x, self.args[1], self.cd, y)  # fmt: skip
+        wp = _call.workspace(self.handle, self.ws) if self.ws else None
+        self.fn(
+            self.hp,
+            self.rd,
+            ind,
+            self.isz if ind is not None else 0,
+            wp,
+            self.ws,
+            self.alpha,
+            self.ad,
+            x,
+            self.beta,
+            self.cd,
+            y,
+        )
 
 
-class _Degenerate(_op.MultiOutputCall):
+class _ReduceDegenerate(_call.Call):
     """No axis shrinks: reduce the leading 2-long axis of a temporary ``[x, second]``
-    (``second``: a constant, or x again when None)."""
+    (``second``: a constant, or x again when None); indices, when asked for, are all 0 (a block
+    of one element)."""
 
-    __slots__ = ("args", "cd", "copy", "fn", "hp", "m", "npdt", "one", "rd", "second", "set",
-                 "td", "tdh", "ws", "xd")  # fmt: skip
+    __slots__ = (
+        "alpha",
+        "beta",
+        "cd",
+        "copy",
+        "fn",
+        "hp",
+        "m",
+        "npdt",
+        "one",
+        "rd",
+        "second",
+        "set",
+        "td",
+        "tdh",
+        "ws",
+        "xd",
+        "zero",
+    )
 
-    def __init__(self, func, h, allocs, in_spans, out_spans, rd, xd, tdh, td, cd, ws, dt, m,
-                 second, a, b):  # fmt: skip
-        super().__init__(func, h, allocs, in_spans, out_spans)
-        self.rd, self.xd, self.tdh, self.td, self.cd = rd, xd, tdh, td, cd
+    def __init__(self, func, h, allocs, spans, rd, descs, ws, values, factors):
+        dt, m, second = values  # data type, elements of x, the constant second operand or None
+        one, zero = _call.scales(dt, 1.0, 0.0)
+        second = None if second is None else _call.scales(dt, second)[0]
+        super().__init__(func, h, allocs, spans, keepalive=(rd, descs, factors, one, zero, second))
+        self.rd, (self.xd, self.tdh, self.td, self.cd) = rd, descs
         self.ws, self.m = ws, m
         self.npdt = numpy_dtype(dt)
         self.hp = h.ptr
-        self.args = (ctypes.byref(a), ctypes.byref(b), a, b)
-        one, zero = _op.scales(dt, 1.0, 0.0)
-        self.one = (ctypes.byref(one), ctypes.byref(zero), one, zero)
-        self.second = None if second is None else _op.scales(dt, second)[0]
-        self.fn = _op.quiet("cudnnReduceTensor")
-        self.copy = _op.quiet("cudnnTransformTensor")
-        self.set = _op.quiet("cudnnSetTensor")
-
-    def _run(self, ptrs, outs, pos, stream):
-        result = super()._run(ptrs, outs, pos, stream)
-        if len(result) > 1:  # indices: a block of one element is at index 0
-            result[1].fill_(0)
-        return result
+        self.alpha, self.beta = (ctypes.byref(f) for f in factors)
+        self.one, self.zero = ctypes.byref(one), ctypes.byref(zero)
+        self.second = None if second is None else ctypes.byref(second)
+        self.fn = _call.quiet("cudnnReduceTensor")
+        self.copy = _call.quiet("cudnnTransformTensor")
+        self.set = _call.quiet("cudnnSetTensor")
 
     def launch(self, ptrs):
         x, y = ptrs[0], ptrs[1]
         h = self.handle
         tmp = memory.empty((2 * self.m,), self.npdt, h.device, h.stream)
         second = tmp.ptr + self.m * self.npdt.itemsize
-        one, zero = self.one[0], self.one[1]
+        one, zero = self.one, self.zero
         self.copy(self.hp, one, self.xd, x, zero, self.tdh, tmp.ptr)
         if self.second is None:
             self.copy(self.hp, one, self.xd, x, zero, self.tdh, second)
         else:
-            self.set(self.hp, self.tdh, second, ctypes.byref(self.second))
-        wp = _op.workspace(h, self.ws) if self.ws else None
-        self.fn(self.hp, self.rd, None, 0, wp, self.ws, self.args[0], self.td, tmp.ptr,
-                self.args[1], self.cd, y)  # fmt: skip
-        del tmp  # freed stream-ordered, after the queued calls
+            self.set(self.hp, self.tdh, second, self.second)
+        wp = _call.workspace(h, self.ws) if self.ws else None
+        self.fn(
+            self.hp,
+            self.rd,
+            None,
+            0,
+            wp,
+            self.ws,
+            self.alpha,
+            self.td,
+            tmp.ptr,
+            self.beta,
+            self.cd,
+            y,
+        )
+        del tmp  # freed stream-ordered, after the queued calls (the indices: a _ZeroSpec)
 
 
-class _Identity(_op.MultiOutputCall):
+class _ReduceEmpty(_call.Call):
     """Reduced axes of size 0: the op's value over nothing, ``alpha * v + beta * out``."""
 
     __slots__ = ("blend", "cd", "copy", "hp", "kshape", "npdt", "set", "tmpd", "value")
 
-    def __init__(self, func, h, allocs, in_spans, out_spans, cd, dt, kshape, value, beta):
-        super().__init__(func, h, allocs, in_spans, out_spans)
-        self.cd, self.hp, self.kshape = cd, h.ptr, kshape
-        self.npdt = numpy_dtype(dt)
-        self.value = _op.scales(dt, value)[0]
-        self.blend = None
+    def __init__(self, func, h, allocs, spans, cd, dt, kshape, value, beta):
+        value = _call.scales(dt, value)[0]
+        blend = tmpd = None
         if beta != 0.0:
-            one, b = _op.scales(dt, 1.0, beta)
-            self.blend = (ctypes.byref(one), ctypes.byref(b), one, b)
-            self.tmpd = _op.tensor_descriptor(
-                *_op.padded(kshape, _layout.packed_strides(kshape)), dt
+            blend = _call.scales(dt, 1.0, beta)
+            tmpd = _staging.tensor_descriptor(
+                *_staging.padded(kshape, _layout.packed_strides(kshape)), dt
             )
-        self.set = _op.quiet("cudnnSetTensor")
-        self.copy = _op.quiet("cudnnTransformTensor")
+        super().__init__(func, h, allocs, spans, keepalive=(cd, value, blend, tmpd))
+        self.cd, self.hp, self.kshape, self.tmpd = cd, h.ptr, kshape, tmpd
+        self.npdt = numpy_dtype(dt)
+        self.value = ctypes.byref(value)
+        self.blend = None if blend is None else tuple(ctypes.byref(f) for f in blend)
+        self.set = _call.quiet("cudnnSetTensor")
+        self.copy = _call.quiet("cudnnTransformTensor")
 
     def launch(self, ptrs):
         y = ptrs[1]
         if self.blend is None:
-            self.set(self.hp, self.cd, y, ctypes.byref(self.value))
+            self.set(self.hp, self.cd, y, self.value)
             return
         h = self.handle
         tmp = memory.empty(self.kshape, self.npdt, h.device, h.stream)
-        self.set(self.hp, self.tmpd, tmp.ptr, ctypes.byref(self.value))
+        self.set(self.hp, self.tmpd, tmp.ptr, self.value)
         self.copy(self.hp, self.blend[0], self.tmpd, tmp.ptr, self.blend[1], self.cd, y)
         del tmp
+
+
+class _ZeroSpec(_call.OutputSpec):
+    """An output allocated zeroed: the indices of a reduction over blocks of one element."""
+
+    __slots__ = ()
+
+    def new(self, stream: int) -> memory.DeviceArray:
+        return super().new(stream).fill_(0)
 
 
 def dnn_reduction(
@@ -306,29 +353,24 @@ def dnn_reduction(
     >>> m, i = pycudnn.dnn_reduction(x, "max", axis=1, return_indices=True)
     >>> n = pycudnn.dnn_reduction(x, "norm2", axis=None, dtype="float32")
     """
-    px, kx = _op.key_of(x)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    px, kx = _operand.key_of(x)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (_KEY, kx, ko, op, axis, keepdims, return_indices, dtype, alpha, beta)
-    call, cached = _op.lookup(
-        key, lambda: _build(x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, stream)
-    )
-    outs = (out, None) if return_indices else (out,)
-    pos = (po, None) if return_indices else (po,)
-    result = call.run((px,), outs, pos, stream)
-    if not cached:
-        _op.remember(key, call)
-    return result if return_indices else result[0]
+    args = (x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, stream)
+    if return_indices:
+        return _call.run_cached(key, _build, args, (px,), (out, None), (po, None), stream)
+    return _call.run_cached(key, _build, args, (px,), (out,), (po,), stream)[0]
 
 
 def _build(x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, stream):
     func = "dnn_reduction"
-    g = _op.operand(x)
-    dt, device = _op.same_dtype_and_device(func, (("x", g),), _IN_TYPES)
+    g = _operand.operand(x)
+    dt, device = _checks.same_dtype_and_device(func, (("x", g),), _IN_TYPES)
     nd = len(g.shape)
     if not 1 <= nd <= 8:
         raise ValueError(f"{func}: x has {nd} dims; expected 1 to 8")
-    _op.check_strides(func, "x", g)
-    red = _op.choose(op, _OPS, "op", func)
+    _checks.check_strides(func, "x", g)
+    red = _checks.choose(op, _OPS, "op", func)
     axes = _axes(func, axis, nd)
     keepdims = _flag(func, "keepdims", keepdims)
     with_indices = _flag(func, "return_indices", return_indices)
@@ -337,18 +379,18 @@ def _build(x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, strea
             f"{func}: return_indices=True needs op 'min', 'max' or 'amax', got op={op!r}"
         )
     odt = _out_dtype(func, dtype, dt)
-    a = _op.real(alpha, "alpha", func)
-    b = _op.real(beta, "beta", func)
+    a = _checks.real(alpha, "alpha", func)
+    b = _checks.real(beta, "beta", func)
     if b != 0.0 and out is None:
         raise ValueError(f"{func}: beta={beta!r} blends into out, but no out was given")
     kshape = tuple(1 if i in axes else s for i, s in enumerate(g.shape))
     rshape = kshape if keepdims else tuple(s for i, s in enumerate(g.shape) if i not in axes)
     if out is None:
-        spec = _op.output_spec(rshape, odt, device)
+        spec = _call.output_spec(rshape, odt, device)
         rstrides, so = spec.element_strides, spec.nbytes_span
     else:
         spec = None
-        o = _op.out_operand(func, out, rshape, odt, device)
+        o = _checks.out_operand(func, out, rshape, odt, device)
         rstrides, so = tuple(o.strides), o.nbytes_span
     # the output's strides in the keepdims shape cuDNN sees (reduced dims: size 1, any stride)
     if keepdims:
@@ -359,10 +401,10 @@ def _build(x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, strea
     allocs: list[Any] = [spec]
     out_spans = [so]
     if with_indices:
-        ispec = _op.output_spec(rshape, DataType.INT32, device)
+        ispec = _call.output_spec(rshape, DataType.INT32, device)
         allocs.append(ispec)
         out_spans.append(ispec.nbytes_span)
-    in_spans = (g.nbytes_span,)
+    spans = (g.nbytes_span, *out_spans)
     n_red = math.prod(g.shape[i] for i in axes)
     n_out = math.prod(rshape)
     if n_red == 0 and n_out and red not in _EMPTY:
@@ -370,39 +412,41 @@ def _build(x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, strea
             f"{func}: op={op!r} over zero elements (x has shape {tuple(g.shape)}, axis {axis!r}) "
             "has no value"
         )
-    h = _op.handle_for(device, stream, func)
+    h = _call.handle_for(device, stream, func)
     if n_out == 0:
-        return _op.MultiOutputCall(func, h, allocs, in_spans, out_spans, noop=True)
-    cd = _op.tensor_descriptor(*_op.padded(kshape, kstrides), odt)
+        return _call.Call(func, h, allocs, spans, noop=True)
+    cd = _staging.tensor_descriptor(*_staging.padded(kshape, kstrides), odt)
     if n_red == 0:
-        return _Identity(func, h, allocs, in_spans, out_spans, cd, odt, kshape, a * _EMPTY[red], b)
+        return _ReduceEmpty(func, h, allocs, spans, cd, odt, kshape, a * _EMPTY[red], b)
     compute = DataType.DOUBLE if dt == DataType.DOUBLE else DataType.FLOAT
-    sa, sb = _op.scales(dt, a, b)
+    sa, sb = _call.scales(dt, a, b)
     if n_red > 1:
         rd = ReduceTensorDescriptor(red, compute, nan_propagation=True, indices=with_indices)
-        ad = _op.tensor_descriptor(*_op.padded(g.shape, g.strides), dt)
+        ad = _staging.tensor_descriptor(*_staging.padded(g.shape, g.strides), dt)
         ws, isz = _sizes(h, rd, ad, cd, with_indices)
         if with_indices and isz > 4 * n_out:  # never seen: cuDNN asks for one uint32 per output
             raise NotImplementedError(f"{func}: cuDNN asks for {isz} bytes of indices")
-        return _Reduce(func, h, allocs, in_spans, out_spans, rd, ad, cd, ws, isz, sa, sb)
-    return _degenerate(func, h, allocs, in_spans, out_spans, g, dt, red, kshape, kstrides, odt,
-                       compute, with_indices, sa, sb)  # fmt: skip
+        return _Reduce(func, h, allocs, spans, rd, (ad, cd), ws, isz, (sa, sb))
+    return _build_degenerate((func, h, allocs, spans), g, dt, red, kstrides, odt, compute, (sa, sb))
 
 
 def _sizes(h, rd, ad, cd, with_indices) -> tuple[int, int]:
     size = ctypes.c_size_t()
-    _op.quiet("cudnnGetReductionWorkspaceSize")(h.ptr, rd, ad, cd, ctypes.byref(size))
+    _call.quiet("cudnnGetReductionWorkspaceSize")(h.ptr, rd, ad, cd, ctypes.byref(size))
     ws = size.value
     isz = 0
     if with_indices:
-        _op.quiet("cudnnGetReductionIndicesSize")(h.ptr, rd, ad, cd, ctypes.byref(size))
+        _call.quiet("cudnnGetReductionIndicesSize")(h.ptr, rd, ad, cd, ctypes.byref(size))
         isz = size.value
     return ws, isz
 
 
-def _degenerate(func, h, allocs, in_spans, out_spans, g, dt, red, kshape, kstrides, odt, compute,
-                with_indices, sa, sb):  # fmt: skip
-    """Every reduced axis has size 1: element-wise, through a 2-long leading axis."""
+def _build_degenerate(entry, g, dt, red, kstrides, odt, compute, factors) -> _call.Call:
+    """Every reduced axis has size 1: element-wise, through a 2-long leading axis. *entry*:
+    the call's ``(func, handle, allocs, spans)``."""
+    func, h, allocs, spans = entry
+    if len(allocs) > 1:  # the indices: all 0
+        allocs = (allocs[0], _ZeroSpec(*allocs[1]))
     keep = [i for i, s in enumerate(g.shape) if s != 1]
     shape = tuple(g.shape[i] for i in keep) or (1,)
     xstrides = tuple(g.strides[i] for i in keep) or (1,)
@@ -413,11 +457,12 @@ def _degenerate(func, h, allocs, in_spans, out_spans, g, dt, red, kshape, kstrid
         )
     m = math.prod(shape)
     packed = _layout.packed_strides(shape)
-    xd = _op.tensor_descriptor(*_op.padded(shape, xstrides), dt)
-    tdh = _op.tensor_descriptor(*_op.padded(shape, packed), dt)
-    td = _op.tensor_descriptor(*_op.padded((2, *shape), (m, *packed)), dt)
-    cd = _op.tensor_descriptor(*_op.padded((1, *shape), (1, *cstrides)), odt)
+    xd = _staging.tensor_descriptor(*_staging.padded(shape, xstrides), dt)
+    tdh = _staging.tensor_descriptor(*_staging.padded(shape, packed), dt)
+    td = _staging.tensor_descriptor(*_staging.padded((2, *shape), (m, *packed)), dt)
+    cd = _staging.tensor_descriptor(*_staging.padded((1, *shape), (1, *cstrides)), odt)
     rd = ReduceTensorDescriptor(red, compute, nan_propagation=True)
     ws, _ = _sizes(h, rd, td, cd, False)
-    return _Degenerate(func, h, allocs, in_spans, out_spans, rd, xd, tdh, td, cd, ws, dt, m,
-                       _SECOND.get(red), sa, sb)  # fmt: skip
+    descs = (xd, tdh, td, cd)
+    values = (dt, m, _SECOND.get(red))
+    return _ReduceDegenerate(func, h, allocs, spans, rd, descs, ws, values, factors)

@@ -3,12 +3,14 @@
 
 ``RNNBlock`` owns an ``RNNDescriptor`` per (device, input size), its dropout state, and per input
 shape the ``RNNDataDescriptor`` pair, the device copy of the sequence lengths and the reserve
-space; the workspace is the handle's (``_op.workspace``). A call is keyed like every high-level
-call (:func:`._op.key_of`: shapes, strides, dtypes, devices, address residues, the arguments), so
-a repeated call skips validation and makes its one C call (``cudnnRNNForward``, or
-``cudnnRNNBackwardData_v8`` then ``cudnnRNNBackwardWeights_v8``). These caches belong to the
-block (not to the shared per-thread call cache) because they hold the block's descriptors and
-reserve space: :meth:`RNNBlock.close` frees them all.
+space; the workspace is the handle's (``_call.workspace``). A call is keyed like every high-level
+call (:func:`._operand.key_of`: shapes, strides, dtypes, devices, address residues, the
+arguments) and runs through the one cache-and-run helper (:func:`._call.run_cached`), so a
+repeated call skips validation and makes its one C call (``cudnnRNNForward``, or
+``cudnnRNNBackwardData_v8`` then ``cudnnRNNBackwardWeights_v8``). The call entries live in the
+block's own store (one per thread, as the handles they hold), not in the shared per-thread call
+cache, because they hold the block's descriptors and reserve space: :meth:`RNNBlock.close` frees
+them all.
 
 Data layout: ``x`` is ``(T, N, input_size)`` (``(N, T, input_size)`` with ``batch_first``), padded
 when sequences are shorter than ``T`` (cuDNN's unpacked layouts with padded I/O); ``hx``/``hy`` are
@@ -22,9 +24,10 @@ from __future__ import annotations
 
 import ctypes
 import random
+import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from math import prod
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -33,7 +36,7 @@ from .. import _config, _layout, memory
 from .._types import as_data_type, dtype_name, itemsize, numpy_dtype
 from ..descriptors import DropoutDescriptor, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
 from ..enums import DataType, ForwardMode, MathType, RNNDataLayout, WgradMode
-from . import _op
+from . import _call, _checks, _operand, _staging
 from .rnn_layout import (
     GATES,
     PROJ_ID,
@@ -57,7 +60,6 @@ _MATH = {
 }
 _MATH_NAMES = {v: k for k, v in _MATH.items()}
 _MAX_SHAPES = 64  # input shapes (with their reserve spaces) kept per block
-_MAX_CALLS = 256  # validated calls kept per block
 _FWD, _BWD = "RNNBlock.apply", "RNNBlock.backward"
 _INT32_P = ctypes.POINTER(ctypes.c_int32)
 
@@ -160,8 +162,22 @@ class _Shape:
         "ydesc",
     )
 
-    def __init__(self, key, device, rnn, w_bytes, xdesc, ydesc, hdesc, cdesc, lengths, dev_len,
-                 ws_train, ws_infer, rs_bytes):  # fmt: skip
+    def __init__(
+        self,
+        key,
+        device,
+        rnn,
+        w_bytes,
+        xdesc,
+        ydesc,
+        hdesc,
+        cdesc,
+        lengths,
+        dev_len,
+        ws_train,
+        ws_infer,
+        rs_bytes,
+    ):
         self.key = key
         self.device = device
         self.rnn = rnn
@@ -181,7 +197,7 @@ class _Shape:
         return self.reserve.ptr
 
 
-def _nbytes(g: _op.Operand | None) -> int:
+def _nbytes(g: _operand.Operand | None) -> int:
     """Bytes *g*'s elements span (0 for None)."""
     return 0 if g is None else g.nbytes_span
 
@@ -190,10 +206,10 @@ class _Out(NamedTuple):
     """An output: its shape and, when given as ``out=``, the operand (else allocated)."""
 
     shape: tuple[int, ...]
-    given: _op.Operand | None
+    given: _operand.Operand | None
 
 
-def _staging(dt: DataType, named: list[tuple[int, _op.Operand]]) -> _op.Stage | None:
+def _stage_inputs(dt: DataType, named: list[tuple[int, _operand.Operand]]) -> _staging.Stage | None:
     """A Stage copying the inputs that are not packed (C order) into packed buffers."""
     todo = []
     for idx, g in named:
@@ -201,60 +217,150 @@ def _staging(dt: DataType, named: list[tuple[int, _op.Operand]]) -> _op.Stage | 
             continue
         packed = _layout.packed_strides(g.shape)
         if not _layout.matches(g.shape, g.strides, packed):
-            shape, strides = _op.padded(g.shape, g.strides)
-            g4 = _op.Operand(g.ptr, shape, strides, g.dtype, g.device)
+            shape, strides = _staging.padded(g.shape, g.strides)
+            g4 = _operand.Operand(g.ptr, shape, strides, g.dtype, g.device)
             todo.append((idx, g4, _layout.packed_strides(shape)))
-    return _op.Stage(dt, todo, None, 1.0, 0.0) if todo else None
+    return _staging.Stage(dt, todo, None, 1.0, 0.0) if todo else None
 
 
-class _Call:
-    """A validated forward or backward call of one block, ready to run."""
+class _RNNForward(_call.Call):
+    """``cudnnRNNForward``: w, x, hx, cx (0 when absent), then y, hy[, cy]."""
 
-    __slots__ = ("args", "block", "device", "dt", "fn", "fn2", "outs", "shape", "spans", "stage")
+    __slots__ = ("block", "fn", "shape", "training")
 
-    def __init__(self, block, shape, device, dt, outs, spans, stage, fn, fn2=None, args=()):
+    def __init__(self, block, h, allocs, spans, stage, shape, training):
+        super().__init__(_FWD, h, allocs, spans, stage, keepalive=shape)
         self.block = block
         self.shape: _Shape = shape
-        self.device = device
-        self.dt = dt
-        self.outs: tuple[_Out, ...] = outs  # in return order; None entries: no such output
-        self.spans = spans  # byte spans of the inputs (for the overlap check)
-        self.stage = stage
-        self.fn, self.fn2 = fn, fn2
-        self.args = args
+        self.training = training
+        self.fn = _call.quiet("cudnnRNNForward")
 
-    def outputs(self, h: Any, outs: tuple, ptrs: Sequence[int], func: str) -> tuple[list, list]:
-        """Allocate the outputs not given; check the given ones against the inputs and each
-        other (addresses may change between calls of one key)."""
-        npdt = numpy_dtype(self.dt)
-        isz = itemsize(self.dt)
-        objs: list = []
-        optrs: list[int] = []
-        placed: list[tuple[int, int]] = []
-        for spec, o in zip(self.outs, outs, strict=True):
-            if spec is None:
-                objs.append(None)
-                optrs.append(0)
-                continue
-            if o is None:
-                o = memory.empty(spec.shape, npdt, self.device, h.stream)
-                p = o.ptr
-            else:
-                p = _op.key_of(o)[0]
-                n = prod(spec.shape) * isz
-                for q, s in zip(ptrs, self.spans, strict=True):
-                    if q and _op.overlaps(p, n, q, s):
-                        raise ValueError(
-                            f"{func}: an output overlaps an input; cuDNN's outputs may not alias "
-                            "its inputs"
-                        )
-                for q, s in placed:
-                    if _op.overlaps(p, n, q, s):
-                        raise ValueError(f"{func}: two outputs overlap")
-                placed.append((p, n))
-            objs.append(o)
-            optrs.append(p)
-        return objs, optrs
+    def launch(self, ptrs: Sequence[int]) -> None:
+        pw, px, ph, pc, py, phy = ptrs[:6]
+        pcy = ptrs[6] if len(ptrs) > 6 else 0
+        s, h = self.shape, self.handle
+        if self.training:
+            ws, rs, rptr = s.ws_train, s.rs_bytes, s.reserve_ptr(h.stream)
+            mode = ForwardMode.TRAINING
+        else:
+            ws, rs, rptr, mode = s.ws_infer, 0, 0, ForwardMode.INFERENCE
+        wsp = _call.workspace(h, ws) if ws else 0
+        self.fn(
+            h.ptr,
+            s.rnn,
+            mode,
+            s.dev_lengths_p,
+            s.xdesc,
+            px,
+            s.ydesc,
+            py,
+            s.hdesc,
+            ph or None,
+            phy,
+            s.cdesc,
+            pc or None,
+            pcy or None,
+            s.w_bytes,
+            pw,
+            ws,
+            wsp or None,
+            rs,
+            rptr or None,
+        )
+        if self.training:
+            self.block._last_train = s  # backward needs its reserve space
+
+
+class _RNNBackward(_call.Call):
+    """``cudnnRNNBackwardData_v8`` then ``cudnnRNNBackwardWeights_v8``: w, x, hx, cx, y, dy,
+    dhy, dcy (0 when absent), then dx, dhx[, dcx][, dw]."""
+
+    __slots__ = ("block", "fn", "fn_weights", "lstm", "shape", "weights", "zero_dw")
+
+    def __init__(self, block, h, allocs, spans, stage, shape, weights):
+        super().__init__(_BWD, h, allocs, spans, stage, keepalive=shape)
+        self.block = block
+        self.shape: _Shape = shape
+        self.lstm = block._mode == "lstm"
+        # weights: None (no weight gradient), or whether dw starts from zeros (overwritten)
+        self.weights, self.zero_dw = weights is not None, bool(weights)
+        self.fn = _call.quiet("cudnnRNNBackwardData_v8")
+        self.fn_weights = _call.quiet("cudnnRNNBackwardWeights_v8")
+
+    def _check_reserve(self) -> None:
+        """The last training apply must be of this shape: its reserve space is read."""
+        last, s = self.block._last_train, self.shape
+        if last is s:
+            return
+        if last is None:
+            raise RuntimeError(
+                f"{_BWD}: no training apply ran on this block; call apply(..., "
+                "training=True) first (backward needs its reserve space)"
+            )
+        raise RuntimeError(
+            f"{_BWD}: the last training apply had another input shape or other sequence "
+            f"lengths ({_describe_shape(last.key)}) than this backward "
+            f"({_describe_shape(s.key)}); backward uses the reserve space of the last "
+            "training apply"
+        )
+
+    def launch(self, ptrs: Sequence[int]) -> None:
+        self._check_reserve()
+        s, h = self.shape, self.handle
+        pw, px, ph, pc, py, pdy, pdh, pdc, pdx, pdhx = ptrs[:10]
+        pdcx = ptrs[10] if self.lstm else 0
+        ws = s.ws_train
+        wsp = _call.workspace(h, ws) if ws else 0
+        rptr = s.reserve_ptr(h.stream)
+        self.fn(
+            h.ptr,
+            s.rnn,
+            s.dev_lengths_p,
+            s.ydesc,
+            py,
+            pdy,
+            s.xdesc,
+            pdx,
+            s.hdesc,
+            ph or None,
+            pdh or None,
+            pdhx,
+            s.cdesc,
+            pc or None,
+            pdc or None,
+            pdcx or None,
+            s.w_bytes,
+            pw,
+            ws,
+            wsp or None,
+            s.rs_bytes,
+            rptr or None,
+        )
+        if not self.weights:
+            return
+        pdw = ptrs[-1]
+        if self.zero_dw:
+            # cuDNN's weight gradient adds into dw (CUDNN_WGRAD_MODE_SET is not supported by
+            # every release): start from zeros to overwrite
+            _zero(pdw, s.w_bytes, h.device, h.stream)
+        self.fn_weights(
+            h.ptr,
+            s.rnn,
+            WgradMode.ADD,
+            s.dev_lengths_p,
+            s.xdesc,
+            px,
+            s.hdesc,
+            ph or None,
+            s.ydesc,
+            py,
+            s.w_bytes,
+            pdw,
+            ws,
+            wsp or None,
+            s.rs_bytes,
+            rptr or None,
+        )
 
 
 class RNNBlock:
@@ -357,9 +463,9 @@ class RNNBlock:
         self._hidden = _nonneg_int(hidden_size, "hidden_size", func)
         self._layers = _nonneg_int(num_layers, "num_layers", func)
         self._mode = mode_name(rnn_mode, func)
-        self._input_mode = _op.choose(input_mode, _INPUT_MODES, "input_mode", func)
-        self._dirs = _op.choose(direction_mode, _DIRECTIONS, "direction_mode", func)
-        self._dropout = _op.real(dropout, "dropout", func, lo=0.0, hi=1.0, hi_open=True)
+        self._input_mode = _checks.choose(input_mode, _INPUT_MODES, "input_mode", func)
+        self._dirs = _checks.choose(direction_mode, _DIRECTIONS, "direction_mode", func)
+        self._dropout = _checks.real(dropout, "dropout", func, lo=0.0, hi=1.0, hi_open=True)
         if proj_size is None or (
             not isinstance(proj_size, bool)
             and hasattr(proj_size, "__index__")
@@ -387,13 +493,16 @@ class RNNBlock:
             else:
                 self._math = MathType.DEFAULT_MATH
         else:
-            self._math = _op.choose(math, _MATH, "math", func)
+            self._math = _checks.choose(math, _MATH, "math", func)
         if seed is None:
             seed = random.SystemRandom().getrandbits(63)
         self._seed = _nonneg_int(seed, "seed", func, lo=0, hi=2**64 - 1)
         self._devices: dict[int, _Device] = {}
         self._shapes: OrderedDict = OrderedDict()
-        self._calls: dict = {}
+        # validated calls, per thread (they hold the thread's handle) and per block (they hold
+        # the block's descriptors and reserve spaces: close() frees them)
+        self._local = threading.local()
+        self._stores: weakref.WeakSet = weakref.WeakSet()
         self._last_train: _Shape | None = None
         self._closed = False
 
@@ -446,7 +555,8 @@ class RNNBlock:
         if self._closed:
             return
         self._closed = True
-        self._calls.clear()
+        for store in list(self._stores):
+            store.clear()
         for shape in self._shapes.values():
             for d in (shape.xdesc, shape.ydesc):
                 d.close()
@@ -467,6 +577,19 @@ class RNNBlock:
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError("RNNBlock is closed")
+
+    def _calls(self) -> Any:
+        """The calling thread's call entries of this block (:func:`._call.run_cached`'s store)."""
+        try:
+            return self._local.calls
+        except AttributeError:
+            store = self._local.calls = _call.new_store()
+            self._stores.add(store)
+            return store
+
+    def _alloc(self, out: _Out, device: int) -> _call.OutputSpec | None:
+        """How to allocate *out* (None: given)."""
+        return None if out.given is not None else _call.output_spec(out.shape, self._dt, device)
 
     # -- parameters ---------------------------------------------------------------------------
     def canonical_layout(self, input_size: Any) -> RNNLayout:
@@ -549,10 +672,22 @@ class RNNBlock:
         self._check_input_size(inp, func)
         npl = self._layers * self._dirs
         pl = _nonneg_int(layer, "layer", func, lo=0, hi=npl - 1)
-        g = _op.operand(w)
-        self._check_weights(func, "w", g, canonical_rnn_layout(
-            self._mode, inp, self._hidden, self._layers, self._dirs == 2, self._proj,
-            self._input_mode, self._bias).size)  # fmt: skip
+        g = _operand.operand(w)
+        self._check_weights(
+            func,
+            "w",
+            g,
+            canonical_rnn_layout(
+                self._mode,
+                inp,
+                self._hidden,
+                self._layers,
+                self._dirs == 2,
+                self._proj,
+                self._input_mode,
+                self._bias,
+            ).size,
+        )
         lay = self._device(g.device).layout(inp)
         if g.shape[0] != lay.size:
             raise ValueError(f"{func}: w has {g.shape[0]} elements, cuDNN expects {lay.size}")
@@ -586,7 +721,7 @@ class RNNBlock:
         """PyTorch's parameters (host arrays, PyTorch's names) from a weight buffer or its
         gradient (:func:`.rnn_weights_to_torch`)."""
         self._check_open()
-        g = _op.operand(w)
+        g = _operand.operand(w)
         lay = self.layout(input_size, g.device)
         return rnn_weights_to_torch(w, lay, prefix=prefix)
 
@@ -611,10 +746,10 @@ class RNNBlock:
     # -- state per device and per shape -------------------------------------------------------
     def _device(self, device: int | None) -> _Device:
         if device is None:
-            device = _op.handle_for(None, None).device
+            device = _call.handle_for(None, None).device
         dev = self._devices.get(device)
         if dev is None:
-            with _op.on_device(device):  # the dropout states are initialised on the device
+            with _call.on_device(device):  # the dropout states are initialised on the device
                 dev = self._devices[device] = _Device(self, device)
         return dev
 
@@ -627,31 +762,47 @@ class RNNBlock:
         rnn, w_bytes = dev.rnn(inp)
         h = dev.handle()
         seq = lengths if lengths is not None else (t,) * n
-        lay = RNNDataLayout.BATCH_MAJOR_UNPACKED if self._batch_first else (
-            RNNDataLayout.SEQ_MAJOR_UNPACKED)  # fmt: skip
+        lay = (
+            RNNDataLayout.BATCH_MAJOR_UNPACKED
+            if self._batch_first
+            else (RNNDataLayout.SEQ_MAJOR_UNPACKED)
+        )
         xdesc = RNNDataDescriptor(seq, inp, t, dtype=self._dt, layout=lay)
         ydesc = RNNDataDescriptor(seq, self.output_size, t, dtype=self._dt, layout=lay)
         nl = self._layers * self._dirs
         hshape, cshape = (nl, n, self.out_size), (nl, n, self._hidden)
-        hdesc = _op.tensor_descriptor(hshape, _layout.packed_strides(hshape), self._dt)
-        cdesc = _op.tensor_descriptor(cshape, _layout.packed_strides(cshape), self._dt)
+        hdesc = _staging.tensor_descriptor(hshape, _layout.packed_strides(hshape), self._dt)
+        cdesc = _staging.tensor_descriptor(cshape, _layout.packed_strides(cshape), self._dt)
         ws_train, rs = rnn.temp_space_sizes(h, xdesc, training=True)
         ws_infer, _ = rnn.temp_space_sizes(h, xdesc, training=False)
         dev_len = memory.to_device(np.asarray(seq, dtype=np.int32), h.stream, device=dev.device)
-        s = _Shape(key, dev.device, rnn, w_bytes, xdesc, ydesc, hdesc, cdesc, seq, dev_len,
-                   ws_train, ws_infer, rs)  # fmt: skip
+        s = _Shape(
+            key,
+            dev.device,
+            rnn,
+            w_bytes,
+            xdesc,
+            ydesc,
+            hdesc,
+            cdesc,
+            seq,
+            dev_len,
+            ws_train,
+            ws_infer,
+            rs,
+        )
         self._shapes[key] = s
         while len(self._shapes) > _MAX_SHAPES:
             self._shapes.popitem(last=False)  # the last training shape stays alive via _last_train
         return s
 
     # -- validation helpers -------------------------------------------------------------------
-    def _check_dtype(self, func: str, name: str, g: _op.Operand) -> None:
+    def _check_dtype(self, func: str, name: str, g: _operand.Operand) -> None:
         if g.dtype != self._dt:
             got = dtype_name(g.dtype) if g.dtype is not None else "of an unsupported type"
             raise TypeError(f"{func}: {name} is {got}; the block's dtype is {dtype_name(self._dt)}")
 
-    def _check_weights(self, func: str, name: str, g: _op.Operand, size: int) -> None:
+    def _check_weights(self, func: str, name: str, g: _operand.Operand, size: int) -> None:
         self._check_dtype(func, name, g)
         if len(g.shape) != 1:
             raise ValueError(
@@ -666,17 +817,18 @@ class RNNBlock:
             raise ValueError(
                 f"{func}: {name} must be contiguous (stride 1), got stride {g.strides[0]}"
             )
-        _op.check_strides(func, name, g)
+        _checks.check_strides(func, name, g)
 
-    def _operand(self, func: str, name: str, obj: Any, shape: tuple[int, ...], device: int | None
-                 ) -> _op.Operand:  # fmt: skip
-        g = _op.operand(obj)
+    def _operand(
+        self, func: str, name: str, obj: Any, shape: tuple[int, ...], device: int | None
+    ) -> _operand.Operand:
+        g = _operand.operand(obj)
         self._check_dtype(func, name, g)
         if tuple(g.shape) != shape:
             raise ValueError(f"{func}: {name} has shape {tuple(g.shape)}, expected {shape}")
         if device is not None and g.device != device:
             raise ValueError(f"{func}: x is on device {device} but {name} on device {g.device}")
-        _op.check_strides(func, name, g)
+        _checks.check_strides(func, name, g)
         return g
 
     def _out(self, func: str, name: str, obj: Any, shape: tuple[int, ...], device: int) -> _Out:
@@ -689,7 +841,7 @@ class RNNBlock:
             )
         return _Out(shape, g)
 
-    def _geometry(self, func: str, gx: _op.Operand) -> tuple[int, int, int]:
+    def _geometry(self, func: str, gx: _operand.Operand) -> tuple[int, int, int]:
         if len(gx.shape) != 3:
             order = "(N, T, input_size)" if self._batch_first else "(T, N, input_size)"
             raise ValueError(f"{func}: x must be 3-D {order}, got shape {tuple(gx.shape)}")
@@ -778,36 +930,39 @@ class RNNBlock:
         """
         if self._closed:
             self._check_open()
-        pw, kw = _op.key_of(w)
-        px, kx = _op.key_of(x)
-        ph, kh = (0, None) if hx is None else _op.key_of(hx)
-        pc, kc = (0, None) if cx is None else _op.key_of(cx)
+        pw, kw = _operand.key_of(w)
+        px, kx = _operand.key_of(x)
+        ph, kh = (0, None) if hx is None else _operand.key_of(hx)
+        pc, kc = (0, None) if cx is None else _operand.key_of(cx)
         sl = _lengths_key(seq_lengths)
         outs = _out_tuple(_FWD, out, "(y, hy[, cy])")
-        ko = tuple(None if o is None else _op.key_of(o)[1] for o in outs)
-        key = (_FWD, kw, kx, kh, kc, sl, bool(training), ko)
-        try:
-            call = self._calls.get(key)
-        except TypeError:  # unhashable: an odd seq_lengths entry; validation will say
-            call = key = None
-        if call is None:
-            call = self._build_forward(w, x, hx, cx, sl, bool(training), outs, stream)
-            if key is not None:
-                if len(self._calls) >= _MAX_CALLS:
-                    self._calls.clear()
-                self._calls[key] = call
-        with _op.on_device(call.device):  # the call runs on its operands' device
-            return self._run_forward(call, (pw, px, ph, pc), outs, bool(training), stream)
+        placed = tuple((None, None) if o is None else _operand.key_of(o) for o in outs)
+        key = (_FWD, kw, kx, kh, kc, sl, bool(training), tuple(k for _p, k in placed))
+        args = (w, x, hx, cx, sl, bool(training), outs, stream)
+        if not outs:
+            outs = (None, None, None) if self._mode == "lstm" else (None, None)
+            placed = ((None, None),) * len(outs)
+        out_ptrs = tuple(p for p, _k in placed)
+        return _call.run_cached(
+            key,
+            self._build_forward,
+            args,
+            (pw, px, ph, pc),
+            outs,
+            out_ptrs,
+            stream,
+            store=self._calls(),
+        )
 
     def _inputs(self, func: str, x: Any, w: Any) -> tuple:
         """The checks *x* and *w* share in both directions: ``(gx, gw, T, N, input size,
         device, hx shape, cx shape, weight elements)``."""
-        gx = _op.operand(x)
+        gx = _operand.operand(x)
         t, n, inp = self._geometry(func, gx)
         self._check_dtype(func, "x", gx)
-        _op.check_strides(func, "x", gx)
+        _checks.check_strides(func, "x", gx)
         device = gx.device
-        gw = _op.operand(w)
+        gw = _operand.operand(w)
         if gw.device != device:
             raise ValueError(f"{func}: x is on device {device} but w on device {gw.device}")
         expected = self.canonical_layout(inp).size
@@ -815,11 +970,11 @@ class RNNBlock:
         hshape, cshape = self._state_shapes(n)
         return gx, gw, t, n, inp, device, hshape, cshape, expected
 
-    def _build_forward(self, w, x, hx, cx, sl, training, outs, stream) -> _Call:
+    def _build_forward(self, w, x, hx, cx, sl, training, outs, stream) -> _RNNForward:
         func = _FWD
         gx, gw, t, n, inp, device, hshape, cshape, expected = self._inputs(func, x, w)
         if stream is not None:
-            _op.check_stream(func, stream, device)
+            _checks.check_stream(func, stream, device)
         gh = None if hx is None else self._operand(func, "hx", hx, hshape, device)
         if cx is not None and self._mode != "lstm":
             raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
@@ -832,45 +987,26 @@ class RNNBlock:
                 f"({'y, hy, cy' if nout == 3 else 'y, hy'}), got {outs!r}"
             )
         outs = tuple(outs) or (None,) * nout
-        specs = [self._out(func, "y", outs[0], self._y_shape(t, n), device),
-                 self._out(func, "hy", outs[1], hshape, device)]  # fmt: skip
+        specs = [
+            self._out(func, "y", outs[0], self._y_shape(t, n), device),
+            self._out(func, "hy", outs[1], hshape, device),
+        ]
         if nout == 3:
             specs.append(self._out(func, "cy", outs[2], cshape, device))
-        stage = _staging(self._dt, [(1, gx), (2, gh), (3, gc)])
+        stage = _stage_inputs(self._dt, [(1, gx), (2, gh), (3, gc)])
         spans = tuple(_nbytes(g) for g in (gw, gx, gh, gc))
         # -- validated: descriptors, sizes (C calls) ------------------------------------------
         dev = self._device(device)
         if dev.rnn(inp)[1] // itemsize(self._dt) != expected:  # pragma: no cover - cuDNN change
             self._check_weights(func, "w", gw, dev.rnn(inp)[1] // itemsize(self._dt))
         shape = self._shape(dev, t, n, inp, lengths)
-        fn = _op.quiet("cudnnRNNForward")
-        return _Call(self, shape, device, self._dt, tuple(specs), spans, stage, fn)
-
-    def _run_forward(self, call: _Call, ptrs: tuple, outs: tuple, training: bool, stream) -> tuple:
-        s = call.shape
-        h = _op.handle_for(call.device, stream, _FWD)
-        objs, optrs = call.outputs(h, outs or (None,) * len(call.outs), ptrs, _FWD)
-        pw, px, ph, pc = ptrs
-        keep: list = []
-        if call.stage is not None:
-            staged = [pw, px, ph, pc]
-            call.stage.before(h, staged, keep)
-            pw, px, ph, pc = staged
-        if training:
-            ws = s.ws_train
-            rs, rptr = s.rs_bytes, s.reserve_ptr(h.stream)
-            mode = ForwardMode.TRAINING
-        else:
-            ws, rs, rptr, mode = s.ws_infer, 0, 0, ForwardMode.INFERENCE
-        wsp = _op.workspace(h, ws) if ws else 0
-        py, phy = optrs[0], optrs[1]
-        pcy = optrs[2] if len(optrs) > 2 else 0
-        call.fn(h.ptr, s.rnn, mode, s.dev_lengths_p, s.xdesc, px, s.ydesc, py, s.hdesc,
-                ph or None, phy, s.cdesc, pc or None, pcy or None, s.w_bytes, pw, ws, wsp or None,
-                rs, rptr or None)  # fmt: skip
-        if training:
-            self._last_train = s
-        return tuple(objs)
+        h = _call.handle_for(device, stream, func)
+        allocs = tuple(self._alloc(o, device) for o in specs)
+        spans += tuple(
+            _nbytes(o.given) if a is None else a.nbytes_span
+            for o, a in zip(specs, allocs, strict=True)
+        )
+        return _RNNForward(self, h, allocs, spans, stage, shape, training)
 
     # -- backward -----------------------------------------------------------------------------
     def backward(
@@ -943,33 +1079,42 @@ class RNNBlock:
         if self._closed:
             self._check_open()
         ops = (w, x, hx, cx, y, dy, dhy, dcy)
-        keyed = [(0, None) if o is None else _op.key_of(o) for o in ops]
+        keyed = [(0, None) if o is None else _operand.key_of(o) for o in ops]
         sl = _lengths_key(seq_lengths)
         outs = _out_tuple(_BWD, out, "(dx, dhx[, dcx])")
-        ko = tuple(None if o is None else _op.key_of(o)[1] for o in outs)
-        pdw, kdw = (0, None) if dw is None else _op.key_of(dw)
-        key = (_BWD, tuple(k for _, k in keyed), sl, ko, kdw, bool(accumulate), bool(weights))
-        try:
-            call = self._calls.get(key)
-        except TypeError:
-            call = key = None
-        if call is None:
-            call = self._build_backward(ops, sl, outs, dw, weights, stream)
-            if key is not None:
-                if len(self._calls) >= _MAX_CALLS:
-                    self._calls.clear()
-                self._calls[key] = call
+        placed = tuple((None, None) if o is None else _operand.key_of(o) for o in outs)
+        pdw, kdw = (None, None) if dw is None else _operand.key_of(dw)
+        key = (
+            _BWD,
+            tuple(k for _, k in keyed),
+            sl,
+            tuple(k for _p, k in placed),
+            kdw,
+            bool(accumulate),
+            bool(weights),
+        )
+        args = (ops, sl, outs, dw, (bool(weights), bool(accumulate)), stream)
+        lstm = self._mode == "lstm"
+        if not outs:
+            outs = (None, None, None) if lstm else (None, None)
+            placed = ((None, None),) * len(outs)
+        out_ptrs = tuple(p for p, _k in placed)
+        if weights:  # dw is the last output
+            outs, out_ptrs = (*outs, dw), (*out_ptrs, pdw)
         ptrs = tuple(p for p, _ in keyed)
-        with _op.on_device(call.device):
-            return self._run_backward(call, ptrs, outs, dw, pdw, bool(accumulate),
-                                      bool(weights), stream)  # fmt: skip
+        r = _call.run_cached(
+            key, self._build_backward, args, ptrs, outs, out_ptrs, stream, store=self._calls()
+        )
+        return (r[0], r[1], r[2] if lstm else None, r[-1] if weights else None)
 
-    def _build_backward(self, ops, sl, outs, dw, weights, stream) -> _Call:
+    def _build_backward(self, ops, sl, outs, dw, flags, stream) -> _RNNBackward:
+        """*flags*: ``(weights, accumulate)``."""
         func = _BWD
+        weights, accumulate = flags
         w, x, hx, cx, y, dy, dhy, dcy = ops
         gx, gw, t, n, inp, device, hshape, cshape, expected = self._inputs(func, x, w)
         if stream is not None:
-            _op.check_stream(func, stream, device)
+            _checks.check_stream(func, stream, device)
         yshape = self._y_shape(t, n)
         if cx is not None and self._mode != "lstm":
             raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
@@ -991,8 +1136,10 @@ class RNNBlock:
                 f"({'dx, dhx, dcx' if nout == 3 else 'dx, dhx'}), got {outs!r}"
             )
         outs = tuple(outs) or (None,) * nout
-        specs = [self._out(func, "dx", outs[0], tuple(gx.shape), device),
-                 self._out(func, "dhx", outs[1], hshape, device)]  # fmt: skip
+        specs = [
+            self._out(func, "dx", outs[0], tuple(gx.shape), device),
+            self._out(func, "dhx", outs[1], hshape, device),
+        ]
         if nout == 3:
             specs.append(self._out(func, "dcx", outs[2], cshape, device))
         wsize = (gw.shape[0],)
@@ -1007,65 +1154,28 @@ class RNNBlock:
             dw_spec = _Out(wsize, None)
         specs.append(dw_spec)
         named = [(1, gx), (2, gh), (3, gc), (4, gy), (5, gdy), (6, gdh), (7, gdc)]
-        stage = _staging(self._dt, named)
+        stage = _stage_inputs(self._dt, named)
         spans = tuple(_nbytes(g) for g in (gw, gx, gh, gc, gy, gdy, gdh, gdc))
         # -- validated --------------------------------------------------------------------------
         dev = self._device(device)
         shape = self._shape(dev, t, n, inp, lengths)
-        return _Call(self, shape, device, self._dt, tuple(specs), spans, stage,
-                     _op.quiet("cudnnRNNBackwardData_v8"),
-                     _op.quiet("cudnnRNNBackwardWeights_v8"))  # fmt: skip
-
-    def _run_backward(self, call: _Call, ptrs, outs, dw, pdw, accumulate, weights, stream) -> tuple:
-        s = call.shape
-        if self._last_train is not s:
-            if self._last_train is None:
-                raise RuntimeError(
-                    f"{_BWD}: no training apply ran on this block; call apply(..., "
-                    "training=True) first (backward needs its reserve space)"
-                )
-            raise RuntimeError(
-                f"{_BWD}: the last training apply had another input shape or other sequence "
-                f"lengths ({_describe_shape(self._last_train.key)}) than this backward "
-                f"({_describe_shape(s.key)}); backward uses the reserve space of the last "
-                "training apply"
-            )
-        h = _op.handle_for(call.device, stream, _BWD)
-        nout = len(call.outs) - 1
-        given = tuple(outs) or (None,) * nout
-        objs, optrs = call.outputs(h, (*given, dw), ptrs, _BWD)
-        pw, px, ph, pc, py, pdy, pdh, pdc = ptrs
-        keep: list = []
-        if call.stage is not None:
-            staged = list(ptrs)
-            call.stage.before(h, staged, keep)
-            pw, px, ph, pc, py, pdy, pdh, pdc = staged
-        ws = s.ws_train
-        wsp = _op.workspace(h, ws) if ws else 0
-        rptr = s.reserve_ptr(h.stream)
-        pdx, pdhx = optrs[0], optrs[1]
-        pdcx = optrs[2] if nout == 3 else 0
-        call.fn(h.ptr, s.rnn, s.dev_lengths_p, s.ydesc, py, pdy, s.xdesc, pdx, s.hdesc,
-                ph or None, pdh or None, pdhx, s.cdesc, pc or None, pdc or None, pdcx or None,
-                s.w_bytes, pw, ws, wsp or None, s.rs_bytes, rptr or None)  # fmt: skip
-        dwo = None
-        if weights:
-            dwo = objs[-1]
-            pdwo = optrs[-1]
-            if dw is None or not accumulate:
-                # cuDNN's weight gradient adds into dw (CUDNN_WGRAD_MODE_SET is not supported by
-                # every release): start from zeros to overwrite
-                _zero(pdwo, s.w_bytes, call.device, h.stream)
-            call.fn2(h.ptr, s.rnn, WgradMode.ADD, s.dev_lengths_p, s.xdesc, px, s.hdesc,
-                     ph or None, s.ydesc, py, s.w_bytes, pdwo, ws, wsp or None, s.rs_bytes,
-                     rptr or None)  # fmt: skip
-        return (objs[0], objs[1], objs[2] if nout == 3 else None, dwo)
+        h = _call.handle_for(device, stream, func)
+        specs = [o for o in specs if o is not None]  # dw_spec None: no weight gradient
+        allocs = tuple(self._alloc(o, device) for o in specs)
+        spans += tuple(
+            _nbytes(o.given) if a is None else a.nbytes_span
+            for o, a in zip(specs, allocs, strict=True)
+        )
+        # whether dw starts from zeros (None: no weight gradient)
+        zero_dw = None if dw_spec is None else (dw_spec.given is None or not accumulate)
+        return _RNNBackward(self, h, allocs, spans, stage, shape, zero_dw)
 
 
 def _zero(ptr: int, nbytes: int, device: int, stream: int) -> None:
     """Zero *nbytes* at *ptr*, ordered on *stream*."""
-    memory.DeviceArray.from_ptr(ptr, (nbytes,), np.uint8, device=device, stream=stream,
-                                check=False).fill_(0)  # fmt: skip
+    memory.DeviceArray.from_ptr(
+        ptr, (nbytes,), np.uint8, device=device, stream=stream, check=False
+    ).fill_(0)
 
 
 def _describe_shape(key: tuple) -> str:
@@ -1096,7 +1206,7 @@ class _Device:
             self.drop = DropoutDescriptor(h, 0.0, seed=b._seed)
 
     def handle(self) -> Any:
-        return _op.handle_for(self.device, None)
+        return _call.handle_for(self.device, None)
 
     def close(self) -> None:
         for rnn, _ in self.rnns.values():
@@ -1140,7 +1250,7 @@ class _Device:
         desc, nbytes = self.rnn(inp)
         h = self.handle()
         isz = itemsize(b._dt)
-        fn = _op.quiet("cudnnGetRNNWeightParams")
+        fn = _call.quiet("cudnnGetRNNWeightParams")
         # cudnnGetRNNWeightParams computes addresses inside the buffer it is given: use a real one
         buf = memory.empty((max(nbytes, 1),), np.uint8, self.device, h.stream)
         base = buf.ptr
@@ -1153,8 +1263,18 @@ class _Device:
             for pl in range(b._layers * b._dirs):
                 for lid in ids:
                     ma, ba = ctypes.c_void_p(), ctypes.c_void_p()
-                    fn(h.ptr, desc, pl, nbytes, base, lid, mdesc, ctypes.byref(ma), bdesc,
-                       ctypes.byref(ba))  # fmt: skip
+                    fn(
+                        h.ptr,
+                        desc,
+                        pl,
+                        nbytes,
+                        base,
+                        lid,
+                        mdesc,
+                        ctypes.byref(ma),
+                        bdesc,
+                        ctypes.byref(ba),
+                    )
                     for kind, addr, d in (("weight", ma.value, mdesc), ("bias", ba.value, bdesc)):
                         if not addr:
                             continue
@@ -1164,5 +1284,15 @@ class _Device:
         finally:
             mdesc.close()
             bdesc.close()
-        return RNNLayout(b._mode, inp, b._hidden, b._layers, b._dirs == 2, b._proj,
-                         b._input_mode, b._bias, nbytes // isz, slots)  # fmt: skip
+        return RNNLayout(
+            b._mode,
+            inp,
+            b._hidden,
+            b._layers,
+            b._dirs == 2,
+            b._proj,
+            b._input_mode,
+            b._bias,
+            nbytes // isz,
+            slots,
+        )

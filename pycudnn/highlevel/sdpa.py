@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 import random
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +32,7 @@ from .. import _layout, errors, memory
 from .._types import dtype_name, itemsize, numpy_dtype
 from ..enums import DataType
 from ..graph import Graph
-from . import _graphops, _op
+from . import _call, _checks, _graphops, _operand, _staging
 
 __all__ = ["dnn_sdpa", "dnn_sdpa_grad"]
 
@@ -39,78 +41,99 @@ _ALL = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT, DataType.DOUBLE)
 
 
 def _qkv(func: str, q: Any, k: Any, v: Any) -> tuple:
-    gq, gk, gv = _op.operand(q), _op.operand(k), _op.operand(v)
+    gq, gk, gv = _operand.operand(q), _operand.operand(k), _operand.operand(v)
     named = (("q", gq), ("k", gk), ("v", gv))
-    dt, device = _op.same_dtype_and_device(func, named, _ALL)
+    dt, device = _checks.same_dtype_and_device(func, named, _ALL)
     if dt not in _TYPES:
         raise errors.NotSupportedError(
-            3000, func, f"cuDNN's fused attention runs float16 and bfloat16 only, got "
-            f"{dtype_name(dt)}: cast q, k, v (e.g. .to(torch.bfloat16))")  # fmt: skip
+            3000,
+            func,
+            f"cuDNN's fused attention runs float16 and bfloat16 only, got "
+            f"{dtype_name(dt)}: cast q, k, v (e.g. .to(torch.bfloat16))",
+        )
     for name, g in named:
         if len(g.shape) != 4:
-            raise ValueError(f"{func}: {name} must have 4 dims (B, H, S, D), got shape "
-                             f"{tuple(g.shape)}")  # fmt: skip
-        _op.check_strides(func, name, g)
+            raise ValueError(
+                f"{func}: {name} must have 4 dims (B, H, S, D), got shape {tuple(g.shape)}"
+            )
+        _checks.check_strides(func, name, g)
         if 0 in g.shape:
             raise ValueError(f"{func}: {name} has an empty dim {tuple(g.shape)}")
     b, hq, _sq, d = gq.shape
     _, hk, skv, dk = gk.shape
     _, hv, skv2, dv = gv.shape
     if gk.shape[0] != b or gv.shape[0] != b:
-        raise ValueError(f"{func}: q, k, v have different batch sizes: {tuple(gq.shape)}, "
-                         f"{tuple(gk.shape)}, {tuple(gv.shape)}")  # fmt: skip
+        raise ValueError(
+            f"{func}: q, k, v have different batch sizes: {tuple(gq.shape)}, "
+            f"{tuple(gk.shape)}, {tuple(gv.shape)}"
+        )
     if dk != d:
         raise ValueError(f"{func}: q's head dim ({d}) and k's ({dk}) differ")
     if skv2 != skv or hv != hk:
-        raise ValueError(f"{func}: k {tuple(gk.shape)} and v {tuple(gv.shape)} must have the "
-                         "same batch, heads and sequence length")  # fmt: skip
+        raise ValueError(
+            f"{func}: k {tuple(gk.shape)} and v {tuple(gv.shape)} must have the "
+            "same batch, heads and sequence length"
+        )
     if hq % hk:
-        raise ValueError(f"{func}: q's heads ({hq}) must be a multiple of k's and v's ({hk}) "
-                         "(grouped-query attention)")  # fmt: skip
+        raise ValueError(
+            f"{func}: q's heads ({hq}) must be a multiple of k's and v's ({hk}) "
+            "(grouped-query attention)"
+        )
     for name, size in (("q/k", d), ("v", dv)):
         if size % 8 or size > 256:
             raise errors.NotSupportedError(
-                3000, func, f"cuDNN's fused attention needs head dims that are multiples of 8, "
-                f"at most 256; {name} has {size}")  # fmt: skip
+                3000,
+                func,
+                f"cuDNN's fused attention needs head dims that are multiples of 8, "
+                f"at most 256; {name} has {size}",
+            )
     cap = _graphops.capability(device)
     if cap is not None and cap < (8, 0):
         raise errors.NotSupportedError(
-            3000, func, f"cuDNN's fused attention needs an sm80 (Ampere) or newer GPU; device "
-            f"{device} is sm{cap[0]}{cap[1]}")  # fmt: skip
+            3000,
+            func,
+            f"cuDNN's fused attention needs an sm80 (Ampere) or newer GPU; device "
+            f"{device} is sm{cap[0]}{cap[1]}",
+        )
     return gq, gk, gv, dt, device
 
 
-def _options(func: str, attn_mask: Any, is_causal: Any, scale: Any, dropout_p: Any, d: int
-             ) -> tuple[bool, float, float]:  # fmt: skip
+def _options(
+    func: str, attn_mask: Any, is_causal: Any, scale: Any, dropout_p: Any, d: int
+) -> tuple[bool, float, float]:
     if attn_mask is not None:
-        raise ValueError(f"{func}: attn_mask tensors are not supported; use is_causal=True or "
-                         "seq_lens_q/seq_lens_kv (padding masks)")  # fmt: skip
+        raise ValueError(
+            f"{func}: attn_mask tensors are not supported; use is_causal=True or "
+            "seq_lens_q/seq_lens_kv (padding masks)"
+        )
     if not isinstance(is_causal, bool):
         raise TypeError(f"{func}: is_causal must be a bool, got {is_causal!r}")
-    sc = 1.0 / math.sqrt(d) if scale is None else _op.real(scale, "scale", func)
-    p = _op.real(dropout_p, "dropout_p", func, lo=0.0, hi=1.0, hi_open=True)
+    sc = 1.0 / math.sqrt(d) if scale is None else _checks.real(scale, "scale", func)
+    p = _checks.real(dropout_p, "dropout_p", func, lo=0.0, hi=1.0, hi_open=True)
     return is_causal, sc, p
 
 
-def _lens(func: str, name: str, obj: Any, b: int, device: int) -> _op.Operand | None:
+def _lens(func: str, name: str, obj: Any, b: int, device: int) -> _operand.Operand | None:
     if obj is None:
         return None
-    g = _op.operand(obj)
+    g = _operand.operand(obj)
     if g.dtype != DataType.INT32:
         raise TypeError(
             f"{func}: {name} must be an int32 device array of shape ({b},), got "
             f"{dtype_name(g.dtype) if g.dtype else 'an unsupported dtype'}"
         )
     if tuple(g.shape) not in ((b,), (b, 1, 1, 1)):
-        raise ValueError(f"{func}: {name} must have shape ({b},) (one length per batch), got "
-                         f"{tuple(g.shape)}")  # fmt: skip
+        raise ValueError(
+            f"{func}: {name} must have shape ({b},) (one length per batch), got {tuple(g.shape)}"
+        )
     if g.device != device:
         raise ValueError(f"{func}: {name} is on device {g.device}, q on device {device}")
     return g
 
 
-def _layout_of(func: str, name: str, g: _op.Operand, index: int, stage: list
-               ) -> tuple[tuple[int, ...], int]:  # fmt: skip
+def _layout_of(
+    func: str, name: str, g: _operand.Operand, index: int, stage: list
+) -> tuple[tuple[int, ...], int]:
     """*g*'s strides for the graph (a packed copy when its head dim is not contiguous)."""
     if g.strides[3] == 1 or g.shape[3] == 1:
         return tuple(g.strides), _graphops.alignment(g.ptr)
@@ -136,6 +159,43 @@ def _seed_buffer(seed: int, device: int) -> memory.DeviceArray:
     return a
 
 
+#: the per-call seed of an attention with dropout (not in the key; read by its launch)
+_RUN = threading.local()
+
+
+class _Seeded(_call.GraphCall):
+    """An attention graph with dropout: the caller passes pointer 0 for the (seed, offset)
+    pair and :meth:`launch` puts in the device pair of this call's seed (:data:`_RUN`)."""
+
+    __slots__ = ("seed_at",)
+    lean = False  # launch reads the per-call seed
+
+    def launch(self, ptrs: Sequence[int]) -> None:
+        ptrs = list(ptrs)
+        at = self.seed_at
+        pair = _seed_buffer(_RUN.seed, self.handle.device).ptr
+        ptrs[at], ptrs[at + 1] = pair, pair + 8
+        super().launch(ptrs)
+
+
+def _run_seeded(
+    seed: int,
+    key: Any,
+    build: Any,
+    args: tuple,
+    ptrs: tuple,
+    outs: tuple,
+    out_ptrs: tuple,
+    stream: Any,
+) -> tuple:
+    """:func:`._call.run_cached` with *seed* for the :class:`_Seeded` launch (dropout)."""
+    _RUN.seed = seed
+    try:
+        return _call.run_cached(key, build, args, (*ptrs, 0, 0), outs, out_ptrs, stream)
+    finally:
+        _RUN.seed = None
+
+
 def _seed(func: str, seed: Any, p: float) -> int | None:
     if p == 0.0:
         return None
@@ -149,30 +209,52 @@ def _seed(func: str, seed: Any, p: float) -> int | None:
 def _declare_common(g: Graph, gs_q: Any, gs_kv: Any, seed_buf: Any, b: int) -> tuple:
     tsq = tskv = tseed = toff = None
     if gs_q is not None:
-        tsq = g.tensor((b, 1, 1, 1), (1, 1, 1, 1), DataType.INT32, name="seq_len_q",
-                       alignment=_graphops.alignment(gs_q.ptr))  # fmt: skip
-        tskv = g.tensor((b, 1, 1, 1), (1, 1, 1, 1), DataType.INT32, name="seq_len_kv",
-                        alignment=_graphops.alignment(gs_kv.ptr))  # fmt: skip
+        tsq = g.tensor(
+            (b, 1, 1, 1),
+            (1, 1, 1, 1),
+            DataType.INT32,
+            name="seq_len_q",
+            alignment=_graphops.alignment(gs_q.ptr),
+        )
+        tskv = g.tensor(
+            (b, 1, 1, 1),
+            (1, 1, 1, 1),
+            DataType.INT32,
+            name="seq_len_kv",
+            alignment=_graphops.alignment(gs_kv.ptr),
+        )
     if seed_buf is not None:
         tseed = g.tensor((1, 1, 1, 1), (1, 1, 1, 1), DataType.INT64, name="seed", alignment=8)
         toff = g.tensor((1, 1, 1, 1), (1, 1, 1, 1), DataType.INT64, name="offset", alignment=8)
     return tsq, tskv, tseed, toff
 
 
-def _spec_like(g: _op.Operand, shape: tuple[int, ...], dt: DataType) -> _op.OutputSpec:
+def _spec_like(g: _operand.Operand, shape: tuple[int, ...], dt: DataType) -> _call.OutputSpec:
     """A new output of *shape* packed in *g*'s stride order (a (B, S, H, D) q gives a
     (B, S, H, D) output)."""
     from ..graph._builder import like_strides
 
     el = like_strides(shape, tuple(g.shape), tuple(g.strides))
     isz = itemsize(dt)
-    return _op.OutputSpec(shape, numpy_dtype(dt), g.device, tuple(s * isz for s in el))
+    return _call.OutputSpec(shape, numpy_dtype(dt), g.device, tuple(s * isz for s in el))
 
 
-def dnn_sdpa(q: Any, k: Any, v: Any, attn_mask: Any = None, is_causal: bool = False,
-             scale: float | None = None, dropout_p: float = 0.0, seed: int | None = None,
-             training: bool = False, *, seq_lens_q: Any = None, seq_lens_kv: Any = None,
-             out: Any = None, stream: Any = None) -> Any:  # fmt: skip
+def dnn_sdpa(
+    q: Any,
+    k: Any,
+    v: Any,
+    attn_mask: Any = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
+    training: bool = False,
+    *,
+    seq_lens_q: Any = None,
+    seq_lens_kv: Any = None,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
     """Scaled dot-product attention, ``softmax(scale * q k^T + mask) v``, on cuDNN's fused
     flash-attention engines.
 
@@ -219,38 +301,54 @@ def dnn_sdpa(q: Any, k: Any, v: Any, attn_mask: Any = None, is_causal: bool = Fa
     >>> o = pycudnn.dnn_sdpa(q, k, v, is_causal=True)
     """
     func = "dnn_sdpa"
-    pq, kq = _op.key_of(q)
-    pk, kk = _op.key_of(k)
-    pv, kv = _op.key_of(v)
-    psq, ksq = (0, None) if seq_lens_q is None else _op.key_of(seq_lens_q)
-    pskv, kskv = (0, None) if seq_lens_kv is None else _op.key_of(seq_lens_kv)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    pq, kq = _operand.key_of(q)
+    pk, kk = _operand.key_of(k)
+    pv, kv = _operand.key_of(v)
+    psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
+    pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     seedv = (
         _seed(func, seed, dropout_p) if isinstance(dropout_p, (int, float)) and dropout_p else None
     )
-    key = (func, kq, kk, kv, attn_mask is None, is_causal, scale, dropout_p, bool(training),
-           ksq, kskv, ko, _graphops.flags_key())  # fmt: skip
-    call, cached = _op.lookup(key, lambda: _build_fwd(q, k, v, attn_mask, is_causal, scale,
-                                                      dropout_p, training, seq_lens_q,
-                                                      seq_lens_kv, out, stream))  # fmt: skip
-    ptrs = [pq, pk, pv]
-    if seq_lens_q is not None:
-        ptrs += [psq, pskv]
-    if seedv is not None:
-        sb = _seed_buffer(seedv, call.handle.device).ptr
-        ptrs += [sb, sb + 8]
-    if training:
-        result = call.run(tuple(ptrs), (out, None), (po, None), stream)
+    key = (
+        func,
+        kq,
+        kk,
+        kv,
+        attn_mask is None,
+        is_causal,
+        scale,
+        dropout_p,
+        bool(training),
+        ksq,
+        kskv,
+        ko,
+        _graphops.flags_key(),
+    )
+    args = (
+        q,
+        k,
+        v,
+        (attn_mask, is_causal, scale, dropout_p),
+        training,
+        (seq_lens_q, seq_lens_kv),
+        out,
+        stream,
+    )
+    ptrs = (pq, pk, pv) if seq_lens_q is None else (pq, pk, pv, psq, pskv)
+    outs, pos = ((out, None), (po, None)) if training else ((out,), (po,))
+    if seedv is None:
+        result = _call.run_cached(key, _build_forward, args, ptrs, outs, pos, stream)
     else:
-        result = call.run(tuple(ptrs), (out,), (po,), stream)
-    if not cached:
-        _op.remember(key, call)
+        result = _run_seeded(seedv, key, _build_forward, args, ptrs, outs, pos, stream)
     return (result[0], result[1]) if training else result[0]
 
 
-def _build_fwd(q, k, v, attn_mask, is_causal, scale, dropout_p, training, seq_lens_q,
-               seq_lens_kv, out, stream) -> _op.GraphCall:  # fmt: skip
+def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.GraphCall:
+    """*options*: ``(attn_mask, is_causal, scale, dropout_p)``; *seq_lens*: ``(q's, kv's)``."""
     func = "dnn_sdpa"
+    attn_mask, is_causal, scale, dropout_p = options
+    seq_lens_q, seq_lens_kv = seq_lens
     gq, gk, gv, dt, device = _qkv(func, q, k, v)
     causal, sc, p = _options(func, attn_mask, is_causal, scale, dropout_p, gq.shape[3])
     b, hq, sq, _d = gq.shape
@@ -269,15 +367,26 @@ def _build_fwd(q, k, v, attn_mask, is_causal, scale, dropout_p, training, seq_le
     tv = g.tensor(tuple(gv.shape), st_v, dt, name="v", alignment=av)
     tsq, tskv, tseed, toff = _declare_common(g, gsq, gskv, True if p else None, b)
     dropout = (p, tseed, toff) if p else None
-    o, stats = g.sdpa(tq, tk, tv, attn_scale=sc, is_inference=not training,
-                      use_causal_mask=causal, seq_len_q=tsq, seq_len_kv=tskv, dropout=dropout,
-                      name="sdpa")  # fmt: skip
+    o, stats = g.sdpa(
+        tq,
+        tk,
+        tv,
+        attn_scale=sc,
+        is_inference=not training,
+        use_causal_mask=causal,
+        seq_len_q=tsq,
+        seq_len_kv=tskv,
+        dropout=dropout,
+        name="sdpa",
+    )
     oshape = (b, hq, sq, dv)
     if out is not None:
-        go = _op.out_operand(func, out, oshape, dt, device)
+        go = _checks.out_operand(func, out, oshape, dt, device)
         if go.strides[3] != 1:
-            raise ValueError(f"{func}: out's head dim must be contiguous (stride 1), got "
-                             f"strides {tuple(go.strides)}")  # fmt: skip
+            raise ValueError(
+                f"{func}: out's head dim must be contiguous (stride 1), got "
+                f"strides {tuple(go.strides)}"
+            )
         o.set_stride(tuple(max(s, 1) for s in go.strides)).set_alignment(
             _graphops.alignment(go.ptr)
         )
@@ -289,30 +398,61 @@ def _build_fwd(q, k, v, attn_mask, is_causal, scale, dropout_p, training, seq_le
     allocs, out_spans = [alloc], [so]
     outs = [o]
     if training:
-        sspec = _op.output_spec((b, hq, sq, 1), DataType.FLOAT, device)
+        sspec = _call.output_spec((b, hq, sq, 1), DataType.FLOAT, device)
         allocs.append(sspec)
         out_spans.append(sspec.nbytes_span)
         outs.append(stats)
-    inputs = [tq, tk, tv] + ([tsq, tskv] if tsq is not None else []) + (
-        [tseed, toff] if tseed is not None else [])  # fmt: skip
+    inputs = (
+        [tq, tk, tv]
+        + ([tsq, tskv] if tsq is not None else [])
+        + ([tseed, toff] if tseed is not None else [])
+    )
     g.set_io_order(*inputs, *outs)
     in_spans = [gq.nbytes_span, gk.nbytes_span, gv.nbytes_span]
     if gsq is not None:
         in_spans += [gsq.nbytes_span, gskv.nbytes_span]
     if p:
-        in_spans += [8, 8]
-    st = _op.Stage(dt, stage, None, 1.0, 0.0) if stage else None
+        in_spans += [0, 0]  # pointer 0 until the launch (_Seeded): overlaps nothing
+    st = _staging.Stage(dt, stage, None, 1.0, 0.0) if stage else None
     what = _describe("attention forward", dt, gq, gk, causal, gsq is not None, p, training)
-    return _graphops.entry(func, g, device, stream, allocs, in_spans, out_spans, what=what,
-                           stage=st)  # fmt: skip
+    return _entry(func, g, device, stream, allocs, [*in_spans, *out_spans], what, st, p)
 
 
-def _describe(kind: str, dt: DataType, gq: Any, gk: Any, causal: bool, padded: bool, p: float,
-              training: bool) -> str:  # fmt: skip
-    opts = [o for o, on in (("causal", causal), ("padding mask", padded),
-                            (f"dropout {p}", bool(p)), ("training", training)) if on]  # fmt: skip
-    return (f"{dtype_name(dt)} {kind} q{tuple(gq.shape)} k{tuple(gk.shape)}"
-            + (f" ({', '.join(opts)})" if opts else ""))  # fmt: skip
+def _entry(func, g, device, stream, allocs, spans, what, stage, p) -> _call.GraphCall:
+    """The attention's call entry: a :class:`_Seeded` one with dropout (*p*), the seed pair
+    being the last two inputs."""
+    call = _graphops.entry(
+        func,
+        g,
+        device,
+        stream,
+        allocs,
+        spans,
+        what=what,
+        stage=stage,
+        kind=_Seeded if p else _call.GraphCall,
+    )
+    if p:
+        call.seed_at = len(spans) - len(allocs) - 2
+    return call
+
+
+def _describe(
+    kind: str, dt: DataType, gq: Any, gk: Any, causal: bool, padded: bool, p: float, training: bool
+) -> str:
+    opts = [
+        o
+        for o, on in (
+            ("causal", causal),
+            ("padding mask", padded),
+            (f"dropout {p}", bool(p)),
+            ("training", training),
+        )
+        if on
+    ]
+    return f"{dtype_name(dt)} {kind} q{tuple(gq.shape)} k{tuple(gk.shape)}" + (
+        f" ({', '.join(opts)})" if opts else ""
+    )
 
 
 def dnn_sdpa_grad(
@@ -357,55 +497,80 @@ def dnn_sdpa_grad(
         In q's, k's and v's memory order; dk and dv summed over each group of query heads.
     """
     func = "dnn_sdpa_grad"
-    keys = [_op.key_of(a) for a in (q, k, v, out, dout, stats)]
-    psq, ksq = (0, None) if seq_lens_q is None else _op.key_of(seq_lens_q)
-    pskv, kskv = (0, None) if seq_lens_kv is None else _op.key_of(seq_lens_kv)
-    det = _op.snapshot().deterministic if deterministic is None else deterministic
+    keys = [_operand.key_of(a) for a in (q, k, v, out, dout, stats)]
+    psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
+    pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
+    det = _call.snapshot().deterministic if deterministic is None else deterministic
     if isinstance(dropout_p, (int, float)) and dropout_p and seed is None:
-        raise ValueError(f"{func}: dropout_p={dropout_p} needs the forward's seed (seed=None "
-                         "would draw another mask)")  # fmt: skip
-    key = (func, *(kk for _p, kk in keys), attn_mask is None, is_causal, scale, dropout_p,
-           ksq, kskv, bool(det), _graphops.flags_key())  # fmt: skip
-    call, cached = _op.lookup(key, lambda: _build_bwd(q, k, v, out, dout, stats, attn_mask,
-                                                      is_causal, scale, dropout_p, seq_lens_q,
-                                                      seq_lens_kv, bool(det), stream))  # fmt: skip
-    ptrs = [p for p, _k in keys]
+        raise ValueError(
+            f"{func}: dropout_p={dropout_p} needs the forward's seed (seed=None "
+            "would draw another mask)"
+        )
+    key = (
+        func,
+        *(kk for _p, kk in keys),
+        attn_mask is None,
+        is_causal,
+        scale,
+        dropout_p,
+        ksq,
+        kskv,
+        bool(det),
+        _graphops.flags_key(),
+    )
+    args = (
+        (q, k, v, out, dout, stats),
+        (attn_mask, is_causal, scale, dropout_p),
+        (seq_lens_q, seq_lens_kv),
+        bool(det),
+        stream,
+    )
+    ptrs = tuple(p for p, _k in keys)
     if seq_lens_q is not None:
-        ptrs += [psq, pskv]
+        ptrs += (psq, pskv)
+    seedv = None
     if isinstance(dropout_p, (int, float)) and dropout_p:
-        sb = _seed_buffer(_seed(func, seed, dropout_p), call.handle.device).ptr
-        ptrs += [sb, sb + 8]
-    result = call.run(tuple(ptrs), (None, None, None), (None, None, None), stream)
-    if not cached:
-        _op.remember(key, call)
-    return tuple(result)  # type: ignore[return-value]
+        seedv = _seed(func, seed, dropout_p)
+    none3 = (None, None, None)
+    if seedv is None:
+        return _call.run_cached(key, _build_backward, args, ptrs, none3, none3, stream)
+    return _run_seeded(seedv, key, _build_backward, args, ptrs, none3, none3, stream)
 
 
-def _build_bwd(q, k, v, out, dout, stats, attn_mask, is_causal, scale, dropout_p, seq_lens_q,
-               seq_lens_kv, det, stream) -> _op.GraphCall:  # fmt: skip
+def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall:
+    """*operands*: ``(q, k, v, out, dout, stats)``; *options*: ``(attn_mask, is_causal, scale,
+    dropout_p)``; *seq_lens*: ``(q's, kv's)``."""
     func = "dnn_sdpa_grad"
+    q, k, v, out, dout, stats = operands
+    attn_mask, is_causal, scale, dropout_p = options
+    seq_lens_q, seq_lens_kv = seq_lens
     gq, gk, gv, dt, device = _qkv(func, q, k, v)
     causal, sc, p = _options(func, attn_mask, is_causal, scale, dropout_p, gq.shape[3])
     b, hq, sq, d = gq.shape
     _, hk, skv, dv = gv.shape
     if sq == 1 and skv == 1:
-        raise errors.NotSupportedError(3000, func, "cuDNN's attention backward does not run "
-                                       "S_q = S_kv = 1")  # fmt: skip
+        raise errors.NotSupportedError(
+            3000, func, "cuDNN's attention backward does not run S_q = S_kv = 1"
+        )
     oshape = (b, hq, sq, dv)
-    go, gdo = _op.operand(out), _op.operand(dout)
+    go, gdo = _operand.operand(out), _operand.operand(dout)
     for name, g_ in (("out", go), ("dout", gdo)):
         if tuple(g_.shape) != oshape:
             raise ValueError(f"{func}: {name} must have shape {oshape}, got {tuple(g_.shape)}")
         if g_.dtype != dt:
-            raise TypeError(f"{func}: {name} is {dtype_name(g_.dtype) if g_.dtype else '?'}, "
-                            f"q is {dtype_name(dt)}")  # fmt: skip
+            raise TypeError(
+                f"{func}: {name} is {dtype_name(g_.dtype) if g_.dtype else '?'}, "
+                f"q is {dtype_name(dt)}"
+            )
         if g_.device != device:
             raise ValueError(f"{func}: {name} is on device {g_.device}, q on device {device}")
-        _op.check_strides(func, name, g_)
-    gs = _op.operand(stats)
+        _checks.check_strides(func, name, g_)
+    gs = _operand.operand(stats)
     if gs.dtype != DataType.FLOAT or tuple(gs.shape) != (b, hq, sq, 1):
-        raise ValueError(f"{func}: stats must be the forward's float32 ({b}, {hq}, {sq}, 1) "
-                         f"statistics, got shape {tuple(gs.shape)}")  # fmt: skip
+        raise ValueError(
+            f"{func}: stats must be the forward's float32 ({b}, {hq}, {sq}, 1) "
+            f"statistics, got shape {tuple(gs.shape)}"
+        )
     if not _layout.matches(gs.shape, gs.strides, _layout.packed_strides((b, hq, sq, 1))):
         raise ValueError(f"{func}: stats must be contiguous, got strides {tuple(gs.strides)}")
     if gs.device != device:
@@ -422,29 +587,53 @@ def _build_bwd(q, k, v, out, dout, stats, attn_mask, is_causal, scale, dropout_p
         st_, al = _layout_of(func, name, g_, i, stage)
         ts.append(g.tensor(tuple(g_.shape), st_, dt, name=name, alignment=al))
     tq, tk, tv, to, tdo = ts
-    tst = g.tensor((b, hq, sq, 1), _layout.packed_strides((b, hq, sq, 1)), DataType.FLOAT,
-                   name="stats", alignment=_graphops.alignment(gs.ptr))  # fmt: skip
+    tst = g.tensor(
+        (b, hq, sq, 1),
+        _layout.packed_strides((b, hq, sq, 1)),
+        DataType.FLOAT,
+        name="stats",
+        alignment=_graphops.alignment(gs.ptr),
+    )
     tsq, tskv, tseed, toff = _declare_common(g, gsq, gskv, True if p else None, b)
     from ..graph import _sdpa
 
-    dq, dk, dv_ = _sdpa.backward(g, tq, tk, tv, to, tdo, tst, sc, causal, tsq, tskv,
-                                 (p, tseed, toff) if p else None, "sdpa_backward",
-                                 deterministic=det)  # fmt: skip
+    dq, dk, dv_ = _sdpa.backward(
+        g,
+        tq,
+        tk,
+        tv,
+        to,
+        tdo,
+        tst,
+        sc,
+        causal,
+        tsq,
+        tskv,
+        (p, tseed, toff) if p else None,
+        "sdpa_backward",
+        deterministic=det,
+    )
     allocs = []
-    for t, like, shape in ((dq, gq, (b, hq, sq, d)), (dk, gk, (b, hk, skv, d)),
-                           (dv_, gv, (b, hk, skv, dv))):  # fmt: skip
+    for t, like, shape in (
+        (dq, gq, (b, hq, sq, d)),
+        (dk, gk, (b, hk, skv, d)),
+        (dv_, gv, (b, hk, skv, dv)),
+    ):
         spec = _spec_like(like, shape, dt)
         t.set_stride(spec.element_strides)
         allocs.append(spec)
-    inputs = [tq, tk, tv, to, tdo, tst] + ([tsq, tskv] if tsq is not None else []) + (
-        [tseed, toff] if tseed is not None else [])  # fmt: skip
+    inputs = (
+        [tq, tk, tv, to, tdo, tst]
+        + ([tsq, tskv] if tsq is not None else [])
+        + ([tseed, toff] if tseed is not None else [])
+    )
     g.set_io_order(*inputs, dq, dk, dv_)
     in_spans = [x.nbytes_span for _n, x in ops] + [gs.nbytes_span]
     if gsq is not None:
         in_spans += [gsq.nbytes_span, gskv.nbytes_span]
     if p:
-        in_spans += [8, 8]
-    st = _op.Stage(dt, stage, None, 1.0, 0.0) if stage else None
+        in_spans += [0, 0]  # pointer 0 until the launch (_Seeded): overlaps nothing
+    st = _staging.Stage(dt, stage, None, 1.0, 0.0) if stage else None
     what = _describe("attention backward", dt, gq, gk, causal, gsq is not None, p, False)
-    return _graphops.entry(func, g, device, stream, allocs, in_spans,
-                           [a.nbytes_span for a in allocs], what=what, stage=st)  # fmt: skip
+    spans = [*in_spans, *(a.nbytes_span for a in allocs)]
+    return _entry(func, g, device, stream, allocs, spans, what, st, p)

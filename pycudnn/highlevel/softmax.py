@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import _layout
 from ..enums import SoftmaxAlgorithm, SoftmaxMode
-from . import _op
+from . import _call, _checks, _operand, _staging
 
 __all__ = ["dnn_softmax", "dnn_softmax_grad"]
 
@@ -35,7 +35,7 @@ def _as4d(shape: tuple[int, ...], strides: tuple[int, ...]):
     """The 4-D (N, C, S1, S2) view cuDNN reads, or None when the strides cannot be merged."""
     n = len(shape)
     if n <= 4:
-        return _op.padded(shape, strides)
+        return _staging.padded(shape, strides)
     # 5-D: merge D with H, or H with W
     for i in (2, 3):
         if shape[i + 1] == 1 or strides[i] == strides[i + 1] * shape[i + 1] or shape[i] == 1:
@@ -47,34 +47,39 @@ def _as4d(shape: tuple[int, ...], strides: tuple[int, ...]):
     return None
 
 
-class _Softmax(_op.Call):
-    __slots__ = ("algo", "descs", "fn", "hp", "mode", "scale")
+class _Softmax(_call.Call):
+    """``cudnnSoftmaxForward`` (x, y) or ``cudnnSoftmaxBackward`` (y, dy, dx)."""
+
+    __slots__ = ("algo", "alpha", "beta", "descs", "fn", "hp", "mode")
 
     def __init__(self, func, h, alloc, spans, stage, name, algo, mode, descs, alpha, beta):
-        super().__init__(func, h, alloc, spans, stage)
-        self.fn = _op.quiet(name)
+        # the descriptors and the factors byref() points into live as long as the entry
+        super().__init__(func, h, (alloc,), spans, stage, keepalive=(descs, alpha, beta))
+        self.fn = _call.quiet(name)
         self.hp = h.ptr
         self.algo, self.mode, self.descs = int(algo), int(mode), descs
-        self.scale = (alpha, beta, ctypes.byref(alpha), ctypes.byref(beta))
+        self.alpha, self.beta = ctypes.byref(alpha), ctypes.byref(beta)
 
     def launch(self, ptrs):
-        a, b = self.scale[2], self.scale[3]
+        alpha, beta = self.alpha, self.beta
         if len(ptrs) == 2:  # forward: x, y
             xd, yd = self.descs
-            self.fn(self.hp, self.algo, self.mode, a, xd, ptrs[0], b, yd, ptrs[1])
+            self.fn(self.hp, self.algo, self.mode, alpha, xd, ptrs[0], beta, yd, ptrs[1])
         else:  # backward: y, dy, dx
             yd, dyd, dxd = self.descs
-            self.fn(self.hp, self.algo, self.mode, a, yd, ptrs[0], dyd, ptrs[1], b, dxd, ptrs[2])
+            self.fn(
+                self.hp, self.algo, self.mode, alpha, yd, ptrs[0], dyd, ptrs[1], beta, dxd, ptrs[2]
+            )
 
 
-def _build(func, name, names, objs, out, algo, mode, alpha, beta, stream) -> _op.Call:
+def _build(func, name, names, objs, out, algo, mode, alpha, beta, stream) -> _call.Call:
     """Validate the inputs (*names*, *objs*: all one shape), the output and the arguments;
     stage what cuDNN cannot read as 4-D."""
-    ops = [(n, _op.operand(o)) for n, o in zip(names, objs, strict=True)]
-    a_ = _op.choose(algo, _ALGOS, "algo", func)
-    m_ = _op.choose(mode, _MODES, "mode", func)
-    o = _op.operand(out) if out is not None else None
-    dt, device = _op.same_dtype_and_device(func, [*ops, ("out", o)])
+    ops = [(n, _operand.operand(o)) for n, o in zip(names, objs, strict=True)]
+    a_ = _checks.choose(algo, _ALGOS, "algo", func)
+    m_ = _checks.choose(mode, _MODES, "mode", func)
+    o = _operand.operand(out) if out is not None else None
+    dt, device = _checks.same_dtype_and_device(func, [*ops, ("out", o)])
     first_name, g0 = ops[0]
     if not 2 <= len(g0.shape) <= 5:
         raise ValueError(
@@ -87,18 +92,18 @@ def _build(func, name, names, objs, out, algo, mode, alpha, beta, stream) -> _op
                 f"{tuple(g0.shape)}; expected one shape"
             )
     for n, g in ops:
-        _op.check_strides(func, n, g)
+        _checks.check_strides(func, n, g)
     if o is not None:
-        _op.check_strides(func, "out", o)
-        _op.check_out(func, o, g0.shape)
-    a, b = _op.scales(dt, _op.real(alpha, "alpha", func), _op.real(beta, "beta", func))
-    h = _op.handle_for(device, stream, func)
-    spec = _op.like_spec(g0) if o is None else None
+        _checks.check_strides(func, "out", o)
+        _checks.check_out(func, o, g0.shape)
+    a, b = _call.scales(dt, _checks.real(alpha, "alpha", func), _checks.real(beta, "beta", func))
+    h = _call.handle_for(device, stream, func)
+    spec = _call.like_spec(g0) if o is None else None
     out_strides = o.strides if o is not None else spec.element_strides
     so = o.nbytes_span if o is not None else spec.nbytes_span
     spans = (*(g.nbytes_span for _n, g in ops), so)
     if any(s == 0 for s in g0.shape):
-        return _op.NoOp(func, h, spec, spans)
+        return _call.Call(func, h, (spec,), spans, noop=True)
     packed = _layout.packed_strides(g0.shape)
     staged_in, descs = [], []
     for i, (_n, g) in enumerate(ops):
@@ -106,18 +111,18 @@ def _build(func, name, names, objs, out, algo, mode, alpha, beta, stream) -> _op
         if view is None:
             staged_in.append((i, g, packed))
             view = _as4d(g.shape, packed)
-        descs.append(_op.tensor_descriptor(*view, dt))
+        descs.append(_staging.tensor_descriptor(*view, dt))
     view = _as4d(g0.shape, out_strides)
     staged_out = None
     if view is None:
         staged_out = (tuple(g0.shape), tuple(out_strides), packed)
         view = _as4d(g0.shape, packed)
-    descs.append(_op.tensor_descriptor(*view, dt))
+    descs.append(_staging.tensor_descriptor(*view, dt))
     stage = None
     if staged_in or staged_out:
-        stage = _op.Stage(dt, staged_in, staged_out, alpha, beta)
+        stage = _staging.Stage(dt, staged_in, staged_out, alpha, beta)
         if staged_out:
-            a, b = _op.scales(dt, 1.0, 0.0)  # the final copy applies alpha and beta
+            a, b = _call.scales(dt, 1.0, 0.0)  # the final copy applies alpha and beta
     return _Softmax(func, h, spec, spans, stage, name, a_, m_, tuple(descs), a, b)
 
 
@@ -169,12 +174,22 @@ def dnn_softmax(
     >>> p = pycudnn.dnn_softmax(logits)                       # (N, C): softmax over classes
     >>> lp = pycudnn.dnn_softmax(scores, algo="log")          # log-softmax, per pixel for 4-D
     """
-    px, kx = _op.key_of(x)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    px, kx = _operand.key_of(x)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     key = ("softmax", kx, ko, algo, mode, alpha, beta)
-    return _op.dispatch(key, _build, (px,), out, po, stream, "dnn_softmax",
-                        "cudnnSoftmaxForward", ("x",), (x,), out, algo, mode, alpha, beta,
-                        stream)  # fmt: skip
+    args = (
+        "dnn_softmax",
+        "cudnnSoftmaxForward",
+        ("x",),
+        (x,),
+        out,
+        algo,
+        mode,
+        alpha,
+        beta,
+        stream,
+    )
+    return _call.run_cached(key, _build, args, (px,), (out,), (po,), stream)[0]
 
 
 def dnn_softmax_grad(
@@ -212,10 +227,20 @@ def dnn_softmax_grad(
     TypeError, ValueError
         As for :func:`dnn_softmax`; also when *dy* and *sm* differ in shape.
     """
-    pdy, kdy = _op.key_of(dy)
-    psm, ksm = _op.key_of(sm)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    pdy, kdy = _operand.key_of(dy)
+    psm, ksm = _operand.key_of(sm)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     key = ("softmax_grad", kdy, ksm, ko, algo, mode, alpha, beta)
-    return _op.dispatch(key, _build, (psm, pdy), out, po, stream, "dnn_softmax_grad",
-                        "cudnnSoftmaxBackward", ("sm", "dy"), (sm, dy), out, algo, mode,
-                        alpha, beta, stream)  # fmt: skip
+    args = (
+        "dnn_softmax_grad",
+        "cudnnSoftmaxBackward",
+        ("sm", "dy"),
+        (sm, dy),
+        out,
+        algo,
+        mode,
+        alpha,
+        beta,
+        stream,
+    )
+    return _call.run_cached(key, _build, args, (psm, pdy), (out,), (po,), stream)[0]

@@ -34,7 +34,7 @@ from typing import Any
 from .. import _layout
 from ..descriptors import SpatialTransformerDescriptor
 from ..enums import DataType
-from . import _op
+from . import _call, _checks, _operand, _staging
 
 __all__ = [
     "dnn_spatialtf",
@@ -52,7 +52,7 @@ _GRID, _GRID_BWD, _SAMPLE, _SAMPLE_BWD = "stf_grid", "stf_grid_grad", "stf_sampl
 # ==================================================================================================
 # Validation helpers
 # ==================================================================================================
-def _shape_of(func: str, name: str, g: _op.Operand, expected: tuple, what: str) -> None:
+def _shape_of(func: str, name: str, g: _operand.Operand, expected: tuple, what: str) -> None:
     """*g* has ``len(expected)`` dims and the given sizes (None: any)."""
     shape = tuple(g.shape)
     ok = len(shape) == len(expected) and all(
@@ -62,16 +62,17 @@ def _shape_of(func: str, name: str, g: _op.Operand, expected: tuple, what: str) 
         raise ValueError(f"{func}: {name} has shape {shape}; expected {what}")
 
 
-def _staged(func: str, name: str, g: _op.Operand, index: int, stage: list) -> None:
+def _staged(func: str, name: str, g: _operand.Operand, index: int, stage: list) -> None:
     """Check *g*'s strides; queue a packed copy when cuDNN (no descriptor) cannot read it."""
-    _op.check_strides(func, name, g)
+    _checks.check_strides(func, name, g)
     if not _layout.is_c_contiguous(g.shape, g.strides) and 0 not in g.shape:
         stage.append((index, g, _layout.packed_strides(g.shape)))
 
 
-def _packed_out(func: str, name: str, out: Any, shape: tuple, dt: DataType, device: int
-                ) -> _op.Operand:  # fmt: skip
-    o = _op.out_operand(func, out, shape, dt, device, name)
+def _packed_out(
+    func: str, name: str, out: Any, shape: tuple, dt: DataType, device: int
+) -> _operand.Operand:
+    o = _checks.out_operand(func, out, shape, dt, device, name)
     if not _layout.is_c_contiguous(o.shape, o.strides):
         raise ValueError(
             f"{func}: {name} has strides {tuple(o.strides)}; cuDNN writes it without a "
@@ -96,8 +97,8 @@ def _out_shape(func: str, value: Any) -> tuple[int, int, int, int]:
     return n, c, h, w
 
 
-def _make_stage(dt: DataType, stage: list) -> _op.Stage | None:
-    return _op.Stage(dt, stage, None, 1.0, 0.0) if stage else None
+def _make_stage(dt: DataType, stage: list) -> _staging.Stage | None:
+    return _staging.Stage(dt, stage, None, 1.0, 0.0) if stage else None
 
 
 def _beta_needs_out(func: str, beta: float, out: Any) -> None:
@@ -105,7 +106,7 @@ def _beta_needs_out(func: str, beta: float, out: Any) -> None:
         raise ValueError(f"{func}: beta={beta!r} blends into out, but no out was given")
 
 
-def _image(func: str, name: str, g: _op.Operand) -> None:
+def _image(func: str, name: str, g: _operand.Operand) -> None:
     if len(g.shape) != 4:
         raise ValueError(f"{func}: {name} has shape {tuple(g.shape)}; expected (N, C, H, W)")
     if any(s < 1 for s in g.shape[1:]):
@@ -119,55 +120,62 @@ def output_shape(
     ceil(W * scale_width))`` (Theano's; a product within 1e-9 of an integer is that integer)."""
     func = "dnn_spatialtf"
     n, c, h, w = (int(s) for s in img_shape)
-    sw = _op.real(scale_width, "scale_width", func, lo=0.0, lo_open=True)
-    sh = _op.real(scale_height, "scale_height", func, lo=0.0, lo_open=True)
+    sw = _checks.real(scale_width, "scale_width", func, lo=0.0, lo_open=True)
+    sh = _checks.real(scale_height, "scale_height", func, lo=0.0, lo_open=True)
     return n, c, max(1, math.ceil(h * sh - 1e-9)), max(1, math.ceil(w * sw - 1e-9))
 
 
 # ==================================================================================================
 # Call entries
 # ==================================================================================================
-class _Grid(_op.Call):
-    """Grid generator forward (theta -> grid) or backward (dgrid -> dtheta)."""
+class _GridGenerator(_call.Call):
+    """``cudnnSpatialTfGridGeneratorForward`` (theta, grid) or ``...Backward`` (dgrid, dtheta)."""
 
     __slots__ = ("fn", "hp", "st")
 
     def __init__(self, func, h, alloc, spans, stage, st, name):
-        super().__init__(func, h, alloc, spans, stage)
+        super().__init__(func, h, (alloc,), spans, stage, keepalive=st)
         self.st, self.hp = st, h.ptr
-        self.fn = _op.quiet(name)
+        self.fn = _call.quiet(name)
 
     def launch(self, ptrs):
         self.fn(self.hp, self.st, ptrs[0], ptrs[1])
 
 
-class _Sampler(_op.Call):
-    __slots__ = ("args", "fn", "hp", "st", "xd", "yd")
+class _Sampler(_call.Call):
+    """``cudnnSpatialTfSamplerForward``: x, grid, then y."""
 
-    def __init__(self, func, h, alloc, spans, stage, st, xd, yd, a, b):
-        super().__init__(func, h, alloc, spans, stage)
-        self.st, self.xd, self.yd, self.hp = st, xd, yd, h.ptr
-        self.args = (ctypes.byref(a), ctypes.byref(b), a, b)
-        self.fn = _op.quiet("cudnnSpatialTfSamplerForward")
+    __slots__ = ("alpha", "beta", "descs", "fn", "hp", "st")
+
+    def __init__(self, func, h, alloc, spans, stage, st, descs, a, b):
+        # the descriptors and the factors byref() points into live as long as the entry
+        super().__init__(func, h, (alloc,), spans, stage, keepalive=(st, descs, a, b))
+        self.st, self.descs, self.hp = st, descs, h.ptr
+        self.alpha, self.beta = ctypes.byref(a), ctypes.byref(b)
+        self.fn = _call.quiet("cudnnSpatialTfSamplerForward")
 
     def launch(self, ptrs):
         x, grid, y = ptrs
-        self.fn(self.hp, self.st, self.args[0], self.xd, x, grid, self.args[1], self.yd, y)
+        xd, yd = self.descs
+        self.fn(self.hp, self.st, self.alpha, xd, x, grid, self.beta, yd, y)
 
 
-class _SamplerGrad(_op.MultiOutputCall):
-    __slots__ = ("args", "dxd", "dyd", "fn", "hp", "st", "xd")
+class _SamplerBackward(_call.Call):
+    """``cudnnSpatialTfSamplerBackward``: x, grid, dy, then dx, dgrid."""
 
-    def __init__(self, func, h, allocs, in_spans, out_spans, stage, st, xd, dxd, dyd, a, b):
-        super().__init__(func, h, allocs, in_spans, out_spans, stage)
-        self.st, self.xd, self.dxd, self.dyd, self.hp = st, xd, dxd, dyd, h.ptr
-        self.args = (ctypes.byref(a), ctypes.byref(b), a, b)
-        self.fn = _op.quiet("cudnnSpatialTfSamplerBackward")
+    __slots__ = ("alpha", "beta", "descs", "fn", "hp", "st")
+
+    def __init__(self, func, h, allocs, spans, stage, st, descs, a, b):
+        super().__init__(func, h, allocs, spans, stage, keepalive=(st, descs, a, b))
+        self.st, self.descs, self.hp = st, descs, h.ptr
+        self.alpha, self.beta = ctypes.byref(a), ctypes.byref(b)
+        self.fn = _call.quiet("cudnnSpatialTfSamplerBackward")
 
     def launch(self, ptrs):
         x, grid, dy, dx, dgrid = ptrs
-        a, b = self.args[0], self.args[1]
-        self.fn(self.hp, self.st, a, self.xd, x, b, self.dxd, dx, a, self.dyd, dy, grid, b, dgrid)
+        xd, dxd, dyd = self.descs
+        a, b = self.alpha, self.beta
+        self.fn(self.hp, self.st, a, xd, x, b, dxd, dx, a, dyd, dy, grid, b, dgrid)
 
 
 # ==================================================================================================
@@ -205,20 +213,21 @@ def dnn_spatialtf_grid(theta: Any, out_shape: Any, *, out: Any = None, stream: A
     --------
     >>> grid = pycudnn.dnn_spatialtf_grid(theta, (n, c, 32, 32))
     """
-    pt, kt = _op.key_of(theta)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    pt, kt = _operand.key_of(theta)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     try:
         oshape: Any = tuple(out_shape)
     except TypeError:
         oshape = out_shape
     key = (_GRID, kt, ko, oshape)
-    return _op.dispatch(key, lambda: _grid(theta, out, out_shape, stream), (pt,), out, po, stream)
+    args = (theta, out, out_shape, stream)
+    return _call.run_cached(key, _build_grid, args, (pt,), (out,), (po,), stream)[0]
 
 
-def _grid(theta, out, out_shape, stream) -> _op.Call:
+def _build_grid(theta, out, out_shape, stream) -> _call.Call:
     func = "dnn_spatialtf_grid"
-    g = _op.operand(theta)
-    dt, device = _op.same_dtype_and_device(func, (("theta", g),), _TYPES)
+    g = _operand.operand(theta)
+    dt, device = _checks.same_dtype_and_device(func, (("theta", g),), _TYPES)
     _shape_of(func, "theta", g, (None, 2, 3), "(N, 2, 3)")
     n, c, h, w = _out_shape(func, out_shape)
     if n != g.shape[0]:
@@ -227,17 +236,17 @@ def _grid(theta, out, out_shape, stream) -> _op.Call:
     _staged(func, "theta", g, 0, stage)
     gshape = (n, h, w, 2)
     if out is None:
-        spec = _op.output_spec(gshape, dt, device)
+        spec = _call.output_spec(gshape, dt, device)
         so = spec.nbytes_span
     else:
         spec, so = None, _packed_out(func, "out", out, gshape, dt, device).nbytes_span
-    hd = _op.handle_for(device, stream, func)
+    hd = _call.handle_for(device, stream, func)
     spans = (g.nbytes_span, so)
     if n == 0:
-        return _op.NoOp(func, hd, spec, spans)
+        return _call.Call(func, hd, (spec,), spans, noop=True)
     st = SpatialTransformerDescriptor((n, c, h, w), dt)
     name = "cudnnSpatialTfGridGeneratorForward"
-    return _Grid(func, hd, spec, spans, _make_stage(dt, stage), st, name)
+    return _GridGenerator(func, hd, spec, spans, _make_stage(dt, stage), st, name)
 
 
 def dnn_spatialtf_grid_grad(dgrid: Any, *, out: Any = None, stream: Any = None) -> Any:
@@ -268,17 +277,17 @@ def dnn_spatialtf_grid_grad(dgrid: Any, *, out: Any = None, stream: Any = None) 
     >>> dimg, dgrid = pycudnn.dnn_spatialtf_sampler_grad(img, grid, dy)
     >>> dtheta = pycudnn.dnn_spatialtf_grid_grad(dgrid)
     """
-    pg, kg = _op.key_of(dgrid)
-    po, ko = (None, None) if out is None else _op.key_of(out)
-    return _op.dispatch(
-        (_GRID_BWD, kg, ko), lambda: _grid_grad(dgrid, out, stream), (pg,), out, po, stream
-    )
+    pg, kg = _operand.key_of(dgrid)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
+    key = (_GRID_BWD, kg, ko)
+    args = (dgrid, out, stream)
+    return _call.run_cached(key, _build_grid_backward, args, (pg,), (out,), (po,), stream)[0]
 
 
-def _grid_grad(dgrid, out, stream) -> _op.Call:
+def _build_grid_backward(dgrid, out, stream) -> _call.Call:
     func = "dnn_spatialtf_grid_grad"
-    g = _op.operand(dgrid)
-    dt, device = _op.same_dtype_and_device(func, (("dgrid", g),), _TYPES)
+    g = _operand.operand(dgrid)
+    dt, device = _checks.same_dtype_and_device(func, (("dgrid", g),), _TYPES)
     _shape_of(func, "dgrid", g, (None, None, None, 2), "(N, H, W, 2)")
     n, h, w, _ = g.shape
     if n and min(h, w) < 1:
@@ -287,17 +296,17 @@ def _grid_grad(dgrid, out, stream) -> _op.Call:
     _staged(func, "dgrid", g, 0, stage)
     tshape = (n, 2, 3)
     if out is None:
-        spec = _op.output_spec(tshape, dt, device)
+        spec = _call.output_spec(tshape, dt, device)
         so = spec.nbytes_span
     else:
         spec, so = None, _packed_out(func, "out", out, tshape, dt, device).nbytes_span
-    hd = _op.handle_for(device, stream, func)
+    hd = _call.handle_for(device, stream, func)
     spans = (g.nbytes_span, so)
     if n == 0:
-        return _op.NoOp(func, hd, spec, spans)
+        return _call.Call(func, hd, (spec,), spans, noop=True)
     st = SpatialTransformerDescriptor((n, 1, h, w), dt)
     name = "cudnnSpatialTfGridGeneratorBackward"
-    return _Grid(func, hd, spec, spans, _make_stage(dt, stage), st, name)
+    return _GridGenerator(func, hd, spec, spans, _make_stage(dt, stage), st, name)
 
 
 # ==================================================================================================
@@ -346,59 +355,54 @@ def dnn_spatialtf_sampler(
     --------
     >>> y = pycudnn.dnn_spatialtf_sampler(img, grid)
     """
-    pi, ki = _op.key_of(img)
-    pg, kg = _op.key_of(grid)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+    pi, ki = _operand.key_of(img)
+    pg, kg = _operand.key_of(grid)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (_SAMPLE, ki, kg, ko, alpha, beta)
-    return _op.dispatch(
-        key,
-        lambda: _sampler(img, grid, out, alpha, beta, stream),
-        (pi, pg),
-        out,
-        po,
-        stream,
-    )
+    args = (img, grid, out, alpha, beta, stream)
+    return _call.run_cached(key, _build_sampler, args, (pi, pg), (out,), (po,), stream)[0]
 
 
 def _sampler_operands(func, img, grid):
-    gi, gg = _op.operand(img), _op.operand(grid)
-    dt, device = _op.same_dtype_and_device(func, (("img", gi), ("grid", gg)), _TYPES)
+    gi, gg = _operand.operand(img), _operand.operand(grid)
+    dt, device = _checks.same_dtype_and_device(func, (("img", gi), ("grid", gg)), _TYPES)
     _image(func, "img", gi)
     n = gi.shape[0]
     _shape_of(func, "grid", gg, (n, None, None, 2), f"({n}, H, W, 2) (N of img)")
     if n and min(gg.shape[1:3]) < 1:
         raise ValueError(f"{func}: grid has shape {tuple(gg.shape)}; H and W must be >= 1")
-    _op.check_strides(func, "img", gi)
+    _checks.check_strides(func, "img", gi)
     stage: list = []
     _staged(func, "grid", gg, 1, stage)
     return gi, gg, dt, device, stage
 
 
-def _sampler(img, grid, out, alpha, beta, stream) -> _op.Call:
+def _build_sampler(img, grid, out, alpha, beta, stream) -> _call.Call:
     func = "dnn_spatialtf_sampler"
     gi, gg, dt, device, stage = _sampler_operands(func, img, grid)
-    a = _op.real(alpha, "alpha", func)
-    b = _op.real(beta, "beta", func)
+    a = _checks.real(alpha, "alpha", func)
+    b = _checks.real(beta, "beta", func)
     _beta_needs_out(func, b, out)
     n, c = gi.shape[:2]
     h, w = gg.shape[1:3]
     yshape = (n, c, h, w)
     if out is None:
-        spec = _op.like_spec(gi, shape=yshape)
+        spec = _call.like_spec(gi, shape=yshape)
         ystrides, so = spec.element_strides, spec.nbytes_span
     else:
         spec = None
-        o = _op.out_operand(func, out, yshape, dt, device)
+        o = _checks.out_operand(func, out, yshape, dt, device)
         ystrides, so = tuple(o.strides), o.nbytes_span
-    hd = _op.handle_for(device, stream, func)
+    hd = _call.handle_for(device, stream, func)
     spans = (gi.nbytes_span, gg.nbytes_span, so)
     if n == 0:
-        return _op.NoOp(func, hd, spec, spans)
-    xd = _op.tensor_desc(func, "img", gi)
-    yd = _op.tensor_descriptor(yshape, ystrides, dt)
+        return _call.Call(func, hd, (spec,), spans, noop=True)
+    xd = _staging.tensor_desc(func, "img", gi)
+    yd = _staging.tensor_descriptor(yshape, ystrides, dt)
     st = SpatialTransformerDescriptor(yshape, dt)
-    sa, sb = _op.scales(dt, a, b)
-    return _Sampler(func, hd, spec, spans, _make_stage(dt, stage), st, xd, yd, sa, sb)
+    sa, sb = _call.scales(dt, a, b)
+    stage = _make_stage(dt, stage)
+    return _Sampler(func, hd, spec, spans, stage, st, (xd, yd), sa, sb)
 
 
 def dnn_spatialtf_sampler_grad(
@@ -444,16 +448,13 @@ def dnn_spatialtf_sampler_grad(
     """
     func = "dnn_spatialtf_sampler_grad"
     outs = _pair(func, out)
-    pi, ki = _op.key_of(img)
-    pg, kg = _op.key_of(grid)
-    pdy, kdy = _op.key_of(dy)
-    pos, kos = zip(*((None, None) if o is None else _op.key_of(o) for o in outs), strict=True)
+    pi, ki = _operand.key_of(img)
+    pg, kg = _operand.key_of(grid)
+    pdy, kdy = _operand.key_of(dy)
+    pos, kos = zip(*((None, None) if o is None else _operand.key_of(o) for o in outs), strict=True)
     key = (_SAMPLE_BWD, ki, kg, kdy, kos, alpha, beta)
-    call, cached = _op.lookup(key, lambda: _sampler_grad(img, grid, dy, outs, alpha, beta, stream))
-    result = call.run((pi, pg, pdy), outs, pos, stream)
-    if not cached:
-        _op.remember(key, call)
-    return result
+    args = (img, grid, dy, outs, alpha, beta, stream)
+    return _call.run_cached(key, _build_sampler_backward, args, (pi, pg, pdy), outs, pos, stream)
 
 
 def _pair(func: str, out: Any) -> tuple[Any, Any]:
@@ -464,51 +465,52 @@ def _pair(func: str, out: Any) -> tuple[Any, Any]:
     return out[0], out[1]
 
 
-def _sampler_grad(img, grid, dy, outs, alpha, beta, stream) -> _op.MultiOutputCall:
+def _build_sampler_backward(img, grid, dy, outs, alpha, beta, stream) -> _call.Call:
     func = "dnn_spatialtf_sampler_grad"
     gi, gg, dt, device, stage = _sampler_operands(func, img, grid)
-    gdy = _op.operand(dy)
-    _op.same_dtype_and_device(func, (("img", gi), ("dy", gdy)), _TYPES)
+    gdy = _operand.operand(dy)
+    _checks.same_dtype_and_device(func, (("img", gi), ("dy", gdy)), _TYPES)
     n, c = gi.shape[:2]
     h, w = gg.shape[1:3]
     _shape_of(func, "dy", gdy, (n, c, h, w), f"{(n, c, h, w)} (N, C of img, H, W of grid)")
-    _op.check_strides(func, "dy", gdy)
-    a = _op.real(alpha, "alpha", func)
-    b = _op.real(beta, "beta", func)
+    _checks.check_strides(func, "dy", gdy)
+    a = _checks.real(alpha, "alpha", func)
+    b = _checks.real(beta, "beta", func)
     if b != 0.0 and (outs[0] is None or outs[1] is None):
         raise ValueError(f"{func}: beta={beta!r} blends into out, but out has no (dimg, dgrid)")
     if outs[0] is None:
-        ispec = _op.like_spec(gi)
+        ispec = _call.like_spec(gi)
         dxstrides, sdx = ispec.element_strides, ispec.nbytes_span
     else:
         ispec = None
-        o = _op.out_operand(func, outs[0], gi.shape, dt, device, "out[0] (dimg)")
+        o = _checks.out_operand(func, outs[0], gi.shape, dt, device, "out[0] (dimg)")
         dxstrides, sdx = tuple(o.strides), o.nbytes_span
     if outs[1] is None:
-        gspec = _op.output_spec(gg.shape, dt, device)
+        gspec = _call.output_spec(gg.shape, dt, device)
         sdg = gspec.nbytes_span
     else:
         gspec = None
         sdg = _packed_out(func, "out[1] (dgrid)", outs[1], gg.shape, dt, device).nbytes_span
-    hd = _op.handle_for(device, stream, func)
+    hd = _call.handle_for(device, stream, func)
     in_spans = (gi.nbytes_span, gg.nbytes_span, gdy.nbytes_span)
     if n == 0:
-        return _op.MultiOutputCall(func, hd, (ispec, gspec), in_spans, (sdx, sdg), noop=True)
-    xd = _op.tensor_desc(func, "img", gi)
-    dxd = _op.tensor_descriptor(gi.shape, dxstrides, dt)
-    dyd = _op.tensor_desc(func, "dy", gdy)
+        return _call.Call(func, hd, (ispec, gspec), (*in_spans, sdx, sdg), noop=True)
+    xd = _staging.tensor_desc(func, "img", gi)
+    dxd = _staging.tensor_descriptor(gi.shape, dxstrides, dt)
+    dyd = _staging.tensor_desc(func, "dy", gdy)
     st = SpatialTransformerDescriptor((n, c, h, w), dt)
-    sa, sb = _op.scales(dt, a, b)
-    return _SamplerGrad(func, hd, (ispec, gspec), in_spans, (sdx, sdg), _make_stage(dt, stage),
-                        st, xd, dxd, dyd, sa, sb)  # fmt: skip
+    sa, sb = _call.scales(dt, a, b)
+    spans = (*in_spans, sdx, sdg)
+    stage = _make_stage(dt, stage)
+    return _SamplerBackward(func, hd, (ispec, gspec), spans, stage, st, (xd, dxd, dyd), sa, sb)
 
 
 # ==================================================================================================
 # The whole transformer
 # ==================================================================================================
 def _check_whole(func, img, theta, scale_width, scale_height):
-    gi, gt = _op.operand(img), _op.operand(theta)
-    _op.same_dtype_and_device(func, (("img", gi), ("theta", gt)), _TYPES)
+    gi, gt = _operand.operand(img), _operand.operand(theta)
+    _checks.same_dtype_and_device(func, (("img", gi), ("theta", gt)), _TYPES)
     _image(func, "img", gi)
     _shape_of(func, "theta", gt, (gi.shape[0], 2, 3), f"({gi.shape[0]}, 2, 3) (N of img)")
     return gi, output_shape(gi.shape, scale_width, scale_height)
@@ -560,7 +562,7 @@ def dnn_spatialtf(
     func = "dnn_spatialtf"
     gi, oshape = _check_whole(func, img, theta, scale_width, scale_height)
     if out is not None:
-        _op.out_operand(func, out, oshape, gi.dtype, gi.device)
+        _checks.out_operand(func, out, oshape, gi.dtype, gi.device)
     grid = dnn_spatialtf_grid(theta, oshape, stream=stream)
     return dnn_spatialtf_sampler(img, grid, out=out, stream=stream)
 
@@ -601,8 +603,8 @@ def dnn_spatialtf_grad(
     """
     func = "dnn_spatialtf_grad"
     gi, oshape = _check_whole(func, img, theta, scale_width, scale_height)
-    gdy = _op.operand(dy)
-    _op.same_dtype_and_device(func, (("img", gi), ("dy", gdy)), _TYPES)
+    gdy = _operand.operand(dy)
+    _checks.same_dtype_and_device(func, (("img", gi), ("dy", gdy)), _TYPES)
     _shape_of(func, "dy", gdy, oshape, f"{oshape} (the forward output's shape)")
     grid = dnn_spatialtf_grid(theta, oshape, stream=stream)
     dimg, dgrid = dnn_spatialtf_sampler_grad(img, grid, dy, stream=stream)

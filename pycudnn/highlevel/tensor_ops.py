@@ -15,7 +15,7 @@ from typing import Any
 
 from ..descriptors import OpTensorDescriptor
 from ..enums import DataType, OpTensorOp
-from . import _op
+from . import _call, _checks, _operand, _staging
 
 __all__ = ["dnn_add_tensor", "dnn_op_tensor"]
 
@@ -30,19 +30,19 @@ _OPS = {
 _UNARY = (OpTensorOp.SQRT, OpTensorOp.NOT)
 
 
-def _desc(func: str, name: str, g: _op.Operand) -> Any:
+def _desc(func: str, name: str, g: _operand.Operand) -> Any:
     if not 1 <= len(g.shape) <= 5:
         raise ValueError(
             f"{func}: {name} has {len(g.shape)} dims; cuDNN's tensor arithmetic takes 1 to 5"
         )
-    _op.check_strides(func, name, g)
+    _checks.check_strides(func, name, g)
     if 0 in g.shape:
         return None  # nothing to compute
-    return _op.tensor_descriptor(*_op.padded(g.shape, g.strides), g.dtype)
+    return _staging.tensor_descriptor(*_staging.padded(g.shape, g.strides), g.dtype)
 
 
 def _check_broadcast(
-    func: str, name: str, g: _op.Operand, target: tuple[int, ...], tname: str
+    func: str, name: str, g: _operand.Operand, target: tuple[int, ...], tname: str
 ) -> None:
     if len(g.shape) != len(target) or any(
         s not in (1, t) for s, t in zip(g.shape, target, strict=True)
@@ -57,12 +57,14 @@ def _check_broadcast(
 # ==================================================================================================
 # dnn_add_tensor
 # ==================================================================================================
-class _Add(_op.Call):
+class _AddTensor(_call.Call):
+    """``cudnnAddTensor``: a, then c (given: read and written)."""
+
     __slots__ = ("ad", "cd", "fn", "hp", "scale")
 
     def __init__(self, func, h, spans, ad, cd, alpha, beta):
-        super().__init__(func, h, None, spans)
-        self.fn = _op.quiet("cudnnAddTensor")
+        super().__init__(func, h, (None,), spans, keepalive=(ad, cd))
+        self.fn = _call.quiet("cudnnAddTensor")
         self.hp, self.ad, self.cd = h.ptr, ad, cd
         self.scale = (alpha, beta, ctypes.byref(alpha), ctypes.byref(beta))
 
@@ -103,36 +105,39 @@ def dnn_add_tensor(
     --------
     >>> pycudnn.dnn_add_tensor(bias.reshape(1, -1, 1, 1), y)   # y += bias, per channel
     """
-    pa, ka = _op.key_of(a)
-    pc, kc = _op.key_of(c)
+    pa, ka = _operand.key_of(a)
+    pc, kc = _operand.key_of(c)
     key = ("add_tensor", ka, kc, alpha, beta)
-    return _op.dispatch(key, _add, (pa,), c, pc, stream, a, c, alpha, beta, stream)
+    args = (a, c, alpha, beta, stream)
+    return _call.run_cached(key, _build_add, args, (pa,), (c,), (pc,), stream)[0]
 
 
-def _add(a, c, alpha, beta, stream) -> _op.Call:
+def _build_add(a, c, alpha, beta, stream) -> _call.Call:
     func = "dnn_add_tensor"
-    ga, gc = _op.operand(a), _op.operand(c)
-    dt, device = _op.same_dtype_and_device(func, (("a", ga), ("c", gc)))
+    ga, gc = _operand.operand(a), _operand.operand(c)
+    dt, device = _checks.same_dtype_and_device(func, (("a", ga), ("c", gc)))
     ad, cd = _desc(func, "a", ga), _desc(func, "c", gc)
     _check_broadcast(func, "a", ga, tuple(gc.shape), "c")
-    _op.check_out(func, gc, gc.shape, name="c")
-    al, be = _op.scales(dt, _op.real(alpha, "alpha", func), _op.real(beta, "beta", func))
-    h = _op.handle_for(device, stream, func)
+    _checks.check_out(func, gc, gc.shape, name="c")
+    al, be = _call.scales(dt, _checks.real(alpha, "alpha", func), _checks.real(beta, "beta", func))
+    h = _call.handle_for(device, stream, func)
     spans = (ga.nbytes_span, gc.nbytes_span)
     if any(n == 0 for n in gc.shape):
-        return _op.NoOp(func, h, None, spans)
-    return _Add(func, h, spans, ad, cd, al, be)
+        return _call.Call(func, h, (None,), spans, noop=True)
+    return _AddTensor(func, h, spans, ad, cd, al, be)
 
 
 # ==================================================================================================
 # dnn_op_tensor
 # ==================================================================================================
-class _OpTensor(_op.Call):
+class _OpTensor(_call.Call):
+    """``cudnnOpTensor``: a[, b], then out."""
+
     __slots__ = ("ad", "bd", "cd", "fn", "hp", "opd", "scale", "unary")
 
     def __init__(self, func, h, alloc, spans, inplace, opd, ad, bd, cd, scales, unary):
-        super().__init__(func, h, alloc, spans, inplace=inplace)
-        self.fn = _op.quiet("cudnnOpTensor")
+        super().__init__(func, h, (alloc,), spans, inplace=inplace, keepalive=(opd, ad, bd, cd))
+        self.fn = _call.quiet("cudnnOpTensor")
         self.hp, self.opd, self.ad, self.bd, self.cd = h.ptr, opd, ad, bd, cd
         self.scale = (*scales, *(ctypes.byref(s) for s in scales))
         self.unary = unary
@@ -197,30 +202,30 @@ def dnn_op_tensor(
     >>> z = pycudnn.dnn_op_tensor("mul", x, y)             # x * y
     >>> pycudnn.dnn_op_tensor("max", x, zero, out=x)       # in place
     """
-    pa, ka = _op.key_of(a)
+    pa, ka = _operand.key_of(a)
     if b is None:
         pb = kb = None
     else:
-        pb, kb = _op.key_of(b)
-    po, ko = (None, None) if out is None else _op.key_of(out)
+        pb, kb = _operand.key_of(b)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     key = ("op_tensor", op, ka, kb, ko, alpha1, alpha2, beta)
     ptrs = (pa,) if b is None else (pa, pb)
-    return _op.dispatch(key, _op_tensor, ptrs, out, po, stream,
-                        op, a, b, alpha1, alpha2, beta, out, stream)  # fmt: skip
+    args = (op, a, b, alpha1, alpha2, beta, out, stream)
+    return _call.run_cached(key, _build_op_tensor, args, ptrs, (out,), (po,), stream)[0]
 
 
-def _op_tensor(op, a, b, alpha1, alpha2, beta, out, stream) -> _op.Call:
+def _build_op_tensor(op, a, b, alpha1, alpha2, beta, out, stream) -> _call.Call:
     func = "dnn_op_tensor"
-    kind = _op.choose(op, _OPS, "op", func)
+    kind = _checks.choose(op, _OPS, "op", func)
     unary = kind in _UNARY
-    ga = _op.operand(a)
-    gb = None if b is None else _op.operand(b)
+    ga = _operand.operand(a)
+    gb = None if b is None else _operand.operand(b)
     if gb is None and not unary:
         raise TypeError(f"{func}: op={op!r} is binary; pass b (only 'sqrt' and 'not' take a alone)")
     if gb is not None and unary:
         raise TypeError(f"{func}: op={op!r} takes a alone; pass b=None")
-    go = None if out is None else _op.operand(out)
-    dt, device = _op.same_dtype_and_device(func, (("a", ga), ("b", gb), ("out", go)))
+    go = None if out is None else _operand.operand(out)
+    dt, device = _checks.same_dtype_and_device(func, (("a", ga), ("b", gb), ("out", go)))
     ad = _desc(func, "a", ga)
     bd = ad
     if gb is not None:
@@ -228,30 +233,30 @@ def _op_tensor(op, a, b, alpha1, alpha2, beta, out, stream) -> _op.Call:
         _check_broadcast(func, "b", gb, tuple(ga.shape), "a")
     compute = DataType.DOUBLE if dt == DataType.DOUBLE else DataType.FLOAT
     opd = OpTensorDescriptor(kind, compute, nan_propagation=True)
-    scales = _op.scales(
+    scales = _call.scales(
         dt,
         *(
-            _op.real(v, n, func)
+            _checks.real(v, n, func)
             for v, n in ((alpha1, "alpha1"), (alpha2, "alpha2"), (beta, "beta"))
         ),
     )
     if go is None:
-        spec = _op.like_spec(ga)
+        spec = _call.like_spec(ga)
         cd = None
         if 0 not in spec.shape:
-            cd = _op.tensor_descriptor(*_op.padded(spec.shape, spec.element_strides), dt)
+            cd = _staging.tensor_descriptor(*_staging.padded(spec.shape, spec.element_strides), dt)
         so = spec.nbytes_span
         inplace: tuple[int, ...] = ()
     else:
         spec = None
         cd = _desc(func, "out", go)
-        _op.check_out(func, go, ga.shape)
+        _checks.check_out(func, go, ga.shape)
         so = go.nbytes_span
         inplace = tuple(
-            i for i, g in enumerate((ga, gb)) if g is not None and _op.same_layout(g, go)
+            i for i, g in enumerate((ga, gb)) if g is not None and _staging.same_layout(g, go)
         )
-    h = _op.handle_for(device, stream, func)
+    h = _call.handle_for(device, stream, func)
     spans = (ga.nbytes_span, *(() if gb is None else (gb.nbytes_span,)), so)
     if any(n == 0 for n in ga.shape):
-        return _op.NoOp(func, h, spec, spans)
+        return _call.Call(func, h, (spec,), spans, noop=True)
     return _OpTensor(func, h, spec, spans, inplace, opd, ad, bd, cd, scales, unary)

@@ -29,7 +29,7 @@ no_c = fd.no_c
 def no_c_at_all(no_c, monkeypatch):
     """``no_c`` plus the convolution's plan builder and the RNN's descriptors."""
     monkeypatch.setattr(_plans, "BackendDescriptor", fd._boom)
-    monkeypatch.setattr(pycudnn.highlevel._op, "cudnn_version", fd._boom)
+    monkeypatch.setattr(pycudnn.highlevel._call, "cudnn_version", fd._boom)
     for name in ("empty", "zeros", "get_workspace", "asarray"):
         monkeypatch.setattr(conv.memory, name, fd._boom)
     for name in ("RNNDescriptor", "RNNDataDescriptor", "DropoutDescriptor"):

@@ -28,7 +28,7 @@ import pytest
 import pycudnn
 from pycudnn import _cuda, memory
 from pycudnn import handle as hmod
-from pycudnn.highlevel import DropoutState, RNNBlock, _op, conv
+from pycudnn.highlevel import DropoutState, RNNBlock, _call, _operand, conv
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -210,7 +210,7 @@ def test_a_call_makes_its_operands_device_current_then_restores_the_callers(name
         switches.clear()
         monkeypatch.setattr(_cuda, "device_now", lambda: 5)
         monkeypatch.setattr(_cuda, "set_device", record)
-        monkeypatch.setattr(_op, "one_device", False)  # as with several GPUs
+        monkeypatch.setattr(_call, "one_device", False)  # as with several GPUs
         try:
             result = CALLS[name](put, 0)
         finally:
@@ -259,11 +259,11 @@ def test_cuda_visible_devices_is_honoured_in_a_child_process():
 def test_call_keys_plans_and_states_hold_the_device():
     dev = hmod.current_device()
     x = pycudnn.to_device(H["e"])
-    assert _op.key_of(x)[1][3] == dev
-    kx = _op.key_of(x)[1]  # (shape, strides, dtype, device, address residue)
+    assert _operand.key_of(x)[1][3] == dev
+    kx = _operand.key_of(x)[1]  # (shape, strides, dtype, device, address residue)
     pycudnn.highlevel.clear_caches()
     pycudnn.dnn_activation(x, "relu")
-    keys = list(_op.calls().data)
+    keys = list(_call.calls().data)
     assert len(keys) == 1 and kx in keys[0]  # the call key holds the operand's device
     pycudnn.dnn_conv(pycudnn.to_device(H["x4"]), pycudnn.to_device(H["w4"]))
     info = conv.last_call()

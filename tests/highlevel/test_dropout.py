@@ -193,7 +193,7 @@ def test_closed_state_and_other_device(fake, monkeypatch):
     dnn_dropout(Fake(X), 0.5, state=st)
     other = DummyHandle()
     other.device = 1
-    monkeypatch.setattr(dropout._op._handle, "get_handle", lambda device=None: other)
+    monkeypatch.setattr(dropout._call._handle, "get_handle", lambda device=None: other)
     n = len(fake.calls)
     with pytest.raises(ValueError, match="bound to device 0, the operands are on device 1"):
         dnn_dropout(Fake(X, device=1), 0.5, state=st)
@@ -222,20 +222,20 @@ def test_empty_input(fake):
 
 def test_second_call_skips_validation(fake, monkeypatch):
     builds = []
-    real = dropout._forward
+    real = dropout._build_forward
 
     def spy(*args):
         builds.append(args)
         return real(*args)
 
-    monkeypatch.setattr(dropout, "_forward", spy)
+    monkeypatch.setattr(dropout, "_build_forward", spy)
     st = DropoutState(3)
     for _ in range(3):
         dnn_dropout(Fake(X), 0.5, state=st)
     assert len(builds) == 1 and len(fake.of("cudnnDropoutForward")) == 3
     # the cache holds no state (a state is freed with its last user reference)
-    entry = next(iter(dropout._op.calls().data.values()))
-    assert entry.state is None
+    entry = next(iter(dropout._call.calls().data.values()))
+    assert not hasattr(entry, "state") and dropout._RUN.args is None
 
 
 def test_stream_argument_binds_the_handle(fake):

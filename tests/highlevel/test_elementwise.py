@@ -1,7 +1,7 @@
 """CPU tests of the activation, softmax and tensor-arithmetic functions (no GPU, no compute call).
 
 * the validation catalogue: every bad input raises before any handle, allocation or C call;
-* the C calls these functions make, recorded through a fake ``_op.quiet``: which function, with
+* the C calls these functions make, recorded through a fake ``_call.quiet``: which function, with
   which descriptors and pointers in which order, alpha/beta, in-place rules;
 * the call cache: a repeated call validates once; new pointers with the same layout reuse it.
 """
@@ -18,7 +18,7 @@ from _fake_device import DummyHandle, Fake
 import pycudnn
 from pycudnn import _layout
 from pycudnn.enums import ActivationMode, DataType, SoftmaxAlgorithm, SoftmaxMode
-from pycudnn.highlevel import _op
+from pycudnn.highlevel import _call, _operand
 
 F32, F64, F16 = DataType.FLOAT, DataType.DOUBLE, DataType.HALF
 no_c = fd.no_c  # the fixture: every way into CUDA/cuDNN raises before validation could pass
@@ -29,7 +29,7 @@ def record(monkeypatch):
     """Fake handle and allocator; compute functions recorded as (name, args)."""
     calls = []
     built = []
-    real_quiet = _op.quiet
+    real_quiet = _call.quiet
 
     def quiet(name):
         if name.startswith(("cudnnCreate", "cudnnSet", "cudnnGet", "cudnnDestroy")):
@@ -42,12 +42,12 @@ def record(monkeypatch):
 
     def empty(shape, dtype, device=None, stream=None, *, strides=None):
         isz = np.dtype(dtype).itemsize
-        f = Fake(shape, _op.data_type(dtype), tuple(s // isz for s in strides))
+        f = Fake(shape, _operand.data_type(dtype), tuple(s // isz for s in strides))
         built.append(f)
         return f
 
-    monkeypatch.setattr(_op, "quiet", quiet)
-    monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: DummyHandle())
+    monkeypatch.setattr(_call, "quiet", quiet)
+    monkeypatch.setattr(_call._handle, "get_handle", lambda device=None: DummyHandle())
     monkeypatch.setattr(pycudnn.memory, "empty", empty)
     pycudnn.clear_caches()
     yield calls, built
@@ -151,9 +151,9 @@ def test_activation_call(record):
     pycudnn.dnn_activation(x, "relu", out=x)
     assert calls[-1][1][4] == calls[-1][1][7] == x.ptr
     x2 = Fake((2, 3, 4, 5), F64)
-    n_descs = len(_op.calls())
+    n_descs = len(_call.calls())
     pycudnn.dnn_activation(x2, "relu", out=x2)
-    assert len(_op.calls()) == n_descs and calls[-1][1][4] == x2.ptr
+    assert len(_call.calls()) == n_descs and calls[-1][1][4] == x2.ptr
 
 
 def test_activation_layouts(record):

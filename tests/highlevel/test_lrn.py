@@ -99,13 +99,13 @@ def test_empty_and_in_place(capture):
 
 def test_second_call_skips_validation(capture, monkeypatch):
     builds = []
-    real = lrn._forward
+    real = lrn._build_forward
 
     def spy(*args):
         builds.append(args)
         return real(*args)
 
-    monkeypatch.setattr(lrn, "_forward", spy)
+    monkeypatch.setattr(lrn, "_build_forward", spy)
     for _ in range(3):
         dnn_lrn(Fake(X), 5)
     dnn_lrn(Fake(X), 3)

@@ -17,7 +17,7 @@ import pytest
 
 from pycudnn import _layout, memory
 from pycudnn.enums import DataType, PoolingMode
-from pycudnn.highlevel import _op, pool
+from pycudnn.highlevel import _call, _operand, pool
 from pycudnn.highlevel.pool import dnn_pool, dnn_pool_grad, get_pool_output_shape
 
 F32, F64, F16, BF16 = DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16
@@ -37,7 +37,7 @@ class Fake:
         self.device = device
 
 
-_op.register_operand_type(Fake, lambda f: (f.ptr, f.shape, f.strides, f.dt, f.device))
+_operand.register_operand_type(Fake, lambda f: (f.ptr, f.shape, f.strides, f.dt, f.device))
 
 
 class CCall(BaseException):
@@ -51,13 +51,13 @@ def _boom(*args, **kwargs):
 
 @pytest.fixture
 def no_c(monkeypatch):
-    monkeypatch.setattr(_op._handle, "get_handle", _boom)
-    monkeypatch.setattr(_op, "quiet", _boom)
+    monkeypatch.setattr(_call._handle, "get_handle", _boom)
+    monkeypatch.setattr(_call, "quiet", _boom)
     for name in ("empty", "zeros", "asarray"):
         monkeypatch.setattr(memory, name, _boom)
-    _op.calls().clear()
+    _call.calls().clear()
     yield
-    _op.calls().clear()
+    _call.calls().clear()
 
 
 class DummyHandle:
@@ -71,7 +71,7 @@ class DummyHandle:
 
 
 class Recorder:
-    """Stands in for ``_op.quiet``: each C function records its calls in ``log``."""
+    """Stands in for ``_call.quiet``: each C function records its calls in ``log``."""
 
     def __init__(self):
         self.log = []
@@ -94,14 +94,14 @@ def rec(monkeypatch):
 
     def allocate(shape, dtype, device=None, stream=None, *, strides=None):
         isz = np.dtype(dtype).itemsize
-        return Fake(shape, _op.data_type(dtype), tuple(s // isz for s in strides))
+        return Fake(shape, _operand.data_type(dtype), tuple(s // isz for s in strides))
 
-    monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: handle)
-    monkeypatch.setattr(_op, "quiet", r)
+    monkeypatch.setattr(_call._handle, "get_handle", lambda device=None: handle)
+    monkeypatch.setattr(_call, "quiet", r)
     monkeypatch.setattr(memory, "empty", allocate)
-    _op.calls().clear()
+    _call.calls().clear()
     yield r
-    _op.calls().clear()
+    _call.calls().clear()
 
 
 def x4(n=2, c=3, h=8, w=8, **kw):
@@ -114,19 +114,29 @@ def x5(n=2, c=3, d=6, h=8, w=8, **kw):
 
 def _pool_desc():
     """The PoolingDescriptor of the latest call entry (the C call gets its address)."""
-    return list(_op.calls().data.values())[-1].pool
+    return list(_call.calls().data.values())[-1].keepalive[0]
 
 
 def _d(arg):
     """The descriptor behind a C call's argument: the entries pass their descriptors'
-    addresses (ints) and keep the objects in ``.descs``; staging passes the objects."""
+    addresses (ints) and keep the objects (``.keepalive``: pool, descriptors, ...); staging
+    passes the objects."""
     if not isinstance(arg, int):
         return arg
-    for entry in _op.calls().data.values():
-        for d in getattr(entry, "descs", ()):
+    for entry in _call.calls().data.values():
+        for d in _kept(entry.keepalive):
             if d.ptr == arg:
                 return d
     raise KeyError(hex(arg))
+
+
+def _kept(obj):
+    """The objects with a ``ptr`` (descriptors) in a call entry's ``keepalive``, at any depth."""
+    if isinstance(obj, (tuple, list)):
+        for o in obj:
+            yield from _kept(o)
+    elif isinstance(getattr(obj, "ptr", None), int):
+        yield obj
 
 
 def _value(p):
@@ -250,8 +260,8 @@ def test_out_keyword_of_the_gradient_is_img_grad():
 # ==================================================================================================
 def test_forward_calls_cudnn_once_per_call_and_validates_once(rec, monkeypatch):
     builds = []
-    real = pool._forward
-    monkeypatch.setattr(pool, "_forward", lambda *a: builds.append(1) or real(*a))
+    real = pool._build_forward
+    monkeypatch.setattr(pool, "_build_forward", lambda *a: builds.append(1) or real(*a))
     x = x4()
     y1 = dnn_pool(x, (2, 2), (2, 2))
     y2 = dnn_pool(x, [2, 2], [2, 2])  # lists key like tuples

@@ -27,7 +27,7 @@ from references import pool_grad_ref, pool_ref  # noqa: E402  (float64 reference
 
 import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
 from pycudnn import memory  # noqa: E402
-from pycudnn.highlevel import _op  # noqa: E402
+from pycudnn.highlevel import _call  # noqa: E402
 from pycudnn.highlevel.pool import dnn_pool, dnn_pool_grad  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -338,10 +338,10 @@ def test_repeated_call_is_cheap():
     ]
     for c in calls:
         c()
-    entries = set(_op.calls().data)
+    entries = set(_call.calls().data)
     t_out, t_new, t_bwd = (_per_call(c) for c in calls)
     t_torch = _per_call(lambda: F.max_pool2d(x, 2))
-    assert set(_op.calls().data) == entries  # repeats are cache hits: no new entry
+    assert set(_call.calls().data) == entries  # repeats are cache hits: no new entry
     print(
         f"\nhost us/call: dnn_pool out= {t_out:.1f}, new output {t_new:.1f}, dnn_pool_grad "
         f"{t_bwd:.1f}; torch F.max_pool2d {t_torch:.1f}"

@@ -26,7 +26,7 @@ import pytest
 
 from pycudnn import _layout
 from pycudnn.enums import DataType, ForwardMode, WgradMode
-from pycudnn.highlevel import _op, rnn
+from pycudnn.highlevel import _call, _operand, _staging, rnn
 from pycudnn.highlevel.rnn import RNNBlock
 from pycudnn.highlevel.rnn_layout import (
     GATES,
@@ -53,7 +53,7 @@ class Fake:
         self.device = device
 
 
-_op.register_operand_type(Fake, lambda f: (f.ptr, f.shape, f.strides, f.dt, f.device))
+_operand.register_operand_type(Fake, lambda f: (f.ptr, f.shape, f.strides, f.dt, f.device))
 
 
 class CCall(BaseException):
@@ -68,10 +68,10 @@ def _boom(*args, **kwargs):
 @pytest.fixture
 def no_c(monkeypatch):
     """Make every way into CUDA/cuDNN raise CCall."""
-    monkeypatch.setattr(_op._handle, "get_handle", _boom)
-    monkeypatch.setattr(_op, "tensor_descriptor", _boom)
-    monkeypatch.setattr(_op, "quiet", _boom)
-    monkeypatch.setattr(_op, "workspace", _boom)
+    monkeypatch.setattr(_call._handle, "get_handle", _boom)
+    monkeypatch.setattr(_staging, "tensor_descriptor", _boom)
+    monkeypatch.setattr(_call, "quiet", _boom)
+    monkeypatch.setattr(_call, "workspace", _boom)
     for name in ("RNNDescriptor", "RNNDataDescriptor", "DropoutDescriptor", "TensorDescriptor"):
         monkeypatch.setattr(rnn, name, _boom)
     for name in ("empty", "zeros", "asarray", "to_device", "get_workspace"):
@@ -571,12 +571,12 @@ def fakes(monkeypatch):
 
     def allocate(shape, dtype, device=None, stream=None, *, strides=None):
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        return Fake(shape, _op.data_type(np.dtype(dtype)))
+        return Fake(shape, _operand.data_type(np.dtype(dtype)))
 
-    monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: handle)
-    monkeypatch.setattr(_op, "quiet", quiet)
-    monkeypatch.setattr(_op, "workspace", lambda h, n: 0xABC000)
-    monkeypatch.setattr(_op, "tensor_descriptor", lambda shape, strides, dt: ("tdesc", shape))
+    monkeypatch.setattr(_call._handle, "get_handle", lambda device=None: handle)
+    monkeypatch.setattr(_call, "quiet", quiet)
+    monkeypatch.setattr(_call, "workspace", lambda h, n: 0xABC000)
+    monkeypatch.setattr(_staging, "tensor_descriptor", lambda shape, strides, dt: ("tdesc", shape))
     monkeypatch.setattr(rnn, "RNNDescriptor", FakeRNNDesc)
     monkeypatch.setattr(rnn, "RNNDataDescriptor", FakeDesc)
     monkeypatch.setattr(rnn, "DropoutDescriptor", FakeDropout)

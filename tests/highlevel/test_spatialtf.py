@@ -240,13 +240,13 @@ def test_empty_batch(capture):
 
 def test_second_call_skips_validation(capture, monkeypatch):
     builds = []
-    real = spatialtf._sampler
+    real = spatialtf._build_sampler
 
     def spy(*args):
         builds.append(args)
         return real(*args)
 
-    monkeypatch.setattr(spatialtf, "_sampler", spy)
+    monkeypatch.setattr(spatialtf, "_build_sampler", spy)
     for _ in range(3):
         dnn_spatialtf_sampler(Fake(IMG), Fake(GRID))
     assert len(builds) == 1 and len(capture.of("cudnnSpatialTfSamplerForward")) == 3

@@ -512,7 +512,7 @@ def captured(no_c, monkeypatch):
     """``_graphops.entry`` records the graph it would plan, then stops the call."""
     graphs = []
 
-    def entry(func, g, device, stream, allocs, in_spans, out_spans, *, what, stage=None):
+    def entry(func, g, device, stream, allocs, spans, *, what, stage=None, kind=None):
         graphs.append((func, g, allocs, what, stage))
         raise CCall(what)
 
@@ -537,16 +537,16 @@ def test_matmul_graph(captured):
 def test_norm_graph_rows(rms):
     """cuDNN 9.19 refuses x and y of different row pitches ("!xDesc.hasSameShape(&yDesc)", seen
     on the H100): rows of a wider buffer go through a packed copy, packed rows are taken as is."""
-    from pycudnn.highlevel import _op, norms
+    from pycudnn.highlevel import _operand, norms
 
     g = Graph("bfloat16")
     stage: list = []
-    wide = _op.Operand(4096, (4, 6, 64), (6 * 128, 128, 1), BF16, 0)
+    wide = _operand.Operand(4096, (4, 6, 64), (6 * 128, 128, 1), BF16, 0)
     t = norms._x_tensor(g, "x", wide, 1, 0, stage)
     assert t.dim == (24, 64, 1, 1) and t.stride == (64, 1, 64, 64)
     assert [(i, tuple(p)) for i, _o, p in stage] == [(0, (384, 64, 1, 1))]
     stage.clear()
-    packed = _op.Operand(4096, (4, 6, 64), (384, 64, 1), BF16, 0)
+    packed = _operand.Operand(4096, (4, 6, 64), (384, 64, 1), BF16, 0)
     t = norms._x_tensor(g, "x2", packed, 1 + rms, 1, stage)
     assert stage == [] and t.stride[1] == 1
 

@@ -17,7 +17,7 @@ import pytest
 
 from pycudnn import _layout, memory
 from pycudnn.enums import DataType
-from pycudnn.highlevel import _op, clear_caches
+from pycudnn.highlevel import _call, _operand, clear_caches
 
 F16, BF16, F32, F64 = DataType.HALF, DataType.BFLOAT16, DataType.FLOAT, DataType.DOUBLE
 I32, U8 = DataType.INT32, DataType.UINT8
@@ -54,7 +54,7 @@ class Fake:
         return self
 
 
-_op.register_operand_type(Fake, lambda f: (f.ptr, f.shape, f.strides, f.dt, f.device))
+_operand.register_operand_type(Fake, lambda f: (f.ptr, f.shape, f.strides, f.dt, f.device))
 
 
 class CCall(BaseException):
@@ -69,8 +69,8 @@ def _boom(*args, **kwargs):
 @pytest.fixture
 def no_c(monkeypatch):
     """Every way into CUDA/cuDNN raises CCall (descriptors stay real: they need no GPU)."""
-    monkeypatch.setattr(_op._handle, "get_handle", _boom)
-    monkeypatch.setattr(_op, "quiet", _boom)
+    monkeypatch.setattr(_call._handle, "get_handle", _boom)
+    monkeypatch.setattr(_call, "quiet", _boom)
     for name in ("empty", "zeros", "get_workspace", "asarray", "to_device"):
         monkeypatch.setattr(memory, name, _boom)
     clear_caches()
@@ -92,7 +92,7 @@ class DummyHandle:
 
 
 class Recorder:
-    """Stands in for ``_op.quiet``: every C function records ``(name, args)``; size queries
+    """Stands in for ``_call.quiet``: every C function records ``(name, args)``; size queries
     answer ``sizes.get(name, 0)``."""
 
     def __init__(self):
@@ -118,7 +118,7 @@ class Recorder:
 
 
 def _allocate(shape, dtype, device=None, stream=None, *, strides=None):
-    dt = _op.data_type(np.dtype(dtype))
+    dt = _operand.data_type(np.dtype(dtype))
     shape = tuple(shape) if not isinstance(shape, int) else (shape,)
     el = None if strides is None else tuple(s // np.dtype(dtype).itemsize for s in strides)
     return Fake(shape, dt, el, device=device or 0)
@@ -126,17 +126,17 @@ def _allocate(shape, dtype, device=None, stream=None, *, strides=None):
 
 def _to_device(a, stream=None, **kwargs):
     a = np.asarray(a)
-    return Fake(a.shape, _op.data_type(a.dtype), host=a)
+    return Fake(a.shape, _operand.data_type(a.dtype), host=a)
 
 
 @pytest.fixture
 def capture(monkeypatch):
-    """A fake handle, allocator and workspace; ``_op.quiet`` records the C calls."""
+    """A fake handle, allocator and workspace; ``_call.quiet`` records the C calls."""
     rec = Recorder()
     handle = DummyHandle()
     rec.handle = handle
-    monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: handle)
-    monkeypatch.setattr(_op, "quiet", rec)
+    monkeypatch.setattr(_call._handle, "get_handle", lambda device=None: handle)
+    monkeypatch.setattr(_call, "quiet", rec)
     monkeypatch.setattr(memory, "empty", _allocate)
     monkeypatch.setattr(memory, "zeros", _boom)
     monkeypatch.setattr(memory, "asarray", lambda obj, **kw: obj)

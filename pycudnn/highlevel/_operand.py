@@ -1,0 +1,165 @@
+"""Operands: any device array as the C calls see it.
+
+Any device array -- torch tensor, CuPy/JAX array, pycudnn ``DeviceArray``, anything with
+``__cuda_array_interface__`` or ``__dlpack__`` -- is read as an :class:`Operand` record (pointer,
+shape, element strides, ``DataType``, device), as cheaply as its kind allows: one getter per type,
+found once. Host arrays are refused with a ``TypeError`` naming ``to_device``. Hot paths read the
+same five fields as a plain tuple (:func:`raw_operand`, or straight from a torch tensor through
+:data:`FAST_T`): building a named record costs more than the rest of a cache hit's reading.
+
+:func:`key_of` turns an operand into the part of a call key that validation depends on, so a
+cached call entry can skip validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from .. import _layout, memory
+from .._types import as_data_type, itemsize
+from ..enums import DataType
+
+__all__ = [
+    "FAST_T",
+    "Operand",
+    "data_type",
+    "key_of",
+    "operand",
+    "raw_operand",
+    "register_operand_type",
+]
+
+
+class Operand(NamedTuple):
+    """A device array as the C calls see it."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    dtype: DataType | None  # None: a dtype cuDNN has no type for
+    device: int
+
+    @property
+    def nbytes_span(self) -> int:
+        """Bytes from the first to one past the last addressed element."""
+        if self.dtype is None:
+            return 0
+        return _layout.span(self.shape, self.strides) * itemsize(self.dtype)
+
+
+_dtype_cache: dict[Any, DataType | None] = {}
+
+
+def data_type(dtype: Any) -> DataType | None:
+    """DataType of a numpy/torch/ml_dtypes dtype object (None if cuDNN has none); memoised."""
+    try:
+        return _dtype_cache[dtype]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable dtype-like
+        return _data_type(dtype)
+    dt = _dtype_cache[dtype] = _data_type(dtype)
+    return dt
+
+
+def _data_type(dtype: Any) -> DataType | None:
+    name = str(dtype)
+    if name.startswith("torch."):
+        name = name[6:]
+    for candidate in (name, dtype):
+        try:
+            return as_data_type(candidate)
+        except TypeError:
+            pass
+    return None
+
+
+# The getters return the raw form of an Operand: ``(ptr, shape, strides, DataType, device)``.
+def _from_torch(t: Any) -> tuple:
+    dev = t.get_device()
+    if dev < 0:
+        raise TypeError(
+            "a CPU torch tensor was passed; pycudnn needs device memory: move it with "
+            "tensor.cuda() or pycudnn.to_device(...)"
+        )
+    return (t.data_ptr(), t.shape, t.stride(), data_type(t.dtype), dev)
+
+
+def _from_device_array(a: Any) -> tuple:
+    size = a.dtype.itemsize
+    return (a.ptr, a.shape, tuple(s // size for s in a.strides), data_type(a.dtype), a.device)
+
+
+def _from_other(obj: Any) -> tuple:
+    return _from_device_array(memory.asarray(obj))
+
+
+def _host_array(obj: Any) -> tuple:
+    raise TypeError(
+        f"a host {type(obj).__module__}.{type(obj).__name__} was passed; pycudnn's operations "
+        "need device memory: copy it with pycudnn.to_device(array) (or pass a torch/CuPy/JAX "
+        "device array)"
+    )
+
+
+def _not_an_array(obj: Any) -> tuple:
+    raise TypeError(
+        f"expected a device array (torch tensor, CuPy/JAX array, pycudnn DeviceArray), got "
+        f"{type(obj).__name__}"
+    )
+
+
+_GETTERS: dict[type, Callable[[Any], tuple]] = {}
+#: ``torch.Tensor`` once one was seen: the call keys then read tensors without a record
+FAST_T: type | None = None
+
+
+def _getter(tp: type) -> Callable[[Any], tuple]:
+    global FAST_T
+    getter = _GETTERS.get(tp)
+    if getter is not None:
+        return getter
+    module = tp.__module__ or ""
+    if module.startswith("torch") and hasattr(tp, "data_ptr") and hasattr(tp, "get_device"):
+        getter = _from_torch
+        if module == "torch" and tp.__name__ == "Tensor":
+            FAST_T = tp
+    elif issubclass(tp, memory.DeviceArray):
+        getter = _from_device_array
+    elif module.startswith("numpy"):
+        getter = _host_array
+    elif tp in (int, float, complex, bool, str, bytes, list, tuple, type(None)):
+        getter = _not_an_array
+    else:
+        getter = _from_other
+    _GETTERS[tp] = getter
+    return getter
+
+
+def register_operand_type(tp: type, getter: Callable[[Any], tuple]) -> None:
+    """Teach the high-level layer a device-array type: *getter(obj)* returns ``(ptr, shape,
+    element_strides, DataType, device)``. Used by tests (fake arrays) and for fast paths."""
+    _GETTERS[tp] = getter
+
+
+def raw_operand(obj: Any) -> tuple:
+    """*obj*'s :class:`Operand` fields as a plain tuple (for hot paths)."""
+    return (_GETTERS.get(type(obj)) or _getter(type(obj)))(obj)
+
+
+def operand(obj: Any) -> Operand:
+    """*obj* as an :class:`Operand` (raises ``TypeError`` for host data and non-arrays)."""
+    ptr, shape, strides, dt, device = raw_operand(obj)
+    return Operand(ptr, tuple(shape), tuple(strides), dt, device)
+
+
+def key_of(obj: Any) -> tuple[int, tuple]:
+    """``(ptr, key)`` of a device array: *key* pins what validation depends on (shape,
+    strides, dtype, device, address residue mod 16)."""
+    if type(obj) is FAST_T:
+        p = obj.data_ptr()
+        return p, (obj.shape, obj.stride(), obj.dtype, obj.get_device(), p & 15)
+    g = raw_operand(obj)
+    p = g[0]
+    return p, (g[1], g[2], g[3], g[4], p & 15)
