@@ -20,7 +20,7 @@ import pycudnn
 from pycudnn import _config, _layout
 from pycudnn.enums import ConvolutionMode, DataType
 from pycudnn.graph import _plans
-from pycudnn.highlevel import _op, conv
+from pycudnn.highlevel import _call, _operand, conv
 from pycudnn.highlevel.conv import _prepare
 from pycudnn.highlevel.conv import _problem as problem_mod
 from pycudnn.highlevel.conv._problem import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
@@ -59,10 +59,10 @@ def _boom(*args, **kwargs):
 @pytest.fixture
 def no_c(monkeypatch):
     """Make every way into CUDA/cuDNN raise CCall."""
-    monkeypatch.setattr(_op._handle, "get_handle", _boom)
+    monkeypatch.setattr(_call._handle, "get_handle", _boom)
     monkeypatch.setattr(_plans, "BackendDescriptor", _boom)
     monkeypatch.setattr(problem_mod, "BackendDescriptor", _boom)
-    monkeypatch.setattr(_op, "cudnn_version", _boom)
+    monkeypatch.setattr(_call, "cudnn_version", _boom)
     for name in ("empty", "zeros", "get_workspace", "asarray"):
         monkeypatch.setattr(conv.memory, name, _boom)
     conv.clear_caches()
@@ -113,10 +113,10 @@ def capture(monkeypatch):
 
     def allocate(shape, dtype, device=None, stream=None, *, strides=None):
         isz = np.dtype(dtype).itemsize
-        return Fake(shape, _op.data_type(dtype), tuple(s // isz for s in strides))
+        return Fake(shape, _operand.data_type(dtype), tuple(s // isz for s in strides))
 
-    monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: handle)
-    monkeypatch.setattr(_op, "cudnn_version", lambda: 91900)
+    monkeypatch.setattr(_call._handle, "get_handle", lambda device=None: handle)
+    monkeypatch.setattr(_call, "cudnn_version", lambda: 91900)
     monkeypatch.setattr(_plans, "plan", plan)
     monkeypatch.setattr(conv.memory, "empty", allocate)
     monkeypatch.setattr(conv.memory, "zeros", _boom)
@@ -596,13 +596,13 @@ def test_direction_hint_routes(capture):
 def test_second_call_skips_validation(capture, monkeypatch):
     _problems, plans = capture
     slow_calls = []
-    real_slow = _prepare.slow
+    real_prepare = _prepare.prepare
 
-    def spy(*args):
-        slow_calls.append(args[0])
-        return real_slow(*args)
+    def spy(req):
+        slow_calls.append(req)
+        return real_prepare(req)
 
-    monkeypatch.setattr(_prepare, "slow", spy)
+    monkeypatch.setattr(_prepare, "prepare", spy)
     img, kerns = x4(), w4()
     out = Fake((2, 6, 6, 6))
     for _ in range(5):
@@ -630,7 +630,7 @@ def test_second_call_skips_validation(capture, monkeypatch):
 
 def test_stream_argument_binds_the_handle(capture):
     pycudnn.dnn_conv(x4(), w4(), stream=7)
-    h = _op._handle.get_handle()
+    h = _call._handle.get_handle()
     assert h.stream == 7
     pycudnn.dnn_conv(x4(), w4(), stream=9)
     assert h.stream == 9
@@ -688,7 +688,7 @@ def test_call_cache_bounded(capture):
         conv.set_cache_size(3)
         for n in range(1, 8):
             pycudnn.dnn_conv(x4(n=n), w4())
-        assert len(_op.calls()) <= 3
+        assert len(_call.calls()) <= 3
     finally:
         _plans.set_cache_size(old)
 
@@ -795,9 +795,9 @@ def test_unpacked_operands_are_staged(capture, monkeypatch):
     def transform(h, alpha, src, x, beta, dst, y):
         transforms.append((x, y))
 
-    real = _op.quiet
+    real = _call.quiet
     monkeypatch.setattr(
-        _op,
+        _call,
         "quiet",
         lambda name: transform if name == "cudnnTransformTensor" else real(name),
     )

@@ -22,7 +22,7 @@ import pycudnn
 from pycudnn import errors
 from pycudnn.enums import DataType
 from pycudnn.graph import _plans
-from pycudnn.highlevel import _op, conv
+from pycudnn.highlevel import _call, _operand, conv
 from pycudnn.highlevel.conv import _epilogue, _problem
 from pycudnn.highlevel.conv._epilogue import FusedProblem
 
@@ -161,7 +161,7 @@ def fused(monkeypatch):
 
     def allocate(shape, dtype, device=None, stream=None, *, strides=None):
         isz = np.dtype(dtype).itemsize
-        return Fake(shape, _op.data_type(dtype), tuple(s // isz for s in strides))
+        return Fake(shape, _operand.data_type(dtype), tuple(s // isz for s in strides))
 
     def quiet(name):
         def record(*args):
@@ -169,11 +169,11 @@ def fused(monkeypatch):
 
         return record
 
-    monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: handle)
-    monkeypatch.setattr(_op, "cudnn_version", lambda: 91900)
+    monkeypatch.setattr(_call._handle, "get_handle", lambda device=None: handle)
+    monkeypatch.setattr(_call, "cudnn_version", lambda: 91900)
     monkeypatch.setattr(_plans, "plan", plan)
     monkeypatch.setattr(conv.memory, "empty", allocate)
-    monkeypatch.setattr(_op, "quiet", quiet)
+    monkeypatch.setattr(_call, "quiet", quiet)
     conv.clear_caches()
     yield state
     conv.clear_caches()
@@ -257,7 +257,7 @@ def test_separate_steps_when_the_graph_cannot_be_fused(fused, kwargs, why):
     assert fused["fused"] == []  # no fused search at all
     call = conv.last_call()
     assert not call.fused
-    entry = _op.calls().data[next(reversed(_op.calls().data))]
+    entry = _call.calls().data[next(reversed(_call.calls().data))]
     assert why in entry.why
 
 
@@ -356,10 +356,10 @@ def engine(fused, monkeypatch):
 
     monkeypatch.undo()  # the fused fixture's fake plan entry goes; its fakes come back below
     handle = DummyHandle()
-    monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: handle)
-    monkeypatch.setattr(_op, "cudnn_version", lambda: 91900)
+    monkeypatch.setattr(_call._handle, "get_handle", lambda device=None: handle)
+    monkeypatch.setattr(_call, "cudnn_version", lambda: 91900)
     monkeypatch.setattr(_plans, "search", search)
-    monkeypatch.setattr(_op, "quiet", lambda name: lambda *args: fused["c_calls"].append(name))
+    monkeypatch.setattr(_call, "quiet", lambda name: lambda *args: fused["c_calls"].append(name))
     conv.clear_caches()
     yield searched
     conv.clear_caches()
@@ -374,7 +374,7 @@ def test_no_engine_is_a_cached_answer_of_the_engine(fused, engine):
     assert len(fps) == 1  # the second spelling found the NoEngine record
     record = _plans.cached_plan(fps[0])
     assert isinstance(record, _plans.NoEngine) and "fake: no engine" in record.reason
-    entry = _op.calls().data[next(reversed(_op.calls().data))]
+    entry = _call.calls().data[next(reversed(_call.calls().data))]
     assert not entry.fused and "fake: no engine" in entry.why
     info = conv.cache_info()
     assert (info.misses, info.hits) == (2, 2)  # fused + plain searched; both found once more

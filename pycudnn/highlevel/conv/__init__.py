@@ -28,7 +28,7 @@ from typing import Any
 
 from ... import memory as memory  # tests patch pycudnn.highlevel.conv.memory
 from ...graph import _plans
-from .. import _op
+from .. import _checks, _operand
 from . import _key, _prepare
 from ._calls import CallInfo, last_call, recent_calls
 from ._problem import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 #: the shared op path's, kept here for the callers that register their array type through conv
-register_operand_type = _op.register_operand_type
+register_operand_type = _operand.register_operand_type
 
 
 def get_conv_output_shape(
@@ -83,8 +83,8 @@ def get_conv_output_shape(
             f"image shape {tuple(image_shape)} and kernel shape {tuple(kernel_shape)} do not match"
         )
     func = "get_conv_output_shape"
-    sub = _op.ints(subsample, nd, "subsample", 1, func)
-    dil = _op.ints(dilation, nd, "dilation", 1, func)
+    sub = _checks.ints(subsample, nd, "subsample", 1, func)
+    dil = _checks.ints(dilation, nd, "dilation", 1, func)
     pads = _prepare.pads(border_mode, kernel_shape[2:], dil, func)
     spatial = _prepare.out_spatial(image_shape, kernel_shape, pads, sub, dil)
     return (int(image_shape[0]), int(kernel_shape[0]), *spatial)

@@ -1,9 +1,11 @@
 """Convolution call entries and their introspection.
 
-A :class:`ConvCall` is what the per-thread call cache keeps for one call key: the plan, the
-handle, how the call's ``(a, b, out)`` pointers feed the plan's ``(x, w, y)``, the output's
-allocation spec, the operands' byte spans and the staging. :func:`recent_calls` and
-:func:`last_call` describe the cached entries (:class:`CallInfo`) for benchmarks and diagnostics.
+A :class:`ConvCall` is what the per-thread call cache keeps for one call key (the high level's
+one :class:`._call.Call` protocol, run by :func:`._call.run_cached`): the plan, the handle, how
+the call's ``(a, b, out)`` pointers feed the plan's ``(x, w, y)``, the output's allocation spec,
+the operands' byte spans and the staging. An :class:`EmptyCall` is a call with nothing to
+compute. :func:`recent_calls` and :func:`last_call` describe the cached convolution entries
+(:class:`CallInfo`) for benchmarks and diagnostics.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from .. import _op
+from ...graph import _plans
+from .. import _call
 from ._request import Prepared
 
-__all__ = ["CallInfo", "ConvCall", "last_call", "recent_calls"]
+__all__ = ["CallInfo", "ConvCall", "EmptyCall", "last_call", "recent_calls"]
 
 
-class ConvCall(_op.Call):
+class ConvCall(_call.Call):
     """A cached convolution call: a plan and how the (a, b, out) pointers feed its x, w, y."""
 
     __slots__ = ("op", "perm", "plan", "problem", "workspace")
@@ -33,7 +36,7 @@ class ConvCall(_op.Call):
     ) -> None:
         """*perm*: the (a, b, out) index feeding the plan's x, w, y; *spans*: the operands'
         byte spans when the call has more than a, b, out (an epilogue's)."""
-        super().__init__(pr.req.func, pr.handle, pr.alloc, spans or pr.spans, pr.stage)
+        super().__init__(pr.req.func, pr.handle, (pr.alloc,), spans or pr.spans, pr.stage)
         self.op = pr.req.op
         self.problem = problem
         self.plan = plan
@@ -43,7 +46,12 @@ class ConvCall(_op.Call):
     def launch(self, ptrs: Sequence[int]) -> None:
         x, w, y = self.perm
         ws = self.workspace
-        self.plan.run(ptrs[x], ptrs[w], ptrs[y], _op.workspace(self.handle, ws) if ws else 0)
+        self.plan.run(ptrs[x], ptrs[w], ptrs[y], _call.workspace(self.handle, ws) if ws else 0)
+
+    def evict(self) -> None:
+        """Forget the plan: it failed to run (its workspace no longer fits, or a fresh plan
+        that cannot run); the next call searches again."""
+        _plans.evict(self.problem)
 
     @property
     def staged(self) -> bool:
@@ -52,6 +60,23 @@ class ConvCall(_op.Call):
     @property
     def epilogue(self) -> str | None:
         return None
+
+
+class EmptyCall(_call.Call):
+    """A convolution with nothing to compute: an empty output, or a sum over nothing (no input
+    channels, no images, no filters) whose output is ``alpha * 0 + beta * out``. No handle and
+    no C call, so :meth:`run` is its own (there is nothing to launch, and zeros are allocated as
+    zeros)."""
+
+    __slots__ = ("beta", "fill")
+
+    def __init__(self, func: str, spec: _call.OutputSpec, beta: float, fill: bool) -> None:
+        super().__init__(func, None, (spec,), (0, 0, 0))
+        self.beta = beta
+        self.fill = fill  # a sum over nothing: zeros (or out scaled by beta)
+
+    def run(self, ptrs: tuple, outs: tuple, out_ptrs: tuple, stream: Any) -> tuple:
+        return (_call.empty_result(self.func, outs[0], self.allocs[0], self.beta, self.fill),)
 
 
 class CallInfo(NamedTuple):
@@ -79,7 +104,7 @@ class CallInfo(NamedTuple):
     def workspace_ptr(self) -> int:
         """The handle's workspace pointer for this plan (0 when it needs none)."""
         ws = self.plan.workspace
-        return _op.workspace(self.handle, ws) if ws else 0
+        return _call.workspace(self.handle, ws) if ws else 0
 
 
 def recent_calls() -> list[CallInfo]:
@@ -92,11 +117,11 @@ def recent_calls() -> list[CallInfo]:
             c.handle,
             c.perm,
             c.staged,
-            c.alloc is not None,
+            c.allocs[0] is not None,
             c.fused,
             c.epilogue,
         )
-        for c in reversed(_op.calls().data.values())
+        for c in reversed(_call.calls().data.values())
         if isinstance(c, ConvCall)
     ]
 

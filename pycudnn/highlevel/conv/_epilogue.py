@@ -34,7 +34,7 @@ from ..._types import itemsize, numpy_dtype
 from ...descriptors import ActivationDescriptor, BackendDescriptor
 from ...enums import ActivationMode, ConvolutionMode, DataType, PointwiseMode
 from ...graph import Graph
-from .. import _op
+from .. import _call, _checks, _operand, _staging
 from ._calls import ConvCall
 from ._problem import UIDS, Problem, alignment
 from ._request import CheckedEpilogue, ConvRequest, Prepared
@@ -120,10 +120,10 @@ def arguments(req: ConvRequest) -> CheckedEpilogue:
     """The epilogue's arguments checked (its operands come later, :func:`operands`)."""
     func, epi = req.func, req.epilogue
     act = activation(epi.activation, func)
-    z_alpha = _op.real(epi.z_alpha, "z_alpha", func)
+    z_alpha = _checks.real(epi.z_alpha, "z_alpha", func)
     if epi.z is None and z_alpha != 1.0:
         raise ValueError(f"{func}: z_alpha={z_alpha!r} is given without z (the residual it scales)")
-    if _op.real(req.beta, "beta", func) != 0.0:
+    if _checks.real(req.beta, "beta", func) != 0.0:
         raise ValueError(
             f"{func}: beta={req.beta!r} must be 0 with an epilogue (bias, activation or z): "
             "out = act(alpha * conv + z_alpha * z + bias) replaces out; pass out as z to add it"
@@ -132,15 +132,15 @@ def arguments(req: ConvRequest) -> CheckedEpilogue:
 
 
 def operands(
-    req: ConvRequest, checked: CheckedEpilogue, ga: _op.Operand, ys: tuple[int, ...]
+    req: ConvRequest, checked: CheckedEpilogue, ga: _operand.Operand, ys: tuple[int, ...]
 ) -> CheckedEpilogue:
     """The bias and z operands, checked against the image *ga* and the convolution's output
     shape *ys*."""
     func, nd, epi = req.func, req.nd, req.epilogue
     k = ys[1]
-    gbias = _op.operand(epi.bias) if epi.bias is not None else None
-    gz = _op.operand(epi.z) if epi.z is not None else None
-    _op.same_dtype_and_device(func, (("img", ga), ("bias", gbias), ("z", gz)))
+    gbias = _operand.operand(epi.bias) if epi.bias is not None else None
+    gz = _operand.operand(epi.z) if epi.z is not None else None
+    _checks.same_dtype_and_device(func, (("img", ga), ("bias", gbias), ("z", gz)))
     if gbias is not None:
         shapes = ((k,), (1, k, *(1,) * nd))
         if tuple(gbias.shape) not in shapes:
@@ -157,7 +157,7 @@ def operands(
     if gz is not None:
         if tuple(gz.shape) != ys:
             raise ValueError(f"{func}: z must have the output's shape {ys}, got {tuple(gz.shape)}")
-        _op.check_strides(func, "z", gz)
+        _checks.check_strides(func, "z", gz)
         _layout.check_int32(f"{func}: z", gz.shape, gz.strides)
     return checked._replace(bias=gbias, z=gz)
 
@@ -357,7 +357,7 @@ class FusedCall(ConvCall):
 
     def launch(self, ptrs: Sequence[int]) -> None:
         ws = self.workspace
-        self.plan.run(*ptrs, _op.workspace(self.handle, ws) if ws else 0)
+        self.plan.run(*ptrs, _call.workspace(self.handle, ws) if ws else 0)
 
     @property
     def epilogue(self) -> str | None:
@@ -383,35 +383,36 @@ class SeparateCall(ConvCall):
     ``cudnnAddTensor`` for the bias and ``z`` and ``cudnnActivationForward`` in place on the
     output."""
 
-    __slots__ = ("_epilogue", "act_fn", "add", "hp", "inner", "keep", "steps", "why", "ydesc")
+    __slots__ = ("_epilogue", "act_fn", "add", "hp", "inner", "steps", "why", "ydesc")
 
     def __init__(self, pr: Prepared, inner: ConvCall, why: str) -> None:
         super().__init__(pr, inner.problem, inner.plan, inner.perm, _spans(pr))
         self.stage = None  # the inner call stages its operands itself
         self.inner = inner
         self.hp = inner.handle.ptr
-        self.add = _op.quiet("cudnnAddTensor")
-        self.act_fn = _op.quiet("cudnnActivationForward")
+        self.add = _call.quiet("cudnnAddTensor")
+        self.act_fn = _call.quiet("cudnnActivationForward")
         self._epilogue = pr.epilogue.label
         self.why = why  # why no fused engine runs it (diagnostics)
         self._steps(pr)
 
     def _steps(self, pr: Prepared) -> None:
         """``steps``: ("add", desc, alpha_ref, one_ref) | ("act", desc, one_ref, zero_ref);
-        ``ydesc`` the final output's descriptor; ``keep`` the scaling factors the byrefs point
-        into."""
+        ``ydesc`` the final output's descriptor; ``keepalive`` the scaling factors the byrefs
+        point into."""
         dt, nd, epi, ys = pr.dt, pr.req.nd, pr.epilogue, pr.sh.ys
-        one, zero, za = _op.scales(dt, 1.0, 0.0, epi.z_alpha)
+        one, zero, za = _call.scales(dt, 1.0, 0.0, epi.z_alpha)
         # the final output's strides (the inner call stages a strided out itself)
         ystr = pr.alloc.element_strides if pr.alloc is not None else tuple(pr.go.strides)
-        self.ydesc = _op.tensor_descriptor(*_op.padded(ys, ystr), dt)
+        self.ydesc = _staging.tensor_descriptor(*_staging.padded(ys, ystr), dt)
         steps: list[tuple] = []
         if epi.bias is not None:
             bshape = (1, ys[1], *(1,) * nd)
-            bdesc = _op.tensor_descriptor(*_op.padded(bshape, _layout.packed_strides(bshape)), dt)
+            bstrides = _layout.packed_strides(bshape)
+            bdesc = _staging.tensor_descriptor(*_staging.padded(bshape, bstrides), dt)
             steps.append(("add", bdesc, ctypes.byref(one), ctypes.byref(one)))
         if epi.z is not None:
-            zdesc = _op.tensor_descriptor(*_op.padded(epi.z.shape, epi.z.strides), dt)
+            zdesc = _staging.tensor_descriptor(*_staging.padded(epi.z.shape, epi.z.strides), dt)
             steps.append(("add", zdesc, ctypes.byref(za), ctypes.byref(one)))
         if epi.act is not None:
             name, coef = epi.act
@@ -422,11 +423,11 @@ class SeparateCall(ConvCall):
                 adesc = ActivationDescriptor(mode, coef or 0.0, nan_propagation=True)
             steps.append(("act", adesc, ctypes.byref(one), ctypes.byref(zero)))
         self.steps = steps
-        self.keep = (one, zero, za)
+        self.keepalive = (one, zero, za)
 
     def launch(self, ptrs: Sequence[int]) -> None:
         y = ptrs[-1]
-        self.inner.run(ptrs[:2], y, y, None)  # out given: the inner call allocates nothing
+        self.inner.run(ptrs[:2], (y,), (y,), None)  # out given: the inner call allocates nothing
         hp, i, ydesc = self.hp, 2, self.ydesc
         for kind, desc, a, b in self.steps:
             if kind == "add":

@@ -1,14 +1,15 @@
 """The slow path of a convolution: a :class:`ConvRequest` validated once, its plan, its call entry.
 
-A call-cache miss (:mod:`._key`) hands the frozen request to :func:`slow`, which runs one
-function per decision -- :func:`_operands` (dtypes, ranks, devices, strides), :func:`_arguments`
+A call-cache miss (:mod:`._key`, :func:`._call.run_cached`) calls :func:`build` (or
+:func:`build_fused`), which freezes the call into a :class:`ConvRequest` and runs one function
+per decision -- :func:`_operands` (dtypes, ranks, devices, strides), :func:`_arguments`
 (groups, stride, dilation, precision, algorithm policy), :func:`_shapes` (image, filter and output
 shapes, padding), :func:`_layouts` (NCHW or NHWC, what is staged through packed copies), then the
 epilogue's checks -- all before any C call, into one :class:`Prepared` record. The call entry
 comes next: :func:`_route` (Theano's ``direction_hint``) or :func:`problem_of` (the plan key, a
 :class:`Problem`, so differently spelt calls share one plan), the plan from the engine's one
 entry (``_plans.plan``), and for an epilogue the fused graph or the separate steps
-(:mod:`._epilogue`). The entry runs once and is cached under the call key.
+(:mod:`._epilogue`). ``run_cached`` runs the entry and caches it under the call key once it ran.
 
 Layouts: cuDNN only ever sees operands packed NCHW or NHWC, all in one layout (NHWC when an
 operand is unambiguously channels-last). Any other strides -- sliced or padded views, transposed
@@ -26,13 +27,22 @@ from ... import _layout, errors
 from ..._types import itemsize
 from ...enums import ConvolutionMode, DataType
 from ...graph import _plans
-from .. import _op
+from .. import _call, _checks, _operand, _staging
 from . import _epilogue
-from ._calls import ConvCall
+from ._calls import ConvCall, EmptyCall
 from ._problem import LEGACY, OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem, alignment
-from ._request import Args, ConvRequest, Layouts, Prepared, Shapes
+from ._request import Args, ConvRequest, Epilogue, Layouts, Prepared, Shapes
 
-__all__ = ["compute_type", "out_spatial", "pads", "policy", "prepare", "problem_of", "slow"]
+__all__ = [
+    "build",
+    "build_fused",
+    "compute_type",
+    "out_spatial",
+    "pads",
+    "policy",
+    "prepare",
+    "problem_of",
+]
 
 # data type -> compute types cuDNN has a configuration for (TRUE_HALF, PSEUDO_HALF, PSEUDO_BFLOAT16,
 # FLOAT, DOUBLE configs of the cuDNN docs)
@@ -81,7 +91,7 @@ def pads(
             f"{func}: border_mode={border_mode!r} is not one of 'valid', 'full', 'half', an int "
             f"or a tuple of {nd} ints"
         )
-    return _op.ints(border_mode, nd, "border_mode (padding)", 0, func)
+    return _checks.ints(border_mode, nd, "border_mode (padding)", 0, func)
 
 
 def out_spatial(
@@ -168,10 +178,10 @@ def _shape_arg(value: Any, nd: int, name: str, func: str) -> tuple[int, ...]:
 def _operands(req: ConvRequest) -> tuple:
     """Read the operands; decide their common dtype and device; check ranks and strides."""
     func, nd, names = req.func, req.nd, req.names
-    ga, gb = _op.operand(req.a), _op.operand(req.b)
-    go = _op.operand(req.out) if req.out is not None else None
+    ga, gb = _operand.operand(req.a), _operand.operand(req.b)
+    go = _operand.operand(req.out) if req.out is not None else None
     named = ((names[0], ga), (names[1], gb), ("out", go))
-    dt, device = _op.same_dtype_and_device(func, named)
+    dt, device = _checks.same_dtype_and_device(func, named)
     for name, g in named:
         if g is not None and len(g.shape) != nd + 2:
             other = (
@@ -191,7 +201,7 @@ def _operands(req: ConvRequest) -> tuple:
             )
     for name, g in named:
         if g is not None:
-            _op.check_strides(func, name, g)
+            _checks.check_strides(func, name, g)
     return ga, gb, go, dt, device
 
 
@@ -203,8 +213,8 @@ def _arguments(req: ConvRequest, dt: DataType, flags: Any) -> Args:
     groups = num_groups.__index__()
     if groups < 1:
         raise ValueError(f"{func}: num_groups must be a positive int, got {num_groups!r}")
-    sub = _op.ints(req.subsample, nd, "subsample (stride)", 1, func)
-    dil = _op.ints(req.dilation, nd, "dilation", 1, func)
+    sub = _checks.ints(req.subsample, nd, "subsample (stride)", 1, func)
+    dil = _checks.ints(req.dilation, nd, "dilation", 1, func)
     if req.conv_mode not in ("conv", "cross"):
         raise ValueError(f"{func}: conv_mode={req.conv_mode!r} is not 'conv' or 'cross'")
     if req.hint not in _HINTS:
@@ -213,8 +223,8 @@ def _arguments(req: ConvRequest, dt: DataType, flags: Any) -> Args:
     if not isinstance(prec, str):
         raise TypeError(f"{func}: precision must be a string, got {prec!r}")
     compute = compute_type(dt, prec.lower(), func)
-    _op.real(req.alpha, "alpha", func)
-    _op.real(req.beta, "beta", func)
+    _checks.real(req.alpha, "alpha", func)
+    _checks.real(req.beta, "beta", func)
     explicit = req.algo is not None
     chosen = req.algo if explicit else getattr(flags, _CONFIG_ALGO[req.op])
     pol, det = policy(req.op, chosen, flags, func)
@@ -322,11 +332,11 @@ def _layouts(req: ConvRequest, ga: Any, gb: Any, go: Any, out_shape: tuple[int, 
     return Layouts(nhwc, a_can, b_can, o_can, o_strides, staged_in, staged_out)
 
 
-def prepare(req: ConvRequest) -> Prepared | Any:
+def prepare(req: ConvRequest) -> Prepared | EmptyCall:
     """Validate and normalise *req* (every check before any C call). Returns a
-    :class:`Prepared`, or the finished result of an empty problem (no cuDNN call)."""
+    :class:`Prepared`, or the call entry of an empty problem (no handle, no cuDNN call)."""
     func = req.func
-    flags = _op.snapshot()
+    flags = _call.snapshot()
     checked = _epilogue.arguments(req) if req.epilogue is not None else None
     ga, gb, go, dt, device = _operands(req)
     args = _arguments(req, dt, flags)
@@ -343,8 +353,8 @@ def prepare(req: ConvRequest) -> Prepared | Any:
                 f"a convolution that sums over nothing (image {sh.xs}, filters {sh.ws}) has no "
                 "epilogue path: add the bias, z and activation to the zero output separately",
             )
-        spec = _op.output_spec(sh.out_shape, dt, device, lay.nhwc)
-        return _op.empty_result(func, req.out, spec, req.beta, fill)
+        spec = _call.output_spec(sh.out_shape, dt, device, lay.nhwc)
+        return EmptyCall(func, spec, req.beta, fill)
     names = req.names
     for what, s, st in (
         (names[0], ga.shape, ga.strides),
@@ -374,11 +384,11 @@ def prepare(req: ConvRequest) -> Prepared | Any:
         sh=sh,
         lay=lay,
         align=tuple(alignment(r & 15, isz) for r in residues),
-        handle=_op.handle_for(device, req.stream),
+        handle=_call.handle_for(device, req.stream),
         base=_base(req, flags, dt, device, args, lay),
         ptrs=(ga.ptr, gb.ptr, go.ptr if go is not None else None),
         spans=spans,
-        alloc=_op.output_spec(sh.out_shape, dt, device, lay.nhwc) if go is None else None,
+        alloc=_call.output_spec(sh.out_shape, dt, device, lay.nhwc) if go is None else None,
         stage=_stage(req, dt, (ga, gb), sh, lay),
         epilogue=checked,
     )
@@ -390,7 +400,7 @@ def _base(
     """The :class:`Problem` fields every plan key of the call shares (a route's too)."""
     return dict(
         device=device,
-        cudnn_version=_op.cudnn_version(),
+        cudnn_version=_call.cudnn_version(),
         dtype=int(dt),
         compute=int(args.compute),
         allow_tf32=bool(flags.allow_tf32) and dt == DataType.FLOAT,
@@ -407,7 +417,7 @@ def _stage(req: ConvRequest, dt: DataType, inputs: tuple, sh: Shapes, lay: Layou
     if not (lay.staged_in or lay.staged_out):
         return None
     can = (lay.a_can, lay.b_can)
-    return _op.Stage(
+    return _staging.Stage(
         dt,
         [(i, inputs[i], can[i]) for i in lay.staged_in],
         (sh.out_shape, lay.o_strides, lay.o_can) if lay.staged_out else None,
@@ -556,22 +566,26 @@ def _entry(pr: Prepared) -> ConvCall:
     return _epilogue.SeparateCall(pr, conv_call(pr), why)
 
 
-def slow(req: ConvRequest, key: Any) -> Any:
-    """Validate *req*, find (or search) its plan, run the call entry and cache it under *key*
-    (None: an unhashable call, not cached)."""
+def build(
+    op: int, nd: int, a: Any, b: Any, shape: Any, opts: tuple, out: Any, stream: Any
+) -> _call.Call:
+    """The call entry of a plain convolution that missed the call cache (:mod:`._key`'s
+    arguments; *opts* in :class:`ConvRequest` order)."""
+    return _build(ConvRequest(op, nd, a, b, shape, *opts, out, stream))
+
+
+def build_fused(
+    nd: int, a: Any, b: Any, opts: tuple, epilogue: tuple, out: Any, stream: Any
+) -> _call.Call:
+    """The call entry of a forward convolution with an epilogue that missed the call cache."""
+    return _build(ConvRequest(OP_FWD, nd, a, b, None, *opts, out, stream, Epilogue(*epilogue)))
+
+
+def _build(req: ConvRequest) -> _call.Call:
+    """Validate *req* and make its call entry, its plans found or searched on the operands'
+    device; :func:`._call.run_cached` runs it and caches it once it ran."""
     pr = prepare(req)
     if not isinstance(pr, Prepared):
-        return pr  # an empty problem's result
-    with _op.on_device(pr.device):  # plans are built on the operands' device
-        call = _entry(pr)
-    try:
-        if pr.epilogue is None:
-            result = call.run(pr.ptrs[:2], req.out, pr.ptrs[2], None)
-        else:
-            result = call.run(_epilogue.given_ptrs(pr)[:-1], req.out, pr.ptrs[2], None)
-    except (errors.CudnnError, MemoryError):
-        _plans.evict(call.problem)  # a plan that cannot run is never kept
-        raise
-    if key is not None:
-        _op.calls().put(key, call)
-    return result
+        return pr  # an empty problem
+    with _call.on_device(pr.device):  # plans are built on the operands' device
+        return _entry(pr)

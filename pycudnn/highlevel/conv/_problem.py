@@ -36,7 +36,7 @@ from ...enums import (
     DataType,
 )
 from ...graph import _plans
-from .. import _op
+from .. import _call
 
 __all__ = [
     "LEGACY",
@@ -267,7 +267,7 @@ class LegacyPlan:
         self, name: str, algo: int, descs: tuple, handle: Any, workspace: int, scales: tuple
     ) -> None:
         """*descs*: the x, w, convolution and y descriptors; *scales*: ctypes alpha and beta."""
-        self.fn: Callable[..., Any] = _op.quiet(name)
+        self.fn: Callable[..., Any] = _call.quiet(name)
         self.name, self.algo, self.descs = name, algo, descs
         self.handle, self.workspace = handle, workspace
         alpha, beta = scales
@@ -324,7 +324,7 @@ def legacy_plan(p: Problem, h: Any) -> LegacyPlan | None:
             stacklevel=_WARN_LEVEL,
         )
         return None
-    plan = LegacyPlan(name, int(algo), descs, h, ws, _op.scales(dt, p.alpha, p.beta))
+    plan = LegacyPlan(name, int(algo), descs, h, ws, _call.scales(dt, p.alpha, p.beta))
     _plans.built()
     return plan
 
@@ -368,12 +368,13 @@ def _legacy_workspace(p: Problem, h: Any, descs: tuple, query: str, algo: int) -
     # each query takes its operation's inputs, then the output
     roles = {OP_FWD: (dx, dw, dy), OP_BWD_DATA: (dw, dy, dx), OP_BWD_FILTER: (dx, dy, dw)}
     first, second, result = roles[p.op]
-    _op.quiet(query)(h.ptr, first.ptr, second.ptr, dconv.ptr, result.ptr, algo, ctypes.byref(size))
+    query_fn = _call.quiet(query)
+    query_fn(h.ptr, first.ptr, second.ptr, dconv.ptr, result.ptr, algo, ctypes.byref(size))
     ws = int(size.value)
     if p.workspace_limit >= 0 and ws > p.workspace_limit:
         raise errors.NotSupportedError(
             3000, query, f"workspace {ws} B is over the limit {p.workspace_limit} B"
         )
     if ws:
-        _op.workspace(h, ws)
+        _call.workspace(h, ws)
     return ws

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ...enums import ConvolutionMode, DataType
-from .. import _op
+from .. import _call, _operand, _staging
 from ._problem import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD
 
 __all__ = ["FUNC", "NAMES", "Args", "ConvRequest", "Epilogue", "Layouts", "Prepared", "Shapes"]
@@ -119,8 +119,8 @@ class CheckedEpilogue(NamedTuple):
 
     act: tuple[str, float | None] | None
     z_alpha: float
-    bias: _op.Operand | None
-    z: _op.Operand | None
+    bias: _operand.Operand | None
+    z: _operand.Operand | None
 
     @property
     def label(self) -> str:
@@ -135,9 +135,9 @@ class Prepared(NamedTuple):
 
     req: ConvRequest
     flags: Any  # the thread's pycudnn.config snapshot
-    ga: _op.Operand
-    gb: _op.Operand
-    go: _op.Operand | None
+    ga: _operand.Operand
+    gb: _operand.Operand
+    go: _operand.Operand | None
     dt: DataType
     device: int
     args: Args
@@ -148,6 +148,6 @@ class Prepared(NamedTuple):
     base: dict  # the Problem fields every plan key of this call shares
     ptrs: tuple  # (a, b, out or None)
     spans: tuple[int, int, int]  # byte spans of (a, b, out)
-    alloc: _op.OutputSpec | None
-    stage: _op.Stage | None
+    alloc: _call.OutputSpec | None
+    stage: _staging.Stage | None
     epilogue: CheckedEpilogue | None = None
