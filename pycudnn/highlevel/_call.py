@@ -246,6 +246,9 @@ class Staging(Protocol):
     def after(self, h: Any, ptrs: list[int], real_out: int | None) -> None: ...
 
 
+_NOTHING: Any = object()  # the stage of a noop entry: nothing to launch
+
+
 class Call:
     """A validated call, ready to run.
 
@@ -282,6 +285,7 @@ class Call:
         "keepalive",
         "n_in",
         "noop",
+        "single",
         "spans",
         "stage",
     )
@@ -306,13 +310,16 @@ class Call:
         self.inplace = inplace
         self.keepalive = keepalive
         self.noop = noop
+        self.single = len(self.allocs) == 1  # the common case, without lists
+        if noop:  # checked on the staged path only: the unstaged one reads nothing more
+            self.stage = _NOTHING
 
     @property
     def lean(self) -> bool:
         """:meth:`launch` alone is the whole call when the caller gives every output (not
         overlapping the inputs), has bound the stream and sits on the handle's device: nothing
-        is staged and something is launched."""
-        return self.stage is None and not self.noop
+        is staged, something is launched, and the launch needs no per-call arguments."""
+        return self.stage is None
 
     def run(self, ptrs: tuple[int, ...], outs: tuple, out_ptrs: tuple, stream: Any) -> tuple:
         """Run on the handle's device (the caller's device restored after; nothing to switch
@@ -334,7 +341,7 @@ class Call:
         h = self.handle
         if stream is not None:
             h.set_stream(stream)  # no C call when unchanged
-        if len(outs) == 1:  # the common case, without lists
+        if self.single:
             out = outs[0]
             if out is None:
                 out = self.allocs[0].new(h.stream)
@@ -351,11 +358,11 @@ class Call:
                     i += 1  # noqa: SIM113 (enumerate costs more on the hot path)
         else:
             outs, out_ptrs = self._outputs(h, ptrs, outs, out_ptrs)
-        if self.noop:
-            return outs
         stage = self.stage
         if stage is None:
             self.launch((*ptrs, *out_ptrs))
+            return outs
+        if stage is _NOTHING:
             return outs
         keep: list = []  # staged copies, freed stream-ordered after the launch was queued
         all_ptrs = [*ptrs, *out_ptrs]
@@ -366,22 +373,46 @@ class Call:
 
     def _outputs(self, h: Any, ptrs: tuple, outs: tuple, out_ptrs: tuple) -> tuple[tuple, tuple]:
         """Several outputs: allocate the missing ones; check the given ones against the inputs
-        and each other."""
-        objs, places = list(outs), list(out_ptrs)
-        spans, n_in, func = self.spans, self.n_in, self.func
-        given: list[int] = []
-        for i, spec in enumerate(self.allocs):
-            if objs[i] is None:
-                objs[i] = spec.new(h.stream)
-                places[i] = objs[i].ptr
-                continue
-            p, s = places[i], spans[n_in + i]
-            check_overlap(func, ptrs, spans, p, s, self.inplace)
-            for j in given:
-                if s and spans[n_in + j] and overlaps(p, s, places[j], spans[n_in + j]):
-                    raise ValueError(f"{func}: two outputs overlap; give separate arrays")
-            given.append(i)
+        and each other (a new array overlaps nothing)."""
+        spans, n_in = self.spans, self.n_in
+        objs = places = None
+        given = 0
+        i = 0
+        for out in outs:
+            if out is None:
+                if objs is None:
+                    objs, places = list(outs), list(out_ptrs)
+                new = self.allocs[i].new(h.stream)
+                objs[i], places[i] = new, new.ptr
+            else:
+                given += 1
+                po, so = out_ptrs[i], spans[n_in + i]
+                end = po + so
+                k = 0
+                for p in ptrs:
+                    if p < end and po < p + spans[k]:  # refused unless exactly in place
+                        check_overlap(self.func, ptrs, spans, po, so, self.inplace)
+                        break
+                    k += 1  # noqa: SIM113 (enumerate costs more on the hot path)
+            i += 1  # noqa: SIM113
+        if given > 1:
+            self._check_given(outs, out_ptrs)
+        if objs is None:
+            return outs, out_ptrs
         return tuple(objs), tuple(places)
+
+    def _check_given(self, outs: tuple, out_ptrs: tuple) -> None:
+        """Given outputs may not overlap each other."""
+        spans, n_in = self.spans, self.n_in
+        placed: list[tuple[int, int]] = []
+        for i, out in enumerate(outs):
+            if out is None:
+                continue
+            p, s = out_ptrs[i], spans[n_in + i]
+            for q, t in placed:
+                if s and t and overlaps(p, s, q, t):
+                    raise ValueError(f"{self.func}: two outputs overlap; give separate arrays")
+            placed.append((p, s))
 
     def launch(self, ptrs: Sequence[int]) -> None:  # pragma: no cover - abstract
         """The C call(s) on the final pointers: the inputs', then the outputs'."""

@@ -462,11 +462,6 @@ def dnn_batch_normalization_train(
     pv, kv = _key(running_var)
     po, ko = _key(out)
     key = (_TRAIN, kx, kg, kb, km, kv, ko, mode, epsilon, running_average_factor, inplace_running)
-    running = pm is not None and pv is not None
-    ptrs = (px, pg, pb, pm, pv) if running else (px, pg, pb)
-    # the statistics, then the output (see _BatchNorm); new copies of running averages too
-    n_stats = 4 if running and not inplace_running else 2
-    outs, out_ptrs = (*(None,) * n_stats, out), (*(None,) * n_stats, po)
     args = (
         inputs,
         gamma,
@@ -479,10 +474,22 @@ def dnn_batch_normalization_train(
         out,
         stream,
     )
-    result = _call.run_cached(key, _build_train, args, ptrs, outs, out_ptrs, stream)
-    if inplace_running and running:
-        return (result[-1], *result[:-1], running_mean, running_var)
-    return (result[-1], *result[:-1])
+    # the statistics, then the output (see _BatchNorm); literal tuples: the cheapest to build
+    if pm is None or pv is None:
+        r = _call.run_cached(
+            key, _build_train, args, (px, pg, pb), (None, None, out), (None, None, po), stream
+        )
+        return r[2], r[0], r[1]
+    ptrs = (px, pg, pb, pm, pv)
+    if inplace_running:
+        r = _call.run_cached(
+            key, _build_train, args, ptrs, (None, None, out), (None, None, po), stream
+        )
+        return r[2], r[0], r[1], running_mean, running_var
+    # new copies of the running averages are outputs too
+    outs, out_ptrs = (None, None, None, None, out), (None, None, None, None, po)
+    r = _call.run_cached(key, _build_train, args, ptrs, outs, out_ptrs, stream)
+    return r[4], r[0], r[1], r[2], r[3]
 
 
 def _build_train(

@@ -22,24 +22,21 @@ when sequences are shorter than ``T`` (cuDNN's unpacked layouts with padded I/O)
 
 from __future__ import annotations
 
-import ctypes
 import random
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from .. import _config, _layout, memory
 from .._types import as_data_type, dtype_name, itemsize, numpy_dtype
-from ..descriptors import DropoutDescriptor, RNNDataDescriptor, RNNDescriptor, TensorDescriptor
-from ..enums import DataType, ForwardMode, MathType, RNNDataLayout, WgradMode
-from . import _call, _checks, _operand, _staging
+from ..descriptors import RNNDataDescriptor
+from ..enums import DataType, MathType, RNNDataLayout
+from . import _call, _checks, _operand, _rnn_calls, _staging
 from .rnn_layout import (
-    GATES,
-    PROJ_ID,
     ParamSlot,
     RNNLayout,
     canonical_rnn_layout,
@@ -60,307 +57,7 @@ _MATH = {
 }
 _MATH_NAMES = {v: k for k, v in _MATH.items()}
 _MAX_SHAPES = 64  # input shapes (with their reserve spaces) kept per block
-_FWD, _BWD = "RNNBlock.apply", "RNNBlock.backward"
-_INT32_P = ctypes.POINTER(ctypes.c_int32)
-
-
-def _nonneg_int(value: Any, name: str, func: str, lo: int = 1, hi: int = _layout.INT32_MAX) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{func}: {name} must be an int, got {value!r}")
-    v = value.__index__()
-    if not lo <= v <= hi:
-        raise ValueError(f"{func}: {name}={v} is out of range; expected {lo} <= {name} <= {hi}")
-    return v
-
-
-def _input_size(value: Any, func: str) -> int:
-    """Theano passes ``(batch_size, input_dim)``; an int is the input dimension."""
-    if not isinstance(value, bool) and hasattr(value, "__index__"):
-        return _nonneg_int(value, "input_size", func)
-    try:
-        vals = tuple(value)
-    except TypeError:
-        raise TypeError(
-            f"{func}: input_size must be an int or Theano's (batch_size, input_dim), got {value!r}"
-        ) from None
-    if not vals:
-        raise ValueError(f"{func}: input_size={value!r} is empty")
-    return _nonneg_int(vals[-1], "input_size", func)
-
-
-def _lengths_key(seq_lengths: Any) -> tuple | None:
-    """The call-key form of *seq_lengths* (a tuple), refusing device arrays."""
-    if seq_lengths is None:
-        return None
-    if hasattr(seq_lengths, "__cuda_array_interface__") or getattr(seq_lengths, "is_cuda", False):
-        raise TypeError(
-            "RNNBlock: seq_lengths must be host integers (a list, tuple, NumPy array or CPU "
-            "tensor): cuDNN reads them on the host; pycudnn copies them to the device itself"
-        )
-    if isinstance(seq_lengths, tuple):
-        return seq_lengths
-    tolist = getattr(seq_lengths, "tolist", None)
-    if tolist is not None:
-        seq_lengths = tolist()
-    try:
-        return tuple(seq_lengths)
-    except TypeError:
-        raise TypeError(
-            f"RNNBlock: seq_lengths must be a sequence of ints, got {type(seq_lengths).__name__}"
-        ) from None
-
-
-def _out_tuple(func: str, out: Any, what: str) -> tuple:
-    if out is None:
-        return ()
-    if not isinstance(out, (tuple, list)):
-        raise TypeError(
-            f"{func}: out must be a tuple {what} of device arrays or None entries, got "
-            f"{type(out).__name__}"
-        )
-    return tuple(out)
-
-
-def _check_lengths(func: str, lengths: tuple, n: int, t: int) -> tuple[int, ...]:
-    if len(lengths) != n:
-        raise ValueError(
-            f"{func}: seq_lengths has {len(lengths)} entries but the batch has {n} sequences"
-        )
-    out = []
-    for v in lengths:
-        if isinstance(v, bool) or not hasattr(v, "__index__"):
-            raise TypeError(f"{func}: seq_lengths must contain ints, got {v!r}")
-        v = v.__index__()
-        if not 1 <= v <= t:
-            raise ValueError(
-                f"{func}: seq_lengths contains {v}; each length must be in [1, {t}] (the "
-                "padded sequence length of x)"
-            )
-        out.append(v)
-    return tuple(out)
-
-
-class _Shape:
-    """Everything that depends on one input shape: the RNN data descriptors, the device copy of
-    the sequence lengths, the temp-space sizes and the reserve space (kept for ``backward``)."""
-
-    __slots__ = (
-        "cdesc",
-        "dev_lengths",
-        "dev_lengths_p",
-        "device",
-        "hdesc",
-        "key",
-        "lengths",
-        "reserve",
-        "rnn",
-        "rs_bytes",
-        "w_bytes",
-        "ws_infer",
-        "ws_train",
-        "xdesc",
-        "ydesc",
-    )
-
-    def __init__(
-        self,
-        key,
-        device,
-        rnn,
-        w_bytes,
-        xdesc,
-        ydesc,
-        hdesc,
-        cdesc,
-        lengths,
-        dev_len,
-        ws_train,
-        ws_infer,
-        rs_bytes,
-    ):
-        self.key = key
-        self.device = device
-        self.rnn = rnn
-        self.w_bytes = w_bytes
-        self.xdesc, self.ydesc, self.hdesc, self.cdesc = xdesc, ydesc, hdesc, cdesc
-        self.lengths = lengths
-        self.dev_lengths = dev_len  # cuDNN reads the lengths on the device, asynchronously
-        self.dev_lengths_p = ctypes.cast(ctypes.c_void_p(dev_len.ptr), _INT32_P)
-        self.ws_train, self.ws_infer, self.rs_bytes = ws_train, ws_infer, rs_bytes
-        self.reserve: Any = None  # allocated by the first training apply, then reused
-
-    def reserve_ptr(self, stream: int) -> int:
-        if not self.rs_bytes:
-            return 0
-        if self.reserve is None:
-            self.reserve = memory.empty((self.rs_bytes,), np.uint8, self.device, stream)
-        return self.reserve.ptr
-
-
-def _nbytes(g: _operand.Operand | None) -> int:
-    """Bytes *g*'s elements span (0 for None)."""
-    return 0 if g is None else g.nbytes_span
-
-
-class _Out(NamedTuple):
-    """An output: its shape and, when given as ``out=``, the operand (else allocated)."""
-
-    shape: tuple[int, ...]
-    given: _operand.Operand | None
-
-
-def _stage_inputs(dt: DataType, named: list[tuple[int, _operand.Operand]]) -> _staging.Stage | None:
-    """A Stage copying the inputs that are not packed (C order) into packed buffers."""
-    todo = []
-    for idx, g in named:
-        if g is None:
-            continue
-        packed = _layout.packed_strides(g.shape)
-        if not _layout.matches(g.shape, g.strides, packed):
-            shape, strides = _staging.padded(g.shape, g.strides)
-            g4 = _operand.Operand(g.ptr, shape, strides, g.dtype, g.device)
-            todo.append((idx, g4, _layout.packed_strides(shape)))
-    return _staging.Stage(dt, todo, None, 1.0, 0.0) if todo else None
-
-
-class _RNNForward(_call.Call):
-    """``cudnnRNNForward``: w, x, hx, cx (0 when absent), then y, hy[, cy]."""
-
-    __slots__ = ("block", "fn", "shape", "training")
-
-    def __init__(self, block, h, allocs, spans, stage, shape, training):
-        super().__init__(_FWD, h, allocs, spans, stage, keepalive=shape)
-        self.block = block
-        self.shape: _Shape = shape
-        self.training = training
-        self.fn = _call.quiet("cudnnRNNForward")
-
-    def launch(self, ptrs: Sequence[int]) -> None:
-        pw, px, ph, pc, py, phy = ptrs[:6]
-        pcy = ptrs[6] if len(ptrs) > 6 else 0
-        s, h = self.shape, self.handle
-        if self.training:
-            ws, rs, rptr = s.ws_train, s.rs_bytes, s.reserve_ptr(h.stream)
-            mode = ForwardMode.TRAINING
-        else:
-            ws, rs, rptr, mode = s.ws_infer, 0, 0, ForwardMode.INFERENCE
-        wsp = _call.workspace(h, ws) if ws else 0
-        self.fn(
-            h.ptr,
-            s.rnn,
-            mode,
-            s.dev_lengths_p,
-            s.xdesc,
-            px,
-            s.ydesc,
-            py,
-            s.hdesc,
-            ph or None,
-            phy,
-            s.cdesc,
-            pc or None,
-            pcy or None,
-            s.w_bytes,
-            pw,
-            ws,
-            wsp or None,
-            rs,
-            rptr or None,
-        )
-        if self.training:
-            self.block._last_train = s  # backward needs its reserve space
-
-
-class _RNNBackward(_call.Call):
-    """``cudnnRNNBackwardData_v8`` then ``cudnnRNNBackwardWeights_v8``: w, x, hx, cx, y, dy,
-    dhy, dcy (0 when absent), then dx, dhx[, dcx][, dw]."""
-
-    __slots__ = ("block", "fn", "fn_weights", "lstm", "shape", "weights", "zero_dw")
-
-    def __init__(self, block, h, allocs, spans, stage, shape, weights):
-        super().__init__(_BWD, h, allocs, spans, stage, keepalive=shape)
-        self.block = block
-        self.shape: _Shape = shape
-        self.lstm = block._mode == "lstm"
-        # weights: None (no weight gradient), or whether dw starts from zeros (overwritten)
-        self.weights, self.zero_dw = weights is not None, bool(weights)
-        self.fn = _call.quiet("cudnnRNNBackwardData_v8")
-        self.fn_weights = _call.quiet("cudnnRNNBackwardWeights_v8")
-
-    def _check_reserve(self) -> None:
-        """The last training apply must be of this shape: its reserve space is read."""
-        last, s = self.block._last_train, self.shape
-        if last is s:
-            return
-        if last is None:
-            raise RuntimeError(
-                f"{_BWD}: no training apply ran on this block; call apply(..., "
-                "training=True) first (backward needs its reserve space)"
-            )
-        raise RuntimeError(
-            f"{_BWD}: the last training apply had another input shape or other sequence "
-            f"lengths ({_describe_shape(last.key)}) than this backward "
-            f"({_describe_shape(s.key)}); backward uses the reserve space of the last "
-            "training apply"
-        )
-
-    def launch(self, ptrs: Sequence[int]) -> None:
-        self._check_reserve()
-        s, h = self.shape, self.handle
-        pw, px, ph, pc, py, pdy, pdh, pdc, pdx, pdhx = ptrs[:10]
-        pdcx = ptrs[10] if self.lstm else 0
-        ws = s.ws_train
-        wsp = _call.workspace(h, ws) if ws else 0
-        rptr = s.reserve_ptr(h.stream)
-        self.fn(
-            h.ptr,
-            s.rnn,
-            s.dev_lengths_p,
-            s.ydesc,
-            py,
-            pdy,
-            s.xdesc,
-            pdx,
-            s.hdesc,
-            ph or None,
-            pdh or None,
-            pdhx,
-            s.cdesc,
-            pc or None,
-            pdc or None,
-            pdcx or None,
-            s.w_bytes,
-            pw,
-            ws,
-            wsp or None,
-            s.rs_bytes,
-            rptr or None,
-        )
-        if not self.weights:
-            return
-        pdw = ptrs[-1]
-        if self.zero_dw:
-            # cuDNN's weight gradient adds into dw (CUDNN_WGRAD_MODE_SET is not supported by
-            # every release): start from zeros to overwrite
-            _zero(pdw, s.w_bytes, h.device, h.stream)
-        self.fn_weights(
-            h.ptr,
-            s.rnn,
-            WgradMode.ADD,
-            s.dev_lengths_p,
-            s.xdesc,
-            px,
-            s.hdesc,
-            ph or None,
-            s.ydesc,
-            py,
-            s.w_bytes,
-            pdw,
-            ws,
-            wsp or None,
-            s.rs_bytes,
-            rptr or None,
-        )
+_FWD, _BWD = _rnn_calls.FWD, _rnn_calls.BWD
 
 
 class RNNBlock:
@@ -460,8 +157,8 @@ class RNNBlock:
                 "float16, float32 or float64"
             )
         self._dt = dt
-        self._hidden = _nonneg_int(hidden_size, "hidden_size", func)
-        self._layers = _nonneg_int(num_layers, "num_layers", func)
+        self._hidden = _rnn_calls.nonneg_int(hidden_size, "hidden_size", func)
+        self._layers = _rnn_calls.nonneg_int(num_layers, "num_layers", func)
         self._mode = mode_name(rnn_mode, func)
         self._input_mode = _checks.choose(input_mode, _INPUT_MODES, "input_mode", func)
         self._dirs = _checks.choose(direction_mode, _DIRECTIONS, "direction_mode", func)
@@ -473,7 +170,7 @@ class RNNBlock:
         ):
             self._proj = None
         else:
-            p = _nonneg_int(proj_size, "proj_size", func, hi=self._hidden)
+            p = _rnn_calls.nonneg_int(proj_size, "proj_size", func, hi=self._hidden)
             if self._mode != "lstm":
                 raise ValueError(
                     f"{func}: proj_size={p} is only valid for rnn_mode='lstm', not {self._mode!r}"
@@ -496,14 +193,14 @@ class RNNBlock:
             self._math = _checks.choose(math, _MATH, "math", func)
         if seed is None:
             seed = random.SystemRandom().getrandbits(63)
-        self._seed = _nonneg_int(seed, "seed", func, lo=0, hi=2**64 - 1)
-        self._devices: dict[int, _Device] = {}
+        self._seed = _rnn_calls.nonneg_int(seed, "seed", func, lo=0, hi=2**64 - 1)
+        self._devices: dict[int, _rnn_calls.Device] = {}
         self._shapes: OrderedDict = OrderedDict()
         # validated calls, per thread (they hold the thread's handle) and per block (they hold
         # the block's descriptors and reserve spaces: close() frees them)
         self._local = threading.local()
         self._stores: weakref.WeakSet = weakref.WeakSet()
-        self._last_train: _Shape | None = None
+        self._last_train: _rnn_calls.Shape | None = None
         self._closed = False
 
     # -- properties ---------------------------------------------------------------------------
@@ -587,7 +284,7 @@ class RNNBlock:
             self._stores.add(store)
             return store
 
-    def _alloc(self, out: _Out, device: int) -> _call.OutputSpec | None:
+    def _alloc(self, out: _rnn_calls.Out, device: int) -> _call.OutputSpec | None:
         """How to allocate *out* (None: given)."""
         return None if out.given is not None else _call.output_spec(out.shape, self._dt, device)
 
@@ -596,7 +293,7 @@ class RNNBlock:
         """The weight layout computed without a GPU (:func:`.canonical_rnn_layout`)."""
         return canonical_rnn_layout(
             self._mode,
-            _input_size(input_size, "RNNBlock.canonical_layout"),
+            _rnn_calls.input_size(input_size, "RNNBlock.canonical_layout"),
             self._hidden,
             self._layers,
             self._dirs == 2,
@@ -624,7 +321,7 @@ class RNNBlock:
         """
         self._check_open()
         func = "RNNBlock.get_param_size"
-        inp = _input_size(input_size, func)
+        inp = _rnn_calls.input_size(input_size, func)
         self._check_input_size(inp, func)
         return self._device(device).rnn(inp)[1] // itemsize(self._dt)
 
@@ -639,7 +336,7 @@ class RNNBlock:
         """
         self._check_open()
         func = "RNNBlock.layout"
-        inp = _input_size(input_size, func)
+        inp = _rnn_calls.input_size(input_size, func)
         self._check_input_size(inp, func)
         return self._device(device).layout(inp)
 
@@ -668,10 +365,10 @@ class RNNBlock:
         """
         self._check_open()
         func = "RNNBlock.split_params"
-        inp = _input_size(input_size, func)
+        inp = _rnn_calls.input_size(input_size, func)
         self._check_input_size(inp, func)
         npl = self._layers * self._dirs
-        pl = _nonneg_int(layer, "layer", func, lo=0, hi=npl - 1)
+        pl = _rnn_calls.nonneg_int(layer, "layer", func, lo=0, hi=npl - 1)
         g = _operand.operand(w)
         self._check_weights(
             func,
@@ -732,28 +429,30 @@ class RNNBlock:
         input of *x_shape* (``cudnnGetRNNTempSpaceSizes``)."""
         self._check_open()
         func = "RNNBlock.temp_space_sizes"
-        shp = tuple(_nonneg_int(s, "x_shape", func) for s in x_shape)
+        shp = tuple(_rnn_calls.nonneg_int(s, "x_shape", func) for s in x_shape)
         if len(shp) != 3:
             raise ValueError(f"{func}: x_shape must have 3 entries, got {tuple(x_shape)}")
         t, n, inp = (shp[1], shp[0], shp[2]) if self._batch_first else shp
         self._check_input_size(inp, func)
-        lengths = _lengths_key(seq_lengths)
-        lengths = None if lengths is None else _check_lengths(func, lengths, n, t)
+        lengths = _rnn_calls.lengths_key(seq_lengths)
+        lengths = None if lengths is None else _rnn_calls.check_lengths(func, lengths, n, t)
         dev = self._device(device)
         s = self._shape(dev, t, n, inp, lengths)
         return s.ws_infer, s.ws_train, s.rs_bytes
 
     # -- state per device and per shape -------------------------------------------------------
-    def _device(self, device: int | None) -> _Device:
+    def _device(self, device: int | None) -> _rnn_calls.Device:
         if device is None:
             device = _call.handle_for(None, None).device
         dev = self._devices.get(device)
         if dev is None:
             with _call.on_device(device):  # the dropout states are initialised on the device
-                dev = self._devices[device] = _Device(self, device)
+                dev = self._devices[device] = _rnn_calls.Device(self, device)
         return dev
 
-    def _shape(self, dev: _Device, t: int, n: int, inp: int, lengths: tuple | None) -> _Shape:
+    def _shape(
+        self, dev: _rnn_calls.Device, t: int, n: int, inp: int, lengths: tuple | None
+    ) -> _rnn_calls.Shape:
         key = (dev.device, t, n, inp, lengths)
         s = self._shapes.get(key)
         if s is not None:
@@ -776,7 +475,7 @@ class RNNBlock:
         ws_train, rs = rnn.temp_space_sizes(h, xdesc, training=True)
         ws_infer, _ = rnn.temp_space_sizes(h, xdesc, training=False)
         dev_len = memory.to_device(np.asarray(seq, dtype=np.int32), h.stream, device=dev.device)
-        s = _Shape(
+        s = _rnn_calls.Shape(
             key,
             dev.device,
             rnn,
@@ -831,15 +530,17 @@ class RNNBlock:
         _checks.check_strides(func, name, g)
         return g
 
-    def _out(self, func: str, name: str, obj: Any, shape: tuple[int, ...], device: int) -> _Out:
+    def _out(
+        self, func: str, name: str, obj: Any, shape: tuple[int, ...], device: int
+    ) -> _rnn_calls.Out:
         if obj is None:
-            return _Out(shape, None)
+            return _rnn_calls.Out(shape, None)
         g = self._operand(func, name, obj, shape, device)
         if not _layout.matches(g.shape, g.strides, _layout.packed_strides(g.shape)):
             raise ValueError(
                 f"{func}: {name} must be C-contiguous (packed), got strides {tuple(g.strides)}"
             )
-        return _Out(shape, g)
+        return _rnn_calls.Out(shape, g)
 
     def _geometry(self, func: str, gx: _operand.Operand) -> tuple[int, int, int]:
         if len(gx.shape) != 3:
@@ -934,18 +635,18 @@ class RNNBlock:
         px, kx = _operand.key_of(x)
         ph, kh = (0, None) if hx is None else _operand.key_of(hx)
         pc, kc = (0, None) if cx is None else _operand.key_of(cx)
-        sl = _lengths_key(seq_lengths)
-        outs = _out_tuple(_FWD, out, "(y, hy[, cy])")
+        sl = _rnn_calls.lengths_key(seq_lengths)
+        outs = _rnn_calls.out_tuple(_FWD, out, "(y, hy[, cy])")
         placed = tuple((None, None) if o is None else _operand.key_of(o) for o in outs)
         key = (_FWD, kw, kx, kh, kc, sl, bool(training), tuple(k for _p, k in placed))
-        args = (w, x, hx, cx, sl, bool(training), outs, stream)
+        args = (self, w, x, hx, cx, sl, bool(training), outs, stream)
         if not outs:
             outs = (None, None, None) if self._mode == "lstm" else (None, None)
             placed = ((None, None),) * len(outs)
         out_ptrs = tuple(p for p, _k in placed)
         return _call.run_cached(
             key,
-            self._build_forward,
+            _rnn_calls.build_forward,
             args,
             (pw, px, ph, pc),
             outs,
@@ -969,44 +670,6 @@ class RNNBlock:
         self._check_weights(func, "w", gw, expected)
         hshape, cshape = self._state_shapes(n)
         return gx, gw, t, n, inp, device, hshape, cshape, expected
-
-    def _build_forward(self, w, x, hx, cx, sl, training, outs, stream) -> _RNNForward:
-        func = _FWD
-        gx, gw, t, n, inp, device, hshape, cshape, expected = self._inputs(func, x, w)
-        if stream is not None:
-            _checks.check_stream(func, stream, device)
-        gh = None if hx is None else self._operand(func, "hx", hx, hshape, device)
-        if cx is not None and self._mode != "lstm":
-            raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
-        gc = None if cx is None else self._operand(func, "cx", cx, cshape, device)
-        lengths = None if sl is None else _check_lengths(func, sl, n, t)
-        nout = 3 if self._mode == "lstm" else 2
-        if not isinstance(outs, (tuple, list)) or len(outs) not in (0, nout):
-            raise ValueError(
-                f"{func}: out must be a tuple of {nout} entries "
-                f"({'y, hy, cy' if nout == 3 else 'y, hy'}), got {outs!r}"
-            )
-        outs = tuple(outs) or (None,) * nout
-        specs = [
-            self._out(func, "y", outs[0], self._y_shape(t, n), device),
-            self._out(func, "hy", outs[1], hshape, device),
-        ]
-        if nout == 3:
-            specs.append(self._out(func, "cy", outs[2], cshape, device))
-        stage = _stage_inputs(self._dt, [(1, gx), (2, gh), (3, gc)])
-        spans = tuple(_nbytes(g) for g in (gw, gx, gh, gc))
-        # -- validated: descriptors, sizes (C calls) ------------------------------------------
-        dev = self._device(device)
-        if dev.rnn(inp)[1] // itemsize(self._dt) != expected:  # pragma: no cover - cuDNN change
-            self._check_weights(func, "w", gw, dev.rnn(inp)[1] // itemsize(self._dt))
-        shape = self._shape(dev, t, n, inp, lengths)
-        h = _call.handle_for(device, stream, func)
-        allocs = tuple(self._alloc(o, device) for o in specs)
-        spans += tuple(
-            _nbytes(o.given) if a is None else a.nbytes_span
-            for o, a in zip(specs, allocs, strict=True)
-        )
-        return _RNNForward(self, h, allocs, spans, stage, shape, training)
 
     # -- backward -----------------------------------------------------------------------------
     def backward(
@@ -1080,8 +743,8 @@ class RNNBlock:
             self._check_open()
         ops = (w, x, hx, cx, y, dy, dhy, dcy)
         keyed = [(0, None) if o is None else _operand.key_of(o) for o in ops]
-        sl = _lengths_key(seq_lengths)
-        outs = _out_tuple(_BWD, out, "(dx, dhx[, dcx])")
+        sl = _rnn_calls.lengths_key(seq_lengths)
+        outs = _rnn_calls.out_tuple(_BWD, out, "(dx, dhx[, dcx])")
         placed = tuple((None, None) if o is None else _operand.key_of(o) for o in outs)
         pdw, kdw = (None, None) if dw is None else _operand.key_of(dw)
         key = (
@@ -1093,7 +756,7 @@ class RNNBlock:
             bool(accumulate),
             bool(weights),
         )
-        args = (ops, sl, outs, dw, (bool(weights), bool(accumulate)), stream)
+        args = (self, ops, sl, outs, dw, (bool(weights), bool(accumulate)), stream)
         lstm = self._mode == "lstm"
         if not outs:
             outs = (None, None, None) if lstm else (None, None)
@@ -1103,196 +766,6 @@ class RNNBlock:
             outs, out_ptrs = (*outs, dw), (*out_ptrs, pdw)
         ptrs = tuple(p for p, _ in keyed)
         r = _call.run_cached(
-            key, self._build_backward, args, ptrs, outs, out_ptrs, stream, store=self._calls()
+            key, _rnn_calls.build_backward, args, ptrs, outs, out_ptrs, stream, store=self._calls()
         )
         return (r[0], r[1], r[2] if lstm else None, r[-1] if weights else None)
-
-    def _build_backward(self, ops, sl, outs, dw, flags, stream) -> _RNNBackward:
-        """*flags*: ``(weights, accumulate)``."""
-        func = _BWD
-        weights, accumulate = flags
-        w, x, hx, cx, y, dy, dhy, dcy = ops
-        gx, gw, t, n, inp, device, hshape, cshape, expected = self._inputs(func, x, w)
-        if stream is not None:
-            _checks.check_stream(func, stream, device)
-        yshape = self._y_shape(t, n)
-        if cx is not None and self._mode != "lstm":
-            raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {self._mode!r}")
-        if dcy is not None and self._mode != "lstm":
-            raise TypeError(f"{func}: dcy is only for rnn_mode='lstm', not {self._mode!r}")
-        gh = None if hx is None else self._operand(func, "hx", hx, hshape, device)
-        gc = None if cx is None else self._operand(func, "cx", cx, cshape, device)
-        if y is None or dy is None:
-            raise TypeError(f"{func}: y and dy are required (the forward output and its gradient)")
-        gy = self._operand(func, "y", y, yshape, device)
-        gdy = self._operand(func, "dy", dy, yshape, device)
-        gdh = None if dhy is None else self._operand(func, "dhy", dhy, hshape, device)
-        gdc = None if dcy is None else self._operand(func, "dcy", dcy, cshape, device)
-        lengths = None if sl is None else _check_lengths(func, sl, n, t)
-        nout = 3 if self._mode == "lstm" else 2
-        if not isinstance(outs, (tuple, list)) or len(outs) not in (0, nout):
-            raise ValueError(
-                f"{func}: out must be a tuple of {nout} entries "
-                f"({'dx, dhx, dcx' if nout == 3 else 'dx, dhx'}), got {outs!r}"
-            )
-        outs = tuple(outs) or (None,) * nout
-        specs = [
-            self._out(func, "dx", outs[0], tuple(gx.shape), device),
-            self._out(func, "dhx", outs[1], hshape, device),
-        ]
-        if nout == 3:
-            specs.append(self._out(func, "dcx", outs[2], cshape, device))
-        wsize = (gw.shape[0],)
-        dw_spec = None
-        if dw is not None:
-            if not weights:
-                raise ValueError(f"{func}: dw was given with weights=False")
-            gdw = self._operand(func, "dw", dw, wsize, device)
-            self._check_weights(func, "dw", gdw, expected)
-            dw_spec = _Out(wsize, gdw)
-        elif weights:
-            dw_spec = _Out(wsize, None)
-        specs.append(dw_spec)
-        named = [(1, gx), (2, gh), (3, gc), (4, gy), (5, gdy), (6, gdh), (7, gdc)]
-        stage = _stage_inputs(self._dt, named)
-        spans = tuple(_nbytes(g) for g in (gw, gx, gh, gc, gy, gdy, gdh, gdc))
-        # -- validated --------------------------------------------------------------------------
-        dev = self._device(device)
-        shape = self._shape(dev, t, n, inp, lengths)
-        h = _call.handle_for(device, stream, func)
-        specs = [o for o in specs if o is not None]  # dw_spec None: no weight gradient
-        allocs = tuple(self._alloc(o, device) for o in specs)
-        spans += tuple(
-            _nbytes(o.given) if a is None else a.nbytes_span
-            for o, a in zip(specs, allocs, strict=True)
-        )
-        # whether dw starts from zeros (None: no weight gradient)
-        zero_dw = None if dw_spec is None else (dw_spec.given is None or not accumulate)
-        return _RNNBackward(self, h, allocs, spans, stage, shape, zero_dw)
-
-
-def _zero(ptr: int, nbytes: int, device: int, stream: int) -> None:
-    """Zero *nbytes* at *ptr*, ordered on *stream*."""
-    memory.DeviceArray.from_ptr(
-        ptr, (nbytes,), np.uint8, device=device, stream=stream, check=False
-    ).fill_(0)
-
-
-def _describe_shape(key: tuple) -> str:
-    _device, t, n, inp, lengths = key
-    s = f"T={t}, N={n}, input_size={inp}"
-    return s + (f", seq_lengths={list(lengths)}" if lengths is not None else "")
-
-
-class _Device:
-    """A block's state on one device: the dropout descriptor with its states, and one
-    RNNDescriptor (with its weight-space size and layout) per input size."""
-
-    __slots__ = ("block", "device", "drop", "layouts", "rnns", "states")
-
-    def __init__(self, block: RNNBlock, device: int) -> None:
-        self.block = block
-        self.device = device
-        self.rnns: dict[int, tuple[RNNDescriptor, int]] = {}
-        self.layouts: dict[int, RNNLayout] = {}
-        h = self.handle()
-        b = block
-        if b._dropout > 0 and b._layers > 1:
-            nbytes = DropoutDescriptor.states_size(h)
-            self.states = memory.empty((nbytes,), np.uint8, device, h.stream)
-            self.drop = DropoutDescriptor(h, b._dropout, self.states, nbytes, b._seed)
-        else:
-            self.states = None
-            self.drop = DropoutDescriptor(h, 0.0, seed=b._seed)
-
-    def handle(self) -> Any:
-        return _call.handle_for(self.device, None)
-
-    def close(self) -> None:
-        for rnn, _ in self.rnns.values():
-            rnn.close()
-        self.rnns.clear()
-        self.drop.close()
-        self.states = None
-
-    def rnn(self, inp: int) -> tuple[RNNDescriptor, int]:
-        """The RNN descriptor for input size *inp* and its weight space in bytes."""
-        got = self.rnns.get(inp)
-        if got is None:
-            b = self.block
-            desc = RNNDescriptor(
-                b._hidden,
-                b._layers,
-                cell_mode=b._mode,
-                input_size=inp,
-                proj_size=b._proj,
-                bias_mode="double" if b._bias else "none",
-                direction="bidirectional" if b._dirs == 2 else "unidirectional",
-                input_mode=b._input_mode,
-                dtype=b._dt,
-                math_type=b._math,
-                dropout=self.drop,
-                aux_flags="padded_io",
-                algo="standard",
-            )
-            got = self.rnns[inp] = (desc, desc.weight_space_size(self.handle()))
-        return got
-
-    def layout(self, inp: int) -> RNNLayout:
-        """The weight layout cuDNN reports for input size *inp*."""
-        lay = self.layouts.get(inp)
-        if lay is None:
-            lay = self.layouts[inp] = self._read_layout(inp)
-        return lay
-
-    def _read_layout(self, inp: int) -> RNNLayout:
-        b = self.block
-        desc, nbytes = self.rnn(inp)
-        h = self.handle()
-        isz = itemsize(b._dt)
-        fn = _call.quiet("cudnnGetRNNWeightParams")
-        # cudnnGetRNNWeightParams computes addresses inside the buffer it is given: use a real one
-        buf = memory.empty((max(nbytes, 1),), np.uint8, self.device, h.stream)
-        base = buf.ptr
-        mdesc = TensorDescriptor((1, 1, 1), b._dt)
-        bdesc = TensorDescriptor((1, 1, 1), b._dt)
-        nlin = 2 * len(GATES[b._mode])
-        ids = list(range(nlin)) + ([PROJ_ID] if b._proj else [])
-        slots = []
-        try:
-            for pl in range(b._layers * b._dirs):
-                for lid in ids:
-                    ma, ba = ctypes.c_void_p(), ctypes.c_void_p()
-                    fn(
-                        h.ptr,
-                        desc,
-                        pl,
-                        nbytes,
-                        base,
-                        lid,
-                        mdesc,
-                        ctypes.byref(ma),
-                        bdesc,
-                        ctypes.byref(ba),
-                    )
-                    for kind, addr, d in (("weight", ma.value, mdesc), ("bias", ba.value, bdesc)):
-                        if not addr:
-                            continue
-                        dims = d.shape  # (1, rows, cols) or (1, rows, 1)
-                        shape = (dims[-2], dims[-1]) if kind == "weight" else (dims[-2],)
-                        slots.append((pl, lid, kind, (addr - base) // isz, shape))
-        finally:
-            mdesc.close()
-            bdesc.close()
-        return RNNLayout(
-            b._mode,
-            inp,
-            b._hidden,
-            b._layers,
-            b._dirs == 2,
-            b._proj,
-            b._input_mode,
-            b._bias,
-            nbytes // isz,
-            slots,
-        )

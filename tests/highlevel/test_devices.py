@@ -20,7 +20,7 @@ from _fake_device import BF16, F32, I32, Fake
 import pycudnn
 from pycudnn import _cuda
 from pycudnn.graph import _plans
-from pycudnn.highlevel import DropoutState, RNNBlock, conv, rnn
+from pycudnn.highlevel import DropoutState, RNNBlock, _rnn_calls, conv, rnn
 
 no_c = fd.no_c
 
@@ -33,7 +33,9 @@ def no_c_at_all(no_c, monkeypatch):
     for name in ("empty", "zeros", "get_workspace", "asarray"):
         monkeypatch.setattr(conv.memory, name, fd._boom)
     for name in ("RNNDescriptor", "RNNDataDescriptor", "DropoutDescriptor"):
-        monkeypatch.setattr(rnn, name, fd._boom)
+        for module in (rnn, _rnn_calls):  # where the block and its parts make them
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, fd._boom)
     yield
 
 
