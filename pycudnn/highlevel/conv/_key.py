@@ -32,6 +32,7 @@ __all__ = ["conv", "fused"]
 #: errors that mean a cached entry went stale: its plan's workspace no longer fits (the entry
 #: is dropped with its plan and rebuilt: the search then takes smaller workspaces first)
 _STALE = (MemoryError,)
+_NO_OUTPUT = (None,)  # outs and out_ptrs of a call that allocates its output
 
 
 def conv(op: int, nd: int, a: Any, b: Any, shape: Any, opts: tuple, out: Any, stream: Any) -> Any:
@@ -60,19 +61,21 @@ def conv(op: int, nd: int, a: Any, b: Any, shape: Any, opts: tuple, out: Any, st
         pa, pb = ga[0], gb[0]
         ka = (ga[1], ga[2], ga[3], ga[4], pa & 15, gb[1], gb[2], gb[3], gb[4], pb & 15)
     if out is None:
-        po = okey = None
-    elif type(out) is fast:
-        po = out.data_ptr()
-        okey = (out.shape, out.stride(), out.dtype, out.get_device(), po & 15)
+        okey = None
+        outs = out_ptrs = _NO_OUTPUT
     else:
-        po, okey = _operand.key_of(out)
+        if type(out) is fast:
+            po = out.data_ptr()
+            okey = (out.shape, out.stride(), out.dtype, out.get_device(), po & 15)
+        else:
+            po, okey = _operand.key_of(out)
+        outs, out_ptrs = (out,), (po,)
     if type(shape) is list:
         shape = tuple(shape)
     key = (op, nd, ka, okey, shape, opts, _call.snapshot())
     args = (op, nd, a, b, shape, opts, out, stream)
-    ptrs = (pa, pb)
     return _call.run_cached(
-        key, _prepare.build, args, ptrs, (out,), (po,), stream, _STALE, _plans.stats
+        key, _prepare.build, args, (pa, pb), outs, out_ptrs, stream, _STALE, _plans.stats
     )[0]
 
 
@@ -91,11 +94,13 @@ def fused(nd: int, a: Any, b: Any, opts: tuple, epilogue: tuple, out: Any, strea
         pz, kz = _operand.key_of(z)
         ptrs += (pz,)
     if out is None:
-        po = okey = None
+        okey = None
+        outs = out_ptrs = _NO_OUTPUT
     else:
         po, okey = _operand.key_of(out)
+        outs, out_ptrs = (out,), (po,)
     key = ("fused", nd, ka, kb, kbias, kz, okey, opts, activation, z_alpha, _call.snapshot())
     args = (nd, a, b, opts, epilogue, out, stream)
     return _call.run_cached(
-        key, _prepare.build_fused, args, ptrs, (out,), (po,), stream, _STALE, _plans.stats
+        key, _prepare.build_fused, args, ptrs, outs, out_ptrs, stream, _STALE, _plans.stats
     )[0]
