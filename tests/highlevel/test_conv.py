@@ -830,3 +830,85 @@ def test_unpacked_operands_are_staged(capture, monkeypatch):
         Fake((1, 1, 8, 8)), Fake((3, 1, 3, 3)), conv_mode="cross", direction_hint="bprop weights"
     )
     assert problems[-1].op == OP_BWD_FILTER
+
+
+# ==================================================================================================
+# Legacy algorithms (descriptors are real; the C calls are recorded)
+# ==================================================================================================
+class WorkspaceHandle(DummyHandle):
+    def workspace(self, nbytes, stream=None):
+        return 0xABC000, nbytes
+
+
+def _legacy_problem(op, **kw):
+    x, w, y = (1, 4, 8, 8), (6, 4, 3, 3), (1, 6, 6, 6)
+    base = dict(
+        op=op,
+        device=0,
+        cudnn_version=91900,
+        dtype=int(F32),
+        compute=int(F32),
+        mode=int(ConvolutionMode.CROSS_CORRELATION),
+        x_shape=x,
+        x_strides=_packed(x),
+        w_shape=w,
+        w_strides=_packed(w),
+        y_shape=y,
+        y_strides=_packed(y),
+        pads=(0, 0),
+        strides=(1, 1),
+        dilations=(1, 1),
+        allow_tf32=False,
+        deterministic=False,
+        x_align=16,
+        w_align=16,
+        y_align=16,
+        workspace_limit=-1,
+        alpha=1.0,
+        beta=0.0,
+        algo="fft",
+    )
+    return Problem(**{**base, **kw})
+
+
+@pytest.mark.parametrize(
+    ("op", "query", "call", "order"),
+    [
+        (OP_FWD, "ForwardWorkspaceSize", "cudnnConvolutionForward", (11, 22, 33)),
+        (OP_BWD_DATA, "BackwardDataWorkspaceSize", "cudnnConvolutionBackwardData", (22, 33, 11)),
+        (
+            OP_BWD_FILTER,
+            "BackwardFilterWorkspaceSize",
+            "cudnnConvolutionBackwardFilter",
+            (11, 33, 22),
+        ),
+    ],
+)
+def test_legacy_plan_queries_its_workspace_and_calls_in_cudnn_order(
+    monkeypatch, op, query, call, order
+):
+    calls = []
+
+    def quiet(name):
+        def fn(*args):
+            calls.append((name, args))
+            size = args[-1]._obj if hasattr(args[-1], "_obj") else None
+            if size is not None:
+                size.value = 4096
+
+        return fn
+
+    monkeypatch.setattr(_call, "quiet", quiet)
+    conv.clear_caches()
+    plan = problem_mod.legacy_plan(_legacy_problem(op), WorkspaceHandle())
+    assert plan.workspace == 4096 and plan.describe().startswith(f"legacy {call} algo")
+    assert calls[0][0] == "cudnnGetConvolution" + query
+    assert conv.cache_info().builds == 1  # counted by the engine (_plans.built)
+    plan.run(11, 22, 33, 44)  # x, w, y, workspace
+    name, args = calls[-1]
+    assert name == call and (args[3], args[5], args[-1]) == order and args[8] == 44
+    # over the workspace limit: a warning and None (the caller falls back to the heuristics)
+    with pytest.warns(RuntimeWarning, match="cannot run this"):
+        assert (
+            problem_mod.legacy_plan(_legacy_problem(op, workspace_limit=0), DummyHandle()) is None
+        )
