@@ -30,8 +30,8 @@ negative record, the verbose report.
 The keys live with their operations: a convolution's is
 :class:`pycudnn.highlevel.conv._problem.Problem` (with ``make_plan`` for Theano's named legacy
 algorithms), the fused convolution's :class:`pycudnn.highlevel.conv._epilogue.FusedProblem`
-(``negative``), a builder graph's :class:`pycudnn.graph._key.GraphKey`. The tuple *is* the cache
-key.
+(``negative``), a builder graph's :class:`pycudnn.graph._key.GraphKey`. The (hashable) key *is*
+the cache key.
 
 Caching design
 --------------
