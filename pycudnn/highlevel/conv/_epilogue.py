@@ -184,7 +184,10 @@ class FusedProblem(NamedTuple):
     act_coef: float | None
 
     # -- the graph-key protocol of pycudnn.graph._plans ---------------------------------------
-    negative = True  # "no engine runs it" is cached: the call then runs as separate steps
+    @property
+    def negative(self) -> bool:
+        """No engine running it is an answer to cache: the call then runs as separate steps."""
+        return True
 
     @property
     def dtype(self) -> int:

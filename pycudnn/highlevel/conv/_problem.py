@@ -59,7 +59,7 @@ UIDS = (1, 2, 3)  #: the variant-pack unique ids of x, w, y
 _OUT_ROLE = {OP_FWD: 2, OP_BWD_DATA: 0, OP_BWD_FILTER: 1}
 
 #: Theano's named algorithms -> legacy cuDNN algorithm, per direction (theano/gpuarray/dnn.py)
-LEGACY = {
+LEGACY: dict[int, dict[str, int]] = {
     OP_FWD: {
         "none": ConvolutionFwdAlgo.IMPLICIT_GEMM,
         "small": ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM,
