@@ -1,7 +1,8 @@
 """The high-level layer: eager functions modelled on Theano's ``theano.gpuarray.dnn``.
 
-One module per family, all on the shared op path (:mod:`._op`: operands, call keys and the
-per-thread call cache, validation, outputs, staging, one execute path):
+One module per family, all on the shared call path: :mod:`._operand` (operands and call keys),
+:mod:`._checks` (validation), :mod:`._call` (one call protocol, outputs, the per-thread call cache
+and one cache-and-run helper), :mod:`._staging` (descriptors per layout, staged copies):
 
 - :mod:`.conv` -- ``dnn_conv``, ``dnn_conv3d``, ``dnn_gradinput``, ``dnn_gradinput3d``,
   ``dnn_gradweight``, ``dnn_gradweight3d`` (graph-API plans, :mod:`pycudnn.graph._plans`);

@@ -144,31 +144,18 @@ class Shape:
         "ydesc",
     )
 
-    def __init__(
-        self,
-        key,
-        device,
-        rnn,
-        w_bytes,
-        xdesc,
-        ydesc,
-        hdesc,
-        cdesc,
-        lengths,
-        dev_len,
-        ws_train,
-        ws_infer,
-        rs_bytes,
-    ):
+    def __init__(self, key, device, rnn, descs, lengths, sizes):
+        """*rnn*: ``(RNNDescriptor, weight bytes)``; *descs*: ``(x, y, h, c)`` descriptors;
+        *lengths*: ``(host lengths, their device copy)``; *sizes*: ``(workspace for training,
+        for inference, reserve space)`` in bytes."""
         self.key = key
         self.device = device
-        self.rnn = rnn
-        self.w_bytes = w_bytes
-        self.xdesc, self.ydesc, self.hdesc, self.cdesc = xdesc, ydesc, hdesc, cdesc
-        self.lengths = lengths
+        self.rnn, self.w_bytes = rnn
+        self.xdesc, self.ydesc, self.hdesc, self.cdesc = descs
+        self.lengths, dev_len = lengths
         self.dev_lengths = dev_len  # cuDNN reads the lengths on the device, asynchronously
         self.dev_lengths_p = ctypes.cast(ctypes.c_void_p(dev_len.ptr), _INT32_P)
-        self.ws_train, self.ws_infer, self.rs_bytes = ws_train, ws_infer, rs_bytes
+        self.ws_train, self.ws_infer, self.rs_bytes = sizes
         self.reserve: Any = None  # allocated by the first training apply, then reused
 
     def reserve_ptr(self, stream: int) -> int:

@@ -8,8 +8,8 @@ functions (``cudnnLRNCrossChannelForward`` / ``Backward``).
 with cuDNN's window ``[c - (n - 1) // 2, c + n // 2]`` clipped to the channels (as documented
 for ``cudnnSetLRNDescriptor`` and measured: for odd *n* this is PyTorch's
 ``F.local_response_norm``; for even *n* PyTorch's window is one channel earlier).
-``dnn_lrn_grad(y, dy, x, ...)`` is its gradient. Both go through the shared op path
-(:mod:`._op`): the descriptors are cached per call, so a repeated call makes one C call.
+``dnn_lrn_grad(y, dy, x, ...)`` is its gradient. Both go through the shared call path
+(:mod:`._call`): the descriptors are cached per call, so a repeated call makes one C call.
 
 Operands: 2 to 5 dims ``(N, C, spatial...)`` with any strides (NCHW, NHWC, views); 5-D operands
 other than packed NCDHW go through packed copies (cuDNN refuses 5-D tensors whose spatial dims

@@ -1,8 +1,8 @@
 """Pooling, forward and backward: Theano's ``dnn_pool`` / ``GpuDnnPoolGrad`` as eager functions.
 
 ``dnn_pool(img, ws, stride, mode, pad)`` runs ``cudnnPoolingForward`` and ``dnn_pool_grad(img,
-out, out_grad, ws, stride, mode, pad)`` ``cudnnPoolingBackward`` through the shared op path
-(:mod:`._op`): a per-thread cache maps what was passed to a ready call with its descriptors, so a
+out, out_grad, ws, stride, mode, pad)`` ``cudnnPoolingBackward`` through the shared call path
+(:mod:`._call`): a per-thread cache maps what was passed to a ready call with its descriptors, so a
 repeated call makes one C call.
 
 Theano's semantics, kept exactly
@@ -180,8 +180,13 @@ class _Pooling(_call.Call):
             self.fn(self.hp, self.pp, a, d[1], y, d[2], dy, d[0], x, b, d[3], dx)
 
 
-def _entry(func, h, dt, geo, pmode, is_sum, inputs, o, out_shape, nhwc, alpha, beta, backward):
-    """The call entry once operands and arguments are valid (descriptors, staging, scales)."""
+def _entry(func, h, dt, geo, mode, inputs, o, out_shape, factors, backward) -> _call.Call:
+    """The call entry once operands and arguments are valid (descriptors, staging, scales):
+    *mode* is ``(cuDNN's mode, whether it sums)``, *factors* ``(alpha, beta)``; the layout is
+    the first input's."""
+    pmode, is_sum = mode
+    alpha, beta = factors
+    nhwc = _staging.channels_last(inputs[0])
     spans = tuple(g.nbytes_span for g in inputs)
     if any(n == 0 for n in out_shape):  # N or C is 0: nothing to compute
         spec = None if o is not None else _call.output_spec(out_shape, dt, inputs[0].device, nhwc)
@@ -285,12 +290,11 @@ def _build_forward(img, out, ws, stride, mode, pad, alpha, beta, stream) -> _cal
     dt, device = _checks.same_dtype_and_device(func, (("img", g),))
     _checks.check_operand(func, "img", g)
     geo = _geometry(func, g.shape, ws, stride, pad)
-    pmode, is_sum = _checks.choose(mode, _MODES, "mode", func)
-    a, b = _checks.real(alpha, "alpha", func), _checks.real(beta, "beta", func)
+    pooling = _checks.choose(mode, _MODES, "mode", func)
+    factors = _checks.real(alpha, "alpha", func), _checks.real(beta, "beta", func)
     o = _out_operand(func, "out", out, g, geo.out_shape)
     h = _call.handle_for(device, stream, func)
-    nhwc = _staging.channels_last(g)
-    return _entry(func, h, dt, geo, pmode, is_sum, (g,), o, geo.out_shape, nhwc, a, b, False)
+    return _entry(func, h, dt, geo, pooling, (g,), o, geo.out_shape, factors, False)
 
 
 def dnn_pool_grad(
@@ -368,14 +372,15 @@ def dnn_pool_grad(
         alpha,
         beta,
     )
-    args = (img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, beta, stream)
+    args = ((img, out, out_grad), img_grad, ws, stride, mode, pad, alpha, beta, stream)
     ptrs = (px, py, pdy)
     return _call.run_cached(key, _build_backward, args, ptrs, (img_grad,), (po,), stream)[0]
 
 
-def _build_backward(img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, beta, stream):
+def _build_backward(operands, img_grad, ws, stride, mode, pad, alpha, beta, stream) -> _call.Call:
+    """*operands*: ``(img, out, out_grad)``."""
     func = "dnn_pool_grad"
-    gx, gy, gdy = _operand.operand(img), _operand.operand(out), _operand.operand(out_grad)
+    gx, gy, gdy = (_operand.operand(a) for a in operands)
     named = (("img", gx), ("out", gy), ("out_grad", gdy))
     dt, device = _checks.same_dtype_and_device(func, named)
     for name, g in named:
@@ -388,10 +393,8 @@ def _build_backward(img, out, out_grad, img_grad, ws, stride, mode, pad, alpha, 
                 f"{geo.out_shape} (img {tuple(gx.shape)}, ws={geo.ws}, stride={geo.stride}, "
                 f"pad={geo.pad})"
             )
-    pmode, is_sum = _checks.choose(mode, _MODES, "mode", func)
-    a, b = _checks.real(alpha, "alpha", func), _checks.real(beta, "beta", func)
+    pooling = _checks.choose(mode, _MODES, "mode", func)
+    factors = _checks.real(alpha, "alpha", func), _checks.real(beta, "beta", func)
     o = _out_operand(func, "img_grad", img_grad, gx, gx.shape)
     h = _call.handle_for(device, stream, func)
-    nhwc = _staging.channels_last(gx)
-    inputs = (gx, gy, gdy)
-    return _entry(func, h, dt, geo, pmode, is_sum, inputs, o, gx.shape, nhwc, a, b, True)
+    return _entry(func, h, dt, geo, pooling, (gx, gy, gdy), o, gx.shape, factors, True)

@@ -2,7 +2,7 @@
 (``cudnnReduceTensor``).
 
 ``dnn_reduction(x, op, axis, keepdims, return_indices, dtype)`` reduces *x* over any set of axes
-with one of cuDNN's nine operations, through the shared op path (:mod:`._op`): a per-thread
+with one of cuDNN's nine operations, through the shared call path (:mod:`._call`): a per-thread
 cache maps what was passed to a ready call (descriptors, workspace size), so a repeated call
 makes one C call. Facts measured on cuDNN 9.19 (H100) that shape this module:
 

@@ -478,17 +478,10 @@ class RNNBlock:
         s = _rnn_calls.Shape(
             key,
             dev.device,
-            rnn,
-            w_bytes,
-            xdesc,
-            ydesc,
-            hdesc,
-            cdesc,
-            seq,
-            dev_len,
-            ws_train,
-            ws_infer,
-            rs,
+            (rnn, w_bytes),
+            (xdesc, ydesc, hdesc, cdesc),
+            (seq, dev_len),
+            (ws_train, ws_infer, rs),
         )
         self._shapes[key] = s
         while len(self._shapes) > _MAX_SHAPES:

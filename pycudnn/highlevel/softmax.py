@@ -52,12 +52,14 @@ class _Softmax(_call.Call):
 
     __slots__ = ("algo", "alpha", "beta", "descs", "fn", "hp", "mode")
 
-    def __init__(self, func, h, alloc, spans, stage, name, algo, mode, descs, alpha, beta):
+    def __init__(self, func, h, alloc, spans, stage, name, algo_mode, descs, factors):
+        alpha, beta = factors
         # the descriptors and the factors byref() points into live as long as the entry
         super().__init__(func, h, (alloc,), spans, stage, keepalive=(descs, alpha, beta))
         self.fn = _call.quiet(name)
         self.hp = h.ptr
-        self.algo, self.mode, self.descs = int(algo), int(mode), descs
+        self.algo, self.mode = (int(v) for v in algo_mode)
+        self.descs = descs
         self.alpha, self.beta = ctypes.byref(alpha), ctypes.byref(beta)
 
     def launch(self, ptrs):
@@ -123,7 +125,7 @@ def _build(func, name, names, objs, out, algo, mode, alpha, beta, stream) -> _ca
         stage = _staging.Stage(dt, staged_in, staged_out, alpha, beta)
         if staged_out:
             a, b = _call.scales(dt, 1.0, 0.0)  # the final copy applies alpha and beta
-    return _Softmax(func, h, spec, spans, stage, name, a_, m_, tuple(descs), a, b)
+    return _Softmax(func, h, spec, spans, stage, name, (a_, m_), tuple(descs), (a, b))
 
 
 def dnn_softmax(

@@ -22,7 +22,7 @@ Layouts and dtypes: float16, float32, float64 (bfloat16 is refused by cuDNN's de
 Images, outputs and their gradients take any strides (NCHW, NHWC, views). *theta* and *grid*
 have no descriptor in cuDNN's API: inputs of other strides are copied to packed C order first,
 and ``out=`` arrays for grids and ``dtheta`` must be C-contiguous. Every call goes through the
-shared op path (:mod:`._op`), its descriptors cached with the call.
+shared call path (:mod:`._call`), its descriptors cached with the call.
 """
 
 from __future__ import annotations

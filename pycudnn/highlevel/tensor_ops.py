@@ -135,10 +135,12 @@ class _OpTensor(_call.Call):
 
     __slots__ = ("ad", "bd", "cd", "fn", "hp", "opd", "scale", "unary")
 
-    def __init__(self, func, h, alloc, spans, inplace, opd, ad, bd, cd, scales, unary):
-        super().__init__(func, h, (alloc,), spans, inplace=inplace, keepalive=(opd, ad, bd, cd))
+    def __init__(self, func, h, alloc, spans, inplace, opd, descs, scales, unary):
+        """*descs*: the descriptors of a, b (a's again when unary) and out."""
+        super().__init__(func, h, (alloc,), spans, inplace=inplace, keepalive=(opd, descs))
         self.fn = _call.quiet("cudnnOpTensor")
-        self.hp, self.opd, self.ad, self.bd, self.cd = h.ptr, opd, ad, bd, cd
+        self.hp, self.opd = h.ptr, opd
+        self.ad, self.bd, self.cd = descs
         self.scale = (*scales, *(ctypes.byref(s) for s in scales))
         self.unary = unary
 
@@ -259,4 +261,4 @@ def _build_op_tensor(op, a, b, alpha1, alpha2, beta, out, stream) -> _call.Call:
     spans = (ga.nbytes_span, *(() if gb is None else (gb.nbytes_span,)), so)
     if any(n == 0 for n in ga.shape):
         return _call.Call(func, h, (spec,), spans, noop=True)
-    return _OpTensor(func, h, spec, spans, inplace, opd, ad, bd, cd, scales, unary)
+    return _OpTensor(func, h, spec, spans, inplace, opd, (ad, bd, cd), scales, unary)

@@ -109,6 +109,42 @@ def test_no_underscore_names_from_other_modules(name, path):
     assert not bad, f"{path.relative_to(PKG)} imports private names: {bad}"
 
 
+# the high level's shared modules, lowest first: each may import only those before it (and no op
+# module); ``_op`` is conv's re-export shim until conv adopts them, then it goes
+HIGHLEVEL_SHARED: dict[str, set[str]] = {
+    "_operand": set(),
+    "_checks": {"_operand"},
+    "_call": {"_operand", "_checks"},
+    "_staging": {"_operand", "_checks", "_call"},
+}
+HIGHLEVEL_SHIM_USERS = {"conv", "_op"}
+
+
+def highlevel_imports(path: Path) -> set[str]:
+    """The ``pycudnn.highlevel`` modules that *path* (a module of it) imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            target = _from_target(node, path)
+            if not target or target[:2] != ["pycudnn", "highlevel"]:
+                continue
+            if len(target) > 2:
+                found.add(target[2])
+            else:
+                found.update(a.name for a in node.names)
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "highlevel").glob("*.py")), ids=lambda p: p.name)
+def test_highlevel_shared_modules_follow_their_order(path):
+    name = path.stem
+    imported = highlevel_imports(path) - {name}
+    if name in HIGHLEVEL_SHARED:
+        assert imported <= HIGHLEVEL_SHARED[name], f"{path.name} imports {imported}"
+    if name not in HIGHLEVEL_SHIM_USERS:
+        assert "_op" not in imported, f"{path.name} imports the _op shim"
+
+
 # the optional torch adapter's implementation: imported only where torch is installed
 TORCH_ONLY = ("pycudnn._torch_autograd", "pycudnn._torch_nn")
 
