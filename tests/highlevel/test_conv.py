@@ -25,6 +25,7 @@ from pycudnn.highlevel.conv import _prepare
 from pycudnn.highlevel.conv import _problem as problem_mod
 from pycudnn.highlevel.conv._problem import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
 
+REAL_PLAN = _plans.plan  # the capture fixture replaces the engine's entry
 F32, F64, F16, BF16 = DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16
 _addr = itertools.count(1)
 
@@ -912,3 +913,22 @@ def test_legacy_plan_queries_its_workspace_and_calls_in_cudnn_order(
         assert (
             problem_mod.legacy_plan(_legacy_problem(op, workspace_limit=0), DummyHandle()) is None
         )
+
+
+def test_the_legacy_fallback_warns_at_the_callers_line(capture, monkeypatch):
+    def quiet(name):
+        def fn(*args):
+            if hasattr(args[-1], "_obj"):
+                args[-1]._obj.value = 4096  # the workspace the legacy algorithm wants
+
+        return fn
+
+    monkeypatch.setattr(_call, "quiet", quiet)
+    monkeypatch.setattr(_plans, "plan", REAL_PLAN)  # the engine's entry, over a fake search
+    monkeypatch.setattr(_plans, "search", lambda key, h, given_ptrs=None: FakePlan(key))
+    with _config.config.override(workspace_limit=0), pytest.warns(RuntimeWarning) as got:
+        pycudnn.dnn_conv(x4(), w4(), algo="fft")
+    assert got[0].filename == __file__, got[0].filename
+    # the heuristics' plan, cached under the legacy key too
+    keys = list(_plans._plan_cache().data)
+    assert [k.algo for k in keys] == ["guess", "fft"]

@@ -13,6 +13,8 @@ transposed view) builds the same ``Problem`` and so shares one plan.
 from __future__ import annotations
 
 import ctypes
+import os
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -301,10 +303,18 @@ _LEGACY_CALLS = {
         "cudnnConvolutionBackwardFilter",
     ),
 }
-# how many frames a warning of legacy_plan climbs to the caller of dnn_conv: legacy_plan,
-# Problem.make_plan, _plans._make, _plans.plan, _prepare.conv_call, _prepare._entry,
-# _prepare.slow, _key.conv, the public function
-_WARN_LEVEL = 10
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` of a warning issued by this module's caller that names the first frame
+    outside pycudnn (the user's call of ``dnn_conv``, however deep the plan was made)."""
+    frame = sys._getframe(2)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def legacy_plan(p: Problem, h: Any) -> LegacyPlan | None:
@@ -321,7 +331,7 @@ def legacy_plan(p: Problem, h: Any) -> LegacyPlan | None:
             f"pycudnn: the legacy algorithm {p.algo!r} cannot run this {OP_NAMES[p.op]} "
             f"convolution ({exc}); using cuDNN's heuristics instead",
             RuntimeWarning,
-            stacklevel=_WARN_LEVEL,
+            stacklevel=_callers_level(),
         )
         return None
     plan = LegacyPlan(name, int(algo), descs, h, ws, _call.scales(dt, p.alpha, p.beta))
