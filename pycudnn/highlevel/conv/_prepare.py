@@ -28,6 +28,7 @@ from ..._types import itemsize
 from ...enums import ConvolutionMode, DataType
 from ...graph import _plans
 from .. import _call, _checks, _operand, _staging
+from .._operand import Operand
 from . import _epilogue
 from ._calls import ConvCall, EmptyCall
 from ._problem import LEGACY, OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem, alignment
@@ -236,12 +237,12 @@ def _arguments(req: ConvRequest, dt: DataType, flags: Any) -> Args:
     return Args(groups, sub, dil, mode, compute, pol, det, explicit)
 
 
-def _given_shapes(req: ConvRequest, ga: Any, gb: Any, go: Any) -> tuple:
+def _given_shapes(req: ConvRequest, ga: Operand, gb: Operand, go: Operand | None) -> tuple:
     """(x, w, y shapes) as the operands, ``*_shp`` and ``out`` give them (y None: computed)."""
     func, nd = req.func, req.nd
     if req.op == OP_FWD:
         return tuple(ga.shape), tuple(gb.shape), None
-    what, given = ("img_shp", 0) if req.op == OP_BWD_DATA else ("kerns_shp", 1)
+    what = "img_shp" if req.op == OP_BWD_DATA else "kerns_shp"
     shape = _shape_arg(req.shape, nd, what, func) if req.shape is not None else None
     if go is not None:
         if shape is not None and shape != tuple(go.shape):
@@ -249,38 +250,38 @@ def _given_shapes(req: ConvRequest, ga: Any, gb: Any, go: Any) -> tuple:
         shape = tuple(go.shape)
     if shape is None:
         raise ValueError(f"{func}: {what} is required (or pass out=)")
-    if given == 0:  # gradinput(kerns, topgrad, img_shp)
+    if req.op == OP_BWD_DATA:  # gradinput(kerns, topgrad, img_shp)
         return shape, tuple(ga.shape), tuple(gb.shape)
     return tuple(ga.shape), shape, tuple(gb.shape)  # gradweight(img, topgrad, kerns_shp)
 
 
-def _shapes(req: ConvRequest, ga: Any, gb: Any, go: Any, args: Args) -> Shapes:
+def _shapes(req: ConvRequest, ga: Operand, gb: Operand, go: Operand | None, args: Args) -> Shapes:
     """The image, filter and output shapes (the missing one from ``*_shp`` or ``out``), the
     padding, and whether the problem reduces over nothing."""
     func, op = req.func, req.op
-    xs, ws_, ys = _given_shapes(req, ga, gb, go)
-    if any(k < 1 for k in ws_[2:]):
-        raise ValueError(f"{func}: kernel spatial sizes must be positive, got filter shape {ws_}")
+    xs, ws, ys = _given_shapes(req, ga, gb, go)
+    if any(k < 1 for k in ws[2:]):
+        raise ValueError(f"{func}: kernel spatial sizes must be positive, got filter shape {ws}")
     groups, sub, dil = args.groups, args.sub, args.dil
-    c_in, k_out, c_per_group = xs[1], ws_[0], ws_[1]
+    c_in, k_out, c_per_group = xs[1], ws[0], ws[1]
     if k_out % groups or c_in % groups:
         raise ValueError(
             f"{func}: num_groups={groups} must divide the input channels ({c_in}) and the number "
-            f"of filters ({k_out}); image {xs}, filters {ws_}"
+            f"of filters ({k_out}); image {xs}, filters {ws}"
         )
     if c_per_group * groups != c_in:
         raise ValueError(
-            f"{func}: with num_groups={groups}, filters of shape {ws_} expect "
+            f"{func}: with num_groups={groups}, filters of shape {ws} expect "
             f"{c_per_group * groups} input channels, but the image {xs} has {c_in}"
         )
-    pad = pads(req.border_mode, ws_[2:], dil, func)
-    spatial = out_spatial(xs, ws_, pad, sub, dil)
+    pad = pads(req.border_mode, ws[2:], dil, func)
+    spatial = out_spatial(xs, ws, pad, sub, dil)
     if any(o < 1 for o in spatial):
         raise ValueError(
             f"{func}: the convolution output would be empty: padded input "
             f"{tuple(i + 2 * p for i, p in zip(xs[2:], pad, strict=True))} is smaller than the "
-            f"dilated kernel {tuple((k - 1) * d + 1 for k, d in zip(ws_[2:], dil, strict=True))} "
-            f"(image {xs}, filters {ws_}, pads {pad}, dilation {dil})"
+            f"dilated kernel {tuple((k - 1) * d + 1 for k, d in zip(ws[2:], dil, strict=True))} "
+            f"(image {xs}, filters {ws}, pads {pad}, dilation {dil})"
         )
     expect_y = (xs[0], k_out, *spatial)
     if op == OP_FWD:
@@ -288,12 +289,12 @@ def _shapes(req: ConvRequest, ga: Any, gb: Any, go: Any, args: Args) -> Shapes:
     elif ys != expect_y:
         other = "img_shp" if op == OP_BWD_DATA else "kerns_shp"
         raise ValueError(
-            f"{func}: topgrad has shape {ys}, but a convolution of image {xs} with filters {ws_} "
+            f"{func}: topgrad has shape {ys}, but a convolution of image {xs} with filters {ws} "
             f"(pads {pad}, subsample {sub}, dilation {dil}) gives {expect_y}; check {other}"
         )
     if go is not None and op == OP_FWD and tuple(go.shape) != ys:
         raise ValueError(f"{func}: out has shape {tuple(go.shape)}, expected {ys}")
-    out_shape = {OP_FWD: ys, OP_BWD_DATA: xs, OP_BWD_FILTER: ws_}[op]
+    out_shape = {OP_FWD: ys, OP_BWD_DATA: xs, OP_BWD_FILTER: ws}[op]
     # a sum over nothing (no input channels, no filters, no images, all-padding input): zeros
     no_input = any(i == 0 for i in xs[2:])
     reduced_empty = {
@@ -301,10 +302,12 @@ def _shapes(req: ConvRequest, ga: Any, gb: Any, go: Any, args: Args) -> Shapes:
         OP_BWD_DATA: k_out == 0,
         OP_BWD_FILTER: xs[0] == 0 or no_input,
     }[op]
-    return Shapes(xs, ws_, ys, pad, out_shape, reduced_empty)
+    return Shapes(xs, ws, ys, pad, out_shape, reduced_empty)
 
 
-def _layouts(req: ConvRequest, ga: Any, gb: Any, go: Any, out_shape: tuple[int, ...]) -> Layouts:
+def _layouts(
+    req: ConvRequest, ga: Operand, gb: Operand, go: Operand | None, out_shape: tuple[int, ...]
+) -> Layouts:
     """NHWC when an operand is unambiguously channels-last, else NCHW; operands whose strides
     are not packed in that layout are staged (the graph API's engines computed garbage for other
     stride orders, e.g. N/C-transposed views, instead of refusing them; ATen also makes operands
