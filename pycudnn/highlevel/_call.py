@@ -14,10 +14,13 @@ Pass the builder and its arguments rather than a closure: a closure would make e
 captures a cell in the caller, on the hot path too.
 
 **The lean path.** A caller that has bound an entry to a signature once (for example a framework
-module that always passes the same shapes) may skip :meth:`Call.run` when :attr:`Call.lean` is
-true: with every output given (and known not to overlap the inputs), the handle's stream already
-the caller's and the handle's device current, ``call.launch((*input_ptrs, *output_ptrs))`` is the
-whole call -- a key lookup, the pointer writes and the C call.
+module that always passes the same shapes: it runs the first call through :func:`run_cached`,
+then takes the entry with :func:`cached_entry`) may skip :meth:`Call.run` when :attr:`Call.lean`
+is true: with every output given (and known not to overlap the inputs), the handle's stream
+already the caller's and the handle's device current, ``call.launch((*input_ptrs,
+*output_ptrs))`` is the whole call -- a key lookup, the pointer writes and the C call. Entries
+whose launch reads per-call arguments (dropout's state, CTC's values, an attention's seed) and
+staged or empty ones are not lean.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
     "Call",
     "GraphCall",
     "OutputSpec",
+    "cached_entry",
     "calls",
     "check_overlap",
     "cudnn_version",
@@ -321,21 +325,30 @@ class Call:
         is staged, something is launched, and the launch needs no per-call arguments."""
         return self.stage is None
 
-    def run(self, ptrs: tuple[int, ...], outs: tuple, out_ptrs: tuple, stream: Any) -> tuple:
+    def run(
+        self,
+        ptrs: tuple[int, ...],
+        outs: tuple,
+        out_ptrs: tuple,
+        stream: Any,
+        *,
+        here: bool = False,
+    ) -> tuple:
         """Run on the handle's device (the caller's device restored after; nothing to switch
         when one GPU is visible): bind *stream* (no C call when unchanged), allocate the outputs
         given as None, refuse given outputs that overlap an input or each other, stage, launch.
 
         *ptrs* are the inputs' pointers, *outs* the outputs (None: allocate) and *out_ptrs*
-        their pointers (read for the given ones only). Returns the outputs as a tuple.
+        their pointers (read for the given ones only), all three tuples; *here*: the handle's
+        device is current (the switch's own rerun). Returns the outputs as a tuple.
         """
-        if not one_device:
+        if not one_device and not here:
             previous = _cuda.device_now()
             device = self.handle.device
             if previous is not None and previous != device:
                 _cuda.set_device(device)
-                try:  # the device is now current: this second run does not switch
-                    return self.run(ptrs, outs, out_ptrs, stream)
+                try:  # Call.run: a subclass may wrap run
+                    return Call.run(self, ptrs, outs, out_ptrs, stream, here=True)
                 finally:
                     _cuda.set_device(previous)
         h = self.handle
@@ -360,12 +373,12 @@ class Call:
             outs, out_ptrs = self._outputs(h, ptrs, outs, out_ptrs)
         stage = self.stage
         if stage is None:
-            self.launch((*ptrs, *out_ptrs))
+            self.launch(ptrs + out_ptrs)  # tuples: concatenating beats unpacking
             return outs
         if stage is _NOTHING:
             return outs
         keep: list = []  # staged copies, freed stream-ordered after the launch was queued
-        all_ptrs = [*ptrs, *out_ptrs]
+        all_ptrs = list(ptrs + out_ptrs)
         real_out = stage.before(h, all_ptrs, keep)
         self.launch(all_ptrs)
         stage.after(h, all_ptrs, real_out)
@@ -382,7 +395,8 @@ class Call:
             if out is None:
                 if objs is None:
                     objs, places = list(outs), list(out_ptrs)
-                new = self.allocs[i].new(h.stream)
+                    stream = h.stream  # a property of the handle: read once
+                new = self.allocs[i].new(stream)
                 objs[i], places[i] = new, new.ptr
             else:
                 given += 1
@@ -476,6 +490,18 @@ def calls() -> Any:
     except AttributeError:
         lru = local.calls = _plans.new_lru()
         return lru
+
+
+def cached_entry(key: Any, store: Any = None) -> Call | None:
+    """The cached entry of *key* (None: none, or an unhashable key), for a caller that binds an
+    entry once and then launches it itself (see :attr:`Call.lean`); the LRU order is left as is.
+    """
+    if store is None:
+        store = calls()
+    try:
+        return store.data.get(key)
+    except TypeError:
+        return None
 
 
 def new_store() -> Any:

@@ -122,7 +122,7 @@ class Call(_call.Call):
         super().__init__(func, handle, (alloc,), spans, stage, inplace)
 
     def run(self, ptrs: Sequence[int], out: Any, po: Any, stream: Any) -> Any:  # type: ignore[override]
-        return _call.Call.run(self, ptrs, (out,), (po,), stream)[0]
+        return _call.Call.run(self, tuple(ptrs), (out,), (po,), stream)[0]
 
     @property
     def alloc(self) -> OutputSpec | None:

@@ -476,20 +476,20 @@ def dnn_batch_normalization_train(
     )
     # the statistics, then the output (see _BatchNorm); literal tuples: the cheapest to build
     if pm is None or pv is None:
-        r = _call.run_cached(
+        res = _call.run_cached(
             key, _build_train, args, (px, pg, pb), (None, None, out), (None, None, po), stream
         )
-        return r[2], r[0], r[1]
+        return res[2], res[0], res[1]
     ptrs = (px, pg, pb, pm, pv)
     if inplace_running:
-        r = _call.run_cached(
+        res = _call.run_cached(
             key, _build_train, args, ptrs, (None, None, out), (None, None, po), stream
         )
-        return r[2], r[0], r[1], running_mean, running_var
+        return res[2], res[0], res[1], running_mean, running_var
     # new copies of the running averages are outputs too
     outs, out_ptrs = (None, None, None, None, out), (None, None, None, None, po)
-    r = _call.run_cached(key, _build_train, args, ptrs, outs, out_ptrs, stream)
-    return r[4], r[0], r[1], r[2], r[3]
+    res = _call.run_cached(key, _build_train, args, ptrs, outs, out_ptrs, stream)
+    return res[4], res[0], res[1], res[2], res[3]
 
 
 def _build_train(

@@ -758,7 +758,7 @@ class RNNBlock:
         if weights:  # dw is the last output
             outs, out_ptrs = (*outs, dw), (*out_ptrs, pdw)
         ptrs = tuple(p for p, _ in keyed)
-        r = _call.run_cached(
+        result = _call.run_cached(
             key, _rnn_calls.build_backward, args, ptrs, outs, out_ptrs, stream, store=self._calls()
         )
-        return (r[0], r[1], r[2] if lstm else None, r[-1] if weights else None)
+        return (result[0], result[1], result[2] if lstm else None, result[-1] if weights else None)
