@@ -75,7 +75,10 @@ class EmptyCall(_call.Call):
         self.beta = beta
         self.fill = fill  # a sum over nothing: zeros (or out scaled by beta)
 
-    def run(self, ptrs: tuple, outs: tuple, out_ptrs: tuple, stream: Any) -> tuple:
+    def run(
+        self, ptrs: tuple, outs: tuple, out_ptrs: tuple, stream: Any, here: bool = False
+    ) -> tuple:
+        """The output, allocated or given (no device to switch to: nothing runs on one)."""
         return (_call.empty_result(self.func, outs[0], self.allocs[0], self.beta, self.fill),)
 
 
