@@ -222,16 +222,17 @@ def check_overlap(
     func: str,
     ptrs: Sequence[int],
     spans: Sequence[int],
-    po: int,
-    so: int,
+    out_ptr: int,
+    out_span: int,
     inplace: tuple[int, ...] = (),
 ) -> None:
-    """Refuse an output ``[po, po + so)`` that overlaps an input, except the inputs listed in
-    *inplace* when at the very same address (cuDNN documents them as in-place capable, and the
-    call's builder checked that they have the output's layout)."""
-    end = po + so
-    for i, (p, s) in enumerate(zip(ptrs, spans)):  # noqa: B905 (spans lists the outputs too)
-        if p < end and po < p + s and not (p == po and i in inplace):
+    """Refuse an output ``[out_ptr, out_ptr + out_span)`` that overlaps an input, except the
+    inputs listed in *inplace* when at the very same address (cuDNN documents them as in-place
+    capable, and the call's builder checked that they have the output's layout)."""
+    end = out_ptr + out_span
+    for i, (in_ptr, in_span) in enumerate(zip(ptrs, spans)):  # noqa: B905 (spans: outputs too)
+        exactly = in_ptr == out_ptr and i in inplace
+        if in_ptr < end and out_ptr < in_ptr + in_span and not exactly:
             raise ValueError(
                 f"{func}: out overlaps an input; cuDNN's outputs may not alias its inputs"
                 + (" (in place, out may only be exactly that input)" if inplace else "")
@@ -360,13 +361,13 @@ class Call:
                 out = self.allocs[0].new(h.stream)
                 outs, out_ptrs = (out,), (out.ptr,)
             else:  # a new array overlaps nothing: only a given one is checked
-                po = out_ptrs[0]
+                out_ptr = out_ptrs[0]
                 spans = self.spans
-                end = po + spans[-1]
+                end = out_ptr + spans[-1]
                 i = 0
-                for p in ptrs:
-                    if p < end and po < p + spans[i]:  # refused unless exactly in place
-                        check_overlap(self.func, ptrs, spans, po, spans[-1], self.inplace)
+                for in_ptr in ptrs:
+                    if in_ptr < end and out_ptr < in_ptr + spans[i]:  # unless exactly in place
+                        check_overlap(self.func, ptrs, spans, out_ptr, spans[-1], self.inplace)
                         break
                     i += 1  # noqa: SIM113 (enumerate costs more on the hot path)
         else:
@@ -400,12 +401,12 @@ class Call:
                 objs[i], places[i] = new, new.ptr
             else:
                 given += 1
-                po, so = out_ptrs[i], spans[n_in + i]
-                end = po + so
+                out_ptr, out_span = out_ptrs[i], spans[n_in + i]
+                end = out_ptr + out_span
                 k = 0
-                for p in ptrs:
-                    if p < end and po < p + spans[k]:  # refused unless exactly in place
-                        check_overlap(self.func, ptrs, spans, po, so, self.inplace)
+                for in_ptr in ptrs:
+                    if in_ptr < end and out_ptr < in_ptr + spans[k]:  # unless exactly in place
+                        check_overlap(self.func, ptrs, spans, out_ptr, out_span, self.inplace)
                         break
                     k += 1  # noqa: SIM113 (enumerate costs more on the hot path)
             i += 1  # noqa: SIM113
@@ -422,11 +423,11 @@ class Call:
         for i, out in enumerate(outs):
             if out is None:
                 continue
-            p, s = out_ptrs[i], spans[n_in + i]
-            for q, t in placed:
-                if s and t and overlaps(p, s, q, t):
+            out_ptr, out_span = out_ptrs[i], spans[n_in + i]
+            for other_ptr, other_span in placed:
+                if out_span and other_span and overlaps(out_ptr, out_span, other_ptr, other_span):
                     raise ValueError(f"{self.func}: two outputs overlap; give separate arrays")
-            placed.append((p, s))
+            placed.append((out_ptr, out_span))
 
     def launch(self, ptrs: Sequence[int]) -> None:  # pragma: no cover - abstract
         """The C call(s) on the final pointers: the inputs', then the outputs'."""

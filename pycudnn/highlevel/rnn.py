@@ -275,6 +275,17 @@ class RNNBlock:
         if self._closed:
             raise ValueError("RNNBlock is closed")
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the per-thread call entries are not copied (a copy builds its own)
+        state = self.__dict__.copy()
+        state["_local"] = state["_stores"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
+        self._stores = weakref.WeakSet()
+
     def _calls(self) -> Any:
         """The calling thread's call entries of this block (:func:`._call.run_cached`'s store)."""
         try:

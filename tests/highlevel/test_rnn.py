@@ -742,3 +742,12 @@ def test_get_param_size_and_temp_sizes_with_fakes(fakes):
     assert b.temp_space_sizes((5, 3, 6), [1, 2, 3]) == (1024, 4096, 512)
     with pytest.raises(ValueError, match="seq_lengths has 2 entries"):
         b.temp_space_sizes((5, 3, 6), [1, 2])
+
+
+def test_a_fresh_block_copies_and_pickles():
+    import copy
+    import pickle
+
+    block = RNNBlock("float32", 4, 1, "lstm")
+    for clone in (copy.deepcopy(block), pickle.loads(pickle.dumps(block))):
+        assert repr(clone) == repr(block) and clone._calls() is not block._calls()
