@@ -680,9 +680,10 @@ class Child:
         from pycudnn.enums import BackendAttributeName as A
         from pycudnn.enums import BackendAttributeType as T
         from pycudnn.enums import BackendDescriptorType as D
+        from pycudnn.highlevel.conv._problem import UIDS
 
-        if tuple(call.perm) != (0, 1, 2) or tuple(_plans.UIDS) != (1, 2, 3):
-            raise RuntimeError(f"unexpected operand order {call.perm} / uids {_plans.UIDS}")
+        if tuple(call.perm) != (0, 1, 2) or tuple(UIDS) != (1, 2, 3):
+            raise RuntimeError(f"unexpected operand order {call.perm} / uids {UIDS}")
         create = _plans.raw_function("cudnnBackendCreateDescriptor")
         set_attr = _plans.raw_function("cudnnBackendSetAttribute")
         finalize = _plans.raw_function("cudnnBackendFinalize")

@@ -27,19 +27,17 @@ execution plan, which also knows how to build its operation graph. The engine as
 :func:`plan` is the one entry: cache lookup, counters, the key's own plan or the search, the
 negative record, the verbose report.
 
-A convolution's key is :class:`Problem`: operation (forward / backward-data / backward-filter),
-device, cuDNN version, data and compute types, the three tensors' shapes and strides (after
-size-1 strides are normalised), pads, filter strides, dilations, convolution mode, TF32
-permission, determinism, the byte alignment of each data pointer, the workspace limit,
-``alpha``/``beta`` (the graph API bakes them into the operation) and the algorithm policy. The
-fused convolution's key (:class:`pycudnn.highlevel._fusion.FusedProblem`) holds a ``Problem``
-and its epilogue. The tuple *is* the cache key.
+The keys live with their operations: a convolution's is
+:class:`pycudnn.highlevel.conv._problem.Problem` (with ``make_plan`` for Theano's named legacy
+algorithms), the fused convolution's :class:`pycudnn.highlevel.conv._epilogue.FusedProblem`
+(``negative``), a builder graph's :class:`pycudnn.graph._key.GraphKey`. The (hashable) key *is*
+the cache key.
 
 Caching design
 --------------
 
-* **Plans** (:class:`GraphPlan` for the graph API, :class:`LegacyPlan` for Theano's named legacy
-  algorithms) live in a per-thread LRU (:class:`_LRU`, bound :func:`set_cache_size`, default
+* **Plans** (:class:`GraphPlan` for the graph API, or a key's own kind from ``make_plan``)
+  live in a per-thread LRU (:class:`_LRU`, bound :func:`set_cache_size`, default
   1024 entries or ``PYCUDNN_PLAN_CACHE_SIZE``). Per thread, because the plans are built on the
   thread's cuDNN handle and cuDNN does not promise that one plan may run concurrently on two
   handles (PyTorch keeps its v8 plan cache ``thread_local`` for the same reason).
@@ -65,7 +63,7 @@ Caching design
 
 This module never imports ``pycudnn._lib``: raw addresses are plain ints / ``c_void_p``.
 
-Diagnostics hook (benchmarks): :func:`raw_function`, :func:`execute_function`, :data:`UIDS`,
+Diagnostics hook (benchmarks): :func:`raw_function`, :func:`execute_function`,
 :func:`cached_plan` and a plan's ``handle_c``/``plan_c``/``pack()``/``run()`` are the documented
 way to reach below ``dnn_conv`` (with ``pycudnn.highlevel.conv.last_call()``).
 """
@@ -82,7 +80,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from .. import _config, _cuda, api, enums, errors
+from .. import _config, _cuda, api, errors
 from ..descriptors import BackendDescriptor
 from ..enums import (
     BackendAttributeName as A,
@@ -101,14 +99,8 @@ from ._scratch import fill_scratch, workspace_layout
 
 __all__ = [
     "BENCHMARK_LIMIT",
-    "OP_BWD_DATA",
-    "OP_BWD_FILTER",
-    "OP_FWD",
     "CacheInfo",
     "GraphPlan",
-    "UIDS",
-    "LegacyPlan",
-    "Problem",
     "cache_info",
     "cached_plan",
     "clear_caches",
@@ -121,9 +113,6 @@ __all__ = [
     "set_cache_size",
 ]
 
-OP_FWD, OP_BWD_DATA, OP_BWD_FILTER = 0, 1, 2
-OP_NAMES = ("forward", "backward_data", "backward_filter")
-
 #: How many engine configs the ``time_*`` policies build and time at most (PyTorch's default
 #: ``benchmark_limit`` is 10). Set ``pycudnn.graph._plans.BENCHMARK_LIMIT`` to change it.
 BENCHMARK_LIMIT = int(os.environ.get("PYCUDNN_BENCHMARK_LIMIT", "16") or 16)
@@ -133,60 +122,6 @@ BENCHMARK_LIMIT = int(os.environ.get("PYCUDNN_BENCHMARK_LIMIT", "16") or 16)
 PACKS_PER_PLAN = 64
 _TIMING_WARMUP, _TIMING_REPEATS = 1, 3
 _TIMING_BLOCK_MS, _TIMING_MIN_RUNS, _TIMING_MAX_RUNS = 0.5, 5, 50
-
-
-class Problem(NamedTuple):
-    """Everything that changes a convolution's execution plan; hashable, it is the cache key.
-
-    Tensor roles follow cuDNN's forward naming for every operation: ``x`` is the image (the
-    output ``dx`` of backward-data), ``w`` the filter (the output ``dw`` of backward-filter),
-    ``y`` the convolution output (the input ``dy`` of both backward operations). Strides are in
-    elements, shapes in (N, C, spatial...) order.
-    """
-
-    op: int
-    device: int
-    cudnn_version: int
-    dtype: int
-    compute: int
-    mode: int
-    x_shape: tuple[int, ...]
-    x_strides: tuple[int, ...]
-    w_shape: tuple[int, ...]
-    w_strides: tuple[int, ...]
-    y_shape: tuple[int, ...]
-    y_strides: tuple[int, ...]
-    pads: tuple[int, ...]
-    strides: tuple[int, ...]
-    dilations: tuple[int, ...]
-    allow_tf32: bool
-    deterministic: bool
-    x_align: int
-    w_align: int
-    y_align: int
-    workspace_limit: int  # bytes; -1 = unlimited
-    alpha: float
-    beta: float
-    algo: str  # 'guess' | 'time' | a legacy algorithm name
-
-    # -- the graph-key protocol (see the module docstring) ------------------------------------
-    @property
-    def uids(self) -> tuple[int, ...]:
-        """The pointers' order in a variant pack: x, w, y."""
-        return UIDS
-
-    @property
-    def label(self) -> str | None:
-        return None
-
-    def build_graph(self, handle: Any) -> BackendDescriptor:
-        return build_operation_graph(self, handle)
-
-    def what(self) -> str:
-        return (
-            f"{OP_NAMES[self.op]} convolution, x{self.x_shape} w{self.w_shape} y{self.y_shape}, "
-            f"{DataType(self.dtype).name} data, {DataType(self.compute).name} compute"
-        )
 
 
 # -- the raw execute call --------------------------------------------------------------------------
@@ -292,80 +227,11 @@ def _destroy_packs(packs: dict) -> None:
     packs.clear()
 
 
-# -- graph construction ----------------------------------------------------------------------------
-UIDS = (1, 2, 3)  #: the variant-pack unique ids of x, w, y
-_OP_DESC = {
-    OP_FWD: (
-        BackendDescriptorType.OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-        A.OPERATION_CONVOLUTION_FORWARD_X,
-        A.OPERATION_CONVOLUTION_FORWARD_W,
-        A.OPERATION_CONVOLUTION_FORWARD_Y,
-        A.OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-        A.OPERATION_CONVOLUTION_FORWARD_ALPHA,
-        A.OPERATION_CONVOLUTION_FORWARD_BETA,
-    ),
-    OP_BWD_DATA: (
-        BackendDescriptorType.OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-        A.OPERATION_CONVOLUTION_BWD_DATA_DX,
-        A.OPERATION_CONVOLUTION_BWD_DATA_W,
-        A.OPERATION_CONVOLUTION_BWD_DATA_DY,
-        A.OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-        A.OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
-        A.OPERATION_CONVOLUTION_BWD_DATA_BETA,
-    ),
-    OP_BWD_FILTER: (
-        BackendDescriptorType.OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_X,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_DW,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_DY,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_BETA,
-    ),
-}
-
-
+# -- graph construction helpers ----------------------------------------------------------------
 def scaling_type(compute: int) -> T:
     """The attribute type of an operation's scaling factors: double only for double compute, as
     in cuDNN's legacy API."""
     return T.DOUBLE if compute == DataType.DOUBLE else T.FLOAT
-
-
-def conv_operation(p: Problem, y: BackendDescriptor | None = None) -> BackendDescriptor:
-    """The finalized convolution operation of *p* (its x, w, y tensor descriptors made here;
-    *y* replaces the output descriptor, e.g. by a virtual tensor that an epilogue reads)."""
-    dt = DataType(p.dtype)
-    tx = BackendDescriptor.tensor(p.x_shape, p.x_strides, dt, uid=UIDS[0], alignment=p.x_align)
-    tw = BackendDescriptor.tensor(p.w_shape, p.w_strides, dt, uid=UIDS[1], alignment=p.w_align)
-    if y is None:
-        y = BackendDescriptor.tensor(p.y_shape, p.y_strides, dt, uid=UIDS[2], alignment=p.y_align)
-    conv = BackendDescriptor.convolution(
-        p.pads,
-        p.pads,
-        p.strides,
-        p.dilations,
-        mode=enums.ConvolutionMode(p.mode),
-        compute_type=DataType(p.compute),
-    )
-    kind, ax, aw, ay, aconv, aalpha, abeta = _OP_DESC[p.op]
-    op = BackendDescriptor(kind)
-    op.set(ax, T.BACKEND_DESCRIPTOR, tx)
-    op.set(aw, T.BACKEND_DESCRIPTOR, tw)
-    op.set(ay, T.BACKEND_DESCRIPTOR, y)
-    op.set(aconv, T.BACKEND_DESCRIPTOR, conv)
-    st = scaling_type(p.compute)
-    op.set(aalpha, st, p.alpha)
-    op.set(abeta, st, p.beta)
-    return op.finalize()
-
-
-def build_operation_graph(p: Problem, handle: Any) -> BackendDescriptor:
-    """Tensors, convolution and operation descriptors, and the finalized operation graph.
-
-    Everything is created with ``set`` + ``finalize`` (no GPU is needed until ``finalize``); the
-    graph keeps its children alive.
-    """
-    return BackendDescriptor.operation_graph([conv_operation(p)], handle)
 
 
 class EngineInfo(NamedTuple):
@@ -468,7 +334,7 @@ class GraphPlan:
         handle: Any,
         engine: EngineInfo,
         workspace: int,
-        uids: Sequence[int] = UIDS,
+        uids: Sequence[int],
         label: str | None = None,
     ):
         self.plan = plan
@@ -551,52 +417,6 @@ class GraphPlan:
     def close(self) -> None:
         """Drop the cached variant packs (the plan itself stays usable)."""
         _destroy_packs(self.packs)  # in place: the finalizer holds this same dict
-
-
-class LegacyPlan:
-    """A legacy-API convolution with a pinned algorithm (Theano's named algorithms).
-
-    Holds the tensor/filter/convolution descriptors; :meth:`run` calls
-    ``cudnnConvolution{Forward,BackwardData,BackwardFilter}`` with prebuilt scaling arguments.
-    """
-
-    __slots__ = ("__weakref__", "algo", "args", "descs", "fn", "handle", "name", "workspace")
-    kind = "legacy"
-    fused = False
-    label = None
-
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        name: str,
-        algo: int,
-        descs: tuple,
-        handle: Any,
-        workspace: int,
-        alpha: Any,
-        beta: Any,
-    ):
-        self.fn, self.name, self.algo, self.descs = fn, name, algo, descs
-        self.handle, self.workspace = handle, workspace
-        self.args = (ctypes.byref(alpha), ctypes.byref(beta), alpha, beta)
-
-    def run(self, xp: int, wp: int, yp: int, wsp: int) -> None:
-        h = self.handle.ptr
-        dx, dw, dconv, dy = self.descs
-        alpha, beta = self.args[0], self.args[1]
-        ws = wsp or None
-        if self.name == "cudnnConvolutionForward":
-            self.fn(h, alpha, dx, xp, dw, wp, dconv, self.algo, ws, self.workspace, beta, dy, yp)
-        elif self.name == "cudnnConvolutionBackwardData":
-            self.fn(h, alpha, dw, wp, dy, yp, dconv, self.algo, ws, self.workspace, beta, dx, xp)
-        else:
-            self.fn(h, alpha, dx, xp, dy, yp, dconv, self.algo, ws, self.workspace, beta, dw, wp)
-
-    def describe(self) -> str:
-        return f"legacy {self.name} algo {self.algo} (workspace {self.workspace} B)"
-
-    def close(self) -> None:
-        pass
 
 
 # -- the per-thread LRU ----------------------------------------------------------------------------
@@ -870,6 +690,12 @@ def plan(key: Any, handle: Any, given_ptrs: Sequence[int] | None = None) -> Any:
         return found
     stats.misses += 1
     return _make(lru, key, handle, given_ptrs)
+
+
+def built() -> None:
+    """Count a plan that a key's ``make_plan`` built itself (a convolution's legacy algorithm);
+    the search counts its own."""
+    stats.builds += 1
 
 
 def served_cached() -> None:

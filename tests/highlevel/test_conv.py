@@ -20,9 +20,12 @@ import pycudnn
 from pycudnn import _config, _layout
 from pycudnn.enums import ConvolutionMode, DataType
 from pycudnn.graph import _plans
-from pycudnn.graph._plans import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
-from pycudnn.highlevel import _op, conv
+from pycudnn.highlevel import _call, _operand, conv
+from pycudnn.highlevel.conv import _prepare
+from pycudnn.highlevel.conv import _problem as problem_mod
+from pycudnn.highlevel.conv._problem import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD, Problem
 
+REAL_PLAN = _plans.plan  # the capture fixture replaces the engine's entry
 F32, F64, F16, BF16 = DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16
 _addr = itertools.count(1)
 
@@ -57,9 +60,10 @@ def _boom(*args, **kwargs):
 @pytest.fixture
 def no_c(monkeypatch):
     """Make every way into CUDA/cuDNN raise CCall."""
-    monkeypatch.setattr(_op._handle, "get_handle", _boom)
+    monkeypatch.setattr(_call._handle, "get_handle", _boom)
     monkeypatch.setattr(_plans, "BackendDescriptor", _boom)
-    monkeypatch.setattr(_op, "cudnn_version", _boom)
+    monkeypatch.setattr(problem_mod, "BackendDescriptor", _boom)
+    monkeypatch.setattr(_call, "cudnn_version", _boom)
     for name in ("empty", "zeros", "get_workspace", "asarray"):
         monkeypatch.setattr(conv.memory, name, _boom)
     conv.clear_caches()
@@ -102,7 +106,7 @@ def capture(monkeypatch):
     plans: list[FakePlan] = []
     handle = DummyHandle()
 
-    def plan_for(p, h, ptrs, perm, alloc, flags):
+    def plan(p, h, given_ptrs=None):
         problems.append(p)
         plan = FakePlan(p)
         plans.append(plan)
@@ -110,11 +114,11 @@ def capture(monkeypatch):
 
     def allocate(shape, dtype, device=None, stream=None, *, strides=None):
         isz = np.dtype(dtype).itemsize
-        return Fake(shape, _op.data_type(dtype), tuple(s // isz for s in strides))
+        return Fake(shape, _operand.data_type(dtype), tuple(s // isz for s in strides))
 
-    monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: handle)
-    monkeypatch.setattr(_op, "cudnn_version", lambda: 91900)
-    monkeypatch.setattr(conv, "_plan_for", plan_for)
+    monkeypatch.setattr(_call._handle, "get_handle", lambda device=None: handle)
+    monkeypatch.setattr(_call, "cudnn_version", lambda: 91900)
+    monkeypatch.setattr(_plans, "plan", plan)
     monkeypatch.setattr(conv.memory, "empty", allocate)
     monkeypatch.setattr(conv.memory, "zeros", _boom)
     conv.clear_caches()
@@ -593,13 +597,13 @@ def test_direction_hint_routes(capture):
 def test_second_call_skips_validation(capture, monkeypatch):
     _problems, plans = capture
     slow_calls = []
-    real_slow = conv._slow
+    real_prepare = _prepare.prepare
 
-    def spy(*args):
-        slow_calls.append(args[0])
-        return real_slow(*args)
+    def spy(req):
+        slow_calls.append(req)
+        return real_prepare(req)
 
-    monkeypatch.setattr(conv, "_slow", spy)
+    monkeypatch.setattr(_prepare, "prepare", spy)
     img, kerns = x4(), w4()
     out = Fake((2, 6, 6, 6))
     for _ in range(5):
@@ -627,7 +631,7 @@ def test_second_call_skips_validation(capture, monkeypatch):
 
 def test_stream_argument_binds_the_handle(capture):
     pycudnn.dnn_conv(x4(), w4(), stream=7)
-    h = _op._handle.get_handle()
+    h = _call._handle.get_handle()
     assert h.stream == 7
     pycudnn.dnn_conv(x4(), w4(), stream=9)
     assert h.stream == 9
@@ -685,7 +689,7 @@ def test_call_cache_bounded(capture):
         conv.set_cache_size(3)
         for n in range(1, 8):
             pycudnn.dnn_conv(x4(n=n), w4())
-        assert len(_op.calls()) <= 3
+        assert len(_call.calls()) <= 3
     finally:
         _plans.set_cache_size(old)
 
@@ -706,7 +710,7 @@ def test_algo_names_per_direction_cover_config_choices():
         (OP_BWD_FILTER, _config.ALGO_BWD_FILTER_CHOICES),
     ):
         for name in choices:
-            policy, det = conv._policy(op, name, flags, "f")
+            policy, det = _prepare.policy(op, name, flags, "f")
             if name.startswith("guess"):
                 assert policy == "guess" and not det
             elif name.startswith("time"):
@@ -714,8 +718,8 @@ def test_algo_names_per_direction_cover_config_choices():
             elif name == "deterministic":
                 assert policy == "guess" and det
             else:
-                assert policy == name and name in conv._LEGACY[op]
-        assert conv._policy(op, "TIME_ONCE", flags, "f") == ("time", False)
+                assert policy == name and name in problem_mod.LEGACY[op]
+        assert _prepare.policy(op, "TIME_ONCE", flags, "f") == ("time", False)
 
 
 def test_config_defaults_flow_into_the_problem(capture):
@@ -751,7 +755,7 @@ def test_config_defaults_flow_into_the_problem(capture):
     ],
 )
 def test_precision_table(dt, precision, compute):
-    assert conv._compute_type(dt, precision, "f") == compute
+    assert _prepare.compute_type(dt, precision, "f") == compute
 
 
 @pytest.mark.parametrize(
@@ -768,7 +772,7 @@ def test_precision_table(dt, precision, compute):
 )
 def test_precision_rejected(dt, precision):
     with pytest.raises(ValueError, match="not available"):
-        conv._compute_type(dt, precision, "f")
+        _prepare.compute_type(dt, precision, "f")
 
 
 def test_layout_helpers():
@@ -779,7 +783,8 @@ def test_layout_helpers():
     assert _layout.matches((2, 1, 4, 5), (20, 7, 5, 1), _packed((2, 1, 4, 5)))  # size-1 dim
     assert _layout.non_overlapping(shape, _packed(shape))
     assert not _layout.non_overlapping(shape, (60, 20, 5, 2))
-    assert conv._alignment(0, 4) == 16 and conv._alignment(8, 4) == 8 and conv._alignment(2, 2) == 2
+    align = problem_mod.alignment
+    assert align(0, 4) == 16 and align(8, 4) == 8 and align(2, 2) == 2
 
 
 def test_unpacked_operands_are_staged(capture, monkeypatch):
@@ -791,9 +796,9 @@ def test_unpacked_operands_are_staged(capture, monkeypatch):
     def transform(h, alpha, src, x, beta, dst, y):
         transforms.append((x, y))
 
-    real = _op.quiet
+    real = _call.quiet
     monkeypatch.setattr(
-        _op,
+        _call,
         "quiet",
         lambda name: transform if name == "cudnnTransformTensor" else real(name),
     )
@@ -826,3 +831,104 @@ def test_unpacked_operands_are_staged(capture, monkeypatch):
         Fake((1, 1, 8, 8)), Fake((3, 1, 3, 3)), conv_mode="cross", direction_hint="bprop weights"
     )
     assert problems[-1].op == OP_BWD_FILTER
+
+
+# ==================================================================================================
+# Legacy algorithms (descriptors are real; the C calls are recorded)
+# ==================================================================================================
+class WorkspaceHandle(DummyHandle):
+    def workspace(self, nbytes, stream=None):
+        return 0xABC000, nbytes
+
+
+def _legacy_problem(op, **kw):
+    x, w, y = (1, 4, 8, 8), (6, 4, 3, 3), (1, 6, 6, 6)
+    base = dict(
+        op=op,
+        device=0,
+        cudnn_version=91900,
+        dtype=int(F32),
+        compute=int(F32),
+        mode=int(ConvolutionMode.CROSS_CORRELATION),
+        x_shape=x,
+        x_strides=_packed(x),
+        w_shape=w,
+        w_strides=_packed(w),
+        y_shape=y,
+        y_strides=_packed(y),
+        pads=(0, 0),
+        strides=(1, 1),
+        dilations=(1, 1),
+        allow_tf32=False,
+        deterministic=False,
+        x_align=16,
+        w_align=16,
+        y_align=16,
+        workspace_limit=-1,
+        alpha=1.0,
+        beta=0.0,
+        algo="fft",
+    )
+    return Problem(**{**base, **kw})
+
+
+@pytest.mark.parametrize(
+    ("op", "query", "call", "order"),
+    [
+        (OP_FWD, "ForwardWorkspaceSize", "cudnnConvolutionForward", (11, 22, 33)),
+        (OP_BWD_DATA, "BackwardDataWorkspaceSize", "cudnnConvolutionBackwardData", (22, 33, 11)),
+        (
+            OP_BWD_FILTER,
+            "BackwardFilterWorkspaceSize",
+            "cudnnConvolutionBackwardFilter",
+            (11, 33, 22),
+        ),
+    ],
+)
+def test_legacy_plan_queries_its_workspace_and_calls_in_cudnn_order(
+    monkeypatch, op, query, call, order
+):
+    calls = []
+
+    def quiet(name):
+        def fn(*args):
+            calls.append((name, args))
+            size = args[-1]._obj if hasattr(args[-1], "_obj") else None
+            if size is not None:
+                size.value = 4096
+
+        return fn
+
+    monkeypatch.setattr(_call, "quiet", quiet)
+    conv.clear_caches()
+    plan = problem_mod.legacy_plan(_legacy_problem(op), WorkspaceHandle())
+    assert plan.workspace == 4096 and plan.describe().startswith(f"legacy {call} algo")
+    assert calls[0][0] == "cudnnGetConvolution" + query
+    assert conv.cache_info().builds == 1  # counted by the engine (_plans.built)
+    plan.run(11, 22, 33, 44)  # x, w, y, workspace
+    name, args = calls[-1]
+    assert name == call and (args[3], args[5], args[-1]) == order and args[8] == 44
+    # over the workspace limit: a warning and None (the caller falls back to the heuristics)
+    with pytest.warns(RuntimeWarning, match="cannot run this"):
+        assert (
+            problem_mod.legacy_plan(_legacy_problem(op, workspace_limit=0), DummyHandle()) is None
+        )
+
+
+def test_the_legacy_fallback_warns_at_the_callers_line(capture, monkeypatch):
+    def quiet(name):
+        def fn(*args):
+            if hasattr(args[-1], "_obj"):
+                args[-1]._obj.value = 4096  # the workspace the legacy algorithm wants
+
+        return fn
+
+    monkeypatch.setattr(_call, "quiet", quiet)
+    monkeypatch.setattr(_plans, "plan", REAL_PLAN)  # the engine's entry, over a fake search
+    monkeypatch.setattr(_plans, "search", lambda key, h, given_ptrs=None: FakePlan(key))
+    with _config.config.override(workspace_limit=0), pytest.warns(RuntimeWarning) as got:
+        pycudnn.dnn_conv(x4(), w4(), algo="fft")
+    assert got[0].filename == __file__, got[0].filename
+    # the heuristics' plan, cached under the legacy key too
+    keys = list(_plans._plan_cache().data)
+    assert [k.algo for k in keys] == ["guess", "fft"]

@@ -22,8 +22,9 @@ import pycudnn
 from pycudnn import errors
 from pycudnn.enums import DataType
 from pycudnn.graph import _plans
-from pycudnn.highlevel import _fusion, _op, conv
-from pycudnn.highlevel._fusion import FusedProblem
+from pycudnn.highlevel import _call, _operand, conv
+from pycudnn.highlevel.conv import _epilogue, _problem
+from pycudnn.highlevel.conv._epilogue import FusedProblem
 
 F32, F16, BF16 = DataType.FLOAT, DataType.HALF, DataType.BFLOAT16
 no_c = fd.no_c  # the fixture: every way into CUDA/cuDNN raises
@@ -103,11 +104,11 @@ def test_fused_3d_bias_shape(no_c):
     ],
 )
 def test_activation_names(value, parsed):
-    assert _fusion.activation(value, "f") == parsed
+    assert _epilogue.activation(value, "f") == parsed
 
 
 def test_every_activation_has_a_pointwise_mode_and_gelu_has_no_separate_form():
-    assert set(_fusion.SEPARATE) == set(_fusion.ACTIVATIONS) - {"gelu", "gelu_tanh"}
+    assert set(_epilogue.SEPARATE) == set(_epilogue.ACTIVATIONS) - {"gelu", "gelu_tanh"}
 
 
 # ==================================================================================================
@@ -148,20 +149,19 @@ def fused(monkeypatch):
     state = {"engine": True, "fused": [], "plain": [], "c_calls": []}
     handle = DummyHandle()
 
-    def fused_plan(fp, h, in_ptrs, flags):
-        state["fused"].append(fp)
-        if not state["engine"]:
-            return conv._NoEngine("no fused engine: fake")
-        return FakeGraphPlan(fp)
-
-    def plan_for(p, h, ptrs, perm, alloc, flags):
-        plan = FakeGraphPlan(p)
+    def plan(key, h, given_ptrs=None):
+        if isinstance(key, FusedProblem):
+            state["fused"].append(key)
+            if not state["engine"]:
+                return _plans.NoEngine("no engine: fake")
+            return FakeGraphPlan(key)
+        plan = FakeGraphPlan(key)
         state["plain"].append(plan)
         return plan
 
     def allocate(shape, dtype, device=None, stream=None, *, strides=None):
         isz = np.dtype(dtype).itemsize
-        return Fake(shape, _op.data_type(dtype), tuple(s // isz for s in strides))
+        return Fake(shape, _operand.data_type(dtype), tuple(s // isz for s in strides))
 
     def quiet(name):
         def record(*args):
@@ -169,12 +169,11 @@ def fused(monkeypatch):
 
         return record
 
-    monkeypatch.setattr(_op._handle, "get_handle", lambda device=None: handle)
-    monkeypatch.setattr(_op, "cudnn_version", lambda: 91900)
-    monkeypatch.setattr(conv, "_fused_plan", fused_plan)
-    monkeypatch.setattr(conv, "_plan_for", plan_for)
+    monkeypatch.setattr(_call._handle, "get_handle", lambda device=None: handle)
+    monkeypatch.setattr(_call, "cudnn_version", lambda: 91900)
+    monkeypatch.setattr(_plans, "plan", plan)
     monkeypatch.setattr(conv.memory, "empty", allocate)
-    monkeypatch.setattr(_op, "quiet", quiet)
+    monkeypatch.setattr(_call, "quiet", quiet)
     conv.clear_caches()
     yield state
     conv.clear_caches()
@@ -186,7 +185,7 @@ def test_fused_call_pointer_order_and_key(fused):
     y = pycudnn.dnn_conv(x, w, conv_mode="cross", bias=b, z=z, z_alpha=0.5, activation="relu")
     (fp,) = fused["fused"]
     assert isinstance(fp, FusedProblem)
-    assert fp.uids == (1, 2, _fusion.BIAS_UID, _fusion.Z_UID, 3)
+    assert fp.uids == (1, 2, _epilogue.BIAS_UID, _epilogue.Z_UID, 3)
     assert fp.label == "fused conv+bias+add+relu"
     assert fp.z_alpha == 0.5 and fp.act == "relu" and fp.conv.beta == 0.0
     assert fp.bias.shape == (1, 6, 1, 1) and fp.bias.strides == (6, 1, 6, 6)  # NHWC-packed
@@ -258,7 +257,7 @@ def test_separate_steps_when_the_graph_cannot_be_fused(fused, kwargs, why):
     assert fused["fused"] == []  # no fused search at all
     call = conv.last_call()
     assert not call.fused
-    entry = conv._op.calls().data[next(reversed(conv._op.calls().data))]
+    entry = _call.calls().data[next(reversed(_call.calls().data))]
     assert why in entry.why
 
 
@@ -293,22 +292,119 @@ def test_graph_plan_checks_the_number_of_pointers_before_any_c_call():
     assert gp.describe() == "engine 1 (fused conv+bias, workspace 0 B)"
     with pytest.raises(TypeError, match="takes 4 data pointers and a workspace pointer, got 4"):
         gp.pack(1, 2, 3, 0)
-    plain = _plans.GraphPlan(P(), P(), P(), _plans.EngineInfo(7, frozenset(), frozenset(), 0), 0)
-    assert not plain.fused and plain.uids == _plans.UIDS
+    info7 = _plans.EngineInfo(7, frozenset(), frozenset(), 0)
+    plain = _plans.GraphPlan(P(), P(), P(), info7, 0, _problem.UIDS)
+    assert not plain.fused and plain.uids == _problem.UIDS
     assert plain.describe() == "engine 7 (workspace 0 B)"
 
 
+def _conv_problem(**kw):
+    """A small forward convolution's plan key, with fields replaced by *kw*."""
+    base = dict(
+        op=0,
+        device=0,
+        cudnn_version=91900,
+        dtype=int(F32),
+        compute=int(F32),
+        mode=1,
+        x_shape=(1, 4, 8, 8),
+        x_strides=(256, 64, 8, 1),
+        w_shape=(6, 4, 3, 3),
+        w_strides=(36, 9, 3, 1),
+        y_shape=(1, 6, 6, 6),
+        y_strides=(216, 36, 6, 1),
+        pads=(0, 0),
+        strides=(1, 1),
+        dilations=(1, 1),
+        allow_tf32=False,
+        deterministic=False,
+        x_align=16,
+        w_align=16,
+        y_align=16,
+        workspace_limit=-1,
+        alpha=1.0,
+        beta=0.0,
+        algo="guess",
+    )
+    return _problem.Problem(**{**base, **kw})
+
+
 def test_problem_is_a_graph_key():
-    p = _plans.Problem(
-        op=0, device=0, cudnn_version=91900, dtype=int(F32), compute=int(F32), mode=1,
-        x_shape=(1, 4, 8, 8), x_strides=(256, 64, 8, 1), w_shape=(6, 4, 3, 3),
-        w_strides=(36, 9, 3, 1), y_shape=(1, 6, 6, 6), y_strides=(216, 36, 6, 1), pads=(0, 0),
-        strides=(1, 1), dilations=(1, 1), allow_tf32=False, deterministic=False, x_align=16,
-        w_align=16, y_align=16, workspace_limit=-1, alpha=1.0, beta=0.0, algo="guess",
-    )  # fmt: skip
-    assert p.uids == _plans.UIDS and p.label is None
+    p = _conv_problem()
+    assert p.uids == _problem.UIDS and p.label is None
     assert "forward convolution, x(1, 4, 8, 8)" in p.what()
     fp = FusedProblem(p, None, None, 1.0, "tanh", None)
     assert fp.uids == (1, 2, 3) and fp.label == "fused conv+tanh"
     assert fp.what().startswith("fused conv+tanh (forward convolution")
     assert FusedProblem(p, None, None, 1.0, None, None).label == "fused conv"
+
+
+# ==================================================================================================
+# The convolution keys on the engine's one entry (_plans.plan), with a fake search
+# ==================================================================================================
+@pytest.fixture
+def engine(fused, monkeypatch):
+    """The real ``_plans.plan`` (cache, counters, make_plan, negative records) over a fake
+    search; ``fused["engine"]`` decides whether the fused graph has an engine."""
+    searched = []
+
+    def search(key, handle, given_ptrs=None):
+        searched.append(key)
+        if isinstance(key, FusedProblem) and not fused["engine"]:
+            raise errors.NotSupportedError(3000, "dnn_conv", "fake: no engine")
+        return FakeGraphPlan(key)
+
+    monkeypatch.undo()  # the fused fixture's fake plan entry goes; its fakes come back below
+    handle = DummyHandle()
+    monkeypatch.setattr(_call._handle, "get_handle", lambda device=None: handle)
+    monkeypatch.setattr(_call, "cudnn_version", lambda: 91900)
+    monkeypatch.setattr(_plans, "search", search)
+    monkeypatch.setattr(_call, "quiet", lambda name: lambda *args: fused["c_calls"].append(name))
+    conv.clear_caches()
+    yield searched
+    conv.clear_caches()
+
+
+def test_no_engine_is_a_cached_answer_of_the_engine(fused, engine):
+    fused["engine"] = False
+    x, w = x4(), w4()
+    pycudnn.dnn_conv(x, w, activation="relu", out=Fake(Y))
+    pycudnn.dnn_conv(x, w, 0, activation="relu", out=Fake(Y))  # another call key, same graph
+    fps = [k for k in engine if isinstance(k, FusedProblem)]
+    assert len(fps) == 1  # the second spelling found the NoEngine record
+    record = _plans.cached_plan(fps[0])
+    assert isinstance(record, _plans.NoEngine) and "fake: no engine" in record.reason
+    entry = _call.calls().data[next(reversed(_call.calls().data))]
+    assert not entry.fused and "fake: no engine" in entry.why
+    info = conv.cache_info()
+    assert (info.misses, info.hits) == (2, 2)  # fused + plain searched; both found once more
+
+
+def test_a_legacy_algorithm_that_cannot_run_falls_back_to_the_heuristics(engine, monkeypatch):
+    monkeypatch.setattr(_problem, "legacy_plan", lambda p, h: None)
+    p = _conv_problem(algo="fft")
+    assert _conv_problem().make_plan(DummyHandle(), None) is None  # guess: the engine searches
+    plan = _plans.plan(p, DummyHandle())
+    (searched,) = engine
+    assert searched == p._replace(algo="guess")  # the heuristics' key, searched once
+    assert _plans.cached_plan(p) is plan is _plans.cached_plan(searched)
+    assert conv.cache_info().misses == 1  # the alias is not counted again
+
+
+def test_timing_buffers_keep_the_callers_output_intact(monkeypatch):
+    made = []
+
+    def empty(shape, dtype, device=None, stream=None):
+        made.append(Fake(shape))
+        return made[-1]
+
+    monkeypatch.setattr(conv.memory, "empty", empty)
+    h = DummyHandle()
+    ptrs, keep = _conv_problem(op=_problem.OP_BWD_DATA).timing_buffers(h, (10, 20, 30))
+    assert ptrs == (made[0].ptr, 20, 30) and keep == made  # dx (x) is the output
+    ptrs, keep = _conv_problem().timing_buffers(h, None)  # staged: scratch throughout
+    assert ptrs == tuple(b.ptr for b in made[1:]) and len(keep) == 3
+    fp = FusedProblem(_conv_problem(), None, None, 1.0, "relu", None)
+    assert fp.negative and not getattr(_conv_problem(), "negative", False)
+    ptrs, keep = fp.timing_buffers(h, (10, 20, None))
+    assert ptrs == (10, 20, keep.ptr) and keep.shape == (216,)

@@ -24,7 +24,7 @@ F = pytest.importorskip("torch.nn.functional")
 
 import pycudnn  # noqa: E402
 from pycudnn import errors  # noqa: E402
-from pycudnn.highlevel import conv  # noqa: E402
+from pycudnn.highlevel import _call, conv  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -116,7 +116,7 @@ def test_fused_matches_reference_and_composition(dt, nhwc, act, with_bias, with_
     call = conv.last_call()
     PATHS[(dt, nhwc, "fused" if call.fused else "separate")] += 1
     if nhwc and not call.fused:
-        entry = list(conv._op.calls().data.values())[-1]
+        entry = list(_call.calls().data.values())[-1]
         NOT_FUSED.append(f"{dt} {_name(act)} bias={with_bias} z={with_z}: {entry.why[:160]}")
     assert call.epilogue is not None
     # float64 reference from the rounded inputs

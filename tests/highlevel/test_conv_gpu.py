@@ -26,6 +26,7 @@ import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
 from pycudnn import _config, errors, memory  # noqa: E402
 from pycudnn.graph import _plans  # noqa: E402
 from pycudnn.highlevel import conv  # noqa: E402
+from pycudnn.highlevel.conv import _problem  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -417,9 +418,9 @@ def test_every_engine_agrees_with_the_reference(op, prec):
         t[name], t[name + "64"] = dev(rng.standard_normal(shape), prec, c["nhwc"])
     geo = (p.pads, p.strides, p.dilations, 1, "cross")
     out_name, ref = {
-        _plans.OP_FWD: ("y", lambda: ref_forward(t["x64"], t["w64"], *geo)),
-        _plans.OP_BWD_DATA: ("x", lambda: ref_backward_data(t["y64"], t["w64"], p.x_shape, *geo)),
-        _plans.OP_BWD_FILTER: (
+        _problem.OP_FWD: ("y", lambda: ref_forward(t["x64"], t["w64"], *geo)),
+        _problem.OP_BWD_DATA: ("x", lambda: ref_backward_data(t["y64"], t["w64"], p.x_shape, *geo)),
+        _problem.OP_BWD_FILTER: (
             "w",
             lambda: ref_backward_filter(t["x64"], t["y64"], p.w_shape, *geo),
         ),
@@ -488,7 +489,7 @@ def test_time_once_keeps_the_accumulating_output_intact():
     [
         (op, a)
         for op in ("fwd", "bwd_data", "bwd_filter")
-        for a in sorted(conv._LEGACY[{"fwd": 0, "bwd_data": 1, "bwd_filter": 2}[op]])
+        for a in sorted(_problem.LEGACY[{"fwd": 0, "bwd_data": 1, "bwd_filter": 2}[op]])
     ],
 )
 def test_legacy_named_algorithms(op, algo):

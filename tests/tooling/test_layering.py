@@ -145,6 +145,48 @@ def test_highlevel_shared_modules_follow_their_order(path):
         assert "_op" not in imported, f"{path.name} imports the _op shim"
 
 
+# the convolution package, lowest first: each module may import only those before it, so a call
+# goes one way (public function -> key -> prepare -> call entry)
+CONV_ORDER = ("_problem", "_request", "_calls", "_epilogue", "_prepare", "_key", "__init__")
+CONV = PKG / "highlevel" / "conv"
+
+
+def conv_imports(path: Path) -> set[str]:
+    """The modules of the conv package that *path* (one of them) imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found.update([node.module] if node.module else [a.name for a in node.names])
+    return found
+
+
+@pytest.mark.parametrize("name", CONV_ORDER)
+def test_conv_package_modules_import_only_those_below(name):
+    below = set(CONV_ORDER[: CONV_ORDER.index(name)])
+    imported = conv_imports(CONV / f"{name}.py")
+    assert imported <= below, f"conv/{name}.py imports {imported - below}"
+    assert {p.stem for p in CONV.glob("*.py")} == set(CONV_ORDER)
+
+
+def test_conv_package_has_no_imports_in_functions_and_short_signatures():
+    """Imports at module level only (an import inside a function hides a circle); private
+    functions take at most 8 parameters (the public ones keep Theano's signatures)."""
+    bad = []
+    for path in sorted(CONV.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            inner = [n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
+            if inner:
+                bad.append(f"{path.name}:{inner[0].lineno} imports inside {node.name}")
+            a = node.args
+            n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
+            n += (a.vararg is not None) + (a.kwarg is not None)
+            if n > 8 and not (path.name == "__init__.py" and not node.name.startswith("_")):
+                bad.append(f"{path.name}:{node.lineno} {node.name} takes {n} parameters")
+    assert not bad, bad
+
+
 # the optional torch adapter's implementation: imported only where torch is installed
 TORCH_ONLY = ("pycudnn._torch_autograd", "pycudnn._torch_nn")
 
