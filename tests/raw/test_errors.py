@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 import pycudnn
-from pycudnn import _lib as lib
+from pycudnn import lib
 from pycudnn import api, enums, errors
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pycudnn import _lib as lib
+from pycudnn import lib
 from pycudnn import enums
 from pycudnn.errors import SymbolNotFoundError
 

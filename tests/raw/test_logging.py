@@ -6,7 +6,7 @@ import ctypes
 import logging
 
 import pycudnn
-from pycudnn import _lib as lib
+from pycudnn import lib
 from pycudnn import _logging, api, errors
 
 
