@@ -445,7 +445,8 @@ lib_index = [
     "once with [`CudnnDeprecationWarning`][pycudnn.errors.CudnnDeprecationWarning].",
     "* Enum parameters are plain ints: pass a member of [`pycudnn.enums`](../enums/index.md) "
     "(an `IntEnum`) or `pycudnn.lib.CUDNN_*`.",
-    "* Type stubs (`pycudnn/_generated/lib.pyi`) carry every signature, for IDEs and type checkers.",
+    "* Type stubs (`pycudnn/_generated/lib.pyi`) carry every signature, for IDEs and type "
+    "checkers.",
     "",
     "## Functions by header",
     "",
@@ -547,10 +548,11 @@ for header, classes in enums_by_header.items():
         lines += enum_entry(cls)
     write(f"enums/{stem}.md", "\n".join(lines))
 
+GENERATED_ENUMS = enums.CudnnEnum.__module__  # pycudnn.enums is the face of this module
 helpers = [
     n
     for n, v in vars(enums).items()
-    if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == enums.CudnnEnum.__module__
+    if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == GENERATED_ENUMS
 ]
 enums_index = [
     "# `pycudnn.enums`",

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pycudnn import lib
-from pycudnn import enums
+from pycudnn import enums, lib
 from pycudnn.errors import SymbolNotFoundError
 
 MANIFEST = json.loads(
