@@ -22,10 +22,10 @@ from ._runtime import FLOATS
 __all__ = ["STATE", "Converted", "float_params", "state"]
 
 # side table of what a converted module caches (never stored on the module itself)
-STATE: weakref.WeakKeyDictionary[nn.Module, dict[str, Any]] = weakref.WeakKeyDictionary()
+STATE: weakref.WeakKeyDictionary[nn.Module, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
 
-def state(m: nn.Module) -> dict[str, Any]:
+def state(m: nn.Module) -> dict[Any, Any]:
     """The cache of module *m* (created empty on first use, gone with the module)."""
     st = STATE.get(m)
     if st is None:
