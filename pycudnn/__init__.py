@@ -10,9 +10,9 @@ names below are resolved lazily from their modules. ``python -m pycudnn`` prints
 
 from __future__ import annotations
 
-from ._exports import attach_stub
+from . import _exports
 
 # The public names are declared once, in __init__.pyi (what type checkers read, with precise
 # types); the lazy table, __all__ and dir() below are derived from that file. A name resolves
 # on first access and then lives in this module's globals.
-__all__, __getattr__, __dir__ = attach_stub(globals())
+__all__, __getattr__, __dir__ = _exports.attach_stub(globals())

@@ -28,12 +28,12 @@ per-thread call cache, validation, outputs, staging, one execute path):
 
 from __future__ import annotations
 
-from .._exports import attach_stub
+from .. import _exports
 from ..graph import _plans
 
 # the names are declared once, in __init__.pyi (what type checkers read); every module it names is
 # imported now, in its order, as plain imports would
-__all__ = attach_stub(globals(), eager=True)[0]
+__all__ = _exports.attach_stub(globals(), eager=True)[0]
 
 
 def clear_caches() -> None:

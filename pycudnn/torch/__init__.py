@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from .._exports import attach_stub
+from .. import _exports
 
 _INSTALL = 'pip install "pycudnn[torch]" (or any PyTorch build with CUDA)'
 
@@ -65,7 +65,7 @@ def _require_torch(name: str) -> None:
 
 # The names are declared once, in __init__.pyi (what type checkers read); this table, __all__ and
 # dir() derive from it, and a name's module (hence torch) is imported on its first use.
-__all__, __getattr__, __dir__ = attach_stub(globals(), before=_require_torch)
+__all__, __getattr__, __dir__ = _exports.attach_stub(globals(), before=_require_torch)
 
 
 def is_available() -> bool:
