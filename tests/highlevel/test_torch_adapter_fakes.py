@@ -23,6 +23,11 @@ F = torch.nn.functional
 
 from pycudnn import highlevel as hl  # noqa: E402
 from pycudnn import torch as pt  # noqa: E402
+from pycudnn.highlevel.rnn_layout import (  # noqa: E402
+    canonical_rnn_layout,
+    rnn_weights_from_torch,
+    rnn_weights_to_torch,
+)
 from pycudnn.torch import (  # noqa: E402
     _module,
     _runtime,
@@ -34,11 +39,6 @@ from pycudnn.torch import (  # noqa: E402
     pool,
     rnn,
     softmax,
-)
-from pycudnn.highlevel.rnn_layout import (  # noqa: E402
-    canonical_rnn_layout,
-    rnn_weights_from_torch,
-    rnn_weights_to_torch,
 )
 
 CALLS: list[str] = []
