@@ -952,6 +952,7 @@ def generate(include_dir: Path) -> dict[str, str]:
 
 
 GENERATED_DIR = "pycudnn/_generated"
+OTHER_GENERATED = "backend_attrs.py"  # the folder's module written by tools/gen_backend_attrs.py
 PACKAGE_DOC = '''"""Generated code, apart from the hand-written package: never edit a file here.
 
 ``lib.py`` / ``lib.pyi`` (the raw ctypes binding, public as ``pycudnn.lib``) and ``enums.py``
@@ -1000,6 +1001,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         if stale:
             print(f"gen_bindings: stale (regenerate with `{REGEN_COMMAND}`): " + ", ".join(stale))
+            return 1
+        folder = args.out / GENERATED_DIR
+        ours = {*files, f"{GENERATED_DIR}/{OTHER_GENERATED}"}
+        stray = sorted(
+            p.relative_to(args.out).as_posix()
+            for p in folder.iterdir()
+            if p.name != "__pycache__" and p.relative_to(args.out).as_posix() not in ours
+        )
+        if stray:  # the folder holds generated code only
+            print(f"gen_bindings: {GENERATED_DIR}/ holds files no generator writes: {stray}")
             return 1
         print(f"gen_bindings: up to date with the cuDNN headers in {include}")
         return 0
