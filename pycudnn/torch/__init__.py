@@ -7,9 +7,10 @@ PyTorch is imported on the first use of any of its names; without PyTorch that u
 
 One module per layer family, each holding its ``autograd.Function``, its module classes and their
 rule for what cuDNN can run: :mod:`.conv`, :mod:`.pool`, :mod:`.batchnorm`, :mod:`.activation`,
-:mod:`.softmax`, :mod:`.dropout`, :mod:`.lrn`, :mod:`.norm`, :mod:`.rnn`, :mod:`.attention`;
-:mod:`.convert` asks those classes; :mod:`._runtime` holds torch's stream and memory. The public
-names are declared once, in ``__init__.pyi``.
+:mod:`.softmax`, :mod:`.dropout`, :mod:`.lrn`, :mod:`.norm`, :mod:`.rnn`, :mod:`.attention`.
+:mod:`._convert` asks those classes (private: a submodule named ``convert`` would be bound over
+the function :func:`convert` once imported); :mod:`._runtime` holds torch's stream and memory.
+The public names are declared once, in ``__init__.pyi``.
 
 Design decisions
 ----------------

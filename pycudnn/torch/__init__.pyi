@@ -23,7 +23,7 @@ from .batchnorm import (
     BatchNorm3d as BatchNorm3d,
 )
 from .conv import Conv1d as Conv1d, Conv2d as Conv2d, Conv3d as Conv3d
-from .convert import (
+from ._convert import (
     convert as convert,
     supported_modules as supported_modules,
     unsupported_reason as unsupported_reason,

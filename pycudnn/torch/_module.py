@@ -2,7 +2,7 @@
 own "can cuDNN run this configuration" rule, and the side table of what a module caches.
 
 Each family module (:mod:`.conv`, :mod:`.pool`, ...) subclasses a ``torch.nn`` class together with
-:class:`Converted`; :mod:`.convert` reads :attr:`Converted.replaces` and
+:class:`Converted`; :mod:`._convert` reads :attr:`Converted.replaces` and
 :meth:`Converted.unsupported` of those classes and nothing else, so a family's knowledge stays in
 its own file. The subclasses add no state to the module: what they cache (RNN blocks and layouts,
 dropout pools, constant scale/bias vectors) lives in :data:`STATE`, keyed weakly by the module, so

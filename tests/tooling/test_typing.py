@@ -133,6 +133,9 @@ def test_the_stub_is_the_one_declaration(package):
         assert target.exists(), f"{package}.{name}: no module {where[0]}"
         if where[1] is not None:
             assert _defines(target, where[1]), f"{package}.{name}: {target} does not define it"
+            # a submodule of that name would be bound over the object once imported
+            clash = here / name
+            assert not (clash.with_suffix(".py").exists() or clash.is_dir()), f"{clash} shadows"
     assert not hasattr(mod, "no_such_name")  # undeclared names raise AttributeError
 
 
