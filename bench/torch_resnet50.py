@@ -39,7 +39,7 @@ from torch import nn  # noqa: E402
 
 import pycudnn  # noqa: E402
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn import _torch_autograd  # noqa: E402  (FUSED_BIAS: whether dnn_conv fuses the bias)
+from pycudnn.torch import conv as _torch_autograd  # noqa: E402  (FUSED_BIAS: dnn_conv fuses the bias)
 
 
 # ==================================================================================================

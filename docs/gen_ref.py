@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))  # the checkout's pycudnn (also what mkdocstrings 
 import surface  # noqa: E402
 
 import pycudnn  # noqa: E402
-from pycudnn import _lib, enums  # noqa: E402
+from pycudnn import enums  # noqa: E402
+from pycudnn import lib as _lib  # noqa: E402  (pycudnn._generated.lib)
 
 MANIFEST = json.loads((ROOT / "tools" / "cudnn_api.json").read_text())
 REF = Path("reference")
@@ -223,9 +224,9 @@ STUBS = stub_signatures()
 FUNCTIONS = {f["name"]: f for f in MANIFEST["functions"]}
 if list(FUNCTIONS) != surface.raw_functions():
     diff = set(FUNCTIONS) ^ set(surface.raw_functions())
-    raise SystemExit(f"gen_ref: tools/cudnn_api.json and pycudnn._lib disagree: {sorted(diff)}")
+    raise SystemExit(f"gen_ref: tools/cudnn_api.json and pycudnn.lib disagree: {sorted(diff)}")
 if set(FUNCTIONS) - set(STUBS):
-    raise SystemExit(f"gen_ref: _lib.pyi lacks {sorted(set(FUNCTIONS) - set(STUBS))}")
+    raise SystemExit(f"gen_ref: lib.pyi lacks {sorted(set(FUNCTIONS) - set(STUBS))}")
 MANIFEST_ENUMS = {e["name"]: e for e in MANIFEST["enums"]}
 if set(MANIFEST_ENUMS) != set(ENUM_BY_C):
     raise SystemExit(
@@ -444,7 +445,8 @@ lib_index = [
     "once with [`CudnnDeprecationWarning`][pycudnn.errors.CudnnDeprecationWarning].",
     "* Enum parameters are plain ints: pass a member of [`pycudnn.enums`](../enums/index.md) "
     "(an `IntEnum`) or `pycudnn.lib.CUDNN_*`.",
-    "* Type stubs (`pycudnn/_lib.pyi`) carry every signature, for IDEs and type checkers.",
+    "* Type stubs (`pycudnn/_generated/lib.pyi`) carry every signature, for IDEs and type "
+    "checkers.",
     "",
     "## Functions by header",
     "",
@@ -546,10 +548,11 @@ for header, classes in enums_by_header.items():
         lines += enum_entry(cls)
     write(f"enums/{stem}.md", "\n".join(lines))
 
+GENERATED_ENUMS = enums.CudnnEnum.__module__  # pycudnn.enums is the face of this module
 helpers = [
     n
     for n, v in vars(enums).items()
-    if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == enums.__name__
+    if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == GENERATED_ENUMS
 ]
 enums_index = [
     "# `pycudnn.enums`",

@@ -136,9 +136,9 @@ def constants(m: PublicModule) -> list[str]:
 
 def raw_functions() -> list[str]:
     """Every C function of the raw layer (``pycudnn.lib.PROTOTYPES``), in header order."""
-    from pycudnn import _lib
+    from pycudnn import lib
 
-    return list(_lib.PROTOTYPES)
+    return list(lib.PROTOTYPES)
 
 
 def raw_enums() -> list[type]:

@@ -20,7 +20,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from . import _cuda, _lib, _loader, errors
+from . import _cuda, _loader, errors
+from ._generated import lib as _lib
 from ._version import __version__
 
 SKIP_ENV = "PYCUDNN_SKIP_VERSION_CHECK"

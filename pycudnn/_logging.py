@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from . import _lib, api
+from . import api
+from ._generated import lib as _lib
 
 LOGGER = logging.getLogger("pycudnn.cudnn")
 

@@ -49,7 +49,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, ClassVar, Self
 
-from . import _lib, errors
+from . import errors
+from ._generated import lib as _lib
 
 __all__ = ["Resource", "live_counts"]
 

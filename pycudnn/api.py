@@ -9,7 +9,7 @@ value (``cudnnGetVersion``, ``cudnnGetErrorString``, ...) return it unchanged. A
 from collections.abc import Callable
 from typing import Any
 
-from . import _lib
+from ._generated import lib as _lib
 from .errors import checked
 
 

@@ -28,7 +28,8 @@ import re
 import threading
 import warnings
 
-from . import _lib, _loader, enums
+from . import _loader, enums
+from ._generated import lib as _lib
 from ._loader import LibraryNotFoundError, SymbolNotFoundError, VersionMismatchError
 
 __all__ = [

@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import _cuda, _lib, api
+from . import _cuda, api
 from ._config import config
 from ._cuda import (
     DeviceContext,
@@ -49,6 +49,7 @@ from ._cuda import (
     require_gpu,
     validate_device,
 )
+from ._generated import lib as _lib
 from ._resource import Resource
 from .errors import AllocationError, CudaError, CudaUnavailableError
 from .memory import allocator

@@ -1,7 +1,7 @@
-"""Public name of the generated raw layer: ``import pycudnn.lib`` gives ``pycudnn._lib`` itself."""
+"""Public face of the generated raw layer: ``pycudnn.lib`` *is* ``pycudnn._generated.lib``."""
 
 import sys
 
-from . import _lib
+from ._generated import lib
 
-sys.modules[__name__] = _lib
+sys.modules[__name__] = lib  # one module object: its lazily bound functions, has(), patches

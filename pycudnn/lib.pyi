@@ -1,4 +1,4 @@
-"""Types of ``pycudnn.lib``: the generated raw layer."""
+"""Types of ``pycudnn.lib``: the generated stubs of ``pycudnn._generated.lib``."""
 
-from ._lib import *  # noqa: F403
-from ._lib import has as has
+from ._generated.lib import *  # noqa: F403
+from ._generated.lib import has as has

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Generate ``pycudnn/descriptors/_attrs.py``: which descriptor owns each backend attribute, and
-which descriptor types a ``CUDNN_TYPE_BACKEND_DESCRIPTOR`` attribute takes.
+"""Generate ``pycudnn/_generated/backend_attrs.py``: which descriptor owns each backend
+attribute, and which descriptor types a ``CUDNN_TYPE_BACKEND_DESCRIPTOR`` attribute takes.
 
 The source is cuDNN's own documentation of ``cudnnBackendDescriptorType_t`` in ``cudnn_graph.h``
 (the same text as the "Backend Descriptor Types" pages of the cuDNN API reference): each
@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "pycudnn" / "descriptors" / "_attrs.py"
+OUT = ROOT / "pycudnn" / "_generated" / "backend_attrs.py"  # the generated folder only
 
 # -- what the documentation leaves out -----------------------------------------------------------
 # Attribute-name prefix -> owning descriptor type (without CUDNN_BACKEND_ / _DESCRIPTOR), for the

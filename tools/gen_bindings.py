@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Generate pycudnn's raw layer from cuDNN's headers.
 
-Pipeline: ``cudnn.h`` --libclang--> manifest (JSON) --render--> ``pycudnn/_lib.py``,
-``pycudnn/_lib.pyi`` and ``pycudnn/enums.py``.
+Pipeline: ``cudnn.h`` --libclang--> manifest (JSON) --render--> ``pycudnn/_generated/``:
+``lib.py``, ``lib.pyi`` and ``enums.py`` (with the folder's ``__init__.py``). ``pycudnn.lib`` and
+``pycudnn.enums`` are their hand-written public faces; ``tools/gen_backend_attrs.py`` writes the
+folder's fourth module, ``backend_attrs.py``. Nothing else in the package is generated, and
+nothing in that folder is written by hand.
 
 The header is parsed hermetically (``-nostdinc``, the stubs in ``tools/stubs``) and with
 ``-DCUDNN_WARN_DEPRECATED`` so deprecation is visible to clang. Any error diagnostic aborts:
@@ -575,7 +578,7 @@ def _docstring(summary: str, ref: str, indent: str = "    ") -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# enums.py
+# _generated/enums.py
 # ---------------------------------------------------------------------------------------------
 
 ENUMS_HEAD = '''"""Every cuDNN C enum as an ``IntEnum`` (generated).
@@ -705,7 +708,7 @@ def render_enums(m: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# _lib.py
+# _generated/lib.py
 # ---------------------------------------------------------------------------------------------
 
 LIB_DOC = '''"""Raw ctypes binding of the cuDNN C API (``cudnn.h``), generated from the headers.
@@ -723,7 +726,7 @@ Enum parameters are ``c_int`` (every cuDNN enum is int-sized; one is signed).
 import ctypes
 from ctypes import POINTER
 
-from . import _loader
+from .. import _loader
 '''
 
 LIB_TAIL = '''
@@ -852,13 +855,13 @@ def render_lib(m: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# _lib.pyi
+# _generated/lib.pyi
 # ---------------------------------------------------------------------------------------------
 
 
 def render_pyi(m: dict) -> str:
     T = Types(m)
-    out = _banner(m, "Type stubs for pycudnn._lib.")
+    out = _banner(m, "Type stubs for pycudnn.lib (pycudnn._generated.lib).")
     out += [
         '"""Type stubs for the generated raw cuDNN binding."""',
         "",
@@ -948,12 +951,29 @@ def generate(include_dir: Path) -> dict[str, str]:
     return render_all(manifest)
 
 
+GENERATED_DIR = "pycudnn/_generated"
+OTHER_GENERATED = "backend_attrs.py"  # the folder's module written by tools/gen_backend_attrs.py
+PACKAGE_DOC = '''"""Generated code, apart from the hand-written package: never edit a file here.
+
+``lib.py`` / ``lib.pyi`` (the raw ctypes binding, public as ``pycudnn.lib``) and ``enums.py``
+(public as ``pycudnn.enums``) come from ``tools/gen_bindings.py``; ``backend_attrs.py`` (the
+backend attribute table) from ``tools/gen_backend_attrs.py``. Each carries its seal or source
+hash, and ``--check`` of its tool says whether it is up to date.
+"""
+'''
+
+
+def render_package(m: dict) -> str:
+    return seal("\n".join([*_banner(m, "pycudnn._generated: the generated modules."), PACKAGE_DOC]))
+
+
 def render_all(manifest: dict) -> dict[str, str]:
     return {
         "tools/cudnn_api.json": json.dumps(manifest, indent=1, sort_keys=False) + "\n",
-        "pycudnn/_lib.py": render_lib(manifest),
-        "pycudnn/_lib.pyi": render_pyi(manifest),
-        "pycudnn/enums.py": render_enums(manifest),
+        f"{GENERATED_DIR}/__init__.py": render_package(manifest),
+        f"{GENERATED_DIR}/lib.py": render_lib(manifest),
+        f"{GENERATED_DIR}/lib.pyi": render_pyi(manifest),
+        f"{GENERATED_DIR}/enums.py": render_enums(manifest),
     }
 
 
@@ -981,6 +1001,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         if stale:
             print(f"gen_bindings: stale (regenerate with `{REGEN_COMMAND}`): " + ", ".join(stale))
+            return 1
+        folder = args.out / GENERATED_DIR
+        ours = {*files, f"{GENERATED_DIR}/{OTHER_GENERATED}"}
+        stray = sorted(
+            p.relative_to(args.out).as_posix()
+            for p in folder.iterdir()
+            if p.name != "__pycache__" and p.relative_to(args.out).as_posix() not in ours
+        )
+        if stray:  # the folder holds generated code only
+            print(f"gen_bindings: {GENERATED_DIR}/ holds files no generator writes: {stray}")
             return 1
         print(f"gen_bindings: up to date with the cuDNN headers in {include}")
         return 0

@@ -28,11 +28,12 @@ import fractions
 from collections.abc import Iterable
 from typing import Any
 
-from .. import _lib, enums
+from .. import enums
+from .._generated import backend_attrs as _attrs
+from .._generated import lib as _lib
 from .._layout import INT32_MAX, INT64_MAX
 from .._types import as_data_type
 from ..enums import BackendAttributeName, BackendAttributeType, BackendDescriptorType, DataType
-from . import _attrs
 from ._validate import as_int, buffer_ptr, coerce_enum, describe, enum_table, is_handle
 
 __all__ = [

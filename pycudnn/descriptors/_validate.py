@@ -20,7 +20,8 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .. import _lib, enums
+from .. import enums
+from .._generated import lib as _lib
 from .._layout import INT32_MAX, span
 from .._resource import Resource
 from .._types import HasPtr, as_data_type, dtype_name

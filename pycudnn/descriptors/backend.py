@@ -14,7 +14,8 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any, Self
 
-from .. import _lib, enums, errors
+from .. import enums, errors
+from .._generated import lib as _lib
 from .._layout import INT32_MAX, INT64_MAX, packed_strides
 from .._resource import Resource
 from .._types import as_data_type

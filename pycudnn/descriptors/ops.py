@@ -8,7 +8,8 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _lib, enums, errors
+from .. import enums, errors
+from .._generated import lib as _lib
 from .._resource import Resource
 from .._types import dtype_name
 from ..enums import DataType

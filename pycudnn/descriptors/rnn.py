@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import _lib, enums, errors
+from .. import enums, errors
+from .._generated import lib as _lib
 from .._layout import INT32_MAX, INT64_MAX, UINT64_MAX
 from .._resource import Resource
 from .._types import HasPtr, dtype_name, numpy_dtype

@@ -12,7 +12,8 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _lib, enums, errors
+from .. import enums, errors
+from .._generated import lib as _lib
 from .._layout import packed_strides
 from .._resource import Resource
 from .._types import dtype_name

@@ -29,92 +29,12 @@ and one cache-and-run helper), :mod:`._staging` (descriptors per layout, staged 
 
 from __future__ import annotations
 
+from .. import _exports
 from ..graph import _plans
-from .activation import dnn_activation, dnn_activation_grad
-from .batchnorm import (
-    dnn_batch_normalization_grad,
-    dnn_batch_normalization_test,
-    dnn_batch_normalization_train,
-)
-from .conv import (
-    dnn_conv,
-    dnn_conv3d,
-    dnn_gradinput,
-    dnn_gradinput3d,
-    dnn_gradweight,
-    dnn_gradweight3d,
-)
-from .ctc import dnn_ctc_loss
-from .dropout import DropoutState, dnn_dropout, dnn_dropout_grad
-from .lrn import dnn_lrn, dnn_lrn_grad
-from .matmul import dnn_matmul
-from .norms import dnn_layer_norm, dnn_layer_norm_grad, dnn_rms_norm, dnn_rms_norm_grad
-from .pool import dnn_pool, dnn_pool_grad
-from .reduction import dnn_reduction
-from .rnn import RNNBlock
-from .rnn_layout import (
-    canonical_rnn_layout,
-    rnn_weights_from_torch,
-    rnn_weights_to_torch,
-    torch_rnn_param_names,
-)
-from .sdpa import dnn_sdpa, dnn_sdpa_grad
-from .softmax import dnn_softmax, dnn_softmax_grad
-from .spatialtf import (
-    dnn_spatialtf,
-    dnn_spatialtf_grad,
-    dnn_spatialtf_grid,
-    dnn_spatialtf_grid_grad,
-    dnn_spatialtf_sampler,
-    dnn_spatialtf_sampler_grad,
-)
-from .tensor_ops import dnn_add_tensor, dnn_op_tensor
 
-__all__ = [
-    "DropoutState",
-    "RNNBlock",
-    "canonical_rnn_layout",
-    "clear_caches",
-    "dnn_activation",
-    "dnn_activation_grad",
-    "dnn_add_tensor",
-    "dnn_batch_normalization_grad",
-    "dnn_batch_normalization_test",
-    "dnn_batch_normalization_train",
-    "dnn_conv",
-    "dnn_conv3d",
-    "dnn_ctc_loss",
-    "dnn_dropout",
-    "dnn_dropout_grad",
-    "dnn_gradinput",
-    "dnn_gradinput3d",
-    "dnn_gradweight",
-    "dnn_gradweight3d",
-    "dnn_lrn",
-    "dnn_lrn_grad",
-    "dnn_layer_norm",
-    "dnn_layer_norm_grad",
-    "dnn_matmul",
-    "dnn_rms_norm",
-    "dnn_rms_norm_grad",
-    "dnn_sdpa",
-    "dnn_sdpa_grad",
-    "dnn_op_tensor",
-    "dnn_pool",
-    "dnn_pool_grad",
-    "dnn_reduction",
-    "dnn_softmax",
-    "dnn_softmax_grad",
-    "dnn_spatialtf",
-    "dnn_spatialtf_grad",
-    "dnn_spatialtf_grid",
-    "dnn_spatialtf_grid_grad",
-    "dnn_spatialtf_sampler",
-    "dnn_spatialtf_sampler_grad",
-    "rnn_weights_from_torch",
-    "rnn_weights_to_torch",
-    "torch_rnn_param_names",
-]
+# the names are declared once, in __init__.pyi (what type checkers read); every module it names is
+# imported now, in its order, as plain imports would
+__all__ = _exports.attach_stub(globals(), eager=True)[0]
 
 
 def clear_caches() -> None:

@@ -21,6 +21,7 @@ from _desc_shim import counting_c_calls
 
 import pycudnn
 from pycudnn import _lib, api, enums, errors
+from pycudnn._generated import backend_attrs as _attrs
 from pycudnn._types import as_data_type
 from pycudnn.descriptors import (
     BackendDescriptor,
@@ -31,7 +32,6 @@ from pycudnn.descriptors import (
     RNNDataDescriptor,
     RNNDescriptor,
     TensorDescriptor,
-    _attrs,
     _codec,
     _validate,
 )

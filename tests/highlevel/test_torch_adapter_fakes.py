@@ -21,14 +21,24 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-from pycudnn import _torch_autograd as fn  # noqa: E402
-from pycudnn import _torch_nn  # noqa: E402
 from pycudnn import highlevel as hl  # noqa: E402
 from pycudnn import torch as pt  # noqa: E402
 from pycudnn.highlevel.rnn_layout import (  # noqa: E402
     canonical_rnn_layout,
     rnn_weights_from_torch,
     rnn_weights_to_torch,
+)
+from pycudnn.torch import (  # noqa: E402
+    _module,
+    _runtime,
+    activation,
+    batchnorm,
+    conv,
+    dropout,
+    lrn,
+    pool,
+    rnn,
+    softmax,
 )
 
 CALLS: list[str] = []
@@ -178,7 +188,7 @@ def fake_activation(x, mode, coef, out, **_):
 
 @_bound(hl.dnn_activation_grad)
 def fake_activation_grad(y, dy, x, mode, coef, out, **_):
-    if mode in fn.Y_ONLY:  # what cuDNN reads: the output (x may be y, in place)
+    if mode in activation.Y_ONLY:  # what cuDNN reads: the output (x may be y, in place)
         d = {
             "relu": lambda: (y > 0).to(y.dtype),
             "sigmoid": lambda: y * (1 - y),
@@ -337,9 +347,19 @@ class FakeRNNBlock:
         return out[0], out[1], out[2] if len(out) > 2 else None, dw
 
 
+# where the adapter reads each function: the family modules (and the runtime they share)
+ADAPTER = (_runtime, activation, batchnorm, conv, dropout, lrn, pool, rnn, softmax)
+
+
 @pytest.fixture(autouse=True)
 def fakes(monkeypatch):
-    for name, fake in {
+    replaced = {
+        "dnn_conv": fake_conv,
+        "dnn_conv3d": fake_conv3d,
+        "dnn_gradinput": fake_gradinput,
+        "dnn_gradinput3d": fake_gradinput3d,
+        "dnn_gradweight": fake_gradweight,
+        "dnn_gradweight3d": fake_gradweight3d,
         "dnn_pool": fake_pool,
         "dnn_pool_grad": fake_pool_grad,
         "dnn_batch_normalization_train": fake_bn_train,
@@ -354,15 +374,18 @@ def fakes(monkeypatch):
         "dnn_lrn": fake_lrn,
         "dnn_lrn_grad": fake_lrn_grad,
         "DropoutState": FakeDropoutState,
-    }.items():
-        monkeypatch.setattr(fn, name, fake)
-    monkeypatch.setitem(fn._CONV, 2, (fake_conv, fake_gradinput, fake_gradweight))
-    monkeypatch.setitem(fn._CONV, 3, (fake_conv3d, fake_gradinput3d, fake_gradweight3d))
-    monkeypatch.setattr(fn, "cuda_ok", lambda x, dtypes=fn.FLOATS: (
-        type(x) in (torch.Tensor, nn.Parameter) and x.dtype in dtypes))  # fmt: skip
-    monkeypatch.setattr(fn, "_raw_stream", lambda device: 0)
-    monkeypatch.setattr(fn, "_AUTO", [False])  # no allocator to install on the CPU
-    monkeypatch.setattr(_torch_nn, "RNNBlock", FakeRNNBlock)
+        "RNNBlock": FakeRNNBlock,
+        "cuda_ok": lambda x, dtypes=_runtime.FLOATS: (
+            type(x) in (torch.Tensor, nn.Parameter) and x.dtype in dtypes
+        ),
+    }
+    for name, fake in replaced.items():
+        where = [m for m in ADAPTER if hasattr(m, name)]
+        assert where, f"no adapter module reads {name}"
+        for module in where:
+            monkeypatch.setattr(module, name, fake)
+    monkeypatch.setattr(_runtime, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(_runtime, "_AUTO", [False])  # no allocator to install on the CPU
     CALLS.clear()
     yield
 
@@ -394,7 +417,7 @@ MODULES = [
      ("dnn_conv", "dnn_gradinput", "dnn_gradweight")),
     ("conv2d", lambda: nn.Conv2d(4, 6, 3, stride=2, padding="valid", groups=2), (2, 4, 9, 9),
      ("dnn_conv", "dnn_gradinput", "dnn_gradweight")
-     + (("dnn_conv+bias",) if fn.FUSED_BIAS else ())),
+     + (("dnn_conv+bias",) if conv.FUSED_BIAS else ())),
     ("conv2d-same", lambda: nn.Conv2d(3, 5, (3, 1), padding="same", dilation=(2, 1), bias=False),
      (2, 3, 8, 7), ("dnn_conv",)),
     ("conv3d", lambda: nn.Conv3d(2, 4, 3, stride=(1, 2, 2), padding=1), (2, 2, 5, 6, 6),
@@ -469,7 +492,7 @@ def test_dropout_keeps_a_mask_per_pending_backward_and_reuses_states():
     ya, yb = drop(a), drop(a * 1)
     (ya.sum() + 2 * yb.sum()).backward()
     torch.testing.assert_close(a.grad, ((ya != 0) * 1.0 + 2 * (yb != 0)) / 0.5)
-    pool = _torch_nn._STATE[drop][("dropout", a.device)]
+    pool = _module.STATE[drop][("dropout", a.device)]
     assert len(pool.free) == 2  # both states back, reused from now on
     with torch.no_grad():
         drop(a)
@@ -534,7 +557,7 @@ def test_rnn_recomputes_the_reserve_after_another_forward_or_a_backward():
         loss.backward()  # again: the reserve was consumed by the first backward
     for (n, a), b in zip(mine.named_parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, msg=n)
-    block = next(v for k, v in _torch_nn._STATE[mine].items() if k[0] == "block")
+    block = next(v for k, v in _module.STATE[mine].items() if k[0] == "block")
     assert block.applies > 2  # recomputed forwards happened
 
 

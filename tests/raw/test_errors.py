@@ -9,8 +9,7 @@ import warnings
 import pytest
 
 import pycudnn
-from pycudnn import _lib as lib
-from pycudnn import api, enums, errors
+from pycudnn import api, enums, errors, lib
 
 
 def test_map_is_total_and_exact():

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pycudnn import _lib as lib
-from pycudnn import enums
+from pycudnn import enums, lib
 from pycudnn.errors import SymbolNotFoundError
 
 MANIFEST = json.loads(
@@ -160,3 +159,15 @@ def test_missing_symbol_raises_only_when_called(monkeypatch):
 def test_unknown_attribute():
     with pytest.raises(AttributeError):
         lib.cudnnNoSuchThing  # noqa: B018
+
+
+def test_the_public_faces_are_the_generated_modules():
+    """``pycudnn.lib`` is the generated module itself (so patches and lazily bound functions are
+    shared), ``pycudnn._lib`` the same module under its old name; ``pycudnn.enums`` re-exports
+    the generated enums."""
+    import pycudnn
+    from pycudnn import _generated, _lib, enums
+    from pycudnn._generated import enums as generated_enums
+
+    assert lib is _lib is _generated.lib is pycudnn.lib
+    assert enums.DataType is generated_enums.DataType and enums.by_c_name("CUDNN_DATA_FLOAT") == 0

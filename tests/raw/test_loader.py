@@ -47,7 +47,7 @@ def test_import_loads_nothing_and_is_fast():
         print(json.dumps({
             "dt": dt,
             "mapped": "libcudnn" in maps,
-            "lib_imported": "pycudnn._lib" in sys.modules,
+            "lib_imported": "pycudnn._generated.lib" in sys.modules,
             "loaded": "pycudnn._loader" in sys.modules
                       and sys.modules["pycudnn._loader"].loaded() is not None,
         }))

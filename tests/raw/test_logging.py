@@ -6,8 +6,7 @@ import ctypes
 import logging
 
 import pycudnn
-from pycudnn import _lib as lib
-from pycudnn import _logging, api, errors
+from pycudnn import _logging, api, errors, lib
 
 
 def test_callback_fires_into_logging(caplog):

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from pycudnn import _lib, _loader, errors
+from pycudnn import _loader, errors
+from pycudnn import lib as _lib
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBZ = "/lib/x86_64-linux-gnu/libz.so.1"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import pycudnn
-from pycudnn import _info, _lib, errors
+from pycudnn import _info, errors
+from pycudnn import lib as _lib
 
 HEADER = 92800
 

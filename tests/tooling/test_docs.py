@@ -52,7 +52,7 @@ def test_logging_guide_names_the_logger():
 
 
 def test_versions_guide_names_the_pinned_headers():
-    from pycudnn import _lib
+    from pycudnn import lib as _lib
 
     text = (ROOT / "docs" / "versions.md").read_text()
     assert f"**{_lib.HEADER_VERSION_STRING}**" in text

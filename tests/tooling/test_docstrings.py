@@ -106,12 +106,12 @@ def test_public_properties_have_docstrings():
 
 # -- the raw layer -------------------------------------------------------------------------------
 def test_every_raw_function_has_a_docstring_in_the_stubs():
-    from pycudnn import _lib
+    from pycudnn import lib as _lib
 
     tree = ast.parse(Path(_lib.__file__).with_suffix(".pyi").read_text())
     docs = {n.name: ast.get_docstring(n) or "" for n in tree.body if isinstance(n, ast.FunctionDef)}
     missing = [f for f in surface.raw_functions() if not docs.get(f, "").strip()]
-    assert not missing, f"pycudnn/_lib.pyi has no docstring for {missing}"
+    assert not missing, f"pycudnn/_generated/lib.pyi has no docstring for {missing}"
     no_ref = [f for f in surface.raw_functions() if f"See ``{f}``" not in docs[f]]
     assert not no_ref, f"stub docstrings without their header reference: {no_ref[:10]}"
 
@@ -122,7 +122,7 @@ def test_every_enum_has_a_docstring():
 
 
 def test_every_raw_type_has_a_docstring():
-    from pycudnn import _lib
+    from pycudnn import lib as _lib
 
     missing = [
         name

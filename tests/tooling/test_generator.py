@@ -19,6 +19,11 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).resolve().parents[1] / "support" / "fixtures" / "mini_cudnn"
 sys.path.insert(0, str(ROOT / "tools"))
 gen = pytest.importorskip("gen_bindings", reason="tools/gen_bindings.py not importable")
+# what gen_bindings writes into pycudnn/_generated/ (sealed), and the folder's other module
+GENERATED = tuple(
+    f"pycudnn/_generated/{n}" for n in ("__init__.py", "lib.py", "lib.pyi", "enums.py")
+)
+BACKEND_ATTRS = "pycudnn/_generated/backend_attrs.py"  # tools/gen_backend_attrs.py (header hash)
 pytest.importorskip("clang.cindex", reason="libclang is needed to run the generator")
 
 
@@ -33,12 +38,14 @@ def _load(text: str, name: str, tmp_path: Path):
     pkg.mkdir(exist_ok=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "_loader.py").write_text("def bind(*a):\n    raise AssertionError\n")
-    (pkg / f"{name}.py").write_text(text)
+    (pkg / "_generated").mkdir(exist_ok=True)  # where the generated modules sit
+    (pkg / "_generated" / "__init__.py").write_text("")
+    (pkg / "_generated" / f"{name}.py").write_text(text)
     sys.path.insert(0, str(tmp_path))
     try:
         for mod in [m for m in sys.modules if m == "minipkg" or m.startswith("minipkg.")]:
             del sys.modules[mod]
-        return importlib.import_module(f"minipkg.{name}")
+        return importlib.import_module(f"minipkg._generated.{name}")
     finally:
         sys.path.remove(str(tmp_path))
 
@@ -79,7 +86,7 @@ def test_enum_values_suffixes_and_aliases(mini, tmp_path):
     assert kinds == {"CUDNN_WIDGET_SMALL": 0, "CUDNN_WIDGET_LARGE": 1, "CUDNN_WIDGET_AUTO": -1}
     status = {x["name"]: x for x in enums["cudnnStatus_t"]["members"]}
     assert status["CUDNN_STATUS_OLD_NAME"]["alias_of"] == "CUDNN_STATUS_BAD_PARAM_NULL_POINTER"
-    mod = _load(files["pycudnn/enums.py"], "enums", tmp_path)
+    mod = _load(files["pycudnn/_generated/enums.py"], "enums", tmp_path)
     # prefix stripping, class naming, aliases collapse onto the first name
     assert mod.WidgetKind.AUTO == -1 and mod.WidgetKind.SMALL.c_name == "CUDNN_WIDGET_SMALL"
     assert mod.Status.OLD_NAME is mod.Status.BAD_PARAM_NULL_POINTER
@@ -107,7 +114,7 @@ def test_struct_layout_matches_clang(mini, tmp_path):
     files, m = mini
     s = m["structs"][0]
     assert s["name"] == "cudnnDebug_t" and s["size"] == 48
-    mod = _load(files["pycudnn/_lib.py"], "_lib", tmp_path)
+    mod = _load(files["pycudnn/_generated/lib.py"], "lib", tmp_path)
     assert ctypes.sizeof(mod.cudnnDebug_t) == s["size"]
     for f in s["fields"]:
         assert getattr(mod.cudnnDebug_t, f["name"]).offset == f["offset"], f["name"]
@@ -115,7 +122,7 @@ def test_struct_layout_matches_clang(mini, tmp_path):
 
 def test_prototypes(mini, tmp_path):
     files, _m = mini
-    mod = _load(files["pycudnn/_lib.py"], "_lib", tmp_path)
+    mod = _load(files["pycudnn/_generated/lib.py"], "lib", tmp_path)
     P = mod.PROTOTYPES
     assert P["cudnnGetVersion"][:2] == (ctypes.c_size_t, ())
     assert P["cudnnGetErrorString"][0] is ctypes.c_char_p
@@ -143,7 +150,7 @@ def test_prototypes(mini, tmp_path):
 
 def test_docstrings_in_pyi(mini):
     files, _m = mini
-    pyi = files["pycudnn/_lib.pyi"]
+    pyi = files["pycudnn/_generated/lib.pyi"]
     assert "Returns the version." in pyi and "Second sentence" not in pyi
     assert "See ``cudnnSetWidget`` (cudnn.h:" in pyi and "Deprecated in cuDNN." in pyi
 
@@ -152,7 +159,7 @@ def test_deterministic_and_sealed(mini):
     files, _m = mini
     again = gen.generate(FIXTURE)
     assert again == files
-    for rel in ("pycudnn/_lib.py", "pycudnn/_lib.pyi", "pycudnn/enums.py"):
+    for rel in GENERATED:
         assert gen.verify_seal(files[rel])
         assert (
             "DO NOT EDIT" in files[rel] and "Regenerate: python tools/gen_bindings.py" in files[rel]
@@ -178,7 +185,7 @@ def test_size_t_without_stub_is_caught(tmp_path):
         gen.generate(bad)
 
 
-@pytest.mark.parametrize("rel", ["pycudnn/_lib.py", "pycudnn/_lib.pyi", "pycudnn/enums.py"])
+@pytest.mark.parametrize("rel", GENERATED)
 def test_checked_in_files_are_sealed(rel):
     assert gen.verify_seal((ROOT / rel).read_text()), f"{rel} was edited by hand; regenerate it"
 
@@ -216,8 +223,25 @@ def test_generated_files_formatter_clean():
     ruff = pytest.importorskip("ruff", reason="ruff not installed")
     del ruff
     r = subprocess.run(
-        [sys.executable, "-m", "ruff", "format", "--check", "pycudnn/_lib.py", "pycudnn/_lib.pyi",
-         "pycudnn/enums.py"],
+        [sys.executable, "-m", "ruff", "format", "--check", *GENERATED, BACKEND_ATTRS],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_generated_folder_holds_only_generated_files():
+    """``pycudnn/_generated/`` holds what the two tools write and nothing else, and no
+    generated module sits outside it (the faces ``lib.py`` and ``enums.py`` are hand-written)."""
+    here = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "pycudnn" / "_generated").iterdir()
+        if p.name != "__pycache__"
+    }
+    assert here == {*GENERATED, BACKEND_ATTRS}
+    assert (ROOT / BACKEND_ATTRS).read_text().startswith("# Generated by tools/gen_backend_attrs")
+    outside = [
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "pycudnn").rglob("*.py*")
+        if "_generated" not in p.parts and "DO NOT EDIT" in p.read_text()[:1000]
+    ]
+    assert not outside, f"generated files outside pycudnn/_generated/: {outside}"

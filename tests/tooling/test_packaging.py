@@ -136,7 +136,7 @@ def test_extra_chooses_the_cuda_bindings_major(meta, extra, allowed, refused, cu
 
 
 def test_test_extra_pins_the_headers_the_bindings_were_generated_from(meta):
-    from pycudnn import _lib
+    from pycudnn import lib as _lib
 
     pins = [r for r in _requirements(meta, "test") if r.name == "nvidia-cudnn-cu12"]
     assert len(pins) == 1, pins
@@ -206,7 +206,15 @@ def _sdist_files(path: Path) -> dict[str, bytes]:
         return out
 
 
-GENERATED = ("pycudnn/_lib.py", "pycudnn/_lib.pyi", "pycudnn/enums.py", "pycudnn/lib.pyi")
+# the generated modules, their stubs and the stubs that declare the public surface
+GENERATED = (
+    "pycudnn/_generated/__init__.py",
+    "pycudnn/_generated/lib.py",
+    "pycudnn/_generated/lib.pyi",
+    "pycudnn/_generated/enums.py",
+    "pycudnn/_generated/backend_attrs.py",
+    "pycudnn/lib.pyi",
+)
 
 
 def _check_package(files: dict[str, bytes], where: str) -> None:

@@ -1,6 +1,5 @@
-"""The shape rules of the redesign (issue 24), checked on the source: no import circle between
-pycudnn's modules (imports inside functions included), no hand-written module over 800 lines,
-and no internal function of the top floors (``highlevel/``, ``graph/``) with more than 10
+"""The shape rules of the redesign (issue 24), checked on the source (import circles are
+``test_layering``'s): no hand-written module over 800 lines, and no internal function of the top floors (``highlevel/``, ``graph/``) with more than 10
 parameters. Public functions keep the signatures DESIGN.md fixes (Theano's and cudnn-frontend's
 argument lists), so they are exempt from the parameter rule."""
 
@@ -33,77 +32,6 @@ def _is_generated(path: Path) -> bool:
 
 def _sources() -> list[Path]:
     return sorted(PKG.rglob("*.py"))
-
-
-MODULES = {_module_name(p): p for p in _sources()}
-
-
-def _resolve(base: str, name: str) -> str | None:
-    """The pycudnn module that ``from base import name`` reads from (a submodule when *name*
-    is one, else *base* itself)."""
-    if f"{base}.{name}" in MODULES:
-        return f"{base}.{name}"
-    return base if base in MODULES else None
-
-
-def imports_of(path: Path) -> set[str]:
-    """Every pycudnn module *path* imports, at any depth of the code (functions included)."""
-    me = _module_name(path)
-    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - node.level + 1]
-                base = ".".join([*parts, *(node.module.split(".") if node.module else [])])
-            elif node.module and node.module.split(".")[0] == "pycudnn":
-                base = node.module
-            else:
-                continue
-            for alias in node.names:
-                target = _resolve(base, alias.name)
-                if target:
-                    found.add(target)
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] == "pycudnn" and alias.name in MODULES:
-                    found.add(alias.name)
-    found.discard(me)
-    # a package's own __init__ re-exporting its submodules is not a dependency of theirs
-    return {m for m in found if not (path.name == "__init__.py" and m.startswith(me + "."))}
-
-
-def _cycles() -> list[list[str]]:
-    graph = {name: imports_of(path) for name, path in MODULES.items()}
-    # a submodule importing "its" package reads the package's __init__, which imports it back
-    # only as a re-export: drop edges child -> ancestor package (they are names, not cycles)
-    for name, deps in graph.items():
-        graph[name] = {d for d in deps if not name.startswith(d + ".")}
-    cycles: list[list[str]] = []
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> None:
-        state[node] = 1
-        stack.append(node)
-        for dep in sorted(graph.get(node, ())):
-            if state.get(dep) == 1:
-                cycles.append([*stack[stack.index(dep) :], dep])
-            elif dep not in state:
-                visit(dep)
-        stack.pop()
-        state[node] = 2
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name)
-    return cycles
-
-
-def test_no_import_circle_even_inside_functions():
-    cycles = _cycles()
-    assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
 @pytest.mark.parametrize("path", [p for p in _sources() if not _is_generated(p)], ids=str)

@@ -1,14 +1,16 @@
 """What a type checker sees of the public surface (tier A; needs mypy, from the [typecheck] extra).
 
 CI type-checks ``examples/`` with ``mypy --strict`` against the installed wheel. That passes, but
-only says the examples are consistent with what mypy can see — and for the names that
-``pycudnn/__init__.py`` resolves lazily through a module ``__getattr__`` it sees ``Any``. This test
-asks mypy for the type of every public top-level function and class (``reveal_type``) and of a
-checked ``pycudnn.api`` function, so that the gap is measured, not hidden.
+only says the examples are consistent with what mypy can see. The names ``pycudnn/__init__.py``
+resolves lazily are declared in ``pycudnn/__init__.pyi``, which mypy reads: this test asks mypy
+for the type of every public top-level function and class (``reveal_type``) and of a checked
+``pycudnn.api`` function, so that a gap (``Any``) shows; and it checks that the runtime tables
+derived from each stub agree with it.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -80,21 +82,74 @@ def test_top_level_names_are_typed(tmp_path, mypypath):
     assert not untyped, f"type checkers see Any for {len(untyped)} public names: {untyped}"
 
 
-def test_type_checking_imports_match_the_lazy_tables():
-    """``pycudnn/__init__.py``'s ``if TYPE_CHECKING:`` block declares exactly ``__all__`` (less
-    ``__version__``), each from the module its lazy table resolves it from."""
-    import ast
+# the packages whose public names are declared in their __init__.pyi (pycudnn._exports)
+STUBBED = ("pycudnn", "pycudnn.highlevel", "pycudnn.torch")
 
-    tree = ast.parse((ROOT / "pycudnn" / "__init__.py").read_text())
-    block = next(
-        n for n in tree.body
-        if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING"
-    )  # fmt: skip
-    declared = {}
-    for node in block.body:
-        assert isinstance(node, ast.ImportFrom)
-        for alias in node.names:
-            assert alias.asname == alias.name, f"{alias.name}: use 'X as X' (a re-export)"
-            declared[alias.name] = "." + (node.module or alias.name)
-    expected = {**pycudnn._EXPORTS, **{k: "." + k for k in pycudnn._SUBMODULES}}
-    assert declared == expected
+
+def _defines(path: Path, name: str) -> bool:
+    """*path* (a module, or a package's __init__) binds *name* at its top level."""
+    if path.is_dir():
+        if (path / "__init__.pyi").exists():  # a package declaring its names in its stub
+            from pycudnn._exports import declared
+
+            return name in declared(str(path / "__init__.pyi"))
+        path = path / "__init__.py"
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):  # top-level and conditional (RMSNorm's torch-version branch)
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
+            return True
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+        if isinstance(node, ast.ImportFrom | ast.Import) and any(
+            (a.asname or a.name.split(".")[0]) == name for a in node.names
+        ):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("package", STUBBED)
+def test_the_stub_is_the_one_declaration(package):
+    """``__all__``, ``dir()`` and the lazy table are the stub's names, in its order, and each
+    name's module exists and defines it (read from the source: pycudnn.torch's need torch)."""
+    import importlib
+
+    from pycudnn._exports import declared
+
+    mod = importlib.import_module(package)
+    stub = Path(mod.__file__).with_suffix(".pyi")
+    table = declared(str(stub))
+    assert list(mod.__all__) == list(table)
+    assert len(set(mod.__all__)) == len(mod.__all__), "a name declared twice"
+    assert set(mod.__all__) <= set(dir(mod))
+    here = Path(mod.__file__).parent
+    for name, where in table.items():
+        if where is None:  # defined by the package's __init__.py
+            assert _defines(Path(mod.__file__), name), f"{package}.__init__ lacks {name}"
+            continue
+        path = here.joinpath(*where[0].lstrip(".").split("."))
+        target = path if path.is_dir() else path.with_suffix(".py")
+        assert target.exists(), f"{package}.{name}: no module {where[0]}"
+        if where[1] is not None:
+            assert _defines(target, where[1]), f"{package}.{name}: {target} does not define it"
+            # a submodule of that name would be bound over the object once imported
+            clash = here / name
+            assert not (clash.with_suffix(".py").exists() or clash.is_dir()), f"{clash} shadows"
+    assert not hasattr(mod, "no_such_name")  # undeclared names raise AttributeError
+
+
+def test_every_declared_name_resolves_to_its_module():
+    """The names of pycudnn and pycudnn.highlevel resolve (pycudnn.torch's: in the adapter's
+    tests, with torch), to the objects of the modules the stub names."""
+    import importlib
+
+    from pycudnn._exports import declared
+
+    for package in STUBBED[:2]:
+        mod = importlib.import_module(package)
+        for name, where in declared(str(Path(mod.__file__).with_suffix(".pyi"))).items():
+            value = getattr(mod, name)
+            if where is not None:
+                source = importlib.import_module(where[0], package)
+                assert value is (source if where[1] is None else getattr(source, where[1])), name

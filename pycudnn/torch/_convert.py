@@ -1,0 +1,120 @@
+"""``convert`` (cudnn.torch's ``cudnn.convert``) and what it asks of each module class (imports
+torch).
+
+There is no table of rules here: each family module's classes say which ``torch.nn`` class they
+replace (:attr:`~._module.Converted.replaces`) and whether a given module's configuration runs on
+cuDNN (:meth:`~._module.Converted.unsupported`); this module only collects the classes of the
+families below and asks them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+from torch import nn
+
+from . import activation, batchnorm, conv, dropout, lrn, norm, pool, rnn, softmax
+from ._module import STATE, Converted
+
+__all__ = ["convert", "supported_modules", "unsupported_reason"]
+
+# the families whose module classes convert() swaps in, in the order supported_modules() lists them
+_FAMILIES = (conv, pool, batchnorm, activation, softmax, dropout, lrn, rnn, norm)
+# torch.nn class -> its pycudnn twin (RMSNorm only where torch.nn has it: before 2.4 the twin is a
+# stand-in that is no Converted)
+_CLASSES: dict[type[nn.Module], type[Converted]] = {
+    cls.replaces: cls
+    for family in _FAMILIES
+    for cls in (getattr(family, name) for name in family.__all__)
+    if isinstance(cls, type) and issubclass(cls, Converted) and cls.replaces is not None
+}
+_BACK = {twin: base for base, twin in _CLASSES.items()}
+
+
+def supported_modules() -> dict[type, type]:
+    """``{torch.nn class: pycudnn.torch class}`` of every module :func:`convert` replaces."""
+    return dict(_CLASSES)
+
+
+def unsupported_reason(module: nn.Module) -> str | None:
+    """Why :func:`convert` would leave *module* unconverted (None: it converts it).
+
+    Each pycudnn module class carries its own rule (``unsupported``); this asks the class that
+    replaces *module*'s, or *module*'s own class when it is a pycudnn one.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        A module of a class :func:`supported_modules` lists (or its pycudnn twin).
+
+    Returns
+    -------
+    str or None
+    """
+    cls = _CLASSES.get(type(module)) or (type(module) if type(module) in _BACK else None)
+    if cls is None:
+        return f"{type(module).__name__} is not a module pycudnn.torch converts"
+    return cls.unsupported(module)
+
+
+def convert(
+    model: nn.Module,
+    exclude: Callable[[nn.Module], bool] | None = None,
+    *,
+    back: bool = False,
+    strict: bool = False,
+) -> nn.Module:
+    """Replace, in place, the supported ``torch.nn`` modules of *model* by their pycudnn twins
+    (cudnn.torch's ``cudnn.convert``); ``back=True`` undoes it.
+
+    Each module whose class is exactly one of :func:`supported_modules` (subclasses, which may
+    override ``forward``, are left alone) gets the pycudnn class: the object, its parameters,
+    buffers, hooks and ``state_dict`` stay the same, only ``forward`` changes.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Converted with all its submodules (the model itself too, if it is one of them).
+    exclude : callable, optional
+        ``exclude(module) -> bool``: True keeps that module as it is (e.g.
+        ``lambda m: isinstance(m, torch.nn.BatchNorm2d)``).
+    back : bool
+        Turn the pycudnn modules of *model* back into their ``torch.nn`` classes.
+    strict : bool
+        Raise ``ValueError`` for a supported class in a configuration cuDNN cannot run
+        (:func:`unsupported_reason`); by default such a module stays as it is, with a
+        ``UserWarning`` naming it and why.
+
+    Returns
+    -------
+    torch.nn.Module
+        *model* (converted in place).
+
+    Raises
+    ------
+    ValueError
+        With *strict*, naming the first module that cannot be converted and why.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"convert: model must be a torch.nn.Module, got {type(model).__name__}")
+    for name, m in model.named_modules():
+        where = name or "the model"
+        if back:
+            base = _BACK.get(type(m))
+            if base is not None:
+                m.__class__ = base
+                STATE.pop(m, None)
+            continue
+        cls = _CLASSES.get(type(m))
+        if cls is None or (exclude is not None and exclude(m)):
+            continue
+        reason = cls.unsupported(m)
+        if reason is not None:
+            msg = f"pycudnn.torch.convert: {where} ({m!r}) stays a torch module: {reason}"
+            if strict:
+                raise ValueError(msg)
+            warnings.warn(msg, UserWarning, stacklevel=2)
+            continue
+        m.__class__ = cls
+    return model

@@ -1,0 +1,237 @@
+"""What every family module of :mod:`pycudnn.torch` shares (imports torch): torch's stream,
+torch's memory, the tensor checks that pick pycudnn or torch's own implementation, and the
+autocast state.
+
+Memory: :class:`TorchMemoryResource` makes every pycudnn allocation a ``torch.empty`` of bytes on
+the current stream; :func:`to_torch` turns a pycudnn array over such a block back into a torch
+tensor without a copy (``as_strided`` over the block's tensor), and over any other memory through
+DLPack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..memory import allocator
+
+__all__ = [
+    "FLOATS",
+    "HALVES",
+    "NORM_FLOATS",
+    "NO_BF16",
+    "TorchMemoryResource",
+    "as_tuple",
+    "autocast_dtype",
+    "cuda_ok",
+    "dense",
+    "no_broadcast",
+    "ready",
+    "stream_of",
+    "to_torch",
+    "use_torch_allocator",
+]
+
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+NO_BF16 = (torch.float16, torch.float32, torch.float64)  # dropout, LRN, RNNs
+NORM_FLOATS = (torch.float16, torch.bfloat16, torch.float32)  # layer and RMS norm
+HALVES = (torch.float16, torch.bfloat16)  # fused attention
+
+
+# -- streams and memory ----------------------------------------------------------------------------
+def _current_stream_slow(device: int) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+#: ``cudaStream_t`` of torch's current stream on a device: torch's own fast accessor (the one
+#: its compiled kernels use, ~0.3 us) where it exists, else the public ``current_stream``
+_raw_stream: Callable[[int], int] = getattr(
+    torch._C, "_cuda_getCurrentRawStream", _current_stream_slow
+)
+_DEVICES: dict[int, torch.device] = {}
+
+
+def _device(index: int) -> torch.device:
+    dev = _DEVICES.get(index)
+    if dev is None:
+        dev = _DEVICES[index] = torch.device("cuda", index)
+    return dev
+
+
+class _TorchBlock:
+    """A :class:`~pycudnn.memory.allocator.Block` over a torch uint8 tensor: the memory goes back
+    to torch's caching allocator when the last pycudnn array (and torch view) over it is gone."""
+
+    __slots__ = ("device", "keep", "nbytes", "ptr", "stream", "tensor")
+
+    def __init__(self, tensor: torch.Tensor, device: int, stream: int, keep: Any):
+        self.tensor = tensor
+        self.ptr = tensor.data_ptr()
+        self.nbytes = tensor.numel()
+        self.device = device
+        self.stream = stream
+        self.keep = keep
+
+
+class TorchMemoryResource:
+    """A pycudnn :class:`~pycudnn.memory.allocator.MemoryResource` over torch's CUDA caching
+    allocator.
+
+    ``allocate(nbytes, device, stream)`` is ``torch.empty(nbytes, dtype=torch.uint8)`` on
+    *device* with *stream* made torch's current stream (it usually already is: the adapter
+    passes torch's current stream to pycudnn). The memory is then counted by
+    ``torch.cuda.memory_allocated()``, freed and reused by torch's rules (stream-ordered on the
+    allocation stream), and taken from a graph's private pool under ``torch.cuda.graph``.
+    Install it with :func:`use_torch_allocator`.
+    """
+
+    def allocate(self, nbytes: int, device: int, stream: int, keep: Any = None) -> _TorchBlock:
+        """*nbytes* of torch-owned memory on (*device*, *stream*)."""
+        dev = _device(device)
+        try:
+            if stream == _raw_stream(device):
+                t = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+            else:
+                with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=dev)):
+                    t = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+        except torch.cuda.OutOfMemoryError as exc:
+            raise allocator.allocation_error(
+                nbytes, device, "torch.empty", f"torch's caching allocator is out of memory ({exc})"
+            ) from None
+        return _TorchBlock(t, device, stream, keep)
+
+    def __repr__(self) -> str:
+        return "TorchMemoryResource()"
+
+
+_RESOURCE = TorchMemoryResource()
+_AUTO = [True]  # install the resource on first use (until use_torch_allocator decides)
+
+
+def use_torch_allocator(enabled: bool = True) -> None:
+    """Make pycudnn allocate through torch's caching allocator (or stop doing so).
+
+    The adapter does this by itself on first use, unless a resource other than pycudnn's own
+    caching allocator is installed then; calling this function settles the choice either way.
+    With it, every pycudnn allocation in the process (outputs, workspaces, staging copies,
+    statistics, reserve spaces -- also of pycudnn calls made outside the adapter) is torch
+    memory: ``torch.cuda.memory_allocated()`` counts it, ``torch.cuda.empty_cache()`` releases
+    it, and CUDA-graph capture takes it from the graph's pool.
+
+    Parameters
+    ----------
+    enabled : bool
+        False restores pycudnn's own caching allocator (if the torch one is installed).
+    """
+    _AUTO[0] = False
+    if enabled:
+        allocator.set_memory_resource(_RESOURCE)
+    elif allocator.memory_resource() is _RESOURCE:
+        allocator.set_memory_resource(None)
+
+
+def ready() -> None:
+    """First use: install torch's allocator unless the user chose otherwise."""
+    if _AUTO[0]:
+        _AUTO[0] = False
+        if isinstance(allocator.memory_resource(), allocator.CachingAllocator):
+            allocator.set_memory_resource(_RESOURCE)
+
+
+_TORCH_DTYPES = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "uint8": torch.uint8,
+    "int8": torch.int8,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "bool": torch.bool,
+}
+
+
+def to_torch(a: Any) -> torch.Tensor:
+    """A torch tensor over the memory of *a*, without a copy.
+
+    Parameters
+    ----------
+    a : DeviceArray or torch.Tensor
+        A pycudnn array (what the high-level functions return), or a tensor.
+
+    Returns
+    -------
+    torch.Tensor
+        Over a :class:`TorchMemoryResource` block: a view of the block's tensor (shape,
+        strides and dtype of *a*; no DLPack round trip). Over any other memory:
+        ``torch.from_dlpack(a)`` (which orders torch's current stream after *a*'s). A tensor
+        is returned as it is.
+    """
+    if isinstance(a, torch.Tensor):
+        return a
+    base = getattr(a, "base", None)
+    if type(base) is _TorchBlock:
+        isz = a.dtype.itemsize
+        off = a.ptr - base.ptr
+        dt = _TORCH_DTYPES.get(a.dtype.name)
+        if dt is not None and off % isz == 0 and base.nbytes % isz == 0:
+            return base.tensor.view(dt).as_strided(
+                a.shape, tuple(s // isz for s in a.strides), off // isz
+            )
+    return torch.from_dlpack(a)
+
+
+def dense(t: torch.Tensor) -> torch.Tensor:
+    """*t* when its elements are packed in C order or channels-last, else a contiguous copy
+    (gradients arrive as expanded zero-stride views, which cuDNN refuses)."""
+    if t.is_contiguous():
+        return t
+    nd = t.dim()
+    if (nd == 4 and t.is_contiguous(memory_format=torch.channels_last)) or (
+        nd == 5 and t.is_contiguous(memory_format=torch.channels_last_3d)
+    ):
+        return t
+    return t.contiguous()
+
+
+def no_broadcast(t: torch.Tensor, unit_last: bool = False) -> torch.Tensor:
+    """*t*, or a contiguous copy when it has a zero (broadcast) stride, which cuDNN refuses, or
+    (*unit_last*) a last dim that is not contiguous."""
+    if unit_last and t.stride(-1) != 1 and t.shape[-1] != 1:
+        return t.contiguous()
+    for n, st in zip(t.shape, t.stride(), strict=True):
+        if st == 0 and n > 1:
+            return t.contiguous()
+    return t
+
+
+# tensors pycudnn reads as they are (subclasses such as FakeTensor run torch's implementation)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def cuda_ok(x: Any, dtypes: tuple = FLOATS) -> bool:
+    """*x* is a CUDA tensor of one of *dtypes* (else torch's own implementation runs)."""
+    return type(x) in _PLAIN and x.is_cuda and x.dtype in dtypes
+
+
+def stream_of(t: torch.Tensor) -> int:
+    """``cudaStream_t`` of torch's current stream on *t*'s device."""
+    return _raw_stream(t.get_device())
+
+
+def as_tuple(v: Any, nd: int) -> tuple[int, ...]:
+    """*v* as *nd* ints (a scalar repeated, as torch's ``_ntuple``)."""
+    return tuple(int(i) for i in v) if isinstance(v, (tuple, list)) else (int(v),) * nd
+
+
+def autocast_dtype() -> torch.dtype | None:
+    """The dtype of an enclosing ``torch.autocast('cuda')`` region (None outside one)."""
+    try:
+        if torch.is_autocast_enabled("cuda"):
+            return torch.get_autocast_dtype("cuda")
+    except TypeError:  # torch < 2.4: the argument-free CUDA forms
+        if torch.is_autocast_enabled():
+            return torch.get_autocast_gpu_dtype()
+    return None

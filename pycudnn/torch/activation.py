@@ -1,0 +1,167 @@
+"""Activations (imports torch): ``ReLU``, ``Sigmoid``, ``Tanh``, ``ELU``, ``SiLU``, ``Hardtanh``
+(as a clipped ReLU) and ``ReLU6`` on ``dnn_activation`` / ``dnn_activation_grad``, and the
+``autograd.Function`` over them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from ..highlevel import dnn_activation, dnn_activation_grad
+from ._module import Converted
+from ._runtime import cuda_ok, dense, ready, stream_of
+
+__all__ = [
+    "ELU",
+    "ActFn",
+    "Hardtanh",
+    "ReLU",
+    "ReLU6",
+    "SiLU",
+    "Sigmoid",
+    "Tanh",
+    "Y_ONLY",
+    "act_forward",
+]
+
+# modes whose gradient cuDNN reads from y alone: in place, y stands in for x
+Y_ONLY = ("relu", "sigmoid", "tanh", "clipped_relu")
+
+
+class ActFn(torch.autograd.Function):
+    """``dnn_activation`` / ``dnn_activation_grad``; in place (``out=x``) for the modes whose
+    gradient needs only the output."""
+
+    @staticmethod
+    def forward(ctx, x, mode, coef, inplace):
+        ready()
+        s = stream_of(x)
+        if inplace:
+            dnn_activation(x, mode, coef, out=x, stream=s)
+            ctx.mark_dirty(x)
+            ctx.save_for_backward(x, x)
+            y = x
+        else:
+            y = torch.empty_like(x)
+            dnn_activation(x, mode, coef, out=y, stream=s)
+            ctx.save_for_backward(x, y)
+        ctx.cfg = (mode, coef, inplace)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x, y = ctx.saved_tensors
+        mode, coef, inplace = ctx.cfg
+        dy = dense(dy)
+        if y.dtype == torch.bfloat16 or (mode == "clipped_relu" and inplace):
+            # cuDNN's legacy activation backward has no bfloat16 kernel (NOT_SUPPORTED on an
+            # H100, cuDNN 9.19), and its clipped-ReLU gradient keeps dy where x == coef: after an
+            # in-place forward x is the clipped output, equal to coef exactly where it clipped
+            return _act_grad(mode, coef, x, y, dy), None, None, None
+        dx = dnn_activation_grad(y, dy, x, mode, coef, out=torch.empty_like(y),
+                                 stream=stream_of(dy))  # fmt: skip
+        return dx, None, None, None
+
+
+def _act_grad(mode: str, coef: float, x: Any, y: Any, dy: Any) -> Any:
+    """The activations' gradients as torch expressions (torch's own formulas, from y where
+    the mode allows it)."""
+    if mode == "relu":
+        return dy * (y > 0)
+    if mode == "clipped_relu":
+        return dy * ((y > 0) & (y < coef))
+    if mode == "sigmoid":
+        return dy * y * (1 - y)
+    if mode == "tanh":
+        return dy * (1 - y * y)
+    if mode == "elu":
+        return dy * torch.where(x > 0, torch.ones_like(y), y + coef)
+    if mode == "swish":
+        sg = torch.sigmoid(coef * x)
+        return dy * (sg + coef * x * sg * (1 - sg))
+    return dy
+
+
+def act_forward(x: torch.Tensor, mode: str, coef: float, inplace: bool, fallback: Callable) -> Any:
+    """``dnn_activation`` for CUDA inputs it takes (in place where the gradient allows), else
+    *fallback* (torch's)."""
+    if not cuda_ok(x) or x.dim() > 8:
+        return fallback(x)
+    if inplace and mode in Y_ONLY:
+        return ActFn.apply(x, mode, coef, True)
+    return ActFn.apply(dense(x), mode, coef, False)
+
+
+class ReLU(Converted, nn.ReLU):
+    """``torch.nn.ReLU`` on ``dnn_activation('relu')`` (in place with ``inplace=True``)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.ReLU.forward``."""
+        return act_forward(input, "relu", 0.0, self.inplace, super().forward)
+
+
+class Sigmoid(Converted, nn.Sigmoid):
+    """``torch.nn.Sigmoid`` on ``dnn_activation('sigmoid')``."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.Sigmoid.forward``."""
+        return act_forward(input, "sigmoid", 0.0, False, super().forward)
+
+
+class Tanh(Converted, nn.Tanh):
+    """``torch.nn.Tanh`` on ``dnn_activation('tanh')``."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.Tanh.forward``."""
+        return act_forward(input, "tanh", 0.0, False, super().forward)
+
+
+class ELU(Converted, nn.ELU):
+    """``torch.nn.ELU`` on ``dnn_activation('elu', coef=alpha)`` (``inplace`` computes out of
+    place: cuDNN's ELU gradient reads the input)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.ELU.forward``."""
+        return act_forward(input, "elu", float(self.alpha), False, super().forward)
+
+
+class SiLU(Converted, nn.SiLU):
+    """``torch.nn.SiLU`` on ``dnn_activation('swish', coef=1)`` (``inplace`` computes out of
+    place: the gradient reads the input)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.SiLU.forward``."""
+        return act_forward(input, "swish", 1.0, False, super().forward)
+
+
+class Hardtanh(Converted, nn.Hardtanh):
+    """``torch.nn.Hardtanh(0, max_val)`` on ``dnn_activation('clipped_relu', coef=max_val)``;
+    other ``min_val`` are not clipped ReLUs (left unconverted)."""
+
+    @classmethod
+    def unsupported(cls, module: nn.Module) -> str | None:
+        m: Any = module
+        if m.min_val != 0 or m.max_val <= 0:
+            return (
+                f"Hardtanh(min_val={m.min_val}, max_val={m.max_val}) is a clipped ReLU only for "
+                "min_val=0 and max_val > 0"
+            )
+        return None
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.Hardtanh.forward``."""
+        return act_forward(input, "clipped_relu", float(self.max_val), self.inplace,
+                            super().forward)  # fmt: skip
+
+
+class ReLU6(Converted, nn.ReLU6):
+    """``torch.nn.ReLU6`` on ``dnn_activation('clipped_relu', coef=6)``."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.ReLU6.forward``."""
+        return act_forward(input, "clipped_relu", 6.0, self.inplace, super().forward)

@@ -1,0 +1,209 @@
+"""Attention (imports torch): :func:`scaled_dot_product_attention`, torch's function of that
+name on ``dnn_sdpa`` / ``dnn_sdpa_grad`` (cuDNN's fused flash attention), and the
+``autograd.Function`` over them. What cuDNN's path does not run calls torch's function."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from ..highlevel import dnn_sdpa, dnn_sdpa_grad
+from ._runtime import (
+    HALVES,
+    NORM_FLOATS,
+    autocast_dtype,
+    cuda_ok,
+    no_broadcast,
+    ready,
+    stream_of,
+    to_torch,
+)
+
+__all__ = ["SDPAFn", "attention_out", "scaled_dot_product_attention"]
+
+
+def attention_out(q: torch.Tensor, dv: int) -> torch.Tensor:
+    """An empty ``(B, H, S_q, dv)`` output in *q*'s memory order: the ``transpose(1, 2)`` view of
+    a ``(B, S_q, H, dv)`` tensor when q is such a view (heads inside sequence), else packed."""
+    b, h, s, _ = q.shape
+    if h > 1 and s > 1 and q.stride(1) < q.stride(2):
+        return torch.empty((b, s, h, dv), dtype=q.dtype, device=q.device).transpose(1, 2)
+    return torch.empty((b, h, s, dv), dtype=q.dtype, device=q.device)
+
+
+class SDPAFn(torch.autograd.Function):
+    """``dnn_sdpa`` / ``dnn_sdpa_grad`` on 4-D ``(B, H, S, D)`` operands (no mask tensor).
+
+    The forward runs cuDNN's training variant (which also returns the softmax statistics) when
+    a gradient is wanted or dropout is on, the inference variant otherwise. With dropout the
+    backward passes the forward's *seed*, so cuDNN regenerates the same mask."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, p, seed, grad):
+        ready()
+        out = attention_out(q, v.shape[3])
+        r = dnn_sdpa(q, k, v, None, causal, scale, p, seed, grad or p > 0.0, out=out,
+                     stream=stream_of(q))  # fmt: skip
+        if grad:
+            ctx.save_for_backward(q, k, v, out, to_torch(r[1]))
+            ctx.cfg = (causal, scale, p, seed)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        q, k, v, out, stats = ctx.saved_tensors
+        causal, scale, p, seed = ctx.cfg
+        if dout.stride() != out.stride():  # an expanded or otherwise laid-out gradient
+            dout = torch.empty_like(out).copy_(dout)
+        det = True if torch.are_deterministic_algorithms_enabled() else None
+        dq, dk, dv = dnn_sdpa_grad(q, k, v, out, dout, stats, None, causal, scale, p, seed,
+                                   deterministic=det, stream=stream_of(dout))  # fmt: skip
+        need = ctx.needs_input_grad
+        return (
+            to_torch(dq) if need[0] else None,
+            to_torch(dk) if need[1] else None,
+            to_torch(dv) if need[2] else None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+_CAPABLE: dict[int, bool] = {}
+_TENSORS = (torch.Tensor, nn.Parameter)
+
+
+def _attention_capable(t: torch.Tensor) -> bool:
+    """cuDNN's fused attention runs on *t*'s device (sm80 or newer), cached per device."""
+    dev = t.get_device()
+    ok = _CAPABLE.get(dev)
+    if ok is None:
+        ok = _CAPABLE[dev] = torch.cuda.get_device_capability(dev) >= (8, 0)
+    return ok
+
+
+def _attention_native(q: Any, k: Any, v: Any, attn_mask: Any, dropout_p: Any, enable_gqa: bool,
+                      grad: bool) -> bool:  # fmt: skip
+    """The call is one pycudnn's ``dnn_sdpa`` runs (else torch's function runs)."""
+    if attn_mask is not None or not isinstance(dropout_p, (int, float)):
+        return False
+    if not 0.0 <= dropout_p < 1.0:
+        return False
+    if not (cuda_ok(q, HALVES) and cuda_ok(k, HALVES) and cuda_ok(v, HALVES)):
+        return False
+    if not q.dtype == k.dtype == v.dtype or not q.device == k.device == v.device:
+        return False
+    nd = q.dim()
+    if nd < 3 or k.dim() != nd or v.dim() != nd:
+        return False
+    if q.shape[:-3] != k.shape[:-3] or k.shape[:-3] != v.shape[:-3]:
+        return False
+    hq, sq, d = q.shape[-3:]
+    hk, skv, dk = k.shape[-3:]
+    hv, skv2, dv = v.shape[-3:]
+    if dk != d or hv != hk or skv2 != skv:
+        return False
+    if hq != hk and (not enable_gqa or hq % hk):  # without enable_gqa torch raises
+        return False
+    if d % 8 or d > 256 or dv % 8 or dv > 256:
+        return False
+    if not q.numel() or not k.numel() or not v.numel():
+        return False
+    if grad and sq == 1 and skv == 1:  # cuDNN's backward does not run S_q = S_kv = 1
+        return False
+    return _attention_capable(q)
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """``torch.nn.functional.scaled_dot_product_attention`` on cuDNN's fused flash attention
+    (``dnn_sdpa`` / ``dnn_sdpa_grad``), differentiable.
+
+    Same signature and results as torch's function. pycudnn runs it for float16 and bfloat16
+    CUDA tensors (one dtype, one device) of shapes ``(..., H, S, E)`` (the leading dims equal
+    for query, key and value; 3-D inputs are one batch), head dims ``E`` and ``Ev`` multiples of
+    8 up to 256, on an sm80 or newer GPU, without ``attn_mask``. Any strides: the usual
+    ``(B, S, H, E)`` projections passed as their ``transpose(1, 2)`` views are read as they
+    are, and the output is then laid out the same way (a ``(B, S, H, Ev)`` tensor's view).
+    Everything else -- ``attn_mask`` tensors, float32/float64, other head dims, CPU tensors,
+    tensor subclasses, ``H_q != H_k`` without ``enable_gqa`` (torch raises), a backward
+    through ``S_q = S_kv = 1`` -- calls ``torch.nn.functional.scaled_dot_product_attention``.
+
+    Parameters
+    ----------
+    query : torch.Tensor
+        ``(..., H_q, S_q, E)``.
+    key, value : torch.Tensor
+        ``(..., H_k, S_kv, E)`` and ``(..., H_k, S_kv, Ev)``.
+    attn_mask : torch.Tensor, optional
+        Runs torch's implementation (cuDNN's path here takes no mask tensor).
+    dropout_p : float
+        As in torch's functional API, applied whenever > 0 (whatever a module's ``training``
+        flag): pass ``dropout_p if self.training else 0.0`` from a module. The mask comes from
+        cuDNN's Philox generator with a seed drawn from torch's CPU generator
+        (``torch.manual_seed`` makes it reproducible; it differs from torch's mask), and the
+        backward regenerates it from that seed. Each dropout call copies its seed to the
+        device (a small synchronous copy).
+    is_causal : bool
+        Top-left aligned causal mask, as torch's.
+    scale : float, optional
+        Default ``1 / sqrt(E)``.
+    enable_gqa : bool
+        Grouped-query attention: ``H_q`` a multiple of ``H_k`` (cuDNN reads the shared key and
+        value heads without repeating them; their gradients are summed over each group).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(..., H_q, S_q, Ev)``, query's dtype.
+
+    Notes
+    -----
+    Inside ``torch.autocast('cuda')`` (float16 or bfloat16) the inputs are cast to autocast's
+    dtype first, as autocast casts torch's function. cuDNN's training variant runs (keeping the
+    softmax statistics for the backward) when a gradient is wanted, or dropout is on; otherwise
+    the inference variant. The backward is cuDNN's deterministic one when
+    ``torch.are_deterministic_algorithms_enabled()``.
+    """
+    ac = autocast_dtype()
+    if ac in HALVES and attn_mask is None:  # as autocast casts it (a lower-precision op)
+        query, key, value = (
+            t.to(ac) if type(t) in _TENSORS and t.is_cuda and t.dtype in NORM_FLOATS else t
+            for t in (query, key, value)
+        )
+    grad = torch.is_grad_enabled() and (
+        query.requires_grad or key.requires_grad or value.requires_grad
+    )
+    if not _attention_native(query, key, value, attn_mask, dropout_p, enable_gqa, grad):
+        kw: dict[str, Any] = {"scale": scale}
+        if enable_gqa:  # torch >= 2.5
+            kw["enable_gqa"] = True
+        return nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask, dropout_p, is_causal, **kw
+        )
+    lead = query.shape[:-3]
+    q, k, v = query, key, value
+    if len(lead) != 1:
+        q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (q, k, v))
+    q, k, v = (no_broadcast(t, unit_last=True) for t in (q, k, v))
+    p = float(dropout_p)
+    seed = int(torch.randint(0, 2**62, (1,)).item()) if p > 0.0 else None
+    sc = None if scale is None else float(scale)
+    out = SDPAFn.apply(q, k, v, bool(is_causal), sc, p, seed, grad)
+    if len(lead) != 1:
+        out = out.reshape(*lead, *out.shape[1:])
+    return out

@@ -1,0 +1,162 @@
+"""Batch normalization (imports torch): ``BatchNorm1d``/``2d``/``3d`` on the three
+``dnn_batch_normalization_*`` calls (``'spatial'`` mode), and the ``autograd.Function`` s over them:
+training (running averages updated in place) and evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from ..highlevel import (
+    dnn_batch_normalization_grad,
+    dnn_batch_normalization_test,
+    dnn_batch_normalization_train,
+)
+from ._module import Converted, float_params, state
+from ._runtime import cuda_ok, dense, ready, stream_of, to_torch
+
+__all__ = ["BNEvalFn", "BNTrainFn", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "bn_forward"]
+
+
+class BNTrainFn(torch.autograd.Function):
+    """``dnn_batch_normalization_train`` (running averages updated in place) and
+    ``dnn_batch_normalization_grad``. *running* is ``(mean, var)`` or None: a tuple, so autograd
+    does not take the buffers for inputs."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, running, eps, factor):
+        ready()
+        s = stream_of(x)
+        y = torch.empty_like(x)
+        if running is not None:
+            _, mean, invstd, _, _ = dnn_batch_normalization_train(
+                x, w, b, "spatial", eps, factor, running[0], running[1], inplace_running=True,
+                out=y, stream=s)  # fmt: skip
+        else:
+            _, mean, invstd = dnn_batch_normalization_train(
+                x, w, b, "spatial", eps, factor, out=y, stream=s
+            )
+        ctx.save_for_backward(x, w, to_torch(mean), to_torch(invstd))
+        ctx.eps = eps
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x, w, mean, invstd = ctx.saved_tensors
+        dy = dense(dy)
+        dx, dw, db = dnn_batch_normalization_grad(
+            x, dy, w, mean, invstd, "spatial", ctx.eps, out=torch.empty_like(x),
+            stream=stream_of(dy))  # fmt: skip
+        return dx, to_torch(dw), to_torch(db), None, None, None
+
+
+class BNEvalFn(torch.autograd.Function):
+    """``dnn_batch_normalization_test``; its gradient (cuDNN has none for inference) is an
+    affine map's: ``dx = dy * w * invstd``, ``dw = sum(dy * xhat)``, ``db = sum(dy)``."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, mean, var, eps):
+        ready()
+        y = torch.empty_like(x)
+        dnn_batch_normalization_test(x, w, b, mean, var, "spatial", eps, out=y, stream=stream_of(x))
+        ctx.save_for_backward(x, w, mean, var)
+        ctx.eps = eps
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x, w, mean, var = ctx.saved_tensors
+        shape = (1, -1) + (1,) * (x.dim() - 2)
+        dims = (0, *range(2, x.dim()))
+        invstd = torch.rsqrt(var + ctx.eps)
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = dy * (w * invstd).view(shape).to(dy.dtype)
+        if ctx.needs_input_grad[1]:
+            xhat = (x.to(w.dtype) - mean.view(shape)) * invstd.view(shape)
+            dw = (dy.to(w.dtype) * xhat).sum(dims)
+        if ctx.needs_input_grad[2]:
+            db = dy.to(w.dtype).sum(dims)
+        return dx, dw, db, None, None, None
+
+
+def bn_forward(m: nn.modules.batchnorm._BatchNorm, x: torch.Tensor, fallback: Callable) -> Any:
+    """*m*'s forward on cuDNN for CUDA inputs it takes (``'spatial'`` mode), else *fallback*."""
+    m._check_input_dim(x)
+    if not cuda_ok(x) or x.dim() > 5:
+        return fallback(x)
+    pdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    c = x.shape[1]
+    if m.affine:
+        w, b = m.weight, m.bias
+        if w.dtype != pdt:  # cuDNN's rule: float32 (float64) scale and bias; autograd casts back
+            w, b = w.to(pdt), b.to(pdt)
+    else:
+        consts = state(m)
+        key = ("affine", x.device, pdt, c)
+        wb = consts.get(key)
+        if wb is None:
+            wb = consts[key] = (torch.ones(c, dtype=pdt, device=x.device),
+                                torch.zeros(c, dtype=pdt, device=x.device))  # fmt: skip
+        w, b = wb
+    x = dense(x)
+    factor = 0.0 if m.momentum is None else m.momentum
+    if m.training and m.track_running_stats and m.num_batches_tracked is not None:
+        m.num_batches_tracked.add_(1)
+        if m.momentum is None:  # cumulative moving average (as torch: a host read)
+            factor = 1.0 / float(m.num_batches_tracked)
+    training = m.training or m.running_mean is None
+    rm, rv = m.running_mean, m.running_var
+    if training:
+        running = None
+        copy_back = False
+        if m.training and rm is not None:
+            if rm.dtype != pdt or not rm.is_contiguous() or not rv.is_contiguous():
+                copy_back = True
+                running = (rm.to(pdt).contiguous(), rv.to(pdt).contiguous())
+            else:
+                running = (rm, rv)
+        y = BNTrainFn.apply(x, w, b, running, m.eps, factor)
+        if copy_back:
+            rm.copy_(running[0])
+            rv.copy_(running[1])
+        return y
+    return BNEvalFn.apply(x, w, b, rm.to(pdt), rv.to(pdt), m.eps)
+
+
+class _BatchNormRule(Converted):
+    """Batch normalization's rule: floating-point parameters."""
+
+    @classmethod
+    def unsupported(cls, module: nn.Module) -> str | None:
+        return float_params(module)
+
+
+class BatchNorm1d(_BatchNormRule, nn.BatchNorm1d):
+    """``torch.nn.BatchNorm1d`` on pycudnn's batch normalization (``'spatial'`` mode)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.BatchNorm1d.forward`` (training, eval, running statistics)."""
+        return bn_forward(self, input, super().forward)
+
+
+class BatchNorm2d(_BatchNormRule, nn.BatchNorm2d):
+    """``torch.nn.BatchNorm2d`` on pycudnn's batch normalization."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.BatchNorm2d.forward``."""
+        return bn_forward(self, input, super().forward)
+
+
+class BatchNorm3d(_BatchNormRule, nn.BatchNorm3d):
+    """``torch.nn.BatchNorm3d`` on pycudnn's batch normalization."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.BatchNorm3d.forward``."""
+        return bn_forward(self, input, super().forward)

@@ -1,0 +1,177 @@
+"""Layer and RMS normalization (imports torch): ``LayerNorm`` and ``RMSNorm`` on
+``dnn_layer_norm`` / ``dnn_rms_norm`` and their ``_grad``s, and the ``autograd.Function`` s over
+them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from ..highlevel import dnn_layer_norm, dnn_layer_norm_grad, dnn_rms_norm, dnn_rms_norm_grad
+from ._module import Converted, float_params
+from ._runtime import (
+    NORM_FLOATS,
+    autocast_dtype,
+    cuda_ok,
+    dense,
+    no_broadcast,
+    ready,
+    stream_of,
+    to_torch,
+)
+
+__all__ = ["LayerNorm", "LayerNormFn", "RMSNorm", "RMSNormFn", "norm_forward"]
+
+
+class LayerNormFn(torch.autograd.Function):
+    """``dnn_layer_norm`` (cuDNN's training phase when a gradient is wanted, else its inference
+    phase, which keeps no statistics) and ``dnn_layer_norm_grad``. *w* and *b* may be None
+    (``elementwise_affine=False``, ``bias=False``)."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, shape, eps, grad):
+        ready()
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        _, mean, invstd = dnn_layer_norm(x, shape, w, b, eps, training=grad, out=y,
+                                         stream=stream_of(x))  # fmt: skip
+        if grad:
+            ctx.save_for_backward(x, w, to_torch(mean), to_torch(invstd))
+            ctx.cfg = (shape, b is not None)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x, w, mean, invstd = ctx.saved_tensors
+        shape, has_bias = ctx.cfg
+        dy = dense(dy)
+        dx, dw, db = dnn_layer_norm_grad(dy, x, mean, invstd, shape, w, stream=stream_of(dy))
+        need = ctx.needs_input_grad
+        return (
+            to_torch(dx) if need[0] else None,
+            to_torch(dw) if need[1] and dw is not None else None,
+            to_torch(db) if need[2] and has_bias and db is not None else None,
+            None,
+            None,
+            None,
+        )
+
+
+class RMSNormFn(torch.autograd.Function):
+    """``dnn_rms_norm`` (training phase when a gradient is wanted) and ``dnn_rms_norm_grad``;
+    *w* may be None."""
+
+    @staticmethod
+    def forward(ctx, x, w, shape, eps, grad):
+        ready()
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        _, invrms = dnn_rms_norm(x, shape, w, eps, training=grad, out=y, stream=stream_of(x))
+        if grad:
+            ctx.save_for_backward(x, w, to_torch(invrms))
+            ctx.shape = shape
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x, w, invrms = ctx.saved_tensors
+        dy = dense(dy)
+        dx, dw = dnn_rms_norm_grad(dy, x, invrms, ctx.shape, w, stream=stream_of(dy))
+        need = ctx.needs_input_grad
+        return (
+            to_torch(dx) if need[0] else None,
+            to_torch(dw) if need[1] and dw is not None else None,
+            None,
+            None,
+            None,
+        )
+
+
+def norm_forward(m: nn.Module, x: torch.Tensor, rms: bool, fallback: Callable) -> Any:
+    """Layer (or, *rms*, RMS) normalization on cuDNN for CUDA inputs it takes, else *fallback*."""
+    ns = tuple(m.normalized_shape)  # type: ignore[attr-defined]
+    w = m.weight  # type: ignore[attr-defined]
+    b = None if rms else m.bias  # type: ignore[attr-defined]
+    eps = m.eps  # type: ignore[attr-defined]
+    if not cuda_ok(x, NORM_FLOATS) or x.dim() <= len(ns) or x.numel() == 0:
+        return fallback(x)
+    if autocast_dtype() is not None:  # autocast's own casting rules for norms: torch's
+        return fallback(x)
+    if tuple(x.shape[x.dim() - len(ns) :]) != ns:
+        return fallback(x)  # torch's error message
+    if eps is None:  # RMSNorm's default: the input dtype's machine epsilon, as torch
+        eps = torch.finfo(x.dtype).eps
+    if not eps > 0:
+        return fallback(x)
+    # parameters: x's dtype (RMSNorm), or x's dtype or float32 (LayerNorm: torch's mixed
+    # half-input/float-parameter case, outputs in x's dtype)
+    pdts = (x.dtype,) if rms else (x.dtype, torch.float32)
+    for p in (w, b):
+        if p is not None and (not cuda_ok(p, pdts) or p.device != x.device):
+            return fallback(x)
+    if w is not None and b is not None and b.dtype != w.dtype:
+        return fallback(x)
+    x = no_broadcast(x)
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, b))
+    w = None if w is None else w.contiguous()
+    if rms:
+        return RMSNormFn.apply(x, w, ns, float(eps), grad)
+    return LayerNormFn.apply(x, w, None if b is None else b.contiguous(), ns, float(eps), grad)
+
+
+class _NormRule(Converted):
+    """The norms' rule: float16, bfloat16 or float32 parameters."""
+
+    @classmethod
+    def unsupported(cls, module: nn.Module) -> str | None:
+        return float_params(module, NORM_FLOATS)
+
+
+class LayerNorm(_NormRule, nn.LayerNorm):
+    """``torch.nn.LayerNorm`` on ``dnn_layer_norm`` / ``dnn_layer_norm_grad``
+    (``elementwise_affine=False`` and ``bias=False`` included).
+
+    Float16, bfloat16 and float32 inputs, the parameters in the input's dtype or float32 (the
+    output in the input's dtype, as torch's); cuDNN's inference phase (no statistics kept) when
+    no gradient is wanted. Other inputs (CPU, float64) and autocast regions run torch's
+    ``forward``.
+    """
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.LayerNorm.forward``."""
+        return norm_forward(self, input, False, super().forward)
+
+
+if hasattr(nn, "RMSNorm"):
+
+    class RMSNorm(_NormRule, nn.RMSNorm):
+        """``torch.nn.RMSNorm`` on ``dnn_rms_norm`` / ``dnn_rms_norm_grad``.
+
+        ``eps=None`` is the input dtype's machine epsilon, as in torch. Float16, bfloat16 and
+        float32 inputs with parameters of the same dtype (torch promotes mixed dtypes); other
+        inputs (CPU, float64, mixed) and autocast regions run torch's ``forward``.
+        """
+
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            """As ``torch.nn.RMSNorm.forward``."""
+            return norm_forward(self, input, True, super().forward)
+
+else:  # torch < 2.4 has no torch.nn.RMSNorm
+
+    class RMSNorm(nn.Module):  # type: ignore[no-redef]
+        """Stand-in for ``torch.nn.RMSNorm``, which this PyTorch (before 2.4) lacks:
+        constructing it raises ``TypeError``."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise TypeError(
+                f"pycudnn.torch.RMSNorm needs torch.nn.RMSNorm (PyTorch >= 2.4); this is "
+                f"PyTorch {torch.__version__}"
+            )
+
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            """Never called (the constructor raises)."""
+            raise NotImplementedError

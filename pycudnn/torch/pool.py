@@ -1,0 +1,118 @@
+"""Pooling (imports torch): ``MaxPool2d``/``3d`` and ``AvgPool2d``/``3d`` on ``dnn_pool`` /
+``dnn_pool_grad``, and the ``autograd.Function`` over them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from ..highlevel import dnn_pool, dnn_pool_grad
+from ._module import Converted
+from ._runtime import as_tuple, cuda_ok, dense, ready, stream_of, to_torch
+
+__all__ = ["AvgPool2d", "AvgPool3d", "MaxPool2d", "MaxPool3d", "PoolFn", "pool_forward"]
+
+
+class PoolFn(torch.autograd.Function):
+    """``dnn_pool`` / ``dnn_pool_grad``."""
+
+    @staticmethod
+    def forward(ctx, x, ws, stride, pad, mode):
+        ready()
+        y = to_torch(dnn_pool(x, ws, stride, mode, pad, stream=stream_of(x)))
+        ctx.save_for_backward(x, y)
+        ctx.cfg = (ws, stride, pad, mode)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x, y = ctx.saved_tensors
+        ws, stride, pad, mode = ctx.cfg
+        dy = dense(dy)
+        dx = dnn_pool_grad(x, y, dy, ws, stride, mode, pad, img_grad=torch.empty_like(x),
+                           stream=stream_of(dy))  # fmt: skip
+        return dx, None, None, None, None
+
+
+def pool_forward(m: nn.Module, x: torch.Tensor, nd: int, mode: str, fallback: Callable) -> Any:
+    """*m*'s forward on cuDNN for CUDA inputs it takes, else *fallback* (torch's)."""
+    if not cuda_ok(x) or x.dim() not in (nd + 1, nd + 2):
+        return fallback(x)
+    ws = as_tuple(m.kernel_size, nd)  # type: ignore[attr-defined]
+    stride = ws if not m.stride else as_tuple(m.stride, nd)  # type: ignore[attr-defined]
+    pad = as_tuple(m.padding, nd)  # type: ignore[attr-defined]
+    unbatched = x.dim() == nd + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    y = PoolFn.apply(dense(x), ws, stride, pad, mode)
+    return y.squeeze(0) if unbatched else y
+
+
+class _MaxRule(Converted):
+    """Max pooling's rule: floor mode, no indices, no dilation."""
+
+    @classmethod
+    def unsupported(cls, module: nn.Module) -> str | None:
+        m: Any = module
+        if m.ceil_mode:
+            return "ceil_mode=True (cuDNN's output size rounds down)"
+        if m.return_indices:
+            return "return_indices=True (cuDNN returns no indices)"
+        if any(d != 1 for d in as_tuple(m.dilation, 3)):
+            return f"dilation={m.dilation} (cuDNN pools without dilation)"
+        return None
+
+
+class _AvgRule(Converted):
+    """Average pooling's rule: floor mode, the window as divisor."""
+
+    @classmethod
+    def unsupported(cls, module: nn.Module) -> str | None:
+        m: Any = module
+        if m.ceil_mode:
+            return "ceil_mode=True (cuDNN's output size rounds down)"
+        if m.divisor_override is not None:
+            return f"divisor_override={m.divisor_override} (cuDNN divides by the window)"
+        return None
+
+
+def _avg_mode(m: nn.Module) -> str:
+    return "average_inc_pad" if m.count_include_pad else "average_exc_pad"  # type: ignore[attr-defined]
+
+
+class MaxPool2d(_MaxRule, nn.MaxPool2d):
+    """``torch.nn.MaxPool2d`` on ``dnn_pool(mode='max')`` (no dilation, ceil mode or indices)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.MaxPool2d.forward``."""
+        return pool_forward(self, input, 2, "max", super().forward)
+
+
+class MaxPool3d(_MaxRule, nn.MaxPool3d):
+    """``torch.nn.MaxPool3d`` on ``dnn_pool(mode='max')``."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.MaxPool3d.forward``."""
+        return pool_forward(self, input, 3, "max", super().forward)
+
+
+class AvgPool2d(_AvgRule, nn.AvgPool2d):
+    """``torch.nn.AvgPool2d`` on ``dnn_pool`` (``average_inc_pad`` / ``average_exc_pad`` by
+    ``count_include_pad``; no ceil mode or ``divisor_override``)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.AvgPool2d.forward``."""
+        return pool_forward(self, input, 2, _avg_mode(self), super().forward)
+
+
+class AvgPool3d(_AvgRule, nn.AvgPool3d):
+    """``torch.nn.AvgPool3d`` on ``dnn_pool``."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.AvgPool3d.forward``."""
+        return pool_forward(self, input, 3, _avg_mode(self), super().forward)
