@@ -210,7 +210,7 @@ _get_device: Any = None
 def device_now() -> int | None:
     """The calling thread's current device, or None when CUDA cannot say (no GPU, no
     cuda-bindings). One ``cudaGetDevice``; never raises. The high-level calls compare it with
-    their operands' device before each launch (:func:`pycudnn.highlevel._op.on_device`)."""
+    their operands' device before each launch (:class:`pycudnn.highlevel._call.on_device`)."""
     global _get_device
     fn = _get_device
     if fn is None:

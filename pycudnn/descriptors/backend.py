@@ -168,7 +168,7 @@ class BackendDescriptor(Resource):
             A value cannot be converted to *attr_type* (no C call is made). For
             ``BACKEND_DESCRIPTOR``: a value that is not a :class:`BackendDescriptor`, or of a
             descriptor type the attribute does not take (``TypeError``; the table is generated
-            from cuDNN's documentation, see ``pycudnn/descriptors/_attrs.py``), the descriptor
+            from cuDNN's documentation, see ``pycudnn/_generated/backend_attrs.py``), the descriptor
             itself or a closed one (``ValueError``), raw ctypes data (``TypeError``). For
             ``HANDLE``: an object that is not a ``pycudnn.Handle``. For ``VOID_PTR``: a
             descriptor or handle (not a device buffer).

@@ -513,7 +513,7 @@ def run_cached(
     out_ptrs: tuple,
     stream: Any,
     stale: tuple[type[BaseException], ...] = (),
-    stats: Any = None,
+    on_hit: Callable[[], None] | None = None,
     store: Any = None,
 ) -> tuple:
     """Run the cached call entry of *key*, or ``build(*args)`` it (validation, descriptors), run
@@ -532,8 +532,9 @@ def run_cached(
     stale : tuple of exception types
         Errors that mean a *cached* entry went stale (e.g. ``MemoryError``: its plan's workspace
         no longer fits): its :meth:`Call.evict` hook runs, it is dropped, rebuilt once and run.
-    stats : object, optional
-        Its ``hits`` counter counts the runs of cached entries.
+    on_hit : callable, optional
+        Called after each run of a cached entry (the plan engine's
+        :func:`pycudnn.graph._plans.served_cached`: the engine alone keeps its counters).
     store : LRU, optional
         Where the entries live (default the thread's :func:`calls`).
 
@@ -556,8 +557,8 @@ def run_cached(
             call.evict()
             store.pop(key)
         else:
-            if stats is not None:
-                stats.hits += 1
+            if on_hit is not None:
+                on_hit()
             return result
     call = build(*args)
     try:

@@ -1,6 +1,6 @@
 """``dnn_matmul``: batched matrix products on cuDNN's graph API, with an optional fused
 ``bias`` and activation (one graph: ``act(a @ b + bias)``, the epilogue of
-:mod:`._fusion`), planned and cached like every builder graph (:mod:`pycudnn.graph`).
+:mod:`.conv._epilogue`), planned and cached like every builder graph (:mod:`pycudnn.graph`).
 
 Operands: ``a`` (..., M, K) and ``b`` (..., K, N) with NumPy's batch broadcasting (missing
 leading dims are 1; a batch dim of 1 broadcasts). Transposed operands are strides: pass
@@ -19,7 +19,8 @@ from .. import errors
 from .._types import dtype_name
 from ..enums import DataType
 from ..graph import Graph
-from . import _call, _checks, _fusion, _graphops, _operand
+from . import _call, _checks, _graphops, _operand
+from .conv import _epilogue
 
 __all__ = ["dnn_matmul"]
 
@@ -97,7 +98,7 @@ def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) ->
             f"{func}: a's last dim ({ga.shape[-1]}) must equal b's second to "
             f"last ({gb.shape[-2]}); a {tuple(ga.shape)}, b {tuple(gb.shape)}"
         )
-    act = _fusion.activation(activation, func)
+    act = _epilogue.activation(activation, func)
     rank = max(len(ga.shape), len(gb.shape), 3)
     sa, sta = _lift(ga, rank)
     sb, stb = _lift(gb, rank)
@@ -168,7 +169,7 @@ def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) ->
         )
     y = g.matmul(ta, tb, name="matmul")
     if tbias is not None or act is not None:
-        y = _fusion.epilogue(
+        y = _epilogue.epilogue(
             g, y, tbias, None, 1.0, act[0] if act else None, act[1] if act else None
         )
     y.set_output(True).set_data_type(dt).set_name("y")

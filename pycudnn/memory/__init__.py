@@ -18,6 +18,13 @@ Where things are
 ``interop.py``
     :func:`asarray` over ``__cuda_array_interface__`` and DLPack producers, and the pointer
     checks :func:`check_device_pointer`, :func:`check_alignment`.
+``_checks.py``, ``_protocols.py``
+    The pointer and stream checks, and the readers of ``__cuda_array_interface__`` and DLPack
+    producers (internal; below both ``array.py`` and ``interop.py``, so neither imports the
+    other).
+``_views.py``, ``_transfer.py``
+    The arithmetic of views (reshape, indexing, transpose) and the copies one
+    ``cudaMemcpyAsync`` cannot make (between devices; host data in a dense device layout).
 ``_dlpack.py``
     The DLPack C ABI in ctypes: capsule export and import (internal).
 

@@ -24,7 +24,6 @@ Design decisions
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -40,7 +39,7 @@ from .._cuda import (
     validate_device,
 )
 from .._layout import extent, is_c_contiguous, is_dense, packed_strides
-from . import _dlpack, allocator
+from . import _dlpack, _transfer, _views, allocator
 from ._checks import (
     as_shape,
     check_device,
@@ -278,19 +277,7 @@ class DeviceArray:
     # -- views ----------------------------------------------------------------------------------
     def reshape(self, *shape: Any) -> DeviceArray:
         """A view with a new shape (C-contiguous arrays only; one dimension may be -1)."""
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = tuple(shape[0])
-        shape = tuple(int(s) for s in shape)
-        if shape.count(-1) > 1:
-            raise ValueError("only one dimension can be -1")
-        if -1 in shape:
-            rest = math.prod(s for s in shape if s != -1)
-            if rest == 0 or self.size % rest:
-                raise ValueError(f"cannot reshape size {self.size} into {shape}")
-            shape = tuple(self.size // rest if s == -1 else s for s in shape)
-        new = as_shape(shape)
-        if math.prod(new) != self.size:
-            raise ValueError(f"cannot reshape size {self.size} into {new}")
+        new = _views.reshaped(self.size, shape)
         if not self.is_c_contiguous:
             raise ValueError("reshape needs a C-contiguous array; copy it first")
         return self._view(self._ptr, new, packed_strides(new, itemsize=self.itemsize))
@@ -315,66 +302,14 @@ class DeviceArray:
         Returns a view (no copy); an int removes its dimension. Boolean and array indexing are
         not supported.
         """
-        if not isinstance(key, tuple):
-            key = (key,)
-        if sum(k is Ellipsis for k in key) > 1:
-            raise IndexError("an index can only have a single ellipsis ('...')")
-        ndim = len(self._shape)
-        n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
-        if n_real > ndim:
-            raise IndexError(f"too many indices: array is {ndim}-dimensional, {n_real} given")
-        fill = (slice(None),) * (ndim - n_real)
-        if Ellipsis in key:
-            at = next(i for i, k in enumerate(key) if k is Ellipsis)
-            key = key[:at] + fill + key[at + 1 :]
-        else:
-            key = key + fill
-        ptr = self._ptr
-        shape: list[int] = []
-        strides: list[int] = []
-        dim = 0
-        for k in key:
-            if k is None:
-                shape.append(1)
-                strides.append(0)
-                continue
-            n, st = self._shape[dim], self._strides[dim]
-            dim += 1
-            if isinstance(k, slice):
-                start, stop, step = k.indices(n)
-                length = len(range(start, stop, step))
-                if length:
-                    ptr += start * st
-                shape.append(length)
-                strides.append(st * step)
-                continue
-            if isinstance(k, (bool, np.bool_)) or not hasattr(k, "__index__"):
-                raise IndexError(
-                    f"only integers, slices, '...' and None index a DeviceArray, not {k!r}"
-                )
-            i = operator.index(k)
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for axis {dim - 1} with size {n}")
-            ptr += (i % n) * st
-        return self._view(ptr, tuple(shape), tuple(strides))
+        return self._view(*_views.indexed(self._ptr, self._shape, self._strides, key))
 
     def transpose(self, *axes: Any) -> DeviceArray:
         """A view with the dimensions permuted (default: reversed), as ``numpy.transpose``.
 
         ``x.transpose(0, 3, 1, 2)`` views NHWC-ordered data as NCHW without a copy.
         """
-        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
-            axes = tuple(axes[0])
-        ndim = len(self._shape)
-        order = tuple(reversed(range(ndim))) if not axes else tuple(operator.index(a) for a in axes)
-        order = tuple(a + ndim if a < 0 else a for a in order)
-        if sorted(order) != list(range(ndim)):
-            raise ValueError(f"axes {axes} are not a permutation of {ndim} dimensions")
-        return self._view(
-            self._ptr,
-            tuple(self._shape[a] for a in order),
-            tuple(self._strides[a] for a in order),
-        )
+        return self._view(self._ptr, *_views.transposed(self._shape, self._strides, axes))
 
     @property
     def T(self) -> DeviceArray:
@@ -513,7 +448,7 @@ class DeviceArray:
                     f"copy_: source {host.shape} {host.dtype} does not match the array "
                     f"{self._shape} {self._dtype}"
                 )
-            host = _host_in_layout(host, self._strides)
+            host = _transfer.host_in_layout(host, self._strides)
             lo, hi = extent(self._shape, self._strides, self.itemsize)
             if hi > lo:
                 with DeviceContext(self._device):
@@ -553,7 +488,7 @@ class DeviceArray:
                     "cudaMemcpyAsync",
                 )
             return self
-        _copy_peer(self, other, sid)
+        _transfer.copy_peer(self, other, sid)
         return self
 
     def copy(self, stream: Any = None) -> DeviceArray:
@@ -622,41 +557,6 @@ def _foreign(obj: Any, stream: Any) -> DeviceArray:
     if isinstance(obj, DeviceArray):
         return obj
     return DeviceArray(*view_of(obj, stream, None, True, False, "array"))
-
-
-def _copy_peer(dst: DeviceArray, src: DeviceArray, sid: int) -> None:
-    """Copy *src* (another device) into *dst* on *sid*, a stream of ``dst``'s device.
-
-    A peer copy (``cudaMemcpyPeerAsync``): memory from the stream-ordered pool is accessible
-    from its own device only (``cudaMemPoolSetAccess`` is not asked for), and a plain
-    ``cudaMemcpyAsync`` between two such blocks fails with ``cudaErrorInvalidValue``; the peer
-    copy needs no access rights. Ordering: *sid* waits for both arrays' streams (the source's on
-    its own device: a raw 0 is each device's own legacy stream), and the source's stream then
-    waits for the copy, so that memory is not reused or overwritten while it is read. Where the
-    driver refuses a peer copy, the bytes go through the host (synchronous).
-    """
-    rt = _cuda.runtime()
-    with DeviceContext(dst._device):
-        stream_wait(sid, dst._stream, dst._device)
-        stream_wait(sid, src._stream, src._device, dst._device)
-        err = rt.cudaMemcpyPeerAsync(dst._ptr, dst._device, src._ptr, src._device, dst.nbytes, sid)
-        if int(err[0] if isinstance(err, tuple) else err) != 0:
-            rt.cudaGetLastError()  # not sticky: clear it, then stage through the host
-            dst.copy_(src.get(), stream=sid)
-            return
-        stream_wait(src._stream, sid, dst._device, src._device)
-
-
-def _host_in_layout(host: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
-    """*host*'s elements laid out with the dense byte *strides* (copied only if needed)."""
-    itemsize = host.itemsize
-    if host.strides == strides and is_dense(host.shape, strides, itemsize):
-        return host
-    if host.flags.c_contiguous and is_c_contiguous(host.shape, strides, itemsize):
-        return host
-    buf = np.empty(host.size, host.dtype)
-    np.ndarray(host.shape, host.dtype, buffer=buf, strides=strides)[...] = host
-    return buf
 
 
 # -- constructors --------------------------------------------------------------------------------

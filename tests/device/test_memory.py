@@ -26,6 +26,7 @@ from pycudnn.enums import DataType
 from pycudnn.handle import CudaUnavailableError, Handle
 from pycudnn.memory import DeviceArray, NotDeviceMemoryError, _dlpack, allocator
 from pycudnn.memory import array as marr
+from pycudnn.memory import _transfer
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -106,9 +107,9 @@ def test_extent():
 
 def test_host_in_layout_reorders_only_when_needed():
     host = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
-    assert marr._host_in_layout(host, host.strides) is host
+    assert _transfer.host_in_layout(host, host.strides) is host
     fortran = (4, 8, 24)
-    buf = marr._host_in_layout(host, fortran)
+    buf = _transfer.host_in_layout(host, fortran)
     back = np.ndarray(host.shape, host.dtype, buffer=buf, strides=fortran)
     np.testing.assert_array_equal(back, host)
 

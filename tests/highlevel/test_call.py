@@ -219,19 +219,16 @@ def test_run_cached_a_stale_cached_entry_is_evicted_rebuilt_and_run(store):
     assert store.data["k"] is stale
 
 
-def test_run_cached_counts_hits():
-    class Stats:
-        hits = 0
-
-    stats, store = Stats(), _call.new_store()
+def test_run_cached_reports_hits():
+    hits, store = [], _call.new_store()
 
     def build():
         return Recording("f", Handle(), (None,), (64, 64))
 
     args = ("k", build, (), (0x1000,), (object(),), (0x9000,), None)
     for _ in range(3):
-        _call.run_cached(*args, stats=stats, store=store)
-    assert stats.hits == 2
+        _call.run_cached(*args, on_hit=lambda: hits.append(1), store=store)
+    assert len(hits) == 2
 
 
 def test_cached_entry_for_a_caller_that_binds_once(store):

@@ -21,7 +21,7 @@ from _fake_device import Fake
 import pycudnn
 from pycudnn import errors
 from pycudnn.enums import DataType
-from pycudnn.graph import _plans
+from pycudnn.graph import _execution, _plans
 from pycudnn.highlevel import _call, _operand, conv
 from pycudnn.highlevel.conv import _epilogue, _problem
 from pycudnn.highlevel.conv._epilogue import FusedProblem
@@ -278,7 +278,7 @@ def test_plain_calls_stay_on_the_plain_path(fused):
 # The general graph-plan engine
 # ==================================================================================================
 def test_pack_args_hold_n_uids():
-    a = _plans._PackArgs((1, 2, 4, 5, 3))
+    a = _execution._PackArgs((1, 2, 4, 5, 3))
     assert a.n == 5 and list(a.uids) == [1, 2, 4, 5, 3] and a.n_c.value == 5
 
 

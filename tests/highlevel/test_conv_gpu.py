@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 
 import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
 from pycudnn import _config, errors, memory  # noqa: E402
-from pycudnn.graph import _plans  # noqa: E402
+from pycudnn.graph import _execution, _plans  # noqa: E402
 from pycudnn.highlevel import conv  # noqa: E402
 from pycudnn.highlevel.conv import _problem  # noqa: E402
 
@@ -796,11 +796,11 @@ def test_plan_cache_hits_and_host_time():
     # the Python part alone: cudnnBackendExecute stubbed out
     plan = _plans._plan_cache().data[_problem_of_last_call()]
     real_exec = _plans.execute_function()
-    _plans._EXECUTE = lambda *a: 0
+    _execution._EXECUTE = lambda *a: 0
     try:
         python_only = _per_call_us(lambda: pycudnn.dnn_conv(x, w, 1, conv_mode="cross", out=out))
     finally:
-        _plans._EXECUTE = real_exec
+        _execution._EXECUTE = real_exec
     ptrs = (x.data_ptr(), w.data_ptr(), out.data_ptr(), 0)
     raw = _per_call_us(lambda: plan.run(*ptrs))
     info = conv.cache_info()

@@ -58,12 +58,12 @@ import ctypes, json
 import pycudnn
 from pycudnn import errors
 from pycudnn.enums import DataType
-from pycudnn.highlevel import _op
+from pycudnn.highlevel import _operand
 
 class Fake:  # a device array the high level accepts without a GPU (see tests/test_conv.py)
     shape, strides, ptr, dt, device = (1, 2, 3, 4), (24, 12, 4, 1), 1 << 32, DataType.FLOAT, 0
 
-_op.register_operand_type(Fake, lambda f: (f.ptr, f.shape, f.strides, f.dt, f.device))
+_operand.register_operand_type(Fake, lambda f: (f.ptr, f.shape, f.strides, f.dt, f.device))
 calls = {
     "descriptor": lambda: pycudnn.TensorDescriptor((1, 2, 3, 4)),
     "backend": lambda: pycudnn.BackendDescriptor("tensor"),

@@ -114,14 +114,13 @@ def test_no_underscore_names_from_other_modules(name, path):
 
 
 # the high level's shared modules, lowest first: each may import only those before it (and no op
-# module); ``_op`` is conv's re-export shim until conv adopts them, then it goes
+# module)
 HIGHLEVEL_SHARED: dict[str, set[str]] = {
     "_operand": set(),
     "_checks": {"_operand"},
     "_call": {"_operand", "_checks"},
     "_staging": {"_operand", "_checks", "_call"},
 }
-HIGHLEVEL_SHIM_USERS = {"conv", "_op"}
 
 
 def highlevel_imports(path: Path) -> set[str]:
@@ -145,8 +144,6 @@ def test_highlevel_shared_modules_follow_their_order(path):
     imported = highlevel_imports(path) - {name}
     if name in HIGHLEVEL_SHARED:
         assert imported <= HIGHLEVEL_SHARED[name], f"{path.name} imports {imported}"
-    if name not in HIGHLEVEL_SHIM_USERS:
-        assert "_op" not in imported, f"{path.name} imports the _op shim"
 
 
 # the convolution package, lowest first: each module may import only those before it, so a call

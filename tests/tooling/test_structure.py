@@ -1,7 +1,8 @@
 """The shape rules of the redesign (issue 24), checked on the source (import circles are
-``test_layering``'s): no hand-written module over 800 lines, and no internal function of the top floors (``highlevel/``, ``graph/``) with more than 10
-parameters. Public functions keep the signatures DESIGN.md fixes (Theano's and cudnn-frontend's
-argument lists), so they are exempt from the parameter rule."""
+``test_layering``'s): no hand-written module over 800 lines, and no internal function of the
+top floors (``highlevel/``, ``graph/``) with more than 10 parameters. Public functions keep the
+signatures DESIGN.md fixes (Theano's and cudnn-frontend's argument lists), so they are exempt
+from the parameter rule."""
 
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def conv(op: int, nd: int, a: Any, b: Any, shape: Any, opts: tuple, out: Any, st
     key = (op, nd, ka, okey, shape, opts, _call.snapshot())
     args = (op, nd, a, b, shape, opts, out, stream)
     return _call.run_cached(
-        key, _prepare.build, args, (pa, pb), outs, out_ptrs, stream, _STALE, _plans.stats
+        key, _prepare.build, args, (pa, pb), outs, out_ptrs, stream, _STALE, _plans.served_cached
     )[0]
 
 
@@ -102,5 +102,5 @@ def fused(nd: int, a: Any, b: Any, opts: tuple, epilogue: tuple, out: Any, strea
     key = ("fused", nd, ka, kb, kbias, kz, okey, opts, activation, z_alpha, _call.snapshot())
     args = (nd, a, b, opts, epilogue, out, stream)
     return _call.run_cached(
-        key, _prepare.build_fused, args, ptrs, outs, out_ptrs, stream, _STALE, _plans.stats
+        key, _prepare.build_fused, args, ptrs, outs, out_ptrs, stream, _STALE, _plans.served_cached
     )[0]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ... import _layout, errors, memory
-from ..._types import numpy_dtype
+from ..._types import numpy_dtype, scaling_type
 from ...descriptors import (
     BackendDescriptor,
     ConvolutionDescriptor,
@@ -237,7 +237,7 @@ def conv_operation(p: Problem, y: BackendDescriptor | None = None) -> BackendDes
     op.set(aw, T.BACKEND_DESCRIPTOR, tw)
     op.set(ay, T.BACKEND_DESCRIPTOR, y)
     op.set(aconv, T.BACKEND_DESCRIPTOR, conv)
-    st = _plans.scaling_type(p.compute)
+    st = scaling_type(p.compute)
     op.set(aalpha, st, p.alpha)
     op.set(abeta, st, p.beta)
     return op.finalize()
