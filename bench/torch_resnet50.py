@@ -90,10 +90,11 @@ class ResNet50(nn.Module):
         downsample = None
         if stride != 1 or self.inplanes != planes * Bottleneck.expansion:
             downsample = nn.Sequential(
-                nn.Conv2d(self.inplanes, planes * Bottleneck.expansion, 1, stride=stride,
-                          bias=False),
+                nn.Conv2d(
+                    self.inplanes, planes * Bottleneck.expansion, 1, stride=stride, bias=False
+                ),
                 nn.BatchNorm2d(planes * Bottleneck.expansion),
-            )  # fmt: skip
+            )
         layers = [Bottleneck(self.inplanes, planes, stride, downsample)]
         self.inplanes = planes * Bottleneck.expansion
         layers += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
@@ -147,8 +148,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="fewer repetitions (about 30 s)")
     p.add_argument("--autotune", action="store_true", help="time algorithms on both sides")
     p.add_argument("--json", default=None, help="also write the results here")
-    p.add_argument("--profile", action="store_true",
-                   help="print each side's GPU time per kernel family for one step")  # fmt: skip
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="print each side's GPU time per kernel family for one step",
+    )
     return p.parse_args(argv)
 
 

@@ -411,8 +411,10 @@ def report(self_test: bool = True, device: int | None = None) -> tuple[str, bool
             f"{g.memory_bytes / 2**30:.0f} GiB: {ok}"
         ]
     if len(gpus) > 1:
-        lines += [f"  {len(gpus)} GPUs visible (CUDA_VISIBLE_DEVICES="
-                  f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"]  # fmt: skip
+        lines += [
+            f"  {len(gpus)} GPUs visible (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+        ]
     if device is not None and device not in supported:
         visible = ", ".join(str(i) for i in supported)
         lines += [f"  --device {device}: no such GPU (visible: {visible})"]

@@ -86,10 +86,12 @@ def batchnorm() -> str:
     mean, var = _rng.standard_normal(3), _rng.uniform(0.5, 2.0, 3)
     eps = 1e-5
     out = _poisoned(x.shape)
-    params = [memory.to_device(a.astype(np.float32).reshape(1, 3, 1, 1))
-              for a in (scale, bias, mean, var)]  # fmt: skip
-    dnn_batch_normalization_test(memory.to_device(x.astype(np.float32)), *params, "spatial",
-                                 eps, out=out)  # fmt: skip
+    params = [
+        memory.to_device(a.astype(np.float32).reshape(1, 3, 1, 1)) for a in (scale, bias, mean, var)
+    ]
+    dnn_batch_normalization_test(
+        memory.to_device(x.astype(np.float32)), *params, "spatial", eps, out=out
+    )
     c = (slice(None), None, None)
     want = scale[c] * (x - mean[c]) / np.sqrt(var[c] + eps) + bias[c]
     return _check("batchnorm", out.get(), want, 1e-4)
@@ -106,11 +108,14 @@ def lstm() -> str:
     with RNNBlock("float32", H, 1, "lstm") as rnn:
         w = memory.to_device(_rng.uniform(-0.5, 0.5, rnn.get_param_size(D)).astype(np.float32))
         y, hy, cy = _poisoned((T, N, H)), _poisoned((1, N, H)), _poisoned((1, N, H))
-        rnn.apply(w, memory.to_device(x), memory.to_device(h0), memory.to_device(c0),
-                  out=(y, hy, cy))  # fmt: skip
+        rnn.apply(
+            w, memory.to_device(x), memory.to_device(h0), memory.to_device(c0), out=(y, hy, cy)
+        )
         # gates in cuDNN's order (input, forget, new memory, output): W @ x + b_W + R @ h + b_R
-        p = [(m.get().astype(np.float64), b.get().astype(np.float64))
-             for m, b in rnn.split_params(w, 0, D)]  # fmt: skip
+        p = [
+            (m.get().astype(np.float64), b.get().astype(np.float64))
+            for m, b in rnn.split_params(w, 0, D)
+        ]
     sig = lambda a: 1.0 / (1.0 + np.exp(-a))  # noqa: E731
     h, c, ys = h0[0].astype(np.float64), c0[0].astype(np.float64), []
     for t in range(T):

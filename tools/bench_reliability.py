@@ -71,8 +71,14 @@ def main() -> int:
     try:
         from pycudnn.memory.interop import parse_cai
 
-        cai = {"shape": (2, 3, 4, 5), "typestr": "<f4", "data": (1 << 40, False), "version": 3,
-               "strides": None, "stream": None}  # fmt: skip
+        cai = {
+            "shape": (2, 3, 4, 5),
+            "typestr": "<f4",
+            "data": (1 << 40, False),
+            "version": 3,
+            "strides": None,
+            "stream": None,
+        }
         res["parse_cai"] = best(lambda: parse_cai(cai), 100_000)
     except ImportError:
         res["parse_cai"] = None

@@ -149,10 +149,18 @@ def parse_headers(include_dir: Path, libclang_path: str | None = None) -> Parsed
     if not header.is_file():
         raise GenerationError(f"{header} not found")
     args = [
-        "-x", "c", "-std=c99", "-nostdinc",
-        "-I", str(STUBS / "libc"), "-I", str(STUBS / "cuda"), "-I", str(include_dir),
+        "-x",
+        "c",
+        "-std=c99",
+        "-nostdinc",
+        "-I",
+        str(STUBS / "libc"),
+        "-I",
+        str(STUBS / "cuda"),
+        "-I",
+        str(include_dir),
         "-DCUDNN_WARN_DEPRECATED",
-    ]  # fmt: skip
+    ]
     opts = ci.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD | (
         ci.TranslationUnit.PARSE_SKIP_FUNCTION_BODIES
     )
@@ -214,12 +222,14 @@ def parse_headers(include_dir: Path, libclang_path: str | None = None) -> Parsed
         raw = cur.raw_comment
         if cur.kind == CK.MACRO_DEFINITION:
             toks = [t.spelling for t in cur.get_tokens()][1:]
-            out.defines.append({
-                "name": cur.spelling,
-                "where": where(cur),
-                "function_like": bool(is_fn_like(cur)),
-                "tokens": toks,
-            })  # fmt: skip
+            out.defines.append(
+                {
+                    "name": cur.spelling,
+                    "where": where(cur),
+                    "function_like": bool(is_fn_like(cur)),
+                    "tokens": toks,
+                }
+            )
         elif cur.kind == CK.TYPEDEF_DECL:
             under = cur.underlying_typedef_type
             name = cur.spelling
@@ -232,71 +242,86 @@ def parse_headers(include_dir: Path, libclang_path: str | None = None) -> Parsed
                         continue
                     toks = [t.spelling for t in m.get_tokens()]
                     expr = toks[toks.index("=") + 1 :] if "=" in toks else []
-                    mem = {"name": m.spelling, "value": m.enum_value, "where": where(m),
-                           "deprecated": deprecated(m)}  # fmt: skip
+                    mem = {
+                        "name": m.spelling,
+                        "value": m.enum_value,
+                        "where": where(m),
+                        "deprecated": deprecated(m),
+                    }
                     if len(expr) == 1 and re.match(r"[A-Za-z_]", expr[0]):
                         mem["alias_of"] = expr[0]
                     members.append(mem)
                 tokens = [t.spelling for t in decl.get_tokens()][:2]
                 draw = decl.raw_comment or raw
-                out.enums.append({
-                    "name": name,
-                    "tag": None if tokens[1:2] == ["{"] else decl.spelling,
-                    "where": where(cur),
-                    "deprecated": deprecated(cur) or deprecated(decl),
-                    "doc_deprecated": _doc_deprecated(draw),
-                    "since": _since(draw),
-                    "summary": _summary(draw),
-                    "members": members,
-                })  # fmt: skip
+                out.enums.append(
+                    {
+                        "name": name,
+                        "tag": None if tokens[1:2] == ["{"] else decl.spelling,
+                        "where": where(cur),
+                        "deprecated": deprecated(cur) or deprecated(decl),
+                        "doc_deprecated": _doc_deprecated(draw),
+                        "since": _since(draw),
+                        "summary": _summary(draw),
+                        "members": members,
+                    }
+                )
                 enum_names.add(name)
             elif canon.kind == TK.RECORD and decl.is_definition():
                 fields = []
                 for f in canon.get_fields():
-                    fields.append({
-                        "name": f.spelling,
-                        "type": type_ref(f.type),
-                        "offset": canon.get_offset(f.spelling) // 8,
-                        "size": f.type.get_size(),
-                    })  # fmt: skip
+                    fields.append(
+                        {
+                            "name": f.spelling,
+                            "type": type_ref(f.type),
+                            "offset": canon.get_offset(f.spelling) // 8,
+                            "size": f.type.get_size(),
+                        }
+                    )
                 draw = decl.raw_comment or raw
-                out.structs.append({
-                    "name": name,
-                    "tag": decl.spelling if decl.spelling != name else None,
-                    "where": where(cur),
-                    "deprecated": deprecated(cur),
-                    "summary": _summary(draw),
-                    "size": canon.get_size(),
-                    "align": canon.get_align(),
-                    "fields": fields,
-                })  # fmt: skip
+                out.structs.append(
+                    {
+                        "name": name,
+                        "tag": decl.spelling if decl.spelling != name else None,
+                        "where": where(cur),
+                        "deprecated": deprecated(cur),
+                        "summary": _summary(draw),
+                        "size": canon.get_size(),
+                        "align": canon.get_align(),
+                        "fields": fields,
+                    }
+                )
                 struct_names.add(name)
             elif canon.kind == TK.RECORD:
-                out.opaque_structs.append({"name": name, "where": where(cur),
-                                           "deprecated": deprecated(cur)})  # fmt: skip
+                out.opaque_structs.append(
+                    {"name": name, "where": where(cur), "deprecated": deprecated(cur)}
+                )
             elif canon.kind == TK.POINTER and canon.get_pointee().kind == TK.FUNCTIONPROTO:
                 proto = canon.get_pointee()
                 params = [c for c in cur.get_children() if c.kind == CK.PARM_DECL]
-                out.callbacks.append({
-                    "name": name,
-                    "where": where(cur),
-                    "summary": _summary(raw),
-                    "result": type_ref(proto.get_result()),
-                    "params": [{"name": p.spelling, "type": type_ref(p.type)} for p in params],
-                })  # fmt: skip
+                out.callbacks.append(
+                    {
+                        "name": name,
+                        "where": where(cur),
+                        "summary": _summary(raw),
+                        "result": type_ref(proto.get_result()),
+                        "params": [{"name": p.spelling, "type": type_ref(p.type)} for p in params],
+                    }
+                )
                 callback_names.add(name)
             elif canon.kind == TK.POINTER and canon.get_pointee().kind in (TK.RECORD, TK.VOID):
                 pointee = under.get_pointee()
                 target = None
                 if pointee.kind != TK.VOID:
                     target = pointee.get_declaration().spelling
-                out.handles.append({
-                    "name": name,
-                    "struct": target,
-                    "where": where(cur),
-                    "deprecated": deprecated(cur),
-                    "summary": _summary(raw),
-                })  # fmt: skip
+                out.handles.append(
+                    {
+                        "name": name,
+                        "struct": target,
+                        "where": where(cur),
+                        "deprecated": deprecated(cur),
+                        "summary": _summary(raw),
+                    }
+                )
                 handle_names.add(name)
             else:
                 raise GenerationError(f"unclassified typedef {name} at {where(cur)}")
@@ -304,17 +329,19 @@ def parse_headers(include_dir: Path, libclang_path: str | None = None) -> Parsed
             params = []
             for p in cur.get_arguments():
                 params.append({"name": p.spelling, "type": type_ref(p.type)})
-            out.functions.append({
-                "name": cur.spelling,
-                "where": where(cur),
-                "header": Path(cur.location.file.name).name,
-                "deprecated": deprecated(cur),
-                "doc_deprecated": _doc_deprecated(raw),
-                "since": _since(raw),
-                "summary": _summary(raw),
-                "result": type_ref(cur.result_type),
-                "params": params,
-            })  # fmt: skip
+            out.functions.append(
+                {
+                    "name": cur.spelling,
+                    "where": where(cur),
+                    "header": Path(cur.location.file.name).name,
+                    "deprecated": deprecated(cur),
+                    "doc_deprecated": _doc_deprecated(raw),
+                    "since": _since(raw),
+                    "summary": _summary(raw),
+                    "result": type_ref(cur.result_type),
+                    "params": params,
+                }
+            )
     return out
 
 
@@ -371,8 +398,12 @@ def build_manifest(p: Parsed) -> dict:
             continue
         seen.add(d["name"])
         kind = classify_define(d["name"], d["function_like"], d["tokens"])
-        entry = {"name": d["name"], "where": d["where"], "kind": kind,
-                 "expr": " ".join(d["tokens"])}  # fmt: skip
+        entry = {
+            "name": d["name"],
+            "where": d["where"],
+            "kind": kind,
+            "expr": " ".join(d["tokens"]),
+        }
         if kind in ("version", "sublibrary_version", "constant"):
             value = _eval_define(d["tokens"], env)
             if value is None:
@@ -798,8 +829,10 @@ def render_lib(m: dict) -> str:
     out.append("")
     out.append("")
     out.append(_section("opaque handles"))
-    ext = [{"name": n, "struct": s, "where": "CUDA", "summary": "CUDA type used by cudnn.h."}
-           for n, s in EXTERNAL_HANDLES.items()]  # fmt: skip
+    ext = [
+        {"name": n, "struct": s, "where": "CUDA", "summary": "CUDA type used by cudnn.h."}
+        for n, s in EXTERNAL_HANDLES.items()
+    ]
     for h in ext + m["handles"]:
         target = f"``struct {h['struct']} *``" if h["struct"] else "``void *``"
         out.append(f"class {h['name']}(ctypes.c_void_p):")
@@ -904,8 +937,9 @@ def render_pyi(m: dict) -> str:
     out.append("def CUDNN_STATUS_CATEGORY(full_error_code: int) -> int: ...")
     out.append("def CUDNN_STATUS_SPECIFIC_ERROR(full_error_code: int) -> int: ...")
     for f in m["functions"]:
-        params = [f"{p['name'] or f'arg{i}'}: {T.pytype(p['type'])}"
-                  for i, p in enumerate(f["params"])]  # fmt: skip
+        params = [
+            f"{p['name'] or f'arg{i}'}: {T.pytype(p['type'])}" for i, p in enumerate(f["params"])
+        ]
         ret = T.restype_py(f["result"])
         sig = ", ".join(Types.c_spelling(p["type"]) + " " + p["name"] for p in f["params"])
         if params:

@@ -368,8 +368,9 @@ def canonical_rnn_layout(
             for lin in range(2 * ngates):
                 slots.append((pl, lin, "bias", offset, (hid,)))
                 offset += hid
-    return RNNLayout(m, inp, hid, layers, bool(bidirectional), proj, input_mode, bias, offset,
-                     slots)  # fmt: skip
+    return RNNLayout(
+        m, inp, hid, layers, bool(bidirectional), proj, input_mode, bias, offset, slots
+    )
 
 
 # ==================================================================================================

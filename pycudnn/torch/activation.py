@@ -63,8 +63,9 @@ class ActFn(torch.autograd.Function):
             # H100, cuDNN 9.19), and its clipped-ReLU gradient keeps dy where x == coef: after an
             # in-place forward x is the clipped output, equal to coef exactly where it clipped
             return _act_grad(mode, coef, x, y, dy), None, None, None
-        dx = dnn_activation_grad(y, dy, x, mode, coef, out=torch.empty_like(y),
-                                 stream=stream_of(dy))  # fmt: skip
+        dx = dnn_activation_grad(
+            y, dy, x, mode, coef, out=torch.empty_like(y), stream=stream_of(dy)
+        )
         return dx, None, None, None
 
 
@@ -155,8 +156,9 @@ class Hardtanh(Converted, nn.Hardtanh):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         """As ``torch.nn.Hardtanh.forward``."""
-        return act_forward(input, "clipped_relu", float(self.max_val), self.inplace,
-                            super().forward)  # fmt: skip
+        return act_forward(
+            input, "clipped_relu", float(self.max_val), self.inplace, super().forward
+        )
 
 
 class ReLU6(Converted, nn.ReLU6):

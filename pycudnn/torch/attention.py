@@ -45,8 +45,9 @@ class SDPAFn(torch.autograd.Function):
     def forward(ctx, q, k, v, causal, scale, p, seed, grad):
         ready()
         out = attention_out(q, v.shape[3])
-        r = dnn_sdpa(q, k, v, None, causal, scale, p, seed, grad or p > 0.0, out=out,
-                     stream=stream_of(q))  # fmt: skip
+        r = dnn_sdpa(
+            q, k, v, None, causal, scale, p, seed, grad or p > 0.0, out=out, stream=stream_of(q)
+        )
         if grad:
             ctx.save_for_backward(q, k, v, out, to_torch(r[1]))
             ctx.cfg = (causal, scale, p, seed)
@@ -60,8 +61,21 @@ class SDPAFn(torch.autograd.Function):
         if dout.stride() != out.stride():  # an expanded or otherwise laid-out gradient
             dout = torch.empty_like(out).copy_(dout)
         det = True if torch.are_deterministic_algorithms_enabled() else None
-        dq, dk, dv = dnn_sdpa_grad(q, k, v, out, dout, stats, None, causal, scale, p, seed,
-                                   deterministic=det, stream=stream_of(dout))  # fmt: skip
+        dq, dk, dv = dnn_sdpa_grad(
+            q,
+            k,
+            v,
+            out,
+            dout,
+            stats,
+            None,
+            causal,
+            scale,
+            p,
+            seed,
+            deterministic=det,
+            stream=stream_of(dout),
+        )
         need = ctx.needs_input_grad
         return (
             to_torch(dq) if need[0] else None,
@@ -88,8 +102,9 @@ def _attention_capable(t: torch.Tensor) -> bool:
     return ok
 
 
-def _attention_native(q: Any, k: Any, v: Any, attn_mask: Any, dropout_p: Any, enable_gqa: bool,
-                      grad: bool) -> bool:  # fmt: skip
+def _attention_native(
+    q: Any, k: Any, v: Any, attn_mask: Any, dropout_p: Any, enable_gqa: bool, grad: bool
+) -> bool:
     """The call is one pycudnn's ``dnn_sdpa`` runs (else torch's function runs)."""
     if attn_mask is not None or not isinstance(dropout_p, (int, float)):
         return False

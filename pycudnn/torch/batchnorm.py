@@ -34,8 +34,18 @@ class BNTrainFn(torch.autograd.Function):
         y = torch.empty_like(x)
         if running is not None:
             _, mean, invstd, _, _ = dnn_batch_normalization_train(
-                x, w, b, "spatial", eps, factor, running[0], running[1], inplace_running=True,
-                out=y, stream=s)  # fmt: skip
+                x,
+                w,
+                b,
+                "spatial",
+                eps,
+                factor,
+                running[0],
+                running[1],
+                inplace_running=True,
+                out=y,
+                stream=s,
+            )
         else:
             _, mean, invstd = dnn_batch_normalization_train(
                 x, w, b, "spatial", eps, factor, out=y, stream=s
@@ -50,8 +60,16 @@ class BNTrainFn(torch.autograd.Function):
         x, w, mean, invstd = ctx.saved_tensors
         dy = dense(dy)
         dx, dw, db = dnn_batch_normalization_grad(
-            x, dy, w, mean, invstd, "spatial", ctx.eps, out=torch.empty_like(x),
-            stream=stream_of(dy))  # fmt: skip
+            x,
+            dy,
+            w,
+            mean,
+            invstd,
+            "spatial",
+            ctx.eps,
+            out=torch.empty_like(x),
+            stream=stream_of(dy),
+        )
         return dx, to_torch(dw), to_torch(db), None, None, None
 
 
@@ -102,8 +120,10 @@ def bn_forward(m: nn.modules.batchnorm._BatchNorm, x: torch.Tensor, fallback: Ca
         key = ("affine", x.device, pdt, c)
         wb = consts.get(key)
         if wb is None:
-            wb = consts[key] = (torch.ones(c, dtype=pdt, device=x.device),
-                                torch.zeros(c, dtype=pdt, device=x.device))  # fmt: skip
+            wb = consts[key] = (
+                torch.ones(c, dtype=pdt, device=x.device),
+                torch.zeros(c, dtype=pdt, device=x.device),
+            )
         w, b = wb
     x = dense(x)
     factor = 0.0 if m.momentum is None else m.momentum

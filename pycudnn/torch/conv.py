@@ -40,8 +40,14 @@ class ConvFn(torch.autograd.Function):
     def forward(ctx, x, w, b, nd, pad, stride, dil, groups):
         ready()
         fwd = dnn_conv if nd == 2 else dnn_conv3d
-        kw = {"border_mode": pad, "subsample": stride, "dilation": dil, "conv_mode": "cross",
-              "num_groups": groups, "stream": stream_of(x)}  # fmt: skip
+        kw = {
+            "border_mode": pad,
+            "subsample": stride,
+            "dilation": dil,
+            "conv_mode": "cross",
+            "num_groups": groups,
+            "stream": stream_of(x),
+        }
         if b is not None and FUSED_BIAS:
             y = to_torch(fwd(x, w, bias=b, **kw))
         else:
@@ -58,8 +64,14 @@ class ConvFn(torch.autograd.Function):
         x, w = ctx.saved_tensors
         nd, pad, stride, dil, groups, has_bias = ctx.cfg
         dy = dense(dy)
-        kw = {"border_mode": pad, "subsample": stride, "dilation": dil, "conv_mode": "cross",
-              "num_groups": groups, "stream": stream_of(dy)}  # fmt: skip
+        kw = {
+            "border_mode": pad,
+            "subsample": stride,
+            "dilation": dil,
+            "conv_mode": "cross",
+            "num_groups": groups,
+            "stream": stream_of(dy),
+        }
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
             gradinput = dnn_gradinput if nd == 2 else dnn_gradinput3d

@@ -60,5 +60,6 @@ class LocalResponseNorm(Converted, nn.LocalResponseNorm):
         """As ``torch.nn.LocalResponseNorm.forward``."""
         if not cuda_ok(input, NO_BF16) or not 3 <= input.dim() <= 5:
             return super().forward(input)
-        return LRNFn.apply(dense(input), int(self.size), float(self.alpha), float(self.beta),
-                            float(self.k))  # fmt: skip
+        return LRNFn.apply(
+            dense(input), int(self.size), float(self.alpha), float(self.beta), float(self.k)
+        )

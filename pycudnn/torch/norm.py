@@ -36,8 +36,9 @@ class LayerNormFn(torch.autograd.Function):
     def forward(ctx, x, w, b, shape, eps, grad):
         ready()
         y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        _, mean, invstd = dnn_layer_norm(x, shape, w, b, eps, training=grad, out=y,
-                                         stream=stream_of(x))  # fmt: skip
+        _, mean, invstd = dnn_layer_norm(
+            x, shape, w, b, eps, training=grad, out=y, stream=stream_of(x)
+        )
         if grad:
             ctx.save_for_backward(x, w, to_torch(mean), to_torch(invstd))
             ctx.cfg = (shape, b is not None)

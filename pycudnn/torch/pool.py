@@ -34,8 +34,9 @@ class PoolFn(torch.autograd.Function):
         x, y = ctx.saved_tensors
         ws, stride, pad, mode = ctx.cfg
         dy = dense(dy)
-        dx = dnn_pool_grad(x, y, dy, ws, stride, mode, pad, img_grad=torch.empty_like(x),
-                           stream=stream_of(dy))  # fmt: skip
+        dx = dnn_pool_grad(
+            x, y, dy, ws, stride, mode, pad, img_grad=torch.empty_like(x), stream=stream_of(dy)
+        )
         return dx, None, None, None, None
 
 

@@ -73,8 +73,9 @@ class RNNFn(torch.autograd.Function):
                     "(run one backward per forward, before the next forward, or use dropout=0)"
                 )
             scratch = _rnn_outputs(block, x, run.lstm)
-            block.apply(w, x, hx, cx, training=True, out=scratch if run.lstm else scratch[:2],
-                        stream=s)  # fmt: skip
+            block.apply(
+                w, x, hx, cx, training=True, out=scratch if run.lstm else scratch[:2], stream=s
+            )
             run.track[id(block)] = run.gen
         dy = torch.zeros_like(y) if dy is None else dy.contiguous()
         dhy = None if dhy is None else dhy.contiguous()
@@ -83,8 +84,9 @@ class RNNFn(torch.autograd.Function):
         dhx = torch.empty(hy_shape(x, block), dtype=x.dtype, device=x.device)
         outs: tuple = (dx, dhx)
         if run.lstm:
-            dcx = torch.empty((dhx.shape[0], dhx.shape[1], block.hidden_size), dtype=x.dtype,
-                              device=x.device)  # fmt: skip
+            dcx = torch.empty(
+                (dhx.shape[0], dhx.shape[1], block.hidden_size), dtype=x.dtype, device=x.device
+            )
             outs = (dx, dhx, dcx)
         need_w = ctx.needs_input_grad[4]
         dw = torch.empty_like(w) if need_w else None
@@ -200,10 +202,17 @@ def rnn_forward(m: nn.RNNBase, input: Any, hx: Any, fallback: Callable) -> Any:
     block = st.get(key)
     if block is None:
         block = st[key] = RNNBlock(
-            str(input.dtype)[6:], m.hidden_size, m.num_layers, _RNN_MODES[m.mode],
+            str(input.dtype)[6:],
+            m.hidden_size,
+            m.num_layers,
+            _RNN_MODES[m.mode],
             direction_mode="bidirectional" if m.bidirectional else "unidirectional",
-            dropout=dropout, proj_size=m.proj_size or None, batch_first=m.batch_first,
-            bias=m.bias, seed=int(torch.randint(0, 2**62, (1,)).item()))  # fmt: skip
+            dropout=dropout,
+            proj_size=m.proj_size or None,
+            batch_first=m.batch_first,
+            bias=m.bias,
+            seed=int(torch.randint(0, 2**62, (1,)).item()),
+        )
     lkey = ("pieces", input.dtype, input.shape[-1], input.get_device())
     layout = st.get(lkey)
     if layout is None:

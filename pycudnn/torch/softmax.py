@@ -34,8 +34,9 @@ class SoftmaxFn(torch.autograd.Function):
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
         dy = dense(dy)
-        dx = dnn_softmax_grad(dy, y, ctx.algo, "channel", out=torch.empty_like(y),
-                              stream=stream_of(dy))  # fmt: skip
+        dx = dnn_softmax_grad(
+            dy, y, ctx.algo, "channel", out=torch.empty_like(y), stream=stream_of(dy)
+        )
         return dx, None
 
 

@@ -40,11 +40,18 @@ def stub_dir(tmp_path_factory) -> str | None:
     d = tmp_path_factory.mktemp("fuzz_stub_libcuda")
     (d / "stub.c").write_text(STUB_C)
     subprocess.run(
-        [gcc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(d / "libcuda.so.1"),
-         str(d / "stub.c")],
+        [
+            gcc,
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            str(d / "libcuda.so.1"),
+            str(d / "stub.c"),
+        ],
         check=True,
         capture_output=True,
-    )  # fmt: skip
+    )
     return str(d)
 
 

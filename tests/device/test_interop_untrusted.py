@@ -314,6 +314,10 @@ def test_from_ptr_checks_its_record(kwargs, exc, fragment):
     args = {"ptr": ADDR, "shape": (2, 3), "dtype": np.float32, "device": 0, **kwargs}
     with pytest.raises(exc, match=fragment):
         DeviceArray.from_ptr(
-            args["ptr"], args["shape"], args["dtype"], args.get("strides"), device=args["device"],
+            args["ptr"],
+            args["shape"],
+            args["dtype"],
+            args.get("strides"),
+            device=args["device"],
             check=False,
-        )  # fmt: skip
+        )

@@ -24,9 +24,8 @@ from pycudnn import handle as hmod
 from pycudnn import memory as mem
 from pycudnn.enums import DataType
 from pycudnn.handle import CudaUnavailableError, Handle
-from pycudnn.memory import DeviceArray, NotDeviceMemoryError, _dlpack, allocator
+from pycudnn.memory import DeviceArray, NotDeviceMemoryError, _dlpack, _transfer, allocator
 from pycudnn.memory import array as marr
-from pycudnn.memory import _transfer
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -336,17 +336,22 @@ def test_pointwise_outputs_and_settings():
     kind, name, s, roles = g._nodes[-1]
     assert (kind, name) == ("pointwise", "bias")
     assert s["mode"] == int(PointwiseMode.ADD) and s["alpha2"] == 2.0
-    assert [r for r, _ in roles] == ["OPERATION_POINTWISE_XDESC", "OPERATION_POINTWISE_BDESC",
-                                     "OPERATION_POINTWISE_YDESC"]  # fmt: skip
+    assert [r for r, _ in roles] == [
+        "OPERATION_POINTWISE_XDESC",
+        "OPERATION_POINTWISE_BDESC",
+        "OPERATION_POINTWISE_YDESC",
+    ]
     assert g.cmp_gt(x, b).data_type == DataType.BOOLEAN
     assert g.gen_index(x, axis=2).data_type == DataType.INT32
     assert g._nodes[-1][2]["axis"] == 2
     g.relu(x, relu_lower_clip=0.0, relu_upper_clip=6)
     assert g._nodes[-1][2]["relu_upper_clip"] == 6.0
     dx = g.relu_backward(y, x)  # backward: (dy, x) -> dx
-    assert [r for r, _ in g._nodes[-1][3]] == ["OPERATION_POINTWISE_DYDESC",
-                                               "OPERATION_POINTWISE_XDESC",
-                                               "OPERATION_POINTWISE_DXDESC"]  # fmt: skip
+    assert [r for r, _ in g._nodes[-1][3]] == [
+        "OPERATION_POINTWISE_DYDESC",
+        "OPERATION_POINTWISE_XDESC",
+        "OPERATION_POINTWISE_DXDESC",
+    ]
     assert dx.dim == x.dim
     m = g.cmp_lt(x, b)
     sel = g.binary_select(x, y, m)
@@ -421,8 +426,9 @@ def test_norm_argument_errors():
     assert mean.dim == (1, 64, 1, 1)
     with pytest.raises(TypeError, match="batchnorm: in_running_var must be a Tensor"):
         g.batchnorm(x, sc, bi, eps, in_running_mean=sc)
-    outs = g.batchnorm(x, sc, bi, eps, in_running_mean=sc, in_running_var=bi,
-                       momentum=g.scalar(0.1))  # fmt: skip
+    outs = g.batchnorm(
+        x, sc, bi, eps, in_running_mean=sc, in_running_var=bi, momentum=g.scalar(0.1)
+    )
     assert len(outs) == 5
     dx, ds, db = g.layernorm_backward(x, x, sc, mean, inv)
     assert dx.dim == x.dim and ds.dim == sc.dim and db.dim == sc.dim
@@ -601,8 +607,9 @@ def test_sdpa_accepts_gqa_mqa_and_bshd_strides():
 # ==================================================================================================
 # The composite attention graphs
 # ==================================================================================================
-def _sdpa_key(causal=False, pad=False, dropout=False, hk=4, backward=False, det=False,
-              training=False, p=0.1):  # fmt: skip
+def _sdpa_key(
+    causal=False, pad=False, dropout=False, hk=4, backward=False, det=False, training=False, p=0.1
+):
     g = Graph(io_data_type="bfloat16")
     q, k, v = qkv(g, hk=hk)
     sq = skv = d = None
@@ -610,8 +617,11 @@ def _sdpa_key(causal=False, pad=False, dropout=False, hk=4, backward=False, det=
         sq = g.tensor((2, 1, 1, 1), data_type="int32", name="sq")
         skv = g.tensor((2, 1, 1, 1), data_type="int32", name="skv")
     if dropout:
-        d = (p, g.tensor((1, 1, 1, 1), data_type="int64", name="seed"),
-             g.tensor((1, 1, 1, 1), data_type="int64", name="offset"))  # fmt: skip
+        d = (
+            p,
+            g.tensor((1, 1, 1, 1), data_type="int64", name="seed"),
+            g.tensor((1, 1, 1, 1), data_type="int64", name="offset"),
+        )
     if backward:
         o = g.tensor((2, 4, 64, 64), name="o")
         do = g.tensor((2, 4, 64, 64), name="do")
@@ -619,8 +629,16 @@ def _sdpa_key(causal=False, pad=False, dropout=False, hk=4, backward=False, det=
         opts = sdpa_node.SdpaOptions(None, causal, sq, skv, d)
         outs = sdpa_node.backward(g, (q, k, v), (o, do, st), opts, "bwd", deterministic=det)
     else:
-        outs = g.sdpa(q, k, v, is_inference=not training, use_causal_mask=causal, seq_len_q=sq,
-                      seq_len_kv=skv, dropout=d)  # fmt: skip
+        outs = g.sdpa(
+            q,
+            k,
+            v,
+            is_inference=not training,
+            use_causal_mask=causal,
+            seq_len_q=sq,
+            seq_len_kv=skv,
+            dropout=d,
+        )
     key = g.key(device=0)
     kinds = collections.Counter(n.kind for n in key.nodes)
     pw = collections.Counter(
@@ -677,8 +695,7 @@ def test_sdpa_inference_has_a_virtual_stats_tensor_and_p0_drops_dropout():
 @pytest.mark.parametrize("hk", [4, 2, 1])
 @pytest.mark.parametrize("det", [False, True])
 def test_sdpa_backward_graph(causal, pad, dropout, hk, det):
-    _g, key, kinds, pw, (dq, dk, dv) = _sdpa_key(causal, pad, dropout, hk, backward=True,
-                                                 det=det)  # fmt: skip
+    _g, key, kinds, pw, (dq, dk, dv) = _sdpa_key(causal, pad, dropout, hk, backward=True, det=det)
     assert kinds["matmul"] == 5  # Q K^T, P^T dO, dO V^T, dS^T Q, dS K
     assert kinds["reshape"] == 3  # P^T, dS^T, K
     # the rowsum of dO * O, and (grouped-query) the head sums of dK and dV
@@ -733,8 +750,11 @@ def test_to_json_structure():
     add, relu = d["nodes"]
     assert add["kind"] == "pointwise" and add["name"] == "add"
     assert add["settings"]["mode"] == int(PointwiseMode.ADD)
-    assert add["tensors"] == [["OPERATION_POINTWISE_XDESC", 1], ["OPERATION_POINTWISE_BDESC", 2],
-                              ["OPERATION_POINTWISE_YDESC", 3]]  # fmt: skip
+    assert add["tensors"] == [
+        ["OPERATION_POINTWISE_XDESC", 1],
+        ["OPERATION_POINTWISE_BDESC", 2],
+        ["OPERATION_POINTWISE_YDESC", 3],
+    ]
     assert relu["tensors"][-1] == ["OPERATION_POINTWISE_YDESC", 4]
     assert json.loads(g.to_json()) == d  # stable
     x.set_uid(10)
@@ -790,8 +810,12 @@ def test_key_changes_with_structure_and_policy(change):
 
 def test_key_policy_arguments():
     g = _chain()[0]
-    k = g.key(device=0, policy="autotune", heur_mode=("instant",),
-              deny_behavior_notes=["RUNTIME_COMPILATION"])  # fmt: skip
+    k = g.key(
+        device=0,
+        policy="autotune",
+        heur_mode=("instant",),
+        deny_behavior_notes=["RUNTIME_COMPILATION"],
+    )
     assert k.algo == "time" and len(k.heur_modes) == 1 and len(k.deny_behavior) == 1
     assert g.key(device=0).algo == "guess"
     with pytest.raises(ValueError, match="policy='fastest' is not 'heuristics' or 'autotune'"):
@@ -890,8 +914,14 @@ def test_constant_pointers_hold_the_scalars():
 def test_deserialize_refuses_another_structure_or_version():
     g, *_ = _chain()
     other, *_ = _chain(dims=(4, 16))
-    saved = json.dumps({"graph": json.loads(other.to_json()), "plan": "{}",
-                        "cudnn_version": nodes_base.cudnn_version(), "engine": 0})  # fmt: skip
+    saved = json.dumps(
+        {
+            "graph": json.loads(other.to_json()),
+            "plan": "{}",
+            "cudnn_version": nodes_base.cudnn_version(),
+            "engine": 0,
+        }
+    )
     with pytest.raises(ValueError, match="chain: the saved plan is for another graph structure"):
         g.deserialize(saved)
     saved = json.dumps({"graph": json.loads(g.to_json()), "plan": "{}", "cudnn_version": 1})
@@ -1025,10 +1055,12 @@ def test_build_graph_of_attention_makes_every_operation(monkeypatch, det):
 
     monkeypatch.setattr(BackendDescriptor, "__init__", init)
     # cuDNN takes no unfinalized operation into a graph: keep the list instead
-    monkeypatch.setattr(BackendDescriptor, "operation_graph",
-                        classmethod(lambda cls, ops, handle=None: list(ops)))  # fmt: skip
-    _g, key, kinds, _pw, _ = _sdpa_key(causal=True, pad=True, dropout=True, hk=2, backward=True,
-                                       det=det)  # fmt: skip
+    monkeypatch.setattr(
+        BackendDescriptor, "operation_graph", classmethod(lambda cls, ops, handle=None: list(ops))
+    )
+    _g, key, kinds, _pw, _ = _sdpa_key(
+        causal=True, pad=True, dropout=True, hk=2, backward=True, det=det
+    )
     ops = key.build_graph(None)
     assert len(ops) == len(key.nodes)
     assert made["TENSOR_DESCRIPTOR"] == len(key.tensors)

@@ -244,8 +244,11 @@ def test_half_data_takes_float_parameters(rec, dt):
         a = rec.log[0][1]
         assert _d(a[4]).strides == _layout.packed_strides((4, C, 5, 6), True)
     else:  # cuDNN's channels-last half/bfloat16 batch norm is slow: NCHW between copies
-        assert names == ["cudnnTransformTensor", "cudnnBatchNormalizationForwardTraining",
-                         "cudnnTransformTensor"]  # fmt: skip
+        assert names == [
+            "cudnnTransformTensor",
+            "cudnnBatchNormalizationForwardTraining",
+            "cudnnTransformTensor",
+        ]
         a = rec.log[1][1]
         assert _d(a[4]).strides == _layout.packed_strides((4, C, 5, 6), False)
         assert rec.log[2][1][6] == out.ptr  # the NCHW result copied into the channels-last out
@@ -301,8 +304,14 @@ def test_test_pointer_roles(rec):
     ((name, a),) = rec.log
     assert name == "cudnnBatchNormalizationForwardInference"
     assert (a[5], a[7], a[9], a[10], a[11], a[12], a[13]) == (
-        x.ptr, out.ptr, g.ptr, b.ptr, m.ptr, v.ptr, 1e-5,
-    )  # fmt: skip
+        x.ptr,
+        out.ptr,
+        g.ptr,
+        b.ptr,
+        m.ptr,
+        v.ptr,
+        1e-5,
+    )
     with pytest.raises(ValueError, match="overlaps"):  # no in-place inference
         dnn_batch_normalization_test(x, g, b, m, v, "spatial", 1e-5, out=x)
 
@@ -319,6 +328,13 @@ def test_grad_pointer_roles(rec):
     assert name == "cudnnBatchNormalizationBackward"
     assert [_value(a[k]) for k in (2, 3, 4, 5)] == [1.0, 0.0, 1.0, 0.0]
     assert (a[7], a[9], a[11], a[13], a[14], a[15], a[17], a[18]) == (
-        x.ptr, dy.ptr, dx.ptr, s.ptr, ds.ptr, db.ptr, m.ptr, i.ptr,
-    )  # fmt: skip
+        x.ptr,
+        dy.ptr,
+        dx.ptr,
+        s.ptr,
+        ds.ptr,
+        db.ptr,
+        m.ptr,
+        i.ptr,
+    )
     assert a[16] == 1e-4 and ds.shape == db.shape == (C,) and dx.shape == x.shape

@@ -183,8 +183,9 @@ def test_gradient_finite_differences(mode):
     dx, dscale, dbias = dnn_batch_normalization_grad(xt, dyt, gt, mean, invstd, mode, eps)
 
     def loss(xv, gv, bv):
-        out = dnn_batch_normalization_train(dev(xv, "fp64"), dev(gv, "fp64"), dev(bv, "fp64"),
-                                            mode, eps)[0]  # fmt: skip
+        out = dnn_batch_normalization_train(
+            dev(xv, "fp64"), dev(gv, "fp64"), dev(bv, "fp64"), mode, eps
+        )[0]
         return float(np.sum(host(out) * dy))
 
     def numeric(which):
@@ -245,8 +246,12 @@ def test_equals_torch(rank, dt, layout):
     check(host(db), host(br.grad), 1e-5, "dbias")
 
     ref = F.batch_norm(xt, trm, trv, w, bias, training=False, eps=eps)
-    check(host(dnn_batch_normalization_test(xt, w, bias, rm, rv, mode, eps)), host(ref),
-          TOL[dt], "eval")  # fmt: skip
+    check(
+        host(dnn_batch_normalization_test(xt, w, bias, rm, rv, mode, eps)),
+        host(ref),
+        TOL[dt],
+        "eval",
+    )
 
 
 # ==================================================================================================
@@ -274,8 +279,9 @@ def test_other_strides_are_staged(dt):
         dy = dev(rng.standard_normal((4, 3, 5, 6)), dt, "nhwc")
         dx, ds, db = dnn_batch_normalization_grad(xt, dy, gt, mean, invstd, mode, eps)
         check(host(db).reshape(g.shape), host(dy).sum((0, 2, 3), keepdims=True), 1e-5, "dbias")
-        wdx, wds, _ = bn_grad_ref(x, host(dy), g, host(mean).reshape(g.shape),
-                                 host(invstd).reshape(g.shape), mode)  # fmt: skip
+        wdx, wds, _ = bn_grad_ref(
+            x, host(dy), g, host(mean).reshape(g.shape), host(invstd).reshape(g.shape), mode
+        )
         check(host(dx), wdx, TOL[dt], "staged dx")
         check(host(ds).reshape(g.shape), wds, 1e-5, "staged dscale")
         # strided running averages are copied (never written), so any strides do

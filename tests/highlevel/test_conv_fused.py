@@ -286,8 +286,15 @@ def test_graph_plan_checks_the_number_of_pointers_before_any_c_call():
     class P:
         ptr = 1
 
-    gp = _plans.GraphPlan(P(), P(), P(), _plans.EngineInfo(1, frozenset(), frozenset(), 0), 0,
-                          (1, 2, 4, 3), "fused conv+bias")  # fmt: skip
+    gp = _plans.GraphPlan(
+        P(),
+        P(),
+        P(),
+        _plans.EngineInfo(1, frozenset(), frozenset(), 0),
+        0,
+        (1, 2, 4, 3),
+        "fused conv+bias",
+    )
     assert gp.fused and gp.uids == (1, 2, 4, 3)
     assert gp.describe() == "engine 1 (fused conv+bias, workspace 0 B)"
     with pytest.raises(TypeError, match="takes 4 data pointers and a workspace pointer, got 4"):

@@ -30,8 +30,17 @@ pytestmark = pytest.mark.gpu
 
 TDT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 TOL = {"bf16": 2e-2, "fp16": 5e-3, "fp32": 2e-5}  # max |got - ref| / max |ref|
-ACTS = [None, "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", ("clipped_relu", 1.5),
-        ("elu", 0.7)]  # fmt: skip
+ACTS = [
+    None,
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "sigmoid",
+    "tanh",
+    ("clipped_relu", 1.5),
+    ("elu", 0.7),
+]
 LAYOUTS = [("bf16", True), ("fp16", True), ("fp32", False), ("bf16", False)]
 PATHS: collections.Counter = collections.Counter()
 NOT_FUSED: list[str] = []  # packed NHWC half/bfloat16 cases that ran unfused, and why
@@ -168,15 +177,19 @@ def test_fallbacks_give_the_same_result():
     b = torch.randn(16, device="cuda")
     z = torch.randn(2, 16, 10, 10, device="cuda")
     want = F.relu(F.conv2d(x, w, b, 1, 1) + z)
-    got = torch.from_dlpack(pycudnn.dnn_conv(x, w, border_mode=1, conv_mode="cross", bias=b, z=z,
-                                             activation="relu", algo="small"))  # fmt: skip
+    got = torch.from_dlpack(
+        pycudnn.dnn_conv(
+            x, w, border_mode=1, conv_mode="cross", bias=b, z=z, activation="relu", algo="small"
+        )
+    )
     call = conv.last_call()
     assert not call.fused and call.plan.kind == "legacy"
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     big = torch.full((2, 16, 10, 20), float("nan"), device="cuda")
     out = big[..., ::2]  # strided: staged
-    pycudnn.dnn_conv(x, w, border_mode=1, conv_mode="cross", bias=b, z=z, activation="relu",
-                     out=out)  # fmt: skip
+    pycudnn.dnn_conv(
+        x, w, border_mode=1, conv_mode="cross", bias=b, z=z, activation="relu", out=out
+    )
     assert not conv.last_call().fused
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
 
@@ -189,8 +202,11 @@ def test_fused_3d_and_alpha():
         memory_format=torch.channels_last_3d
     )
     b = torch.randn(1, 32, 1, 1, 1, device="cuda", dtype=torch.bfloat16)
-    got = torch.from_dlpack(pycudnn.dnn_conv3d(x, w, border_mode=1, conv_mode="cross", bias=b,
-                                               activation="relu", alpha=2.0))  # fmt: skip
+    got = torch.from_dlpack(
+        pycudnn.dnn_conv3d(
+            x, w, border_mode=1, conv_mode="cross", bias=b, activation="relu", alpha=2.0
+        )
+    )
     want = F.relu(2.0 * F.conv3d(x.double(), w.double(), None, 1, 1) + b.double())
     err = (got.double() - want).abs().max() / want.abs().max()
     PATHS[("bf16-3d", True, "fused" if conv.last_call().fused else "separate")] += 1
@@ -205,8 +221,10 @@ def test_zz_summary():
     detail = ", ".join(
         f"{d}/{'nhwc' if n else 'nchw'} {p}: {v}" for (d, n, p), v in sorted(PATHS.items())
     )
-    print(f"\nFUSED summary: {fused + sep + ns} cases, fused {fused}, separate steps {sep}, "
-          f"GELU without an engine {ns} ({detail})")  # fmt: skip
+    print(
+        f"\nFUSED summary: {fused + sep + ns} cases, fused {fused}, separate steps {sep}, "
+        f"GELU without an engine {ns} ({detail})"
+    )
     for line in NOT_FUSED:
         print(f"FUSED not fused: {line}")
     assert fused > 0

@@ -323,9 +323,24 @@ def test_sweep_against_float64_reference(case):
 @pytest.mark.parametrize("nd", [2, 3])
 @pytest.mark.parametrize("op", ["fwd", "bwd_data", "bwd_filter"])
 def test_alpha_beta_accumulate(nd, op):
-    c = dict(nd=nd, op=op, prec="fp32", nhwc=False, groups=2, n=2, c=4, k=6, xs=[7] * nd,
-             ks=[3] * nd, stride=(2,) * nd, dil=(1,) * nd, border="half", mode="conv",
-             alpha_beta=True, use_out=True)  # fmt: skip
+    c = dict(
+        nd=nd,
+        op=op,
+        prec="fp32",
+        nhwc=False,
+        groups=2,
+        n=2,
+        c=4,
+        k=6,
+        xs=[7] * nd,
+        ks=[3] * nd,
+        stride=(2,) * nd,
+        dil=(1,) * nd,
+        border="half",
+        mode="conv",
+        alpha_beta=True,
+        use_out=True,
+    )
     run_case(c)
 
 
@@ -403,9 +418,24 @@ def _problem_of_last_call():
     ],
 )
 def test_every_engine_agrees_with_the_reference(op, prec):
-    c = dict(nd=2, op=op, prec=prec, nhwc=prec != "fp32", groups=1, n=2, c=8, k=8, xs=[10, 9],
-             ks=[3, 3], stride=(1, 1), dil=(1, 1), border="half", mode="cross",
-             alpha_beta=False, use_out=True)  # fmt: skip
+    c = dict(
+        nd=2,
+        op=op,
+        prec=prec,
+        nhwc=prec != "fp32",
+        groups=1,
+        n=2,
+        c=8,
+        k=8,
+        xs=[10, 9],
+        ks=[3, 3],
+        stride=(1, 1),
+        dil=(1, 1),
+        border="half",
+        mode="cross",
+        alpha_beta=False,
+        use_out=True,
+    )
     conv.clear_caches()
     _got, ref = run_case(c)
     p = _problem_of_last_call()
@@ -472,9 +502,24 @@ def test_deterministic_is_bit_identical(op):
 
 
 def test_time_once_keeps_the_accumulating_output_intact():
-    c = dict(nd=2, op="fwd", prec="fp32", nhwc=False, groups=1, n=4, c=16, k=16, xs=[16, 16],
-             ks=[3, 3], stride=(1, 1), dil=(1, 1), border="half", mode="cross",
-             alpha_beta=True, use_out=True)  # fmt: skip
+    c = dict(
+        nd=2,
+        op="fwd",
+        prec="fp32",
+        nhwc=False,
+        groups=1,
+        n=4,
+        c=16,
+        k=16,
+        xs=[16, 16],
+        ks=[3, 3],
+        stride=(1, 1),
+        dil=(1, 1),
+        border="half",
+        mode="cross",
+        alpha_beta=True,
+        use_out=True,
+    )
     conv.clear_caches()
     run_case(c, algo="time_once")
     plan = _plans._plan_cache().data[_problem_of_last_call()]
@@ -493,9 +538,24 @@ def test_time_once_keeps_the_accumulating_output_intact():
     ],
 )
 def test_legacy_named_algorithms(op, algo):
-    c = dict(nd=2, op=op, prec="fp32", nhwc=False, groups=1, n=2, c=8, k=8, xs=[12, 12],
-             ks=[3, 3], stride=(1, 1), dil=(1, 1), border="half", mode="conv",
-             alpha_beta=op == "fwd", use_out=True)  # fmt: skip
+    c = dict(
+        nd=2,
+        op=op,
+        prec="fp32",
+        nhwc=False,
+        groups=1,
+        n=2,
+        c=8,
+        k=8,
+        xs=[12, 12],
+        ks=[3, 3],
+        stride=(1, 1),
+        dil=(1, 1),
+        border="half",
+        mode="conv",
+        alpha_beta=op == "fwd",
+        use_out=True,
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         got, ref = run_case(c, algo=algo, check=False)

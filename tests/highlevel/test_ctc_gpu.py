@@ -116,8 +116,11 @@ def test_gradient_by_finite_differences():
     ints = [pycudnn.to_device(a.astype(np.int32)) for a in (labels, lens, ilens)]
 
     def total(v):
-        return float(dnn_ctc_loss(pycudnn.to_device(log_softmax(v)), *ints, reduction="sum",
-                                  compute_grad=False)[0].get())  # fmt: skip
+        return float(
+            dnn_ctc_loss(
+                pycudnn.to_device(log_softmax(v)), *ints, reduction="sum", compute_grad=False
+            )[0].get()
+        )
 
     _, grad = dnn_ctc_loss(pycudnn.to_device(log_softmax(u)), *ints)
     eps = 1e-6
@@ -152,8 +155,9 @@ def test_equal_to_torch(reduction):
     want = torch.nn.functional.ctc_loss(leaf, labels, ilens, lens, 0, reduction, True)
     (want_grad,) = torch.autograd.grad(want.sum(), leaf)
     for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-5)):
-        loss, grad = dnn_ctc_loss(lp.to(dtype), labels.int(), lens.int(), ilens.int(),
-                                  reduction=reduction)  # fmt: skip
+        loss, grad = dnn_ctc_loss(
+            lp.to(dtype), labels.int(), lens.int(), ilens.int(), reduction=reduction
+        )
         loss = torch.as_tensor(loss, device="cuda").double()
         grad = torch.as_tensor(grad, device="cuda").double()
         assert ((loss - want).abs().max() / want.abs().max()).item() <= tol

@@ -145,8 +145,9 @@ SHAPES = {2: (6, 10), 3: (3, 7, 5), 4: (2, 6, 3, 4), 5: (2, 5, 3, 2, 4)}
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("algo", ["accurate", "fast", "log"])
 @pytest.mark.parametrize("mode", ["channel", "instance"])
-@pytest.mark.parametrize(("nd", "layout"), [(2, "nchw"), (3, "nchw"), (4, "nchw"), (4, "nhwc"),
-                                            (5, "nchw"), (5, "nhwc")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("nd", "layout"), [(2, "nchw"), (3, "nchw"), (4, "nchw"), (4, "nhwc"), (5, "nchw"), (5, "nhwc")]
+)
 def test_softmax_forward_backward(dtype, algo, mode, nd, layout):
     rng = np.random.default_rng()
     shape = SHAPES[nd]

@@ -38,8 +38,19 @@ pytestmark = pytest.mark.gpu
 
 CHILD = pathlib.Path(__file__).resolve().parents[1] / "support" / "_fuzz_highlevel_child.py"
 ROOT = CHILD.parents[2]
-GROUPS = ["conv", "elementwise", "rnn", "pool", "batchnorm", "lrn", "reduction", "dropout",
-          "spatialtf", "ctc", "generic"]  # fmt: skip
+GROUPS = [
+    "conv",
+    "elementwise",
+    "rnn",
+    "pool",
+    "batchnorm",
+    "lrn",
+    "reduction",
+    "dropout",
+    "spatialtf",
+    "ctc",
+    "generic",
+]
 FINDINGS = ("silent_accepts", "false_refusals", "wrong_results", "undocumented")
 #: figures summed over the groups that ran (the total line printed after the last)
 TOTAL: collections.Counter[str] = collections.Counter()
@@ -61,8 +72,12 @@ def figures_line(name: str, f: dict, crashes: int) -> str:
 def total_line():
     yield
     if TOTAL:
-        print("\n" + figures_line(f"TOTAL ({TOTAL.pop('functions', 0)} functions)", TOTAL,
-                                   TOTAL.pop("crashes", 0)))  # fmt: skip
+        print(
+            "\n"
+            + figures_line(
+                f"TOTAL ({TOTAL.pop('functions', 0)} functions)", TOTAL, TOTAL.pop("crashes", 0)
+            )
+        )
 
 
 @pytest.mark.parametrize("group", GROUPS)

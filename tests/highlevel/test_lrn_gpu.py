@@ -107,8 +107,9 @@ def test_gradient_by_finite_differences():
     x64 = rng.standard_normal(shape)
     dy64 = rng.standard_normal(shape)
     x = pycudnn.to_device(x64)
-    dx = dnn_lrn_grad(dnn_lrn(x, n, alpha, beta, k), pycudnn.to_device(dy64), x, n, alpha, beta,
-                      k).get()  # fmt: skip
+    dx = dnn_lrn_grad(
+        dnn_lrn(x, n, alpha, beta, k), pycudnn.to_device(dy64), x, n, alpha, beta, k
+    ).get()
     eps = 1e-6
     fd = np.zeros_like(x64)
     for i in np.ndindex(shape):

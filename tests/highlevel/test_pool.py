@@ -219,8 +219,9 @@ def test_dnn_pool_rejects_before_any_c_call(no_c, kwargs, exc, fragment):
 
 
 def _grad_args(**over):
-    kw = dict(img=x4(), out=Fake((2, 3, 4, 4)), out_grad=Fake((2, 3, 4, 4)), ws=(2, 2),
-              stride=(2, 2))  # fmt: skip
+    kw = dict(
+        img=x4(), out=Fake((2, 3, 4, 4)), out_grad=Fake((2, 3, 4, 4)), ws=(2, 2), stride=(2, 2)
+    )
     kw.update(over)
     return kw
 

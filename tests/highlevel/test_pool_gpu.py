@@ -258,8 +258,9 @@ def test_other_strides_are_staged(dt):
         assert np.isnan(host(outbig)[..., :2]).all() and np.isnan(host(outbig)[..., 9:]).all()
         dy = dev(rng.standard_normal(want.shape), dt)[..., :]
         dxbig = nan_like((2, 3, 7, 10), dt)
-        dnn_pool_grad(xt, dev(want, dt), dy, ws, stride, "average_exc_pad", pad,
-                      img_grad=dxbig[..., 1:7])  # fmt: skip
+        dnn_pool_grad(
+            xt, dev(want, dt), dy, ws, stride, "average_exc_pad", pad, img_grad=dxbig[..., 1:7]
+        )
         want_dx = pool_grad_ref(x, host(dy), ws, stride, pad, "average_exc_pad")
         check(host(dxbig[..., 1:7]), want_dx, TOL[dt], "staged backward")
 
@@ -282,8 +283,9 @@ def test_alpha_beta_blend(layout):
     dx = dev(dold, "fp64", layout)
     dy = dev(rng.standard_normal((2, 3, 4, 4)), "fp64", layout)
     y = dnn_pool(xt, ws, stride, "max", pad)
-    dnn_pool_grad(xt, torch.from_dlpack(y), dy, ws, stride, "max", pad, alpha=3.0, beta=1.0,
-                  img_grad=dx)  # fmt: skip
+    dnn_pool_grad(
+        xt, torch.from_dlpack(y), dy, ws, stride, "max", pad, alpha=3.0, beta=1.0, img_grad=dx
+    )
     want = 3.0 * pool_grad_ref(host(xt), host(dy), ws, stride, pad, "max") + dold
     check(host(dx), want, 1e-12, "backward blend")
 

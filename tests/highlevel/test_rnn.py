@@ -98,10 +98,28 @@ def _offsets(lay, pl):
 def test_canonical_layout_matches_cudnn_lstm_bidirectional_projection():
     lay = canonical_rnn_layout("lstm", 5, 4, 2, bidirectional=True, proj_size=3)
     assert lay.size == 720
-    assert _offsets(lay, 0) == [(0, 592), (20, 596), (40, 600), (60, 604), (80, 608),
-                                (92, 612), (104, 616), (116, 620), (128, None)]  # fmt: skip
-    assert _offsets(lay, 3) == [(436, 688), (460, 692), (484, 696), (508, 700), (532, 704),
-                                (544, 708), (556, 712), (568, 716), (580, None)]  # fmt: skip
+    assert _offsets(lay, 0) == [
+        (0, 592),
+        (20, 596),
+        (40, 600),
+        (60, 604),
+        (80, 608),
+        (92, 612),
+        (104, 616),
+        (116, 620),
+        (128, None),
+    ]
+    assert _offsets(lay, 3) == [
+        (436, 688),
+        (460, 692),
+        (484, 696),
+        (508, 700),
+        (532, 704),
+        (544, 708),
+        (556, 712),
+        (568, 716),
+        (580, None),
+    ]
     assert lay.matrix(2, 0).shape == (4, 6)  # layer 1 reads 2 * proj_size
     assert lay.matrix(0, 4).shape == (4, 3)  # recurrent matrices read the projection
     assert lay.matrix(0, 8).shape == (3, 4)
@@ -191,13 +209,27 @@ def _torch_like(mode, inp, hid, layers, bidir, proj=None, bias=True, rng=None):
 
 def test_torch_param_names_follow_torch():
     assert torch_rnn_param_names("lstm", 2, True, 3) == [
-        "weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_hr_l0",
-        "weight_ih_l0_reverse", "weight_hh_l0_reverse", "bias_ih_l0_reverse",
-        "bias_hh_l0_reverse", "weight_hr_l0_reverse",
-        "weight_ih_l1", "weight_hh_l1", "bias_ih_l1", "bias_hh_l1", "weight_hr_l1",
-        "weight_ih_l1_reverse", "weight_hh_l1_reverse", "bias_ih_l1_reverse",
-        "bias_hh_l1_reverse", "weight_hr_l1_reverse",
-    ]  # fmt: skip
+        "weight_ih_l0",
+        "weight_hh_l0",
+        "bias_ih_l0",
+        "bias_hh_l0",
+        "weight_hr_l0",
+        "weight_ih_l0_reverse",
+        "weight_hh_l0_reverse",
+        "bias_ih_l0_reverse",
+        "bias_hh_l0_reverse",
+        "weight_hr_l0_reverse",
+        "weight_ih_l1",
+        "weight_hh_l1",
+        "bias_ih_l1",
+        "bias_hh_l1",
+        "weight_hr_l1",
+        "weight_ih_l1_reverse",
+        "weight_hh_l1_reverse",
+        "bias_ih_l1_reverse",
+        "bias_hh_l1_reverse",
+        "weight_hr_l1_reverse",
+    ]
     assert torch_rnn_param_names("gru", 1, bias=False) == ["weight_ih_l0", "weight_hh_l0"]
 
 
@@ -258,8 +290,9 @@ def test_converters_prefix_dtype_and_modules():
         def state_dict(self):
             return _torch_like("gru", 3, 2, 1, False)
 
-    np.testing.assert_array_equal(rnn_weights_from_torch(Module(), lay),
-                                  rnn_weights_from_torch(Module().state_dict(), lay))  # fmt: skip
+    np.testing.assert_array_equal(
+        rnn_weights_from_torch(Module(), lay), rnn_weights_from_torch(Module().state_dict(), lay)
+    )
 
 
 @pytest.mark.parametrize(
@@ -292,15 +325,25 @@ def test_converter_errors_other():
     with pytest.raises(ValueError, match="skip"):
         rnn_weights_from_torch({}, skip)
     with pytest.raises(ValueError, match=r"unexpected parameters .*bias_hh_l0"):  # bias=False
-        rnn_weights_from_torch(_torch_like("lstm", 3, 2, 1, False),
-                               canonical_rnn_layout("lstm", 3, 2, bias=False))  # fmt: skip
+        rnn_weights_from_torch(
+            _torch_like("lstm", 3, 2, 1, False), canonical_rnn_layout("lstm", 3, 2, bias=False)
+        )
 
 
 def test_layout_constructed_from_slots_round_trips():
     lay = canonical_rnn_layout("lstm", 3, 2, 1, True, 1)
-    again = RNNLayout(lay.mode, lay.input_size, lay.hidden_size, lay.num_layers,
-                      lay.bidirectional, lay.proj_size, lay.input_mode, lay.bias, lay.size,
-                      reversed(lay.slots))  # fmt: skip
+    again = RNNLayout(
+        lay.mode,
+        lay.input_size,
+        lay.hidden_size,
+        lay.num_layers,
+        lay.bidirectional,
+        lay.proj_size,
+        lay.input_mode,
+        lay.bias,
+        lay.size,
+        reversed(lay.slots),
+    )
     assert again == lay
 
 
@@ -342,8 +385,20 @@ def test_block_arguments(no_c, kw, exc, msg):
 
 
 def test_block_properties_need_no_gpu(no_c):
-    b = RNNBlock(np.float64, 6, 3, "tanh", "linear", "bidirectional", 0.2, None, True, "fma",
-                 bias=False, seed=7)  # fmt: skip
+    b = RNNBlock(
+        np.float64,
+        6,
+        3,
+        "tanh",
+        "linear",
+        "bidirectional",
+        0.2,
+        None,
+        True,
+        "fma",
+        bias=False,
+        seed=7,
+    )
     assert (b.rnn_mode, b.hidden_size, b.num_layers, b.num_directions) == ("rnn_tanh", 6, 3, 2)
     assert b.dtype == np.float64 and b.output_size == 12 and b.out_size == 6
     assert (b.dropout, b.batch_first, b.math, b.bias, b.seed) == (0.2, True, "fma", False, 7)
@@ -464,8 +519,17 @@ def test_backward_validation(no_c, over, exc, msg):
     if dw is not None and dw.shape == (7,):
         call["dw"] = Fake((7,))
     with pytest.raises(exc, match=msg):
-        block.backward(ops["w"], ops["x"], ops["hx"], ops["cx"], grads["y"], grads["dy"],
-                       grads["dhy"], grads["dcy"], **call)  # fmt: skip
+        block.backward(
+            ops["w"],
+            ops["x"],
+            ops["hx"],
+            ops["cx"],
+            grads["y"],
+            grads["dy"],
+            grads["dhy"],
+            grads["dcy"],
+            **call,
+        )
 
 
 def test_backward_validation_other(no_c):
@@ -544,9 +608,16 @@ class FakeDesc:
 class FakeRNNDesc(FakeDesc):
     def weight_space_size(self, h):
         kw = self.kw
-        lay = canonical_rnn_layout(kw["cell_mode"], kw["input_size"], self.args[0], self.args[1],
-                                   kw["direction"] == "bidirectional", kw["proj_size"],
-                                   kw["input_mode"], kw["bias_mode"] == "double")  # fmt: skip
+        lay = canonical_rnn_layout(
+            kw["cell_mode"],
+            kw["input_size"],
+            self.args[0],
+            self.args[1],
+            kw["direction"] == "bidirectional",
+            kw["proj_size"],
+            kw["input_mode"],
+            kw["bias_mode"] == "double",
+        )
         return lay.size * 4
 
     def temp_space_sizes(self, h, x, training=True):
@@ -591,8 +662,28 @@ def fakes(monkeypatch):
 
 def _args(call):
     """The arguments of a recorded cudnnRNNForward call, by name."""
-    names = ("h", "rnn", "mode", "lengths", "xdesc", "x", "ydesc", "y", "hdesc", "hx", "hy",
-             "cdesc", "cx", "cy", "wbytes", "w", "wsbytes", "ws", "rsbytes", "rs")  # fmt: skip
+    names = (
+        "h",
+        "rnn",
+        "mode",
+        "lengths",
+        "xdesc",
+        "x",
+        "ydesc",
+        "y",
+        "hdesc",
+        "hx",
+        "hy",
+        "cdesc",
+        "cx",
+        "cy",
+        "wbytes",
+        "w",
+        "wsbytes",
+        "ws",
+        "rsbytes",
+        "rs",
+    )
     return dict(zip(names, call[1], strict=True))
 
 
@@ -607,8 +698,12 @@ def test_forward_call_and_caching(fakes, monkeypatch):
     name, _ = fakes[-1]
     a = _args(fakes[-1])
     assert name == "cudnnRNNForward" and a["mode"] == ForwardMode.TRAINING
-    assert (a["x"], a["w"], a["hx"], a["cx"]) == (ops["x"].ptr, ops["w"].ptr, ops["hx"].ptr,
-                                                  ops["cx"].ptr)  # fmt: skip
+    assert (a["x"], a["w"], a["hx"], a["cx"]) == (
+        ops["x"].ptr,
+        ops["w"].ptr,
+        ops["hx"].ptr,
+        ops["cx"].ptr,
+    )
     assert (a["y"], a["hy"], a["cy"]) == (y.ptr, hy.ptr, cy.ptr)
     assert (a["wsbytes"], a["ws"], a["rsbytes"]) == (4096, 0xABC000, 512)
     assert a["wbytes"] == block.canonical_layout(6).size * 4

@@ -140,8 +140,12 @@ class Ref:
                 dm = dhn
             do = dm * tc
             dc = dcn + dm * o * (1 - tc**2)
-            das = [dc * gg * i * (1 - i), dc * c * f * (1 - f), dc * i * (1 - gg**2),
-                   do * o * (1 - o)]  # fmt: skip
+            das = [
+                dc * gg * i * (1 - i),
+                dc * c * f * (1 - f),
+                dc * i * (1 - gg**2),
+                do * o * (1 - o),
+            ]
             dx = 0
             dh = 0
             for k in range(4):
@@ -285,8 +289,10 @@ def _problem(block, T, N, inp, dtype, lengths):
         gy = gy * (t < np.asarray(lengths)[None, :])[:, :, None]  # dy at padding: any value
     ghy = _round(_rng.standard_normal(hs), dtype)
     gcy = _round(_rng.standard_normal(cs), dtype)
-    dev = {k: memory.to_device(v.astype(dtype)) for k, v in
-           dict(w=wh, x=xh, hx=hh, cx=ch, gy=gy, ghy=ghy, gcy=gcy).items()}  # fmt: skip
+    dev = {
+        k: memory.to_device(v.astype(dtype))
+        for k, v in dict(w=wh, x=xh, hx=hh, cx=ch, gy=gy, ghy=ghy, gcy=gcy).items()
+    }
     return dict(w=wh, x=xh, hx=hh, cx=ch, gy=gy, ghy=ghy, gcy=gcy), dev
 
 
@@ -326,8 +332,18 @@ def test_against_numpy_reference(mode, direction, input_mode, layers, dtype):
             bouts.append(_poisoned(dcx_r.shape, dtype))
         dw = _poisoned((block.get_param_size(inp),), dtype)
         dx, dhx, dcx, dw2 = block.backward(
-            dev["w"], dev["x"], dev["hx"], cx, y, dev["gy"], dev["ghy"],
-            dev["gcy"] if lstm else None, lengths, dw=dw, out=tuple(bouts))  # fmt: skip
+            dev["w"],
+            dev["x"],
+            dev["hx"],
+            cx,
+            y,
+            dev["gy"],
+            dev["ghy"],
+            dev["gcy"] if lstm else None,
+            lengths,
+            dw=dw,
+            out=tuple(bouts),
+        )
         assert dw2 is dw and dx is bouts[0]
         assert _err(dx.get(), dx_r) < btol
         assert _err(dhx.get(), dhx_r) < btol
@@ -359,8 +375,9 @@ def test_lstm_projection_against_numpy(direction, dtype):
         assert _err(y.get(), y_r) < ftol and _err(hy.get(), hy_r) < ftol
         assert _err(cy.get(), cy_r) < ftol
         dx_r, dhx_r, dcx_r, grads = ref.backward(host["gy"], host["ghy"], host["gcy"])
-        dx, dhx, dcx, dw = block.backward(dev["w"], dev["x"], dev["hx"], dev["cx"], y, dev["gy"],
-                                          dev["ghy"], dev["gcy"], lengths)  # fmt: skip
+        dx, dhx, dcx, dw = block.backward(
+            dev["w"], dev["x"], dev["hx"], dev["cx"], y, dev["gy"], dev["ghy"], dev["gcy"], lengths
+        )
         assert _err(dx.get(), dx_r) < btol and _err(dhx.get(), dhx_r) < btol
         assert _err(dcx.get(), dcx_r) < btol
         for mine, want in zip(_host_params(block, dw, inp), grads, strict=True):
@@ -373,8 +390,9 @@ def test_lstm_projection_against_numpy(direction, dtype):
 @pytest.mark.parametrize("mode", MODES)
 def test_batch_first_and_no_bias(mode):
     T, N, H, inp = 4, 2, 3, 5
-    with RNNBlock("float64", H, 2, mode, direction_mode="bidirectional", batch_first=True,
-                  bias=False) as block:  # fmt: skip
+    with RNNBlock(
+        "float64", H, 2, mode, direction_mode="bidirectional", batch_first=True, bias=False
+    ) as block:
         host, dev = _problem(block, T, N, inp, "float64", None)
         params = _host_params(block, dev["w"], inp)
         assert all(b is None for pp in params for _, b in pp)
@@ -408,11 +426,13 @@ def test_batch_first_and_no_bias(mode):
 def test_layout_is_canonical(mode, direction, input_mode, proj, layers, bias, dtype):
     H = 4
     inp = H if input_mode == "skip" else 7
-    with RNNBlock(dtype, H, layers, mode, input_mode, direction, proj_size=proj,
-                  bias=bias) as block:  # fmt: skip
+    with RNNBlock(
+        dtype, H, layers, mode, input_mode, direction, proj_size=proj, bias=bias
+    ) as block:
         lay = block.layout(inp)
-        want = canonical_rnn_layout(mode, inp, H, layers, direction == "bidirectional", proj,
-                                    input_mode, bias)  # fmt: skip
+        want = canonical_rnn_layout(
+            mode, inp, H, layers, direction == "bidirectional", proj, input_mode, bias
+        )
         assert lay == want, lay.table() + "\n---\n" + want.table()
         assert block.get_param_size(inp) == want.size
         assert block.get_param_size((8, inp)) == want.size  # Theano's (batch, input_dim)
@@ -469,8 +489,10 @@ def test_equals_torch(mode, bidir, dtype):
     m = _torch_module(mode, inp, H, layers, bidir, dtype)
     direction = "bidirectional" if bidir else "unidirectional"
     lstm = mode == "lstm"
-    with RNNBlock(dtype, H, layers, mode, direction_mode=direction) as block, \
-            t.backends.cudnn.flags(enabled=True, allow_tf32=False):  # fmt: skip
+    with (
+        RNNBlock(dtype, H, layers, mode, direction_mode=direction) as block,
+        t.backends.cudnn.flags(enabled=True, allow_tf32=False),
+    ):
         w = block.from_torch(m, inp)  # torch -> cuDNN layout
         tdt = getattr(t, dtype)
         x = t.randn(T, N, inp, device="cuda", dtype=tdt, requires_grad=True)
@@ -479,8 +501,7 @@ def test_equals_torch(mode, bidir, dtype):
         c0 = t.randn(nl, N, H, device="cuda", dtype=tdt, requires_grad=True)
         out, state = m(x, (h0, c0) if lstm else h0)
         hy_t, cy_t = state if lstm else (state, None)
-        got = block.apply(w, x.detach(), h0.detach(), c0.detach() if lstm else None,
-                          training=True)  # fmt: skip
+        got = block.apply(w, x.detach(), h0.detach(), c0.detach() if lstm else None, training=True)
         assert _err(got[0].get(), out.detach().double().cpu().numpy()) < tol
         assert _err(got[1].get(), hy_t.detach().double().cpu().numpy()) < tol
         if lstm:
@@ -492,9 +513,9 @@ def test_equals_torch(mode, bidir, dtype):
             gcy = t.randn_like(cy_t)
             loss = loss + (cy_t * gcy).sum()
         loss.backward()
-        dx, dhx, dcx, dw = block.backward(w, x.detach(), h0.detach(),
-                                          c0.detach() if lstm else None, got[0], gy, ghy,
-                                          gcy)  # fmt: skip
+        dx, dhx, dcx, dw = block.backward(
+            w, x.detach(), h0.detach(), c0.detach() if lstm else None, got[0], gy, ghy, gcy
+        )
         assert _err(dx.get(), x.grad.double().cpu().numpy()) < tol * 5
         assert _err(dhx.get(), h0.grad.double().cpu().numpy()) < tol * 5
         if lstm:
@@ -510,8 +531,9 @@ def test_equals_torch_lstm_projection_batch_first(bidir):
     T, N, H, P, inp = 5, 4, 6, 3, 4
     m = _torch_module("lstm", inp, H, 2, bidir, "float64", proj=P, batch_first=True)
     direction = "bidirectional" if bidir else "unidirectional"
-    with RNNBlock("float64", H, 2, "lstm", direction_mode=direction, proj_size=P,
-                  batch_first=True) as block:  # fmt: skip
+    with RNNBlock(
+        "float64", H, 2, "lstm", direction_mode=direction, proj_size=P, batch_first=True
+    ) as block:
         w = block.from_torch(m.state_dict(), inp)
         x = t.randn(N, T, inp, device="cuda", dtype=t.float64, requires_grad=True)
         out, (hy, cy) = m(x)
@@ -562,9 +584,17 @@ def test_equals_torch_variable_lengths(mode):
             assert _err(got[2].get(), cy.detach().cpu().numpy()) < 1e-10
         gy, ghy = t.randn_like(out), t.randn_like(hy)
         ((out * gy).sum() + (hy * ghy).sum()).backward()
-        dx, dhx, dcx, dw = block.backward(w, x.detach(), h0.detach(),
-                                          c0.detach() if lstm else None, got[0], gy, ghy,
-                                          None, lengths)  # fmt: skip
+        dx, dhx, dcx, dw = block.backward(
+            w,
+            x.detach(),
+            h0.detach(),
+            c0.detach() if lstm else None,
+            got[0],
+            gy,
+            ghy,
+            None,
+            lengths,
+        )
         assert _err(dx.get(), x.grad.cpu().numpy()) < 1e-9
         assert _err(dhx.get(), h0.grad.cpu().numpy()) < 1e-9
         if lstm:
@@ -622,16 +652,30 @@ def test_finite_differences(mode):
             dev["w"] = memory.to_device(host["w"])
 
         def loss(w, x, hx, cx):
-            got = block.apply(memory.to_device(w), memory.to_device(x), memory.to_device(hx),
-                              memory.to_device(cx) if lstm else None, lengths)  # fmt: skip
+            got = block.apply(
+                memory.to_device(w),
+                memory.to_device(x),
+                memory.to_device(hx),
+                memory.to_device(cx) if lstm else None,
+                lengths,
+            )
             s = (got[0].get() * host["gy"]).sum() + (got[1].get() * host["ghy"]).sum()
             return s + ((got[2].get() * host["gcy"]).sum() if lstm else 0.0)
 
-        y, *_ = block.apply(dev["w"], dev["x"], dev["hx"], dev["cx"] if lstm else None, lengths,
-                            True)  # fmt: skip
+        y, *_ = block.apply(
+            dev["w"], dev["x"], dev["hx"], dev["cx"] if lstm else None, lengths, True
+        )
         dx, dhx, dcx, dw = block.backward(
-            dev["w"], dev["x"], dev["hx"], dev["cx"] if lstm else None, y, dev["gy"],
-            dev["ghy"], dev["gcy"] if lstm else None, lengths)  # fmt: skip
+            dev["w"],
+            dev["x"],
+            dev["hx"],
+            dev["cx"] if lstm else None,
+            y,
+            dev["gy"],
+            dev["ghy"],
+            dev["gcy"] if lstm else None,
+            lengths,
+        )
         args = [host["w"], host["x"], host["hx"], host["cx"]]
         analytic = [dw.get(), dx.get(), dhx.get(), dcx.get() if lstm else None]
         eps = 1e-6
@@ -710,9 +754,11 @@ def test_backward_needs_the_training_apply():
 
 
 def test_dropout_between_layers():
-    with RNNBlock("float32", 8, 3, "lstm", dropout=0.5, seed=1234) as b1, \
-            RNNBlock("float32", 8, 3, "lstm", seed=1234) as b0, \
-            RNNBlock("float32", 8, 3, "lstm", dropout=0.5, seed=1234) as b2:  # fmt: skip
+    with (
+        RNNBlock("float32", 8, 3, "lstm", dropout=0.5, seed=1234) as b1,
+        RNNBlock("float32", 8, 3, "lstm", seed=1234) as b0,
+        RNNBlock("float32", 8, 3, "lstm", dropout=0.5, seed=1234) as b2,
+    ):
         _host, dev = _problem(b0, 5, 4, 6, "float32", None)
         args = (dev["w"], dev["x"], dev["hx"], dev["cx"])
         ref = b0.apply(*args)[0].get()

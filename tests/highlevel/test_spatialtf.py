@@ -157,9 +157,14 @@ def test_rejects_before_any_c_call(no_c, fn, args, kwargs, exc, fragment):
 
 @pytest.mark.parametrize(
     ("hw", "scales", "expected"),
-    [((5, 6), (1, 1), (5, 6)), ((5, 6), (2, 0.5), (3, 12)), ((5, 5), (1.2, 1.2), (6, 6)),
-     ((7, 3), (0.3, 0.5), (4, 1)), ((1, 1), (0.01, 0.01), (1, 1))],
-)  # fmt: skip
+    [
+        ((5, 6), (1, 1), (5, 6)),
+        ((5, 6), (2, 0.5), (3, 12)),
+        ((5, 5), (1.2, 1.2), (6, 6)),
+        ((7, 3), (0.3, 0.5), (4, 1)),
+        ((1, 1), (0.01, 0.01), (1, 1)),
+    ],
+)
 def test_output_shape_is_theanos_ceil(hw, scales, expected):
     h, w = hw
     sw, sh = scales

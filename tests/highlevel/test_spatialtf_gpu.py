@@ -95,8 +95,10 @@ def test_grid_and_its_gradient(dtype):
     assert err(dtheta.get(), grid_grad_ref(dg64)) <= TOL[dtype]
     # strided theta and dgrid are copied to C order first
     tt = pycudnn.to_device(np.ascontiguousarray(th64.astype(dtype).transpose(1, 2, 0)))
-    assert err(dnn_spatialtf_grid(tt.transpose(2, 0, 1), (n, 1, h, w)).get(),
-               grid_ref(th64, h, w)) <= TOL[dtype]  # fmt: skip
+    assert (
+        err(dnn_spatialtf_grid(tt.transpose(2, 0, 1), (n, 1, h, w)).get(), grid_ref(th64, h, w))
+        <= TOL[dtype]
+    )
     dgt = pycudnn.to_device(np.ascontiguousarray(dg64.astype(dtype).transpose(3, 0, 1, 2)))
     got = dnn_spatialtf_grid_grad(dgt.transpose(1, 2, 3, 0)).get()
     assert err(got, grid_grad_ref(dg64)) <= TOL[dtype]

@@ -36,8 +36,14 @@ BLOCK_TORCH = textwrap.dedent(
 
 
 def _child(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, check=False, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        timeout=120,
+    )
 
 
 def test_import_pycudnn_does_not_import_torch():
@@ -162,9 +168,14 @@ def test_convert_swaps_classes_in_place_and_back():
     torch = _torch()
     nn = torch.nn
     model = nn.Sequential(
-        nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Sequential(nn.Conv2d(4, 4, 3), nn.Tanh()), nn.Flatten(), nn.Linear(16, 3),
-    )  # fmt: skip
+        nn.Conv2d(1, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Sequential(nn.Conv2d(4, 4, 3), nn.Tanh()),
+        nn.Flatten(),
+        nn.Linear(16, 3),
+    )
     before = {name: m for name, m in model.named_modules()}
     params = {k: v.data_ptr() for k, v in model.state_dict().items()}
     hook_calls = []
@@ -224,8 +235,9 @@ UNSUPPORTED = [
 ]
 
 
-@pytest.mark.parametrize(("name", "args", "kwargs", "words"), UNSUPPORTED,
-                         ids=[f"{u[0]}-{u[3]}" for u in UNSUPPORTED])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "args", "kwargs", "words"), UNSUPPORTED, ids=[f"{u[0]}-{u[3]}" for u in UNSUPPORTED]
+)
 def test_unsupported_configurations_stay_torch_modules(name, args, kwargs, words):
     pt = _pt()
     nn = _torch().nn
@@ -325,8 +337,15 @@ def test_rnn_flat_weights_is_rnn_weights_from_torch_and_differentiable(cls, mode
     )
 
     m = getattr(torch.nn, cls)(5, 6, 2, **kwargs)
-    lay = canonical_rnn_layout(mode, 5, 6, 2, kwargs.get("bidirectional", False),
-                               kwargs.get("proj_size"), bias=kwargs.get("bias", True))  # fmt: skip
+    lay = canonical_rnn_layout(
+        mode,
+        5,
+        6,
+        2,
+        kwargs.get("bidirectional", False),
+        kwargs.get("proj_size"),
+        bias=kwargs.get("bias", True),
+    )
     flat = pt.rnn_flat_weights(m, lay)
     assert flat.shape == (lay.size,)
     np.testing.assert_array_equal(flat.detach().numpy(), rnn_weights_from_torch(m, lay))

@@ -80,8 +80,9 @@ def _conv_fn(x):
 
 
 @_bound(hl.dnn_conv)
-def fake_conv(img, kerns, border_mode, subsample, dilation, conv_mode, num_groups, out,
-              bias=None, **_):  # fmt: skip
+def fake_conv(
+    img, kerns, border_mode, subsample, dilation, conv_mode, num_groups, out, bias=None, **_
+):
     assert conv_mode == "cross" and img.dim() == 4
     if bias is not None:
         CALLS.append("dnn_conv+bias")
@@ -90,8 +91,9 @@ def fake_conv(img, kerns, border_mode, subsample, dilation, conv_mode, num_group
 
 
 @_bound(hl.dnn_conv3d)
-def fake_conv3d(img, kerns, border_mode, subsample, dilation, conv_mode, num_groups, out,
-                bias=None, **_):  # fmt: skip
+def fake_conv3d(
+    img, kerns, border_mode, subsample, dilation, conv_mode, num_groups, out, bias=None, **_
+):
     assert conv_mode == "cross" and img.dim() == 5
     r = F.conv3d(img, kerns, None, subsample, border_mode, dilation, num_groups)
     return _out(out, r if bias is None else r + _chan(bias, r))
@@ -136,8 +138,19 @@ def fake_pool_grad(img, out, out_grad, ws, stride, mode, pad, img_grad, **_):
 
 
 @_bound(hl.dnn_batch_normalization_train)
-def fake_bn_train(inputs, gamma, beta, mode, epsilon, running_average_factor, running_mean,
-                  running_var, inplace_running, out, **_):  # fmt: skip
+def fake_bn_train(
+    inputs,
+    gamma,
+    beta,
+    mode,
+    epsilon,
+    running_average_factor,
+    running_mean,
+    running_var,
+    inplace_running,
+    out,
+    **_,
+):
     x, dims, f = inputs.to(gamma.dtype), _spatial(inputs), running_average_factor
     assert mode == "spatial" and gamma.dim() == 1
     mean, var = x.mean(dims), x.var(dims, unbiased=False)
@@ -276,12 +289,16 @@ class FakeRNNBlock:
 
     def layout(self, input_size, device=None):
         bi = self.num_directions == 2
-        return canonical_rnn_layout(self.mode, input_size, self.hidden_size, self.num_layers, bi,
-                                    self.proj, bias=self.bias)  # fmt: skip
+        return canonical_rnn_layout(
+            self.mode, input_size, self.hidden_size, self.num_layers, bi, self.proj, bias=self.bias
+        )
 
     def _module(self, w, input_size):
-        kw = {"bias": self.bias, "batch_first": self.batch_first,
-              "bidirectional": self.num_directions == 2}  # fmt: skip
+        kw = {
+            "bias": self.bias,
+            "batch_first": self.batch_first,
+            "bidirectional": self.num_directions == 2,
+        }
         if self.mode == "lstm" and self.proj:
             kw["proj_size"] = self.proj
         if self.mode.startswith("rnn_"):
@@ -298,8 +315,9 @@ class FakeRNNBlock:
         w, x, hx, cx = a["w"], a["x"], a.get("hx"), a.get("cx")
         training, out = a.get("training", False), a["out"]
         m, lay = self._module(w, x.shape[-1])
-        leaves = [t.detach().double().requires_grad_() if t is not None else None
-                  for t in (x, hx, cx)]  # fmt: skip
+        leaves = [
+            t.detach().double().requires_grad_() if t is not None else None for t in (x, hx, cx)
+        ]
         with torch.enable_grad():
             state = None
             if leaves[1] is not None:
@@ -310,9 +328,14 @@ class FakeRNNBlock:
             o.copy_(r.detach())
         self.applies += 1
         if training:
-            self.reserve = {"x": x.clone(), "w": w.detach().clone(), "outs": (y, hy, cy),
-                            "leaves": leaves, "params": list(m.named_parameters()),
-                            "lay": lay}  # fmt: skip
+            self.reserve = {
+                "x": x.clone(),
+                "w": w.detach().clone(),
+                "outs": (y, hy, cy),
+                "leaves": leaves,
+                "params": list(m.named_parameters()),
+                "lay": lay,
+            }
         return out
 
     def backward(self, *args, **kwargs):
@@ -413,23 +436,51 @@ def _compare(ref, x, *, rtol=1e-9, atol=1e-9, inplace_input=False, expect=()):
 
 
 MODULES = [
-    ("conv1d", lambda: nn.Conv1d(3, 4, 3, stride=2, padding=1, dilation=2), (2, 3, 11),
-     ("dnn_conv", "dnn_gradinput", "dnn_gradweight")),
-    ("conv2d", lambda: nn.Conv2d(4, 6, 3, stride=2, padding="valid", groups=2), (2, 4, 9, 9),
-     ("dnn_conv", "dnn_gradinput", "dnn_gradweight")
-     + (("dnn_conv+bias",) if conv.FUSED_BIAS else ())),
-    ("conv2d-same", lambda: nn.Conv2d(3, 5, (3, 1), padding="same", dilation=(2, 1), bias=False),
-     (2, 3, 8, 7), ("dnn_conv",)),
-    ("conv3d", lambda: nn.Conv3d(2, 4, 3, stride=(1, 2, 2), padding=1), (2, 2, 5, 6, 6),
-     ("dnn_conv3d", "dnn_gradinput3d", "dnn_gradweight3d")),
-    ("maxpool2d", lambda: nn.MaxPool2d(3, stride=2, padding=1), (2, 3, 9, 9),
-     ("dnn_pool", "dnn_pool_grad")),
+    (
+        "conv1d",
+        lambda: nn.Conv1d(3, 4, 3, stride=2, padding=1, dilation=2),
+        (2, 3, 11),
+        ("dnn_conv", "dnn_gradinput", "dnn_gradweight"),
+    ),
+    (
+        "conv2d",
+        lambda: nn.Conv2d(4, 6, 3, stride=2, padding="valid", groups=2),
+        (2, 4, 9, 9),
+        ("dnn_conv", "dnn_gradinput", "dnn_gradweight")
+        + (("dnn_conv+bias",) if conv.FUSED_BIAS else ()),
+    ),
+    (
+        "conv2d-same",
+        lambda: nn.Conv2d(3, 5, (3, 1), padding="same", dilation=(2, 1), bias=False),
+        (2, 3, 8, 7),
+        ("dnn_conv",),
+    ),
+    (
+        "conv3d",
+        lambda: nn.Conv3d(2, 4, 3, stride=(1, 2, 2), padding=1),
+        (2, 2, 5, 6, 6),
+        ("dnn_conv3d", "dnn_gradinput3d", "dnn_gradweight3d"),
+    ),
+    (
+        "maxpool2d",
+        lambda: nn.MaxPool2d(3, stride=2, padding=1),
+        (2, 3, 9, 9),
+        ("dnn_pool", "dnn_pool_grad"),
+    ),
     ("maxpool3d", lambda: nn.MaxPool3d(2), (2, 2, 4, 4, 4), ("dnn_pool",)),
-    ("avgpool2d", lambda: nn.AvgPool2d(3, padding=1, count_include_pad=False), (2, 3, 9, 9),
-     ("dnn_pool",)),
+    (
+        "avgpool2d",
+        lambda: nn.AvgPool2d(3, padding=1, count_include_pad=False),
+        (2, 3, 9, 9),
+        ("dnn_pool",),
+    ),
     ("avgpool3d", lambda: nn.AvgPool3d(2, stride=1), (1, 2, 4, 4, 4), ("dnn_pool",)),
-    ("bn1d", lambda: nn.BatchNorm1d(5, momentum=None), (8, 5),
-     ("dnn_batch_normalization_train", "dnn_batch_normalization_grad")),
+    (
+        "bn1d",
+        lambda: nn.BatchNorm1d(5, momentum=None),
+        (8, 5),
+        ("dnn_batch_normalization_train", "dnn_batch_normalization_grad"),
+    ),
     ("bn2d", lambda: nn.BatchNorm2d(5), (4, 5, 3, 3), ("dnn_batch_normalization_train",)),
     ("bn2d-noaffine", lambda: nn.BatchNorm2d(5, affine=False), (4, 5, 3, 3), ()),
     ("bn3d-nostats", lambda: nn.BatchNorm3d(2, track_running_stats=False), (2, 2, 2, 3, 3), ()),
@@ -443,17 +494,22 @@ MODULES = [
     ("relu6", lambda: nn.ReLU6(), (3, 8), ("dnn_activation",)),
     ("softmax", lambda: nn.Softmax(1), (3, 7), ("dnn_softmax", "dnn_softmax_grad")),
     ("logsoftmax", lambda: nn.LogSoftmax(1), (2, 4, 3, 3), ("dnn_softmax",)),
-    ("lrn", lambda: nn.LocalResponseNorm(3, 0.1, 0.75, 1.5), (2, 5, 3, 3),
-     ("dnn_lrn", "dnn_lrn_grad")),
-]  # fmt: skip
+    (
+        "lrn",
+        lambda: nn.LocalResponseNorm(3, 0.1, 0.75, 1.5),
+        (2, 5, 3, 3),
+        ("dnn_lrn", "dnn_lrn_grad"),
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "make", "shape", "expect"), MODULES, ids=[m[0] for m in MODULES])
 def test_module_through_the_real_signatures(name, make, shape, expect):
     torch.manual_seed(0)
     x = torch.randn(shape) * 4 if name in ("hardtanh", "relu6") else torch.randn(shape)
-    _compare(make(), x, inplace_input="inplace" in name or name in ("elu", "hardtanh"),
-             expect=expect)  # fmt: skip
+    _compare(
+        make(), x, inplace_input="inplace" in name or name in ("elu", "hardtanh"), expect=expect
+    )
 
 
 @pytest.mark.parametrize("eval_first", [False, True])
@@ -466,8 +522,11 @@ def test_batchnorm_eval_and_running_statistics(eval_first):
     if eval_first:
         ref.running_var.fill_(2.0)
         ref.eval()
-    _compare(ref, torch.randn(4, 3, 2, 2) * 2 + 1,
-             expect=("dnn_batch_normalization_test",) if eval_first else ())  # fmt: skip
+    _compare(
+        ref,
+        torch.randn(4, 3, 2, 2) * 2 + 1,
+        expect=("dnn_batch_normalization_test",) if eval_first else (),
+    )
 
 
 def test_batchnorm_half_parameters_are_cast_and_copied_back():
@@ -478,8 +537,9 @@ def test_batchnorm_half_parameters_are_cast_and_copied_back():
     ref = nn.BatchNorm2d(3)
     for _ in range(2):
         x = torch.randn(4, 3, 2, 2) * 2 + 1
-        torch.testing.assert_close(mine(x.half()).float(), ref(x.half().float()), rtol=1e-2,
-                                   atol=1e-2)  # fmt: skip
+        torch.testing.assert_close(
+            mine(x.half()).float(), ref(x.half().float()), rtol=1e-2, atol=1e-2
+        )
     assert mine.running_mean.dtype == torch.float16 and mine.num_batches_tracked.item() == 2
     torch.testing.assert_close(mine.running_mean.float(), ref.running_mean, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(mine.running_var.float(), ref.running_var, rtol=1e-3, atol=1e-3)
@@ -503,11 +563,14 @@ def test_dropout_keeps_a_mask_per_pending_backward_and_reuses_states():
 
 RNNS = [
     ("lstm", lambda: nn.LSTM(3, 4, 2), True),
-    ("lstm-proj-bi-bf", lambda: nn.LSTM(3, 4, proj_size=2, bidirectional=True, batch_first=True),
-     True),
+    (
+        "lstm-proj-bi-bf",
+        lambda: nn.LSTM(3, 4, proj_size=2, bidirectional=True, batch_first=True),
+        True,
+    ),
     ("gru", lambda: nn.GRU(3, 4, bias=False), False),
     ("rnn", lambda: nn.RNN(3, 4, 2, nonlinearity="relu"), True),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "make", "with_state"), RNNS, ids=[r[0] for r in RNNS])
@@ -584,9 +647,11 @@ def test_rnn_unbatched_and_no_grad():
 
 def test_gradcheck_through_the_fakes():
     torch.manual_seed(0)
-    for make, shape in ((lambda: nn.Conv2d(2, 2, 3, padding=1), (1, 2, 3, 3)),
-                        (lambda: nn.BatchNorm2d(2), (3, 2, 2, 2)),
-                        (lambda: nn.LSTM(2, 2), (3, 1, 2))):  # fmt: skip
+    for make, shape in (
+        (lambda: nn.Conv2d(2, 2, 3, padding=1), (1, 2, 3, 3)),
+        (lambda: nn.BatchNorm2d(2), (3, 2, 2, 2)),
+        (lambda: nn.LSTM(2, 2), (3, 1, 2)),
+    ):
         mine = pt.convert(make().double())
         names = [n for n, _ in mine.named_parameters()]
         params = [p.detach().clone().requires_grad_() for p in mine.parameters()]

@@ -118,15 +118,19 @@ CONVS = [
     ("conv1d", lambda: nn.Conv1d(3, 4, 3, stride=2, padding=1, dilation=2), (2, 3, 11)),
     ("conv1d-groups", lambda: nn.Conv1d(4, 6, 3, padding="same", groups=2, bias=False), (2, 4, 9)),
     ("conv2d", lambda: nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2), (2, 4, 9, 9)),
-    ("conv2d-dil-same", lambda: nn.Conv2d(3, 5, (3, 1), padding="same", dilation=(2, 1)),
-     (2, 3, 8, 7)),
+    (
+        "conv2d-dil-same",
+        lambda: nn.Conv2d(3, 5, (3, 1), padding="same", dilation=(2, 1)),
+        (2, 3, 8, 7),
+    ),
     ("conv2d-depthwise", lambda: nn.Conv2d(4, 4, 3, padding=1, groups=4), (2, 4, 6, 6)),
     ("conv3d", lambda: nn.Conv3d(2, 4, 3, stride=(1, 2, 2), padding=1), (2, 2, 5, 6, 6)),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64],
-                         ids=["fp32", "fp16", "fp64"])  # fmt: skip
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.float64], ids=["fp32", "fp16", "fp64"]
+)
 @pytest.mark.parametrize(("name", "make", "shape"), CONVS, ids=[c[0] for c in CONVS])
 def test_conv_matches_torch(name, make, shape, dtype):
     torch.manual_seed(0)
@@ -161,10 +165,13 @@ POOLS = [
     ("max2d-default-stride", lambda: nn.MaxPool2d(2), (2, 3, 8, 8)),
     ("max3d", lambda: nn.MaxPool3d(2), (2, 2, 4, 4, 4)),
     ("avg2d-inc", lambda: nn.AvgPool2d(3, stride=2, padding=1), (2, 3, 9, 9)),
-    ("avg2d-exc", lambda: nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=False),
-     (2, 3, 7, 7)),
+    (
+        "avg2d-exc",
+        lambda: nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=False),
+        (2, 3, 7, 7),
+    ),
     ("avg3d", lambda: nn.AvgPool3d(2, stride=1), (2, 2, 4, 4, 4)),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -200,8 +207,11 @@ def test_batchnorm_two_steps_and_half_precision():
     """Running statistics over two training steps, then eval; float16 data with float32
     parameters (cuDNN's rule) and with float16 parameters (cast by the adapter)."""
     torch.manual_seed(0)
-    for data, params in ((torch.float32, torch.float32), (torch.float16, torch.float32),
-                         (torch.float16, torch.float16)):  # fmt: skip
+    for data, params in (
+        (torch.float32, torch.float32),
+        (torch.float16, torch.float32),
+        (torch.float16, torch.float16),
+    ):
         ref = nn.BatchNorm2d(6, momentum=0.2).to(DEV, params)
         mine = _twin(ref)
         for _ in range(2):
@@ -231,8 +241,9 @@ ACTS = [
 ]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64],
-                         ids=["fp32", "fp16", "fp64"])  # fmt: skip
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.float64], ids=["fp32", "fp16", "fp64"]
+)
 @pytest.mark.parametrize("shape", [(4, 8), (2, 8, 5, 5)], ids=["2d", "4d"])
 @pytest.mark.parametrize(("name", "make"), ACTS, ids=[a[0] for a in ACTS])
 def test_activation_softmax_lrn_match_torch(name, make, shape, dtype):
@@ -323,8 +334,7 @@ def test_rnn_matches_torch(name, make, with_state, dtype):
         loss = (y * torch.linspace(-1, 1, y.numel(), device=DEV, dtype=dtype).view(y.shape)).sum()
         loss = loss + hy.square().sum() + (cy.sum() if cy is not None else 0)
         loss.backward()
-        outs[tag] = (y, hy, cy, xi.grad, [s.grad for s in st],
-                     [p.grad for p in m.parameters()])  # fmt: skip
+        outs[tag] = (y, hy, cy, xi.grad, [s.grad for s in st], [p.grad for p in m.parameters()])
     r, g = outs["ref"], outs["mine"]
     for i, what in enumerate(("y", "hy", "cy", "dx")):
         if r[i] is not None:
@@ -364,8 +374,11 @@ GRADCHECK = [
     ("conv2d-dil", lambda: nn.Conv2d(2, 2, 2, dilation=2, bias=False), (1, 2, 5, 5)),
     ("conv3d", lambda: nn.Conv3d(1, 2, 2, padding=1), (1, 1, 3, 3, 3)),
     ("maxpool2d", lambda: nn.MaxPool2d(2, stride=1, padding=1), (1, 2, 4, 4)),
-    ("avgpool2d", lambda: nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False),
-     (1, 2, 5, 5)),
+    (
+        "avgpool2d",
+        lambda: nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False),
+        (1, 2, 5, 5),
+    ),
     ("avgpool3d", lambda: nn.AvgPool3d(2), (1, 1, 4, 4, 4)),
     ("bn2d", lambda: nn.BatchNorm2d(3), (3, 3, 2, 2)),
     ("bn1d", lambda: nn.BatchNorm1d(3), (5, 3)),
@@ -380,7 +393,7 @@ GRADCHECK = [
     ("lstm", lambda: nn.LSTM(3, 2), (4, 2, 3)),
     ("gru", lambda: nn.GRU(3, 2, bidirectional=True), (3, 2, 3)),
     ("rnn", lambda: nn.RNN(3, 2), (3, 2, 3)),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "make", "shape"), GRADCHECK, ids=[g[0] for g in GRADCHECK])
@@ -409,10 +422,17 @@ def test_gradcheck_float64(name, make, shape):
 # ==================================================================================================
 def _small_cnn(classes=10):
     return nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 2 * 2, classes),
-    )  # fmt: skip
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 2 * 2, classes),
+    )
 
 
 def test_runs_on_torchs_current_stream():
@@ -536,8 +556,9 @@ class _LSTMClassifier(nn.Module):
 def _train(model, data, steps, make_opt, image):
     x, y, train, test = data
     g = torch.Generator().manual_seed(1)
-    batches = [train[torch.randint(0, len(train), (64,), generator=g).to(DEV)]
-               for _ in range(steps)]  # fmt: skip
+    batches = [
+        train[torch.randint(0, len(train), (64,), generator=g).to(DEV)] for _ in range(steps)
+    ]
     opt = make_opt(model.parameters())
     losses = []
     model.train()
@@ -605,11 +626,20 @@ BF16_NHWC = [
     ("bn2d", lambda: nn.BatchNorm2d(32)),
     ("relu-inplace", lambda: nn.ReLU(inplace=True)),
     ("maxpool", lambda: nn.MaxPool2d(3, 2, 1)),
-    ("bottleneck", lambda: nn.Sequential(
-        nn.Conv2d(32, 16, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
-        nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
-        nn.Conv2d(16, 32, 1, bias=False), nn.BatchNorm2d(32))),
-]  # fmt: skip
+    (
+        "bottleneck",
+        lambda: nn.Sequential(
+            nn.Conv2d(32, 16, 1, bias=False),
+            nn.BatchNorm2d(16),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(16, 16, 3, padding=1, bias=False),
+            nn.BatchNorm2d(16),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(16, 32, 1, bias=False),
+            nn.BatchNorm2d(32),
+        ),
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "make"), BF16_NHWC, ids=[b[0] for b in BF16_NHWC])

@@ -141,8 +141,11 @@ def _qkv(batch, hq, hk, sq, skv, d, layout, dtype):
 
 
 @pytest.mark.parametrize("dt", list(HALF), ids=list(HALF))
-@pytest.mark.parametrize(("name", "batch", "hq", "hk", "sq", "skv", "d", "causal", "layout"),
-                         SDPA_CASES, ids=[c[0] for c in SDPA_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "batch", "hq", "hk", "sq", "skv", "d", "causal", "layout"),
+    SDPA_CASES,
+    ids=[c[0] for c in SDPA_CASES],
+)
 def test_sdpa_matches_torch_math_float32(name, batch, hq, hk, sq, skv, d, causal, layout, dt):
     dtype = HALF[dt]
     torch.manual_seed(0)
@@ -152,16 +155,20 @@ def test_sdpa_matches_torch_math_float32(name, batch, hq, hk, sq, skv, d, causal
     if layout == "bshd":  # the output laid out as the inputs: a (B, S, H, D) tensor's view
         assert out.transpose(-3, -2).is_contiguous(), out.stride()
     dout = torch.randn_like(out)
-    grads = [g.transpose(-3, -2) if layout == "bshd" else g
-             for g in torch.autograd.grad(out, leaves, dout)]  # fmt: skip
+    grads = [
+        g.transpose(-3, -2) if layout == "bshd" else g
+        for g in torch.autograd.grad(out, leaves, dout)
+    ]
     want, want_grads = _reference(q, k, v, causal, dout)
     tout, tgrads = _torch_half(q, k, v, causal, dout)
     tol_f, tol_b = SDPA_TOL[dtype]
     errs = {"out": (_rel_l2(out, want), _rel_l2(tout, want), tol_f)}
     for n, g, w, t in zip(("dq", "dk", "dv"), grads, want_grads, tgrads, strict=True):
         errs[n] = (_rel_l2(g, w), _rel_l2(t, w), tol_b)
-    print(f"\nSDPA {name} {dt}: " + ", ".join(f"{n} {e:.1e} (torch {te:.1e})"
-                                             for n, (e, te, _t) in errs.items()))  # fmt: skip
+    print(
+        f"\nSDPA {name} {dt}: "
+        + ", ".join(f"{n} {e:.1e} (torch {te:.1e})" for n, (e, te, _t) in errs.items())
+    )
     bad = {n: e for n, (e, te, tol) in errs.items() if not e <= max(tol, 2 * te)}
     assert not bad, bad
     with torch.no_grad():  # cuDNN's inference variant: the same output (to a last-bit flip)
@@ -201,8 +208,9 @@ def test_sdpa_leaves_what_cudnn_cannot_run_to_torch():
 def test_sdpa_dropout_seeded_scaled_and_the_backward_uses_the_forwards_mask():
     torch.manual_seed(0)
     dtype, p = torch.float16, 0.3
-    q, k, v = (torch.randn(2, 4, 128, 64, device=DEV, dtype=dtype).requires_grad_()
-               for _ in range(3))  # fmt: skip
+    q, k, v = (
+        torch.randn(2, 4, 128, 64, device=DEV, dtype=dtype).requires_grad_() for _ in range(3)
+    )
     torch.manual_seed(5)
     o1 = pt.scaled_dot_product_attention(q, k, v, dropout_p=p)
     torch.manual_seed(5)
@@ -253,7 +261,7 @@ NORMS = [
     ("rms", lambda: nn.RMSNorm(256), (4, 32, 256)),
     ("rms-eps", lambda: nn.RMSNorm(256, eps=1e-6), (4, 32, 256)),
     ("rms-no-affine", lambda: nn.RMSNorm(256, elementwise_affine=False), (64, 256)),
-]  # fmt: skip
+]
 NORM_DTYPES = {
     "fp32": (torch.float32, torch.float32),
     "bf16": (torch.bfloat16, torch.bfloat16),
@@ -302,20 +310,24 @@ def test_norm_twins_match_torch(name, make, shape, dts):
         assert ym.dtype == yt.dtype and ym.shape == yt.shape
     names = ["y", "dx"] + [f"d{n}" for n, _ in ref.named_parameters()]
     if xdt == torch.float32:
-        errs = {n: (_rel_l2(a, b), 0.0) for n, a, b in zip(names, [ym, *gm], [yt, *gt],
-                                                             strict=True)}  # fmt: skip
+        errs = {
+            n: (_rel_l2(a, b), 0.0) for n, a, b in zip(names, [ym, *gm], [yt, *gt], strict=True)
+        }
         tol = 1e-4
     else:  # both against torch in float32 (eps as the half-precision module has it)
         r32 = copy.deepcopy(ref32)
         if getattr(r32, "eps", 0) is None:
             r32.eps = torch.finfo(xdt).eps
         y32, g32 = _norm_run(r32, x.float(), dy)
-        errs = {n: (_rel_l2(a, w), _rel_l2(b, w) if torch_ran else 0.0)
-                for n, a, b, w in zip(names, [ym, *gm], [yt, *gt], [y32, *g32],
-                                      strict=True)}  # fmt: skip
+        errs = {
+            n: (_rel_l2(a, w), _rel_l2(b, w) if torch_ran else 0.0)
+            for n, a, b, w in zip(names, [ym, *gm], [yt, *gt], [y32, *g32], strict=True)
+        }
         tol = 1e-2
-    print(f"\nNORM {name} {dts}: " + ", ".join(f"{n} {e:.1e} (torch {t:.1e})"
-                                              for n, (e, t) in errs.items()))  # fmt: skip
+    print(
+        f"\nNORM {name} {dts}: "
+        + ", ".join(f"{n} {e:.1e} (torch {t:.1e})" for n, (e, t) in errs.items())
+    )
     bad = {n: e for n, (e, t) in errs.items() if not e <= max(tol, 2 * t)}
     assert not bad, bad
     with torch.no_grad():  # cuDNN's inference phase: the same output (to a last-bit flip)
@@ -373,8 +385,9 @@ class _Block(nn.Module):
         self.qkv = nn.Linear(WIDTH, 3 * WIDTH)
         self.proj = nn.Linear(WIDTH, WIDTH)
         self.ln2 = nn.LayerNorm(WIDTH)
-        self.mlp = nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(),
-                                 nn.Linear(4 * WIDTH, WIDTH))  # fmt: skip
+        self.mlp = nn.Sequential(
+            nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH)
+        )
 
     def forward(self, x):
         b, s, w = x.shape

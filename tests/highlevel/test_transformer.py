@@ -53,8 +53,9 @@ def _raises(exc, fragments, fn, *args, **kwargs):
 # dnn_matmul
 # ==================================================================================================
 def _mm(a=None, b=None, **kw):
-    return pycudnn.dnn_matmul(Fake((4, 5)) if a is None else a, Fake((5, 7)) if b is None else b,
-                              **kw)  # fmt: skip
+    return pycudnn.dnn_matmul(
+        Fake((4, 5)) if a is None else a, Fake((5, 7)) if b is None else b, **kw
+    )
 
 
 MATMUL_BAD = [
@@ -188,8 +189,9 @@ def test_norm_forward_rejects_before_any_c_call(guarded, kwargs, exc, fragment, 
     if not rms and "out" in kwargs:
         kwargs = {**kwargs, "beta": Fake((64,))}
     # a host array is refused while the call is keyed, by a message of its own
-    _raises(exc, fragment if fragment == "host" else (func, fragment), _rms if rms else _ln,
-            **kwargs)  # fmt: skip
+    _raises(
+        exc, fragment if fragment == "host" else (func, fragment), _rms if rms else _ln, **kwargs
+    )
 
 
 def test_norm_normalized_shape_of_the_wrong_type_is_a_type_error(guarded):
@@ -201,8 +203,12 @@ def test_norm_normalized_shape_type_error_names_the_argument(guarded):
     _raises(TypeError, ("dnn_layer_norm", "normalized_shape"), _ln, ns=64.0)
 
 
-@pytest.mark.xfail(reason="without gamma/beta the cached stand-ins are allocated (a C call) "
-                   "before out= is validated", raises=CCall, strict=False)  # fmt: skip
+@pytest.mark.xfail(
+    reason="without gamma/beta the cached stand-ins are allocated (a C call) "
+    "before out= is validated",
+    raises=CCall,
+    strict=False,
+)
 def test_norm_out_is_validated_before_the_stand_in_gamma_is_allocated(guarded):
     _raises(ValueError, "out has shape", _ln, out=Fake((4, 6, 63)))
 
@@ -244,14 +250,23 @@ STAT = (4, 6, 1)
 
 def _ln_grad(dy=None, x=None, mean="ok", inv=None, ns=64, gamma=None):
     return pycudnn.dnn_layer_norm_grad(
-        Fake(X) if dy is None else dy, Fake(X) if x is None else x,
-        Fake(STAT) if mean == "ok" else mean, Fake(STAT) if inv is None else inv, ns, gamma,
-    )  # fmt: skip
+        Fake(X) if dy is None else dy,
+        Fake(X) if x is None else x,
+        Fake(STAT) if mean == "ok" else mean,
+        Fake(STAT) if inv is None else inv,
+        ns,
+        gamma,
+    )
 
 
 def _rms_grad(dy=None, x=None, mean=None, inv=None, ns=64, gamma=None):
-    return pycudnn.dnn_rms_norm_grad(Fake(X) if dy is None else dy, Fake(X) if x is None else x,
-                                     Fake(STAT) if inv is None else inv, ns, gamma)  # fmt: skip
+    return pycudnn.dnn_rms_norm_grad(
+        Fake(X) if dy is None else dy,
+        Fake(X) if x is None else x,
+        Fake(STAT) if inv is None else inv,
+        ns,
+        gamma,
+    )
 
 
 NORM_GRAD_BAD = [
@@ -284,14 +299,21 @@ def test_norm_backward_rejects_before_any_c_call(guarded, kwargs, exc, fragment,
 def test_layer_norm_grad_mean_checks(guarded):
     _raises(TypeError, ("dnn_layer_norm_grad", "mean is required"), _ln_grad, mean=None)
     _raises(TypeError, "mean must be float32", _ln_grad, mean=Fake(STAT, BF16))
-    _raises(ValueError, "mean must be a contiguous float32 array of shape (4, 6, 1)", _ln_grad,
-            mean=Fake((4, 6, 2)))  # fmt: skip
+    _raises(
+        ValueError,
+        "mean must be a contiguous float32 array of shape (4, 6, 1)",
+        _ln_grad,
+        mean=Fake((4, 6, 2)),
+    )
 
 
 @pytest.mark.parametrize("rms", [False, True], ids=["layer", "rms"])
 def test_norm_backward_valid_calls_reach_the_graph(guarded, rms):
-    for kw in ({}, dict(gamma=Fake((64,))), dict(ns=(6, 64), inv=Fake((4, 1, 1)),
-                                                 mean=Fake((4, 1, 1)))):  # fmt: skip
+    for kw in (
+        {},
+        dict(gamma=Fake((64,))),
+        dict(ns=(6, 64), inv=Fake((4, 1, 1)), mean=Fake((4, 1, 1))),
+    ):
         if rms:
             kw.pop("mean", None)
         with pytest.raises(CCall):
@@ -309,8 +331,9 @@ def q4(b=B, h=H, s=S, d=D, dt=BF16, **kw):
 
 
 def _sdpa(q=None, k=None, v=None, **kw):
-    return pycudnn.dnn_sdpa(q4() if q is None else q, q4() if k is None else k,
-                            q4() if v is None else v, **kw)  # fmt: skip
+    return pycudnn.dnn_sdpa(
+        q4() if q is None else q, q4() if k is None else k, q4() if v is None else v, **kw
+    )
 
 
 def lens(n=B, dt=I32, **kw):
@@ -436,9 +459,14 @@ def test_sdpa_valid_calls_reach_the_graph(guarded, kwargs):
 def _grad(q=None, k=None, v=None, out=None, dout=None, stats=None, **kw):
     q = q4() if q is None else q
     return pycudnn.dnn_sdpa_grad(
-        q, q4() if k is None else k, q4() if v is None else v, q4() if out is None else out,
-        q4() if dout is None else dout, Fake((B, H, S, 1), F32) if stats is None else stats, **kw,
-    )  # fmt: skip
+        q,
+        q4() if k is None else k,
+        q4() if v is None else v,
+        q4() if out is None else out,
+        q4() if dout is None else dout,
+        Fake((B, H, S, 1), F32) if stats is None else stats,
+        **kw,
+    )
 
 
 SDPA_GRAD_BAD = [
@@ -523,8 +551,12 @@ def captured(no_c, monkeypatch):
 
 def test_matmul_graph(captured):
     with pytest.raises(CCall):
-        pycudnn.dnn_matmul(Fake((3, 4, 5), F16), Fake((5, 7), F16, strides=(1, 5)),
-                           bias=Fake((7,), F16), activation="relu")  # fmt: skip
+        pycudnn.dnn_matmul(
+            Fake((3, 4, 5), F16),
+            Fake((5, 7), F16, strides=(1, 5)),
+            bias=Fake((7,), F16),
+            activation="relu",
+        )
     func, g, allocs, what, _stage = captured[-1]
     assert func == "dnn_matmul" and what == "a float16 matmul (3, 4, 5) @ (5, 7) + bias, relu"
     key = g.key(device=0)
@@ -554,24 +586,37 @@ def test_norm_graph_rows(rms):
 def test_sdpa_graph_layouts(captured):
     q = Fake((B, H, S, D), F16, strides=(S * H * D, D, H * D, 1))  # (B, S, H, D) memory
     with pytest.raises(CCall):
-        pycudnn.dnn_sdpa(q, q4(dt=F16, h=2), q4(dt=F16, h=2), is_causal=True, training=True,
-                         seq_lens_q=lens(), seq_lens_kv=lens())  # fmt: skip
+        pycudnn.dnn_sdpa(
+            q,
+            q4(dt=F16, h=2),
+            q4(dt=F16, h=2),
+            is_causal=True,
+            training=True,
+            seq_lens_q=lens(),
+            seq_lens_kv=lens(),
+        )
     _func, g, allocs, what, stage = captured[-1]
     assert stage is None and "causal, padding mask, training" in what
     o, stats = allocs
     assert o.element_strides == q.strides and stats.shape == (B, H, S, 1)
     key = g.key(device=0)
     assert next(t for t in key.tensors if t.data_type == int(I32) and not t.is_virtual).dim == (
-        B, 1, 1, 1)  # fmt: skip
+        B,
+        1,
+        1,
+        1,
+    )
     with pytest.raises(CCall):
-        pycudnn.dnn_sdpa_grad(q4(), q4(), q4(), q4(), q4(), Fake((B, H, S, 1), F32),
-                              deterministic=True)  # fmt: skip
+        pycudnn.dnn_sdpa_grad(
+            q4(), q4(), q4(), q4(), q4(), Fake((B, H, S, 1), F32), deterministic=True
+        )
     _func, g, allocs, what, stage = captured[-1]
     key = g.key(device=0)
     assert len(key.scratch) == 1 and [a.shape for a in allocs] == [(B, H, S, D)] * 3
     with pytest.raises(CCall):
-        pycudnn.dnn_sdpa_grad(q4(), q4(), q4(), q4(), q4(), Fake((B, H, S, 1), F32),
-                              deterministic=False)  # fmt: skip
+        pycudnn.dnn_sdpa_grad(
+            q4(), q4(), q4(), q4(), q4(), Fake((B, H, S, 1), F32), deterministic=False
+        )
     assert len(captured[-1][1].key(device=0).scratch) == 2
 
 
@@ -603,26 +648,35 @@ def test_norm_references_by_finite_differences(nn):
     np.testing.assert_allclose(mean, x.mean(axes, keepdims=True))
     np.testing.assert_allclose(y, (x - mean) / np.sqrt(x.var(axes, keepdims=True) + 1e-3) * gm + bt)
     dx, dg, db = layer_norm_grad_ref(dy, x, nn, gm, 1e-3)
-    np.testing.assert_allclose(dx, _fd(lambda v: layer_norm_ref(v, nn, gm, bt, 1e-3)[0], x, dy),
-                               rtol=1e-6, atol=1e-8)  # fmt: skip
-    np.testing.assert_allclose(dg, _fd(lambda v: layer_norm_ref(x, nn, v, bt, 1e-3)[0], gm, dy),
-                               rtol=1e-6, atol=1e-8)  # fmt: skip
-    np.testing.assert_allclose(db, _fd(lambda v: layer_norm_ref(x, nn, gm, v, 1e-3)[0], bt, dy),
-                               rtol=1e-6, atol=1e-8)  # fmt: skip
+    np.testing.assert_allclose(
+        dx, _fd(lambda v: layer_norm_ref(v, nn, gm, bt, 1e-3)[0], x, dy), rtol=1e-6, atol=1e-8
+    )
+    np.testing.assert_allclose(
+        dg, _fd(lambda v: layer_norm_ref(x, nn, v, bt, 1e-3)[0], gm, dy), rtol=1e-6, atol=1e-8
+    )
+    np.testing.assert_allclose(
+        db, _fd(lambda v: layer_norm_ref(x, nn, gm, v, 1e-3)[0], bt, dy), rtol=1e-6, atol=1e-8
+    )
     y, _inv = rms_norm_ref(x, nn, gm, 1e-3)
     np.testing.assert_allclose(y, x / np.sqrt((x * x).mean(axes, keepdims=True) + 1e-3) * gm)
     dx, dg = rms_norm_grad_ref(dy, x, nn, gm, 1e-3)
-    np.testing.assert_allclose(dx, _fd(lambda v: rms_norm_ref(v, nn, gm, 1e-3)[0], x, dy),
-                               rtol=1e-6, atol=1e-8)  # fmt: skip
-    np.testing.assert_allclose(dg, _fd(lambda v: rms_norm_ref(x, nn, v, 1e-3)[0], gm, dy),
-                               rtol=1e-6, atol=1e-8)  # fmt: skip
+    np.testing.assert_allclose(
+        dx, _fd(lambda v: rms_norm_ref(v, nn, gm, 1e-3)[0], x, dy), rtol=1e-6, atol=1e-8
+    )
+    np.testing.assert_allclose(
+        dg, _fd(lambda v: rms_norm_ref(x, nn, v, 1e-3)[0], gm, dy), rtol=1e-6, atol=1e-8
+    )
 
 
 @pytest.mark.parametrize(
     ("hk", "causal", "lens", "dropout"),
-    [(2, False, None, False), (1, True, None, False), (2, True, ([3, 2], [4, 1]), False),
-     (2, False, ([2, 3], [3, 4]), True)],
-)  # fmt: skip
+    [
+        (2, False, None, False),
+        (1, True, None, False),
+        (2, True, ([3, 2], [4, 1]), False),
+        (2, False, ([2, 3], [3, 4]), True),
+    ],
+)
 def test_sdpa_reference_by_finite_differences(hk, causal, lens, dropout):
     from references import sdpa_grad_ref, sdpa_ref
 

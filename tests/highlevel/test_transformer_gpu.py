@@ -154,8 +154,18 @@ def test_matmul(dt, sa, sb, store):
     assert max_err(host(out), want) <= tol
 
 
-ACTS = [None, "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "elu", ("elu", 0.5),
-        ("clipped_relu", 0.75)]  # fmt: skip
+ACTS = [
+    None,
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "elu",
+    ("elu", 0.5),
+    ("clipped_relu", 0.75),
+]
 # every activation in bfloat16; a few in float16 and float32 (each is a graph of its own)
 EPILOGUES = (
     [("bf16", a) for a in ACTS]
@@ -377,8 +387,9 @@ def test_sdpa_forward_padding(causal):
     lq, lkv = [128, 70, 5], [128, 64, 100]
     sq_d = pycudnn.to_device(np.array(lq, np.int32))
     skv_d = pycudnn.to_device(np.array(lkv, np.int32))
-    o, stats = pycudnn.dnn_sdpa(q, k, v, is_causal=causal, training=True, seq_lens_q=sq_d,
-                                seq_lens_kv=skv_d)  # fmt: skip
+    o, stats = pycudnn.dnn_sdpa(
+        q, k, v, is_causal=causal, training=True, seq_lens_q=sq_d, seq_lens_kv=skv_d
+    )
     want, lse = sdpa_ref(q64, k64, v64, causal, lens_q=lq, lens_kv=lkv)
     got = np.asarray(o.get(), np.float64)
     g, w = _valid(got, lq), _valid(want, lq)
@@ -429,12 +440,12 @@ def test_sdpa_backward(dt, causal, h, hk, s, d, bshd, det):
     if not det:
         return
     # deterministic: cuDNN's variant without the accumulator, the same values
-    dq3, dk3, dv3 = pycudnn.dnn_sdpa_grad(q, k, v, o, do, stats, is_causal=causal,
-                                          deterministic=True)  # fmt: skip
+    dq3, dk3, dv3 = pycudnn.dnn_sdpa_grad(
+        q, k, v, o, do, stats, is_causal=causal, deterministic=True
+    )
     for got, ref in ((dq3, wq), (dk3, wk), (dv3, wv)):
         assert l2_err(host(got), ref) < ATTN_BWD[dt]
-    dq4, _, _ = pycudnn.dnn_sdpa_grad(q, k, v, o, do, stats, is_causal=causal,
-                                      deterministic=True)  # fmt: skip
+    dq4, _, _ = pycudnn.dnn_sdpa_grad(q, k, v, o, do, stats, is_causal=causal, deterministic=True)
     assert np.array_equal(host(dq4), host(dq3))  # deterministic means bitwise
 
 
@@ -511,8 +522,9 @@ def test_sdpa_dropout(dt):
     errs = [l2_err(host(g), w) for g, w in ((dq, wq), (dk, wk), (dv, wv))]
     record("sdpa dropout bwd", max(errs))
     assert max(errs) < ATTN_BWD[dt], errs
-    dq2, _, _ = pycudnn.dnn_sdpa_grad(q, k, v, o2, do, st2, dropout_p=p, seed=1234,
-                                      deterministic=True)  # fmt: skip
+    dq2, _, _ = pycudnn.dnn_sdpa_grad(
+        q, k, v, o2, do, st2, dropout_p=p, seed=1234, deterministic=True
+    )
     assert l2_err(host(dq2), wq) < ATTN_BWD[dt]
 
 

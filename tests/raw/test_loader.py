@@ -75,8 +75,9 @@ def test_first_call_loads_via_pathfinder_and_records_path():
 
 
 def test_env_override_wins(tmp_path):
-    real = child_json("import json, pycudnn; pycudnn.version(); "
-                      "print(json.dumps(pycudnn.library_info().path))")  # fmt: skip
+    real = child_json(
+        "import json, pycudnn; pycudnn.version(); print(json.dumps(pycudnn.library_info().path))"
+    )
     link = tmp_path / "libcudnn.so.9"
     link.symlink_to(real)
     out = child_json(
@@ -119,8 +120,12 @@ def test_nothing_found_lists_every_place_tried():
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("LibraryNotFoundError")
-    for needle in ("PYCUDNN_LIBRARY: not set", "cuda.pathfinder", "system loader",
-                   "pip install pycudnn[cu12]"):  # fmt: skip
+    for needle in (
+        "PYCUDNN_LIBRARY: not set",
+        "cuda.pathfinder",
+        "system loader",
+        "pip install pycudnn[cu12]",
+    ):
         assert needle in r.stdout, needle
 
 
@@ -173,8 +178,17 @@ def test_python_m_pycudnn_report(flag):
         check=False,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    for needle in ("pycudnn ", "library ", "found via", "runtime ", "headers ", "check       OK",
-                   "sub-libs    graph OK", "cudart ", "CUDA"):  # fmt: skip
+    for needle in (
+        "pycudnn ",
+        "library ",
+        "found via",
+        "runtime ",
+        "headers ",
+        "check       OK",
+        "sub-libs    graph OK",
+        "cudart ",
+        "CUDA",
+    ):
         assert needle in r.stdout, needle
     from conftest import gpu_unavailable_reason
 

@@ -159,8 +159,14 @@ def test_gate_message_names_versions_paths_and_fixes(fakes):
     )
     assert r.returncode == 0, r.stderr
     msg = r.stdout
-    for needle in ("cuDNN 8.9.7", fakes["v8"], "PYCUDNN_LIBRARY", "need cuDNN 9.x", "pip install",
-                   "PYCUDNN_SKIP_VERSION_CHECK=1"):  # fmt: skip
+    for needle in (
+        "cuDNN 8.9.7",
+        fakes["v8"],
+        "PYCUDNN_LIBRARY",
+        "need cuDNN 9.x",
+        "pip install",
+        "PYCUDNN_SKIP_VERSION_CHECK=1",
+    ):
         assert needle in msg, needle
 
 

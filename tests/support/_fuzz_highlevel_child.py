@@ -775,8 +775,10 @@ def pool_problem(draw):
 
 
 def _pool_shape(shape, ws, stride, pad):
-    return (*shape[:2], *((n + 2 * p - w) // s + 1 for n, w, s, p in
-                          zip(shape[2:], ws, stride, pad, strict=True)))  # fmt: skip
+    return (
+        *shape[:2],
+        *((n + 2 * p - w) // s + 1 for n, w, s, p in zip(shape[2:], ws, stride, pad, strict=True)),
+    )
 
 
 @spec("dnn_pool", "pool")
@@ -909,8 +911,13 @@ def gen_bn_train(draw):
 
     def check(res):
         assert len(res) == 5, len(res)
-        for name, got, ref, tdt in zip(("out", "mean", "invstd", "running_mean", "running_var"),
-                                       res, want, (dt, *(PDT[dt],) * 4), strict=True):  # fmt: skip
+        for name, got, ref, tdt in zip(
+            ("out", "mean", "invstd", "running_mean", "running_var"),
+            res,
+            want,
+            (dt, *(PDT[dt],) * 4),
+            strict=True,
+        ):
             g_ = np.asarray(got.get(), np.float64).reshape(ref.shape)
             close(g_, ref, tdt, name, loose=5.0)
 
@@ -987,8 +994,9 @@ def gen_bn_grad(draw):
 
     def check(res):
         assert len(res) == 3, len(res)
-        for name, got, ref, tdt in zip(("dx", "dscale", "dbias"), res, want,
-                                       (dt, PDT[dt], PDT[dt]), strict=True):  # fmt: skip
+        for name, got, ref, tdt in zip(
+            ("dx", "dscale", "dbias"), res, want, (dt, PDT[dt], PDT[dt]), strict=True
+        ):
             g_ = np.asarray(got.get(), np.float64).reshape(ref.shape)
             close(g_, ref, tdt, name, loose=10.0)
 
@@ -1004,8 +1012,11 @@ def gen_bn_grad(draw):
 @st.composite
 def lrn_problem(draw):
     rank = draw(st.sampled_from([4, 4, 3, 5]))
-    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 6)),
-             *(draw(st.integers(1, 4)) for _ in range(rank - 2)))  # fmt: skip
+    shape = (
+        draw(st.integers(1, 2)),
+        draw(st.integers(1, 6)),
+        *(draw(st.integers(1, 4)) for _ in range(rank - 2)),
+    )
     n = draw(st.integers(1, 7))
     alpha = draw(st.sampled_from([1e-4, 0.1, 1.0]))
     beta = draw(st.sampled_from([0.5, 0.75, 1.5]))
@@ -1466,8 +1477,19 @@ def gen_ctc(draw):
     algo = draw(st.sampled_from(["deterministic", "non_deterministic"]))
     reduction = draw(st.sampled_from(["none", "sum", "mean"]))
     kind = draw(st.sampled_from(["valid", "valid", "invalid"]))
-    bads = ["label_c", "label_blank", "ilens_t", "lens_gt_ilens", "lens_count", "labels_i64",
-            "host", "f16", "algo", "reduction", "rank"]  # fmt: skip
+    bads = [
+        "label_c",
+        "label_blank",
+        "ilens_t",
+        "lens_gt_ilens",
+        "lens_count",
+        "labels_i64",
+        "host",
+        "f16",
+        "algo",
+        "reduction",
+        "rank",
+    ]
     bad = draw(st.sampled_from(bads)) if kind == "invalid" else None
     lab, ln, il = labels.copy(), lens.copy(), ilens.copy()
     if bad == "label_c":

@@ -95,9 +95,20 @@ def run(
 
 
 # -- shared strategies -----------------------------------------------------------------------------
-ENUM_MEMBERS = [m for cls in (enums.ActivationMode, enums.TensorFormat, enums.Status,
-                              enums.ConvolutionMode, enums.PoolingMode, enums.BackendAttributeType,
-                              enums.PointwiseMode, enums.DataType) for m in cls]  # fmt: skip
+ENUM_MEMBERS = [
+    m
+    for cls in (
+        enums.ActivationMode,
+        enums.TensorFormat,
+        enums.Status,
+        enums.ConvolutionMode,
+        enums.PoolingMode,
+        enums.BackendAttributeType,
+        enums.PointwiseMode,
+        enums.DataType,
+    )
+    for m in cls
+]
 junk = st.one_of(
     st.none(),
     st.booleans(),
@@ -189,15 +200,27 @@ def fuzz_backend_set(data):
             )
             arg = values if len(values) > 1 or data.draw(st.booleans()) else values[0]
             # (a value of an allowed type may still be refused by cuDNN: invalid=None then)
-            run("BackendDescriptor.set[BACKEND_DESCRIPTOR]", owner.set, attr, atype, arg,
-                invalid=True if bad else None)  # fmt: skip
+            run(
+                "BackendDescriptor.set[BACKEND_DESCRIPTOR]",
+                owner.set,
+                attr,
+                atype,
+                arg,
+                invalid=True if bad else None,
+            )
         else:
             value = data.draw(st.one_of(junk, st.lists(junk, max_size=4)))
             if atype in (T.HANDLE, T.VOID_PTR):
                 # raw addresses are trusted by design (no binding can check them): only objects
                 value = data.draw(st.sampled_from([TensorDescriptor((1, 1, 1)), owner, "x", 1.5]))
-                run(f"BackendDescriptor.set[{atype.name}]", owner.set, attr, atype, value,
-                    invalid=True)  # fmt: skip
+                run(
+                    f"BackendDescriptor.set[{atype.name}]",
+                    owner.set,
+                    attr,
+                    atype,
+                    value,
+                    invalid=True,
+                )
             else:
                 run("BackendDescriptor.set[other]", owner.set, attr, atype, value)
         if data.draw(st.booleans()):
@@ -207,9 +230,15 @@ def fuzz_backend_set(data):
             if a2 in _codec.TAKES or data.draw(st.booleans()):
                 dt = data.draw(st.sampled_from(USABLE_TYPES))
                 bad = int(a2) not in _codec.TAKES or dt not in _codec.TAKES[int(a2)]
-                got = run("BackendDescriptor.get[BACKEND_DESCRIPTOR]", owner.get, a2,
-                          T.BACKEND_DESCRIPTOR, data.draw(st.sampled_from([None, 1, 4])),
-                          descriptor_type=dt, invalid=True if bad else None)  # fmt: skip
+                got = run(
+                    "BackendDescriptor.get[BACKEND_DESCRIPTOR]",
+                    owner.get,
+                    a2,
+                    T.BACKEND_DESCRIPTOR,
+                    data.draw(st.sampled_from([None, 1, 4])),
+                    descriptor_type=dt,
+                    invalid=True if bad else None,
+                )
                 for d in got or ():
                     d.close()
             else:
@@ -233,8 +262,13 @@ def fuzz_backend_graph(data):
     pool: list[Any] = []
 
     def tensor(uid, shape=(1, 8, 4, 4)):
-        t = run("BackendDescriptor.tensor", BackendDescriptor.tensor, shape, uid=uid,
-                finalize=data.draw(st.booleans()) or True)  # fmt: skip
+        t = run(
+            "BackendDescriptor.tensor",
+            BackendDescriptor.tensor,
+            shape,
+            uid=uid,
+            finalize=data.draw(st.booleans()) or True,
+        )
         if t is not None:
             pool.append(t)
         return t
@@ -255,8 +289,14 @@ def fuzz_backend_graph(data):
             victim = data.draw(st.sampled_from(inputs))
             victim.close()
         # the oracle: the thin constructor checks types and closed inputs itself
-        op = run("BackendDescriptor.operation_pointwise", BackendDescriptor.operation_pointwise,
-                 inputs[0], inputs[1], inputs[2], finalize=True)  # fmt: skip
+        op = run(
+            "BackendDescriptor.operation_pointwise",
+            BackendDescriptor.operation_pointwise,
+            inputs[0],
+            inputs[1],
+            inputs[2],
+            finalize=True,
+        )
         if op is None:
             return
         pool.append(op)
@@ -267,9 +307,15 @@ def fuzz_backend_graph(data):
         if g is not None:
             pool.append(g)
             dt = data.draw(st.sampled_from(USABLE_TYPES))
-            got = run("finalized.get[BACKEND_DESCRIPTOR]", op.get, "OPERATION_POINTWISE_XDESC",
-                      "BACKEND_DESCRIPTOR", 1, descriptor_type=dt,
-                      invalid=True if dt != D.TENSOR_DESCRIPTOR else None)  # fmt: skip
+            got = run(
+                "finalized.get[BACKEND_DESCRIPTOR]",
+                op.get,
+                "OPERATION_POINTWISE_XDESC",
+                "BACKEND_DESCRIPTOR",
+                1,
+                descriptor_type=dt,
+                invalid=True if dt != D.TENSOR_DESCRIPTOR else None,
+            )
             for d in got or ():
                 if d.descriptor_type != D.TENSOR_DESCRIPTOR:
                     WRONG.append(f"get returned {d!r}")
@@ -279,8 +325,13 @@ def fuzz_backend_graph(data):
             run("engineheur.set", heur.set, "ENGINEHEUR_OPERATION_GRAPH", "BACKEND_DESCRIPTOR", g)
             run("engineheur.set", heur.set, "ENGINEHEUR_MODE", "HEUR_MODE", "mode_a")
             run("engineheur.finalize", heur.finalize)
-            res = run("engineheur.get", heur.get, "ENGINEHEUR_RESULTS", "BACKEND_DESCRIPTOR",
-                      descriptor_type="enginecfg")  # fmt: skip
+            res = run(
+                "engineheur.get",
+                heur.get,
+                "ENGINEHEUR_RESULTS",
+                "BACKEND_DESCRIPTOR",
+                descriptor_type="enginecfg",
+            )
             for d in res or ():
                 d.close()
     finally:
@@ -324,9 +375,14 @@ def fuzz_backend_engine_chain(data):
             chain.append(d)
         for d in chain[1:]:
             if not d.closed and d.is_finalized:
-                got = run("chain.get", d.get, data.draw(st.sampled_from(list(A))),
-                          data.draw(st.sampled_from(list(T))), data.draw(st.sampled_from([1, 4])),
-                          descriptor_type=data.draw(st.sampled_from(USABLE_TYPES)))  # fmt: skip
+                got = run(
+                    "chain.get",
+                    d.get,
+                    data.draw(st.sampled_from(list(A))),
+                    data.draw(st.sampled_from(list(T))),
+                    data.draw(st.sampled_from([1, 4])),
+                    descriptor_type=data.draw(st.sampled_from(USABLE_TYPES)),
+                )
                 for v in got or ():
                     if isinstance(v, BackendDescriptor):
                         v.close()
@@ -340,9 +396,17 @@ class HasPtr:
     ptr = 0x1234
 
 
-NOT_HANDLES = [TensorDescriptor((1, 2, 3)), HasPtr(), 0x1234, "handle", b"h", 1.5, object(),
-               DeviceArray.from_ptr(1 << 40, (4,), "float32", check=False),
-               BackendDescriptor("tensor")]  # fmt: skip
+NOT_HANDLES = [
+    TensorDescriptor((1, 2, 3)),
+    HasPtr(),
+    0x1234,
+    "handle",
+    b"h",
+    1.5,
+    object(),
+    DeviceArray.from_ptr(1 << 40, (4,), "float32", check=False),
+    BackendDescriptor("tensor"),
+]
 
 
 @SETTINGS
@@ -367,11 +431,31 @@ def fuzz_handle_arguments(data):
     x.close()
 
 
-GOOD_DTYPES = ["float32", "float16", "float64", np.float32, np.dtype("float16"),
-               enums.DataType.FLOAT, enums.DataType.HALF, 0, "half"]  # fmt: skip
-BAD_DTYPES = [None, True, False, enums.ActivationMode.RELU, enums.TensorFormat.NHWC,
-              enums.Status.BAD_PARAM, enums.PoolingMode.MAX, 1.0, "float128", "complex64",
-              object(), [None]]  # fmt: skip
+GOOD_DTYPES = [
+    "float32",
+    "float16",
+    "float64",
+    np.float32,
+    np.dtype("float16"),
+    enums.DataType.FLOAT,
+    enums.DataType.HALF,
+    0,
+    "half",
+]
+BAD_DTYPES = [
+    None,
+    True,
+    False,
+    enums.ActivationMode.RELU,
+    enums.TensorFormat.NHWC,
+    enums.Status.BAD_PARAM,
+    enums.PoolingMode.MAX,
+    1.0,
+    "float128",
+    "complex64",
+    object(),
+    [None],
+]
 
 
 @SETTINGS
@@ -413,14 +497,25 @@ def fuzz_spatial(pad, stride, window):
     def empty(v):
         return isinstance(v, list | tuple) and len(v) == 0
 
-    c = run("ConvolutionDescriptor(spatial)", ConvolutionDescriptor, pad, stride,
-            invalid=True if empty(pad) or empty(stride) else None)  # fmt: skip
+    c = run(
+        "ConvolutionDescriptor(spatial)",
+        ConvolutionDescriptor,
+        pad,
+        stride,
+        invalid=True if empty(pad) or empty(stride) else None,
+    )
     if c is not None:
         if len(c.pad) < 1:
             WRONG.append(f"ConvolutionDescriptor({pad!r}, {stride!r}) has {c.ndim} dims")
         c.close()
-    p = run("PoolingDescriptor(spatial)", PoolingDescriptor, window, None, pad,
-            invalid=True if empty(window) or empty(pad) else None)  # fmt: skip
+    p = run(
+        "PoolingDescriptor(spatial)",
+        PoolingDescriptor,
+        window,
+        None,
+        pad,
+        invalid=True if empty(window) or empty(pad) else None,
+    )
     if p is not None:
         p.close()
 
@@ -430,9 +525,18 @@ OPAQUE_FUNCTIONS = sorted(
     for n, (restype, argtypes, _w, _dep) in pycudnn.lib.PROTOTYPES.items()
     if any(errors._opaque(t) for t in argtypes) and pycudnn.lib.has(n)
 )
-API_JUNK = [b"x" * 32, "x" * 32, bytearray(32), memoryview(b"x" * 32), 1.5, {"a": 1}, object(),
-            FilterDescriptor((1, 2, 3)), BackendDescriptor("tensor"),
-            ConvolutionDescriptor(1)]  # fmt: skip
+API_JUNK = [
+    b"x" * 32,
+    "x" * 32,
+    bytearray(32),
+    memoryview(b"x" * 32),
+    1.5,
+    {"a": 1},
+    object(),
+    FilterDescriptor((1, 2, 3)),
+    BackendDescriptor("tensor"),
+    ConvolutionDescriptor(1),
+]
 
 
 @SETTINGS
@@ -561,8 +665,14 @@ class CAI:
 @SETTINGS
 @given(data=st.data())
 def fuzz_cai(data):
-    cai = {"shape": (2, 3), "typestr": "<f4", "data": (ADDR, False), "version": 3,
-           "strides": None, "stream": None}  # fmt: skip
+    cai = {
+        "shape": (2, 3),
+        "typestr": "<f4",
+        "data": (ADDR, False),
+        "version": 3,
+        "strides": None,
+        "stream": None,
+    }
     for key in data.draw(st.lists(st.sampled_from(sorted(cai_values)), max_size=3)):
         cai[key] = data.draw(cai_values[key])
     if data.draw(st.integers(0, 19)) == 0:
@@ -571,8 +681,16 @@ def fuzz_cai(data):
         cai = data.draw(st.sampled_from([list(cai.items()), None, "cai", 3]))
     ok = cai_oracle(cai)
     # (a producer stream other than ours needs a GPU to wait on: CudaUnavailableError here)
-    a = run("asarray(CAI, check=False)", pycudnn.asarray, CAI(cai), check=False, device=0,
-            invalid=not ok, what=cai, extra=(errors.CudaUnavailableError,))  # fmt: skip
+    a = run(
+        "asarray(CAI, check=False)",
+        pycudnn.asarray,
+        CAI(cai),
+        check=False,
+        device=0,
+        invalid=not ok,
+        what=cai,
+        extra=(errors.CudaUnavailableError,),
+    )
     if a is not None:
         if a.shape != tuple(int(n) for n in cai["shape"]) or a.ptr != int(cai["data"][0] or 0):
             WRONG.append(f"CAI {cai!r:.200} gave {a!r}")
@@ -588,18 +706,21 @@ _New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 @SETTINGS
 @given(data=st.data())
 def fuzz_dlpack_import(data):
-    shape = data.draw(st.lists(st.integers(-2, 6) | st.sampled_from([2**62, 2**63 - 1]),
-                               max_size=5))  # fmt: skip
+    shape = data.draw(
+        st.lists(st.integers(-2, 6) | st.sampled_from([2**62, 2**63 - 1]), max_size=5)
+    )
     n = max(len(shape), 1)
     ndim = data.draw(st.sampled_from([len(shape)] * 6 + [-1, 65, 1000, 2**31 - 1]))
     if 0 <= ndim <= 64 and ndim > len(shape):
         ndim = len(shape)  # a lie within bounds would read past our array: not a refusable case
-    strides = data.draw(st.none() | st.lists(st.integers(-8, 8) | st.just(2**62), min_size=n,
-                                             max_size=n))  # fmt: skip
+    strides = data.draw(
+        st.none() | st.lists(st.integers(-8, 8) | st.just(2**62), min_size=n, max_size=n)
+    )
     ptr = data.draw(st.sampled_from([ADDR, 0, 8, 2**64 - 8, 2**64 - 1]))
     offset = data.draw(st.sampled_from([0, 0, 16, 2**63, 2**64 - 1]))
-    code, bits = data.draw(st.sampled_from([(2, 32), (2, 16), (4, 16), (0, 8), (1, 8), (5, 64),
-                                            (2, 128), (6, 8)]))  # fmt: skip
+    code, bits = data.draw(
+        st.sampled_from([(2, 32), (2, 16), (4, 16), (0, 8), (1, 8), (5, 64), (2, 128), (6, 8)])
+    )
     lanes = data.draw(st.sampled_from([1, 1, 1, 2]))
     dev = data.draw(st.sampled_from([(2, 0), (2, 1), (2, -1), (1, 0), (13, 0)]))
     versioned = data.draw(st.booleans())
@@ -637,10 +758,25 @@ def fuzz_dlpack_import(data):
             lo = sum(s * (k - 1) for k, s in zip(shape, st_b, strict=True) if s < 0)
             hi = sum(s * (k - 1) for k, s in zip(shape, st_b, strict=True) if s > 0)
         bad |= ptr + offset + lo < 0 or ptr + offset + hi + item > 2**64
-    what = dict(shape=shape, ndim=ndim, strides=strides, ptr=ptr, offset=offset, dtype=(code, bits),
-                lanes=lanes, device=dev, versioned=versioned)  # fmt: skip
-    imported = run("_dlpack.from_dlpack(capsule)", _dlpack.from_dlpack, cap, stream=None,
-                   invalid=bad, what=what)  # fmt: skip
+    what = dict(
+        shape=shape,
+        ndim=ndim,
+        strides=strides,
+        ptr=ptr,
+        offset=offset,
+        dtype=(code, bits),
+        lanes=lanes,
+        device=dev,
+        versioned=versioned,
+    )
+    imported = run(
+        "_dlpack.from_dlpack(capsule)",
+        _dlpack.from_dlpack,
+        cap,
+        stream=None,
+        invalid=bad,
+        what=what,
+    )
     if imported is not None:
         if imported.shape != tuple(shape) or imported.data != ptr + offset:
             WRONG.append(f"capsule shape={shape} ptr={ptr} offset={offset} gave {imported!r:.200}")
@@ -741,8 +877,11 @@ def fuzz_config_env(items, sep):
     os.environ.pop("PYCUDNN_FLAGS", None)
     pycudnn.config.reset()
     with_override = dict(items[:2])
-    run("config.override", lambda: pycudnn.config.override(**with_override).__enter__(),
-        extra=(AttributeError,))  # fmt: skip
+    run(
+        "config.override",
+        lambda: pycudnn.config.override(**with_override).__enter__(),
+        extra=(AttributeError,),
+    )
     pycudnn.config.reset()
 
 

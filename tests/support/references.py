@@ -258,8 +258,12 @@ def _st_corners(img, grid):
 def sample_ref(img, grid):
     wx, wy, at = _st_corners(img, grid)
     out = 0.0
-    for dy_, dx_, wgt in ((0, 0, (1 - wy) * (1 - wx)), (0, 1, (1 - wy) * wx),
-                          (1, 0, wy * (1 - wx)), (1, 1, wy * wx)):  # fmt: skip
+    for dy_, dx_, wgt in (
+        (0, 0, (1 - wy) * (1 - wx)),
+        (0, 1, (1 - wy) * wx),
+        (1, 0, wy * (1 - wx)),
+        (1, 1, wy * wx),
+    ):
         out = out + wgt[..., None] * at(dy_, dx_)[0]
     return out.transpose(0, 3, 1, 2)
 
@@ -271,8 +275,12 @@ def sample_grad_ref(img, grid, dy):
     dimg = np.zeros_like(img)
     n = np.broadcast_to(np.arange(n_)[:, None, None], wx.shape)
     v = {}
-    for dy_, dx_, wgt in ((0, 0, (1 - wy) * (1 - wx)), (0, 1, (1 - wy) * wx),
-                          (1, 0, wy * (1 - wx)), (1, 1, wy * wx)):  # fmt: skip
+    for dy_, dx_, wgt in (
+        (0, 0, (1 - wy) * (1 - wx)),
+        (0, 1, (1 - wy) * wx),
+        (1, 0, wy * (1 - wx)),
+        (1, 1, wy * wx),
+    ):
         val, ok, yi, xi = at(dy_, dx_)
         v[dy_, dx_] = val
         for ch in range(c):
@@ -420,8 +428,9 @@ def _sdpa_probs(q, k, causal, scale, lens_q, lens_kv):
     return p, lse, kr, scale
 
 
-def sdpa_ref(q, k, v, causal=False, scale=None, lens_q=None, lens_kv=None, drop_mask=None,
-             dropout_p=0.0):  # fmt: skip
+def sdpa_ref(
+    q, k, v, causal=False, scale=None, lens_q=None, lens_kv=None, drop_mask=None, dropout_p=0.0
+):
     """Scaled dot-product attention in float64: ``(o, lse)``; q (B, H, S_q, D), k/v
     (B, H_k, S_kv, D/D_v) with H a multiple of H_k; *lens_q*/*lens_kv* per-batch valid lengths
     (rows past lens_q come out 0, lse -inf); *drop_mask* (B, H, S_q, S_kv) of 0/1 scales the
@@ -434,8 +443,9 @@ def sdpa_ref(q, k, v, causal=False, scale=None, lens_q=None, lens_kv=None, drop_
     return p @ vr, lse
 
 
-def sdpa_grad_ref(q, k, v, do, causal=False, scale=None, lens_q=None, lens_kv=None,
-                  drop_mask=None, dropout_p=0.0):  # fmt: skip
+def sdpa_grad_ref(
+    q, k, v, do, causal=False, scale=None, lens_q=None, lens_kv=None, drop_mask=None, dropout_p=0.0
+):
     """``(dq, dk, dv)`` of ``sum(sdpa_ref(...)[0] * do)``; dk and dv summed over each group of
     query heads (grouped-query attention)."""
     q, v, do = (np.asarray(a, np.float64) for a in (q, v, do))

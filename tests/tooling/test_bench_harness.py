@@ -506,9 +506,20 @@ def install_fakes(monkeypatch) -> tuple[Any, dict[str, list], list[dict]]:
     torch = make_fake_torch(monkeypatch)
     seen: dict[str, list] = {"conv": [], "gi": [], "gw": []}
 
-    def fake_conv(img, kerns, border_mode="valid", subsample=(1, 1), dilation=(1, 1),
-                  conv_mode="conv", num_groups=1, algo=None, *, out=None, stream=None,
-                  **fused):  # fmt: skip
+    def fake_conv(
+        img,
+        kerns,
+        border_mode="valid",
+        subsample=(1, 1),
+        dilation=(1, 1),
+        conv_mode="conv",
+        num_groups=1,
+        algo=None,
+        *,
+        out=None,
+        stream=None,
+        **fused,
+    ):
         assert conv_mode == "cross" and isinstance(img, FakeTensor)
         assert set(fused) <= {"bias", "activation", "z"}, fused
         seen["conv"].append((len(img.shape), out is not None))
@@ -582,9 +593,11 @@ def test_runner_child_end_to_end_with_fakes(tmp_path, monkeypatch) -> None:
     assert (2, 64, 32, 32, 32) in seen["gi"] and (512, 1, 3, 3) in seen["gw"]
     assert torch.backends.cudnn.benchmark is True and torch.backends.cudnn.allow_tf32 is False
     assert overrides[0] == dict(
-        algo_fwd="time_once", algo_bwd_data="time_once", algo_bwd_filter="time_once",
+        algo_fwd="time_once",
+        algo_bwd_data="time_once",
+        algo_bwd_filter="time_once",
         allow_tf32=False,
-    )  # fmt: skip
+    )
     assert {"allow_tf32": True} in overrides
     # the frontend column is skipped with its reason, everywhere
     fe = res["meta"]["frontend"]
@@ -818,8 +831,12 @@ def test_selection_of_cases_and_groups() -> None:
     assert every.wants("1") and every.wants("f3h") and every.wants_any("fusion")
     s = Selection.parse("3,6,f1", None)
     assert [c for c in ("1", "3", "6a", "6b", "f1b", "f1h", "f2b") if s.wants(c)] == [
-        "3", "6a", "6b", "f1b", "f1h",
-    ]  # fmt: skip
+        "3",
+        "6a",
+        "6b",
+        "f1b",
+        "f1h",
+    ]
     s = Selection.parse(None, "fusion,tiny")
     assert s.wants("1") and s.wants("f4h") and not s.wants("2") and not s.wants("11")
     s = Selection.parse("f", "conv")  # both given: a case must pass both

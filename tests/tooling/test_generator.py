@@ -224,8 +224,10 @@ def test_generated_files_formatter_clean():
     del ruff
     r = subprocess.run(
         [sys.executable, "-m", "ruff", "format", "--check", *GENERATED, BACKEND_ATTRS],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 

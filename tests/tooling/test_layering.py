@@ -206,8 +206,9 @@ def test_no_import_cycles_at_package_import():
         "        importlib.import_module(m.name)\n"
         "print('ok')\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                       cwd=PKG.parent)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=PKG.parent
+    )
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
 
 

@@ -37,11 +37,18 @@ def _revealed(tmp_path: Path, lines: list[str]) -> dict[int, str]:
     src.write_text("\n".join(lines) + "\n")
     out, err, _status = api.run(
         [
-            "--cache-dir", str(tmp_path / "cache"), "--follow-imports=silent",
-            "--ignore-missing-imports", "--no-error-summary", "--python-version", "3.11",
-            "--config-file", "", str(src),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--follow-imports=silent",
+            "--ignore-missing-imports",
+            "--no-error-summary",
+            "--python-version",
+            "3.11",
+            "--config-file",
+            "",
+            str(src),
         ]
-    )  # fmt: skip
+    )
     found = {}
     for m in re.finditer(rf"{re.escape(str(src))}:(\d+): note: Revealed type is \"(.*)\"", out):
         found[int(m[1])] = m[2]
