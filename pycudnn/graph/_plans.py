@@ -11,7 +11,7 @@ execution plan, which also knows how to build its operation graph. The engine as
 * ``uids`` -> the unique ids of the graph's non-virtual tensors, in the order in which a call
   passes their pointers (``plan.run(*pointers, workspace)``);
 * ``dtype``, ``allow_tf32``, ``deterministic``, ``workspace_limit``, ``algo`` -> the numerics and
-  search policy (:func:`rejection`, :func:`search_graph_plan`);
+  search policy (:func:`rejection`, :func:`search`);
 * ``what()`` -> a phrase naming the problem for error messages; ``label`` -> what
   ``describe()`` adds after the engine (e.g. ``"fused conv+bias+relu"``; None for a plain
   convolution);
