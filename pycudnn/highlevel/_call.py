@@ -34,6 +34,7 @@ from .. import handle as _handle
 from .._types import itemsize, numpy_dtype, scaling_ctype
 from ..enums import DataType
 from ..graph import _plans
+from ..graph.nodes._base import cudnn_version
 from ._checks import check_stream
 from ._operand import Operand
 
@@ -146,20 +147,10 @@ def scales(dt: DataType, *values: float) -> tuple:
     return tuple(ct(float(v)) for v in values)
 
 
-_version: int | None = None
-
-
-def cudnn_version() -> int:
-    """The loaded cuDNN's version (cached)."""
-    global _version
-    if _version is None:
-        _version = int(quiet("cudnnGetVersion")())
-    return _version
-
-
 def workspace(h: Any, nbytes: int) -> int:
     """Device pointer of at least *nbytes* of the handle's workspace on its current stream
-    (grow-only, per (handle, stream); raises ``AllocationError``, a ``MemoryError``)."""
+    (grow-only, per (handle, stream); raises ``AllocationError``, a ``MemoryError``): the high
+    level's one way to a workspace (tests replace it to run without a device)."""
     return h.workspace(nbytes)[0]
 
 
