@@ -27,10 +27,8 @@ from ...descriptors import (
     FilterDescriptor,
     TensorDescriptor,
 )
-from ...enums import BackendAttributeName as A
-from ...enums import BackendAttributeType as T
+from ...descriptors._conv_operation import CONV_OPERATIONS, conv_operation_attributes
 from ...enums import (
-    BackendDescriptorType,
     ConvolutionBwdDataAlgo,
     ConvolutionBwdFilterAlgo,
     ConvolutionFwdAlgo,
@@ -184,35 +182,9 @@ class Problem(NamedTuple):
 
 
 # -- graph construction ----------------------------------------------------------------------------
-_OP_DESC = {
-    OP_FWD: (
-        BackendDescriptorType.OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-        A.OPERATION_CONVOLUTION_FORWARD_X,
-        A.OPERATION_CONVOLUTION_FORWARD_W,
-        A.OPERATION_CONVOLUTION_FORWARD_Y,
-        A.OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-        A.OPERATION_CONVOLUTION_FORWARD_ALPHA,
-        A.OPERATION_CONVOLUTION_FORWARD_BETA,
-    ),
-    OP_BWD_DATA: (
-        BackendDescriptorType.OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-        A.OPERATION_CONVOLUTION_BWD_DATA_DX,
-        A.OPERATION_CONVOLUTION_BWD_DATA_W,
-        A.OPERATION_CONVOLUTION_BWD_DATA_DY,
-        A.OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-        A.OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
-        A.OPERATION_CONVOLUTION_BWD_DATA_BETA,
-    ),
-    OP_BWD_FILTER: (
-        BackendDescriptorType.OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_X,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_DW,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_DY,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_BETA,
-    ),
-}
+#: the roles of x, w and y (the Problem's forward naming) in each operation's encoding
+#: (:data:`pycudnn.descriptors._conv_operation.CONV_OPERATIONS`)
+_ROLES = {OP_FWD: ("x", "w", "y"), OP_BWD_DATA: ("dx", "w", "dy"), OP_BWD_FILTER: ("x", "dw", "dy")}
 
 
 def conv_operation(p: Problem, y: BackendDescriptor | None = None) -> BackendDescriptor:
@@ -231,15 +203,12 @@ def conv_operation(p: Problem, y: BackendDescriptor | None = None) -> BackendDes
         mode=ConvolutionMode(p.mode),
         compute_type=DataType(p.compute),
     )
-    kind, ax, aw, ay, aconv, aalpha, abeta = _OP_DESC[p.op]
-    op = BackendDescriptor(kind)
-    op.set(ax, T.BACKEND_DESCRIPTOR, tx)
-    op.set(aw, T.BACKEND_DESCRIPTOR, tw)
-    op.set(ay, T.BACKEND_DESCRIPTOR, y)
-    op.set(aconv, T.BACKEND_DESCRIPTOR, conv)
-    st = scaling_type(p.compute)
-    op.set(aalpha, st, p.alpha)
-    op.set(abeta, st, p.beta)
+    name = OP_NAMES[p.op]
+    tensors = dict(zip(_ROLES[p.op], (tx, tw, y), strict=True))
+    scaling = (scaling_type(p.compute), p.alpha, p.beta)
+    op = BackendDescriptor(CONV_OPERATIONS[name].descriptor)
+    for attr, atype, value in conv_operation_attributes(name, tensors, conv, scaling):
+        op.set(attr, atype, value)
     return op.finalize()
 
 
