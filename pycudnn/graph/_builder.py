@@ -51,12 +51,12 @@ from ._key import (
 from ._tensor import (
     GraphBase,
     Tensor,
+    alignment_of,
     as_dims,
     as_dtype,
     check_array,
     host_scalar,
 )
-from ._tensor import alignment_of as alignment_of  # also the high level's (_graphops)
 from ._tensor import like_strides as like_strides  # also the high level's (sdpa)
 from .nodes import conv, matmul, norm, pointwise, reduction, rng_reshape, sdpa
 from .nodes._base import cudnn_version as cudnn_version  # also the high level's

@@ -15,16 +15,11 @@ from typing import Any
 
 from .. import errors, memory
 from ..enums import DataType
-from ..graph import Graph, _builder
+from ..graph import Graph
+from ..graph._tensor import alignment_of
 from . import _call, _operand, _staging
 
-__all__ = ["alignment", "capability", "declare", "entry", "filled", "flags_key"]
-
-
-def alignment(ptr: int) -> int:
-    """The byte alignment a tensor may declare for an address (16 at most: the key holds the
-    address residue mod 16, so a cached plan never meets a less aligned pointer)."""
-    return _builder.alignment_of(ptr)
+__all__ = ["capability", "declare", "entry", "filled"]
 
 
 def declare(
@@ -39,13 +34,7 @@ def declare(
     shape = tuple(o.shape) if shape is None else shape
     strides = tuple(o.strides) if strides is None else strides
     fixed = tuple(max(st, 1) for st in strides)
-    return g.tensor(shape, fixed, o.dtype, name=name, alignment=alignment(o.ptr))
-
-
-def flags_key() -> Any:
-    """The config flags a graph plan depends on (a part of every call key): the thread's
-    hashable snapshot as is (cached per thread; cheaper than picking fields out of it)."""
-    return _call.snapshot()
+    return g.tensor(shape, fixed, o.dtype, name=name, alignment=alignment_of(o.ptr))
 
 
 def entry(

@@ -19,6 +19,7 @@ from .. import errors
 from .._types import dtype_name
 from ..enums import DataType
 from ..graph import Graph
+from ..graph._tensor import alignment_of
 from . import _call, _checks, _graphops, _operand
 from .conv import _epilogue
 
@@ -73,7 +74,7 @@ def dnn_matmul(
     pb, kb = _operand.key_of(b)
     pbias, kbias = (0, None) if bias is None else _operand.key_of(bias)
     po, ko = (None, None) if out is None else _operand.key_of(out)
-    key = (_FUNC, ka, kb, kbias, activation, ko, _graphops.flags_key())
+    key = (_FUNC, ka, kb, kbias, activation, ko, _call.snapshot())
     args = (a, b, bias, activation, out, stream)
     ptrs = (pa, pb) if bias is None else (pa, pb, pbias)
     return _call.run_cached(key, _build, args, ptrs, (out,), (po,), stream)[0]
@@ -174,7 +175,7 @@ def _build(a: Any, b: Any, bias: Any, activation: Any, out: Any, stream: Any) ->
         )
     y.set_output(True).set_data_type(dt).set_name("y")
     if out is not None:
-        y.set_stride(tuple(max(s, 1) for s in ost)).set_alignment(_graphops.alignment(o.ptr))
+        y.set_stride(tuple(max(s, 1) for s in ost)).set_alignment(alignment_of(o.ptr))
         alloc, so = None, o.nbytes_span
     else:
         alloc = _call.output_spec(user_shape, dt, device)

@@ -24,6 +24,7 @@ from .. import _layout
 from .._types import dtype_name
 from ..enums import DataType
 from ..graph import Graph
+from ..graph._tensor import alignment_of
 from . import _call, _checks, _graphops, _operand, _staging
 
 __all__ = ["dnn_layer_norm", "dnn_layer_norm_grad", "dnn_rms_norm", "dnn_rms_norm_grad"]
@@ -85,7 +86,7 @@ def _x_tensor(g: Graph, name: str, o: _operand.Operand, nn: int, index: int, sta
     m = math.prod(o.shape[: len(o.shape) - nn])
     n = math.prod(o.shape[len(o.shape) - nn :])
     pitch = _rows(o, nn)
-    align = _graphops.alignment(o.ptr)
+    align = alignment_of(o.ptr)
     # through a packed copy (a new, aligned buffer): cuDNN's norms want x, dy, y and dx in one
     # layout (a row pitch other than N is refused: "!xDesc.hasSameShape(&yDesc)", 9.19)
     if pitch is None or (pitch != n and m > 1):
@@ -119,7 +120,7 @@ def _params(
 
 
 def _param_tensor(g: Graph, name: str, gm: _operand.Operand | None, n: int, dt: DataType) -> Any:
-    align = 16 if gm is None else _graphops.alignment(gm.ptr)
+    align = 16 if gm is None else alignment_of(gm.ptr)
     return g.tensor(
         (1, n, 1, 1), (n, 1, n, n), dt if gm is None else gm.dtype, name=name, alignment=align
     )
@@ -199,7 +200,7 @@ def _forward(
         epsilon,
         bool(training),
         ko,
-        _graphops.flags_key(),
+        _call.snapshot(),
     )
     args = (func, rms, x, normalized_shape, gamma, beta, epsilon, training, out, stream)
     ptrs = (px, pg) if rms else (px, pg, pb)  # 0: a stand-in (_Norm)
@@ -269,7 +270,7 @@ def _build_forward(
                 f"row padding: cuDNN writes y in x's layout), got strides "
                 f"{tuple(o.strides)}"
             )
-        y.set_stride((n, 1, n, n)).set_alignment(_graphops.alignment(o.ptr))
+        y.set_stride((n, 1, n, n)).set_alignment(alignment_of(o.ptr))
         alloc, so = None, o.nbytes_span
     else:
         alloc = _call.output_spec(tuple(gx.shape), dt, device)
@@ -397,7 +398,7 @@ def _backward(
     pm, km = (0, None) if mean is None else _operand.key_of(mean)
     pi, ki = _operand.key_of(inv)
     pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
-    key = (func, kdy, kx, km, ki, _shape_key(normalized_shape), kg, _graphops.flags_key())
+    key = (func, kdy, kx, km, ki, _shape_key(normalized_shape), kg, _call.snapshot())
     args = (func, rms, dy, x, mean, inv, normalized_shape, gamma, stream)
     ptrs = (pdy, px, pg, pi) if rms else (pdy, px, pg, pm, pi)  # pg 0: a stand-in (_Norm)
     n_out = 2 if rms else 3
@@ -454,7 +455,7 @@ def _build_backward(
             (1, 1, 1, 1),
             DataType.FLOAT,
             name="mean",
-            alignment=_graphops.alignment(gm.ptr),
+            alignment=alignment_of(gm.ptr),
         )
     )
     ti = g.tensor(
@@ -462,7 +463,7 @@ def _build_backward(
         (1, 1, 1, 1),
         DataType.FLOAT,
         name="inv",
-        alignment=_graphops.alignment(gi.ptr),
+        alignment=alignment_of(gi.ptr),
     )
     if rms:
         dx, dgamma, _ = g.rmsnorm_backward(tdy, tx, tg, ti, False, name="rmsnorm_backward")

@@ -32,6 +32,7 @@ from .. import _layout, errors, memory
 from .._types import dtype_name, itemsize, numpy_dtype
 from ..enums import DataType
 from ..graph import Graph
+from ..graph._tensor import alignment_of
 from . import _call, _checks, _graphops, _operand, _staging
 
 __all__ = ["dnn_sdpa", "dnn_sdpa_grad"]
@@ -136,7 +137,7 @@ def _layout_of(
 ) -> tuple[tuple[int, ...], int]:
     """*g*'s strides for the graph (a packed copy when its head dim is not contiguous)."""
     if g.strides[3] == 1 or g.shape[3] == 1:
-        return tuple(g.strides), _graphops.alignment(g.ptr)
+        return tuple(g.strides), alignment_of(g.ptr)
     packed = _layout.packed_strides(tuple(g.shape))
     stage.append((index, g, packed))
     return packed, 16
@@ -214,14 +215,14 @@ def _declare_common(g: Graph, gs_q: Any, gs_kv: Any, seed_buf: Any, b: int) -> t
             (1, 1, 1, 1),
             DataType.INT32,
             name="seq_len_q",
-            alignment=_graphops.alignment(gs_q.ptr),
+            alignment=alignment_of(gs_q.ptr),
         )
         tskv = g.tensor(
             (b, 1, 1, 1),
             (1, 1, 1, 1),
             DataType.INT32,
             name="seq_len_kv",
-            alignment=_graphops.alignment(gs_kv.ptr),
+            alignment=alignment_of(gs_kv.ptr),
         )
     if seed_buf is not None:
         tseed = g.tensor((1, 1, 1, 1), (1, 1, 1, 1), DataType.INT64, name="seed", alignment=8)
@@ -323,7 +324,7 @@ def dnn_sdpa(
         ksq,
         kskv,
         ko,
-        _graphops.flags_key(),
+        _call.snapshot(),
     )
     args = (
         q,
@@ -387,9 +388,7 @@ def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.G
                 f"{func}: out's head dim must be contiguous (stride 1), got "
                 f"strides {tuple(go.strides)}"
             )
-        o.set_stride(tuple(max(s, 1) for s in go.strides)).set_alignment(
-            _graphops.alignment(go.ptr)
-        )
+        o.set_stride(tuple(max(s, 1) for s in go.strides)).set_alignment(alignment_of(go.ptr))
         alloc, so = None, go.nbytes_span
     else:
         alloc = _spec_like(gq, oshape, dt)
@@ -516,7 +515,7 @@ def dnn_sdpa_grad(
         ksq,
         kskv,
         bool(det),
-        _graphops.flags_key(),
+        _call.snapshot(),
     )
     args = (
         (q, k, v, out, dout, stats),
@@ -592,7 +591,7 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         _layout.packed_strides((b, hq, sq, 1)),
         DataType.FLOAT,
         name="stats",
-        alignment=_graphops.alignment(gs.ptr),
+        alignment=alignment_of(gs.ptr),
     )
     tsq, tskv, tseed, toff = _declare_common(g, gsq, gskv, True if p else None, b)
     dq, dk, dv_ = g.sdpa_backward(
