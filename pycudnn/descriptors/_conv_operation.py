@@ -55,6 +55,7 @@ CONV_OPERATIONS: dict[str, ConvOperation] = {
     "backward_filter": _encoding("BACKWARD_FILTER", "BWD_FILTER", ("x", "dy", "dw")),
 }
 
+
 def conv_operation_attributes(
     operation: str,
     tensors: dict[str, Any],
