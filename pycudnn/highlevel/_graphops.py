@@ -18,7 +18,7 @@ from ..enums import DataType
 from ..graph import Graph, _builder
 from . import _call, _operand, _staging
 
-__all__ = ["alignment", "capability", "declare", "entry", "filled", "flags_key"]
+__all__ = ["alignment", "capability", "column", "declare", "entry", "filled", "flags_key"]
 
 
 def alignment(ptr: int) -> int:
@@ -40,6 +40,12 @@ def declare(
     strides = tuple(o.strides) if strides is None else strides
     fixed = tuple(max(st, 1) for st in strides)
     return g.tensor(shape, fixed, o.dtype, name=name, alignment=alignment(o.ptr))
+
+
+def column(g: Graph, name: str, rows: int, dt: DataType, ptr: int) -> Any:
+    """A graph input of one value per row at *ptr*: a packed ``(rows, 1, 1, 1)`` tensor of *dt*
+    (the norms' saved statistics, the attention's sequence lengths)."""
+    return g.tensor((rows, 1, 1, 1), (1, 1, 1, 1), dt, name=name, alignment=alignment(ptr))
 
 
 def flags_key() -> Any:

@@ -209,20 +209,8 @@ def _seed(func: str, seed: Any, p: float) -> int | None:
 def _declare_common(g: Graph, gs_q: Any, gs_kv: Any, seed_buf: Any, b: int) -> tuple:
     tsq = tskv = tseed = toff = None
     if gs_q is not None:
-        tsq = g.tensor(
-            (b, 1, 1, 1),
-            (1, 1, 1, 1),
-            DataType.INT32,
-            name="seq_len_q",
-            alignment=_graphops.alignment(gs_q.ptr),
-        )
-        tskv = g.tensor(
-            (b, 1, 1, 1),
-            (1, 1, 1, 1),
-            DataType.INT32,
-            name="seq_len_kv",
-            alignment=_graphops.alignment(gs_kv.ptr),
-        )
+        tsq = _graphops.column(g, "seq_len_q", b, DataType.INT32, gs_q.ptr)
+        tskv = _graphops.column(g, "seq_len_kv", b, DataType.INT32, gs_kv.ptr)
     if seed_buf is not None:
         tseed = g.tensor((1, 1, 1, 1), (1, 1, 1, 1), DataType.INT64, name="seed", alignment=8)
         toff = g.tensor((1, 1, 1, 1), (1, 1, 1, 1), DataType.INT64, name="offset", alignment=8)
