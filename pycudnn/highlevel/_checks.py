@@ -26,6 +26,7 @@ __all__ = [
     "choose",
     "ints",
     "out_operand",
+    "out_pair",
     "real",
     "same_dtype_and_device",
 ]
@@ -182,6 +183,15 @@ def out_operand(
     check_out(func, o, shape, name)
     check_strides(func, name, o)
     return o
+
+
+def out_pair(func: str, out: Any, names: str) -> tuple[Any, Any]:
+    """The ``out=`` of a call with two outputs (*names*, for the message): None or a pair."""
+    if out is None:
+        return None, None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"{func}: out must be None or a pair ({names}), got {out!r}")
+    return out[0], out[1]
 
 
 def check_stream(func: str, stream: Any, device: int) -> None:

@@ -300,7 +300,7 @@ def dnn_ctc_loss(
     >>> loss, grad = pycudnn.dnn_ctc_loss(lp, labels, label_lengths, input_lengths)
     """
     func = "dnn_ctc_loss"
-    outs = _pair(func, out)
+    outs = _checks.out_pair(func, out, "loss, grad")
     ptrs, keys = [], []
     for obj in (log_probs, labels, label_lengths, input_lengths):
         p, k = _operand.key_of(obj)
@@ -327,14 +327,6 @@ def dnn_ctc_loss(
     finally:
         _RUN.args = None  # the arrays are not kept
     return (result[0], result[1]) if n_out == 2 else (result[0], None)
-
-
-def _pair(func: str, out: Any) -> tuple[Any, Any]:
-    if out is None:
-        return None, None
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError(f"{func}: out must be None or a pair (loss, grad), got {out!r}")
-    return out[0], out[1]
 
 
 def _host(obj: Any, h: Any) -> np.ndarray:

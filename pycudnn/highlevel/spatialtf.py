@@ -443,7 +443,7 @@ def dnn_spatialtf_sampler_grad(
     >>> dimg, dgrid = pycudnn.dnn_spatialtf_sampler_grad(img, grid, dy)
     """
     func = "dnn_spatialtf_sampler_grad"
-    outs = _pair(func, out)
+    outs = _checks.out_pair(func, out, "dimg, dgrid")
     pi, ki = _operand.key_of(img)
     pg, kg = _operand.key_of(grid)
     pdy, kdy = _operand.key_of(dy)
@@ -451,14 +451,6 @@ def dnn_spatialtf_sampler_grad(
     key = (_SAMPLE_BWD, ki, kg, kdy, kos, alpha, beta)
     args = (img, grid, dy, outs, alpha, beta, stream)
     return _call.run_cached(key, _build_sampler_backward, args, (pi, pg, pdy), outs, pos, stream)
-
-
-def _pair(func: str, out: Any) -> tuple[Any, Any]:
-    if out is None:
-        return None, None
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError(f"{func}: out must be None or a pair (dimg, dgrid), got {out!r}")
-    return out[0], out[1]
 
 
 def _build_sampler_backward(img, grid, dy, outs, alpha, beta, stream) -> _call.Call:
