@@ -29,6 +29,7 @@ __all__ = [
     "out_pair",
     "real",
     "same_dtype_and_device",
+    "shapes_of_x",
 ]
 
 #: the floating types cuDNN's operations compute on
@@ -131,6 +132,16 @@ def same_dtype_and_device(
                 f"{func}: {first_name} is on device {device} but {name} on device {g.device}"
             )
     return dt, device
+
+
+def shapes_of_x(func: str, gy: Operand, gdy: Operand, gx: Operand) -> None:
+    """A backward call's *y* and *dy* have the shape of the forward input *x*."""
+    for name, g in (("y", gy), ("dy", gdy)):
+        if tuple(g.shape) != tuple(gx.shape):
+            raise ValueError(
+                f"{func}: {name} has shape {tuple(g.shape)} but x has {tuple(gx.shape)}; the "
+                "forward input, output and their gradients have one shape"
+            )
 
 
 def check_strides(func: str, name: str, g: Operand) -> None:
