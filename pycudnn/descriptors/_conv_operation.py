@@ -29,41 +29,30 @@ class ConvOperation(NamedTuple):
     beta: A
 
 
+def _encoding(descriptor: str, prefix: str, roles: tuple[str, str, str]) -> ConvOperation:
+    """The encoding of an operation whose descriptor type is
+    ``OPERATION_CONVOLUTION_<descriptor>_DESCRIPTOR`` and whose attributes are
+    ``OPERATION_CONVOLUTION_<prefix>_<ROLE>`` for each tensor role, then ``..._CONV_DESC``,
+    ``..._ALPHA`` and ``..._BETA``."""
+
+    def attr(name: str) -> A:
+        return A[f"OPERATION_CONVOLUTION_{prefix}_{name}"]
+
+    tensors = tuple((role, attr(role.upper())) for role in roles)
+    return ConvOperation(
+        D[f"OPERATION_CONVOLUTION_{descriptor}_DESCRIPTOR"],
+        tensors,
+        attr("CONV_DESC"),
+        attr("ALPHA"),
+        attr("BETA"),
+    )
+
+
 #: operation name -> its encoding; the roles are the public constructors' argument names
 CONV_OPERATIONS: dict[str, ConvOperation] = {
-    "forward": ConvOperation(
-        D.OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-        (
-            ("x", A.OPERATION_CONVOLUTION_FORWARD_X),
-            ("w", A.OPERATION_CONVOLUTION_FORWARD_W),
-            ("y", A.OPERATION_CONVOLUTION_FORWARD_Y),
-        ),
-        A.OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-        A.OPERATION_CONVOLUTION_FORWARD_ALPHA,
-        A.OPERATION_CONVOLUTION_FORWARD_BETA,
-    ),
-    "backward_data": ConvOperation(
-        D.OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-        (
-            ("w", A.OPERATION_CONVOLUTION_BWD_DATA_W),
-            ("dy", A.OPERATION_CONVOLUTION_BWD_DATA_DY),
-            ("dx", A.OPERATION_CONVOLUTION_BWD_DATA_DX),
-        ),
-        A.OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-        A.OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
-        A.OPERATION_CONVOLUTION_BWD_DATA_BETA,
-    ),
-    "backward_filter": ConvOperation(
-        D.OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-        (
-            ("x", A.OPERATION_CONVOLUTION_BWD_FILTER_X),
-            ("dy", A.OPERATION_CONVOLUTION_BWD_FILTER_DY),
-            ("dw", A.OPERATION_CONVOLUTION_BWD_FILTER_DW),
-        ),
-        A.OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
-        A.OPERATION_CONVOLUTION_BWD_FILTER_BETA,
-    ),
+    "forward": _encoding("FORWARD", "FORWARD", ("x", "w", "y")),
+    "backward_data": _encoding("BACKWARD_DATA", "BWD_DATA", ("w", "dy", "dx")),
+    "backward_filter": _encoding("BACKWARD_FILTER", "BWD_FILTER", ("x", "dy", "dw")),
 }
 
 

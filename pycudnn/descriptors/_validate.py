@@ -49,7 +49,7 @@ __all__ = [
     "ptr_of",
     "restrict_dtype",
     "spatial",
-    "spatial_len",
+    "spatial_rank",
     "tensor_format",
 ]
 
@@ -129,12 +129,20 @@ def spatial(
     return (v,) * n
 
 
-def spatial_len(*values: Any, default: int) -> int:
-    """The spatial rank implied by the sequence-valued arguments (or *default*)."""
-    for v in values:
-        if not isinstance(v, str | bytes) and isinstance(v, Iterable):
-            return len(tuple(v))
-    return default
+def spatial_rank(ndim: Any, *values: Any) -> int:
+    """The spatial rank of a descriptor: *ndim* (1 to 6) when given, else the length of the
+    first sequence-valued one of *values* (2 when every one is a plain int)."""
+    n = 2
+    if ndim is not None:
+        n = int_in(ndim, "ndim", 1, DIM_MAX - 2, "1 to 6 spatial dims")
+    else:
+        for v in values:
+            if not isinstance(v, str | bytes) and isinstance(v, Iterable):
+                n = len(tuple(v))
+                break
+    if n > DIM_MAX - 2:
+        raise ValueError(f"{n} spatial dims given; cuDNN supports 1 to {DIM_MAX - 2}")
+    return n
 
 
 def as_float(value: Any, argument: str) -> float:

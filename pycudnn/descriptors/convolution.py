@@ -23,7 +23,7 @@ from ._validate import (
     int_in,
     restrict_dtype,
     spatial,
-    spatial_len,
+    spatial_rank,
 )
 from .tensor import FilterDescriptor, TensorDescriptor
 
@@ -72,13 +72,7 @@ class ConvolutionDescriptor(Resource):
         math_type: Any = "default",
         ndim: int | None = None,
     ) -> None:
-        n = (
-            int_in(ndim, "ndim", 1, DIM_MAX - 2, "1 to 6 spatial dims")
-            if ndim is not None
-            else spatial_len(pad, stride, dilation, default=2)
-        )
-        if n > DIM_MAX - 2:
-            raise ValueError(f"{n} spatial dims given; cuDNN supports 1 to {DIM_MAX - 2}")
+        n = spatial_rank(ndim, pad, stride, dilation)
         pad = spatial(pad, "pad", n, lo=0)
         stride = spatial(stride, "stride", n, lo=1)
         dilation = spatial(dilation, "dilation", n, lo=1)

@@ -24,7 +24,7 @@ from ._validate import (
     nan_mode,
     restrict_dtype,
     spatial,
-    spatial_len,
+    spatial_rank,
 )
 from .tensor import TensorDescriptor
 
@@ -78,13 +78,7 @@ class PoolingDescriptor(Resource):
         nan_propagation: Any = False,
         ndim: int | None = None,
     ) -> None:
-        n = (
-            int_in(ndim, "ndim", 1, DIM_MAX - 2, "1 to 6 spatial dims")
-            if ndim is not None
-            else spatial_len(window, stride, pad, default=2)
-        )
-        if n > DIM_MAX - 2:
-            raise ValueError(f"{n} spatial dims given; cuDNN supports 1 to {DIM_MAX - 2}")
+        n = spatial_rank(ndim, window, stride, pad)
         window = spatial(window, "window", n, lo=1)
         stride = window if stride is None else spatial(stride, "stride", n, lo=1)
         pad = spatial(pad, "pad", n, lo=0)

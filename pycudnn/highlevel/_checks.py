@@ -26,8 +26,10 @@ __all__ = [
     "choose",
     "ints",
     "out_operand",
+    "out_pair",
     "real",
     "same_dtype_and_device",
+    "shapes_of_x",
 ]
 
 #: the floating types cuDNN's operations compute on
@@ -132,6 +134,16 @@ def same_dtype_and_device(
     return dt, device
 
 
+def shapes_of_x(func: str, gy: Operand, gdy: Operand, gx: Operand) -> None:
+    """A backward call's *y* and *dy* have the shape of the forward input *x*."""
+    for name, g in (("y", gy), ("dy", gdy)):
+        if tuple(g.shape) != tuple(gx.shape):
+            raise ValueError(
+                f"{func}: {name} has shape {tuple(g.shape)} but x has {tuple(gx.shape)}; the "
+                "forward input, output and their gradients have one shape"
+            )
+
+
 def check_strides(func: str, name: str, g: Operand) -> None:
     """Aligned to the element size; no negative strides; no zero (broadcast) strides."""
     isz = itemsize(g.dtype)
@@ -182,6 +194,15 @@ def out_operand(
     check_out(func, o, shape, name)
     check_strides(func, name, o)
     return o
+
+
+def out_pair(func: str, out: Any, names: str) -> tuple[Any, Any]:
+    """The ``out=`` of a call with two outputs (*names*, for the message): None or a pair."""
+    if out is None:
+        return None, None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"{func}: out must be None or a pair ({names}), got {out!r}")
+    return out[0], out[1]
 
 
 def check_stream(func: str, stream: Any, device: int) -> None:

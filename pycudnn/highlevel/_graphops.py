@@ -19,7 +19,7 @@ from ..graph import Graph
 from ..graph._tensor import alignment_of
 from . import _call, _operand, _staging
 
-__all__ = ["capability", "declare", "entry", "filled"]
+__all__ = ["capability", "column", "declare", "entry", "filled"]
 
 
 def declare(
@@ -35,6 +35,12 @@ def declare(
     strides = tuple(o.strides) if strides is None else strides
     fixed = tuple(max(st, 1) for st in strides)
     return g.tensor(shape, fixed, o.dtype, name=name, alignment=alignment_of(o.ptr))
+
+
+def column(g: Graph, name: str, rows: int, dt: DataType, ptr: int) -> Any:
+    """A graph input of one value per row at *ptr*: a packed ``(rows, 1, 1, 1)`` tensor of *dt*
+    (the norms' saved statistics, the attention's sequence lengths)."""
+    return g.tensor((rows, 1, 1, 1), (1, 1, 1, 1), dt, name=name, alignment=alignment_of(ptr))
 
 
 def entry(

@@ -332,6 +332,22 @@ class RNNBackward(_call.Call):
         )
 
 
+def _out_specs(block, func, outs, names, shapes, device) -> list:
+    """The output specs of a forward or backward call: *outs* is empty or has one entry per
+    output, the three of *names* and *shapes* for an LSTM, the first two otherwise."""
+    nout = 3 if block._mode == "lstm" else 2
+    if not isinstance(outs, (tuple, list)) or len(outs) not in (0, nout):
+        raise ValueError(
+            f"{func}: out must be a tuple of {nout} entries ({', '.join(names[:nout])}), "
+            f"got {outs!r}"
+        )
+    outs = tuple(outs) or (None,) * nout
+    return [
+        block._out(func, name, o, shape, device)
+        for name, o, shape in zip(names[:nout], outs, shapes[:nout], strict=True)
+    ]
+
+
 def build_forward(block, w, x, hx, cx, sl, training, outs, stream) -> RNNForward:
     """Validate an :meth:`RNNBlock.apply` (before any C call) and make its call entry."""
     func = FWD
@@ -343,19 +359,8 @@ def build_forward(block, w, x, hx, cx, sl, training, outs, stream) -> RNNForward
         raise TypeError(f"{func}: cx is only for rnn_mode='lstm', not {block._mode!r}")
     gc = None if cx is None else block._operand(func, "cx", cx, cshape, device)
     lengths = None if sl is None else check_lengths(func, sl, n, t)
-    nout = 3 if block._mode == "lstm" else 2
-    if not isinstance(outs, (tuple, list)) or len(outs) not in (0, nout):
-        raise ValueError(
-            f"{func}: out must be a tuple of {nout} entries "
-            f"({'y, hy, cy' if nout == 3 else 'y, hy'}), got {outs!r}"
-        )
-    outs = tuple(outs) or (None,) * nout
-    specs = [
-        block._out(func, "y", outs[0], block._y_shape(t, n), device),
-        block._out(func, "hy", outs[1], hshape, device),
-    ]
-    if nout == 3:
-        specs.append(block._out(func, "cy", outs[2], cshape, device))
+    shapes = (block._y_shape(t, n), hshape, cshape)
+    specs = _out_specs(block, func, outs, ("y", "hy", "cy"), shapes, device)
     stage = stage_inputs(block._dt, [(1, gx), (2, gh), (3, gc)])
     spans = tuple(nbytes(g) for g in (gw, gx, gh, gc))
     # -- validated: descriptors, sizes (C calls) ------------------------------------------
@@ -394,19 +399,8 @@ def build_backward(block, ops, sl, outs, dw, flags, stream) -> RNNBackward:
     gdh = None if dhy is None else block._operand(func, "dhy", dhy, hshape, device)
     gdc = None if dcy is None else block._operand(func, "dcy", dcy, cshape, device)
     lengths = None if sl is None else check_lengths(func, sl, n, t)
-    nout = 3 if block._mode == "lstm" else 2
-    if not isinstance(outs, (tuple, list)) or len(outs) not in (0, nout):
-        raise ValueError(
-            f"{func}: out must be a tuple of {nout} entries "
-            f"({'dx, dhx, dcx' if nout == 3 else 'dx, dhx'}), got {outs!r}"
-        )
-    outs = tuple(outs) or (None,) * nout
-    specs = [
-        block._out(func, "dx", outs[0], tuple(gx.shape), device),
-        block._out(func, "dhx", outs[1], hshape, device),
-    ]
-    if nout == 3:
-        specs.append(block._out(func, "dcx", outs[2], cshape, device))
+    shapes = (tuple(gx.shape), hshape, cshape)
+    specs = _out_specs(block, func, outs, ("dx", "dhx", "dcx"), shapes, device)
     wsize = (gw.shape[0],)
     dw_spec = None
     if dw is not None:

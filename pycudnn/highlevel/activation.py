@@ -227,12 +227,7 @@ def _build_backward(y, dy, x, out, mode, coef, alpha, beta, stream) -> _call.Cal
     func = "dnn_activation_grad"
     gy, gdy, gx = _operand.operand(y), _operand.operand(dy), _operand.operand(x)
     dt, device = _checks.same_dtype_and_device(func, (("y", gy), ("dy", gdy), ("x", gx)))
-    for name, g in (("y", gy), ("dy", gdy)):
-        if tuple(g.shape) != tuple(gx.shape):
-            raise ValueError(
-                f"{func}: {name} has shape {tuple(g.shape)} but x has {tuple(gx.shape)}; the "
-                "forward input, output and their gradients have one shape"
-            )
+    _checks.shapes_of_x(func, gy, gdy, gx)
     act = _descriptor(func, mode, coef)
     a, b = _call.scales(dt, _checks.real(alpha, "alpha", func), _checks.real(beta, "beta", func))
     yd, dyd, xd = (_staging.tensor_desc(func, n, g) for n, g in (("y", gy), ("dy", gdy), ("x", gx)))

@@ -300,7 +300,7 @@ def dnn_ctc_loss(
     >>> loss, grad = pycudnn.dnn_ctc_loss(lp, labels, label_lengths, input_lengths)
     """
     func = "dnn_ctc_loss"
-    outs = _pair(func, out)
+    outs = _checks.out_pair(func, out, "loss, grad")
     ptrs, keys = [], []
     for obj in (log_probs, labels, label_lengths, input_lengths):
         p, k = _operand.key_of(obj)
@@ -327,14 +327,6 @@ def dnn_ctc_loss(
     finally:
         _RUN.args = None  # the arrays are not kept
     return (result[0], result[1]) if n_out == 2 else (result[0], None)
-
-
-def _pair(func: str, out: Any) -> tuple[Any, Any]:
-    if out is None:
-        return None, None
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError(f"{func}: out must be None or a pair (loss, grad), got {out!r}")
-    return out[0], out[1]
 
 
 def _host(obj: Any, h: Any) -> np.ndarray:
@@ -381,6 +373,21 @@ def _check_values(func, call, labels, label_lengths, input_lengths) -> np.ndarra
     return lens
 
 
+def _output(func, out, shape, dt_device, what, allocs, spans) -> Any:
+    """Append one output's allocation spec (None when given) and byte span to *allocs* and
+    *spans*; the given *out* as an operand, or None."""
+    dt, device = dt_device
+    if out is None:
+        spec = _call.output_spec(shape, dt, device)
+        allocs.append(spec)
+        spans.append(spec.nbytes_span)
+        return None
+    o = _checks.out_operand(func, out, shape, dt, device, what)
+    allocs.append(None)
+    spans.append(o.nbytes_span)
+    return o
+
+
 def _build(
     log_probs, labels, label_lengths, input_lengths, outs, algo, reduction, compute_grad, stream
 ) -> _CTCLoss:
@@ -415,29 +422,14 @@ def _build(
     lshape = (n,) if red == "none" else ()
     allocs: list[Any] = []
     spans: list[int] = []
-    if outs[0] is None:
-        lspec = _call.output_spec(lshape, dt, device)
-        allocs.append(lspec)
-        spans.append(lspec.nbytes_span)
-    else:
-        o = _checks.out_operand(func, outs[0], lshape, dt, device, "out[0] (loss)")
-        if red == "none" and n > 1 and o.strides[0] != 1:
-            raise ValueError(
-                f"{func}: out[0] (loss) has stride {o.strides[0]}; cuDNN writes it packed"
-            )
-        allocs.append(None)
-        spans.append(o.nbytes_span)
+    o = _output(func, outs[0], lshape, (dt, device), "out[0] (loss)", allocs, spans)
+    if o is not None and red == "none" and n > 1 and o.strides[0] != 1:
+        raise ValueError(f"{func}: out[0] (loss) has stride {o.strides[0]}; cuDNN writes it packed")
     grad_direct = True
     gstrides = packed
     if with_grad:
-        if outs[1] is None:
-            gspec = _call.output_spec(shape, dt, device)
-            allocs.append(gspec)
-            spans.append(gspec.nbytes_span)
-        else:
-            og = _checks.out_operand(func, outs[1], shape, dt, device, "out[1] (grad)")
-            allocs.append(None)
-            spans.append(og.nbytes_span)
+        og = _output(func, outs[1], shape, (dt, device), "out[1] (grad)", allocs, spans)
+        if og is not None:
             gstrides = tuple(og.strides)
             grad_direct = _layout.matches(shape, gstrides, packed)
         grad_direct = grad_direct and red != "mean"

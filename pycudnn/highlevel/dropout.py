@@ -271,13 +271,18 @@ class _Backward(_Dropout):
         )
 
 
-def _run(
-    key: Any, build: Any, args: tuple, ptr: int, out: Any, po: Any, stream: Any, context: tuple
-) -> Any:
-    """:func:`._call.run_cached` with *context* ``(func, state, p, seed)`` for the launch."""
+def _run(tag: str, build: Any, x: Any, out: Any, stream: Any, context: tuple) -> Any:
+    """Key the call on *x* and *out*, check the state, and :func:`._call.run_cached` it with
+    *context* ``(func, state, p, seed)`` for the launch (*tag*: ``_FWD`` or ``_BWD``)."""
+    func, state = context[0], context[1]
+    px, kx = _operand.key_of(x)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
+    state._check(func, kx[3])  # a state bound to another device: before any C call
     _RUN.args = context
     try:
-        return _call.run_cached(key, build, args, (ptr,), (out,), (po,), stream)[0]
+        return _call.run_cached(
+            (tag, kx, ko), build, (x, out, stream), (px,), (out,), (po,), stream
+        )[0]
     finally:
         _RUN.args = None  # the cache must not keep the state alive
 
@@ -361,11 +366,7 @@ def dnn_dropout(
         state, sv = DropoutState(sv), None
     elif not isinstance(state, DropoutState):
         raise TypeError(f"{func}: state must be a DropoutState or None, got {type(state).__name__}")
-    px, kx = _operand.key_of(x)
-    po, ko = (None, None) if out is None else _operand.key_of(out)
-    state._check(func, kx[3])  # a state bound to another device: before any C call
-    args = (x, out, stream)
-    y = _run((_FWD, kx, ko), _build_forward, args, px, out, po, stream, (func, state, pv, sv))
+    y = _run(_FWD, _build_forward, x, out, stream, (func, state, pv, sv))
     return y, state
 
 
@@ -413,13 +414,7 @@ def dnn_dropout_grad(dy: Any, state: DropoutState, *, out: Any = None, stream: A
     func = "dnn_dropout_grad"
     if not isinstance(state, DropoutState):
         raise TypeError(f"{func}: state must be a DropoutState, got {type(state).__name__}")
-    pdy, kdy = _operand.key_of(dy)
-    po, ko = (None, None) if out is None else _operand.key_of(out)
-    state._check(func, kdy[3])  # a state bound to another device: before any C call
-    args = (dy, out, stream)
-    return _run(
-        (_BWD, kdy, ko), _build_backward, args, pdy, out, po, stream, (func, state, None, None)
-    )
+    return _run(_BWD, _build_backward, dy, out, stream, (func, state, None, None))
 
 
 def _build_backward(dy, out, stream) -> _Backward:

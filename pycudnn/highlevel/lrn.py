@@ -268,12 +268,7 @@ def _build_backward(y, dy, x, out, n, alpha, beta, k, stream) -> _call.Call:
     gy, gdy, gx = _operand.operand(y), _operand.operand(dy), _operand.operand(x)
     dt, device = _checks.same_dtype_and_device(func, (("y", gy), ("dy", gdy), ("x", gx)), _TYPES)
     _check_rank(func, "x", gx)
-    for name, g in (("y", gy), ("dy", gdy)):
-        if tuple(g.shape) != tuple(gx.shape):
-            raise ValueError(
-                f"{func}: {name} has shape {tuple(g.shape)} but x has {tuple(gx.shape)}; the "
-                "forward input, output and their gradients have one shape"
-            )
+    _checks.shapes_of_x(func, gy, gdy, gx)
     for name, g in (("y", gy), ("dy", gdy), ("x", gx)):
         _checks.check_strides(func, name, g)
     params = _params(func, n, alpha, beta, k)

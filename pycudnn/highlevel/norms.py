@@ -447,24 +447,8 @@ def _build_backward(
     tg = _param_tensor(g, "gamma", gg, n, pdt)
     consts = [None if gg is not None else _graphops.filled(n, pdt, device, 1.0)]
     m = tx.dim[0]
-    tm = (
-        None
-        if rms
-        else g.tensor(
-            (m, 1, 1, 1),
-            (1, 1, 1, 1),
-            DataType.FLOAT,
-            name="mean",
-            alignment=alignment_of(gm.ptr),
-        )
-    )
-    ti = g.tensor(
-        (m, 1, 1, 1),
-        (1, 1, 1, 1),
-        DataType.FLOAT,
-        name="inv",
-        alignment=alignment_of(gi.ptr),
-    )
+    tm = None if rms else _graphops.column(g, "mean", m, DataType.FLOAT, gm.ptr)
+    ti = _graphops.column(g, "inv", m, DataType.FLOAT, gi.ptr)
     if rms:
         dx, dgamma, _ = g.rmsnorm_backward(tdy, tx, tg, ti, False, name="rmsnorm_backward")
         grads = [dgamma]

@@ -455,6 +455,15 @@ def _params_mapping(params: Any, func: str) -> Mapping[str, Any]:
     return params
 
 
+def _check_torch_layout(func: str, layout: Any, direction: str) -> None:
+    """*layout* is an :class:`RNNLayout` that PyTorch has (*direction*: ``"from"`` or ``"to"``,
+    for the message)."""
+    if not isinstance(layout, RNNLayout):
+        raise TypeError(f"{func}: layout must be an RNNLayout, got {type(layout).__name__}")
+    if layout.input_mode == "skip":
+        raise ValueError(f"{func}: PyTorch has no input_mode='skip' RNN to convert {direction}")
+
+
 def rnn_weights_from_torch(
     params: Any, layout: RNNLayout, *, prefix: str = "", dtype: Any = None
 ) -> np.ndarray:
@@ -488,10 +497,7 @@ def rnn_weights_from_torch(
         *params* is not a mapping or module.
     """
     func = "rnn_weights_from_torch"
-    if not isinstance(layout, RNNLayout):
-        raise TypeError(f"{func}: layout must be an RNNLayout, got {type(layout).__name__}")
-    if layout.input_mode == "skip":
-        raise ValueError(f"{func}: PyTorch has no input_mode='skip' RNN to convert from")
+    _check_torch_layout(func, layout, "from")
     params = _params_mapping(params, func)
     wanted = _torch_params(layout)
     extra = sorted(
@@ -545,10 +551,7 @@ def rnn_weights_to_torch(w: Any, layout: RNNLayout, *, prefix: str = "") -> dict
         *w* does not have ``layout.size`` elements, or the layout is ``input_mode='skip'``.
     """
     func = "rnn_weights_to_torch"
-    if not isinstance(layout, RNNLayout):
-        raise TypeError(f"{func}: layout must be an RNNLayout, got {type(layout).__name__}")
-    if layout.input_mode == "skip":
-        raise ValueError(f"{func}: PyTorch has no input_mode='skip' RNN to convert to")
+    _check_torch_layout(func, layout, "to")
     a = _host(w, "w").reshape(-1)
     if a.size != layout.size:
         raise ValueError(f"{func}: w has {a.size} elements, the layout {layout.size}")

@@ -207,27 +207,34 @@ def _seed(func: str, seed: Any, p: float) -> int | None:
     return seed
 
 
-def _declare_common(g: Graph, gs_q: Any, gs_kv: Any, seed_buf: Any, b: int) -> tuple:
-    tsq = tskv = tseed = toff = None
-    if gs_q is not None:
-        tsq = g.tensor(
-            (b, 1, 1, 1),
-            (1, 1, 1, 1),
-            DataType.INT32,
-            name="seq_len_q",
-            alignment=alignment_of(gs_q.ptr),
-        )
-        tskv = g.tensor(
-            (b, 1, 1, 1),
-            (1, 1, 1, 1),
-            DataType.INT32,
-            name="seq_len_kv",
-            alignment=alignment_of(gs_kv.ptr),
-        )
-    if seed_buf is not None:
+def _seq_lens(func: str, seq_lens_q: Any, seq_lens_kv: Any, b: int, device: int) -> tuple:
+    """The two sequence-length operands (both or neither), checked: ``(q's, kv's)``."""
+    if (seq_lens_q is None) != (seq_lens_kv is None):
+        raise ValueError(f"{func}: give both seq_lens_q and seq_lens_kv (or neither)")
+    gsq = _lens(func, "seq_lens_q", seq_lens_q, b, device)
+    return gsq, _lens(func, "seq_lens_kv", seq_lens_kv, b, device)
+
+
+def _declare_common(g: Graph, gsq: Any, gskv: Any, p: float, b: int) -> tuple:
+    """The inputs both directions add after their own: the sequence lengths (when given) and
+    the dropout seed pair (when *p*); ``(seq_len_q, seq_len_kv, dropout, inputs, spans)``
+    with the graph's ``dropout=`` argument and the extra inputs' byte spans (the seed pair's
+    pointers are 0 until the launch (:class:`_Seeded`): they overlap nothing)."""
+    tsq = tskv = dropout = None
+    inputs: list = []
+    spans: list = []
+    if gsq is not None:
+        tsq = _graphops.column(g, "seq_len_q", b, DataType.INT32, gsq.ptr)
+        tskv = _graphops.column(g, "seq_len_kv", b, DataType.INT32, gskv.ptr)
+        inputs += [tsq, tskv]
+        spans += [gsq.nbytes_span, gskv.nbytes_span]
+    if p:
         tseed = g.tensor((1, 1, 1, 1), (1, 1, 1, 1), DataType.INT64, name="seed", alignment=8)
         toff = g.tensor((1, 1, 1, 1), (1, 1, 1, 1), DataType.INT64, name="offset", alignment=8)
-    return tsq, tskv, tseed, toff
+        dropout = (p, tseed, toff)
+        inputs += [tseed, toff]
+        spans += [0, 0]
+    return tsq, tskv, dropout, inputs, spans
 
 
 def _spec_like(g: _operand.Operand, shape: tuple[int, ...], dt: DataType) -> _call.OutputSpec:
@@ -354,10 +361,7 @@ def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.G
     causal, sc, p = _options(func, attn_mask, is_causal, scale, dropout_p, gq.shape[3])
     b, hq, sq, _d = gq.shape
     dv = gv.shape[3]
-    if (seq_lens_q is None) != (seq_lens_kv is None):
-        raise ValueError(f"{func}: give both seq_lens_q and seq_lens_kv (or neither)")
-    gsq = _lens(func, "seq_lens_q", seq_lens_q, b, device)
-    gskv = _lens(func, "seq_lens_kv", seq_lens_kv, b, device)
+    gsq, gskv = _seq_lens(func, seq_lens_q, seq_lens_kv, b, device)
     g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
     stage: list = []
     st_q, aq = _layout_of(func, "q", gq, 0, stage)
@@ -366,8 +370,7 @@ def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.G
     tq = g.tensor(tuple(gq.shape), st_q, dt, name="q", alignment=aq)
     tk = g.tensor(tuple(gk.shape), st_k, dt, name="k", alignment=ak)
     tv = g.tensor(tuple(gv.shape), st_v, dt, name="v", alignment=av)
-    tsq, tskv, tseed, toff = _declare_common(g, gsq, gskv, True if p else None, b)
-    dropout = (p, tseed, toff) if p else None
+    tsq, tskv, dropout, extra, extra_spans = _declare_common(g, gsq, gskv, p, b)
     o, stats = g.sdpa(
         tq,
         tk,
@@ -401,17 +404,8 @@ def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.G
         allocs.append(sspec)
         out_spans.append(sspec.nbytes_span)
         outs.append(stats)
-    inputs = (
-        [tq, tk, tv]
-        + ([tsq, tskv] if tsq is not None else [])
-        + ([tseed, toff] if tseed is not None else [])
-    )
-    g.set_io_order(*inputs, *outs)
-    in_spans = [gq.nbytes_span, gk.nbytes_span, gv.nbytes_span]
-    if gsq is not None:
-        in_spans += [gsq.nbytes_span, gskv.nbytes_span]
-    if p:
-        in_spans += [0, 0]  # pointer 0 until the launch (_Seeded): overlaps nothing
+    g.set_io_order(tq, tk, tv, *extra, *outs)
+    in_spans = [gq.nbytes_span, gk.nbytes_span, gv.nbytes_span, *extra_spans]
     st = _staging.Stage(dt, stage, None, 1.0, 0.0) if stage else None
     what = _describe("attention forward", dt, gq, gk, causal, gsq is not None, p, training)
     return _entry(func, g, device, stream, allocs, [*in_spans, *out_spans], what, st, p)
@@ -574,10 +568,7 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         raise ValueError(f"{func}: stats must be contiguous, got strides {tuple(gs.strides)}")
     if gs.device != device:
         raise ValueError(f"{func}: stats is on device {gs.device}, q on device {device}")
-    if (seq_lens_q is None) != (seq_lens_kv is None):
-        raise ValueError(f"{func}: give both seq_lens_q and seq_lens_kv (or neither)")
-    gsq = _lens(func, "seq_lens_q", seq_lens_q, b, device)
-    gskv = _lens(func, "seq_lens_kv", seq_lens_kv, b, device)
+    gsq, gskv = _seq_lens(func, seq_lens_q, seq_lens_kv, b, device)
     g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
     stage: list = []
     ops = (("q", gq), ("k", gk), ("v", gv), ("out", go), ("dout", gdo))
@@ -593,7 +584,7 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         name="stats",
         alignment=alignment_of(gs.ptr),
     )
-    tsq, tskv, tseed, toff = _declare_common(g, gsq, gskv, True if p else None, b)
+    tsq, tskv, dropout, extra, extra_spans = _declare_common(g, gsq, gskv, p, b)
     dq, dk, dv_ = g.sdpa_backward(
         tq,
         tk,
@@ -605,7 +596,7 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         use_causal_mask=causal,
         seq_len_q=tsq,
         seq_len_kv=tskv,
-        dropout=(p, tseed, toff) if p else None,
+        dropout=dropout,
         use_deterministic_algorithm=det,
     )
     allocs = []
@@ -617,17 +608,8 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         spec = _spec_like(like, shape, dt)
         t.set_stride(spec.element_strides)
         allocs.append(spec)
-    inputs = (
-        [tq, tk, tv, to, tdo, tst]
-        + ([tsq, tskv] if tsq is not None else [])
-        + ([tseed, toff] if tseed is not None else [])
-    )
-    g.set_io_order(*inputs, dq, dk, dv_)
-    in_spans = [x.nbytes_span for _n, x in ops] + [gs.nbytes_span]
-    if gsq is not None:
-        in_spans += [gsq.nbytes_span, gskv.nbytes_span]
-    if p:
-        in_spans += [0, 0]  # pointer 0 until the launch (_Seeded): overlaps nothing
+    g.set_io_order(tq, tk, tv, to, tdo, tst, *extra, dq, dk, dv_)
+    in_spans = [x.nbytes_span for _n, x in ops] + [gs.nbytes_span, *extra_spans]
     st = _staging.Stage(dt, stage, None, 1.0, 0.0) if stage else None
     what = _describe("attention backward", dt, gq, gk, causal, gsq is not None, p, False)
     spans = [*in_spans, *(a.nbytes_span for a in allocs)]

@@ -232,20 +232,28 @@ def _build_grid(theta, out, out_shape, stream) -> _call.Call:
     n, c, h, w = _out_shape(func, out_shape)
     if n != g.shape[0]:
         raise ValueError(f"{func}: out_shape {(n, c, h, w)} has N={n}, theta has N={g.shape[0]}")
+    shapes = ((n, h, w, 2), (n, c, h, w))
+    name = "cudnnSpatialTfGridGeneratorForward"
+    return _grid_call(func, name, "theta", g, (dt, device), out, stream, shapes)
+
+
+def _grid_call(func, name, what, g, dt_device, out, stream, shapes) -> _call.Call:
+    """The grid generator's call, either direction: *g* (argument *what*) staged to C order,
+    the packed output of ``shapes[0]``, the transformer descriptor of ``shapes[1]``."""
+    dt, device = dt_device
+    oshape, st_shape = shapes
     stage: list = []
-    _staged(func, "theta", g, 0, stage)
-    gshape = (n, h, w, 2)
+    _staged(func, what, g, 0, stage)
     if out is None:
-        spec = _call.output_spec(gshape, dt, device)
+        spec = _call.output_spec(oshape, dt, device)
         so = spec.nbytes_span
     else:
-        spec, so = None, _packed_out(func, "out", out, gshape, dt, device).nbytes_span
+        spec, so = None, _packed_out(func, "out", out, oshape, dt, device).nbytes_span
     hd = _call.handle_for(device, stream, func)
     spans = (g.nbytes_span, so)
-    if n == 0:
+    if oshape[0] == 0:
         return _call.Call(func, hd, (spec,), spans, noop=True)
-    st = SpatialTransformerDescriptor((n, c, h, w), dt)
-    name = "cudnnSpatialTfGridGeneratorForward"
+    st = SpatialTransformerDescriptor(st_shape, dt)
     return _GridGenerator(func, hd, spec, spans, _make_stage(dt, stage), st, name)
 
 
@@ -292,21 +300,9 @@ def _build_grid_backward(dgrid, out, stream) -> _call.Call:
     n, h, w, _ = g.shape
     if n and min(h, w) < 1:
         raise ValueError(f"{func}: dgrid has shape {tuple(g.shape)}; H and W must be >= 1")
-    stage: list = []
-    _staged(func, "dgrid", g, 0, stage)
-    tshape = (n, 2, 3)
-    if out is None:
-        spec = _call.output_spec(tshape, dt, device)
-        so = spec.nbytes_span
-    else:
-        spec, so = None, _packed_out(func, "out", out, tshape, dt, device).nbytes_span
-    hd = _call.handle_for(device, stream, func)
-    spans = (g.nbytes_span, so)
-    if n == 0:
-        return _call.Call(func, hd, (spec,), spans, noop=True)
-    st = SpatialTransformerDescriptor((n, 1, h, w), dt)
+    shapes = ((n, 2, 3), (n, 1, h, w))
     name = "cudnnSpatialTfGridGeneratorBackward"
-    return _GridGenerator(func, hd, spec, spans, _make_stage(dt, stage), st, name)
+    return _grid_call(func, name, "dgrid", g, (dt, device), out, stream, shapes)
 
 
 # ==================================================================================================
@@ -447,7 +443,7 @@ def dnn_spatialtf_sampler_grad(
     >>> dimg, dgrid = pycudnn.dnn_spatialtf_sampler_grad(img, grid, dy)
     """
     func = "dnn_spatialtf_sampler_grad"
-    outs = _pair(func, out)
+    outs = _checks.out_pair(func, out, "dimg, dgrid")
     pi, ki = _operand.key_of(img)
     pg, kg = _operand.key_of(grid)
     pdy, kdy = _operand.key_of(dy)
@@ -455,14 +451,6 @@ def dnn_spatialtf_sampler_grad(
     key = (_SAMPLE_BWD, ki, kg, kdy, kos, alpha, beta)
     args = (img, grid, dy, outs, alpha, beta, stream)
     return _call.run_cached(key, _build_sampler_backward, args, (pi, pg, pdy), outs, pos, stream)
-
-
-def _pair(func: str, out: Any) -> tuple[Any, Any]:
-    if out is None:
-        return None, None
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError(f"{func}: out must be None or a pair (dimg, dgrid), got {out!r}")
-    return out[0], out[1]
 
 
 def _build_sampler_backward(img, grid, dy, outs, alpha, beta, stream) -> _call.Call:

@@ -204,20 +204,22 @@ def _release(key: int) -> None:
         _exports.pop(key, None)
 
 
-@_Deleter
-def _deleter(managed: int) -> None:  # pragma: no cover - exercised through consumers
+def _release_managed(struct: Any, managed: int) -> None:  # pragma: no cover - via consumers
+    """A consumer's deleter: forget the export behind the *struct* at address *managed*."""
     try:
-        _release(DLManagedTensor.from_address(managed).manager_ctx)
+        _release(struct.from_address(managed).manager_ctx)
     except Exception:
         pass
+
+
+@_Deleter
+def _deleter(managed: int) -> None:  # pragma: no cover - exercised through consumers
+    _release_managed(DLManagedTensor, managed)
 
 
 @_Deleter
 def _deleter_versioned(managed: int) -> None:  # pragma: no cover - exercised through consumers
-    try:
-        _release(DLManagedTensorVersioned.from_address(managed).manager_ctx)
-    except Exception:
-        pass
+    _release_managed(DLManagedTensorVersioned, managed)
 
 
 _CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)

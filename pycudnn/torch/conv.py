@@ -9,6 +9,7 @@ The route is direct: ``Conv2d.forward`` -> :func:`conv_forward` -> :class:`ConvF
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import torch
 from torch import nn
@@ -31,6 +32,19 @@ __all__ = ["FUSED_BIAS", "Conv1d", "Conv2d", "Conv3d", "ConvFn", "conv_forward",
 FUSED_BIAS = "bias" in inspect.signature(dnn_conv).parameters
 
 
+def _options(pad: Any, stride: Any, dil: Any, groups: int, t: torch.Tensor) -> dict[str, Any]:
+    """The keyword arguments of the ``dnn_conv`` family for PyTorch's convolution (no flip), on
+    *t*'s stream."""
+    return {
+        "border_mode": pad,
+        "subsample": stride,
+        "dilation": dil,
+        "conv_mode": "cross",
+        "num_groups": groups,
+        "stream": stream_of(t),
+    }
+
+
 class ConvFn(torch.autograd.Function):
     """``dnn_conv`` (cross-correlation, PyTorch's convolution) with its two gradients, on 2-D
     (*nd* 2) or 3-D (*nd* 3) inputs; the bias is fused when ``dnn_conv`` takes ``bias=``, its
@@ -40,14 +54,7 @@ class ConvFn(torch.autograd.Function):
     def forward(ctx, x, w, b, nd, pad, stride, dil, groups):
         ready()
         fwd = dnn_conv if nd == 2 else dnn_conv3d
-        kw = {
-            "border_mode": pad,
-            "subsample": stride,
-            "dilation": dil,
-            "conv_mode": "cross",
-            "num_groups": groups,
-            "stream": stream_of(x),
-        }
+        kw = _options(pad, stride, dil, groups, x)
         if b is not None and FUSED_BIAS:
             y = to_torch(fwd(x, w, bias=b, **kw))
         else:
@@ -64,14 +71,7 @@ class ConvFn(torch.autograd.Function):
         x, w = ctx.saved_tensors
         nd, pad, stride, dil, groups, has_bias = ctx.cfg
         dy = dense(dy)
-        kw = {
-            "border_mode": pad,
-            "subsample": stride,
-            "dilation": dil,
-            "conv_mode": "cross",
-            "num_groups": groups,
-            "stream": stream_of(dy),
-        }
+        kw = _options(pad, stride, dil, groups, dy)
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
             gradinput = dnn_gradinput if nd == 2 else dnn_gradinput3d

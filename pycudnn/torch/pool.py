@@ -54,14 +54,26 @@ def pool_forward(m: nn.Module, x: torch.Tensor, nd: int, mode: str, fallback: Ca
     return y.squeeze(0) if unbatched else y
 
 
-class _MaxRule(Converted):
-    """Max pooling's rule: floor mode, no indices, no dilation."""
+class _FloorRule(Converted):
+    """The rule of both poolings: floor mode; :meth:`_unsupported` adds each one's own."""
 
     @classmethod
     def unsupported(cls, module: nn.Module) -> str | None:
         m: Any = module
         if m.ceil_mode:
             return "ceil_mode=True (cuDNN's output size rounds down)"
+        return cls._unsupported(m)
+
+    @classmethod
+    def _unsupported(cls, m: Any) -> str | None:
+        raise NotImplementedError
+
+
+class _MaxRule(_FloorRule):
+    """Max pooling's rule: floor mode, no indices, no dilation."""
+
+    @classmethod
+    def _unsupported(cls, m: Any) -> str | None:
         if m.return_indices:
             return "return_indices=True (cuDNN returns no indices)"
         if any(d != 1 for d in as_tuple(m.dilation, 3)):
@@ -69,14 +81,11 @@ class _MaxRule(Converted):
         return None
 
 
-class _AvgRule(Converted):
+class _AvgRule(_FloorRule):
     """Average pooling's rule: floor mode, the window as divisor."""
 
     @classmethod
-    def unsupported(cls, module: nn.Module) -> str | None:
-        m: Any = module
-        if m.ceil_mode:
-            return "ceil_mode=True (cuDNN's output size rounds down)"
+    def _unsupported(cls, m: Any) -> str | None:
         if m.divisor_override is not None:
             return f"divisor_override={m.divisor_override} (cuDNN divides by the window)"
         return None

@@ -28,6 +28,17 @@ PARAM_NAMES = (
     "swish_beta",
     "axis",
 )
+#: the comparisons and the binary logical operations: two operands, a boolean result
+_COMPARE = {
+    PointwiseMode.CMP_EQ,
+    PointwiseMode.CMP_NEQ,
+    PointwiseMode.CMP_GT,
+    PointwiseMode.CMP_GE,
+    PointwiseMode.CMP_LT,
+    PointwiseMode.CMP_LE,
+    PointwiseMode.LOGICAL_AND,
+    PointwiseMode.LOGICAL_OR,
+}
 _BINARY = {
     PointwiseMode.ADD,
     PointwiseMode.ADD_SQUARE,
@@ -40,26 +51,9 @@ _BINARY = {
     PointwiseMode.SUB,
     PointwiseMode.ATAN2,
     PointwiseMode.FLOOR_MOD,
-    PointwiseMode.CMP_EQ,
-    PointwiseMode.CMP_NEQ,
-    PointwiseMode.CMP_GT,
-    PointwiseMode.CMP_GE,
-    PointwiseMode.CMP_LT,
-    PointwiseMode.CMP_LE,
-    PointwiseMode.LOGICAL_AND,
-    PointwiseMode.LOGICAL_OR,
+    *_COMPARE,
 }
-_BOOL_OUT = {
-    PointwiseMode.CMP_EQ,
-    PointwiseMode.CMP_NEQ,
-    PointwiseMode.CMP_GT,
-    PointwiseMode.CMP_GE,
-    PointwiseMode.CMP_LT,
-    PointwiseMode.CMP_LE,
-    PointwiseMode.LOGICAL_AND,
-    PointwiseMode.LOGICAL_OR,
-    PointwiseMode.LOGICAL_NOT,
-}
+_BOOL_OUT = {*_COMPARE, PointwiseMode.LOGICAL_NOT}
 
 #: pygraph's pointwise names -> mode
 POINTWISE_NAMES: dict[str, PointwiseMode] = {

@@ -221,12 +221,8 @@ def dnn_conv(
         alpha,
         beta,
     )
-    if bias is not None or activation is not None or z is not None:
-        return _key.fused(2, img, kerns, opts, (bias, activation, z, z_alpha), out, stream)
-    if z_alpha != 1.0:
-        raise ValueError(
-            f"dnn_conv: z_alpha={z_alpha!r} is given without z (the residual it scales)"
-        )
+    if bias is not None or activation is not None or z is not None or z_alpha != 1.0:
+        return _fused(2, img, kerns, opts, (bias, activation, z, z_alpha), out, stream)
     return _key.conv(OP_FWD, 2, img, kerns, None, opts, out, stream)
 
 
@@ -266,13 +262,21 @@ def dnn_conv3d(
         alpha,
         beta,
     )
-    if bias is not None or activation is not None or z is not None:
-        return _key.fused(3, img, kerns, opts, (bias, activation, z, z_alpha), out, stream)
-    if z_alpha != 1.0:
-        raise ValueError(
-            f"dnn_conv3d: z_alpha={z_alpha!r} is given without z (the residual it scales)"
-        )
+    if bias is not None or activation is not None or z is not None or z_alpha != 1.0:
+        return _fused(3, img, kerns, opts, (bias, activation, z, z_alpha), out, stream)
     return _key.conv(OP_FWD, 3, img, kerns, None, opts, out, stream)
+
+
+def _fused(
+    nd: int, img: Any, kerns: Any, opts: tuple, epilogue: tuple, out: Any, stream: Any
+) -> Any:
+    """The forward convolution with an *epilogue* ``(bias, activation, z, z_alpha)``; a
+    *z_alpha* other than 1 with no epilogue to scale is refused."""
+    bias, activation, z, z_alpha = epilogue
+    if bias is None and activation is None and z is None:
+        func = "dnn_conv" if nd == 2 else "dnn_conv3d"
+        raise ValueError(f"{func}: z_alpha={z_alpha!r} is given without z (the residual it scales)")
+    return _key.fused(nd, img, kerns, opts, epilogue, out, stream)
 
 
 def dnn_gradinput(

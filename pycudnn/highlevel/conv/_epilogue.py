@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from ... import _layout, errors, memory
@@ -189,29 +190,13 @@ class FusedProblem(NamedTuple):
         """No engine running it is an answer to cache: the call then runs as separate steps."""
         return True
 
-    @property
-    def dtype(self) -> int:
-        return self.conv.dtype
-
-    @property
-    def allow_tf32(self) -> bool:
-        return self.conv.allow_tf32
-
-    @property
-    def deterministic(self) -> bool:
-        return self.conv.deterministic
-
-    @property
-    def workspace_limit(self) -> int:
-        return self.conv.workspace_limit
-
-    @property
-    def algo(self) -> str:
-        return self.conv.algo
-
-    @property
-    def device(self) -> int:
-        return self.conv.device
+    # the settings of the convolution itself
+    dtype = property(attrgetter("conv.dtype"))
+    allow_tf32 = property(attrgetter("conv.allow_tf32"))
+    deterministic = property(attrgetter("conv.deterministic"))
+    workspace_limit = property(attrgetter("conv.workspace_limit"))
+    algo = property(attrgetter("conv.algo"))
+    device = property(attrgetter("conv.device"))
 
     @property
     def uids(self) -> tuple[int, ...]:
