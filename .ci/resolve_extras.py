@@ -41,7 +41,7 @@ def main() -> int:
     print(f"{'install':<16}" + "".join(f"{n:<20}" for n in SHOWN))
     for extra, (major, wheel) in EXPECTED.items():
         got = resolve(extra)
-        label = f"pycudnn[{extra}]" if extra else "pycudnn"
+        label = f"pycudnn9[{extra}]" if extra else "pycudnn9"
         print(f"{label:<16}" + "".join(f"{got.get(n, '-'):<20}" for n in SHOWN))
         bindings = got.get("cuda-bindings")
         if bindings is None:

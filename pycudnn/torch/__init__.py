@@ -3,7 +3,7 @@
 
 Optional: this module imports without PyTorch (``import pycudnn`` never imports either), and
 PyTorch is imported on the first use of any of its names; without PyTorch that use raises an
-``ImportError`` saying what to install (``pip install "pycudnn[torch]"``).
+``ImportError`` saying what to install (``pip install "pycudnn9[torch]"``).
 
 One module per layer family, each holding its ``autograd.Function``, its module classes and their
 rule for what cuDNN can run: :mod:`.conv`, :mod:`.pool`, :mod:`.batchnorm`, :mod:`.activation`,
@@ -50,7 +50,7 @@ import importlib.util
 
 from .. import _exports
 
-_INSTALL = 'pip install "pycudnn[torch]" (or any PyTorch build with CUDA)'
+_INSTALL = 'pip install "pycudnn9[torch]" (or any PyTorch build with CUDA)'
 
 
 def _require_torch(name: str) -> None:

@@ -124,7 +124,7 @@ def test_nothing_found_lists_every_place_tried():
         "PYCUDNN_LIBRARY: not set",
         "cuda.pathfinder",
         "system loader",
-        "pip install pycudnn[cu12]",
+        'pip install "pycudnn9[cu12]"',
     ):
         assert needle in r.stdout, needle
 
