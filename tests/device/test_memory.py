@@ -1347,3 +1347,15 @@ def test_block_finalizer_survives_module_teardown(monkeypatch):
     monkeypatch.setattr(al, "sys", None)
     cache._block_dead(ref)  # no exception
     assert ref not in cache._live
+
+
+def test_arrays_take_every_frameworks_dtypes():
+    # issue 29: the memory layer's dtype arguments (empty, zeros, views) read torch/JAX dtypes
+    from _framework_dtypes import jax_numpy, torch
+
+    assert fake((2, 3), torch.float16).dtype == np.float16
+    assert fake((2, 3), torch.bfloat16).dtype == np.dtype(ml_dtypes.bfloat16)
+    assert fake((2, 3), torch.int64).data_type == DataType.INT64
+    assert fake((2, 3), jax_numpy().bfloat16).data_type == DataType.BFLOAT16
+    with pytest.raises(TypeError, match=r"torch\.complex64"):
+        fake((2,), torch.complex64)
