@@ -106,3 +106,21 @@ def test_gpus_found_means_no_mismatch(fake_cuda):
     text, _ = _info.report(self_test=False)
     assert "DRIVER" not in text
     assert "GPU 0       Fake GPU, sm_90" in text
+
+
+@pytest.mark.parametrize(
+    ("name", "driver", "runtime", "expected"),
+    [
+        ("cudaErrorInsufficientDriver", 0, 13050, "no NVIDIA driver was found"),
+        ("cudaErrorInsufficientDriver", 12040, 13000, "driver supports CUDA 12.4, older than the"),
+        ("cudaErrorNoDevice", 13000, 13000, "the NVIDIA driver found no GPU"),
+    ],
+)
+def test_no_gpu_reason_tells_no_driver_from_an_old_one(
+    monkeypatch, name, driver, runtime, expected
+):
+    # the runtime's own text ("driver version is insufficient") says the same for both
+    monkeypatch.setattr(_cuda, "driver_versions", lambda: (driver, runtime))
+    reason = _cuda._no_device_reason(name, "CUDA driver version is insufficient for CUDA runtime")
+    assert expected in reason and name in reason
+    assert "insufficient" not in reason
