@@ -124,7 +124,12 @@ def _try_pathfinder(tried: list[str]) -> LoadedLibrary | None:
     try:
         dl = load_nvidia_dynamic_lib("cudnn")
     except Exception as exc:  # pathfinder raises several types; each means "not found there"
-        tried.append(f"cuda.pathfinder.load_nvidia_dynamic_lib('cudnn'): {exc}")
+        text = " ".join(str(exc).split())
+        if "cudnn" not in text.lower():
+            # pathfinder loads cuDNN's dependencies first: without any CUDA wheel its error is
+            # about cuBLAS (libcublasLt), which is not what is missing first
+            text = f"no cuDNN found (the search stopped at a library cuDNN needs: {text})"
+        tried.append(f"cuda.pathfinder.load_nvidia_dynamic_lib('cudnn'): {text}")
         return None
     via = "already loaded in process" if dl.was_already_loaded_from_elsewhere else None
     via = via or getattr(dl, "found_via", None) or "search"
@@ -226,7 +231,7 @@ def load_unchecked() -> LoadedLibrary:
             else:
                 lines = "\n".join(f"  - {t}" for t in tried)
                 raise LibraryNotFoundError(
-                    f"libcudnn.so.9 not found. Tried:\n{lines}\n{INSTALL_HINT}"
+                    f"cuDNN ({SONAME}) was not found. {INSTALL_HINT}\nTried:\n{lines}"
                 )
     return _loaded
 
