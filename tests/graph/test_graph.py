@@ -1218,3 +1218,17 @@ def test_graph_and_tensors_take_every_frameworks_dtypes():
         assert g.tensor((2, 3), data_type=given).data_type == expected
     with pytest.raises(TypeError, match=r"io_data_type.*torch\.complex64"):
         Graph(io_data_type=torch.complex64)
+
+
+def test_graph_repr_names_its_types_operations_and_state():
+    g = Graph(io_data_type="float16", name="block")
+    assert repr(g) == (
+        "Graph('block', io=float16, intermediate=float32, compute=float32, 0 tensors, ops=[], "
+        "not built)"
+    )
+    x, w = g.tensor((1, 8, 4, 4), name="x"), g.tensor((8, 8, 3, 3), name="w")
+    g.relu(g.conv_fprop(x, w, padding=1))
+    text = repr(g)
+    assert text.startswith("Graph('block', io=float16") and "ops=[conv_fprop, pointwise]" in text
+    assert "4 tensors" in text and text.endswith("not built)")
+    assert "io=auto" in repr(Graph())
