@@ -50,8 +50,7 @@ def main(site: Path) -> int:
     print(
         f"check_site: {pages} pages; {len(index)} search entries; found {len(objects)} public "
         f"functions and classes, {len(torch_names)} names of pycudnn.torch, {len(functions)} "
-        f"cudnn.h functions, {len(enums)} enums"
-        + (f"; MISSING {len(missing)}" if missing else "")
+        f"cudnn.h functions, {len(enums)} enums" + (f"; MISSING {len(missing)}" if missing else "")
     )
     for m in missing:
         print(f"check_site: not in the search index: {m}", file=sys.stderr)

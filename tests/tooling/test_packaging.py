@@ -119,8 +119,10 @@ def _spec(meta: Message, extra: str | None, name: str) -> SpecifierSet | None:
         (None, ["12.8.0", "12.9.10", "13.0.0", "13.5.0"], ["12.6.0", "11.8.7"], None),
         ("cu12", ["12.8.0", "12.9.10"], ["13.0.0", "13.5.0", "12.6.0"], "nvidia-cudnn-cu12"),
         ("cu13", ["13.0.0", "13.5.0"], ["12.9.10", "14.0.0"], "nvidia-cudnn-cu13"),
+        # one CUDA major: the pinned headers' wheel is the CUDA 12 one, so cuda-bindings is 12.x
+        ("test", ["12.8.0", "12.9.10"], ["13.0.0", "13.5.0", "12.6.0"], "nvidia-cudnn-cu12"),
     ],
-    ids=["plain", "cu12", "cu13"],
+    ids=["plain", "cu12", "cu13", "test"],
 )
 def test_extra_chooses_the_cuda_bindings_major(meta, extra, allowed, refused, cudnn_wheel):
     # CUDA 12 drivers (R525-R575) need cuda-bindings 12.x: 13.x links the CUDA 13 runtime
