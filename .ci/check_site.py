@@ -14,6 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs"))
+sys.path.insert(0, str(ROOT))
 
 import surface  # noqa: E402
 
@@ -36,11 +37,20 @@ def main(site: Path) -> int:
     for cls in enums:
         if cls.__name__ not in titles:
             missing.append(f"pycudnn.enums.{cls.__name__}")
+    # the PyTorch adapter (documented from its stub and sources: torch is not imported)
+    from pycudnn import _exports
+
+    torch_names = _exports.declared(str(ROOT / "pycudnn" / "torch" / "__init__.pyi"))
+    for name, where in torch_names.items():
+        module, attr = where if where is not None else (".", name)
+        canonical = f"pycudnn.torch{module if module != '.' else ''}.{attr or name}"
+        if canonical not in anchors:
+            missing.append(f"pycudnn.torch.{name} (anchor {canonical})")
     pages = len(list(site.rglob("index.html")))
     print(
         f"check_site: {pages} pages; {len(index)} search entries; found {len(objects)} public "
-        f"functions and classes, {len(functions)} cudnn.h functions, {len(enums)} enums"
-        + (f"; MISSING {len(missing)}" if missing else "")
+        f"functions and classes, {len(torch_names)} names of pycudnn.torch, {len(functions)} "
+        f"cudnn.h functions, {len(enums)} enums" + (f"; MISSING {len(missing)}" if missing else "")
     )
     for m in missing:
         print(f"check_site: not in the search index: {m}", file=sys.stderr)

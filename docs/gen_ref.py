@@ -175,6 +175,63 @@ for m in python:
     write(page_of(m.name), python_page(m))
 
 
+# -- the PyTorch adapter: from its stub and sources, without importing torch ---------------------
+from pycudnn import _exports  # noqa: E402
+
+TORCH_PKG = ROOT / "pycudnn" / "torch"
+TORCH_NAMES = _exports.declared(str(TORCH_PKG / "__init__.pyi"))
+
+
+def _source_docs(module: str) -> dict[str, tuple[str, str]]:
+    """name -> (kind, first docstring paragraph) of a module's top-level classes and functions,
+    read from its source (the adapter's modules import torch)."""
+    path = TORCH_PKG / (module.removeprefix(".").replace(".", "/") + ".py")
+    if not module.removeprefix("."):
+        path = TORCH_PKG / "__init__.py"
+    tree = ast.parse(path.read_text())
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef):
+            doc = (ast.get_docstring(node) or "").strip().split("\n\n", 1)[0].replace("\n", " ")
+            doc = ROLE.sub(lambda m: f"`{m['short']}`", doc).replace("|", "\\|")
+            out[node.name] = ("class" if isinstance(node, ast.ClassDef) else "function", doc)
+    return out
+
+
+def torch_page() -> str:
+    lines = [
+        "# `pycudnn.torch`",
+        "",
+        "::: pycudnn.torch",
+        "    options:",
+        "      show_root_heading: false",
+        "      show_root_toc_entry: false",
+        "      members: false",
+        "",
+        "## Contents",
+        "",
+        "| name | kind | summary |",
+        "|---|---|---|",
+    ]
+    entries = []
+    for name, where in TORCH_NAMES.items():
+        module, attr = where if where is not None else ("", name)
+        kind_, doc = _source_docs(module).get(attr or name, ("", ""))
+        canonical = f"pycudnn.torch{module if module != '.' else ''}.{attr or name}"
+        entries.append((name, canonical))
+        lines.append(f"| [`{name}`][{canonical}] | {kind_} | {doc} |")
+    lines.append("")
+    for name, canonical in entries:
+        public = f"pycudnn.torch.{name}"
+        if public != canonical:
+            lines.append(f"[](){{#{public}}}")
+        lines += [f"::: {canonical}", OPTIONS]
+    return "\n".join(lines)
+
+
+write("pycudnn.torch.md", torch_page())
+
+
 # -- raw layer: types ------------------------------------------------------------------------------
 ENUM_BY_C = {e.c_type(): e for e in surface.raw_enums()}
 TYPE_ANCHOR = {h["name"]: f"pycudnn.lib.{h['name']}" for h in MANIFEST["handles"]}
@@ -600,6 +657,8 @@ for m in python:
     if m.name != "pycudnn":
         index.append(f"| [`{m.name}`]({page_of(m.name)}) | {summary(m.module)} | {len(m.names)} |")
 index += [
+    f"| [`pycudnn.torch`](pycudnn.torch.md) | the optional PyTorch adapter (`torch.nn` modules, "
+    f"`convert`) | {len(TORCH_NAMES)} |",
     f"| [`pycudnn.lib`, `pycudnn.api`](lib/index.md) | the raw C API, by header | "
     f"{len(FUNCTIONS)} functions |",
     f"| [`pycudnn.enums`](enums/index.md) | every C enum as an `IntEnum` | "
@@ -612,6 +671,7 @@ summary_md = ["* [Overview](index.md)", "* [pycudnn](pycudnn.md)"]
 for m in python:
     if m.name != "pycudnn":
         summary_md.append(f"* [{m.name}]({page_of(m.name)})")
+summary_md.append("* [pycudnn.torch](pycudnn.torch.md)")
 summary_md.append("* [pycudnn.lib / api](lib/index.md)")
 summary_md += [f"    * [{h}](lib/{h.removesuffix('.h')}.md)" for h in by_header]
 summary_md.append("    * [Types and constants](lib/types.md)")

@@ -1,4 +1,6 @@
-"""Griffe extension: Sphinx cross-reference roles in pycudnn's docstrings become links.
+"""Griffe extension: Sphinx cross-reference roles in pycudnn's docstrings become links, and a
+module docstring's ``Internals`` section (notes on private modules, for the code's readers) stays
+out of the public reference.
 
 The docstrings use numpydoc with Sphinx roles (``:func:`to_device```,
 ``:class:`~pycudnn.enums.DataType```), which Markdown would show as literal text. Each role is
@@ -15,6 +17,8 @@ from typing import Any
 
 import griffe
 
+#: where a module docstring's notes on private internals begin (kept in the source, not on the site)
+INTERNALS = re.compile(r"\n\s*Internals\n\s*-{9,}\n")
 ROLE = re.compile(r":(?:py:)?(?:func|class|meth|attr|data|mod|exc|obj|const):`(?P<body>[^`]+)`")
 
 
@@ -44,6 +48,8 @@ class SphinxRoles(griffe.Extension):
             return
         seen.add(obj.path)
         doc = obj.docstring
+        if doc is not None and obj.is_module:
+            doc.value = INTERNALS.split(doc.value, 1)[0].rstrip()
         if doc is not None and ":`" in doc.value:
             doc.value = ROLE.sub(lambda m: self._link(obj, m["body"]), doc.value)
         for member in obj.members.values():

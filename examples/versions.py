@@ -2,6 +2,7 @@
 
 import pycudnn
 
-pycudnn.version()        # 92800: cudnnGetVersion(), checked against the bindings
-pycudnn.library_info()   # LibraryInfo(path=..., found_via='cuda.pathfinder (site-packages)', ...)
-pycudnn.is_available()   # library usable and a GPU present; never raises
+print(pycudnn.version())        # 92800: cudnnGetVersion(), checked against the bindings
+info = pycudnn.library_info()   # LibraryInfo(path=..., found_via=..., compatibility=..., ...)
+print(info.path, info.found_via, info.compatibility)   # ... cuda.pathfinder (site-packages) ...
+print(pycudnn.is_available())   # library usable and a GPU present; never raises

@@ -3,13 +3,23 @@
 Every visible GPU is listed; the self-test runs on each supported GPU, or on GPU N only with
 ``--device N``. Exit status 0 when everything checked is healthy, 1 otherwise (a missing GPU
 alone is not a failure: the report says so; a ``--device`` that is not visible is), 2 for bad
-arguments.
+arguments. ``--json`` prints the same facts as one JSON object; ``--version`` the versions.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+
+DESCRIPTION = (
+    "Print which cuDNN is loaded and how it was found, whether it fits these bindings, the "
+    "CUDA driver and GPUs, and a short self-test on each supported GPU."
+)
+EPILOG = (
+    "Exit status: 0 when everything checked is healthy, 1 otherwise (a missing GPU alone is not "
+    "a failure; a --device that is not visible is), 2 for bad arguments."
+)
 
 
 def _ordinal(text: str) -> int:
@@ -25,8 +35,19 @@ def _ordinal(text: str) -> int:
     return n
 
 
+def _version_text() -> str:
+    from ._generated import lib
+    from ._version import __version__
+
+    return (
+        f"pycudnn {__version__} (distribution pycudnn9), bindings generated from the cuDNN "
+        f"{lib.HEADER_VERSION_STRING} headers"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pycudnn", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m pycudnn", description=DESCRIPTION, epilog=EPILOG)
+    ap.add_argument("--version", action="version", version=_version_text())
     ap.add_argument("--no-self-test", action="store_true", help="skip the GPU self-test")
     ap.add_argument(
         "--device",
@@ -34,7 +55,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="run the self-test on GPU N only (default: on every supported GPU)",
     )
+    ap.add_argument(
+        "--json", action="store_true", help="print the report as one JSON object (for scripts)"
+    )
     args = ap.parse_args(argv)
+    if args.json:
+        from ._info import facts
+
+        data = facts(self_test=not args.no_self_test, device=args.device)
+        print(json.dumps(data, indent=2))
+        return 0 if data["healthy"] else 1
     from ._info import report
 
     text, healthy = report(self_test=not args.no_self_test, device=args.device)

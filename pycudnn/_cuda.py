@@ -142,17 +142,34 @@ def gpu_unavailable_reason() -> str | None:
     except Exception as exc:  # cuda.bindings raises its own types when libcuda is absent
         return f"the CUDA runtime is unusable ({type(exc).__name__}: {exc})"
     if int(err) != 0:
-        hint = ""
-        if error_name(err) in ("cudaErrorInsufficientDriver", "cudaErrorNoDevice"):
-            hint = " (is an NVIDIA GPU with its driver installed?)"
-        return (
-            f"cudaGetDeviceCount returned {error_name(err)}: {_error_string(err)}{hint}"
-        ).strip()
+        return _no_device_reason(error_name(err), _error_string(err))
     if not count:
         return "cudaGetDeviceCount found 0 CUDA devices"
     with _probe_lock:
         _device_count = int(count)
     return None
+
+
+def _no_device_reason(name: str, text: str) -> str:
+    """Why ``cudaGetDeviceCount`` found nothing, in words: the runtime says "driver version is
+    insufficient" both when there is no driver at all and when the driver is too old for the
+    runtime cuda.bindings links, so the driver's own version tells them apart."""
+    probe = f"cudaGetDeviceCount: {name}"
+    if name == "cudaErrorInsufficientDriver":
+        drv, run = driver_versions()
+        if drv <= 0:
+            return (
+                f"no NVIDIA driver was found (cudaDriverGetVersion reports none; {probe}), so "
+                "there is no GPU"
+            )
+        return (
+            f"the NVIDIA driver supports CUDA {drv // 1000}.{drv % 1000 // 10}, older than the "
+            f"CUDA {run // 1000}.{run % 1000 // 10} runtime of the installed cuda-bindings "
+            f"({probe}); `python -m pycudnn` names the extra to install"
+        )
+    if name == "cudaErrorNoDevice":
+        return f"the NVIDIA driver found no GPU ({probe})"
+    return f"cudaGetDeviceCount returned {name}: {text}".strip()
 
 
 def device_count() -> int:

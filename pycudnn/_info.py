@@ -72,7 +72,8 @@ def check_compatibility(
             "mismatch",
             f"cuDNN {rts} was loaded from {runtime_path}, but pycudnn's bindings "
             f"({bindings_path}) were generated from cuDNN {hds} headers and need cuDNN "
-            f"{hd[0]}.x. Install cuDNN {hd[0]} (`pip install pycudnn[cu12]` or `[cu13]`), or point "
+            f"{hd[0]}.x. Install cuDNN {hd[0]} (`pip install "
+            f'"pycudnn9[cu12]"` or `[cu13]`), or point '
             f"PYCUDNN_LIBRARY at a libcudnn.so.{hd[0]}; {SKIP_ENV}=1 bypasses this check at your "
             "own risk (wrong prototypes can crash the process).",
         )
@@ -283,8 +284,9 @@ def driver_mismatch(note: str = "") -> str | None:
         extra = EXTRA_FOR_DRIVER[dmaj]
         return (
             f"{head} needs a CUDA {rmaj} driver ({MIN_DRIVER.get(rmaj, 'a new')} or newer): no "
-            f'GPU is usable. Install the CUDA {dmaj} build: pip install "pycudnn[{extra}]" (from a '
-            f'source tree: pip install -e ".[{extra}]"), or update the driver.'
+            f"GPU is usable. Install the CUDA {dmaj} build: "
+            f'pip install "pycudnn9[{extra}]" (from a source tree: '
+            f'pip install -e ".[{extra}]"), or update the driver.'
         )
     if dmaj < min(EXTRA_FOR_DRIVER):
         return (
@@ -304,6 +306,126 @@ def _pkg_version(name: str) -> str:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return "not installed"
+
+
+def torch_cudnn(runtime_path: str = "") -> dict[str, str | bool] | None:
+    """What an installed PyTorch means for the cuDNN of a process, or None without torch.
+
+    Read from torch's installed metadata (torch is never imported here): its version and the
+    ``nvidia-cudnn-cu*`` wheel it pins. A process that imports torch first has torch's cuDNN
+    loaded, and pycudnn then uses that one (``cuda.pathfinder`` finds it already loaded), so its
+    version is what pycudnn runs there. ``loaded_by_torch``: this process imported torch and the
+    cuDNN in use was already loaded when pycudnn looked for it.
+    """
+    import re
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("torch")
+    except metadata.PackageNotFoundError:
+        return None
+    pin = ""
+    for req in dist.requires or ():
+        m = re.match(r"\s*(nvidia-cudnn-cu\d+)\s*==\s*([0-9.]+)", req)
+        if m and ("extra ==" not in req):
+            pin = f"{m.group(1)}=={m.group(2)}"
+            break
+    lib = _loader.loaded()
+    loaded_by_torch = bool(
+        "torch" in sys.modules
+        and lib is not None
+        and "already loaded" in lib.found_via
+        and (not runtime_path or lib.path == runtime_path)
+    )
+    return {"version": dist.version, "cudnn_pin": pin, "loaded_by_torch": loaded_by_torch}
+
+
+def _torch_line(info: LibraryInfo) -> list[str]:
+    """The report's line on torch's cuDNN (none without torch)."""
+    t = torch_cudnn(info.path)
+    if t is None:
+        return []
+    hd = format_version(info.header_version)
+    if t["loaded_by_torch"]:
+        rt = format_version(info.runtime_version)
+        older = (
+            f", older than the {hd} headers" if info.runtime_version < info.header_version else ""
+        )
+        text = (
+            f"this process's torch {t['version']} loaded this cuDNN ({rt}{older}); pycudnn uses it"
+        )
+    elif t["cudnn_pin"]:
+        pinned = str(t["cudnn_pin"]).split("==")[1]
+        pv = tuple(int(x) for x in pinned.split(".")[:3])
+        older = pv < decode_version(info.header_version)
+        text = (
+            f"torch {t['version']} pins {t['cudnn_pin']}: a process that imports torch first loads "
+            f"that cuDNN and pycudnn uses it"
+            + (f" ({'.'.join(map(str, pv))}, older than the {hd} headers)" if older else "")
+        )
+    else:
+        text = f"torch {t['version']} (no cuDNN wheel pinned): torch's own cuDNN, if it loads first"
+    return _wrap("  torch       ", text)
+
+
+def facts(self_test: bool = False, device: int | None = None) -> dict:
+    """The report as data (``python -m pycudnn --json``): versions, the loaded cuDNN, torch's
+    cuDNN, the driver and GPUs, the self-test's verdicts, and ``healthy``. Never raises."""
+    healthy = report(self_test=False, device=device)[1]
+    out: dict = {
+        "pycudnn": __version__,
+        "python": platform.python_version(),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "packages": {
+            n: _pkg_version(n) for n in ("numpy", "cuda-bindings", "cuda-pathfinder", "torch")
+        },
+        "header_version": int(_lib.HEADER_VERSION),
+        "cudnn": None,
+        "torch": None,
+    }
+    try:
+        info = library_info()
+        out["cudnn"] = {
+            k: (list(v) if isinstance(v, tuple) else v) for k, v in info.__dict__.items()
+        }
+        out["cudnn"]["compatibility_kind"] = check_compatibility(
+            info.runtime_version, info.header_version, runtime_path=info.path
+        ).kind
+        out["torch"] = torch_cudnn(info.path)
+    except Exception as exc:  # reported, as the text report does
+        out["cudnn"] = {"error": f"{type(exc).__name__}: {exc}"}
+    drv, run = _cuda.driver_versions()
+    try:
+        gpus, note = _cuda.devices()
+    except Exception as exc:  # pragma: no cover - devices() itself never raises
+        gpus, note = [], str(exc)
+    out["cuda"] = {
+        "driver_version": drv or None,
+        "bindings_runtime_version": run or None,
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "capability": list(g.capability),
+                "memory_bytes": g.memory_bytes,
+            }
+            for g in gpus
+        ],
+        "no_gpu_reason": None if gpus else (_cuda.gpu_unavailable_reason() or note),
+        "driver_mismatch": None if gpus else driver_mismatch(note),
+    }
+    tests = []
+    if self_test and gpus and out["cudnn"] and "error" not in out["cudnn"]:
+        mdv = out["cudnn"]["max_device_version"]
+        for g in gpus if device is None else [g for g in gpus if g.index == device]:
+            if g.capability[0] * 100 + g.capability[1] * 10 > mdv:
+                continue
+            for name, verdict, msg in _self_test(g.index):
+                healthy &= verdict != "FAIL"
+                tests.append({"device": g.index, "case": name, "verdict": verdict, "detail": msg})
+    out["self_test"] = tests
+    out["healthy"] = bool(healthy)
+    return out
 
 
 def _never_raises(fn):
@@ -378,6 +500,7 @@ def report(self_test: bool = True, device: int | None = None) -> tuple[str, bool
     lines += [
         f"  max device  sm_{mdv // 100}{mdv % 100 // 10} (newest compute capability supported)"
     ]
+    lines += _torch_line(info)
     if info.other_libcudnn_files:
         healthy = False
         lines += [

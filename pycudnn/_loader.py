@@ -34,8 +34,9 @@ from dataclasses import dataclass
 SONAME = "libcudnn.so.9"
 ENV_OVERRIDE = "PYCUDNN_LIBRARY"
 INSTALL_HINT = (
-    "Install cuDNN 9 with `pip install pycudnn[cu12]` (CUDA 12) or `pip install pycudnn[cu13]` "
-    f"(CUDA 13), or point {ENV_OVERRIDE} at a libcudnn.so.9."
+    'Install cuDNN 9 with `pip install "pycudnn9[cu12]"` (CUDA 12) or '
+    '`pip install "pycudnn9[cu13]"` (CUDA 13), '
+    f"or point {ENV_OVERRIDE} at a libcudnn.so.9."
 )
 
 
@@ -123,7 +124,12 @@ def _try_pathfinder(tried: list[str]) -> LoadedLibrary | None:
     try:
         dl = load_nvidia_dynamic_lib("cudnn")
     except Exception as exc:  # pathfinder raises several types; each means "not found there"
-        tried.append(f"cuda.pathfinder.load_nvidia_dynamic_lib('cudnn'): {exc}")
+        text = " ".join(str(exc).split())
+        if "cudnn" not in text.lower():
+            # pathfinder loads cuDNN's dependencies first: without any CUDA wheel its error is
+            # about cuBLAS (libcublasLt), which is not what is missing first
+            text = f"no cuDNN found (the search stopped at a library cuDNN needs: {text})"
+        tried.append(f"cuda.pathfinder.load_nvidia_dynamic_lib('cudnn'): {text}")
         return None
     via = "already loaded in process" if dl.was_already_loaded_from_elsewhere else None
     via = via or getattr(dl, "found_via", None) or "search"
@@ -187,8 +193,9 @@ def _gate_problem(lib: LoadedLibrary) -> str | None:
         problem = (
             f"cuDNN {v} was loaded from {lib.path} (found via {lib.found_via}), but pycudnn's "
             f"bindings were generated from cuDNN {REQUIRED_MAJOR}.x headers and need cuDNN "
-            f"{REQUIRED_MAJOR}.x. Install cuDNN {REQUIRED_MAJOR} (`pip install pycudnn[cu12]` or "
-            f"`[cu13]`), or point {ENV_OVERRIDE} at a libcudnn.so.{REQUIRED_MAJOR}; {SKIP_ENV}=1 "
+            f"{REQUIRED_MAJOR}.x. Install cuDNN {REQUIRED_MAJOR} (`pip install "
+            f'"pycudnn9[cu12]"` or `[cu13]`), or point {ENV_OVERRIDE} at a '
+            f"libcudnn.so.{REQUIRED_MAJOR}; {SKIP_ENV}=1 "
             "bypasses this check at your own risk (wrong prototypes can crash the process)."
         )
     _gate_result = (lib, problem)
@@ -224,7 +231,7 @@ def load_unchecked() -> LoadedLibrary:
             else:
                 lines = "\n".join(f"  - {t}" for t in tried)
                 raise LibraryNotFoundError(
-                    f"libcudnn.so.9 not found. Tried:\n{lines}\n{INSTALL_HINT}"
+                    f"cuDNN ({SONAME}) was not found. {INSTALL_HINT}\nTried:\n{lines}"
                 )
     return _loaded
 

@@ -89,14 +89,23 @@ def _dtype_name(dtype: Any) -> str | None:
     if isinstance(dtype, str):
         name = dtype.lower()
         return _ALIASES.get(name, name)
+    if type(dtype).__module__.partition(".")[0] == "torch":
+        # a torch.dtype: numpy cannot read it and it has no name attribute, but its str() is
+        # "torch.float16" (torch.half and torch.float16 are one object)
+        return str(dtype)
     try:
+        # numpy dtypes and scalar types; ml_dtypes.bfloat16; CuPy's (numpy's own) and JAX's
+        # (jnp.float32 and jnp.bfloat16 are types with a numpy .dtype)
         return np.dtype(dtype).name
-    except TypeError:
+    except (TypeError, ValueError):
         return getattr(dtype, "name", None) or getattr(dtype, "__name__", None)
 
 
 def as_data_type(dtype: Any, *, argument: str = "dtype") -> DataType:
-    """Convert a numpy dtype, dtype name, torch-style name or ``DataType`` to ``DataType``.
+    """Convert any framework's dtype to ``DataType``: a numpy dtype or scalar type (CuPy's are
+    numpy's), ``ml_dtypes.bfloat16``, a JAX dtype (``jnp.bfloat16``), a ``torch.dtype``
+    (``torch.float16``), a name (``"float16"``, ``"half"``, ``"torch.bfloat16"``) or a
+    ``DataType``.
 
     Plain ints are ``DataType`` values. ``None``, bools and members of other enums are refused
     (``ActivationMode.RELU`` is the int 1, but not a dtype).
@@ -112,8 +121,8 @@ def as_data_type(dtype: Any, *, argument: str = "dtype") -> DataType:
         # np.dtype(None) is float64 and a member of another enum is an int: neither names a
         # dtype, so neither may silently become DOUBLE
         raise TypeError(
-            f"{argument}={dtype!r} is not a dtype; expected one of {', '.join(_BY_NAME)} (a numpy "
-            "dtype, its name, or a pycudnn.enums.DataType member)"
+            f"{argument}={dtype!r} is not a dtype; expected one of {', '.join(_BY_NAME)} (a numpy, "
+            "torch, CuPy, JAX or ml_dtypes dtype, its name, or a pycudnn.enums.DataType member)"
         )
     if isinstance(dtype, int):
         try:
@@ -128,7 +137,8 @@ def as_data_type(dtype: Any, *, argument: str = "dtype") -> DataType:
         return row.data_type
     raise TypeError(
         f"{argument}={dtype!r} is not a dtype cuDNN supports here; expected one of "
-        f"{', '.join(_BY_NAME)} (a numpy dtype, its name, or pycudnn.enums.DataType)"
+        f"{', '.join(_BY_NAME)} (a numpy, torch, CuPy, JAX or ml_dtypes dtype, its name, or "
+        "pycudnn.enums.DataType)"
     )
 
 

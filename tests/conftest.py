@@ -26,18 +26,13 @@ if str(SUPPORT) not in sys.path:
 
 @functools.cache
 def gpu_unavailable_reason() -> str | None:
-    """None when a CUDA device is usable, else why not (never raises)."""
+    """None when a CUDA device is usable, else why not (never raises): pycudnn's own diagnosis,
+    which tells no driver from a driver too old for the installed cuda-bindings."""
     try:
-        from cuda.bindings import runtime
+        from pycudnn import _cuda
     except ImportError as exc:
-        return f"cuda.bindings not importable: {exc}"
-    try:
-        err, count = runtime.cudaGetDeviceCount()
-    except Exception as exc:  # cuda.bindings raises its own types when libcuda is absent
-        return f"CUDA runtime unusable: {exc}"
-    if int(err) != 0 or not count:
-        return f"no CUDA device (cudaGetDeviceCount: {getattr(err, 'name', err)})"
-    return None
+        return f"pycudnn._cuda not importable: {exc}"
+    return _cuda.gpu_unavailable_reason()
 
 
 @functools.cache

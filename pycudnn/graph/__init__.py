@@ -1,11 +1,19 @@
 """``pycudnn.graph``: cuDNN's graph (backend) API made scriptable from Python, and the plan
 engine under every graph the library runs.
 
-- :class:`Graph` / :class:`Tensor` -- the public builder (:mod:`._builder`): declare tensors,
-  add operations (convolutions, matmul, pointwise, reduction, norms, scaled dot-product
-  attention), :meth:`Graph.build` a plan (heuristics or autotuned, engine filters), and
-  :meth:`Graph.execute` it on device arrays; :meth:`Graph.serialize` /
-  :meth:`Graph.deserialize` keep a chosen plan across processes.
+:class:`Graph` and :class:`Tensor` are the builder: declare tensors, add operations
+(convolutions, matmul, pointwise, reduction, norms, scaled dot-product attention),
+:meth:`Graph.build` a plan (heuristics or autotuned, engine filters), and :meth:`Graph.execute`
+it on device arrays; :meth:`Graph.serialize` / :meth:`Graph.deserialize` keep a chosen plan
+across processes, and :func:`load_plan` reads one. :class:`GraphKey` is the frozen graph plans
+are cached under. :mod:`.nodes` documents the operations by family (their checks, output shapes
+and descriptor encodings).
+
+See ``docs/graph.md``.
+
+Internals
+---------
+- :class:`Graph` / :class:`Tensor` -- the public builder (:mod:`._builder`).
 - :mod:`._tensor` -- :class:`Tensor` and the record of tensors and nodes every family adds to.
 - :mod:`.nodes` -- the operations by family (convolutions, pointwise, matmul, reduction,
   norms, RNG and reshape, and the composite attention graphs cuDNN's fused flash-attention
@@ -14,8 +22,6 @@ engine under every graph the library runs.
 - :mod:`._plans` -- the engine, one entry ``plan(key, handle)``: heuristics search, numerics
   filters, timing, the per-thread plan LRU, variant packs. The high level's convolutions (fused
   or not), matmul, norms and attention are graph keys planned here: one mechanism.
-
-See ``docs/graph.md``.
 """
 
 from __future__ import annotations

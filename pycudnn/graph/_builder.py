@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _config, _cuda, _layout, memory
 from .. import handle as _handle
+from .._types import dtype_name
 from ..descriptors import BackendDescriptor
 from ..enums import BackendAttributeName as A
 from ..enums import BackendAttributeType as T
@@ -108,6 +109,19 @@ class Graph(GraphBase):
         self._label: str | None = None  # what a high-level caller's graph computes
         self._api = "pycudnn.graph"  # the function errors name
         self._order: tuple[Tensor, ...] = ()
+
+    def __repr__(self) -> str:
+        dt = [
+            dtype_name(d) if d is not None else "auto"
+            for d in (self.io_data_type, self.intermediate_data_type, self.compute_data_type)
+        ]
+        ops = [n[0] for n in self._nodes]
+        shown = ", ".join(ops[:8]) + (f", ... ({len(ops)})" if len(ops) > 8 else "")
+        state = "built" if self._key is not None else "not built"
+        return (
+            f"Graph({self.name!r}, io={dt[0]}, intermediate={dt[1]}, compute={dt[2]}, "
+            f"{len(self._tensors)} tensors, ops=[{shown}], {state})"
+        )
 
     if TYPE_CHECKING:  # the pointwise operations by name (add, relu, gelu...) are set below
 

@@ -13,12 +13,14 @@ cached call entry can skip validation.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .. import _layout, memory
 from .._types import as_data_type, itemsize
 from ..enums import DataType
+from ..errors import NotDeviceMemoryError
 
 __all__ = [
     "FAST_T",
@@ -79,10 +81,7 @@ def _data_type(dtype: Any) -> DataType | None:
 def _from_torch(t: Any) -> tuple:
     dev = t.get_device()
     if dev < 0:
-        raise TypeError(
-            "a CPU torch tensor was passed; pycudnn needs device memory: move it with "
-            "tensor.cuda() or pycudnn.to_device(...)"
-        )
+        raise _not_device_memory(t, "a CPU torch tensor", "tensor.cuda()")
     return (t.data_ptr(), t.shape, t.stride(), data_type(t.dtype), dev)
 
 
@@ -95,17 +94,61 @@ def _from_other(obj: Any) -> tuple:
     return _from_device_array(memory.asarray(obj))
 
 
-def _host_array(obj: Any) -> tuple:
-    raise TypeError(
-        f"a host {type(obj).__module__}.{type(obj).__name__} was passed; pycudnn's operations "
-        "need device memory: copy it with pycudnn.to_device(array) (or pass a torch/CuPy/JAX "
-        "device array)"
+# The error path names the argument: the getters see only the object, so the frames of the call
+# are read back for the outermost pycudnn function that took it (nothing of this runs on a call
+# that succeeds).
+def _argument_of(obj: Any) -> tuple[str, str] | None:
+    """``(function, argument)`` of the outermost pycudnn call that was passed *obj*."""
+    found = None
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module != "pycudnn" and not module.startswith("pycudnn."):
+            if found is not None:
+                break  # the caller's own frame: the call into pycudnn was the last match
+            frame = frame.f_back
+            continue
+        code = frame.f_code
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        local = frame.f_locals
+        for name in names:
+            value = local.get(name)
+            if value is obj:
+                found = (code.co_qualname, name)
+                break
+            if type(value) in (list, tuple):
+                i = next((i for i, v in enumerate(value) if v is obj), None)
+                if i is not None:
+                    found = (code.co_qualname, f"{name}[{i}]")
+                    break
+        frame = frame.f_back
+    return found
+
+
+def _not_device_memory(obj: Any, what: str, fix: str) -> NotDeviceMemoryError:
+    where = _argument_of(obj)
+    if where is None:
+        return NotDeviceMemoryError(
+            f"{what} was passed; pycudnn's operations need device memory: {fix} (or pass a "
+            "torch/CuPy/JAX device array)"
+        )
+    func, arg = where
+    return NotDeviceMemoryError(
+        f"{func}: {arg} is {what}; pycudnn's operations need device memory: "
+        f"{fix.replace('(array)', f'({arg})')} (or pass a torch/CuPy/JAX device array)"
     )
 
 
+def _host_array(obj: Any) -> tuple:
+    kind = f"a host {type(obj).__module__}.{type(obj).__name__}"
+    raise _not_device_memory(obj, kind, "copy it with pycudnn.to_device(array)")
+
+
 def _not_an_array(obj: Any) -> tuple:
+    where = _argument_of(obj)
+    head = f"{where[0]}: {where[1]}: " if where is not None else ""
     raise TypeError(
-        f"expected a device array (torch tensor, CuPy/JAX array, pycudnn DeviceArray), got "
+        f"{head}expected a device array (torch tensor, CuPy/JAX array, pycudnn DeviceArray), got "
         f"{type(obj).__name__}"
     )
 

@@ -3,14 +3,7 @@
 
 Optional: this module imports without PyTorch (``import pycudnn`` never imports either), and
 PyTorch is imported on the first use of any of its names; without PyTorch that use raises an
-``ImportError`` saying what to install (``pip install "pycudnn[torch]"``).
-
-One module per layer family, each holding its ``autograd.Function``, its module classes and their
-rule for what cuDNN can run: :mod:`.conv`, :mod:`.pool`, :mod:`.batchnorm`, :mod:`.activation`,
-:mod:`.softmax`, :mod:`.dropout`, :mod:`.lrn`, :mod:`.norm`, :mod:`.rnn`, :mod:`.attention`.
-:mod:`._convert` asks those classes (private: a submodule named ``convert`` would be bound over
-the function :func:`convert` once imported); :mod:`._runtime` holds torch's stream and memory.
-The public names are declared once, in ``__init__.pyi``.
+``ImportError`` saying what to install (``pip install "pycudnn9[torch]"``).
 
 Design decisions
 ----------------
@@ -42,6 +35,15 @@ Design decisions
 * **Inputs cuDNN cannot take run torch's own implementation**: CPU tensors, dtypes the operation
   lacks (bfloat16 dropout, LRN and RNNs; integer types), ``PackedSequence`` RNN inputs, softmax
   over a 1-D input. A converted model therefore still runs wherever the original ran.
+
+Internals
+---------
+One module per layer family, each holding its ``autograd.Function``, its module classes and their
+rule for what cuDNN can run: :mod:`.conv`, :mod:`.pool`, :mod:`.batchnorm`, :mod:`.activation`,
+:mod:`.softmax`, :mod:`.dropout`, :mod:`.lrn`, :mod:`.norm`, :mod:`.rnn`, :mod:`.attention`.
+:mod:`._convert` asks those classes (private: a submodule named ``convert`` would be bound over
+the function :func:`convert` once imported); :mod:`._runtime` holds torch's stream and memory.
+The public names are declared once, in ``__init__.pyi``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ import importlib.util
 
 from .. import _exports
 
-_INSTALL = 'pip install "pycudnn[torch]" (or any PyTorch build with CUDA)'
+_INSTALL = 'pip install "pycudnn9[torch]" (or any PyTorch build with CUDA)'
 
 
 def _require_torch(name: str) -> None:

@@ -1060,3 +1060,66 @@ def test_docs_examples_run():
     assert len(blocks) >= 2
     for i, block in enumerate(blocks):
         exec(compile(block, f"docs/descriptors.md[{i}]", "exec"), {"__name__": "docs"})
+
+
+# -- every framework's dtypes (issue 29): torch, numpy/CuPy, ml_dtypes, JAX, names, DataType -----
+def _framework_dtypes():
+    import ml_dtypes
+    from _framework_dtypes import jax_numpy, torch
+
+    jnp = jax_numpy()
+    return [
+        (torch.float16, DataType.HALF),
+        (torch.half, DataType.HALF),
+        (torch.bfloat16, DataType.BFLOAT16),
+        (torch.float32, DataType.FLOAT),
+        (torch.float64, DataType.DOUBLE),
+        (torch.int8, DataType.INT8),
+        (torch.uint8, DataType.UINT8),
+        (torch.int32, DataType.INT32),
+        (torch.int64, DataType.INT64),
+        (torch.bool, DataType.BOOLEAN),
+        (np.float16, DataType.HALF),  # CuPy's dtypes are numpy's
+        (np.dtype("float32"), DataType.FLOAT),
+        (ml_dtypes.bfloat16, DataType.BFLOAT16),
+        (np.dtype(ml_dtypes.bfloat16), DataType.BFLOAT16),
+        (jnp.float16, DataType.HALF),
+        (jnp.float32, DataType.FLOAT),
+        (jnp.bfloat16, DataType.BFLOAT16),
+        ("torch.bfloat16", DataType.BFLOAT16),
+        ("half", DataType.HALF),
+        (DataType.DOUBLE, DataType.DOUBLE),
+    ]
+
+
+def test_the_dtype_table_takes_every_frameworks_dtypes():
+    from _framework_dtypes import torch
+
+    for given, expected in _framework_dtypes():
+        assert pycudnn._types.as_data_type(given) == expected, given
+    with pytest.raises(TypeError, match=r"dtype=torch\.complex64 .*torch"):
+        pycudnn._types.as_data_type(torch.complex64)
+
+
+@pytest.mark.parametrize("i", range(20))
+def test_descriptors_take_every_frameworks_dtypes(i):
+    given, expected = _framework_dtypes()[i]
+    if expected not in (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT, DataType.DOUBLE):
+        pytest.skip("the legacy descriptors here are float")
+    with TensorDescriptor((2, 3, 4, 5), given) as t:
+        assert t.dtype == expected
+    with FilterDescriptor((4, 3, 3, 3), given) as w:
+        assert w.dtype == expected
+    # the graph API's DATA_TYPE attributes (BackendDescriptor.tensor and set()); finalizing one
+    # needs a GPU, so the encoding is what is checked here
+    from pycudnn.descriptors import _codec
+
+    dt = enums.BackendAttributeType.DATA_TYPE
+    assert _codec.to_c(dt, given, "dtype", BackendDescriptor) == expected
+
+
+def test_descriptor_refuses_a_torch_dtype_cudnn_lacks_naming_it():
+    from _framework_dtypes import torch
+
+    with pytest.raises(TypeError, match=r"torch\.complex64"):
+        TensorDescriptor((2, 3, 4, 5), torch.complex64)

@@ -33,7 +33,7 @@ def test_cuda12_driver_with_cuda13_bindings_names_the_cu12_extra(fake_cuda):
     msg = _info.driver_mismatch(INSUFFICIENT)
     assert msg is not None
     assert "CUDA 12.4" in msg and "CUDA 13.0" in msg
-    assert 'pip install "pycudnn[cu12]"' in msg
+    assert 'pip install "pycudnn9[cu12]"' in msg
     assert "R580" in msg  # what the installed bindings would need instead
 
 
@@ -44,17 +44,17 @@ def test_report_shows_the_mismatch_and_is_unhealthy(fake_cuda, capsys):
     cuda = text[text.index("\nCUDA\n") :]
     assert "driver supports CUDA 12.8; cuda.bindings runtime 13.0" in cuda
     assert "DRIVER" in cuda
-    assert 'pip install "pycudnn[cu12]"' in cuda  # never split across lines: it is to be copied
+    assert 'pip install "pycudnn9[cu12]"' in cuda  # never split across lines: it is to be copied
     assert "No GPU was found" not in cuda  # the driver is there; the bindings are wrong for it
 
     assert main(["--no-self-test"]) == 1
-    assert 'pip install "pycudnn[cu12]"' in capsys.readouterr().out
+    assert 'pip install "pycudnn9[cu12]"' in capsys.readouterr().out
 
 
 def test_show_config_prints_it_too(fake_cuda, capsys):
     fake_cuda(12020, 13010, note=INSUFFICIENT)
     assert pycudnn.show_config() is False
-    assert 'pip install "pycudnn[cu12]"' in capsys.readouterr().out
+    assert 'pip install "pycudnn9[cu12]"' in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -106,3 +106,21 @@ def test_gpus_found_means_no_mismatch(fake_cuda):
     text, _ = _info.report(self_test=False)
     assert "DRIVER" not in text
     assert "GPU 0       Fake GPU, sm_90" in text
+
+
+@pytest.mark.parametrize(
+    ("name", "driver", "runtime", "expected"),
+    [
+        ("cudaErrorInsufficientDriver", 0, 13050, "no NVIDIA driver was found"),
+        ("cudaErrorInsufficientDriver", 12040, 13000, "driver supports CUDA 12.4, older than the"),
+        ("cudaErrorNoDevice", 13000, 13000, "the NVIDIA driver found no GPU"),
+    ],
+)
+def test_no_gpu_reason_tells_no_driver_from_an_old_one(
+    monkeypatch, name, driver, runtime, expected
+):
+    # the runtime's own text ("driver version is insufficient") says the same for both
+    monkeypatch.setattr(_cuda, "driver_versions", lambda: (driver, runtime))
+    reason = _cuda._no_device_reason(name, "CUDA driver version is insufficient for CUDA runtime")
+    assert expected in reason and name in reason
+    assert "insufficient" not in reason

@@ -739,7 +739,9 @@ def test_views_and_layout_predicates_agree_with_numpy(case):
     assert view.is_c_contiguous == ref.flags.c_contiguous or ref.size <= 1
     lo, hi = _layout.extent(view.shape, view.strides, view.itemsize)
     if ref.size:
-        low, high = np.lib.array_utils.byte_bounds(ref)
+        # numpy >= 2.0: np.lib.array_utils; before, np.byte_bounds (the declared floor is 1.25)
+        utils = getattr(np.lib, "array_utils", np)
+        low, high = utils.byte_bounds(ref)
         assert (view.ptr + lo, view.ptr + hi) == (low, high)
     # a dense view is exactly its elements, packed
     if view.is_dense and ref.size:
@@ -1347,3 +1349,15 @@ def test_block_finalizer_survives_module_teardown(monkeypatch):
     monkeypatch.setattr(al, "sys", None)
     cache._block_dead(ref)  # no exception
     assert ref not in cache._live
+
+
+def test_arrays_take_every_frameworks_dtypes():
+    # issue 29: the memory layer's dtype arguments (empty, zeros, views) read torch/JAX dtypes
+    from _framework_dtypes import jax_numpy, torch
+
+    assert fake((2, 3), torch.float16).dtype == np.float16
+    assert fake((2, 3), torch.bfloat16).dtype == np.dtype(ml_dtypes.bfloat16)
+    assert fake((2, 3), torch.int64).data_type == DataType.INT64
+    assert fake((2, 3), jax_numpy().bfloat16).data_type == DataType.BFLOAT16
+    with pytest.raises(TypeError, match=r"torch\.complex64"):
+        fake((2,), torch.complex64)

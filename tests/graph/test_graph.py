@@ -1197,3 +1197,38 @@ def test_build_plans_through_the_engine_and_execute_launches(monkeypatch):
     monkeypatch.setattr(memory, "asarray", asarray_or_workspace)
     with pytest.raises(ValueError, match=r"workspace has 300 B, the plan needs 512 B"):
         g.execute({a: 0x1000, b: 0x2000, y: 0x3000, "bias": 0.5}, small)
+
+
+def test_graph_and_tensors_take_every_frameworks_dtypes():
+    # issue 29: torch.bfloat16 and friends wherever the builder takes a dtype
+    import ml_dtypes
+    from _framework_dtypes import jax_numpy, torch
+
+    jnp = jax_numpy()
+    g = Graph(io_data_type=torch.bfloat16, compute_data_type=torch.float32)
+    assert g.io_data_type == BF16 and g.compute_data_type == F32
+    g = Graph(io_data_type=jnp.bfloat16, intermediate_data_type=ml_dtypes.bfloat16)
+    assert g.io_data_type == BF16 and g.intermediate_data_type == BF16
+    g = Graph(io_data_type=np.float16)  # CuPy's dtypes are numpy's
+    for given, expected in [
+        (torch.float16, F16),
+        (jnp.float32, F32),
+        (torch.bool, DataType.BOOLEAN),
+    ]:
+        assert g.tensor((2, 3), data_type=given).data_type == expected
+    with pytest.raises(TypeError, match=r"io_data_type.*torch\.complex64"):
+        Graph(io_data_type=torch.complex64)
+
+
+def test_graph_repr_names_its_types_operations_and_state():
+    g = Graph(io_data_type="float16", name="block")
+    assert repr(g) == (
+        "Graph('block', io=float16, intermediate=float32, compute=float32, 0 tensors, ops=[], "
+        "not built)"
+    )
+    x, w = g.tensor((1, 8, 4, 4), name="x"), g.tensor((8, 8, 3, 3), name="w")
+    g.relu(g.conv_fprop(x, w, padding=1))
+    text = repr(g)
+    assert text.startswith("Graph('block', io=float16") and "ops=[conv_fprop, pointwise]" in text
+    assert "4 tensors" in text and text.endswith("not built)")
+    assert "io=auto" in repr(Graph())

@@ -846,3 +846,19 @@ def test_a_fresh_block_copies_and_pickles():
     block = RNNBlock("float32", 4, 1, "lstm")
     for clone in (copy.deepcopy(block), pickle.loads(pickle.dumps(block))):
         assert repr(clone) == repr(block) and clone._calls() is not block._calls()
+
+
+def test_block_takes_every_frameworks_dtypes(no_c):
+    # issue 29: RNNBlock(torch.float16, ...) as RNNBlock("float16", ...)
+    from _framework_dtypes import jax_numpy, torch
+
+    for given, expected in [
+        (torch.float16, np.float16),
+        (torch.float32, np.float32),
+        (torch.double, np.float64),
+        (jax_numpy().float32, np.float32),
+        (np.float16, np.float16),  # CuPy's
+    ]:
+        assert RNNBlock(given, 4, 1, "lstm").dtype == expected, given
+    with pytest.raises(TypeError, match="bfloat16 is not supported"):
+        RNNBlock(torch.bfloat16, 4, 1, "lstm")  # cuDNN's RNNs: float16, float32, float64

@@ -124,7 +124,7 @@ def test_nothing_found_lists_every_place_tried():
         "PYCUDNN_LIBRARY: not set",
         "cuda.pathfinder",
         "system loader",
-        "pip install pycudnn[cu12]",
+        'pip install "pycudnn9[cu12]"',
     ):
         assert needle in r.stdout, needle
 
@@ -194,3 +194,31 @@ def test_python_m_pycudnn_report(flag):
 
     if gpu_unavailable_reason() is not None:
         assert "No GPU was found" in r.stdout
+
+
+def test_nothing_found_leads_with_cudnn_not_its_cublas_dependency():
+    # without any CUDA wheel, cuda.pathfinder fails on cuDNN's dependency libcublasLt first
+    r = run_child(
+        """
+        import cuda.pathfinder as pf
+        from cuda.pathfinder import DynamicLibNotFoundError
+        def nope(name):
+            raise DynamicLibNotFoundError(
+                'Failure finding "libcublasLt.so.13 or libcublasLt.so.12": No such file'
+            )
+        pf.load_nvidia_dynamic_lib = nope
+        from pycudnn import _loader
+        _loader.SONAME = "libcudnn_pycudnn_test_absent.so.9"
+        import pycudnn
+        try:
+            pycudnn.version()
+        except ImportError as e:
+            print(e)
+        """,
+        env={"PYCUDNN_LIBRARY": None},
+    )
+    assert r.returncode == 0, r.stderr
+    first, rest = r.stdout.split("\n", 1)
+    assert first.startswith("cuDNN (libcudnn_pycudnn_test_absent.so.9) was not found."), first
+    assert 'pip install "pycudnn9[cu12]"' in first and "cublas" not in first.lower()
+    assert "no cuDNN found (the search stopped at a library cuDNN needs: Failure finding" in rest

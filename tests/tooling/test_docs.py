@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -58,3 +61,33 @@ def test_versions_guide_names_the_pinned_headers():
     assert f"**{_lib.HEADER_VERSION_STRING}**" in text
     pin = re.search(r'"nvidia-cudnn-cu12==([\d.]+)"', (ROOT / "pyproject.toml").read_text())
     assert pin and f"nvidia-cudnn-cu12=={pin[1]}" in text
+
+
+# the reference pages that open with a module docstring: its public part (before "Internals",
+# which docs/griffe_roles.py keeps off the site) names no private module
+CLEAN_REFERENCE_MODULES = (
+    "pycudnn/highlevel/conv/__init__.py",
+    "pycudnn/graph/__init__.py",
+    "pycudnn/torch/__init__.py",
+)
+PRIVATE_REF = re.compile(
+    r"(?::mod:|:class:|:func:|:meth:)`[~.]*(?:\w+\.)*_[a-z]\w*|pycudnn(?:\.\w+)*\._[a-z]"
+)
+
+
+def _internals_split():
+    """docs/griffe_roles.py's INTERNALS pattern (read from its source: griffe may be absent)."""
+    src = (ROOT / "docs" / "griffe_roles.py").read_text()
+    m = re.search(r'^INTERNALS = re\.compile\((r".*")\)$', src, flags=re.M)
+    assert m, "docs/griffe_roles.py defines INTERNALS"
+    return re.compile(ast.literal_eval(m.group(1)))
+
+
+@pytest.mark.parametrize("path", CLEAN_REFERENCE_MODULES)
+def test_reference_pages_open_without_private_internals(path):
+    doc = ast.get_docstring(ast.parse((ROOT / path).read_text()), clean=False)
+    assert doc
+    split = _internals_split()
+    public = split.split(doc, 1)[0]
+    assert not PRIVATE_REF.findall(public), (path, PRIVATE_REF.findall(public))
+    assert PRIVATE_REF.search(doc) is None or split.search(doc), path

@@ -116,6 +116,90 @@ def test_help_mentions_the_option():
     )
     assert r.returncode == 0
     assert "--device N" in r.stdout and "run the self-test on GPU N only" in r.stdout
+    assert "``" not in r.stdout  # plain text, not the module docstring's RST
+    assert "--version" in r.stdout and "--json" in r.stdout and "Exit status" in r.stdout
+
+
+def test_version_option(capsys):
+    from pycudnn import __version__, lib
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert f"pycudnn {__version__}" in out and "pycudnn9" in out
+    assert lib.HEADER_VERSION_STRING in out
+
+
+def test_json_option_prints_the_facts(capsys):
+    import json
+
+    code = main(["--json", "--no-self-test"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == (0 if data["healthy"] else 1)
+    assert data["pycudnn"] and data["header_version"] == int(
+        __import__("pycudnn").lib.HEADER_VERSION
+    )
+    assert data["cudnn"]["runtime_version"] // 10000 == 9 and data["cudnn"]["path"]
+    assert data["cudnn"]["compatibility_kind"] in ("same", "older", "newer")
+    assert set(data["cuda"]) >= {"driver_version", "gpus", "no_gpu_reason", "driver_mismatch"}
+    assert (data["cuda"]["no_gpu_reason"] is None) == bool(data["cuda"]["gpus"])
+    assert data["self_test"] == []
+
+
+class _FakeTorchDist:
+    version = "2.9.1"
+    requires = (
+        "filelock",
+        'nvidia-cudnn-cu12==9.10.2.21; platform_system == "Linux" and platform_machine == "x86_64"',
+        'opt-einsum>=3.3; extra == "opt-einsum"',
+    )
+
+
+@pytest.fixture
+def fake_torch_installed(monkeypatch):
+    from importlib import metadata
+
+    real = metadata.distribution
+
+    def distribution(name):
+        return _FakeTorchDist() if name == "torch" else real(name)
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+
+
+def test_report_names_the_cudnn_torch_would_load(fake_torch_installed):
+    info = _info.torch_cudnn()
+    assert info is not None and info["cudnn_pin"] == "nvidia-cudnn-cu12==9.10.2.21"
+    assert info["version"] == "2.9.1" and info["loaded_by_torch"] is False
+    text, _ = _info.report(self_test=False)
+    line = text[text.index("  torch ") :]
+    assert "torch 2.9.1 pins nvidia-cudnn-cu12==9.10.2.21" in " ".join(text.split())
+    assert "older than the 9.28.0 headers" in " ".join(text.split()), line
+
+
+def test_report_says_when_torch_loaded_the_cudnn_in_use(fake_torch_installed, monkeypatch):
+    from pycudnn import _loader
+
+    lib = _loader.load()
+    fake = _loader.LoadedLibrary(lib.path, "cuda.pathfinder (already loaded in process)", lib.cdll)
+    monkeypatch.setattr(_loader, "loaded", lambda: fake)
+    monkeypatch.setitem(sys.modules, "torch", object())
+    assert _info.torch_cudnn(lib.path)["loaded_by_torch"] is True
+    text, _ = _info.report(self_test=False)
+    assert "this process's torch 2.9.1 loaded this cuDNN" in " ".join(text.split())
+
+
+def test_no_torch_no_torch_line(monkeypatch):
+    from importlib import metadata
+
+    def distribution(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    assert _info.torch_cudnn() is None
+    text, _ = _info.report(self_test=False)
+    assert "\n  torch " not in text
 
 
 def test_without_a_gpu_the_device_option_prints_no_traceback():

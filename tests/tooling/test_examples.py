@@ -72,3 +72,18 @@ def test_example_runs(path):
         [sys.executable, str(path)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600
     )
     assert r.returncode == 0, f"{path.name} failed:\n{r.stdout}\n{r.stderr}"
+    if "print(" in source:  # a script that shows something must show it (versions.py once did not)
+        assert r.stdout.strip(), f"{path.name} printed nothing"
+
+
+def test_the_versions_example_prints_what_it_found():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    script = str(ROOT / "examples" / "versions.py")
+    r = subprocess.run(
+        [sys.executable, script], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    version, where, available = r.stdout.strip().splitlines()
+    assert version.isdigit() and int(version) >= 90000
+    assert "libcudnn" in where and where.split()[1]  # the path and how it was found
+    assert available in ("True", "False")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,9 @@ from packaging.specifiers import SpecifierSet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pycudnn"
+# the distribution's name on the package index (the import name stays pycudnn): "pycudnn" there is
+# an unrelated 2017 project (0.0.1-0.0.3) that pip would install with only a warning
+DIST = "pycudnn9"
 # what the distributions are built from (MANIFEST.in and pyproject.toml decide what goes in)
 PROJECT_FILES = ("pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "MANIFEST.in")
 # never in a wheel or sdist
@@ -74,7 +78,7 @@ def _installed_from_this_tree() -> metadata.Distribution | None:
     Several may be on ``sys.path`` (an ``egg-info`` left in the tree by a metadata build, another
     checkout's install): the one pip recorded as installed from here is the one that counts.
     """
-    for dist in metadata.distributions(name="pycudnn"):
+    for dist in metadata.distributions(name=DIST):
         direct = dist.read_text("direct_url.json")
         url = json.loads(direct).get("url", "") if direct else ""
         if url.rstrip("/") == ROOT.as_uri():
@@ -115,8 +119,10 @@ def _spec(meta: Message, extra: str | None, name: str) -> SpecifierSet | None:
         (None, ["12.8.0", "12.9.10", "13.0.0", "13.5.0"], ["12.6.0", "11.8.7"], None),
         ("cu12", ["12.8.0", "12.9.10"], ["13.0.0", "13.5.0", "12.6.0"], "nvidia-cudnn-cu12"),
         ("cu13", ["13.0.0", "13.5.0"], ["12.9.10", "14.0.0"], "nvidia-cudnn-cu13"),
+        # one CUDA major: the pinned headers' wheel is the CUDA 12 one, so cuda-bindings is 12.x
+        ("test", ["12.8.0", "12.9.10"], ["13.0.0", "13.5.0", "12.6.0"], "nvidia-cudnn-cu12"),
     ],
-    ids=["plain", "cu12", "cu13"],
+    ids=["plain", "cu12", "cu13", "test"],
 )
 def test_extra_chooses_the_cuda_bindings_major(meta, extra, allowed, refused, cudnn_wheel):
     # CUDA 12 drivers (R525-R575) need cuda-bindings 12.x: 13.x links the CUDA 13 runtime
@@ -146,6 +152,73 @@ def test_test_extra_pins_the_headers_the_bindings_were_generated_from(meta):
         f"[test] pins nvidia-cudnn-cu12{spec}, the bindings come from the "
         f"{_lib.HEADER_VERSION_STRING} headers (docs/regenerating.md)"
     )
+
+
+def test_distribution_name_and_urls(meta):
+    assert meta["Name"] == DIST
+    urls = meta.get_all("Project-URL") or []
+    assert any(u.startswith("Package index, https://pypi.org/project/" + DIST) for u in urls), urls
+
+
+# every place that tells a user what to install: the docs, the README, the changelog, the examples
+# and the package's own messages (error hints, the doctor's report)
+_INSTALL_TEXTS = (
+    "README.md",
+    "CHANGELOG.md",
+    "docs/**/*.md",
+    "examples/*.py",
+    "pycudnn/**/*.py",
+    "pycudnn/**/*.pyi",
+    ".ci/*.py",
+    "tools/*.py",
+)
+_INSTALL_LINE = re.compile(r"pip3?\s+(?:install|download)\s+([^\n`]*)")
+
+
+def _install_targets(line: str) -> list[str]:
+    """The requirement names a ``pip install ...`` line asks for (options and paths dropped)."""
+    out = []
+    for raw in line.split():
+        if raw in ("&&", "||", "|", ";") or raw.startswith("#"):
+            break  # the next command, or a comment
+        word = raw.strip("\"'`;,()\\")
+        if not word or word.startswith(("-", ".", "/")) or word == "or":
+            continue
+        m = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", word)
+        if m:
+            out.append(m.group(0).lower())
+    return out
+
+
+def test_no_text_tells_users_to_install_the_unrelated_pycudnn():
+    offenders = []
+    for pattern in _INSTALL_TEXTS:
+        for path in sorted(ROOT.glob(pattern)):
+            if "_generated" in path.parts:
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                for m in _INSTALL_LINE.finditer(line):
+                    if "pycudnn" in _install_targets(m.group(1)):
+                        offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not offenders, f"install {DIST}, not pycudnn (an unrelated project):\n" + "\n".join(
+        offenders
+    )
+
+
+def test_the_install_line_check_sees_the_forms_in_use():
+    # the forms the docs and messages use, so that the check above cannot pass by missing them
+    for line, names in [
+        ('pip install "pycudnn[cu12]" && python -m pycudnn', ["pycudnn"]),
+        ("pip install pycudnn[cu12]` (CUDA 12)", ["pycudnn"]),
+        ('pip install -e ".[cu12,test]"', []),
+        ('pip install "pycudnn9[torch]"      # or any PyTorch', ["pycudnn9"]),
+        ("pip install ml_dtypes", ["ml_dtypes"]),
+        ("`pip install pycudnn9` takes the newest", ["pycudnn9"]),
+    ]:
+        (m,) = _INSTALL_LINE.finditer(line)
+        assert [t for t in _install_targets(m.group(1)) if t.startswith(("pycudnn", "ml_"))] == (
+            names
+        ), line
 
 
 def test_license_is_an_spdx_expression_with_its_file(meta):
@@ -185,7 +258,7 @@ def dists(tmp_path_factory) -> dict[str, Path]:
             text=True,
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    wheels, sdists = sorted(out.glob("pycudnn-*.whl")), sorted(out.glob("pycudnn-*.tar.gz"))
+    wheels, sdists = sorted(out.glob(f"{DIST}-*.whl")), sorted(out.glob(f"{DIST}-*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in out.iterdir())
     return {"wheel": wheels[0], "sdist": sdists[0]}
 
@@ -202,7 +275,7 @@ def _sdist_files(path: Path) -> dict[str, bytes]:
             if m.isfile():
                 f = tf.extractfile(m)
                 assert f is not None
-                out[m.name.split("/", 1)[1]] = f.read()  # drop "pycudnn-X.Y.Z/"
+                out[m.name.split("/", 1)[1]] = f.read()  # drop "pycudnn9-X.Y.Z/"
         return out
 
 

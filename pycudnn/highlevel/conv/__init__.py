@@ -6,6 +6,12 @@ filters, backward-filter) take any device array -- torch tensors, CuPy/JAX array
 ``DeviceArray`` -- in NCHW or NHWC (inferred from the strides) and return a ``DeviceArray``, or
 write into ``out=`` and return it.
 
+``cache_info()`` exposes hit/miss counters; ``clear_caches()`` empties all of it;
+``set_cache_size()`` bounds it; :func:`last_call` describes the thread's latest call (for
+benchmarks and diagnostics).
+
+Internals
+---------
 The package is built around one frozen request, in one direction:
 
 * this module: the public functions; each passes its options as one plain tuple to
@@ -15,10 +21,6 @@ The package is built around one frozen request, in one direction:
   plan key (:class:`._problem.Problem`) and the plan from the engine's one entry
   (:func:`pycudnn.graph._plans.plan`); the call entry (:mod:`._calls`, or :mod:`._epilogue`
   for ``bias=``/``activation=``/``z=``), run once and cached.
-
-``cache_info()`` exposes hit/miss counters; ``clear_caches()`` empties all of it;
-``set_cache_size()`` bounds it; :func:`last_call` describes the thread's latest call (for
-benchmarks and diagnostics).
 """
 
 from __future__ import annotations
