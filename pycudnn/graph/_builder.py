@@ -138,9 +138,10 @@ class Graph(GraphBase):
         if len(s) != len(d):
             raise ValueError(f"{self.name}: stride {s} has {len(s)} values, dim {d} has {len(d)}")
         dt = as_dtype(data_type, f"{self.name}: data_type", allow_none=True)
-        if is_pass_by_value and math.prod(d) != 1:
+        by_value = _config.parse_bool(is_pass_by_value, f"{self.name}.tensor", "is_pass_by_value")
+        if by_value and math.prod(d) != 1:
             raise ValueError(f"{self.name}: a pass-by-value tensor is a scalar; dim {d} is not")
-        t = self._new(name, (d, s, dt), False, bool(is_pass_by_value))
+        t = self._new(name, (d, s, dt), False, by_value)
         if uid is not None:
             t.set_uid(uid)
         if alignment != 16:
@@ -526,7 +527,9 @@ class Graph(GraphBase):
     ) -> GraphKey:
         """The frozen graph with its search policy (what :meth:`build` plans and caches)."""
         tensors, uids = self._freeze_tensors()
-        flags = _config.config.snapshot()
+        flags, where = _config.config.snapshot(), f"{self.name}.build"
+        allow_tf32 = flags.allow_tf32 if allow_tf32 is None else allow_tf32
+        deterministic = flags.deterministic if deterministic is None else deterministic
         wl = flags.workspace_limit if workspace_limit is None else workspace_limit
         searched = search_policy(
             self.name, policy, heur_mode, wl, (deny_numerical_notes, deny_behavior_notes)
@@ -535,8 +538,8 @@ class Graph(GraphBase):
             dtype=int(self.io_data_type or main_data_type(tensors)),
             device=_cuda.current_device() if device is None else int(device),
             cudnn_version=cudnn_version(),
-            allow_tf32=flags.allow_tf32 if allow_tf32 is None else bool(allow_tf32),
-            deterministic=flags.deterministic if deterministic is None else bool(deterministic),
+            allow_tf32=_config.parse_bool(allow_tf32, where, "allow_tf32"),
+            deterministic=_config.parse_bool(deterministic, where, "deterministic"),
             **searched,
         )
         names = (tuple(t._name for t in self._tensors), tuple(n[1] for n in self._nodes))

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, Literal, overload
 
 from .. import _layout, memory
+from .._config import parse_bool
 from .._types import as_data_type, dtype_name
 from ..enums import DataType
 
@@ -173,9 +174,12 @@ class Tensor:
         :meth:`~pycudnn.graph.Graph.execute` writes into a device array (``False``: an
         intermediate cuDNN may keep in registers)."""
         self._graph._mutable()
+        is_output = parse_bool(
+            is_output, f"{self._graph.name}: tensor {self._name!r}.set_output", "is_output"
+        )
         if self._producer is None and not is_output:
             raise ValueError(f"tensor {self._name!r} is a graph input; it cannot be virtual")
-        self._virtual = not bool(is_output)
+        self._virtual = not is_output
         return self
 
     def set_data_type(self, data_type: Any) -> Tensor:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import _layout
+from ..._config import parse_bool
 from ...enums import BackendAttributeName as A
 from ...enums import BackendAttributeType as T
 from ...enums import BackendDescriptorType as D
@@ -126,6 +127,7 @@ def backward(
     (dy, x, scale)`` and the forward's ``saved = (mean, inv_variance)`` (no mean for RMS
     norm); dbias None unless *has_dbias*."""
     op, mode = f"{norm_op}_backward", MODES[norm_op]
+    has_dbias = parse_bool(has_dbias, f"{g.name}.{op}", "has_dbias")
     grad, x, scale = inputs
     mean, inv_variance = saved
     dy = g._check(op, "grad", grad)

@@ -26,6 +26,7 @@ import math
 from typing import Any, NamedTuple
 
 from ... import _layout
+from ..._config import parse_bool
 from ...enums import DataType
 from ...enums import PointwiseMode as P
 from .._tensor import GraphBase, Tensor, like_strides
@@ -180,7 +181,8 @@ def forward(
     """``(o, stats)`` of attention over ``qkv = (q, k, v)``: stats (the log-sum-exp) only in
     training."""
     q, k, v, seq_q, seq_kv, dropout, scale, io = _checks(g, "sdpa", qkv, o)
-    causal = o.use_causal_mask
+    causal = parse_bool(o.use_causal_mask, f"{g.name}.sdpa", "use_causal_mask")
+    is_inference = parse_bool(is_inference, f"{g.name}.sdpa", "is_inference")
     k._swap_last = True  # bmm1 reads K^T: the same memory with the last two dims swapped
     neg_inf = _neg_inf(g, seq_q, causal, name)
     s = _mm(g, q, k, (seq_q, seq_kv, None), f"{name}::bmm1")
@@ -246,7 +248,9 @@ def backward(
     accumulator."""
     q, k, v, seq_q, seq_kv, dropout, scale, io = _checks(g, "sdpa_backward", qkv, o)
     out, do, stats = _check_backward(g, q, k, v, saved)
-    causal = o.use_causal_mask
+    where = f"{g.name}.sdpa_backward"
+    causal = parse_bool(o.use_causal_mask, where, "use_causal_mask")
+    deterministic = parse_bool(deterministic, where, "use_deterministic_algorithm")
     b, hq, sq, d = q.dim
     _, hk, skv, _ = k.dim
     hv, dv = v.dim[1], v.dim[3]

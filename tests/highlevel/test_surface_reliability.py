@@ -1,0 +1,252 @@
+"""Issue 30 on the CPU: booleans read by one strict parser, valid input taken as such, and
+validation on every call that could differ (not only on a call-cache miss).
+
+The fake device of ``_fake_device`` stands in for the GPU; ``served`` replaces the graph entry
+with a stub call that "runs" (returns its outputs) so that a second call is a cache hit.
+"""
+
+from __future__ import annotations
+
+import fractions
+
+import _fake_device as fd
+import numpy as np
+import pytest
+from _fake_device import CCall, Fake
+
+import pycudnn
+from pycudnn import _config
+from pycudnn.enums import DataType, PointwiseMode
+from pycudnn.graph import Graph
+from pycudnn.highlevel import _graphops, sdpa
+
+BF16, F32, I32 = DataType.BFLOAT16, DataType.FLOAT, DataType.INT32
+no_c = fd.no_c
+B, H, S, D = 2, 4, 64, 64
+
+
+def q4(**kw):
+    return Fake((B, H, S, D), BF16, **kw)
+
+
+class _Stub:
+    """A call entry that runs without a GPU: returns one sentinel per output."""
+
+    def __init__(self, g):
+        self.graph = g
+
+    def run(self, ptrs, outs, out_ptrs, stream):
+        return tuple(f"out{i}" for i in range(len(outs)))
+
+    def evict(self):
+        pass
+
+    def stand_in(self, *places):
+        pass
+
+
+@pytest.fixture
+def served(no_c, monkeypatch):
+    """No C call; the graph entry is a stub that runs (records the graphs it was given)."""
+    built: list[Graph] = []
+
+    def entry(func, g, device, stream, allocs, spans, **kw):
+        built.append(g)
+        return _Stub(g)
+
+    monkeypatch.setattr(_graphops, "entry", entry)
+    monkeypatch.setattr(_graphops, "capability", lambda device: (9, 0))
+    monkeypatch.setattr(sdpa, "_seed_buffer", lambda seed, device: CCall("seed buffer"))
+    return built
+
+
+# -- the one parser -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (True, True),
+        (False, False),
+        (1, True),
+        (0, False),
+        (np.bool_(True), True),
+        (np.int64(0), False),
+        ("no", False),
+        ("False", False),
+        ("off", False),
+        ("YES", True),
+        (" true ", True),
+    ],
+)
+def test_parse_bool_reads_what_the_config_reads(value, expected):
+    assert _config.parse_bool(value, "f", "flag") is expected
+    with pycudnn.config.override(allow_tf32=value):
+        assert pycudnn.config.allow_tf32 is expected
+
+
+@pytest.mark.parametrize(
+    ("value", "exc"),
+    [
+        ("maybe", ValueError),
+        (2, ValueError),
+        (0.5, ValueError),
+        (1.0, ValueError),
+        (None, TypeError),
+        ([True], TypeError),
+        (np.array([True, False]), TypeError),
+    ],
+)
+def test_parse_bool_refuses_ambiguous_values_naming_where_what_and_the_value(value, exc):
+    with pytest.raises(exc, match=r"^f: flag=.* is not a boolean"):
+        _config.parse_bool(value, "f", "flag")
+
+
+# -- the graph builder -----------------------------------------------------------------------------
+def _graph():
+    g = Graph(io_data_type="float16", name="g1")
+    x = g.tensor((1, 8, 4, 4), name="x")
+    y = g.relu(x).set_output(True)
+    return g, x, y
+
+
+@pytest.mark.parametrize("flag", ["allow_tf32", "deterministic"])
+def test_graph_build_flags_mean_what_they_say(flag):
+    g, _x, _y = _graph()
+    for text, expected in (("no", False), ("False", False), ("off", False), ("yes", True)):
+        assert getattr(g.key(device=0, **{flag: text}), flag) is expected
+    with pytest.raises(ValueError, match=f"g1.build: {flag}='maybe' is not a boolean"):
+        g.key(device=0, **{flag: "maybe"})
+
+
+def test_graph_build_allow_tf32_no_like_the_config():
+    g, _x, _y = _graph()
+    with pycudnn.config.override(allow_tf32="no"):
+        assert g.key(device=0).allow_tf32 is False
+    assert g.key(device=0, allow_tf32="no").allow_tf32 is False
+
+
+def test_set_output_no_makes_the_tensor_virtual_and_refuses_nonsense():
+    g, x, _y = _graph()
+    z = g.relu(x)
+    z.set_output(True)
+    z.set_output("no")
+    assert z.is_virtual
+    with pytest.raises(ValueError, match=r"g1: tensor .*set_output: is_output='perhaps'"):
+        z.set_output("perhaps")
+    with pytest.raises(ValueError, match="graph input; it cannot be virtual"):
+        x.set_output("False")
+
+
+def test_tensor_is_pass_by_value_parsed():
+    g = Graph(name="g2")
+    assert not g.tensor((1, 1), data_type="float32", is_pass_by_value="no").is_pass_by_value
+    with pytest.raises(ValueError, match=r"g2\.tensor: is_pass_by_value='x'"):
+        g.tensor((1, 1), data_type="float32", is_pass_by_value="x")
+
+
+def _sdpa_graph(**kw):
+    g = Graph(io_data_type="bfloat16", name="att")
+    q, k, v = (g.tensor((B, H, S, D), name=n) for n in "qkv")
+    return g, g.sdpa(q, k, v, **kw)
+
+
+def _modes(g):
+    return [n[2].get("mode") for n in g._nodes if isinstance(n[2], dict)]
+
+
+def test_graph_sdpa_booleans():
+    g_yes, (_o, stats) = _sdpa_graph(use_causal_mask="yes", is_inference="no")
+    g_no, (_o2, stats2) = _sdpa_graph(use_causal_mask="no", is_inference="yes")
+    assert stats is not None and stats2 is None
+    assert int(PointwiseMode.CMP_GE) in _modes(g_yes)
+    assert int(PointwiseMode.CMP_GE) not in _modes(g_no)
+    with pytest.raises(ValueError, match=r"att\.sdpa: use_causal_mask='sure'"):
+        _sdpa_graph(use_causal_mask="sure")
+
+
+def test_graph_reduction_and_norm_backward_booleans():
+    g = Graph(name="g3")
+    x = g.tensor((4, 8), data_type="float32")
+    with pytest.raises(ValueError, match=r"g3\.reduction: deterministic='sometimes'"):
+        g.reduction(x, "add", dim=(4, 1), deterministic="sometimes")
+    g.reduction(x, "add", dim=(4, 1), deterministic="no")
+
+
+# -- the high level: booleans, valid dropout probabilities ----------------------------------------
+def _sdpa(**kw):
+    return pycudnn.dnn_sdpa(q4(), q4(), q4(), **kw)
+
+
+@pytest.mark.parametrize("p", [np.float32(0.1), fractions.Fraction(1, 10), np.float64(0.25)])
+def test_sdpa_dropout_of_any_real_type_passes_the_seed_pointers(served, monkeypatch, p):
+    seen = []
+    monkeypatch.setattr(
+        sdpa,
+        "_run_seeded",
+        lambda seed, key, build, args, *rest: seen.append((seed, args)) or ("o", "s"),
+    )
+    pycudnn.dnn_sdpa(q4(), q4(), q4(), dropout_p=p, seed=1, training=True)
+    assert seen and seen[0][0] == 1 and seen[0][1][3][3] == float(p)
+
+
+def test_sdpa_training_no_is_inference(served):
+    out = _sdpa(training="no")
+    assert out == "out0"  # one output, no statistics
+    out, stats = _sdpa(training="yes")
+    assert stats == "out1"
+
+
+@pytest.mark.parametrize("p", [np.float32(0.1), fractions.Fraction(1, 10)])
+def test_sdpa_grad_with_a_numpy_dropout_needs_the_forward_seed(no_c, p):
+    o = q4()
+    stats = Fake((B, H, S, 1), F32)
+    with pytest.raises(
+        ValueError, match=r"dnn_sdpa_grad: dropout_p=0\.1.* needs the forward's seed"
+    ):
+        pycudnn.dnn_sdpa_grad(q4(), q4(), q4(), o, q4(), stats, dropout_p=p)
+
+
+def test_sdpa_grad_deterministic_is_parsed(no_c):
+    stats = Fake((B, H, S, 1), F32)
+    with pytest.raises(ValueError, match="dnn_sdpa_grad: deterministic='x'"):
+        pycudnn.dnn_sdpa_grad(q4(), q4(), q4(), q4(), q4(), stats, deterministic="x")
+
+
+def test_norm_training_no_is_inference(served):
+    x = Fake((4, 6, 64))
+    _y, mean, inv = pycudnn.dnn_layer_norm(x, 64, Fake((64,)), Fake((64,)), training="no")
+    assert mean is None and inv is None
+    with pytest.raises(ValueError, match="dnn_layer_norm: training='False!'"):
+        pycudnn.dnn_layer_norm(x, 64, Fake((64,)), Fake((64,)), training="False!")
+
+
+# -- validation on every call that could differ ---------------------------------------------------
+def test_norm_epsilon_true_after_one_is_still_refused(served):
+    x, gm, bt = Fake((4, 6, 64)), Fake((64,)), Fake((64,))
+    pycudnn.dnn_layer_norm(x, 64, gm, bt, 1.0)
+    pycudnn.dnn_layer_norm(x, 64, gm, bt, 1.0)
+    assert len(served) == 1  # the second call was a cache hit
+    with pytest.raises(TypeError, match="dnn_layer_norm: epsilon"):
+        pycudnn.dnn_layer_norm(x, 64, gm, bt, True)
+
+
+def test_norm_normalized_shape_true_after_one_is_still_refused(served):
+    x, gm, bt = Fake((4, 6, 1)), Fake((1,)), Fake((1,))
+    pycudnn.dnn_layer_norm(x, (1,), gm, bt)
+    with pytest.raises(TypeError, match="dnn_layer_norm: normalized_shape"):
+        pycudnn.dnn_layer_norm(x, (True,), gm, bt)
+
+
+def test_sdpa_scale_true_after_one_is_still_refused(served):
+    _sdpa(scale=1.0)
+    _sdpa(scale=1.0)
+    assert len(served) == 1
+    with pytest.raises(TypeError, match="dnn_sdpa: scale must be a real number"):
+        _sdpa(scale=True)
+
+
+def test_sdpa_is_causal_one_after_true_means_true(served):
+    _sdpa(is_causal=True)
+    _sdpa(is_causal=1)  # the one parser: 1 is True, the same entry
+    assert len(served) == 1
+    with pytest.raises(ValueError, match="dnn_sdpa: is_causal=2"):
+        _sdpa(is_causal=2)
