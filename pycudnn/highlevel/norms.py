@@ -195,7 +195,8 @@ def _forward(
     pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
     pb, kb = (0, None) if beta is None else _operand.key_of(beta)
     po, ko = (None, None) if out is None else _operand.key_of(out)
-    training = parse_bool(training, func, "training")
+    if training.__class__ is not bool:
+        training = parse_bool(training, func, "training")
     key = (
         func,
         kx,

@@ -316,10 +316,13 @@ def dnn_sdpa(
     psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
     pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
     po, ko = (None, None) if out is None else _operand.key_of(out)
-    is_causal = parse_bool(is_causal, func, "is_causal")
-    training = parse_bool(training, func, "training")
-    dropout_p = _probability(func, dropout_p)
-    seedv = _seed(func, seed, dropout_p)
+    if is_causal.__class__ is not bool:  # (the common case skips a call: the hot path)
+        is_causal = parse_bool(is_causal, func, "is_causal")
+    if training.__class__ is not bool:
+        training = parse_bool(training, func, "training")
+    if dropout_p.__class__ is not float or not 0.0 <= dropout_p < 1.0:
+        dropout_p = _probability(func, dropout_p)
+    seedv = _seed(func, seed, dropout_p) if dropout_p else None
     key = (
         func,
         kq,
