@@ -132,13 +132,18 @@ def same_dtype_and_device(
     return dt, device
 
 
-def check_strides(func: str, name: str, g: Operand) -> None:
-    """Aligned to the element size; no negative strides; no zero (broadcast) strides."""
+def check_aligned(func: str, name: str, g: Operand) -> None:
+    """*g*'s address is a multiple of its element size (cuDNN reads whole elements)."""
     isz = itemsize(g.dtype)
     if g.ptr % isz:
         raise ValueError(
             f"{func}: {name}'s address 0x{g.ptr:x} is not a multiple of its element size ({isz} B)"
         )
+
+
+def check_strides(func: str, name: str, g: Operand) -> None:
+    """Aligned to the element size; no negative strides; no zero (broadcast) strides."""
+    check_aligned(func, name, g)
     for s, st in zip(g.shape, g.strides, strict=True):
         if st < 0:
             raise ValueError(

@@ -151,6 +151,7 @@ def _check_stat(
         )
     if o.device != device:
         raise ValueError(f"{func}: {name} is on device {o.device}, x on device {device}")
+    _checks.check_aligned(func, name, o)
 
 
 def _stat_out(g: Graph, t: Any) -> None:

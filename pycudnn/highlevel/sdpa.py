@@ -129,6 +129,7 @@ def _lens(func: str, name: str, obj: Any, b: int, device: int) -> _operand.Opera
         )
     if g.device != device:
         raise ValueError(f"{func}: {name} is on device {g.device}, q on device {device}")
+    _checks.check_aligned(func, name, g)
     return g
 
 
@@ -587,6 +588,7 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         )
     if not _layout.matches(gs.shape, gs.strides, _layout.packed_strides((b, hq, sq, 1))):
         raise ValueError(f"{func}: stats must be contiguous, got strides {tuple(gs.strides)}")
+    _checks.check_aligned(func, "stats", gs)
     if gs.device != device:
         raise ValueError(f"{func}: stats is on device {gs.device}, q on device {device}")
     if (seq_lens_q is None) != (seq_lens_kv is None):

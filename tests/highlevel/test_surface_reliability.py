@@ -250,3 +250,45 @@ def test_sdpa_is_causal_one_after_true_means_true(served):
     assert len(served) == 1
     with pytest.raises(ValueError, match="dnn_sdpa: is_causal=2"):
         _sdpa(is_causal=2)
+
+
+# -- misaligned addresses of the operands that used to reach the kernels ---------------------------
+F16 = DataType.HALF
+ODD = (9 << 32) + 1  # an odd address: no 2- or 4-byte element starts there
+
+
+def test_conv_bias_at_an_odd_address_is_refused(no_c):
+    x, w = Fake((2, 4, 8, 8), F16), Fake((6, 4, 3, 3), F16)
+    with pytest.raises(ValueError, match="dnn_conv: bias's address 0x900000001 is not a multiple"):
+        pycudnn.dnn_conv(x, w, bias=Fake((6,), F16, ptr=ODD))
+
+
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("which", ["mean", "inv"])
+def test_norm_grad_statistics_at_an_odd_address_are_refused(no_c, rms, which):
+    if rms and which == "mean":
+        pytest.skip("RMS norm has no mean")
+    x, dy = Fake((4, 6, 64)), Fake((4, 6, 64))
+    stats = {n: Fake((4, 6, 1), F32, ptr=ODD if n == which else None) for n in ("mean", "inv")}
+    name = {"mean": "mean", "inv": "inv_rms" if rms else "inv_std"}[which]
+    func = "dnn_rms_norm_grad" if rms else "dnn_layer_norm_grad"
+    with pytest.raises(ValueError, match=f"{func}: {name}'s address 0x900000001"):
+        if rms:
+            pycudnn.dnn_rms_norm_grad(dy, x, stats["inv"], 64, Fake((64,)))
+        else:
+            pycudnn.dnn_layer_norm_grad(dy, x, stats["mean"], stats["inv"], 64, Fake((64,)))
+
+
+@pytest.mark.parametrize("which", ["seq_lens_q", "seq_lens_kv"])
+def test_sdpa_seq_lens_at_an_odd_address_are_refused(no_c, monkeypatch, which):
+    monkeypatch.setattr(_graphops, "capability", lambda device: (9, 0))
+    lens = {n: Fake((B,), I32, ptr=ODD if which.endswith(n) else None) for n in ("q", "kv")}
+    with pytest.raises(ValueError, match=f"dnn_sdpa: {which}'s address 0x900000001"):
+        _sdpa(seq_lens_q=lens["q"], seq_lens_kv=lens["kv"])
+
+
+def test_sdpa_grad_stats_at_an_odd_address_are_refused(no_c, monkeypatch):
+    monkeypatch.setattr(_graphops, "capability", lambda device: (9, 0))
+    stats = Fake((B, H, S, 1), F32, ptr=ODD)
+    with pytest.raises(ValueError, match="dnn_sdpa_grad: stats's address 0x900000001"):
+        pycudnn.dnn_sdpa_grad(q4(), q4(), q4(), q4(), q4(), stats)
