@@ -56,6 +56,7 @@ from ._tensor import (
     as_dtype,
     check_array,
     host_scalar,
+    like_layout,
 )
 from ._tensor import like_strides as like_strides  # also the high level's (sdpa)
 from .nodes import conv, matmul, norm, pointwise, reduction, rng_reshape, sdpa
@@ -156,9 +157,8 @@ class Graph(GraphBase):
         except Exception as exc:
             raise TypeError(f"{self.name}: tensor_like needs a device array: {exc}") from None
         dt = as_dtype(a.dtype, f"{self.name}: tensor_like dtype")
-        isz = a.dtype.itemsize
-        stride = tuple(max(s // isz, 1) for s in a.strides) if a.shape else (1,)
-        t = self._new(name, (tuple(a.shape) or (1,), stride, dt), False)
+        dim, stride = like_layout(f"{self.name}: tensor_like", a)
+        t = self._new(name, (dim, stride, dt), False)
         t._alignment = alignment_of(a.ptr)
         return t
 

@@ -88,11 +88,40 @@ def _checks(g: GraphBase, op: str, qkv: tuple, o: SdpaOptions) -> tuple:
             f"{g.name}.{op}: q's heads ({hq}) must be a multiple of k's ({hk}) "
             f"and v's ({hv}) (grouped-query attention)"
         )
+    _check_types_and_heads(g, op, (q, k, v))
     seq_q, seq_kv = _seq_lens(g, op, o, b)
     dropout = _dropout(g, op, o.dropout)
     scale = _scale(g, op, o.attn_scale, d)
     io = q.data_type or g.io_data_type
     return q, k, v, seq_q, seq_kv, dropout, scale, io
+
+
+#: the head dims cuDNN's fused attention runs: multiples of 8, at most 256
+_HEAD_DIM_MAX = 256
+
+
+def _check_types_and_heads(g: GraphBase, op: str, qkv: tuple) -> None:
+    """q, k and v of one data type (theirs or the graph's io type), and head dims cuDNN's
+    attention engines take."""
+    types = [t.data_type or g.io_data_type for t in qkv]
+    if len({t for t in types if t is not None}) > 1:
+        names = ", ".join(
+            f"{n} {t.name if t is not None else 'unset'}" for n, t in zip("qkv", types, strict=True)
+        )
+        raise TypeError(f"{g.name}.{op}: q, k and v must have one data type, got {names}")
+    for nm, size in (("q/k", qkv[0].dim[3]), ("v", qkv[2].dim[3])):
+        if size % 8 or size > _HEAD_DIM_MAX:
+            raise ValueError(
+                f"{g.name}.{op}: {nm}'s head dim (D) is {size}; cuDNN's attention takes "
+                f"multiples of 8 up to {_HEAD_DIM_MAX}"
+            )
+
+
+def _check_index_tensor(g: GraphBase, op: str, nm: str, t: Tensor, dtype: DataType) -> None:
+    if t.data_type is not None and t.data_type != dtype:
+        raise TypeError(
+            f"{g.name}.{op}: {nm} must be {dtype.name.lower()}, got {t.data_type.name.lower()}"
+        )
 
 
 def _seq_lens(g: GraphBase, op: str, o: SdpaOptions, b: int) -> tuple:
@@ -103,6 +132,8 @@ def _seq_lens(g: GraphBase, op: str, o: SdpaOptions, b: int) -> tuple:
     for nm, t in (("seq_len_q", seq_q), ("seq_len_kv", seq_kv)):
         if t is not None and t.dim != (b, 1, 1, 1):
             raise ValueError(f"{g.name}.{op}: {nm} must have dims ({b}, 1, 1, 1), got {t.dim}")
+        if t is not None:
+            _check_index_tensor(g, op, nm, t, DataType.INT32)
     return seq_q, seq_kv
 
 
@@ -114,8 +145,11 @@ def _dropout(g: GraphBase, op: str, dropout: Any) -> tuple | None:
     p, seed, offset = dropout
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
         raise ValueError(f"{g.name}.{op}: dropout probability must be in [0, 1), got {p!r}")
-    g._check(op, "dropout seed", seed)
-    g._check(op, "dropout offset", offset)
+    for nm, t in (("dropout seed", seed), ("dropout offset", offset)):
+        t = g._check(op, nm, t)
+        _check_index_tensor(g, op, nm, t, DataType.INT64)
+        if t.dim != (1, 1, 1, 1):
+            raise ValueError(f"{g.name}.{op}: {nm} must have dims (1, 1, 1, 1), got {t.dim}")
     return None if p == 0.0 else dropout
 
 
