@@ -34,9 +34,8 @@ from ..enums import BackendAttributeType as T
 from ..enums import (
     BackendDescriptorType,
     BackendNormFwdPhase,
-    DataType,
 )
-from . import _plans, _scratch
+from . import _plans, _scratch, _variant
 from ._key import (
     GraphKey,
     Policy,
@@ -54,8 +53,6 @@ from ._tensor import (
     alignment_of,
     as_dims,
     as_dtype,
-    check_array,
-    host_scalar,
     like_layout,
 )
 from ._tensor import like_strides as like_strides  # also the high level's (sdpa)
@@ -663,34 +660,9 @@ class Graph(GraphBase):
             plan.run(*ptrs, wa.ptr if plan.workspace else 0)
 
     def _pointers(self, variant_pack: Mapping[Any, Any]) -> tuple[list[int], list[Any]]:
-        """``(pointers in the key's uid order, host scalars to keep alive)``; a scratch
-        tensor's slot is 0 (carved from the workspace when the plan runs)."""
-        key = self._key
-        by_uid = {spec.uid: (t, spec) for t, spec in zip(self._tensors, key.tensors, strict=True)}
-        pack: dict[int, Any] = {}
-        for k, v in variant_pack.items():
-            pack[key.tensors[self._lookup(k)._index].uid] = v
-        ptrs: list[int] = []
-        keep: list[Any] = []
-        for uid in key.uids:
-            t, spec = by_uid[uid]
-            if spec.scratch:
-                ptrs.append(0)
-            elif spec.is_by_value and t._value is not None:
-                ptrs.append(ctypes.addressof(t._value))
-            elif spec.is_by_value:
-                if uid not in pack:
-                    raise KeyError(f"{self.name}: no value for the by-value tensor {t._name!r}")
-                c = host_scalar(pack[uid], DataType(spec.data_type), t._name)
-                keep.append(c)
-                ptrs.append(ctypes.addressof(c))
-            elif uid not in pack:
-                raise KeyError(
-                    f"{self.name}: no array for tensor {t._name!r} (uid {uid}) in variant_pack"
-                )
-            else:
-                ptrs.append(check_array(self.name, t, pack[uid], spec, key.device))
-        return ptrs, keep
+        """``(pointers in the key's uid order, host scalars to keep alive)``: the checked
+        variant pack (:func:`._variant.pointers`)."""
+        return _variant.pointers(self, variant_pack)
 
     def constant_pointers(self) -> tuple[int, ...]:
         """Host addresses of the :meth:`scalar` constants, in a call's pointer order (after the

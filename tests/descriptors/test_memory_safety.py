@@ -9,6 +9,7 @@ not the attribute type's C element (cuDNN would read past it).
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
 import sys
 import textwrap
@@ -34,7 +35,7 @@ def _child(code: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=120,
         cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
 
 

@@ -228,3 +228,87 @@ def test_tensor_like_takes_a_size_one_dim_of_any_stride():
     g = G()
     t = g.tensor_like(_device_array((1, 4), (0, 2)))
     assert t.dim == (1, 4) and t.stride == (1, 1)
+
+
+# -- Graph.execute with the high level's rules -----------------------------------------------------
+@pytest.fixture
+def built(monkeypatch):
+    """A built graph ``y = relu(a) + b`` (relu's output virtual) on a fake plan and handle;
+    arrays are ints (their addresses) read by a fake ``asarray`` as (1, 1, 2, 3) float16."""
+    import contextlib
+    import types
+
+    import numpy as np
+
+    from pycudnn import _cuda, memory
+    from pycudnn.graph import _builder
+
+    launched = []
+
+    class Plan:
+        workspace = 0
+
+        def launch(self, ptrs, scratch=()):
+            launched.append(list(ptrs))
+
+    handle = types.SimpleNamespace(set_stream=lambda s: None)
+    monkeypatch.setattr(_builder._plans, "plan", lambda key, h: Plan())
+    monkeypatch.setattr(_builder._handle, "get_handle", lambda device: handle)
+    monkeypatch.setattr(_cuda, "DeviceContext", lambda device: contextlib.nullcontext())
+
+    def asarray(obj, check=False):
+        if not isinstance(obj, int):
+            raise TypeError(f"not a device array: {type(obj).__name__}")
+        return types.SimpleNamespace(
+            dtype=np.dtype("float16"), shape=(1, 1, 2, 3), strides=(12, 12, 6, 2), device=0, ptr=obj
+        )
+
+    monkeypatch.setattr(memory, "asarray", asarray)
+    g = G()
+    a, b = g.tensor((1, 1, 2, 3), name="a"), g.tensor((1, 1, 2, 3), name="b")
+    r = g.relu(a, name="r")
+    y = g.add(r, b, name="y").set_output(True)
+    g.build(device=0)
+    return g, a, b, r, y, launched
+
+
+def test_execute_runs_a_valid_pack(built):
+    g, a, _b, _r, y, launched = built
+    g.execute({a: 0x1000, "b": 0x2000, y: 0x3000})
+    assert launched == [[0x1000, 0x2000, 0x3000]]
+
+
+@pytest.mark.parametrize("pack", [None, [1, 2], "a"])
+def test_execute_needs_a_mapping(built, pack):
+    g = built[0]
+    with pytest.raises(TypeError, match=r"G\.execute: variant_pack must be a mapping"):
+        g.execute(pack)
+
+
+def test_execute_refuses_an_array_for_a_virtual_tensor(built):
+    g, a, b, r, y, _ = built
+    with pytest.raises(
+        ValueError, match=r"G\.execute: tensor 'r::y' is virtual|tensor '.*' is virtual"
+    ):
+        g.execute({a: 0x1000, b: 0x2000, y: 0x3000, r: 0x4000})
+
+
+def test_execute_refuses_the_same_tensor_twice(built):
+    g, a, b, _r, y, _ = built
+    with pytest.raises(ValueError, match=r"G\.execute: tensor 'a' is given twice"):
+        g.execute({a: 0x1000, "a": 0x1000, b: 0x2000, y: 0x3000})
+
+
+@pytest.mark.parametrize(("out", "other"), [(0x1000, "input 'a'"), (0x2000, "input 'b'")])
+def test_execute_refuses_an_output_overlapping_an_input(built, out, other):
+    g, a, b, _r, y, _ = built
+    with pytest.raises(ValueError, match=rf"output '.*' overlaps the array of {other}"):
+        g.execute({a: 0x1000, b: 0x2000, y: out})
+
+
+def test_execute_refuses_wrong_key_and_value_types(built):
+    g, a, b, _r, y, _ = built
+    with pytest.raises(TypeError, match="variant_pack keys are Tensors, names or uids"):
+        g.execute({a: 0x1000, b: 0x2000, y: 0x3000, 1.5: 0x4000})
+    with pytest.raises(TypeError, match="tensor 'b' needs a device array"):
+        g.execute({a: 0x1000, b: "0x2000", y: 0x3000})
