@@ -45,8 +45,8 @@ from ._key import (
     node_specs,
     search_policy,
     structure,
-    unnamed,
 )
+from ._saved import read_saved
 from ._tensor import (
     GraphBase,
     Tensor,
@@ -722,14 +722,7 @@ class Graph(GraphBase):
         ValueError
             *data* was saved for another graph structure or another cuDNN version.
         """
-        saved = json.loads(data)
-        if unnamed(saved.get("graph")) != unnamed(json.loads(self.to_json())):
-            raise ValueError(f"{self.name}: the saved plan is for another graph structure")
-        if saved.get("cudnn_version") != cudnn_version():
-            raise ValueError(
-                f"{self.name}: the plan was saved with cuDNN "
-                f"{saved.get('cudnn_version')}, this is {cudnn_version()}"
-            )
+        saved = read_saved(self.name, data, json.loads(self.to_json()), cudnn_version())
         key = self.key(device=device)
         h = _handle.get_handle(key.device)
         with _cuda.DeviceContext(key.device):

@@ -312,3 +312,52 @@ def test_execute_refuses_wrong_key_and_value_types(built):
         g.execute({a: 0x1000, b: 0x2000, y: 0x3000, 1.5: 0x4000})
     with pytest.raises(TypeError, match="tensor 'b' needs a device array"):
         g.execute({a: 0x1000, b: "0x2000", y: 0x3000})
+
+
+# -- Graph.deserialize of garbage ------------------------------------------------------------------
+def _saved_graph():
+    g = G()
+    x = g.tensor((1, 4))
+    g.relu(x).set_output(True)
+    return g
+
+
+@pytest.mark.parametrize(
+    ("data", "exc", "fragment"),
+    [
+        ("garbage", ValueError, "data is not the JSON serialize() writes"),
+        ("[1, 2]", ValueError, "must be the JSON object serialize() writes, got a list"),
+        ("{}", ValueError, "data has no 'graph'"),
+        (None, TypeError, "data must be the str that serialize() returned, got NoneType"),
+        (b"\xff", ValueError, "data is not UTF-8 text"),
+        ('{"graph": [], "cudnn_version": 1, "plan": ""}', TypeError, "'graph' must be"),
+        (
+            '{"graph": {}, "cudnn_version": "92800", "plan": ""}',
+            TypeError,
+            "'cudnn_version' must be an int (cudnnGetVersion()), got '92800'",
+        ),
+        ('{"graph": {}, "cudnn_version": 1, "plan": 5}', TypeError, "'plan' must be"),
+        (
+            '{"graph": {"tensors": [1]}, "cudnn_version": 1, "plan": ""}',
+            ValueError,
+            "another graph structure",
+        ),
+    ],
+)
+def test_deserialize_of_garbage_names_the_field(data, exc, fragment):
+    g = _saved_graph()
+    with pytest.raises(exc) as info:
+        g.deserialize(data)
+    assert str(info.value).startswith("G") and fragment in str(info.value)
+
+
+def test_deserialize_of_another_version_says_which():
+    g = _saved_graph()
+    import json
+
+    from pycudnn.graph._key import unnamed
+    from pycudnn.graph.nodes._base import cudnn_version
+
+    saved = {"graph": unnamed(json.loads(g.to_json())), "cudnn_version": 1, "plan": ""}
+    with pytest.raises(ValueError, match=f"saved with cuDNN 1, this is {cudnn_version()}"):
+        g.deserialize(json.dumps(saved))

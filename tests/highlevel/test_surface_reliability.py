@@ -292,3 +292,70 @@ def test_sdpa_grad_stats_at_an_odd_address_are_refused(no_c, monkeypatch):
     stats = Fake((B, H, S, 1), F32, ptr=ODD)
     with pytest.raises(ValueError, match="dnn_sdpa_grad: stats's address 0x900000001"):
         pycudnn.dnn_sdpa_grad(q4(), q4(), q4(), q4(), q4(), stats)
+
+
+# -- interop: unclear messages (the real asarray: these are refused before any pointer check) ------
+class _BadDLPack:
+    def __init__(self, ret):
+        self.ret = ret
+
+    def __dlpack__(self, stream=None, **kw):
+        return self.ret
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+@pytest.mark.parametrize("ret", [5, object(), "capsule"])
+def test_dlpack_that_returns_no_capsule_names_the_role(monkeypatch, ret):
+    monkeypatch.setattr(_graphops, "capability", lambda device: (9, 0))
+    with pytest.raises(TypeError, match=r"dnn_sdpa: k: _BadDLPack\.__dlpack__ returned a \w+, not"):
+        pycudnn.dnn_sdpa(q4(), _BadDLPack(ret), q4())
+    with pytest.raises(TypeError, match=r"dnn_matmul: b: _BadDLPack\.__dlpack__ returned"):
+        pycudnn.dnn_matmul(Fake((4, 5)), _BadDLPack(ret))
+
+
+class _Cai:
+    def __init__(self, **fields):
+        base = {"shape": (4, 64), "typestr": "<f4", "data": (0x10000, False), "version": 3}
+        self.__cuda_array_interface__ = {**base, **fields}
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"shape": "ab"}, "['shape'] must be a tuple of ints"),
+        ({"shape": (2.5, 64)}, "shape[0] must be an int"),
+        ({"typestr": 4}, "['typestr'] must be a str"),
+        ({"data": 5}, "['data'] must be a (pointer, readonly) pair"),
+        ({"data": ("x", False)}, "data[0] must be an int"),
+        ({"strides": (1.5, 4)}, "strides[0] must be an int"),
+        ({"version": "3"}, "['version'] must be an int"),
+    ],
+)
+def test_cuda_array_interface_wrong_field_types_name_role_and_field(fields, fragment):
+    with pytest.raises(TypeError) as info:
+        pycudnn.dnn_layer_norm(_Cai(**fields), 64)
+    assert str(info.value).startswith("dnn_layer_norm: x: ") and fragment in str(info.value)
+
+
+class _TorchLooking:
+    """Looks like a tensor (data_ptr, shape, stride) but is none: refused, its role named."""
+
+    def __init__(self, ptr, shape, strides):
+        self.ptr, self.shape, self.strides_ = ptr, shape, strides
+        self.is_cuda = True
+
+    def data_ptr(self):
+        return self.ptr
+
+    def stride(self):
+        return self.strides_
+
+
+@pytest.mark.parametrize(
+    "fields", [("x", (4, 5), (5, 1)), (2**70, (4, 5), (5, 1)), (0x1000, ("a", 5), (5, 1))]
+)
+def test_torch_looking_objects_are_refused_naming_the_role(fields):
+    with pytest.raises(TypeError, match=r"^dnn_matmul: a: .*cannot view _TorchLooking"):
+        pycudnn.dnn_matmul(_TorchLooking(*fields), Fake((5, 7)))
