@@ -359,3 +359,37 @@ class _TorchLooking:
 def test_torch_looking_objects_are_refused_naming_the_role(fields):
     with pytest.raises(TypeError, match=r"^dnn_matmul: a: .*cannot view _TorchLooking"):
         pycudnn.dnn_matmul(_TorchLooking(*fields), Fake((5, 7)))
+
+
+# -- the convolution's call key tells True from 1 --------------------------------------------------
+class _ConvStub:
+    def run(self, ptrs, outs, out_ptrs, stream):
+        return ("y",)
+
+    def evict(self):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("valid", "invalid"),
+    [
+        ({"alpha": 1.0}, {"alpha": True}),
+        ({"beta": 0.0}, {"beta": False}),
+        ({"num_groups": 1}, {"num_groups": True}),
+    ],
+)
+def test_conv_scalars_equal_to_a_cached_valid_call_are_still_checked(
+    no_c, monkeypatch, valid, invalid
+):
+    from pycudnn.highlevel.conv import _prepare
+
+    real_build, built = _prepare.build, []
+    monkeypatch.setattr(_prepare, "build", lambda *args: built.append(args) or _ConvStub())
+    x, w = Fake((2, 4, 8, 8)), Fake((6, 4, 3, 3))
+    pycudnn.dnn_conv(x, w, **valid)
+    pycudnn.dnn_conv(x, w, **valid)
+    assert len(built) == 1  # the second call was served from the cache
+    monkeypatch.setattr(_prepare, "build", real_build)  # a miss validates (no C call: no_c)
+    (arg,) = invalid
+    with pytest.raises(TypeError, match=f"dnn_conv: {arg} must be"):
+        pycudnn.dnn_conv(x, w, **invalid)
