@@ -393,3 +393,44 @@ def test_conv_scalars_equal_to_a_cached_valid_call_are_still_checked(
     (arg,) = invalid
     with pytest.raises(TypeError, match=f"dnn_conv: {arg} must be"):
         pycudnn.dnn_conv(x, w, **invalid)
+
+
+def _x():
+    return Fake((2, 4, 8, 8))
+
+
+#: (function, positional arguments, keyword: (valid value, invalid value that compares equal))
+KEYED = [
+    (pycudnn.dnn_activation, (_x,), {"alpha": (1.0, True)}),
+    (pycudnn.dnn_activation, (_x,), {"coef": (0.0, False)}),
+    (pycudnn.dnn_lrn, (_x,), {"k": (1.0, True)}),
+    (pycudnn.dnn_softmax, (_x,), {"beta": (0.0, False)}),
+    (pycudnn.dnn_add_tensor, (_x, _x), {"alpha": (1.0, True)}),
+    (pycudnn.dnn_op_tensor, ("add", _x, _x), {"alpha2": (1.0, True)}),
+    (pycudnn.dnn_pool, (_x, (2, 2)), {"alpha": (1.0, True)}),
+    (pycudnn.dnn_reduction, (_x,), {"alpha": (1.0, True)}),
+    (pycudnn.dnn_spatialtf_sampler, (_x, lambda: Fake((2, 8, 8, 2))), {"beta": (0.0, False)}),
+    (
+        pycudnn.dnn_batch_normalization_test,
+        (_x, lambda: Fake((1, 4, 8, 8)), lambda: Fake((1, 4, 8, 8)))
+        + (lambda: Fake((1, 4, 8, 8)),) * 2,
+        {"epsilon": (1.0, True)},
+    ),
+]
+
+
+@pytest.mark.parametrize(("fn", "args", "kw"), KEYED, ids=lambda v: getattr(v, "__name__", ""))
+def test_call_keys_tell_an_invalid_equal_value_from_a_valid_one(monkeypatch, fn, args, kw):
+    """The key of the invalid value differs from the valid one's: a cached valid entry cannot
+    serve it (a miss validates: the family's own tests show the refusal)."""
+    from pycudnn.highlevel import _call
+
+    keys = []
+    monkeypatch.setattr(
+        _call, "run_cached", lambda key, *rest: keys.append(key) or ("r0", "r1", "r2", "r3", "r4")
+    )
+    objs = [a() if callable(a) else a for a in args]
+    ((name, (good, bad)),) = kw.items()
+    fn(*objs, **{name: good})
+    fn(*objs, **{name: bad})
+    assert good == bad and keys[0] != keys[1]
