@@ -45,7 +45,8 @@ def as_dtype(value: Any, argument: str, allow_none: bool = False) -> DataType | 
     try:
         return as_data_type(value, argument=argument)
     except TypeError as exc:
-        raise TypeError(f"{argument}: {exc}") from None
+        text = str(exc)  # named already, or prefixed here
+        raise TypeError(text if text.startswith(argument) else f"{argument}: {text}") from None
 
 
 def as_dims(value: Any, argument: str, lo: int = 1) -> tuple[int, ...]:
@@ -276,7 +277,7 @@ class Tensor:
     def set_data_type(self, data_type: Any) -> Tensor:
         """Set the data type (any dtype-like: ``"bfloat16"``, a numpy/torch dtype...)."""
         self._graph._mutable()
-        self._dtype = as_dtype(data_type, f"tensor {self._name!r}: data_type")
+        self._dtype = as_dtype(data_type, f"{self._graph.name}: tensor {self._name!r}: data_type")
         return self
 
     def set_dim(self, dim: Sequence[int]) -> Tensor:

@@ -76,7 +76,10 @@ def real(
     """A finite real number, optionally within ``[lo, hi]`` (``(`` / ``)`` when open)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{func}: {name} must be a real number, got {value!r}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an int beyond any float
+        v = float("inf")
     if v != v or v in (float("inf"), float("-inf")):
         raise ValueError(f"{func}: {name} must be finite, got {value!r}")
     low = lo is not None and (v <= lo if lo_open else v < lo)

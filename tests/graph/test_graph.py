@@ -544,8 +544,8 @@ def _attn(**shape):
         (
             lambda g, q, k, v: (q, k, v),
             dict(attn_scale="0.1"),
-            ValueError,
-            "attn_scale must be a finite number",
+            TypeError,
+            "attn_scale must be a real number",
         ),
     ],
 )

@@ -29,7 +29,7 @@ from ... import _layout
 from ..._config import parse_bool
 from ...enums import DataType
 from ...enums import PointwiseMode as P
-from .._tensor import GraphBase, Tensor, like_strides
+from .._tensor import GraphBase, Tensor, finite, like_strides
 from . import pointwise
 from ._base import cudnn_version
 from .matmul import matmul
@@ -158,13 +158,13 @@ def _scale(g: GraphBase, op: str, attn_scale: Any, d: int) -> Tensor:
         return g._check(op, "attn_scale", attn_scale)
     if attn_scale is None:
         attn_scale = 1.0 / math.sqrt(d)
-    if (
-        isinstance(attn_scale, bool)
-        or not isinstance(attn_scale, (int, float))
-        or not math.isfinite(attn_scale)
-    ):
-        raise ValueError(f"{g.name}.{op}: attn_scale must be a finite number, got {attn_scale!r}")
-    return g._constant(float(attn_scale), DataType.FLOAT, f"{op}::attn_scale")
+    scale = finite(attn_scale, f"{g.name}.{op}: attn_scale")
+    if abs(scale) > _F32_MAX:
+        raise ValueError(f"{g.name}.{op}: attn_scale={attn_scale!r} does not fit in float32")
+    return g._constant(scale, DataType.FLOAT, f"{op}::attn_scale")
+
+
+_F32_MAX = 3.4028234663852886e38  # the attention's scale is a float32 constant
 
 
 def _masks(
