@@ -263,11 +263,8 @@ def test_conv_bias_at_an_odd_address_is_refused(no_c):
         pycudnn.dnn_conv(x, w, bias=Fake((6,), F16, ptr=ODD))
 
 
-@pytest.mark.parametrize("rms", [False, True])
-@pytest.mark.parametrize("which", ["mean", "inv"])
+@pytest.mark.parametrize(("rms", "which"), [(False, "mean"), (False, "inv"), (True, "inv")])
 def test_norm_grad_statistics_at_an_odd_address_are_refused(no_c, rms, which):
-    if rms and which == "mean":
-        pytest.skip("RMS norm has no mean")
     x, dy = Fake((4, 6, 64)), Fake((4, 6, 64))
     stats = {n: Fake((4, 6, 1), F32, ptr=ODD if n == which else None) for n in ("mean", "inv")}
     name = {"mean": "mean", "inv": "inv_rms" if rms else "inv_std"}[which]
