@@ -40,6 +40,7 @@ from ._key import (
     GraphKey,
     Policy,
     TensorSpec,
+    device_of,
     freeze,
     main_data_type,
     node_specs,
@@ -533,7 +534,7 @@ class Graph(GraphBase):
         )
         policy = Policy(
             dtype=int(self.io_data_type or main_data_type(tensors)),
-            device=_cuda.current_device() if device is None else int(device),
+            device=_cuda.current_device() if device is None else device_of(where, device),
             cudnn_version=cudnn_version(),
             allow_tf32=_config.parse_bool(allow_tf32, where, "allow_tf32"),
             deterministic=_config.parse_bool(deterministic, where, "deterministic"),

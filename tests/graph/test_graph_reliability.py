@@ -361,3 +361,31 @@ def test_deserialize_of_another_version_says_which():
     saved = {"graph": unnamed(json.loads(g.to_json())), "cudnn_version": 1, "plan": ""}
     with pytest.raises(ValueError, match=f"saved with cuDNN 1, this is {cudnn_version()}"):
         g.deserialize(json.dumps(saved))
+
+
+# -- build/key arguments ---------------------------------------------------------------------------
+def _small():
+    g = G()
+    g.relu(g.tensor((1, 4))).set_output(True)
+    return g
+
+
+@pytest.mark.parametrize(
+    ("kw", "exc", "fragment"),
+    [
+        ({"device": "0"}, TypeError, "G.build: device must be a device ordinal"),
+        ({"device": True}, TypeError, "G.build: device must be a device ordinal"),
+        ({"device": -1}, ValueError, "G.build: device must be a device ordinal"),
+        ({"heur_mode": 5}, ValueError, "G: heur_mode=5"),
+        ({"deny_behavior_notes": 5}, TypeError, "G: deny_behavior_notes must be a note"),
+    ],
+)
+def test_key_arguments_are_checked(kw, exc, fragment):
+    with pytest.raises(exc) as info:
+        _small().key(**kw)
+    assert fragment in str(info.value)
+
+
+def test_key_takes_one_note_by_name():
+    key = _small().key(device=0, deny_numerical_notes="TENSOR_CORE")
+    assert len(key.deny_numerical) == 1
