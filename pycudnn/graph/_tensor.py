@@ -271,8 +271,18 @@ class Tensor:
         )
         if self._producer is None and not is_output:
             raise ValueError(f"tensor {self._name!r} is a graph input; it cannot be virtual")
+        self._check_written(self._stride)
         self._virtual = not is_output
         return self
+
+    def _check_written(self, stride: tuple[int, ...]) -> None:
+        """An operation's real output must not address one element twice (cuDNN would write
+        it from two places): strides that overlap are refused when the tensor is an output."""
+        if self._producer is not None and not _layout.non_overlapping(self._dim, stride):
+            raise ValueError(
+                f"{self._graph.name}: output tensor {self._name!r}: strides {stride} make the "
+                f"elements of dims {self._dim} overlap; an output cannot be written so"
+            )
 
     def set_data_type(self, data_type: Any) -> Tensor:
         """Set the data type (any dtype-like: ``"bfloat16"``, a numpy/torch dtype...)."""
@@ -306,6 +316,7 @@ class Tensor:
                 f"{self._dim} has {len(self._dim)}"
             )
         check_extent(f"{self._graph.name}: tensor {self._name!r}", self._dim, s)
+        self._check_written(s)
         self._stride = s
         return self
 

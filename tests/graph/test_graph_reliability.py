@@ -389,3 +389,13 @@ def test_key_arguments_are_checked(kw, exc, fragment):
 def test_key_takes_one_note_by_name():
     key = _small().key(device=0, deny_numerical_notes="TENSOR_CORE")
     assert len(key.deny_numerical) == 1
+
+
+def test_an_output_with_overlapping_strides_is_refused():
+    g = G()
+    y = g.relu(g.tensor((4, 4)))
+    with pytest.raises(ValueError, match=r"G: output tensor .* strides \(1, 1\) make the elements"):
+        y.set_stride((1, 1))
+    y.set_stride((1, 4))  # column-major: fine
+    x = g.tensor((4, 4))
+    x.set_stride((1, 1))  # an input may be read with overlapping strides
