@@ -6,7 +6,7 @@ A crash or a hang is a signal in the parent; every case must end as its oracle s
 runs (a builder program records its operations with the expected dims, a high-level call
 reaches its call entry), an invalid one is refused before any C call with a message naming the
 graph or function and the argument. ``PYCUDNN_FUZZ_CASES`` / ``PYCUDNN_FUZZ_SEED`` change the
-run (default 2,200 cases, seed 30); ``pytest -s`` prints the figures ``docs/RELIABILITY.md``
+run (default 2,400 cases, seed 30); ``pytest -s`` prints the figures ``docs/RELIABILITY.md``
 quotes.
 """
 
@@ -27,7 +27,7 @@ ROOT = CHILD.parents[2]
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="one fork per case")
 def test_fuzz_builder_and_transformer_surface_in_child_processes():
-    cases = int(os.environ.get("PYCUDNN_FUZZ_CASES", "2200"))
+    cases = int(os.environ.get("PYCUDNN_FUZZ_CASES", "2400"))
     seed = int(os.environ.get("PYCUDNN_FUZZ_SEED", "30"))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(

@@ -45,7 +45,7 @@ from pycudnn.enums import DataType
 from pycudnn.graph import Graph
 from pycudnn.highlevel import _call, _graphops, clear_caches
 
-REFUSALS = (TypeError, ValueError, OverflowError, errors.NotSupportedError)
+REFUSALS = (TypeError, ValueError, OverflowError, KeyError, errors.NotSupportedError)
 BF16, F16, F32, I32 = DataType.BFLOAT16, DataType.HALF, DataType.FLOAT, DataType.INT32
 INT64_MAX = 2**63 - 1
 
@@ -476,6 +476,92 @@ def case_program(rng: random.Random) -> tuple:
     return label, program, (("Gp",), fragments[bad])
 
 
+def _fake_build() -> None:
+    """A plan engine, handle and ``asarray`` that need no GPU (in the child only): ints are
+    device arrays of shape (1, 1, 2, 3) float16 at that address."""
+    import contextlib
+    import types
+
+    from pycudnn import _cuda
+    from pycudnn.graph import _builder
+
+    class Plan:
+        workspace = 0
+
+        def launch(self, ptrs: Any, scratch: Any = ()) -> None:
+            pass
+
+    _builder._plans.plan = lambda key, h: Plan()
+    _builder._handle.get_handle = lambda device: types.SimpleNamespace(set_stream=lambda s: None)
+    _cuda.DeviceContext = lambda device: contextlib.nullcontext()
+
+    def asarray(obj: Any, check: bool = False) -> Any:
+        if isinstance(obj, bool) or not isinstance(obj, int):
+            raise TypeError(f"not a device array: {type(obj).__name__}")
+        return types.SimpleNamespace(
+            dtype=np.dtype("float16"), shape=(1, 1, 2, 3), strides=(12, 12, 6, 2), device=0, ptr=obj
+        )
+
+    memory.asarray = asarray
+
+
+def case_execute(rng: random.Random) -> tuple:
+    """``Graph.execute`` of ``y = relu(a) + b`` (relu's output virtual) with a random pack."""
+    addr = {"a": 0x1000, "b": 0x2000, "y": 0x3000}
+    pack_spec: list[tuple[str, str, Any]] = []  # (tensor, key style, value)
+    reasons: list[str] = []
+    for t in ("a", "b", "y"):
+        if rng.random() < 0.1:
+            reasons.append(f"no array for tensor '{t}'")
+            continue
+        value: Any = addr[t]
+        r = rng.random()
+        if r < 0.06:
+            value = str(value)
+            reasons.append(f"tensor '{t}' needs a device array")
+        elif r < 0.12:
+            value += 8  # not 16-byte aligned as declared
+            reasons.append(f"tensor '{t}''s address")
+        elif r < 0.2 and t == "y":
+            value = rng.choice([0x1000, 0x2000])
+            reasons.append("overlaps")
+        pack_spec.append((t, rng.choice(["tensor", "name", "uid"]), value))
+    extra = rng.random()
+    if extra < 0.08:
+        pack_spec.append(("r", "tensor", 0x4000))
+        reasons.append("is virtual")
+    elif extra < 0.16 and pack_spec:
+        t, _style, v = pack_spec[0]
+        pack_spec.append((t, "name" if _style != "name" else "tensor", v))
+        reasons.append("given twice")
+    elif extra < 0.2:
+        pack_spec.append(("?", "float", 0x5000))
+        reasons.append("variant_pack keys")
+    elif extra < 0.24:
+        pack_spec.append(("nonexistent", "name", 0x5000))
+        reasons.append("no tensor named")
+    as_mapping = rng.random() > 0.05
+    if not as_mapping:
+        reasons = ["variant_pack must be a mapping"]
+
+    def program() -> None:
+        _fake_build()
+        g = Graph(io_data_type="float16", name="Ge")
+        ts = {"a": g.tensor((1, 1, 2, 3), name="a"), "b": g.tensor((1, 1, 2, 3), name="b")}
+        ts["r"] = g.relu(ts["a"]).set_name("r")
+        ts["y"] = g.add(ts["r"], ts["b"]).set_name("y").set_output(True)
+        g.build(device=0)
+        uid = {t: g._key.tensors[ts[t]._index].uid for t in ("a", "b", "y", "r")}
+        pack: dict[Any, Any] = {}
+        for t, style, v in pack_spec:
+            k = {"tensor": ts.get(t), "name": t, "uid": uid.get(t), "float": 1.5}[style]
+            pack[k] = v
+        g.execute(pack if as_mapping else list(pack.items()))
+
+    label = f"execute {pack_spec} mapping={as_mapping}"
+    return label, program, "valid" if not reasons else (("Ge",), tuple(reasons))
+
+
 # -- the high level (fake operands; the entry raises Reached) --------------------------------------
 def _q(h: int = 4, s: int = 64, d: int = 64, dt: DataType = BF16, ptr: int | None = None) -> Fake:
     return Fake((2, h, s, d), dt, ptr=ptr)
@@ -602,6 +688,7 @@ GENERATORS = [
     case_sdpa_graph,
     case_graph_flags,
     case_program,
+    case_execute,
     case_dnn_sdpa,
     case_dnn_layer_norm,
     case_dnn_matmul,
