@@ -73,8 +73,18 @@ def conv(op: int, nd: int, a: Any, b: Any, shape: Any, opts: tuple, out: Any, st
     if type(shape) is list:
         shape = tuple(shape)
     # with the types of num_groups, alpha and beta: True == 1 == 1.0, but only one is valid
-    k3 = (opts[-3].__class__, opts[-2].__class__, opts[-1].__class__)
-    key = (op, nd, ka, okey, shape, opts, _call.snapshot(), k3)
+    key = (
+        op,
+        nd,
+        ka,
+        okey,
+        shape,
+        opts,
+        _call.snapshot(),
+        opts[-3].__class__,
+        opts[-2].__class__,
+        opts[-1].__class__,
+    )
     args = (op, nd, a, b, shape, opts, out, stream)
     return _call.run_cached(
         key, _prepare.build, args, (pa, pb), outs, out_ptrs, stream, _STALE, _plans.served_cached
