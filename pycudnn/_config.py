@@ -24,6 +24,7 @@ Design decisions
 from __future__ import annotations
 
 import math
+import operator
 import os
 import re
 import threading
@@ -40,6 +41,7 @@ __all__ = [
     "Config",
     "Flags",
     "config",
+    "parse_bool",
 ]
 
 ENV_VAR = "PYCUDNN_FLAGS"
@@ -127,14 +129,55 @@ def _choice(name: str, choices: tuple[str, ...]):
     return validate
 
 
+def _as_bool(value: Any) -> bool | None:
+    """*value* as a boolean when it unambiguously is one (else None): ``True``/``False``, a NumPy
+    bool, the ints 0 and 1, or one of the words of ``_TRUE``/``_FALSE`` in any case."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        return text in _TRUE if text in _TRUE | _FALSE else None
+    dtype = getattr(value, "dtype", None)
+    if (
+        dtype is not None
+        and getattr(value, "ndim", None) == 0
+        and getattr(dtype, "kind", "") == "b"
+    ):
+        return bool(value)  # numpy.bool_ (0-d only: an array is no flag)
+    if isinstance(value, int) or (dtype is not None and getattr(dtype, "kind", "") in "iu"):
+        try:
+            number = operator.index(value)
+        except TypeError:
+            return None
+        return bool(number) if number in (0, 1) else None
+    return None
+
+
+def parse_bool(value: Any, where: str, argument: str) -> bool:
+    """The one strict reading of a boolean argument (the same words as ``pycudnn.config``).
+
+    ``True``/``False`` (and NumPy bools), ``1``/``0``, ``'true'``/``'false'``, ``'yes'``/``'no'``,
+    ``'on'``/``'off'`` (any case); anything else raises, naming *where* (the function) and
+    *argument*: a string or number that is no boolean ``ValueError``, another type ``TypeError``.
+    """
+    if value is True or value is False:
+        return value
+    parsed = _as_bool(value)
+    if parsed is not None:
+        return parsed
+    cls = ValueError if isinstance(value, str | int | float) else TypeError
+    text = repr(value)
+    raise cls(
+        f"{where}: {argument}={text if len(text) <= 60 else text[:57] + '...'} is not a boolean; "
+        "expected True/False, 1/0, or 'true'/'false'/'yes'/'no'/'on'/'off'"
+    )
+
+
 def _bool(name: str):
     def validate(value: Any) -> bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
+        parsed = _as_bool(value)
+        if parsed is not None:
+            return parsed
         raise ValueError(
             f"pycudnn.config.{name}={value!r} is not allowed; expected a boolean "
             "(True/False, 1/0, or 'true'/'false'/'yes'/'no'/'on'/'off')"

@@ -17,8 +17,10 @@ pointer to the object's own buffer, which cuDNN would write into or free), a ``s
 a closed object) comes back as :class:`ArgumentTypeError` / :class:`ArgumentValueError`, which
 are both ``ctypes.ArgumentError`` and ``TypeError`` / ``ValueError``. The guard costs one Python
 frame per call (measured in ``docs/RELIABILITY.md``); pycudnn's own layers call the unguarded
-objects (``warn=False``), whose arguments they have validated. Int addresses pass unchecked:
-they are the raw layer's contract.
+objects (``warn=False``), whose arguments they have validated. A ``cudnnDestroy*`` (and
+``cudnnBackendDestroyDescriptor``) refuses a pycudnn object that owns its C object (its finalizer
+would free it a second time): ``.close()`` it, or ``.detach()`` it and destroy the address. Int
+addresses pass unchecked: they are the raw layer's contract.
 """
 
 from __future__ import annotations
@@ -273,6 +275,25 @@ def _refuse_text(name: str, argtypes, i: int, value) -> ArgumentTypeError:
     )
 
 
+def _is_destroy(name: str) -> bool:
+    """A C function that frees its first argument (``cudnnDestroy*``, the backend's destroy)."""
+    return name.startswith("cudnnDestroy") or name == "cudnnBackendDestroyDescriptor"
+
+
+def _owned_by_pycudnn(value) -> bool:
+    """*value* is a pycudnn wrapper whose finalizer will destroy its C object (``.owned``)."""
+    return getattr(value, "owned", False) is True and hasattr(value, "detach")
+
+
+def _refuse_owned(name: str, value) -> ArgumentValueError:
+    kind = type(value).__name__
+    return ArgumentValueError(
+        f"{name}: argument 1: this {kind} is owned by pycudnn (it destroys its C object when "
+        f"closed or collected); destroying it here would free it twice. Call its .close(), or "
+        f"take the address with .detach() and destroy that"
+    )
+
+
 def _converted(name: str, argtypes, exc: ctypes.ArgumentError, args) -> ctypes.ArgumentError:
     """ctypes' refusal of an argument, as a TypeError/ValueError naming the function."""
     text = str(exc)
@@ -292,7 +313,8 @@ def _guarded(name: str, fn, argtypes, deprecated: bool):
     """The ``api.<name>`` callable: *fn* behind the argument guard (see the module docstring)."""
     text_pos = [i for i, t in enumerate(argtypes) if _opaque(t)]
     str_pos = [i for i, t in enumerate(argtypes) if t is ctypes.c_void_p]
-    if not (text_pos or str_pos or deprecated):
+    destroy = _is_destroy(name) and bool(argtypes)
+    if not (text_pos or str_pos or deprecated or destroy):
         return fn
     params = ", ".join(f"a{i}" for i in range(len(argtypes)))
     body = [f"def {name}({params}):"]
@@ -301,6 +323,8 @@ def _guarded(name: str, fn, argtypes, deprecated: bool):
         body.append(f"    if a{i}.__class__ in _TEXT: " + refuse.format(i))
     for i in str_pos:
         body.append(f"    if a{i}.__class__ is str: " + refuse.format(i))
+    if destroy:
+        body.append("    if _owned_by_pycudnn(a0): raise _refuse_owned(_name, a0)")
     if deprecated:
         body.append(f"    _warn_deprecated({name!r})")
     body += [

@@ -43,6 +43,7 @@ __all__ = [
     "TAKES",
     "check_descriptor_type",
     "check_descriptor_values",
+    "check_raw",
     "coerce_attr_name",
     "coerce_attr_type",
     "coerce_descriptor_type",
@@ -300,6 +301,47 @@ def to_c(atype: int, v: Any, argument: str, descriptor_class: type) -> Any:
     raise TypeError(
         f"{argument}: attribute type {atype} has no Python conversion"
     )  # pragma: no cover
+
+
+def _element_name(t: Any) -> str:
+    return getattr(t, "__name__", repr(t))
+
+
+def check_raw(atype: int, values: Any) -> None:
+    """Refuse prebuilt ctypes data whose element is not *atype*'s C element.
+
+    cuDNN reads ``count * sizeof(element of atype)`` bytes from the address it is given: a
+    ``(c_int8 * 2)`` passed as ``INT64`` would make it read 16 bytes from 2. The element must
+    have the C element's size, and be the same kind (integer, floating, pointer, structure).
+    """
+    want = CTYPE_OF_TYPE[atype]
+    got = values._type_ if isinstance(values, ctypes.Array) else type(values)
+    if got is want:
+        return
+    ok = (
+        isinstance(got, type)
+        and issubclass(got, ctypes._SimpleCData)
+        and issubclass(want, ctypes._SimpleCData)
+        and ctypes.sizeof(got) == ctypes.sizeof(want)
+        and _kind(got) == _kind(want)
+    )
+    if not ok:
+        form = "array of " if isinstance(values, ctypes.Array) else ""
+        raise TypeError(
+            f"values: a ctypes {form}{_element_name(got)} cannot be passed as "
+            f"{_T(atype).name}, whose C element is {_element_name(want)} "
+            f"({ctypes.sizeof(want)} bytes): cuDNN would read past the data"
+        )
+
+
+def _kind(t: Any) -> str:
+    """The kind of a ctypes simple type: 'f' floating, 'P' pointer, 'i' integer/bool/char."""
+    code = t._type_
+    if code in "fdg":
+        return "f"
+    if code in "PzZ":
+        return "P"
+    return "i"
 
 
 def pack(atype: int, values: Any, descriptor_class: type) -> tuple[Any, int]:

@@ -25,6 +25,7 @@ from ._codec import (
     REF_TYPES,
     check_descriptor_type,
     check_descriptor_values,
+    check_raw,
     coerce_attr_name,
     coerce_attr_type,
     coerce_descriptor_type,
@@ -196,8 +197,10 @@ class BackendDescriptor(Resource):
             # handles also defers their destroy if they are closed first (Resource.close)
             self._attr_refs[int(name)] = (values, handles)
         elif isinstance(values, ctypes.Array):
+            check_raw(atype, values)
             arr, n = values, len(values)
         elif isinstance(values, ctypes._SimpleCData | ctypes.Structure):
+            check_raw(atype, values)
             arr, n = ctypes.byref(values), 1
         else:
             arr, n = pack(atype, values, BackendDescriptor)

@@ -35,28 +35,27 @@ from ..enums import BackendAttributeType as T
 from ..enums import (
     BackendDescriptorType,
     BackendNormFwdPhase,
-    DataType,
 )
-from . import _plans, _scratch
+from . import _plans, _scratch, _variant
 from ._key import (
     GraphKey,
     Policy,
     TensorSpec,
+    device_of,
     freeze,
     main_data_type,
     node_specs,
     search_policy,
     structure,
-    unnamed,
 )
+from ._saved import read_saved
 from ._tensor import (
     GraphBase,
     Tensor,
     alignment_of,
     as_dims,
     as_dtype,
-    check_array,
-    host_scalar,
+    like_layout,
 )
 from ._tensor import like_strides as like_strides  # also the high level's (sdpa)
 from .nodes import conv, matmul, norm, pointwise, reduction, rng_reshape, sdpa
@@ -152,9 +151,10 @@ class Graph(GraphBase):
         if len(s) != len(d):
             raise ValueError(f"{self.name}: stride {s} has {len(s)} values, dim {d} has {len(d)}")
         dt = as_dtype(data_type, f"{self.name}: data_type", allow_none=True)
-        if is_pass_by_value and math.prod(d) != 1:
+        by_value = _config.parse_bool(is_pass_by_value, f"{self.name}.tensor", "is_pass_by_value")
+        if by_value and math.prod(d) != 1:
             raise ValueError(f"{self.name}: a pass-by-value tensor is a scalar; dim {d} is not")
-        t = self._new(name, (d, s, dt), False, bool(is_pass_by_value))
+        t = self._new(name, (d, s, dt), False, by_value)
         if uid is not None:
             t.set_uid(uid)
         if alignment != 16:
@@ -169,9 +169,8 @@ class Graph(GraphBase):
         except Exception as exc:
             raise TypeError(f"{self.name}: tensor_like needs a device array: {exc}") from None
         dt = as_dtype(a.dtype, f"{self.name}: tensor_like dtype")
-        isz = a.dtype.itemsize
-        stride = tuple(max(s // isz, 1) for s in a.strides) if a.shape else (1,)
-        t = self._new(name, (tuple(a.shape) or (1,), stride, dt), False)
+        dim, stride = like_layout(f"{self.name}: tensor_like", a)
+        t = self._new(name, (dim, stride, dt), False)
         t._alignment = alignment_of(a.ptr)
         return t
 
@@ -540,17 +539,19 @@ class Graph(GraphBase):
     ) -> GraphKey:
         """The frozen graph with its search policy (what :meth:`build` plans and caches)."""
         tensors, uids = self._freeze_tensors()
-        flags = _config.config.snapshot()
+        flags, where = _config.config.snapshot(), f"{self.name}.build"
+        allow_tf32 = flags.allow_tf32 if allow_tf32 is None else allow_tf32
+        deterministic = flags.deterministic if deterministic is None else deterministic
         wl = flags.workspace_limit if workspace_limit is None else workspace_limit
         searched = search_policy(
             self.name, policy, heur_mode, wl, (deny_numerical_notes, deny_behavior_notes)
         )
         policy = Policy(
             dtype=int(self.io_data_type or main_data_type(tensors)),
-            device=_cuda.current_device() if device is None else int(device),
+            device=_cuda.current_device() if device is None else device_of(where, device),
             cudnn_version=cudnn_version(),
-            allow_tf32=flags.allow_tf32 if allow_tf32 is None else bool(allow_tf32),
-            deterministic=flags.deterministic if deterministic is None else bool(deterministic),
+            allow_tf32=_config.parse_bool(allow_tf32, where, "allow_tf32"),
+            deterministic=_config.parse_bool(deterministic, where, "deterministic"),
             **searched,
         )
         names = (tuple(t._name for t in self._tensors), tuple(n[1] for n in self._nodes))
@@ -674,34 +675,9 @@ class Graph(GraphBase):
             plan.run(*ptrs, wa.ptr if plan.workspace else 0)
 
     def _pointers(self, variant_pack: Mapping[Any, Any]) -> tuple[list[int], list[Any]]:
-        """``(pointers in the key's uid order, host scalars to keep alive)``; a scratch
-        tensor's slot is 0 (carved from the workspace when the plan runs)."""
-        key = self._key
-        by_uid = {spec.uid: (t, spec) for t, spec in zip(self._tensors, key.tensors, strict=True)}
-        pack: dict[int, Any] = {}
-        for k, v in variant_pack.items():
-            pack[key.tensors[self._lookup(k)._index].uid] = v
-        ptrs: list[int] = []
-        keep: list[Any] = []
-        for uid in key.uids:
-            t, spec = by_uid[uid]
-            if spec.scratch:
-                ptrs.append(0)
-            elif spec.is_by_value and t._value is not None:
-                ptrs.append(ctypes.addressof(t._value))
-            elif spec.is_by_value:
-                if uid not in pack:
-                    raise KeyError(f"{self.name}: no value for the by-value tensor {t._name!r}")
-                c = host_scalar(pack[uid], DataType(spec.data_type), t._name)
-                keep.append(c)
-                ptrs.append(ctypes.addressof(c))
-            elif uid not in pack:
-                raise KeyError(
-                    f"{self.name}: no array for tensor {t._name!r} (uid {uid}) in variant_pack"
-                )
-            else:
-                ptrs.append(check_array(self.name, t, pack[uid], spec, key.device))
-        return ptrs, keep
+        """``(pointers in the key's uid order, host scalars to keep alive)``: the checked
+        variant pack (:func:`._variant.pointers`)."""
+        return _variant.pointers(self, variant_pack)
 
     def constant_pointers(self) -> tuple[int, ...]:
         """Host addresses of the :meth:`scalar` constants, in a call's pointer order (after the
@@ -761,14 +737,7 @@ class Graph(GraphBase):
         ValueError
             *data* was saved for another graph structure or another cuDNN version.
         """
-        saved = json.loads(data)
-        if unnamed(saved.get("graph")) != unnamed(json.loads(self.to_json())):
-            raise ValueError(f"{self.name}: the saved plan is for another graph structure")
-        if saved.get("cudnn_version") != cudnn_version():
-            raise ValueError(
-                f"{self.name}: the plan was saved with cuDNN "
-                f"{saved.get('cudnn_version')}, this is {cudnn_version()}"
-            )
+        saved = read_saved(self.name, data, json.loads(self.to_json()), cudnn_version())
         key = self.key(device=device)
         h = _handle.get_handle(key.device)
         with _cuda.DeviceContext(key.device):

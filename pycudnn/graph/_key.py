@@ -15,6 +15,7 @@ autotuned graph on, and ``scratch`` the tensors the graph keeps in its workspace
 from __future__ import annotations
 
 import ctypes
+import enum
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -34,6 +35,7 @@ __all__ = [
     "NodeSpec",
     "Policy",
     "TensorSpec",
+    "device_of",
     "freeze",
     "main_data_type",
     "node_specs",
@@ -102,6 +104,31 @@ def node_specs(g: GraphBase, tensors: Sequence[TensorSpec]) -> tuple[NodeSpec, .
     )
 
 
+_NOTE_ARGS = ("deny_numerical_notes", "deny_behavior_notes")
+
+
+def _notes(where: str, notes: Any, argument: str) -> tuple:
+    """*notes* as a tuple of notes: one note (a member or a name) or a sequence of them (a
+    string is one name, not its characters)."""
+    if isinstance(notes, str | enum.Enum):
+        return (notes,)
+    try:
+        return tuple(notes)
+    except TypeError:
+        raise TypeError(
+            f"{where}: {argument} must be a note or a sequence of notes, got {notes!r}"
+        ) from None
+
+
+def device_of(where: str, device: Any) -> int:
+    """A device ordinal given to ``Graph.key``/``build``: an int >= 0 (not a bool or a str)."""
+    if isinstance(device, bool) or not hasattr(device, "__index__"):
+        raise TypeError(f"{where}: device must be a device ordinal (an int >= 0), got {device!r}")
+    if device.__index__() < 0:
+        raise ValueError(f"{where}: device must be a device ordinal (an int >= 0), got {device!r}")
+    return device.__index__()
+
+
 def search_policy(
     where: str, policy: str, heur_mode: Any, workspace_limit: Any, deny_notes: tuple
 ) -> dict[str, Any]:
@@ -111,16 +138,16 @@ def search_policy(
     the behavior notes (members or names) an engine must not have."""
     if policy not in ("heuristics", "autotune"):
         raise ValueError(f"{where}: policy={policy!r} is not 'heuristics' or 'autotune'")
-    modes = (heur_mode,) if isinstance(heur_mode, str) else tuple(heur_mode)
     try:
+        modes = (heur_mode,) if isinstance(heur_mode, str) else tuple(heur_mode)
         hm = tuple(_HEUR[m.lower()] if isinstance(m, str) else BackendHeurMode(m) for m in modes)
-    except (KeyError, ValueError, AttributeError):
+    except (KeyError, ValueError, AttributeError, TypeError):
         raise ValueError(
             f"{where}: heur_mode={heur_mode!r}: expected names from {tuple(_HEUR)}"
         ) from None
     if not hm:
         raise ValueError(f"{where}: heur_mode is empty")
-    numerical, behavior = deny_notes
+    numerical, behavior = (_notes(where, n, a) for n, a in zip(deny_notes, _NOTE_ARGS, strict=True))
     deny_n = frozenset(
         int(coerce_enum(n, BackendNumericalNote, "deny_numerical_notes")) for n in numerical
     )

@@ -8,10 +8,14 @@ The bottom of the builder: the node families build on this module, and
 from __future__ import annotations
 
 import ctypes
+import math
+import numbers
+import sys
 from collections.abc import Sequence
 from typing import Any, Literal, overload
 
 from .. import _layout, memory
+from .._config import parse_bool
 from .._types import as_data_type, dtype_name
 from ..enums import DataType
 
@@ -22,9 +26,12 @@ __all__ = [
     "as_dims",
     "as_dtype",
     "check_array",
+    "check_extent",
     "described_dim",
     "described_stride",
+    "finite",
     "host_scalar",
+    "like_layout",
     "like_strides",
 ]
 
@@ -38,7 +45,8 @@ def as_dtype(value: Any, argument: str, allow_none: bool = False) -> DataType | 
     try:
         return as_data_type(value, argument=argument)
     except TypeError as exc:
-        raise TypeError(f"{argument}: {exc}") from None
+        text = str(exc)  # named already, or prefixed here
+        raise TypeError(text if text.startswith(argument) else f"{argument}: {text}") from None
 
 
 def as_dims(value: Any, argument: str, lo: int = 1) -> tuple[int, ...]:
@@ -52,10 +60,62 @@ def as_dims(value: Any, argument: str, lo: int = 1) -> tuple[int, ...]:
         v = v.__index__()
         if v < lo:
             raise ValueError(f"{argument} must contain ints >= {lo}, got {tuple(value)!r}")
+        if v > _layout.INT64_MAX:
+            raise ValueError(
+                f"{argument} must contain ints <= 2**63 - 1 (cuDNN's int64), got {tuple(value)!r}"
+            )
         out.append(v)
     if not out or len(out) > 8:
         raise ValueError(f"{argument} must have 1 to 8 values, got {tuple(value)!r}")
     return tuple(out)
+
+
+def finite(value: Any, argument: str, *, allow_inf: bool = False) -> float:
+    """*value* as a finite float (``allow_inf``: or an infinity, never NaN); errors name
+    *argument* (``graph.op: name``) and the value."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{argument} must be a real number, got {value!r}")
+    try:
+        v = float(value)
+    except (OverflowError, ValueError):
+        raise ValueError(f"{argument}={value!r} does not fit in a float") from None
+    if v != v or (not allow_inf and v in (math.inf, -math.inf)):
+        what = "a real number, not NaN" if allow_inf else "a finite number"
+        raise ValueError(f"{argument} must be {what}, got {value!r}")
+    return v
+
+
+def check_extent(argument: str, dim: tuple[int, ...], stride: tuple[int, ...]) -> None:
+    """The elements and the span of (*dim*, *stride*) fit cuDNN's int64."""
+    if math.prod(dim) > _layout.INT64_MAX or _layout.span(dim, stride) > _layout.INT64_MAX:
+        raise ValueError(
+            f"{argument}: dims {dim} with strides {stride} hold more elements (or span more) "
+            "than cuDNN's int64 counts (2**63 - 1)"
+        )
+
+
+def like_layout(argument: str, a: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The dims and element strides of the device array *a* under :meth:`Graph.tensor`'s
+    rules (1 to 8 dims, each at least 1), its strides as they are: a byte stride that is not
+    a whole number of elements, or a zero or negative stride over more than one element, is
+    refused (a size-1 dim's stride is never read: it is described as 1)."""
+    shape = tuple(a.shape) or (1,)
+    isz = a.dtype.itemsize
+    dim = as_dims(shape, f"{argument}: the array's shape")
+    byte_strides = tuple(a.strides) or (isz,)
+    stride = []
+    for i, (d, s) in enumerate(zip(dim, byte_strides, strict=True)):
+        if d == 1:
+            stride.append(1)
+            continue
+        if s % isz or s <= 0:
+            what = "not a whole number of elements" if s % isz else "zero or negative"
+            raise ValueError(
+                f"{argument}: the array's stride {s} B in dim {i} is {what} (strides "
+                f"{byte_strides} B, {isz} B elements); cuDNN cannot describe it"
+            )
+        stride.append(s // isz)
+    return dim, tuple(stride)
 
 
 def like_strides(
@@ -94,6 +154,33 @@ _SCALAR_CTYPES = {
 }
 
 
+#: the largest finite value of each floating data type a by-value scalar may have
+_FLOAT_MAX = {
+    DataType.HALF: 65504.0,
+    DataType.BFLOAT16: 3.3895313892515355e38,
+    DataType.FLOAT: 3.4028234663852886e38,
+    DataType.DOUBLE: sys.float_info.max,
+}
+
+
+def _fits_float(value: Any, dt: DataType, name: str) -> float:
+    """*value* as a float that *dt* holds: a finite value that would round to an infinity
+    (``1e300`` as float16) is refused; explicit infinities and NaN are kept."""
+    try:
+        v = float(value)
+    except OverflowError:
+        v = math.inf
+    else:
+        if not math.isfinite(v):
+            return v
+    if abs(v) > _FLOAT_MAX[dt]:
+        raise OverflowError(
+            f"by-value tensor {name!r}: {value!r} does not fit in {dtype_name(dt)} (its largest "
+            f"finite value is {_FLOAT_MAX[dt]:g})"
+        )
+    return v
+
+
 def host_scalar(value: Any, dt: DataType, name: str = "scalar") -> ctypes._SimpleCData[Any]:
     """*value* as the host scalar a by-value tensor of type *dt* passes (half and bfloat16 as
     their bits)."""
@@ -107,15 +194,21 @@ def host_scalar(value: Any, dt: DataType, name: str = "scalar") -> ctypes._Simpl
     if dt in (DataType.HALF, DataType.BFLOAT16):
         import numpy as np
 
+        value = _fits_float(value, dt, name)
         if dt == DataType.HALF:
             return ct(int(np.array(value, np.float16).view(np.uint16)))
         bits = int(np.array(value, np.float32).view(np.uint32))
         return ct((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)  # round to nearest even
     if ct in (ctypes.c_int32, ctypes.c_int64):
-        if value != int(value):
+        if (isinstance(value, float) and not math.isfinite(value)) or value != int(value):
             raise ValueError(f"by-value tensor {name!r} is an integer, got {value!r}")
+        bits = 8 * ctypes.sizeof(ct)
+        if not -(2 ** (bits - 1)) <= int(value) < 2 ** (bits - 1):
+            raise OverflowError(
+                f"by-value tensor {name!r}: {value!r} does not fit in {dtype_name(dt)}"
+            )
         return ct(int(value))
-    return ct(float(value))
+    return ct(_fits_float(value, dt, name))
 
 
 class Tensor:
@@ -173,23 +266,43 @@ class Tensor:
         :meth:`~pycudnn.graph.Graph.execute` writes into a device array (``False``: an
         intermediate cuDNN may keep in registers)."""
         self._graph._mutable()
+        is_output = parse_bool(
+            is_output, f"{self._graph.name}: tensor {self._name!r}.set_output", "is_output"
+        )
         if self._producer is None and not is_output:
             raise ValueError(f"tensor {self._name!r} is a graph input; it cannot be virtual")
-        self._virtual = not bool(is_output)
+        self._check_written(self._stride)
+        self._virtual = not is_output
         return self
+
+    def _check_written(self, stride: tuple[int, ...]) -> None:
+        """An operation's real output must not address one element twice (cuDNN would write
+        it from two places): strides that overlap are refused when the tensor is an output."""
+        if self._producer is not None and not _layout.non_overlapping(self._dim, stride):
+            raise ValueError(
+                f"{self._graph.name}: output tensor {self._name!r}: strides {stride} make the "
+                f"elements of dims {self._dim} overlap; an output cannot be written so"
+            )
 
     def set_data_type(self, data_type: Any) -> Tensor:
         """Set the data type (any dtype-like: ``"bfloat16"``, a numpy/torch dtype...)."""
         self._graph._mutable()
-        self._dtype = as_dtype(data_type, f"tensor {self._name!r}: data_type")
+        self._dtype = as_dtype(data_type, f"{self._graph.name}: tensor {self._name!r}: data_type")
         return self
 
     def set_dim(self, dim: Sequence[int]) -> Tensor:
         """Set the dims (strides become packed row-major if the rank changes)."""
         self._graph._mutable()
         d = as_dims(dim, f"tensor {self._name!r}: dim")
-        if len(d) != len(self._stride):
-            self._stride = _layout.packed_strides(d)
+        if d != self._dim and self._graph._uses(self):
+            raise ValueError(
+                f"{self._graph.name}: tensor {self._name!r} is used by an operation with dims "
+                f"{self._dim}; set_dim({d}) would make the graph inconsistent (set the dims "
+                "before the tensor is used)"
+            )
+        stride = self._stride if len(d) == len(self._stride) else _layout.packed_strides(d)
+        check_extent(f"{self._graph.name}: tensor {self._name!r}", d, stride)
+        self._stride = stride
         self._dim = d
         return self
 
@@ -202,6 +315,8 @@ class Tensor:
                 f"tensor {self._name!r}: stride {s} has {len(s)} values, its dim "
                 f"{self._dim} has {len(self._dim)}"
             )
+        check_extent(f"{self._graph.name}: tensor {self._name!r}", self._dim, s)
+        self._check_written(s)
         self._stride = s
         return self
 
@@ -374,6 +489,7 @@ class GraphBase:
         """A new tensor of *layout* ``(dim, stride, data type)``."""
         self._mutable()
         index = len(self._tensors)
+        check_extent(f"{self.name}: tensor {name or f't{index}'!r}", layout[0], layout[1])
         t = Tensor(self, index, name or f"t{index}", layout, virtual, by_value, producer)
         self._tensors.append(t)
         return t
@@ -406,6 +522,10 @@ class GraphBase:
         self._mutable()
         self._nodes.append((kind, name or f"{kind}{len(self._nodes)}", settings, roles))
 
+    def _uses(self, t: Tensor) -> bool:
+        """Whether a recorded operation refers to *t*."""
+        return any(u is t for node in self._nodes for _role, u in node[3])
+
     def _out(
         self,
         op: str,
@@ -429,8 +549,12 @@ class GraphBase:
 
     def _constant(self, value: float, dtype: DataType, name: str | None) -> Tensor:
         """A by-value scalar whose value the graph keeps and passes itself."""
+        try:
+            value = host_scalar(value, dtype, name or "scalar")
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise type(exc)(f"{self.name}: {exc}") from None
         t = self._new(name, ((1, 1, 1, 1), (1, 1, 1, 1), dtype), False, True)
-        t._value = host_scalar(value, dtype)
+        t._value = value
         return t
 
     def _scratch(

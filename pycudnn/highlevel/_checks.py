@@ -13,12 +13,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import _cuda, _layout
-from .._types import dtype_name, itemsize
+from .._types import FLOATS, dtype_name, itemsize
 from ..enums import DataType
 from ._operand import Operand, operand
 
 __all__ = [
     "FLOATS",
+    "check_aligned",
     "check_operand",
     "check_out",
     "check_stream",
@@ -31,9 +32,6 @@ __all__ = [
     "same_dtype_and_device",
     "shapes_of_x",
 ]
-
-#: the floating types cuDNN's operations compute on
-FLOATS = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT, DataType.DOUBLE)
 
 
 def ints(value: Any, nd: int, name: str, lo: int, func: str) -> tuple[int, ...]:
@@ -78,7 +76,10 @@ def real(
     """A finite real number, optionally within ``[lo, hi]`` (``(`` / ``)`` when open)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{func}: {name} must be a real number, got {value!r}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an int beyond any float
+        v = float("inf")
     if v != v or v in (float("inf"), float("-inf")):
         raise ValueError(f"{func}: {name} must be finite, got {value!r}")
     low = lo is not None and (v <= lo if lo_open else v < lo)
@@ -144,13 +145,18 @@ def shapes_of_x(func: str, gy: Operand, gdy: Operand, gx: Operand) -> None:
             )
 
 
-def check_strides(func: str, name: str, g: Operand) -> None:
-    """Aligned to the element size; no negative strides; no zero (broadcast) strides."""
+def check_aligned(func: str, name: str, g: Operand) -> None:
+    """*g*'s address is a multiple of its element size (cuDNN reads whole elements)."""
     isz = itemsize(g.dtype)
     if g.ptr % isz:
         raise ValueError(
             f"{func}: {name}'s address 0x{g.ptr:x} is not a multiple of its element size ({isz} B)"
         )
+
+
+def check_strides(func: str, name: str, g: Operand) -> None:
+    """Aligned to the element size; no negative strides; no zero (broadcast) strides."""
+    check_aligned(func, name, g)
     for s, st in zip(g.shape, g.strides, strict=True):
         if st < 0:
             raise ValueError(

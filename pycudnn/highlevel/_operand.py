@@ -27,6 +27,7 @@ __all__ = [
     "Operand",
     "data_type",
     "key_of",
+    "named_error",
     "operand",
     "raw_operand",
     "register_operand_type",
@@ -206,3 +207,24 @@ def key_of(obj: Any) -> tuple[int, tuple]:
     g = raw_operand(obj)
     p = g[0]
     return p, (g[1], g[2], g[3], g[4], p & 15)
+
+
+def named_error(func: str, named: tuple[tuple[str, Any], ...], exc: BaseException) -> BaseException:
+    """*exc*, raised while keying the operands *named* ``((name, object or None), ...)``, with
+    the function and the operand's role put in front of its message (the call path keys
+    operands without their names: the names cost nothing until something is refused)."""
+    if not isinstance(exc, (TypeError, ValueError)):
+        return exc
+    for name, obj in named:
+        if obj is None:
+            continue
+        try:
+            key_of(obj)
+        except (TypeError, ValueError) as e:
+            if str(e).startswith(f"{func}: "):
+                return e
+            try:
+                return type(e)(f"{func}: {name}: {e}")
+            except Exception:  # an error type with other constructor arguments
+                return e
+    return exc

@@ -153,7 +153,7 @@ def dnn_activation(
     """
     px, kx = _operand.key_of(x)
     po, ko = (None, None) if out is None else _operand.key_of(out)
-    key = (_FWD, kx, ko, mode, coef, alpha, beta)
+    key = (_FWD, kx, ko, mode, coef, alpha, beta, coef.__class__, alpha.__class__, beta.__class__)
     args = (x, out, mode, coef, alpha, beta, stream)
     return _call.run_cached(key, _build_forward, args, (px,), (out,), (po,), stream)[0]
 
@@ -218,7 +218,20 @@ def dnn_activation_grad(
     pdy, kdy = _operand.key_of(dy)
     px, kx = _operand.key_of(x)
     po, ko = (None, None) if out is None else _operand.key_of(out)
-    key = (_BWD, ky, kdy, kx, ko, mode, coef, alpha, beta)
+    key = (
+        _BWD,
+        ky,
+        kdy,
+        kx,
+        ko,
+        mode,
+        coef,
+        alpha,
+        beta,
+        coef.__class__,
+        alpha.__class__,
+        beta.__class__,
+    )
     args = (y, dy, x, out, mode, coef, alpha, beta, stream)
     return _call.run_cached(key, _build_backward, args, (py, pdy, px), (out,), (po,), stream)[0]
 

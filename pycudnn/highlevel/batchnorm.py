@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from .. import _layout
+from .._config import parse_bool
 from .._types import dtype_name
 from ..descriptors import BN_MIN_EPSILON
 from ..enums import BatchNormMode, DataType
@@ -461,7 +462,12 @@ def dnn_batch_normalization_train(
     pm, km = _key(running_mean)
     pv, kv = _key(running_var)
     po, ko = _key(out)
-    key = (_TRAIN, kx, kg, kb, km, kv, ko, mode, epsilon, running_average_factor, inplace_running)
+    inplace_running = parse_bool(
+        inplace_running, "dnn_batch_normalization_train", "inplace_running"
+    )
+    eps, factor = epsilon, running_average_factor
+    key = (_TRAIN, kx, kg, kb, km, kv, ko, mode, eps, factor, inplace_running)
+    key += (eps.__class__, factor.__class__)  # True == 1.0, but only one is valid
     args = (
         inputs,
         gamma,
@@ -628,7 +634,7 @@ def dnn_batch_normalization_test(
     pm, km = _operand.key_of(mean)
     pv, kv = _operand.key_of(var)
     po, ko = _key(out)
-    key = (_TEST, kx, kg, kb, km, kv, ko, mode, epsilon)
+    key = (_TEST, kx, kg, kb, km, kv, ko, mode, epsilon, epsilon.__class__)
     args = (inputs, gamma, beta, mean, var, mode, epsilon, out, stream)
     ptrs = (px, pg, pb, pm, pv)
     return _call.run_cached(key, _build_inference, args, ptrs, (out,), (po,), stream)[0]
@@ -717,7 +723,7 @@ def dnn_batch_normalization_grad(
     pm, km = _operand.key_of(x_mean)
     pi, ki = _operand.key_of(x_invstd)
     po, ko = _key(out)
-    key = (_GRAD, kx, kdy, ks, km, ki, ko, mode, epsilon)
+    key = (_GRAD, kx, kdy, ks, km, ki, ko, mode, epsilon, epsilon.__class__)
     args = (inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, stream)
     ptrs = (px, pdy, ps, pm, pi)
     # dscale, dbias, then dx (see _BatchNorm)

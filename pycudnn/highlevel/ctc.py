@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import _layout, memory
+from .._config import parse_bool
 from .._types import numpy_dtype
 from ..descriptors import CTCLossDescriptor, OpTensorDescriptor, ReduceTensorDescriptor
 from ..enums import CTCLossAlgo, DataType
@@ -51,12 +52,6 @@ _REDUCTIONS = {"none": "none", "sum": "sum", "mean": "mean"}
 _MAX_LABEL = 255  # cuDNN refuses a descriptor with a larger maximum (NOT_SUPPORTED)
 _IP = ctypes.POINTER(ctypes.c_int)
 _KEY = "ctc"
-
-
-def _flag(func: str, name: str, value: Any) -> bool:
-    if isinstance(value, (bool, np.bool_, int)) and value in (0, 1):
-        return bool(value)
-    raise TypeError(f"{func}: {name} must be True or False, got {value!r}")
 
 
 def _vector(func: str, name: str, g: _operand.Operand, n: int | None, what: str) -> None:
@@ -307,6 +302,8 @@ def dnn_ctc_loss(
         ptrs.append(p)
         keys.append(k)
     pos, kos = zip(*((None, None) if o is None else _operand.key_of(o) for o in outs), strict=True)
+    compute_grad = parse_bool(compute_grad, func, "compute_grad")
+    check_values = parse_bool(check_values, func, "check_values")
     key = (_KEY, *keys, kos, algo, reduction, compute_grad)
     args = (
         log_probs,
@@ -321,7 +318,12 @@ def dnn_ctc_loss(
     )
     n_out = 2 if compute_grad else 1
     # read by launch, which runs on the call's stream (the values are read in order on it)
-    _RUN.args = (_flag(func, "check_values", check_values), labels, label_lengths, input_lengths)
+    _RUN.args = (
+        parse_bool(check_values, func, "check_values"),
+        labels,
+        label_lengths,
+        input_lengths,
+    )
     try:
         result = _call.run_cached(key, _build, args, tuple(ptrs), outs[:n_out], pos[:n_out], stream)
     finally:
@@ -414,7 +416,7 @@ def _build(
     _vector(func, "input_lengths", gil, n, f"({n},) (N of log_probs)")
     algo_v = _checks.choose(algo, _ALGOS, "algo", func)
     red = _checks.choose(reduction, _REDUCTIONS, "reduction", func)
-    with_grad = _flag(func, "compute_grad", compute_grad)
+    with_grad = parse_bool(compute_grad, func, "compute_grad")
     if not with_grad and outs[1] is not None:
         raise ValueError(f"{func}: out[1] (grad) was given with compute_grad=False")
     shape = (t, n, c)

@@ -186,7 +186,19 @@ def dnn_lrn(
     """
     px, kx = _operand.key_of(x)
     po, ko = (None, None) if out is None else _operand.key_of(out)
-    key = (_FWD, kx, ko, n, alpha, beta, k)
+    key = (
+        _FWD,
+        kx,
+        ko,
+        n,
+        alpha,
+        beta,
+        k,
+        n.__class__,
+        alpha.__class__,
+        beta.__class__,
+        k.__class__,
+    )
     args = (x, out, n, alpha, beta, k, stream)
     return _call.run_cached(key, _build_forward, args, (px,), (out,), (po,), stream)[0]
 
@@ -258,7 +270,21 @@ def dnn_lrn_grad(
     pdy, kdy = _operand.key_of(dy)
     px, kx = _operand.key_of(x)
     po, ko = (None, None) if out is None else _operand.key_of(out)
-    key = (_BWD, ky, kdy, kx, ko, n, alpha, beta, k)
+    key = (
+        _BWD,
+        ky,
+        kdy,
+        kx,
+        ko,
+        n,
+        alpha,
+        beta,
+        k,
+        n.__class__,
+        alpha.__class__,
+        beta.__class__,
+        k.__class__,
+    )
     args = (y, dy, x, out, n, alpha, beta, k, stream)
     return _call.run_cached(key, _build_backward, args, (py, pdy, px), (out,), (po,), stream)[0]
 

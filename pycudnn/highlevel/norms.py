@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import _layout
+from .._config import parse_bool
 from .._types import dtype_name
 from ..enums import DataType
 from ..graph import Graph
@@ -35,6 +36,8 @@ _TYPES = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT)
 def _norm_shape(func: str, normalized_shape: Any, x: _operand.Operand) -> tuple[int, ...]:
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
     try:
+        if isinstance(ns, bool) or any(isinstance(d, bool) for d in ns):
+            raise TypeError  # True is no size
         ns = tuple(int(d.__index__()) for d in ns)
     except (TypeError, AttributeError):
         raise TypeError(
@@ -55,8 +58,9 @@ def _norm_shape(func: str, normalized_shape: Any, x: _operand.Operand) -> tuple[
 def _shape_key(normalized_shape: Any) -> Any:
     """*normalized_shape* as a hashable part of a call key (validated later, on a miss)."""
     if isinstance(normalized_shape, (list, tuple)):
-        return tuple(normalized_shape)
-    return normalized_shape
+        # with the elements' types: (True,) == (1,), but only one of them is a shape
+        return tuple(normalized_shape), tuple(map(type, normalized_shape))
+    return normalized_shape, normalized_shape.__class__
 
 
 def _rows(g: _operand.Operand, nn: int) -> int | None:
@@ -147,6 +151,7 @@ def _check_stat(
         )
     if o.device != device:
         raise ValueError(f"{func}: {name} is on device {o.device}, x on device {device}")
+    _checks.check_aligned(func, name, o)
 
 
 def _stat_out(g: Graph, t: Any) -> None:
@@ -187,10 +192,16 @@ def _forward(
     out: Any,
     stream: Any,
 ) -> tuple:
-    px, kx = _operand.key_of(x)
-    pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
-    pb, kb = (0, None) if beta is None else _operand.key_of(beta)
-    po, ko = (None, None) if out is None else _operand.key_of(out)
+    try:
+        px, kx = _operand.key_of(x)
+        pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
+        pb, kb = (0, None) if beta is None else _operand.key_of(beta)
+        po, ko = (None, None) if out is None else _operand.key_of(out)
+    except (TypeError, ValueError) as exc:
+        named = (("x", x), ("gamma", gamma), ("beta", beta), ("out", out))
+        raise _operand.named_error(func, named, exc) from None
+    if training.__class__ is not bool:
+        training = parse_bool(training, func, "training")
     key = (
         func,
         kx,
@@ -198,7 +209,8 @@ def _forward(
         kg,
         kb,
         epsilon,
-        bool(training),
+        epsilon.__class__,  # epsilon=True equals 1.0: the type keeps it from a valid entry
+        training,
         ko,
         _call.snapshot(),
     )
@@ -393,11 +405,16 @@ def _backward(
     gamma: Any,
     stream: Any,
 ) -> tuple:
-    pdy, kdy = _operand.key_of(dy)
-    px, kx = _operand.key_of(x)
-    pm, km = (0, None) if mean is None else _operand.key_of(mean)
-    pi, ki = _operand.key_of(inv)
-    pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
+    try:
+        pdy, kdy = _operand.key_of(dy)
+        px, kx = _operand.key_of(x)
+        pm, km = (0, None) if mean is None else _operand.key_of(mean)
+        pi, ki = _operand.key_of(inv)
+        pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
+    except (TypeError, ValueError) as exc:
+        stat = "inv_rms" if rms else "inv_std"
+        named = (("dy", dy), ("x", x), ("mean", mean), (stat, inv), ("gamma", gamma))
+        raise _operand.named_error(func, named, exc) from None
     key = (func, kdy, kx, km, ki, _shape_key(normalized_shape), kg, _call.snapshot())
     args = (func, rms, dy, x, mean, inv, normalized_shape, gamma, stream)
     ptrs = (pdy, px, pg, pi) if rms else (pdy, px, pg, pm, pi)  # pg 0: a stand-in (_Norm)

@@ -280,6 +280,7 @@ def dnn_pool(
     px, kx = _operand.key_of(img)
     po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (_FWD, kx, ko, _hashable(ws), _hashable(stride), mode, _hashable(pad), alpha, beta)
+    key += (alpha.__class__, beta.__class__)  # True == 1.0, but only one is valid
     args = (img, out, ws, stride, mode, pad, alpha, beta, stream)
     return _call.run_cached(key, _build_forward, args, (px,), (out,), (po,), stream)[0]
 
@@ -371,6 +372,8 @@ def dnn_pool_grad(
         _hashable(pad),
         alpha,
         beta,
+        alpha.__class__,
+        beta.__class__,
     )
     args = ((img, out, out_grad), img_grad, ws, stride, mode, pad, alpha, beta, stream)
     ptrs = (px, py, pdy)

@@ -30,9 +30,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from .. import _layout, memory
+from .._config import parse_bool
 from .._types import dtype_name, numpy_dtype
 from ..descriptors import ReduceTensorDescriptor
 from ..enums import DataType, ReduceTensorOp
@@ -113,13 +112,6 @@ def _axes(func: str, axis: Any, nd: int) -> tuple[int, ...]:
             raise ValueError(f"{func}: axis {axis!r} repeats axis {a}")
         out.append(a)
     return tuple(sorted(out))
-
-
-def _flag(func: str, name: str, value: Any) -> bool:
-    # 0/1 are accepted as False/True: call keys cannot tell them apart (1 == True)
-    if isinstance(value, (bool, np.bool_, int)) and value in (0, 1):
-        return bool(value)
-    raise TypeError(f"{func}: {name} must be True or False, got {value!r}")
 
 
 def _out_dtype(func: str, dtype: Any, dt: DataType) -> DataType:
@@ -355,7 +347,10 @@ def dnn_reduction(
     """
     px, kx = _operand.key_of(x)
     po, ko = (None, None) if out is None else _operand.key_of(out)
+    keepdims = parse_bool(keepdims, "dnn_reduction", "keepdims")
+    return_indices = parse_bool(return_indices, "dnn_reduction", "return_indices")
     key = (_KEY, kx, ko, op, axis, keepdims, return_indices, dtype, alpha, beta)
+    key += (alpha.__class__, beta.__class__)  # True == 1.0, but only one is valid
     args = (x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, stream)
     if return_indices:
         return _call.run_cached(key, _build, args, (px,), (out, None), (po, None), stream)
@@ -372,8 +367,8 @@ def _build(x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, strea
     _checks.check_strides(func, "x", g)
     red = _checks.choose(op, _OPS, "op", func)
     axes = _axes(func, axis, nd)
-    keepdims = _flag(func, "keepdims", keepdims)
-    with_indices = _flag(func, "return_indices", return_indices)
+    keepdims = parse_bool(keepdims, func, "keepdims")
+    with_indices = parse_bool(return_indices, func, "return_indices")
     if with_indices and red not in _INDEXED:
         raise ValueError(
             f"{func}: return_indices=True needs op 'min', 'max' or 'amax', got op={op!r}"

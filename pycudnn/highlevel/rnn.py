@@ -176,12 +176,8 @@ class RNNBlock:
                     f"{func}: proj_size={p} is only valid for rnn_mode='lstm', not {self._mode!r}"
                 )
             self._proj = p
-        if not isinstance(batch_first, bool):
-            raise TypeError(f"{func}: batch_first must be a bool, got {batch_first!r}")
-        self._batch_first = batch_first
-        if not isinstance(bias, bool):
-            raise TypeError(f"{func}: bias must be a bool, got {bias!r}")
-        self._bias = bias
+        self._batch_first = _config.parse_bool(batch_first, func, "batch_first")
+        self._bias = _config.parse_bool(bias, func, "bias")
         if math is None:
             if dt == DataType.HALF:
                 self._math = MathType.TENSOR_OP_MATH
@@ -642,8 +638,9 @@ class RNNBlock:
         sl = _rnn_calls.lengths_key(seq_lengths)
         outs = _rnn_calls.out_tuple(_FWD, out, "(y, hy[, cy])")
         placed = tuple((None, None) if o is None else _operand.key_of(o) for o in outs)
-        key = (_FWD, kw, kx, kh, kc, sl, bool(training), tuple(k for _p, k in placed))
-        args = (self, w, x, hx, cx, sl, bool(training), outs, stream)
+        training = _config.parse_bool(training, "RNNBlock.forward", "training")
+        key = (_FWD, kw, kx, kh, kc, sl, training, tuple(k for _p, k in placed))
+        args = (self, w, x, hx, cx, sl, training, outs, stream)
         if not outs:
             outs = (None, None, None) if self._mode == "lstm" else (None, None)
             placed = ((None, None),) * len(outs)
@@ -751,16 +748,11 @@ class RNNBlock:
         outs = _rnn_calls.out_tuple(_BWD, out, "(dx, dhx[, dcx])")
         placed = tuple((None, None) if o is None else _operand.key_of(o) for o in outs)
         pdw, kdw = (None, None) if dw is None else _operand.key_of(dw)
-        key = (
-            _BWD,
-            tuple(k for _, k in keyed),
-            sl,
-            tuple(k for _p, k in placed),
-            kdw,
-            bool(accumulate),
-            bool(weights),
-        )
-        args = (self, ops, sl, outs, dw, (bool(weights), bool(accumulate)), stream)
+        accumulate = _config.parse_bool(accumulate, "RNNBlock.backward", "accumulate")
+        weights = _config.parse_bool(weights, "RNNBlock.backward", "weights")
+        key = (_BWD, tuple(k for _, k in keyed), sl, tuple(k for _p, k in placed), kdw)
+        key += (accumulate, weights)
+        args = (self, ops, sl, outs, dw, (weights, accumulate), stream)
         lstm = self._mode == "lstm"
         if not outs:
             outs = (None, None, None) if lstm else (None, None)

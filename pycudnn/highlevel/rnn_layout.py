@@ -51,6 +51,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._config import parse_bool
+
 __all__ = [
     "GATES",
     "ParamSlot",
@@ -329,6 +331,8 @@ def canonical_rnn_layout(
     (144, ParamSlot(pseudo_layer=0, lin_id=1, kind='weight', offset=20, shape=(4, 5)))
     """
     func = "canonical_rnn_layout"
+    bidirectional = parse_bool(bidirectional, func, "bidirectional")
+    bias = parse_bool(bias, func, "bias")
     m = mode_name(mode, func)
     inp = _positive(input_size, "input_size", func)
     hid = _positive(hidden_size, "hidden_size", func)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .. import _layout, errors, memory
+from .._config import parse_bool
 from .._types import dtype_name, itemsize, numpy_dtype
 from ..enums import DataType
 from ..graph import Graph
@@ -107,8 +108,7 @@ def _options(
             f"{func}: attn_mask tensors are not supported; use is_causal=True or "
             "seq_lens_q/seq_lens_kv (padding masks)"
         )
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"{func}: is_causal must be a bool, got {is_causal!r}")
+    is_causal = parse_bool(is_causal, func, "is_causal")
     sc = 1.0 / math.sqrt(d) if scale is None else _checks.real(scale, "scale", func)
     p = _checks.real(dropout_p, "dropout_p", func, lo=0.0, hi=1.0, hi_open=True)
     return is_causal, sc, p
@@ -129,6 +129,7 @@ def _lens(func: str, name: str, obj: Any, b: int, device: int) -> _operand.Opera
         )
     if g.device != device:
         raise ValueError(f"{func}: {name} is on device {g.device}, q on device {device}")
+    _checks.check_aligned(func, name, g)
     return g
 
 
@@ -195,6 +196,14 @@ def _run_seeded(
         return _call.run_cached(key, build, args, (*ptrs, 0, 0), outs, out_ptrs, stream)
     finally:
         _RUN.seed = None
+
+
+def _probability(func: str, dropout_p: Any) -> float:
+    """*dropout_p* as a float in [0, 1) before the call key (any real: a NumPy float or a
+    ``Fraction`` is as valid as a float, and decides whether the call needs a seed)."""
+    if dropout_p.__class__ is float and 0.0 <= dropout_p < 1.0:
+        return dropout_p
+    return _checks.real(dropout_p, "dropout_p", func, lo=0.0, hi=1.0, hi_open=True)
 
 
 def _seed(func: str, seed: Any, p: float) -> int | None:
@@ -309,15 +318,24 @@ def dnn_sdpa(
     >>> o = pycudnn.dnn_sdpa(q, k, v, is_causal=True)
     """
     func = "dnn_sdpa"
-    pq, kq = _operand.key_of(q)
-    pk, kk = _operand.key_of(k)
-    pv, kv = _operand.key_of(v)
-    psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
-    pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
-    po, ko = (None, None) if out is None else _operand.key_of(out)
-    seedv = (
-        _seed(func, seed, dropout_p) if isinstance(dropout_p, (int, float)) and dropout_p else None
-    )
+    try:
+        pq, kq = _operand.key_of(q)
+        pk, kk = _operand.key_of(k)
+        pv, kv = _operand.key_of(v)
+        psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
+        pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
+        po, ko = (None, None) if out is None else _operand.key_of(out)
+    except (TypeError, ValueError) as exc:
+        named = (("q", q), ("k", k), ("v", v), ("seq_lens_q", seq_lens_q))
+        named += (("seq_lens_kv", seq_lens_kv), ("out", out))
+        raise _operand.named_error(func, named, exc) from None
+    if is_causal.__class__ is not bool:  # (the common case skips a call: the hot path)
+        is_causal = parse_bool(is_causal, func, "is_causal")
+    if training.__class__ is not bool:
+        training = parse_bool(training, func, "training")
+    if dropout_p.__class__ is not float or not 0.0 <= dropout_p < 1.0:
+        dropout_p = _probability(func, dropout_p)
+    seedv = _seed(func, seed, dropout_p) if dropout_p else None
     key = (
         func,
         kq,
@@ -326,8 +344,9 @@ def dnn_sdpa(
         attn_mask is None,
         is_causal,
         scale,
+        scale.__class__,  # scale=True equals 1.0: the type keeps it from a valid entry
         dropout_p,
-        bool(training),
+        training,
         ksq,
         kskv,
         ko,
@@ -490,11 +509,21 @@ def dnn_sdpa_grad(
         In q's, k's and v's memory order; dk and dv summed over each group of query heads.
     """
     func = "dnn_sdpa_grad"
-    keys = [_operand.key_of(a) for a in (q, k, v, out, dout, stats)]
-    psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
-    pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
+    try:
+        keys = [_operand.key_of(a) for a in (q, k, v, out, dout, stats)]
+        psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
+        pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
+    except (TypeError, ValueError) as exc:
+        named = tuple(
+            zip(("q", "k", "v", "out", "dout", "stats"), (q, k, v, out, dout, stats), strict=True)
+        )
+        named += (("seq_lens_q", seq_lens_q), ("seq_lens_kv", seq_lens_kv))
+        raise _operand.named_error(func, named, exc) from None
     det = _call.snapshot().deterministic if deterministic is None else deterministic
-    if isinstance(dropout_p, (int, float)) and dropout_p and seed is None:
+    det = parse_bool(det, func, "deterministic")
+    is_causal = parse_bool(is_causal, func, "is_causal")
+    dropout_p = _probability(func, dropout_p)
+    if dropout_p and seed is None:
         raise ValueError(
             f"{func}: dropout_p={dropout_p} needs the forward's seed (seed=None "
             "would draw another mask)"
@@ -505,25 +534,24 @@ def dnn_sdpa_grad(
         attn_mask is None,
         is_causal,
         scale,
+        scale.__class__,
         dropout_p,
         ksq,
         kskv,
-        bool(det),
+        det,
         _call.snapshot(),
     )
     args = (
         (q, k, v, out, dout, stats),
         (attn_mask, is_causal, scale, dropout_p),
         (seq_lens_q, seq_lens_kv),
-        bool(det),
+        det,
         stream,
     )
     ptrs = tuple(p for p, _k in keys)
     if seq_lens_q is not None:
         ptrs += (psq, pskv)
-    seedv = None
-    if isinstance(dropout_p, (int, float)) and dropout_p:
-        seedv = _seed(func, seed, dropout_p)
+    seedv = _seed(func, seed, dropout_p)
     none3 = (None, None, None)
     if seedv is None:
         return _call.run_cached(key, _build_backward, args, ptrs, none3, none3, stream)
@@ -566,6 +594,7 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         )
     if not _layout.matches(gs.shape, gs.strides, _layout.packed_strides((b, hq, sq, 1))):
         raise ValueError(f"{func}: stats must be contiguous, got strides {tuple(gs.strides)}")
+    _checks.check_aligned(func, "stats", gs)
     if gs.device != device:
         raise ValueError(f"{func}: stats is on device {gs.device}, q on device {device}")
     gsq, gskv = _seq_lens(func, seq_lens_q, seq_lens_kv, b, device)

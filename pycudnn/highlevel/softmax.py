@@ -178,7 +178,7 @@ def dnn_softmax(
     """
     px, kx = _operand.key_of(x)
     po, ko = (None, None) if out is None else _operand.key_of(out)
-    key = ("softmax", kx, ko, algo, mode, alpha, beta)
+    key = ("softmax", kx, ko, algo, mode, alpha, beta, alpha.__class__, beta.__class__)
     args = (
         "dnn_softmax",
         "cudnnSoftmaxForward",
@@ -233,6 +233,7 @@ def dnn_softmax_grad(
     psm, ksm = _operand.key_of(sm)
     po, ko = (None, None) if out is None else _operand.key_of(out)
     key = ("softmax_grad", kdy, ksm, ko, algo, mode, alpha, beta)
+    key += (alpha.__class__, beta.__class__)  # True == 1.0, but only one is valid
     args = (
         "dnn_softmax_grad",
         "cudnnSoftmaxBackward",

@@ -354,7 +354,7 @@ def dnn_spatialtf_sampler(
     pi, ki = _operand.key_of(img)
     pg, kg = _operand.key_of(grid)
     po, ko = (None, None) if out is None else _operand.key_of(out)
-    key = (_SAMPLE, ki, kg, ko, alpha, beta)
+    key = (_SAMPLE, ki, kg, ko, alpha, beta, alpha.__class__, beta.__class__)
     args = (img, grid, out, alpha, beta, stream)
     return _call.run_cached(key, _build_sampler, args, (pi, pg), (out,), (po,), stream)[0]
 
@@ -448,7 +448,7 @@ def dnn_spatialtf_sampler_grad(
     pg, kg = _operand.key_of(grid)
     pdy, kdy = _operand.key_of(dy)
     pos, kos = zip(*((None, None) if o is None else _operand.key_of(o) for o in outs), strict=True)
-    key = (_SAMPLE_BWD, ki, kg, kdy, kos, alpha, beta)
+    key = (_SAMPLE_BWD, ki, kg, kdy, kos, alpha, beta, alpha.__class__, beta.__class__)
     args = (img, grid, dy, outs, alpha, beta, stream)
     return _call.run_cached(key, _build_sampler_backward, args, (pi, pg, pdy), outs, pos, stream)
 

@@ -107,7 +107,7 @@ def dnn_add_tensor(
     """
     pa, ka = _operand.key_of(a)
     pc, kc = _operand.key_of(c)
-    key = ("add_tensor", ka, kc, alpha, beta)
+    key = ("add_tensor", ka, kc, alpha, beta, alpha.__class__, beta.__class__)
     args = (a, c, alpha, beta, stream)
     return _call.run_cached(key, _build_add, args, (pa,), (c,), (pc,), stream)[0]
 
@@ -211,6 +211,7 @@ def dnn_op_tensor(
         pb, kb = _operand.key_of(b)
     po, ko = (None, None) if out is None else _operand.key_of(out)
     key = ("op_tensor", op, ka, kb, ko, alpha1, alpha2, beta)
+    key += (alpha1.__class__, alpha2.__class__, beta.__class__)  # True == 1.0: types apart
     ptrs = (pa,) if b is None else (pa, pb)
     args = (op, a, b, alpha1, alpha2, beta, out, stream)
     return _call.run_cached(key, _build_op_tensor, args, ptrs, (out,), (po,), stream)[0]

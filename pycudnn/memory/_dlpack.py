@@ -481,6 +481,11 @@ def from_dlpack(obj: Any, *, stream: int | None) -> Imported:
             capsule = fn(max_version=DLPACK_MAX_VERSION, **kwargs)
         except TypeError:  # a pre-1.0 producer: no max_version keyword
             capsule = fn(**kwargs)
+        if type(capsule).__name__ != "PyCapsule":  # PyCapsule_GetName would say "invalid"
+            raise TypeError(
+                f"{type(obj).__name__}.__dlpack__ returned a {type(capsule).__name__}, not a "
+                "DLPack capsule"
+            )
     name = _PyCapsule_GetName(capsule)
     if name == _NAME_V:
         managed_addr = _PyCapsule_GetPointer(id(capsule), _NAME_V)

@@ -10,7 +10,9 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from .._config import parse_bool
 from ..highlevel import dnn_sdpa, dnn_sdpa_grad
+from ..highlevel._checks import real
 from ._runtime import (
     HALVES,
     NORM_FLOATS,
@@ -23,6 +25,9 @@ from ._runtime import (
 )
 
 __all__ = ["SDPAFn", "attention_out", "scaled_dot_product_attention"]
+
+
+_FUNC = "pycudnn.torch.scaled_dot_product_attention"
 
 
 def attention_out(q: torch.Tensor, dv: int) -> torch.Tensor:
@@ -215,10 +220,11 @@ def scaled_dot_product_attention(
     if len(lead) != 1:
         q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (q, k, v))
     q, k, v = (no_broadcast(t, unit_last=True) for t in (q, k, v))
-    p = float(dropout_p)
+    p = real(dropout_p, "dropout_p", _FUNC, lo=0.0, hi=1.0, hi_open=True)
     seed = int(torch.randint(0, 2**62, (1,)).item()) if p > 0.0 else None
-    sc = None if scale is None else float(scale)
-    out = SDPAFn.apply(q, k, v, bool(is_causal), sc, p, seed, grad)
+    sc = None if scale is None else real(scale, "scale", _FUNC)
+    causal = parse_bool(is_causal, _FUNC, "is_causal")
+    out = SDPAFn.apply(q, k, v, causal, sc, p, seed, grad)
     if len(lead) != 1:
         out = out.reshape(*lead, *out.shape[1:])
     return out

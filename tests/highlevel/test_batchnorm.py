@@ -86,7 +86,7 @@ BAD_TRAIN = [
     ),
     (_train(running_average_factor=1.5), ValueError, "running_average_factor=1.5 is out of range"),
     (_train(running_average_factor=-0.1), ValueError, "out of range"),
-    (_train(inplace_running=1), TypeError, "inplace_running must be a bool"),
+    (_train(inplace_running=2), ValueError, "inplace_running=2 is not a boolean"),
     (
         _train(running_mean=sp(), running_var=sp(strides=(6, 2, 1, 1)), inplace_running=True),
         ValueError,

@@ -71,7 +71,7 @@ BAD = [
     ((Fake(LP, device=1), *batch()[1:]), {}, ValueError, "log_probs is on device 1"),
     (batch(), {"algo": "fast"}, ValueError, "algo='fast' is not one of"),
     (batch(), {"reduction": "max"}, ValueError, "reduction='max' is not one of"),
-    (batch(), {"compute_grad": "yes"}, TypeError, "compute_grad must be True or False"),
+    (batch(), {"compute_grad": "maybe"}, ValueError, "compute_grad='maybe' is not a boolean"),
     (batch(), {"out": Fake((N,))}, TypeError, "out must be None or a pair (loss, grad)"),
     (batch(), {"out": (Fake((N, 1)), None)}, ValueError, "out[0] (loss) has shape (3, 1)"),
     (batch(), {"out": (Fake((N,), F64), None)}, TypeError, "out[0] (loss) is float64"),

@@ -369,8 +369,9 @@ BAD_BLOCK = [
     (dict(proj_size=9), ValueError, "proj_size=9 is out of range"),
     (dict(proj_size=0), ValueError, "proj_size=0"),
     (dict(rnn_mode="gru", proj_size=2), ValueError, "only valid for rnn_mode='lstm'"),
-    (dict(batch_first=1), TypeError, "batch_first must be a bool"),
-    (dict(bias="yes"), TypeError, "bias must be a bool"),
+    (dict(batch_first=2), ValueError, "batch_first=2 is not a boolean"),
+    (dict(bias="maybe"), ValueError, "bias='maybe' is not a boolean"),
+    (dict(bias=[True]), TypeError, "bias=\\[True\\] is not a boolean"),
     (dict(math="tf32"), ValueError, "math='tf32' is not one of"),
     (dict(seed=-1), ValueError, "seed=-1"),
 ]

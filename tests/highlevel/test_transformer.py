@@ -373,7 +373,10 @@ SDPA_BAD = [
     (dict(k=q4(strides=(S * D * H, S * D, D, -1))), ValueError, ("k has a negative stride",)),
     (dict(v=q4(device=1)), ValueError, ("device",)),
     (dict(attn_mask=q4()), ValueError, ("attn_mask tensors are not supported", "is_causal")),
-    (dict(is_causal=1), TypeError, ("is_causal must be a bool, got 1",)),
+    (dict(is_causal=2), ValueError, ("dnn_sdpa: is_causal=2 is not a boolean",)),
+    (dict(is_causal="maybe"), ValueError, ("dnn_sdpa: is_causal='maybe' is not a boolean",)),
+    (dict(is_causal=[True]), TypeError, ("dnn_sdpa: is_causal=[True] is not a boolean",)),
+    (dict(training="sometimes"), ValueError, ("dnn_sdpa: training='sometimes'",)),
     (dict(scale="0.1"), TypeError, ("scale must be a real number",)),
     (dict(scale=float("inf")), ValueError, ("scale must be finite",)),
     (

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from ...descriptors import BackendDescriptor
 from ...descriptors._conv_operation import CONV_OPERATIONS
 from ...enums import ConvolutionMode, DataType
-from .._tensor import GraphBase, Tensor, as_dims
+from .._tensor import GraphBase, Tensor, as_dims, finite
 from ._base import SCALING, NodeKind, Scalar
 
 __all__ = ["KINDS", "ConvOptions", "dgrad", "fprop", "wgrad"]
@@ -66,9 +66,53 @@ def _settings(g: GraphBase, op: str, nd: int, o: ConvOptions) -> dict[str, Any]:
         "dilation": spatial(o.dilation, "dilation", 1),
         "mode": int(_MODES[o.mode]),
         "compute_data_type": int(g._compute(o.compute_data_type, op)),
-        "alpha": float(o.alpha),
-        "beta": float(o.beta),
+        "alpha": finite(o.alpha, f"{g.name}.{op}: alpha"),
+        "beta": finite(o.beta, f"{g.name}.{op}: beta"),
     }
+
+
+def _out_spatial(s: dict, x_dim: tuple, w_dim: tuple) -> tuple[int, ...] | None:
+    """The forward's output spatial dims for image dims *x_dim* and filter dims *w_dim* (None
+    when the padded image is smaller than the dilated kernel)."""
+    out = []
+    for i in range(len(x_dim) - 2):
+        span = x_dim[2 + i] + s["pre_padding"][i] + s["post_padding"][i]
+        eff = s["dilation"][i] * (w_dim[2 + i] - 1) + 1
+        if span < eff:
+            return None
+        out.append((span - eff) // s["stride"][i] + 1)
+    return tuple(out)
+
+
+def _check_shapes(g: GraphBase, op: str, s: dict, dims: tuple, names: tuple) -> None:
+    """The image, filter and output dims *dims* ``(x, w, y)`` of one convolution agree: one
+    rank (at least 3), one batch, the filter's input channels dividing the image's (groups)
+    and its output channels a multiple of the groups, the output's channels the filter's and
+    its spatial dims what the forward computes. *names*: the three operands' names in *op*."""
+    x, w, y = dims
+    nx, nw, ny = names
+    where = f"{g.name}.{op}"
+    if not len(x) == len(w) == len(y) or len(x) < 3:
+        raise ValueError(f"{where}: {nx} {x}, {nw} {w} and {ny} {y} must have one rank, at least 3")
+    if x[1] % w[1]:
+        raise ValueError(
+            f"{where}: {nx} has {x[1]} channels, {nw} {w[1]} per group: the image's channels "
+            "must be a multiple of the filter's (groups)"
+        )
+    groups = x[1] // w[1]
+    if w[0] % groups:
+        raise ValueError(
+            f"{where}: {nw}'s {w[0]} output channels are not a multiple of the {groups} groups "
+            f"({nx} {x[1]} channels / {nw} {w[1]})"
+        )
+    expected = _out_spatial(s, x, w)
+    if expected is None:
+        raise ValueError(f"{where}: the padded {nx} {x} is smaller than the dilated {nw} {w}")
+    if y[0] != x[0] or y[1] != w[0] or tuple(y[2:]) != expected:
+        raise ValueError(
+            f"{where}: {ny} must have dims {(x[0], w[0], *expected)} for {nx} {x} and {nw} {w} "
+            f"with these padding/stride/dilation, got {y}"
+        )
 
 
 def _record(g: GraphBase, kind: str, name: str | None, s: dict, tensors: tuple) -> None:
@@ -99,7 +143,9 @@ def fprop(g: GraphBase, image: Any, weight: Any, o: ConvOptions, name: str | Non
                 f"than the dilated kernel ({eff}) in spatial dim {i}"
             )
         out.append((span - eff) // s["stride"][i] + 1)
-    y = g._out("conv_fprop", name and f"{name}::y", (x._dim[0], w._dim[0], *out), x)
+    y_dim = (x._dim[0], w._dim[0], *out)
+    _check_shapes(g, "conv_fprop", s, (x._dim, w._dim, y_dim), ("image", "weight", "y"))
+    y = g._out("conv_fprop", name and f"{name}::y", y_dim, x)
     _record(g, "conv_fprop", name, s, (x, w, y))
     return y
 
@@ -128,6 +174,7 @@ def dgrad(
         ]
         image_dim = (dy._dim[0], w._dim[1], *sp)
     dim = as_dims(image_dim, f"{g.name}.conv_dgrad: image_dim")
+    _check_shapes(g, "conv_dgrad", s, (dim, w._dim, dy._dim), ("image_dim", "filter", "loss"))
     dx = g._out("conv_dgrad", name and f"{name}::dx", dim, dy)
     _record(g, "conv_dgrad", name, s, (w, dy, dx))
     return dx
@@ -155,6 +202,7 @@ def wgrad(
             k.append(max((eff - 1) // s["dilation"][i] + 1, 1))
         filter_dim = (dy._dim[1], x._dim[1], *k)
     dim = as_dims(filter_dim, f"{g.name}.conv_wgrad: filter_dim")
+    _check_shapes(g, "conv_wgrad", s, (x._dim, dim, dy._dim), ("image", "filter_dim", "loss"))
     dw = g._out("conv_wgrad", name and f"{name}::dw", dim, x)
     _record(g, "conv_wgrad", name, s, (x, dy, dw))
     return dw

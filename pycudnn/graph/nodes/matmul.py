@@ -11,7 +11,7 @@ from ...enums import BackendAttributeName as A
 from ...enums import BackendAttributeType as T
 from ...enums import BackendDescriptorType as D
 from ...enums import DataType
-from .._tensor import GraphBase, Tensor, described_dim
+from .._tensor import GraphBase, Tensor, described_dim, finite
 from ._base import NodeKind
 
 __all__ = ["KINDS", "matmul"]
@@ -52,12 +52,15 @@ def matmul(
             )
         batch.append(max(m, n))
     dim = (*batch, ad[-2], bd[-1])
+    pad = None
+    if padding_value is not None:
+        pad = finite(padding_value, f"{g.name}.matmul: padding_value", allow_inf=True)
     c = g._new(
         name and f"{name}::C", (dim, _layout.packed_strides(dim), None), True, producer="matmul"
     )
     s: dict[str, Any] = {"compute_data_type": int(g._compute(compute, "matmul"))}
     if padding_value is not None:
-        s["padding_value"] = float(padding_value)
+        s["padding_value"] = pad
     roles = [
         ("OPERATION_MATMUL_ADESC", a),
         ("OPERATION_MATMUL_BDESC", b),

@@ -3,9 +3,11 @@ batch norm's running statistics) and backward -- checks, statistics shapes and e
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ... import _layout
+from ..._config import parse_bool
 from ...enums import BackendAttributeName as A
 from ...enums import BackendAttributeType as T
 from ...enums import BackendDescriptorType as D
@@ -41,6 +43,30 @@ def _stats_dim(mode: BackendNormMode, x: Tensor) -> tuple[int, ...]:
     if mode == BackendNormMode.INSTANCE_NORM:
         return (x._dim[0], x._dim[1], *(1,) * (n - 2))
     return (1, x._dim[1], *(1,) * (n - 2))  # batch norm
+
+
+def _param_dim(mode: BackendNormMode, x: Tensor) -> tuple[int, ...]:
+    """The dims of a norm's scale and bias: per feature (layer and RMS norm: x's dims with
+    batch 1), or per channel (instance and batch norm)."""
+    if mode in (BackendNormMode.LAYER_NORM, _RMS):
+        return (1, *x._dim[1:])
+    return (1, x._dim[1], *(1,) * (len(x._dim) - 2))
+
+
+def _check_operands(g: GraphBase, op: str, mode: BackendNormMode, x: Tensor, named: tuple) -> None:
+    """The parameters and statistics *named* ``((name, tensor or None, expected dims or
+    'scalar'), ...)`` of the norm *op* over *x* have the dims cuDNN takes."""
+    for nm, t, want in named:
+        if t is None:
+            continue
+        if want == "scalar":
+            if math.prod(t._dim) != 1:
+                raise ValueError(f"{g.name}.{op}: {nm} must be a scalar (all dims 1), got {t._dim}")
+            continue
+        if t._dim != want:
+            raise ValueError(
+                f"{g.name}.{op}: {nm} must have dims {want} for input {x._dim}, got {t._dim}"
+            )
 
 
 def _stat(g: GraphBase, op: str, name: str | None, dim: tuple[int, ...]) -> Tensor:
@@ -86,6 +112,15 @@ def forward(
     ph = phase(norm_phase, f"{g.name}.{op}")
     if len(x._dim) < 2:
         raise ValueError(f"{g.name}.{op}: input needs at least 2 dims, got {x._dim}")
+    pdim = _param_dim(mode, x)
+    named = [("scale", scale, pdim), ("bias", bias, pdim), ("epsilon", eps, "scalar")]
+    if running is not None:
+        named += [
+            ("running mean", running[0], pdim),
+            ("running var", running[1], pdim),
+            ("momentum", running[2], "scalar"),
+        ]
+    _check_operands(g, op, mode, x, tuple(named))
     sdim = _stats_dim(mode, x)
     y = g._out(op, name and f"{name}::y", x._dim, x)
     roles: list[tuple[str, Tensor]] = [("OPERATION_NORM_FWD_XDESC", x)]
@@ -126,6 +161,7 @@ def backward(
     (dy, x, scale)`` and the forward's ``saved = (mean, inv_variance)`` (no mean for RMS
     norm); dbias None unless *has_dbias*."""
     op, mode = f"{norm_op}_backward", MODES[norm_op]
+    has_dbias = parse_bool(has_dbias, f"{g.name}.{op}", "has_dbias")
     grad, x, scale = inputs
     mean, inv_variance = saved
     dy = g._check(op, "grad", grad)
@@ -133,6 +169,11 @@ def backward(
     scale = g._check(op, "scale", scale)
     mean = g._check(op, "mean", mean, optional=mode == _RMS)
     inv = g._check(op, "inv_variance", inv_variance)
+    if len(x._dim) < 2 or dy._dim != x._dim:
+        raise ValueError(f"{g.name}.{op}: grad {dy._dim} and input {x._dim} must have one shape")
+    sdim, pdim = _stats_dim(mode, x), _param_dim(mode, x)
+    named = (("scale", scale, pdim), ("mean", mean, sdim), ("inv_variance", inv, sdim))
+    _check_operands(g, op, mode, x, named)
     dx = g._out(op, name and f"{name}::dx", x._dim, x)
     dscale = g._out(op, name and f"{name}::dscale", scale._dim, scale)
     roles: list[tuple[str, Tensor]] = [("OPERATION_NORM_BWD_XDESC", x)]

@@ -13,7 +13,7 @@ from ...descriptors._validate import coerce_enum
 from ...enums import BackendAttributeName as A
 from ...enums import BackendDescriptorType as D
 from ...enums import DataType, PointwiseMode
-from .._tensor import GraphBase, Tensor
+from .._tensor import GraphBase, Tensor, finite
 from ._base import SCALING, NodeKind, Scalar
 
 __all__ = ["KINDS", "PARAM_NAMES", "POINTWISE_NAMES", "apply", "arity", "methods", "pointwise"]
@@ -201,12 +201,14 @@ def apply(
         out_dtype = DataType.BOOLEAN
     elif m == PointwiseMode.GEN_INDEX:
         out_dtype = DataType.INT32
+    a1 = finite(alphas[0], f"{g.name}.{op}: alpha1")
+    a2 = finite(alphas[1], f"{g.name}.{op}: alpha2")
     y = g._out(op, name and f"{name}::y", out_dim, like, out_dtype)
     s: dict[str, Any] = {
         "mode": int(m),
         "compute_data_type": int(g._compute(compute, op)),
-        "alpha1": float(alphas[0]),
-        "alpha2": float(alphas[1]),
+        "alpha1": a1,
+        "alpha2": a2,
     }
     s.update(_params(g, op, params, len(out_dim)))
     if m == PointwiseMode.GEN_INDEX and "axis" not in s:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..._config import parse_bool
 from ...descriptors import BackendDescriptor
 from ...descriptors._validate import coerce_enum
 from ...enums import BackendAttributeName as A
@@ -43,7 +44,7 @@ def reduction(
         "compute_data_type": int(g._compute(compute, "reduction")),
     }
     if deterministic is not None:
-        s["deterministic"] = bool(deterministic)
+        s["deterministic"] = parse_bool(deterministic, f"{g.name}.reduction", "deterministic")
     g._node(
         "reduction", name, s, [("OPERATION_REDUCTION_XDESC", x), ("OPERATION_REDUCTION_YDESC", y)]
     )

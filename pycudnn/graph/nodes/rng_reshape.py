@@ -12,7 +12,7 @@ from ...enums import BackendAttributeName as A
 from ...enums import BackendAttributeType as T
 from ...enums import BackendDescriptorType as D
 from ...enums import RngDistribution
-from .._tensor import GraphBase, Tensor, as_dims, as_dtype
+from .._tensor import GraphBase, Tensor, as_dims, as_dtype, finite
 from ._base import NodeKind, Scalar
 
 __all__ = ["KINDS", "reshape", "rng"]
@@ -29,13 +29,16 @@ def rng(
     """A Bernoulli(*probability*) mask of shape *dim* (in *like*'s memory order) from the
     Philox ``(seed, offset)`` tensors."""
     seed, offset = seed_offset
+    p = finite(probability, f"{g.name}.rng: probability")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{g.name}.rng: probability must be in [0, 1], got {probability!r}")
     y = g._out("rng", f"{name}::mask", dim, like)
     roles = [
         ("OPERATION_RNG_SEED", seed),
         ("OPERATION_RNG_OFFSET_DESC", offset),
         ("OPERATION_RNG_YDESC", y),
     ]
-    g._node("rng", name, {"probability": float(probability)}, roles)
+    g._node("rng", name, {"probability": p}, roles)
     return y
 
 

@@ -26,9 +26,10 @@ import math
 from typing import Any, NamedTuple
 
 from ... import _layout
+from ..._config import parse_bool
 from ...enums import DataType
 from ...enums import PointwiseMode as P
-from .._tensor import GraphBase, Tensor, like_strides
+from .._tensor import GraphBase, Tensor, finite, like_strides
 from . import pointwise
 from ._base import cudnn_version
 from .matmul import matmul
@@ -87,11 +88,40 @@ def _checks(g: GraphBase, op: str, qkv: tuple, o: SdpaOptions) -> tuple:
             f"{g.name}.{op}: q's heads ({hq}) must be a multiple of k's ({hk}) "
             f"and v's ({hv}) (grouped-query attention)"
         )
+    _check_types_and_heads(g, op, (q, k, v))
     seq_q, seq_kv = _seq_lens(g, op, o, b)
     dropout = _dropout(g, op, o.dropout)
     scale = _scale(g, op, o.attn_scale, d)
     io = q.data_type or g.io_data_type
     return q, k, v, seq_q, seq_kv, dropout, scale, io
+
+
+#: the head dims cuDNN's fused attention runs: multiples of 8, at most 256
+_HEAD_DIM_MAX = 256
+
+
+def _check_types_and_heads(g: GraphBase, op: str, qkv: tuple) -> None:
+    """q, k and v of one data type (theirs or the graph's io type), and head dims cuDNN's
+    attention engines take."""
+    types = [t.data_type or g.io_data_type for t in qkv]
+    if len({t for t in types if t is not None}) > 1:
+        names = ", ".join(
+            f"{n} {t.name if t is not None else 'unset'}" for n, t in zip("qkv", types, strict=True)
+        )
+        raise TypeError(f"{g.name}.{op}: q, k and v must have one data type, got {names}")
+    for nm, size in (("q/k", qkv[0].dim[3]), ("v", qkv[2].dim[3])):
+        if size % 8 or size > _HEAD_DIM_MAX:
+            raise ValueError(
+                f"{g.name}.{op}: {nm}'s head dim (D) is {size}; cuDNN's attention takes "
+                f"multiples of 8 up to {_HEAD_DIM_MAX}"
+            )
+
+
+def _check_index_tensor(g: GraphBase, op: str, nm: str, t: Tensor, dtype: DataType) -> None:
+    if t.data_type is not None and t.data_type != dtype:
+        raise TypeError(
+            f"{g.name}.{op}: {nm} must be {dtype.name.lower()}, got {t.data_type.name.lower()}"
+        )
 
 
 def _seq_lens(g: GraphBase, op: str, o: SdpaOptions, b: int) -> tuple:
@@ -102,6 +132,8 @@ def _seq_lens(g: GraphBase, op: str, o: SdpaOptions, b: int) -> tuple:
     for nm, t in (("seq_len_q", seq_q), ("seq_len_kv", seq_kv)):
         if t is not None and t.dim != (b, 1, 1, 1):
             raise ValueError(f"{g.name}.{op}: {nm} must have dims ({b}, 1, 1, 1), got {t.dim}")
+        if t is not None:
+            _check_index_tensor(g, op, nm, t, DataType.INT32)
     return seq_q, seq_kv
 
 
@@ -113,8 +145,11 @@ def _dropout(g: GraphBase, op: str, dropout: Any) -> tuple | None:
     p, seed, offset = dropout
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
         raise ValueError(f"{g.name}.{op}: dropout probability must be in [0, 1), got {p!r}")
-    g._check(op, "dropout seed", seed)
-    g._check(op, "dropout offset", offset)
+    for nm, t in (("dropout seed", seed), ("dropout offset", offset)):
+        t = g._check(op, nm, t)
+        _check_index_tensor(g, op, nm, t, DataType.INT64)
+        if t.dim != (1, 1, 1, 1):
+            raise ValueError(f"{g.name}.{op}: {nm} must have dims (1, 1, 1, 1), got {t.dim}")
     return None if p == 0.0 else dropout
 
 
@@ -123,13 +158,13 @@ def _scale(g: GraphBase, op: str, attn_scale: Any, d: int) -> Tensor:
         return g._check(op, "attn_scale", attn_scale)
     if attn_scale is None:
         attn_scale = 1.0 / math.sqrt(d)
-    if (
-        isinstance(attn_scale, bool)
-        or not isinstance(attn_scale, (int, float))
-        or not math.isfinite(attn_scale)
-    ):
-        raise ValueError(f"{g.name}.{op}: attn_scale must be a finite number, got {attn_scale!r}")
-    return g._constant(float(attn_scale), DataType.FLOAT, f"{op}::attn_scale")
+    scale = finite(attn_scale, f"{g.name}.{op}: attn_scale")
+    if abs(scale) > _F32_MAX:
+        raise ValueError(f"{g.name}.{op}: attn_scale={attn_scale!r} does not fit in float32")
+    return g._constant(scale, DataType.FLOAT, f"{op}::attn_scale")
+
+
+_F32_MAX = 3.4028234663852886e38  # the attention's scale is a float32 constant
 
 
 def _masks(
@@ -180,7 +215,8 @@ def forward(
     """``(o, stats)`` of attention over ``qkv = (q, k, v)``: stats (the log-sum-exp) only in
     training."""
     q, k, v, seq_q, seq_kv, dropout, scale, io = _checks(g, "sdpa", qkv, o)
-    causal = o.use_causal_mask
+    causal = parse_bool(o.use_causal_mask, f"{g.name}.sdpa", "use_causal_mask")
+    is_inference = parse_bool(is_inference, f"{g.name}.sdpa", "is_inference")
     k._swap_last = True  # bmm1 reads K^T: the same memory with the last two dims swapped
     neg_inf = _neg_inf(g, seq_q, causal, name)
     s = _mm(g, q, k, (seq_q, seq_kv, None), f"{name}::bmm1")
@@ -246,7 +282,9 @@ def backward(
     accumulator."""
     q, k, v, seq_q, seq_kv, dropout, scale, io = _checks(g, "sdpa_backward", qkv, o)
     out, do, stats = _check_backward(g, q, k, v, saved)
-    causal = o.use_causal_mask
+    where = f"{g.name}.sdpa_backward"
+    causal = parse_bool(o.use_causal_mask, where, "use_causal_mask")
+    deterministic = parse_bool(deterministic, where, "use_deterministic_algorithm")
     b, hq, sq, d = q.dim
     _, hk, skv, _ = k.dim
     hv, dv = v.dim[1], v.dim[3]

@@ -155,6 +155,7 @@ def operands(
                 f"{func}: bias must be contiguous along its {k} channels (stride 1), got strides "
                 f"{tuple(gbias.strides)}"
             )
+        _checks.check_aligned(func, "bias", gbias)
     if gz is not None:
         if tuple(gz.shape) != ys:
             raise ValueError(f"{func}: z must have the output's shape {ys}, got {tuple(gz.shape)}")

@@ -72,7 +72,19 @@ def conv(op: int, nd: int, a: Any, b: Any, shape: Any, opts: tuple, out: Any, st
         outs, out_ptrs = (out,), (po,)
     if type(shape) is list:
         shape = tuple(shape)
-    key = (op, nd, ka, okey, shape, opts, _call.snapshot())
+    # with the types of num_groups, alpha and beta: True == 1 == 1.0, but only one is valid
+    key = (
+        op,
+        nd,
+        ka,
+        okey,
+        shape,
+        opts,
+        _call.snapshot(),
+        opts[-3].__class__,
+        opts[-2].__class__,
+        opts[-1].__class__,
+    )
     args = (op, nd, a, b, shape, opts, out, stream)
     return _call.run_cached(
         key, _prepare.build, args, (pa, pb), outs, out_ptrs, stream, _STALE, _plans.served_cached
@@ -100,6 +112,7 @@ def fused(nd: int, a: Any, b: Any, opts: tuple, epilogue: tuple, out: Any, strea
         po, okey = _operand.key_of(out)
         outs, out_ptrs = (out,), (po,)
     key = ("fused", nd, ka, kb, kbias, kz, okey, opts, activation, z_alpha, _call.snapshot())
+    key += (opts[-3].__class__, opts[-2].__class__, opts[-1].__class__, z_alpha.__class__)
     args = (nd, a, b, opts, epilogue, out, stream)
     return _call.run_cached(
         key, _prepare.build_fused, args, ptrs, outs, out_ptrs, stream, _STALE, _plans.served_cached
