@@ -13,13 +13,14 @@ What a stub may declare, and what each becomes at runtime:
 * ``def name(...)``, ``class Name``, ``name: T`` -- defined by ``__init__.py`` itself;
 * absolute imports (``from typing import Any``) -- for the stub's own annotations, not exported.
 
-Stdlib only, and nothing is imported until a name is used (``eager=True`` resolves every name at
-once, for a package that imports its modules anyway).
+Stdlib only, and nothing is read or imported until a name is used: the stub is parsed on the
+first look-up (``__all__`` included), so ``import pycudnn`` costs neither the parse nor
+``ast``'s import (``eager=True`` resolves every name at once, for a package that imports its
+modules anyway).
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
 import os
 from collections.abc import Callable
@@ -42,6 +43,8 @@ def declared(stub: str) -> dict[str, tuple[str, str | None] | None]:
         ``name -> (relative module, attribute)``: the attribute is None for a submodule; the
         value is None for a name the package's ``__init__.py`` defines itself.
     """
+    import ast  # here, not at the top: only the first look-up of a package's names pays for it
+
     with open(stub, encoding="utf-8") as f:
         tree = ast.parse(f.read(), stub)
     names: dict[str, tuple[str, str | None] | None] = {}
@@ -71,16 +74,17 @@ def attach_stub(
     *,
     eager: bool = False,
     before: Callable[[str], None] | None = None,
-) -> tuple[list[str], Callable[[str], Any], Callable[[], list[str]]]:
-    """``__all__``, ``__getattr__`` and ``__dir__`` for the package whose globals are *namespace*,
-    from the ``__init__.pyi`` beside its ``__init__.py``.
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``__getattr__`` and ``__dir__`` for the package whose globals are *namespace*, from the
+    ``__init__.pyi`` beside its ``__init__.py``; ``__all__`` is one of the names they serve.
 
     Parameters
     ----------
     namespace : dict
         The package's ``globals()``.
     eager : bool
-        Resolve (import) every declared name now, into *namespace*.
+        Read the stub and resolve (import) every declared name now, into *namespace*
+        (``__all__`` included).
     before : callable, optional
         ``before(name)`` runs before a name's module is first imported (the torch adapter checks
         there that torch is installed); it may raise.
@@ -88,14 +92,23 @@ def attach_stub(
     Returns
     -------
     tuple
-        ``(__all__, __getattr__, __dir__)``: a name resolves once, then lives in *namespace*.
+        ``(__getattr__, __dir__)``: a name resolves once, then lives in *namespace*.
     """
     package = namespace["__name__"]
-    table = declared(os.path.splitext(namespace["__file__"])[0] + ".pyi")
-    public = list(table)
+    stub = os.path.splitext(namespace["__file__"])[0] + ".pyi"
+    table: dict[str, tuple[str, str | None] | None] = {}
+
+    def declared_names() -> dict[str, tuple[str, str | None] | None]:
+        if not table:
+            table.update(declared(stub))
+            namespace["__all__"] = list(table)
+        return table
 
     def __getattr__(name: str) -> Any:
-        where = table.get(name)
+        if name == "__all__":
+            declared_names()
+            return namespace["__all__"]
+        where = declared_names().get(name)
         if where is None:  # undeclared, or defined by __init__.py (then never looked up here)
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         if before is not None:
@@ -106,10 +119,10 @@ def attach_stub(
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(namespace) | set(public))
+        return sorted(set(namespace) | set(declared_names()))
 
     if eager:
-        for name, where in table.items():
+        for name, where in declared_names().items():
             if where is not None:
                 __getattr__(name)
-    return public, __getattr__, __dir__
+    return __getattr__, __dir__

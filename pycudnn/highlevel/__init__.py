@@ -34,7 +34,7 @@ from ..graph import _plans
 
 # the names are declared once, in __init__.pyi (what type checkers read); every module it names is
 # imported now, in its order, as plain imports would
-__all__ = _exports.attach_stub(globals(), eager=True)[0]
+_exports.attach_stub(globals(), eager=True)  # also sets __all__
 
 
 def clear_caches() -> None:

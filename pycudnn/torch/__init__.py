@@ -68,7 +68,7 @@ def _require_torch(name: str) -> None:
 
 # The names are declared once, in __init__.pyi (what type checkers read); this table, __all__ and
 # dir() derive from it, and a name's module (hence torch) is imported on its first use.
-__all__, __getattr__, __dir__ = _exports.attach_stub(globals(), before=_require_torch)
+__getattr__, __dir__ = _exports.attach_stub(globals(), before=_require_torch)
 
 
 def is_available() -> bool:
