@@ -27,7 +27,6 @@ __all__ = [
     "Operand",
     "data_type",
     "key_of",
-    "named_error",
     "operand",
     "raw_operand",
     "register_operand_type",
@@ -146,12 +145,22 @@ def _host_array(obj: Any) -> tuple:
 
 
 def _not_an_array(obj: Any) -> tuple:
-    where = _argument_of(obj)
-    head = f"{where[0]}: {where[1]}: " if where is not None else ""
     raise TypeError(
-        f"{head}expected a device array (torch tensor, CuPy/JAX array, pycudnn DeviceArray), got "
+        "expected a device array (torch tensor, CuPy/JAX array, pycudnn DeviceArray), got "
         f"{type(obj).__name__}"
     )
+
+
+def _named(obj: Any, exc: BaseException) -> BaseException:
+    """*exc*, raised while reading *obj*, with the function and the argument that took *obj*
+    in front of its message (unless it names the function already)."""
+    where = _argument_of(obj)
+    if where is None or str(exc).startswith(f"{where[0]}: "):
+        return exc
+    try:
+        return type(exc)(f"{where[0]}: {where[1]}: {exc}")
+    except Exception:  # an error type with other constructor arguments
+        return exc
 
 
 _GETTERS: dict[type, Callable[[Any], tuple]] = {}
@@ -188,8 +197,13 @@ def register_operand_type(tp: type, getter: Callable[[Any], tuple]) -> None:
 
 
 def raw_operand(obj: Any) -> tuple:
-    """*obj*'s :class:`Operand` fields as a plain tuple (for hot paths)."""
-    return (_GETTERS.get(type(obj)) or _getter(type(obj)))(obj)
+    """*obj*'s :class:`Operand` fields as a plain tuple (for hot paths). An object that is no
+    device array, or one that misreports itself, raises a ``TypeError``/``ValueError`` naming
+    the function and the argument that took it (found on the error path only)."""
+    try:
+        return (_GETTERS.get(type(obj)) or _getter(type(obj)))(obj)
+    except (TypeError, ValueError) as exc:
+        raise _named(obj, exc) from None
 
 
 def operand(obj: Any) -> Operand:
@@ -207,24 +221,3 @@ def key_of(obj: Any) -> tuple[int, tuple]:
     g = raw_operand(obj)
     p = g[0]
     return p, (g[1], g[2], g[3], g[4], p & 15)
-
-
-def named_error(func: str, named: tuple[tuple[str, Any], ...], exc: BaseException) -> BaseException:
-    """*exc*, raised while keying the operands *named* ``((name, object or None), ...)``, with
-    the function and the operand's role put in front of its message (the call path keys
-    operands without their names: the names cost nothing until something is refused)."""
-    if not isinstance(exc, (TypeError, ValueError)):
-        return exc
-    for name, obj in named:
-        if obj is None:
-            continue
-        try:
-            key_of(obj)
-        except (TypeError, ValueError) as e:
-            if str(e).startswith(f"{func}: "):
-                return e
-            try:
-                return type(e)(f"{func}: {name}: {e}")
-            except Exception:  # an error type with other constructor arguments
-                return e
-    return exc

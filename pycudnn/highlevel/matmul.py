@@ -70,14 +70,10 @@ def dnn_matmul(
     --------
     >>> y = pycudnn.dnn_matmul(x, w.t(), bias=b, activation="gelu")   # F.gelu(F.linear(x, w, b))
     """
-    try:
-        pa, ka = _operand.key_of(a)
-        pb, kb = _operand.key_of(b)
-        pbias, kbias = (0, None) if bias is None else _operand.key_of(bias)
-        po, ko = (None, None) if out is None else _operand.key_of(out)
-    except (TypeError, ValueError) as exc:
-        named = (("a", a), ("b", b), ("bias", bias), ("out", out))
-        raise _operand.named_error(_FUNC, named, exc) from None
+    pa, ka = _operand.key_of(a)
+    pb, kb = _operand.key_of(b)
+    pbias, kbias = (0, None) if bias is None else _operand.key_of(bias)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (_FUNC, ka, kb, kbias, activation, ko, _call.snapshot())
     args = (a, b, bias, activation, out, stream)
     ptrs = (pa, pb) if bias is None else (pa, pb, pbias)

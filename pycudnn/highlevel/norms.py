@@ -192,14 +192,10 @@ def _forward(
     out: Any,
     stream: Any,
 ) -> tuple:
-    try:
-        px, kx = _operand.key_of(x)
-        pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
-        pb, kb = (0, None) if beta is None else _operand.key_of(beta)
-        po, ko = (None, None) if out is None else _operand.key_of(out)
-    except (TypeError, ValueError) as exc:
-        named = (("x", x), ("gamma", gamma), ("beta", beta), ("out", out))
-        raise _operand.named_error(func, named, exc) from None
+    px, kx = _operand.key_of(x)
+    pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
+    pb, kb = (0, None) if beta is None else _operand.key_of(beta)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     if training.__class__ is not bool:
         training = parse_bool(training, func, "training")
     key = (
@@ -405,16 +401,11 @@ def _backward(
     gamma: Any,
     stream: Any,
 ) -> tuple:
-    try:
-        pdy, kdy = _operand.key_of(dy)
-        px, kx = _operand.key_of(x)
-        pm, km = (0, None) if mean is None else _operand.key_of(mean)
-        pi, ki = _operand.key_of(inv)
-        pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
-    except (TypeError, ValueError) as exc:
-        stat = "inv_rms" if rms else "inv_std"
-        named = (("dy", dy), ("x", x), ("mean", mean), (stat, inv), ("gamma", gamma))
-        raise _operand.named_error(func, named, exc) from None
+    pdy, kdy = _operand.key_of(dy)
+    px, kx = _operand.key_of(x)
+    pm, km = (0, None) if mean is None else _operand.key_of(mean)
+    pi, ki = _operand.key_of(inv)
+    pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
     key = (func, kdy, kx, km, ki, _shape_key(normalized_shape), kg, _call.snapshot())
     args = (func, rms, dy, x, mean, inv, normalized_shape, gamma, stream)
     ptrs = (pdy, px, pg, pi) if rms else (pdy, px, pg, pm, pi)  # pg 0: a stand-in (_Norm)

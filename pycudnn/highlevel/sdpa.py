@@ -318,17 +318,12 @@ def dnn_sdpa(
     >>> o = pycudnn.dnn_sdpa(q, k, v, is_causal=True)
     """
     func = "dnn_sdpa"
-    try:
-        pq, kq = _operand.key_of(q)
-        pk, kk = _operand.key_of(k)
-        pv, kv = _operand.key_of(v)
-        psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
-        pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
-        po, ko = (None, None) if out is None else _operand.key_of(out)
-    except (TypeError, ValueError) as exc:
-        named = (("q", q), ("k", k), ("v", v), ("seq_lens_q", seq_lens_q))
-        named += (("seq_lens_kv", seq_lens_kv), ("out", out))
-        raise _operand.named_error(func, named, exc) from None
+    pq, kq = _operand.key_of(q)
+    pk, kk = _operand.key_of(k)
+    pv, kv = _operand.key_of(v)
+    psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
+    pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
+    po, ko = (None, None) if out is None else _operand.key_of(out)
     if is_causal.__class__ is not bool:  # (the common case skips a call: the hot path)
         is_causal = parse_bool(is_causal, func, "is_causal")
     if training.__class__ is not bool:
@@ -509,16 +504,9 @@ def dnn_sdpa_grad(
         In q's, k's and v's memory order; dk and dv summed over each group of query heads.
     """
     func = "dnn_sdpa_grad"
-    try:
-        keys = [_operand.key_of(a) for a in (q, k, v, out, dout, stats)]
-        psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
-        pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
-    except (TypeError, ValueError) as exc:
-        named = tuple(
-            zip(("q", "k", "v", "out", "dout", "stats"), (q, k, v, out, dout, stats), strict=True)
-        )
-        named += (("seq_lens_q", seq_lens_q), ("seq_lens_kv", seq_lens_kv))
-        raise _operand.named_error(func, named, exc) from None
+    keys = [_operand.key_of(a) for a in (q, k, v, out, dout, stats)]
+    psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
+    pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
     det = _call.snapshot().deterministic if deterministic is None else deterministic
     det = parse_bool(det, func, "deterministic")
     is_causal = parse_bool(is_causal, func, "is_causal")
