@@ -25,6 +25,7 @@ __all__ = [
     "layout_of",
     "matches",
     "non_overlapping",
+    "overlaps",
     "packed_strides",
     "span",
 ]
@@ -132,3 +133,8 @@ def check_int32(what: str, shape: Sequence[int], strides: Sequence[int]) -> None
             f"32-bit limit ({INT32_MAX} elements per dimension, stride and span); split the "
             "batch into smaller calls"
         )
+
+
+def overlaps(p1: int, n1: int, p2: int, n2: int) -> bool:
+    """Byte ranges ``[p1, p1 + n1)`` and ``[p2, p2 + n2)`` intersect."""
+    return p1 < p2 + n2 and p2 < p1 + n1

@@ -61,7 +61,7 @@ def _check_overlaps(g: GraphBase, arrays: list[tuple[Any, int, int]]) -> None:
         if t._producer is None or not n:
             continue
         for j, (u, q, m) in enumerate(arrays):
-            if j != i and m and p < q + m and q < p + n:
+            if j != i and m and _layout.overlaps(p, n, q, m):
                 role = "output" if u._producer is not None else "input"
                 raise ValueError(
                     f"{g.name}.execute: the array of output {t._name!r} overlaps the array of "

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple, Protocol
 
 from .. import _config, _cuda, _layout, errors, memory
 from .. import handle as _handle
+from .._layout import overlaps
 from .._types import itemsize, numpy_dtype, scaling_ctype
 from ..enums import DataType
 from ..graph import _plans
@@ -204,11 +205,6 @@ class on_device:
 # ==================================================================================================
 # Overlap checks
 # ==================================================================================================
-def overlaps(p1: int, n1: int, p2: int, n2: int) -> bool:
-    """Byte ranges ``[p1, p1 + n1)`` and ``[p2, p2 + n2)`` intersect."""
-    return p1 < p2 + n2 and p2 < p1 + n1
-
-
 def check_overlap(
     func: str,
     ptrs: Sequence[int],
