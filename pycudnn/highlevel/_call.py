@@ -49,6 +49,7 @@ __all__ = [
     "cudnn_version",
     "empty_result",
     "handle_for",
+    "take_last_entry",
     "like_spec",
     "local",
     "new_store",
@@ -546,6 +547,7 @@ def run_cached(
         else:
             if on_hit is not None:
                 on_hit()
+            local.last = call
             return result
     call = build(*args)
     try:
@@ -555,4 +557,16 @@ def run_cached(
         raise
     if key is not None:
         store.put(key, call)
+    local.last = call if key is not None else None
     return result
+
+
+def take_last_entry() -> Call | None:
+    """The cached entry that the calling thread's latest successful :func:`run_cached` ran, and
+    forget it (None: none since the last take, or that call was unhashable, hence uncached).
+
+    How a framework adapter binds an entry to its own call signature (:attr:`Call.lean`): take
+    (to forget a stale one), run the public function once with that signature, take again."""
+    call = getattr(local, "last", None)
+    local.last = None
+    return call

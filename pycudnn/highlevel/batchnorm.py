@@ -41,6 +41,7 @@ from .._types import dtype_name
 from ..descriptors import BN_MIN_EPSILON
 from ..enums import BatchNormMode, DataType
 from . import _call, _checks, _operand, _staging
+from ._bn_calls import BackwardCall, InferenceCall, TrainCall, ex_workspace, use_ex
 
 __all__ = [
     "dnn_batch_normalization_grad",
@@ -200,6 +201,7 @@ def _plan(
     params: Sequence[_operand.Operand],
     first_param: int,
     inference: bool = False,
+    ex: bool = False,
 ):
     """Descriptors and staging: the data operands (and the output, last) packed in the layout
     cuDNN computes in, the parameters packed ``(1, C, ...)``; the output's allocation spec when
@@ -209,9 +211,10 @@ def _plan(
     a few percent of the memory bandwidth (measured on an H100, cuDNN 9.19: 28 GB/s, 29-50x
     torch's time; 1.7-2.9x through NCHW copies), so such data is computed in NCHW through packed
     copies; a new output still comes back channels-last, like the input. Inference is not slow
-    channels-last (1.6x torch; 3.2x through copies): it runs as given.
+    channels-last (1.6x torch; 3.2x through copies): it runs as given. With *ex* the data is
+    planned channels-last for the ``...Ex`` calls' NHWC kernels (:mod:`._bn_calls`).
     """
-    compute_nhwc = p.nhwc and (inference or p.dt not in _SLOW_NHWC)
+    compute_nhwc = p.nhwc and (inference or ex or p.dt not in _SLOW_NHWC)
     spec = None if o is not None else _call.output_spec(p.shape, p.dt, p.x.device, p.nhwc)
     target = o
     if o is None and compute_nhwc != p.nhwc:
@@ -225,6 +228,27 @@ def _plan(
     if dplan.stage is not None or pplan.stage is not None:
         stage = _Stages(dplan.stage, pplan.stage)
     return dplan.descs, pplan.descs[0], stage, spec
+
+
+def _planned(p: _Problem, h: Any, data: Sequence, o: Any, params: Sequence, first: int) -> tuple:
+    """:func:`_plan` of a training or backward call, on the channels-last ``...Ex`` calls where
+    they apply (spatial float16/bfloat16 NHWC data, no reserve space needed); also returns their
+    workspace bytes (None: the plain call)."""
+    if p.nhwc and p.dt in _SLOW_NHWC and p.mode == BatchNormMode.SPATIAL:
+        xd, pd, stage, spec = _plan(p, data, o, params, first, ex=True)
+        ws = ex_workspace(h, xd, pd, first == 2)
+        if ws is not None:
+            return xd, pd, stage, spec, ws
+    return (*_plan(p, data, o, params, first), None)
+
+
+def _check_stat_outs(p: _Problem, named: Sequence[tuple[str, Any]]) -> None:
+    """Given statistics outputs: parameters' shape and dtype, packed (cuDNN writes C values)."""
+    for name, obj in named:
+        if obj is not None:
+            g = _param(p, name, obj)[0]
+            if not _layout.matches(g.shape, g.strides, _packed(g.shape)):
+                raise ValueError(f"{p.func}: {name} must be contiguous, got strides {g.strides}")
 
 
 def _spans(*ops: Any) -> tuple[int, ...]:
@@ -244,145 +268,6 @@ def _key(obj: Any) -> tuple[int | None, Any]:
 
 
 # ==================================================================================================
-# Call entries
-# ==================================================================================================
-class _BatchNorm(_call.Call):
-    """A batch-norm call: data descriptors ``xd`` (inputs, then output) and the parameters'
-    descriptor ``pd`` (*descs*), cuDNN's mode and epsilon. The statistics it returns are
-    outputs before the normalized data, which is last (a staged output is the last one)."""
-
-    __slots__ = ("eps", "fn", "hp", "mode", "one", "pd", "xd", "zero")
-
-    def __init__(self, p: _Problem, name: str, h, allocs, spans, stage, descs, keep=()):
-        xd, pd = descs
-        one, zero = _call.scales(p.dt, 1.0, 0.0)
-        # the descriptors live as long as the entry; the C call gets their addresses (faster)
-        super().__init__(p.func, h, allocs, spans, stage, keepalive=(xd, pd, keep, one, zero))
-        self.xd, self.pd = tuple(d.ptr for d in xd), pd.ptr
-        self.hp, self.mode, self.eps = h.ptr, int(p.mode), p.eps
-        self.one, self.zero = ctypes.byref(one), ctypes.byref(zero)
-        self.fn = _call.quiet(name)
-
-
-class _Train(_BatchNorm):
-    """Pointers: x, gamma, beta[, running_mean, running_var], then mean, invstd[, the running
-    averages' new copies], y."""
-
-    __slots__ = ("copy", "factor", "names")
-
-    def __init__(self, p, h, allocs, spans, stage, descs, factor, copy, names):
-        super().__init__(
-            p, "cudnnBatchNormalizationForwardTraining", h, allocs, spans, stage, descs, copy
-        )
-        self.factor = factor
-        # None: no running averages, or updated in place; else how to copy them first
-        self.copy = None if copy is None else (*copy[:3], *(d.ptr for d in copy[3:]))
-        self.names = names
-
-    def _check_running(self, ptrs: Sequence[int]) -> None:
-        """Running averages updated in place may not alias another operand (the addresses
-        may change between calls of one key)."""
-        spans = self.spans
-        for w in (3, 4):
-            for r in range(5):
-                if r != w and _call.overlaps(ptrs[w], spans[w], ptrs[r], spans[r]):
-                    raise ValueError(
-                        f"{self.func}: {self.names[w]} overlaps {self.names[r]}; with "
-                        "inplace_running=True the running averages are written in place"
-                    )
-
-    def launch(self, ptrs: Sequence[int]) -> None:
-        if len(ptrs) == 6:
-            (x, g, b, mean, invstd, y), rm, rv = ptrs, None, None
-        elif len(ptrs) == 8:  # the running averages updated in place
-            self._check_running(ptrs)
-            x, g, b, rm, rv, mean, invstd, y = ptrs
-        else:  # new copies of the running averages are updated
-            x, g, b, src_m, src_v, mean, invstd, rm, rv, y = ptrs
-            copy, one, zero, desc_m, desc_v, dst = self.copy
-            copy(self.hp, one, desc_m, src_m, zero, dst, rm)
-            copy(self.hp, one, desc_v, src_v, zero, dst, rv)
-        xd, yd = self.xd
-        self.fn(
-            self.hp,
-            self.mode,
-            self.one,
-            self.zero,
-            xd,
-            x,
-            yd,
-            y,
-            self.pd,
-            g,
-            b,
-            self.factor,
-            rm,
-            rv,
-            self.eps,
-            mean,
-            invstd,
-        )
-
-
-class _Inference(_BatchNorm):
-    """Pointers: x, gamma, beta, mean, var, then y."""
-
-    __slots__ = ()
-
-    def launch(self, ptrs: Sequence[int]) -> None:
-        x, g, b, mean, var, y = ptrs
-        xd, yd = self.xd
-        self.fn(
-            self.hp,
-            self.mode,
-            self.one,
-            self.zero,
-            xd,
-            x,
-            yd,
-            y,
-            self.pd,
-            g,
-            b,
-            mean,
-            var,
-            self.eps,
-        )
-
-
-class _Backward(_BatchNorm):
-    """Pointers: x, dy, scale, x_mean, x_invstd, then dscale, dbias, dx."""
-
-    __slots__ = ()
-
-    def launch(self, ptrs: Sequence[int]) -> None:
-        x, dy, scale, mean, invstd, dscale, dbias, dx = ptrs
-        one, zero = self.one, self.zero
-        xd, dyd, dxd = self.xd
-        self.fn(
-            self.hp,
-            self.mode,
-            one,
-            zero,
-            one,
-            zero,
-            xd,
-            x,
-            dyd,
-            dy,
-            dxd,
-            dx,
-            self.pd,
-            scale,
-            dscale,
-            dbias,
-            self.eps,
-            mean,
-            invstd,
-        )
-
-
-# ==================================================================================================
 # dnn_batch_normalization_train
 # ==================================================================================================
 def dnn_batch_normalization_train(
@@ -397,6 +282,8 @@ def dnn_batch_normalization_train(
     *,
     inplace_running: bool = False,
     out: Any = None,
+    out_mean: Any = None,
+    out_invstd: Any = None,
     stream: Any = None,
 ) -> tuple:
     """Batch normalization with the batch's own statistics
@@ -429,6 +316,9 @@ def dnn_batch_normalization_train(
         returned as given); by default they are left untouched and new arrays are returned.
     out : device array, optional
         The normalized output (shape and dtype of *inputs*); may not overlap any input.
+    out_mean, out_invstd : device array, optional
+        Where to write ``mean`` and ``invstd`` (contiguous, shaped and typed like *gamma*;
+        new arrays when not given).
     stream : optional
         CUDA stream; default the handle's current stream.
 
@@ -462,11 +352,13 @@ def dnn_batch_normalization_train(
     pm, km = _key(running_mean)
     pv, kv = _key(running_var)
     po, ko = _key(out)
+    pom, kom = _key(out_mean)
+    poi, koi = _key(out_invstd)
     inplace_running = parse_bool(
         inplace_running, "dnn_batch_normalization_train", "inplace_running"
     )
     eps, factor = epsilon, running_average_factor
-    key = (_TRAIN, kx, kg, kb, km, kv, ko, mode, eps, factor, inplace_running)
+    key = (_TRAIN, kx, kg, kb, km, kv, ko, kom, koi, mode, eps, factor, inplace_running)
     key += (eps.__class__, factor.__class__)  # True == 1.0, but only one is valid
     args = (
         inputs,
@@ -477,32 +369,31 @@ def dnn_batch_normalization_train(
         running_average_factor,
         (running_mean, running_var),
         inplace_running,
-        out,
+        (out_mean, out_invstd, out),
         stream,
     )
     # the statistics, then the output (see _BatchNorm); literal tuples: the cheapest to build
     if pm is None or pv is None:
-        res = _call.run_cached(
-            key, _build_train, args, (px, pg, pb), (None, None, out), (None, None, po), stream
-        )
+        outs, out_ptrs = (out_mean, out_invstd, out), (pom, poi, po)
+        res = _call.run_cached(key, _build_train, args, (px, pg, pb), outs, out_ptrs, stream)
         return res[2], res[0], res[1]
     ptrs = (px, pg, pb, pm, pv)
     if inplace_running:
-        res = _call.run_cached(
-            key, _build_train, args, ptrs, (None, None, out), (None, None, po), stream
-        )
+        outs, out_ptrs = (out_mean, out_invstd, out), (pom, poi, po)
+        res = _call.run_cached(key, _build_train, args, ptrs, outs, out_ptrs, stream)
         return res[2], res[0], res[1], running_mean, running_var
     # new copies of the running averages are outputs too
-    outs, out_ptrs = (None, None, None, None, out), (None, None, None, None, po)
+    outs, out_ptrs = (out_mean, out_invstd, None, None, out), (pom, poi, None, None, po)
     res = _call.run_cached(key, _build_train, args, ptrs, outs, out_ptrs, stream)
     return res[4], res[0], res[1], res[2], res[3]
 
 
 def _build_train(
-    inputs, gamma, beta, mode, epsilon, factor, running, inplace_running, out, stream
-) -> _Train:
+    inputs, gamma, beta, mode, epsilon, factor, running, inplace_running, outs, stream
+) -> TrainCall:
     func = "dnn_batch_normalization_train"
     running_mean, running_var = running
+    out_mean, out_invstd, out = outs
     p = _problem(func, "inputs", inputs, mode, epsilon)
     f = _checks.real(factor, "running_average_factor", func, lo=0.0, hi=1.0)
     if not isinstance(inplace_running, bool):
@@ -519,6 +410,7 @@ def _build_train(
         named += [("running_mean", running_mean), ("running_var", running_var)]
     params = _params(p, named)
     o = _main_output(p, "out", out)
+    _check_stat_outs(p, (("out_mean", out_mean), ("out_invstd", out_invstd)))
     _check_not_empty(p, "batch statistics")
     if running and p.m < 2:
         raise ValueError(
@@ -570,10 +462,13 @@ def _build_train(
             ]
             staged_params = pops
     stats = tuple(_call.output_spec(s, p.pdt, p.x.device) for s in stat_shapes)
-    xd, pd, stage, spec = _plan(p, (p.x,), o, staged_params, 1)
+    xd, pd, stage, spec, ws = _planned(p, h, (p.x,), o, staged_params, 1)
     spans = _spans(p.x, *given, *stats, spec if o is None else o)
     names = ("inputs", "gamma", "beta", "running_mean", "running_var")
-    return _Train(p, h, (*stats, spec), spans, stage, (xd, pd), f, copy, names)
+    call = TrainCall(p, h, (*stats, spec), spans, stage, (xd, pd), f, copy, names)
+    if ws is not None:
+        use_ex(call, ws)
+    return call
 
 
 def _packed(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -654,7 +549,7 @@ def _build_inference(inputs, gamma, beta, mean, var, mode, epsilon, out, stream)
     xd, pd, stage, spec = _plan(p, (p.x,), o, pops, 1, inference=True)
     spans = _spans(p.x, *pops, spec if o is None else o)
     name = "cudnnBatchNormalizationForwardInference"
-    return _Inference(p, name, h, (spec,), spans, stage, (xd, pd))
+    return InferenceCall(p, name, h, (spec,), spans, stage, (xd, pd))
 
 
 # ==================================================================================================
@@ -670,6 +565,8 @@ def dnn_batch_normalization_grad(
     epsilon: float = 1e-4,
     *,
     out: Any = None,
+    out_dscale: Any = None,
+    out_dbias: Any = None,
     stream: Any = None,
 ) -> tuple:
     """Gradients of :func:`dnn_batch_normalization_train`'s output
@@ -696,6 +593,8 @@ def dnn_batch_normalization_grad(
         As in the forward call.
     out : device array, optional
         Destination of ``dx`` (shape and dtype of *inputs*); may not overlap any input.
+    out_dscale, out_dbias : device array, optional
+        Destinations of ``dscale`` and ``dbias`` (contiguous, shaped and typed like *scale*).
     stream : optional
         CUDA stream; default the handle's current stream.
 
@@ -723,18 +622,22 @@ def dnn_batch_normalization_grad(
     pm, km = _operand.key_of(x_mean)
     pi, ki = _operand.key_of(x_invstd)
     po, ko = _key(out)
-    key = (_GRAD, kx, kdy, ks, km, ki, ko, mode, epsilon, epsilon.__class__)
-    args = (inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, stream)
+    pos, kos = _key(out_dscale)
+    pob, kob = _key(out_dbias)
+    key = (_GRAD, kx, kdy, ks, km, ki, ko, kos, kob, mode, epsilon, epsilon.__class__)
+    outs = (out_dscale, out_dbias, out)
+    args = (inputs, dy, scale, x_mean, x_invstd, mode, epsilon, outs, stream)
     ptrs = (px, pdy, ps, pm, pi)
-    # dscale, dbias, then dx (see _BatchNorm)
-    result = _call.run_cached(
-        key, _build_backward, args, ptrs, (None, None, out), (None, None, po), stream
-    )
+    # dscale, dbias, then dx (see BatchNormCall)
+    result = _call.run_cached(key, _build_backward, args, ptrs, outs, (pos, pob, po), stream)
     return result[2], result[0], result[1]
 
 
-def _build_backward(inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, stream) -> _Backward:
+def _build_backward(
+    inputs, dy, scale, x_mean, x_invstd, mode, epsilon, outs, stream
+) -> BackwardCall:
     func = "dnn_batch_normalization_grad"
+    out_dscale, out_dbias, out = outs
     p = _problem(func, "inputs", inputs, mode, epsilon)
     gdy = _operand.operand(dy)
     _checks.same_dtype_and_device(func, (("inputs", p.x), ("dy", gdy)))
@@ -747,10 +650,15 @@ def _build_backward(inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, str
     params = _params(p, (("scale", scale), ("x_mean", x_mean), ("x_invstd", x_invstd)))
     pops = [g for g, _ in params]
     o = _main_output(p, "out", out)
+    _check_stat_outs(p, (("out_dscale", out_dscale), ("out_dbias", out_dbias)))
     _check_not_empty(p, "gradients")
     h = _call.handle_for(p.x.device, stream, p.func)
     stats = tuple(_call.output_spec(params[0][1], p.pdt, p.x.device) for _ in range(2))
-    xd, pd, stage, spec = _plan(p, (p.x, gdy), o, pops, 2)
+    xd, pd, stage, spec, ws = _planned(p, h, (p.x, gdy), o, pops, 2)
     spans = _spans(p.x, gdy, *pops, *stats, spec if o is None else o)
-    name = "cudnnBatchNormalizationBackward"
-    return _Backward(p, name, h, (*stats, spec), spans, stage, (xd, pd))
+    call = BackwardCall(
+        p, "cudnnBatchNormalizationBackward", h, (*stats, spec), spans, stage, (xd, pd)
+    )
+    if ws is not None:
+        use_ex(call, ws)
+    return call

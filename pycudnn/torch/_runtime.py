@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..memory import allocator
+from . import _lean
 
 __all__ = [
     "FLOATS",
@@ -27,6 +28,7 @@ __all__ = [
     "autocast_dtype",
     "cuda_ok",
     "dense",
+    "like",
     "no_broadcast",
     "ready",
     "stream_of",
@@ -51,6 +53,8 @@ _raw_stream: Callable[[int], int] = getattr(
     torch._C, "_cuda_getCurrentRawStream", _current_stream_slow
 )
 _DEVICES: dict[int, torch.device] = {}
+if hasattr(torch._C, "_cuda_getDevice"):  # torch's current device, without a CUDA call
+    _lean.set_device_getter(torch._C._cuda_getDevice)
 
 
 def _device(index: int) -> torch.device:
@@ -194,6 +198,16 @@ def dense(t: torch.Tensor) -> torch.Tensor:
     ):
         return t
     return t.contiguous()
+
+
+def like(shape: tuple[int, ...], t: torch.Tensor) -> torch.Tensor:
+    """A new tensor of *shape* in dense *t*'s dtype, device and memory format: channels-last when
+    *t* is packed channels-last and not also C-contiguous (as torch's convolution and pooling
+    choose), else C order."""
+    if t.is_contiguous():
+        return torch.empty(shape, dtype=t.dtype, device=t.device)
+    fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    return torch.empty(shape, dtype=t.dtype, device=t.device, memory_format=fmt)
 
 
 def no_broadcast(t: torch.Tensor, unit_last: bool = False) -> torch.Tensor:

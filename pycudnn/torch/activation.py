@@ -12,6 +12,8 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_activation, dnn_activation_grad
+from ..highlevel._call import snapshot
+from . import _lean
 from ._module import Converted
 from ._runtime import cuda_ok, dense, ready, stream_of
 
@@ -26,28 +28,77 @@ __all__ = [
     "Tanh",
     "Y_ONLY",
     "act_forward",
+    "act_run",
 ]
+
+_FWD, _BWD = "act_fwd", "act_bwd"  # the lean path's tags (a part of each signature)
 
 # modes whose gradient cuDNN reads from y alone: in place, y stands in for x
 Y_ONLY = ("relu", "sigmoid", "tanh", "clipped_relu")
 
 
+def _forward_slow(x, mode, coef, y, s) -> None:
+    dnn_activation(x, mode, coef, out=y, stream=s)
+
+
+def _backward_slow(y, dy, x, mode, coef, dx, s) -> None:
+    dnn_activation_grad(y, dy, x, mode, coef, out=dx, stream=s)
+
+
+def act_run(x: torch.Tensor, mode: str, coef: float, inplace: bool) -> torch.Tensor:
+    """``dnn_activation`` of dense *x* into a new tensor in its memory format (or into *x*, with
+    *inplace*), on the lean path (:mod:`._lean`)."""
+    y = x if inplace else torch.empty_like(x)
+    px, py = x.data_ptr(), y.data_ptr()
+    s = stream_of(x)
+    key = (
+        _FWD,
+        mode,
+        coef,
+        inplace,
+        x.shape,
+        x.stride(),
+        x.dtype,
+        x.get_device(),
+        px & 15,
+        y.stride(),
+        py & 15,
+        snapshot(),
+    )
+    _lean.run(key, (px, py), s, _forward_slow, x, mode, coef, y, s)
+    return y
+
+
+def _torch_grad(mode: str, coef: float, x: Any, y: Any, dy: Any) -> Any:
+    """The activations' gradients as torch computes them (its own kernels; from y where the mode
+    allows it): for what cuDNN's legacy activation backward has no kernel for."""
+    if mode == "relu":
+        return torch.ops.aten.threshold_backward(dy, y, 0)
+    if mode == "clipped_relu":
+        return dy * ((y > 0) & (y < coef))
+    if mode == "sigmoid":
+        return torch.ops.aten.sigmoid_backward(dy, y)
+    if mode == "tanh":
+        return torch.ops.aten.tanh_backward(dy, y)
+    if mode == "elu":
+        return dy * torch.where(x > 0, torch.ones_like(y), y + coef)
+    if mode == "swish":
+        sg = torch.sigmoid(coef * x)
+        return dy * (sg + coef * x * sg * (1 - sg))
+    return dy
+
+
 class ActFn(torch.autograd.Function):
-    """``dnn_activation`` / ``dnn_activation_grad``; in place (``out=x``) for the modes whose
-    gradient needs only the output."""
+    """``dnn_activation`` / ``dnn_activation_grad`` on the lean path; in place (``out=x``) for
+    the modes whose gradient needs only the output."""
 
     @staticmethod
     def forward(ctx, x, mode, coef, inplace):
-        ready()
-        s = stream_of(x)
+        y = act_run(x, mode, coef, inplace)
         if inplace:
-            dnn_activation(x, mode, coef, out=x, stream=s)
             ctx.mark_dirty(x)
             ctx.save_for_backward(x, x)
-            y = x
         else:
-            y = torch.empty_like(x)
-            dnn_activation(x, mode, coef, out=y, stream=s)
             ctx.save_for_backward(x, y)
         ctx.cfg = (mode, coef, inplace)
         return y
@@ -57,45 +108,67 @@ class ActFn(torch.autograd.Function):
     def backward(ctx, dy):
         x, y = ctx.saved_tensors
         mode, coef, inplace = ctx.cfg
-        dy = dense(dy)
-        if y.dtype == torch.bfloat16 or (mode == "clipped_relu" and inplace):
+        if dy.dtype != y.dtype or y.dtype == torch.bfloat16 or (mode == "clipped_relu" and inplace):
             # cuDNN's legacy activation backward has no bfloat16 kernel (NOT_SUPPORTED on an
-            # H100, cuDNN 9.19), and its clipped-ReLU gradient keeps dy where x == coef: after an
-            # in-place forward x is the clipped output, equal to coef exactly where it clipped
-            return _act_grad(mode, coef, x, y, dy), None, None, None
-        dx = dnn_activation_grad(
-            y, dy, x, mode, coef, out=torch.empty_like(y), stream=stream_of(dy)
+            # H100, cuDNN 9.19) and takes one dtype; its clipped-ReLU gradient keeps dy where
+            # x == coef: after an in-place forward x is the clipped output, equal to coef
+            # exactly where it clipped
+            return _torch_grad(mode, coef, x, y, dy), None, None, None
+        dy = dense(dy)
+        if dy.stride() != y.stride():  # cuDNN's activation backward takes one layout
+            dy = dy.contiguous(memory_format=_format_of(y))
+        dx = torch.empty_like(y)
+        py, pdy, px, pdx = y.data_ptr(), dy.data_ptr(), x.data_ptr(), dx.data_ptr()
+        s = stream_of(dy)
+        key = (
+            _BWD,
+            mode,
+            coef,
+            y.shape,
+            y.stride(),
+            y.dtype,
+            y.get_device(),
+            py & 15,
+            pdy & 15,
+            x.stride(),
+            px & 15,
+            pdx & 15,
+            snapshot(),
         )
+        _lean.run(key, (py, pdy, px, pdx), s, _backward_slow, y, dy, x, mode, coef, dx, s)
         return dx, None, None, None
 
 
-def _act_grad(mode: str, coef: float, x: Any, y: Any, dy: Any) -> Any:
-    """The activations' gradients as torch expressions (torch's own formulas, from y where
-    the mode allows it)."""
-    if mode == "relu":
-        return dy * (y > 0)
-    if mode == "clipped_relu":
-        return dy * ((y > 0) & (y < coef))
-    if mode == "sigmoid":
-        return dy * y * (1 - y)
-    if mode == "tanh":
-        return dy * (1 - y * y)
-    if mode == "elu":
-        return dy * torch.where(x > 0, torch.ones_like(y), y + coef)
-    if mode == "swish":
-        sg = torch.sigmoid(coef * x)
-        return dy * (sg + coef * x * sg * (1 - sg))
-    return dy
+def _format_of(t: torch.Tensor) -> torch.memory_format:
+    if t.is_contiguous() or t.dim() not in (4, 5):
+        return torch.contiguous_format
+    return torch.channels_last if t.dim() == 4 else torch.channels_last_3d
+
+
+#: ``increment_version(tensor)``: torch's own, where it exists (2.1+)
+_bump_version: Callable[[torch.Tensor], None] = getattr(
+    torch.autograd.graph, "increment_version", lambda t: None
+)
 
 
 def act_forward(x: torch.Tensor, mode: str, coef: float, inplace: bool, fallback: Callable) -> Any:
     """``dnn_activation`` for CUDA inputs it takes (in place where the gradient allows), else
-    *fallback* (torch's)."""
+    *fallback* (torch's). Activations are not on autocast's lists: they run in the input's
+    dtype, as torch's."""
     if not cuda_ok(x) or x.dim() > 8:
         return fallback(x)
-    if inplace and mode in Y_ONLY:
-        return ActFn.apply(x, mode, coef, True)
-    return ActFn.apply(dense(x), mode, coef, False)
+    ready()
+    inplace = inplace and mode in Y_ONLY
+    if not inplace:
+        x = dense(x)
+    elif not (x.is_contiguous() or x.is_contiguous(memory_format=_format_of(x))):
+        return fallback(x)  # in place on a strided view: torch's
+    if torch.is_grad_enabled() and (x.requires_grad or inplace):
+        return ActFn.apply(x, mode, coef, inplace)  # in place: mark_dirty bumps the version
+    y = act_run(x, mode, coef, inplace)
+    if inplace and not x.is_inference():
+        _bump_version(x)  # as torch's in-place ops do (a saved copy's check sees it)
+    return y
 
 
 class ReLU(Converted, nn.ReLU):

@@ -1,6 +1,9 @@
 """Batch normalization (imports torch): ``BatchNorm1d``/``2d``/``3d`` on the three
 ``dnn_batch_normalization_*`` calls (``'spatial'`` mode), and the ``autograd.Function`` s over them:
-training (running averages updated in place) and evaluation."""
+training (running averages updated in place) and evaluation, on the lean path (:mod:`._lean`;
+no autograd node when no gradient is wanted). Channels-last float16/bfloat16 data runs on cuDNN's
+NHWC kernels without copies (the high level's ``...Ex`` calls). Batch norm is not on autocast's
+lists: it runs in the input's dtype with float32 parameters, as torch's."""
 
 from __future__ import annotations
 
@@ -16,41 +19,151 @@ from ..highlevel import (
     dnn_batch_normalization_test,
     dnn_batch_normalization_train,
 )
+from ..highlevel._call import snapshot
+from . import _lean
 from ._module import Converted, float_params, state
-from ._runtime import cuda_ok, dense, ready, stream_of, to_torch
+from ._runtime import cuda_ok, dense, ready, stream_of
 
-__all__ = ["BNEvalFn", "BNTrainFn", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "bn_forward"]
+__all__ = [
+    "BNEvalFn",
+    "BNTrainFn",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "bn_eval_run",
+    "bn_forward",
+    "bn_train_run",
+]
+
+_TRAIN, _EVAL, _GRAD = "bn_train", "bn_eval", "bn_grad"  # the lean path's tags
+
+
+def _train_slow(x, w, b, running, eps, factor, outs, s) -> None:
+    y, mean, invstd = outs
+    rm, rv = (None, None) if running is None else running
+    dnn_batch_normalization_train(
+        x,
+        w,
+        b,
+        "spatial",
+        eps,
+        factor,
+        rm,
+        rv,
+        inplace_running=running is not None,
+        out=y,
+        out_mean=mean,
+        out_invstd=invstd,
+        stream=s,
+    )
+
+
+def _eval_slow(x, w, b, mean, var, eps, y, s) -> None:
+    dnn_batch_normalization_test(x, w, b, mean, var, "spatial", eps, out=y, stream=s)
+
+
+def _grad_slow(x, dy, w, mean, invstd, eps, outs, s) -> None:
+    dx, dw, db = outs
+    dnn_batch_normalization_grad(
+        x, dy, w, mean, invstd, "spatial", eps, out=dx, out_dscale=dw, out_dbias=db, stream=s
+    )
+
+
+def _param_key(t: torch.Tensor, p: int) -> tuple:
+    return (t.shape, t.stride(), t.dtype, p & 15)
+
+
+def bn_train_run(x, w, b, running, eps, factor) -> tuple[torch.Tensor, ...]:
+    """``dnn_batch_normalization_train`` of dense *x* (running averages, when given, updated in
+    place) on the lean path: ``(y, mean, invstd)``, *y* in *x*'s memory format."""
+    y = torch.empty_like(x)
+    mean = torch.empty_like(w)
+    invstd = torch.empty_like(w)
+    px, pw, pb, py = x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr()
+    s = stream_of(x)
+    key = (
+        _TRAIN,
+        x.shape,
+        x.stride(),
+        x.dtype,
+        x.get_device(),
+        px & 15,
+        py & 15,
+        _param_key(w, pw),
+        _param_key(b, pb),
+        eps,
+        factor,
+        snapshot(),
+    )
+    out_ptrs = (mean.data_ptr(), invstd.data_ptr(), py)
+    outs = (y, mean, invstd)
+    if running is None:
+        ptrs = (px, pw, pb, *out_ptrs)
+    else:
+        prm, prv = running[0].data_ptr(), running[1].data_ptr()
+        key += (_param_key(running[0], prm), _param_key(running[1], prv))
+        ptrs = (px, pw, pb, prm, prv, *out_ptrs)
+    _lean.run(key, ptrs, s, _train_slow, x, w, b, running, eps, factor, outs, s)
+    return outs
+
+
+def bn_eval_run(x, w, b, mean, var, eps) -> torch.Tensor:
+    """``dnn_batch_normalization_test`` of dense *x* on the lean path."""
+    y = torch.empty_like(x)
+    px, pw, pb, pm, pv, py = (t.data_ptr() for t in (x, w, b, mean, var, y))
+    s = stream_of(x)
+    key = (
+        _EVAL,
+        x.shape,
+        x.stride(),
+        x.dtype,
+        x.get_device(),
+        px & 15,
+        py & 15,
+        _param_key(w, pw),
+        _param_key(b, pb),
+        _param_key(mean, pm),
+        _param_key(var, pv),
+        eps,
+        snapshot(),
+    )
+    _lean.run(key, (px, pw, pb, pm, pv, py), s, _eval_slow, x, w, b, mean, var, eps, y, s)
+    return y
+
+
+def _bn_grad(x, dy, w, mean, invstd, eps) -> tuple[torch.Tensor, ...]:
+    dx = torch.empty_like(x)
+    dw = torch.empty_like(w)
+    db = torch.empty_like(w)
+    ptrs = tuple(t.data_ptr() for t in (x, dy, w, mean, invstd, dw, db, dx))
+    s = stream_of(dy)
+    key = (
+        _GRAD,
+        x.shape,
+        x.stride(),
+        x.dtype,
+        x.get_device(),
+        dy.stride(),
+        dy.dtype,
+        w.dtype,
+        eps,
+        snapshot(),
+        tuple(p & 15 for p in ptrs),
+    )
+    outs = (dx, dw, db)
+    _lean.run(key, ptrs, s, _grad_slow, x, dy, w, mean, invstd, eps, outs, s)
+    return outs
 
 
 class BNTrainFn(torch.autograd.Function):
     """``dnn_batch_normalization_train`` (running averages updated in place) and
-    ``dnn_batch_normalization_grad``. *running* is ``(mean, var)`` or None: a tuple, so autograd
-    does not take the buffers for inputs."""
+    ``dnn_batch_normalization_grad``, on the lean path. *running* is ``(mean, var)`` or None: a
+    tuple, so autograd does not take the buffers for inputs."""
 
     @staticmethod
     def forward(ctx, x, w, b, running, eps, factor):
-        ready()
-        s = stream_of(x)
-        y = torch.empty_like(x)
-        if running is not None:
-            _, mean, invstd, _, _ = dnn_batch_normalization_train(
-                x,
-                w,
-                b,
-                "spatial",
-                eps,
-                factor,
-                running[0],
-                running[1],
-                inplace_running=True,
-                out=y,
-                stream=s,
-            )
-        else:
-            _, mean, invstd = dnn_batch_normalization_train(
-                x, w, b, "spatial", eps, factor, out=y, stream=s
-            )
-        ctx.save_for_backward(x, w, to_torch(mean), to_torch(invstd))
+        y, mean, invstd = bn_train_run(x, w, b, running, eps, factor)
+        ctx.save_for_backward(x, w, mean, invstd)
         ctx.eps = eps
         return y
 
@@ -59,18 +172,10 @@ class BNTrainFn(torch.autograd.Function):
     def backward(ctx, dy):
         x, w, mean, invstd = ctx.saved_tensors
         dy = dense(dy)
-        dx, dw, db = dnn_batch_normalization_grad(
-            x,
-            dy,
-            w,
-            mean,
-            invstd,
-            "spatial",
-            ctx.eps,
-            out=torch.empty_like(x),
-            stream=stream_of(dy),
-        )
-        return dx, to_torch(dw), to_torch(db), None, None, None
+        if dy.dtype != x.dtype:
+            dy = dy.to(x.dtype)
+        dx, dw, db = _bn_grad(x, dy, w, mean, invstd, ctx.eps)
+        return dx, dw, db, None, None, None
 
 
 class BNEvalFn(torch.autograd.Function):
@@ -79,9 +184,7 @@ class BNEvalFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w, b, mean, var, eps):
-        ready()
-        y = torch.empty_like(x)
-        dnn_batch_normalization_test(x, w, b, mean, var, "spatial", eps, out=y, stream=stream_of(x))
+        y = bn_eval_run(x, w, b, mean, var, eps)
         ctx.save_for_backward(x, w, mean, var)
         ctx.eps = eps
         return y
@@ -142,12 +245,18 @@ def bn_forward(m: nn.modules.batchnorm._BatchNorm, x: torch.Tensor, fallback: Ca
                 running = (rm.to(pdt).contiguous(), rv.to(pdt).contiguous())
             else:
                 running = (rm, rv)
-        y = BNTrainFn.apply(x, w, b, running, m.eps, factor)
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+            y = BNTrainFn.apply(x, w, b, running, m.eps, factor)
+        else:
+            y = bn_train_run(x, w, b, running, m.eps, factor)[0]
         if copy_back:
             rm.copy_(running[0])
             rv.copy_(running[1])
         return y
-    return BNEvalFn.apply(x, w, b, rm.to(pdt), rv.to(pdt), m.eps)
+    mean, var = rm.to(pdt), rv.to(pdt)
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        return BNEvalFn.apply(x, w, b, mean, var, m.eps)
+    return bn_eval_run(x, w, b, mean, var, m.eps)
 
 
 class _BatchNormRule(Converted):

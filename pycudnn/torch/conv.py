@@ -2,13 +2,14 @@
 ``dnn_gradinput`` / ``dnn_gradweight`` (their ``3d`` variants for ``Conv3d``), and the
 ``autograd.Function`` over them.
 
-The route is direct: ``Conv2d.forward`` -> :func:`conv_forward` -> :class:`ConvFn` ->
-``dnn_conv`` (``dnn_conv3d`` for 3-D), the output back to torch by ``to_torch``.
+The route: ``Conv2d.forward`` -> :func:`conv_forward` (autocast's casts) -> :class:`ConvFn` (no
+autograd node when no gradient is wanted) -> :func:`conv_run` -> the lean path (:mod:`._lean`):
+the call entry bound to the signature, or ``dnn_conv(x, w, bias=b, out=y)`` once to bind it. The
+output is a ``torch.empty`` in the input's memory format.
 """
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
@@ -23,65 +24,178 @@ from ..highlevel import (
     dnn_gradweight,
     dnn_gradweight3d,
 )
+from ..highlevel._call import snapshot
+from . import _lean
 from ._module import Converted, float_params
-from ._runtime import cuda_ok, dense, ready, stream_of, to_torch
+from ._runtime import autocast_dtype, cuda_ok, dense, like, ready, stream_of
 
-__all__ = ["FUSED_BIAS", "Conv1d", "Conv2d", "Conv3d", "ConvFn", "conv_forward", "conv_pad"]
+__all__ = [
+    "FUSED_BIAS",
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvFn",
+    "conv_forward",
+    "conv_pad",
+    "conv_run",
+]
 
-# dnn_conv fuses the bias into the convolution once it takes bias= (the fused-epilogue work)
-FUSED_BIAS = "bias" in inspect.signature(dnn_conv).parameters
+#: the bias is fused into the forward convolution (``dnn_conv(..., bias=)``)
+FUSED_BIAS = True
+# the lean path's tags of the three directions (a part of each signature)
+_FWD, _DGRAD, _WGRAD = "conv_fwd", "conv_dgrad", "conv_wgrad"
 
 
-def _options(pad: Any, stride: Any, dil: Any, groups: int, t: torch.Tensor) -> dict[str, Any]:
-    """The keyword arguments of the ``dnn_conv`` family for PyTorch's convolution (no flip), on
-    *t*'s stream."""
+def _options(pad: Any, stride: Any, dil: Any, groups: int, stream: int) -> dict[str, Any]:
+    """The keyword arguments of the ``dnn_conv`` family for PyTorch's convolution (no flip)."""
     return {
         "border_mode": pad,
         "subsample": stride,
         "dilation": dil,
         "conv_mode": "cross",
         "num_groups": groups,
-        "stream": stream_of(t),
+        "stream": stream,
     }
 
 
+def _out_shape(x: torch.Tensor, w: torch.Tensor, cfg: tuple) -> tuple[int, ...]:
+    _, pad, stride, dil, _ = cfg
+    spatial = (
+        (n + 2 * p - d * (k - 1) - 1) // s + 1
+        for n, k, p, s, d in zip(x.shape[2:], w.shape[2:], pad, stride, dil, strict=True)
+    )
+    return (x.shape[0], w.shape[0], *spatial)
+
+
+def _forward_slow(x, w, b, cfg, y, s) -> None:
+    nd, pad, stride, dil, groups = cfg
+    fwd = dnn_conv if nd == 2 else dnn_conv3d
+    if b is None:
+        fwd(x, w, out=y, **_options(pad, stride, dil, groups, s))
+    else:
+        fwd(x, w, bias=b, out=y, **_options(pad, stride, dil, groups, s))
+
+
+def _dgrad_slow(w, dy, cfg, dx, s) -> None:
+    nd, pad, stride, dil, groups = cfg
+    gradinput = dnn_gradinput if nd == 2 else dnn_gradinput3d
+    gradinput(w, dy, tuple(dx.shape), out=dx, **_options(pad, stride, dil, groups, s))
+
+
+def _wgrad_slow(x, dy, cfg, dw, s) -> None:
+    nd, pad, stride, dil, groups = cfg
+    gradweight = dnn_gradweight if nd == 2 else dnn_gradweight3d
+    gradweight(x, dy, tuple(dw.shape), out=dw, **_options(pad, stride, dil, groups, s))
+
+
+def conv_run(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, cfg: tuple) -> torch.Tensor:
+    """The convolution of dense *x* with *w* (plus *b*, fused), *cfg* ``(nd, pad, stride,
+    dilation, groups)``, into a new tensor in *x*'s memory format, on the lean path
+    (:mod:`._lean`): the entry bound to this signature, or ``dnn_conv`` once."""
+    y = like(_out_shape(x, w, cfg), x)
+    px, pw, py = x.data_ptr(), w.data_ptr(), y.data_ptr()
+    s = stream_of(x)
+    key = (
+        _FWD,
+        cfg,
+        x.shape,
+        x.stride(),
+        x.dtype,
+        x.get_device(),
+        px & 15,
+        w.shape,
+        w.stride(),
+        w.dtype,
+        pw & 15,
+        y.stride(),
+        py & 15,
+        snapshot(),
+    )
+    if b is None:
+        _lean.run(key, (px, pw, py), s, _forward_slow, x, w, None, cfg, y, s)
+    else:
+        pb = b.data_ptr()
+        key += (b.shape, b.stride(), b.dtype, pb & 15)
+        _lean.run(key, (px, pw, pb, py), s, _forward_slow, x, w, b, cfg, y, s)
+    return y
+
+
+def _dgrad(w: torch.Tensor, dy: torch.Tensor, x: torch.Tensor, cfg: tuple) -> torch.Tensor:
+    dx = torch.empty_like(x)
+    pw, pdy, pdx = w.data_ptr(), dy.data_ptr(), dx.data_ptr()
+    s = stream_of(dy)
+    key = (
+        _DGRAD,
+        cfg,
+        w.shape,
+        w.stride(),
+        w.dtype,
+        w.get_device(),
+        pw & 15,
+        dy.shape,
+        dy.stride(),
+        dy.dtype,
+        pdy & 15,
+        dx.shape,
+        dx.stride(),
+        pdx & 15,
+        snapshot(),
+    )
+    _lean.run(key, (pw, pdy, pdx), s, _dgrad_slow, w, dy, cfg, dx, s)
+    return dx
+
+
+def _wgrad(x: torch.Tensor, dy: torch.Tensor, w: torch.Tensor, cfg: tuple) -> torch.Tensor:
+    dw = torch.empty_like(w)
+    px, pdy, pdw = x.data_ptr(), dy.data_ptr(), dw.data_ptr()
+    s = stream_of(dy)
+    key = (
+        _WGRAD,
+        cfg,
+        x.shape,
+        x.stride(),
+        x.dtype,
+        x.get_device(),
+        px & 15,
+        dy.shape,
+        dy.stride(),
+        dy.dtype,
+        pdy & 15,
+        dw.shape,
+        dw.stride(),
+        pdw & 15,
+        snapshot(),
+    )
+    _lean.run(key, (px, pdy, pdw), s, _wgrad_slow, x, dy, cfg, dw, s)
+    return dw
+
+
 class ConvFn(torch.autograd.Function):
-    """``dnn_conv`` (cross-correlation, PyTorch's convolution) with its two gradients, on 2-D
-    (*nd* 2) or 3-D (*nd* 3) inputs; the bias is fused when ``dnn_conv`` takes ``bias=``, its
-    gradient is ``dy`` summed over N and space."""
+    """``dnn_conv`` (cross-correlation, PyTorch's convolution) with its two gradients, on the
+    lean path; *cfg* is ``(nd, pad, stride, dilation, groups)`` with *nd* 2 or 3. The bias is
+    fused into the forward; its gradient is ``dy`` summed over N and space."""
 
     @staticmethod
-    def forward(ctx, x, w, b, nd, pad, stride, dil, groups):
-        ready()
-        fwd = dnn_conv if nd == 2 else dnn_conv3d
-        kw = _options(pad, stride, dil, groups, x)
-        if b is not None and FUSED_BIAS:
-            y = to_torch(fwd(x, w, bias=b, **kw))
-        else:
-            y = to_torch(fwd(x, w, **kw))
-            if b is not None:
-                y.add_(b.view((1, -1) + (1,) * nd))
+    def forward(ctx, x, w, b, cfg):
+        y = conv_run(x, w, b, cfg)
         ctx.save_for_backward(x, w)
-        ctx.cfg = (nd, pad, stride, dil, groups, b is not None)
+        ctx.cfg = cfg
+        ctx.has_bias = b is not None
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
-        nd, pad, stride, dil, groups, has_bias = ctx.cfg
+        cfg = ctx.cfg
         dy = dense(dy)
-        kw = _options(pad, stride, dil, groups, dy)
-        dx = dw = db = None
-        if ctx.needs_input_grad[0]:
-            gradinput = dnn_gradinput if nd == 2 else dnn_gradinput3d
-            dx = gradinput(w, dy, tuple(x.shape), out=torch.empty_like(x), **kw)
-        if ctx.needs_input_grad[1]:
-            gradweight = dnn_gradweight if nd == 2 else dnn_gradweight3d
-            dw = gradweight(x, dy, tuple(w.shape), out=torch.empty_like(w), **kw)
-        if has_bias and ctx.needs_input_grad[2]:
-            db = dy.sum(dim=(0, *range(2, 2 + nd)))
-        return dx, dw, db, None, None, None, None, None
+        need = ctx.needs_input_grad
+        dx = _dgrad(w, dy, x, cfg) if need[0] else None
+        dw = _wgrad(x, dy, w, cfg) if need[1] else None
+        db = None
+        if ctx.has_bias and need[2]:
+            db = dy.sum(dim=(0, *range(2, dy.dim())))
+        return dx, dw, db, None
 
 
 def conv_pad(m: nn.modules.conv._ConvNd, nd: int) -> tuple[int, ...] | None:
@@ -97,22 +211,41 @@ def conv_pad(m: nn.modules.conv._ConvNd, nd: int) -> tuple[int, ...] | None:
     return tuple(pad)
 
 
+def _grad_wanted(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> bool:
+    return torch.is_grad_enabled() and (
+        x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
+    )
+
+
 def conv_forward(m: nn.modules.conv._ConvNd, x: torch.Tensor, nd: int) -> torch.Tensor:
-    """*m*'s forward on cuDNN for CUDA inputs it takes, else torch's ``_conv_forward``."""
+    """*m*'s forward on cuDNN for CUDA inputs it takes, else torch's ``_conv_forward``.
+
+    Under ``torch.autocast`` the input, weight and bias are cast to the autocast dtype first
+    (torch's policy for convolutions); without a gradient to record no autograd node is made."""
     w, b = m.weight, m.bias
     pad = conv_pad(m, nd)
-    if pad is None or not cuda_ok(x) or x.dtype != w.dtype or m.padding_mode != "zeros":
+    if pad is None or not cuda_ok(x) or m.padding_mode != "zeros":
         return m._conv_forward(x, w, b)
+    dt = autocast_dtype()
+    if dt is not None and x.dtype != torch.float64:
+        x, w = x.to(dt), w.to(dt)
+        b = None if b is None else b.to(dt)
+    if x.dtype != w.dtype or (b is not None and b.dtype != w.dtype):
+        return m._conv_forward(x, w, b)
+    ready()
     unbatched = x.dim() == nd + 1
     if unbatched:
         x = x.unsqueeze(0)
     stride, dil = tuple(m.stride), tuple(m.dilation)
     if nd == 1:  # as a 2-D convolution over (N, C, 1, L)
-        x2, w2 = dense(x).unsqueeze(2), w.unsqueeze(2)
-        y = ConvFn.apply(x2, w2, b, 2, (0, *pad), (1, *stride), (1, *dil), m.groups)
-        y = y.squeeze(2)
+        x, w = dense(x).unsqueeze(2), w.unsqueeze(2)
+        cfg = (2, (0, *pad), (1, *stride), (1, *dil), m.groups)
     else:
-        y = ConvFn.apply(dense(x), w, b, nd, pad, stride, dil, m.groups)
+        x = dense(x)
+        cfg = (nd, pad, stride, dil, m.groups)
+    y = ConvFn.apply(x, w, b, cfg) if _grad_wanted(x, w, b) else conv_run(x, w, b, cfg)
+    if nd == 1:
+        y = y.squeeze(2)
     return y.squeeze(0) if unbatched else y
 
 

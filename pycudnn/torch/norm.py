@@ -100,8 +100,13 @@ def norm_forward(m: nn.Module, x: torch.Tensor, rms: bool, fallback: Callable) -
     eps = m.eps  # type: ignore[attr-defined]
     if not cuda_ok(x, NORM_FLOATS) or x.dim() <= len(ns) or x.numel() == 0:
         return fallback(x)
-    if autocast_dtype() is not None:  # autocast's own casting rules for norms: torch's
-        return fallback(x)
+    if autocast_dtype() is not None:
+        if rms:  # autocast's own rule for RMS norm: torch's
+            return fallback(x)
+        # layer norm is on autocast's float32 list: computed in float32, as torch does
+        x = x.float()
+        w = None if w is None else w.float()
+        b = None if b is None else b.float()
     if tuple(x.shape[x.dim() - len(ns) :]) != ns:
         return fallback(x)  # torch's error message
     if eps is None:  # RMSNorm's default: the input dtype's machine epsilon, as torch
@@ -138,8 +143,8 @@ class LayerNorm(_NormRule, nn.LayerNorm):
 
     Float16, bfloat16 and float32 inputs, the parameters in the input's dtype or float32 (the
     output in the input's dtype, as torch's); cuDNN's inference phase (no statistics kept) when
-    no gradient is wanted. Other inputs (CPU, float64) and autocast regions run torch's
-    ``forward``.
+    no gradient is wanted; inside ``torch.autocast`` in float32 (autocast's rule for layer norm).
+    Other inputs (CPU, float64) run torch's ``forward``.
     """
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:

@@ -11,46 +11,117 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_pool, dnn_pool_grad
+from ..highlevel._call import snapshot
+from . import _lean
 from ._module import Converted
-from ._runtime import as_tuple, cuda_ok, dense, ready, stream_of, to_torch
+from ._runtime import as_tuple, cuda_ok, dense, like, ready, stream_of
 
-__all__ = ["AvgPool2d", "AvgPool3d", "MaxPool2d", "MaxPool3d", "PoolFn", "pool_forward"]
+__all__ = [
+    "AvgPool2d",
+    "AvgPool3d",
+    "MaxPool2d",
+    "MaxPool3d",
+    "PoolFn",
+    "pool_forward",
+    "pool_run",
+]
+
+_FWD, _BWD = "pool_fwd", "pool_bwd"  # the lean path's tags (a part of each signature)
+
+
+def _forward_slow(x, cfg, y, s) -> None:
+    ws, stride, pad, mode = cfg
+    dnn_pool(x, ws, stride, mode, pad, out=y, stream=s)
+
+
+def _backward_slow(x, y, dy, cfg, dx, s) -> None:
+    ws, stride, pad, mode = cfg
+    dnn_pool_grad(x, y, dy, ws, stride, mode, pad, img_grad=dx, stream=s)
+
+
+def pool_run(x: torch.Tensor, cfg: tuple) -> torch.Tensor:
+    """Pool dense *x* (*cfg* ``(window, stride, pad, mode)``) into a new tensor in *x*'s memory
+    format, on the lean path (:mod:`._lean`)."""
+    ws, stride, pad, _ = cfg
+    spatial = (
+        (n + 2 * p - k) // s + 1 for n, k, s, p in zip(x.shape[2:], ws, stride, pad, strict=True)
+    )
+    y = like((x.shape[0], x.shape[1], *spatial), x)
+    px, py = x.data_ptr(), y.data_ptr()
+    s = stream_of(x)
+    key = (
+        _FWD,
+        cfg,
+        x.shape,
+        x.stride(),
+        x.dtype,
+        x.get_device(),
+        px & 15,
+        y.stride(),
+        py & 15,
+        snapshot(),
+    )
+    _lean.run(key, (px, py), s, _forward_slow, x, cfg, y, s)
+    return y
 
 
 class PoolFn(torch.autograd.Function):
-    """``dnn_pool`` / ``dnn_pool_grad``."""
+    """``dnn_pool`` / ``dnn_pool_grad`` on the lean path; *cfg* is ``(window, stride, pad,
+    mode)``."""
 
     @staticmethod
-    def forward(ctx, x, ws, stride, pad, mode):
-        ready()
-        y = to_torch(dnn_pool(x, ws, stride, mode, pad, stream=stream_of(x)))
+    def forward(ctx, x, cfg):
+        y = pool_run(x, cfg)
         ctx.save_for_backward(x, y)
-        ctx.cfg = (ws, stride, pad, mode)
+        ctx.cfg = cfg
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         x, y = ctx.saved_tensors
-        ws, stride, pad, mode = ctx.cfg
+        cfg = ctx.cfg
         dy = dense(dy)
-        dx = dnn_pool_grad(
-            x, y, dy, ws, stride, mode, pad, img_grad=torch.empty_like(x), stream=stream_of(dy)
+        dx = torch.empty_like(x)
+        px, py, pdy, pdx = x.data_ptr(), y.data_ptr(), dy.data_ptr(), dx.data_ptr()
+        s = stream_of(dy)
+        key = (
+            _BWD,
+            cfg,
+            x.shape,
+            x.stride(),
+            x.dtype,
+            x.get_device(),
+            px & 15,
+            y.stride(),
+            py & 15,
+            dy.stride(),
+            dy.dtype,
+            pdy & 15,
+            dx.stride(),
+            pdx & 15,
+            snapshot(),
         )
-        return dx, None, None, None, None
+        _lean.run(key, (px, py, pdy, pdx), s, _backward_slow, x, y, dy, cfg, dx, s)
+        return dx, None
 
 
 def pool_forward(m: nn.Module, x: torch.Tensor, nd: int, mode: str, fallback: Callable) -> Any:
-    """*m*'s forward on cuDNN for CUDA inputs it takes, else *fallback* (torch's)."""
+    """*m*'s forward on cuDNN for CUDA inputs it takes, else *fallback* (torch's). Pooling is
+    not on autocast's lists: it runs in the input's dtype, as torch's."""
     if not cuda_ok(x) or x.dim() not in (nd + 1, nd + 2):
         return fallback(x)
+    ready()
     ws = as_tuple(m.kernel_size, nd)  # type: ignore[attr-defined]
     stride = ws if not m.stride else as_tuple(m.stride, nd)  # type: ignore[attr-defined]
     pad = as_tuple(m.padding, nd)  # type: ignore[attr-defined]
     unbatched = x.dim() == nd + 1
     if unbatched:
         x = x.unsqueeze(0)
-    y = PoolFn.apply(dense(x), ws, stride, pad, mode)
+    x = dense(x)
+    cfg = (ws, stride, pad, mode)
+    grad = torch.is_grad_enabled() and x.requires_grad
+    y = PoolFn.apply(x, cfg) if grad else pool_run(x, cfg)
     return y.squeeze(0) if unbatched else y
 
 

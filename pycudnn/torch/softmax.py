@@ -12,7 +12,7 @@ from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_softmax, dnn_softmax_grad
 from ._module import Converted
-from ._runtime import cuda_ok, dense, ready, stream_of
+from ._runtime import HALVES, autocast_dtype, cuda_ok, dense, ready, stream_of
 
 __all__ = ["LogSoftmax", "Softmax", "SoftmaxFn", "softmax_forward"]
 
@@ -41,9 +41,12 @@ class SoftmaxFn(torch.autograd.Function):
 
 
 def softmax_forward(x: torch.Tensor, algo: str, fallback: Callable) -> Any:
-    """``dnn_softmax`` over dim 1 for CUDA inputs it takes, else *fallback* (torch's)."""
+    """``dnn_softmax`` over dim 1 for CUDA inputs it takes, else *fallback* (torch's). Under
+    ``torch.autocast`` a half input is computed in float32, as autocast runs softmax."""
     if not cuda_ok(x) or not 2 <= x.dim() <= 5:
         return fallback(x)
+    if x.dtype in HALVES and autocast_dtype() is not None:
+        x = x.float()
     return SoftmaxFn.apply(dense(x), algo)
 
 

@@ -149,12 +149,15 @@ def fake_bn_train(
     running_var,
     inplace_running,
     out,
+    out_mean=None,
+    out_invstd=None,
     **_,
 ):
     x, dims, f = inputs.to(gamma.dtype), _spatial(inputs), running_average_factor
     assert mode == "spatial" and gamma.dim() == 1
     mean, var = x.mean(dims), x.var(dims, unbiased=False)
     invstd = torch.rsqrt(var + epsilon)
+    mean, invstd = _out(out_mean, mean), _out(out_invstd, invstd)
     y = (x - _chan(mean, x)) * _chan(invstd * gamma, x) + _chan(beta, x)
     out = _out(out, y.to(inputs.dtype))
     if running_mean is None:
@@ -174,13 +177,15 @@ def fake_bn_test(inputs, gamma, beta, mean, var, mode, epsilon, out, **_):
 
 
 @_bound(hl.dnn_batch_normalization_grad)
-def fake_bn_grad(inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, **_):
+def fake_bn_grad(
+    inputs, dy, scale, x_mean, x_invstd, mode, epsilon, out, out_dscale=None, out_dbias=None, **_
+):
     x, d, dims = inputs.to(scale.dtype), dy.to(scale.dtype), _spatial(inputs)
     m = x.numel() // x.shape[1]
     xhat = (x - _chan(x_mean, x)) * _chan(x_invstd, x)
     dbias, dscale = d.sum(dims), (d * xhat).sum(dims)
     dx = _chan(scale * x_invstd / m, x) * (m * d - _chan(dbias, x) - xhat * _chan(dscale, x))
-    return _out(out, dx.to(inputs.dtype)), dscale, dbias
+    return _out(out, dx.to(inputs.dtype)), _out(out_dscale, dscale), _out(out_dbias, dbias)
 
 
 def _act(x, mode, coef):
