@@ -14,7 +14,8 @@ Design decisions
   ``convert(model, back=True)`` changes it back.
 * **autograd.Functions over the forward and backward functions**: ``dnn_conv`` /
   ``dnn_gradinput`` / ``dnn_gradweight`` (bias fused into ``dnn_conv`` when it takes
-  ``bias=``), ``dnn_pool`` / ``dnn_pool_grad``, the three batch-normalization calls,
+  ``bias=``), ``dnn_matmul`` (``Linear``: the bias fused, the gradients two more products
+  over strided views), ``dnn_pool`` / ``dnn_pool_grad``, the three batch-normalization calls,
   ``dnn_activation``, ``dnn_softmax``, ``dnn_dropout``, ``dnn_lrn``, ``dnn_layer_norm``,
   ``dnn_rms_norm`` and ``RNNBlock.apply`` / ``backward``, each with its ``_grad``; and
   :func:`scaled_dot_product_attention`, torch's function of that name (same signature) over
@@ -33,14 +34,17 @@ Design decisions
   ``LocalResponseNorm`` size, ...); ``convert(..., strict=True)`` raises ``ValueError`` instead,
   and constructing such a module directly from this namespace raises ``ValueError``.
 * **Inputs cuDNN cannot take run torch's own implementation**: CPU tensors, dtypes the operation
-  lacks (bfloat16 dropout, LRN and RNNs; integer types), ``PackedSequence`` RNN inputs, softmax
-  over a 1-D input. A converted model therefore still runs wherever the original ran.
+  lacks (bfloat16 dropout, LRN and RNNs; float32 ``Linear`` without
+  ``pycudnn.config.allow_tf32``, since cuDNN's float32 matmul is TF32; integer types),
+  ``PackedSequence`` RNN inputs, softmax over a 1-D input. A converted model therefore still
+  runs wherever the original ran.
 
 Internals
 ---------
 One module per layer family, each holding its ``autograd.Function``, its module classes and their
-rule for what cuDNN can run: :mod:`.conv`, :mod:`.pool`, :mod:`.batchnorm`, :mod:`.activation`,
-:mod:`.softmax`, :mod:`.dropout`, :mod:`.lrn`, :mod:`.norm`, :mod:`.rnn`, :mod:`.attention`.
+rule for what cuDNN can run: :mod:`.conv`, :mod:`.linear`, :mod:`.pool`, :mod:`.batchnorm`,
+:mod:`.activation`, :mod:`.softmax`, :mod:`.dropout`, :mod:`.lrn`, :mod:`.norm`, :mod:`.rnn`,
+:mod:`.attention`.
 :mod:`._convert` asks those classes (private: a submodule named ``convert`` would be bound over
 the function :func:`convert` once imported); :mod:`._runtime` holds torch's stream and memory.
 The public names are declared once, in ``__init__.pyi``.

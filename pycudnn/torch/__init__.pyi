@@ -29,6 +29,7 @@ from ._convert import (
     unsupported_reason as unsupported_reason,
 )
 from .dropout import Dropout as Dropout
+from .linear import Linear as Linear
 from .lrn import LocalResponseNorm as LocalResponseNorm
 from .norm import LayerNorm as LayerNorm, RMSNorm as RMSNorm
 from .pool import (

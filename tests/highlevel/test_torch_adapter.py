@@ -134,6 +134,7 @@ def _twins():
         (nn.LSTM, (4, 6), {"proj_size": 3, "bidirectional": True}),
         (nn.GRU, (4, 6, 2), {"dropout": 0.1, "bias": False}),
         (nn.LayerNorm, ((8, 8),), {"eps": 1e-6, "bias": False}),
+        (nn.Linear, (8, 5), {}),
     ] + ([(nn.RMSNorm, (8,), {})] if hasattr(nn, "RMSNorm") else [])  # torch >= 2.4
 
 
@@ -184,7 +185,7 @@ def test_convert_swaps_classes_in_place_and_back():
     after = dict(model.named_modules())
     assert all(after[k] is before[k] for k in before)  # the same objects
     assert type(model[0]) is pt.Conv2d and type(model[4][1]) is pt.Tanh
-    assert type(model[5]) is nn.Flatten and type(model[6]) is nn.Linear
+    assert type(model[5]) is nn.Flatten and type(model[6]) is pt.Linear
     assert {k: v.data_ptr() for k, v in model.state_dict().items()} == params
     model(torch.randn(2, 1, 8, 8))  # CPU: torch's own implementation, hooks still run
     assert hook_calls == [1]
@@ -263,7 +264,7 @@ def test_unsupported_dtypes_stay_torch_modules():
             warnings.simplefilter("always")
             pt.convert(m)
         assert type(m) in (nn.LSTM, nn.Conv2d) and w
-    assert pt.unsupported_reason(nn.Linear(1, 1)).endswith("is not a module pycudnn.torch converts")
+    assert pt.unsupported_reason(nn.Identity()).endswith("is not a module pycudnn.torch converts")
 
 
 def test_cpu_tensors_run_torchs_implementation():

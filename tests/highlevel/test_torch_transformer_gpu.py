@@ -357,7 +357,7 @@ def test_convert_swaps_the_norms_and_back():
     model = nn.Sequential(*mods).to(DEV)
     keys = list(model.state_dict())
     pt.convert(model)
-    assert type(model[0]) is pt.LayerNorm and type(model[1]) is nn.Linear
+    assert type(model[0]) is pt.LayerNorm and type(model[1]) is pt.Linear
     if HAS_RMSNORM:
         assert type(model[2]) is pt.RMSNorm
     assert list(model.state_dict()) == keys

@@ -1,0 +1,141 @@
+"""Fully connected layers (imports torch): ``Linear`` on ``dnn_matmul`` (the bias fused into the
+product's graph), and the ``autograd.Function`` over it.
+
+The route: ``Linear.forward`` -> :func:`linear_forward` -> :class:`LinearFn` -> ``dnn_matmul``,
+written into a ``torch.empty`` output; the backward is two more ``dnn_matmul`` calls (the
+transposed operands are strided views, not copies) and a sum for the bias.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+from torch.nn import functional as F
+
+from .._config import config
+from ..highlevel import dnn_matmul
+from ._module import Converted, float_params
+from ._runtime import HALVES, NORM_FLOATS, autocast_dtype, cuda_ok, ready, stream_of
+
+__all__ = ["Linear", "LinearFn", "linear_forward"]
+
+_TF32 = (*HALVES, torch.float32)
+
+
+def _matrix(t: torch.Tensor) -> torch.Tensor:
+    """2-D *t* as cuDNN's matmul reads it: rows or columns packed with a pitch (a transposed
+    view is one), else a contiguous copy (expanded gradients' zero strides included)."""
+    (m, n), (s0, s1) = t.shape, t.stride()
+    if (s1 == 1 and s0 >= max(n, 1)) or (s0 == 1 and s1 >= max(m, 1)):
+        return t
+    return t.contiguous()
+
+
+class LinearFn(torch.autograd.Function):
+    """``y = x @ w.T + b`` on ``dnn_matmul`` (bias fused) for *x* of any leading dims, with
+    ``dx = dy @ w``, ``dw = dy.T @ x`` (``dnn_matmul`` on a transposed view) and ``db = dy``
+    summed over the rows; *b* may be None."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ready()
+        n, k = w.shape
+        x2 = _matrix(x.reshape(-1, k))  # a view where the leading dims allow one
+        y = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
+        dnn_matmul(x2, _matrix(w).t(), bias=b, out=y.view(-1, n), stream=stream_of(x))
+        ctx.save_for_backward(x2, w)
+        ctx.x_shape = x.shape
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x2, w = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        dy2 = _matrix(dy.reshape(-1, w.shape[0]))
+        stream = stream_of(dy)
+        dx = dw = db = None
+        # float32 reached the forward only with allow_tf32; the backward keeps that choice
+        # (autograd may run it on another thread, which the caller's config.override misses)
+        tf32 = dy.dtype == torch.float32
+        with config.override(allow_tf32=True) if tf32 else contextlib.nullcontext():
+            if need[0]:
+                dx = torch.empty(ctx.x_shape, dtype=dy.dtype, device=dy.device)
+                dnn_matmul(dy2, _matrix(w), out=dx.view(-1, w.shape[1]), stream=stream)
+            if need[1]:
+                dw = torch.empty(w.shape, dtype=dy.dtype, device=dy.device)
+                dnn_matmul(dy2.t(), x2, out=dw, stream=stream)
+        if need[2]:
+            # dtype given: a backward run inside an autocast region would otherwise sum in float32
+            db = dy2.sum(0, dtype=dy2.dtype)
+        return dx, dw, db
+
+
+def _native(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, dtypes: tuple) -> bool:
+    """*x*, *w* and *b* are CUDA tensors of one dtype in *dtypes* on one device, of shapes
+    ``F.linear`` takes and ``dnn_matmul`` runs (no empty operand)."""
+    if not (cuda_ok(x, dtypes) and cuda_ok(w, dtypes)) or x.dim() == 0 or x.numel() == 0:
+        return False
+    if w.dim() != 2 or w.numel() == 0 or x.shape[-1] != w.shape[1]:
+        return False  # torch's error message (or its empty result)
+    same = x.dtype == w.dtype and x.device == w.device
+    if b is not None:
+        same = same and cuda_ok(b, dtypes) and b.dtype == x.dtype and b.device == x.device
+        same = same and b.dim() == 1 and b.shape[0] == w.shape[0]
+    return same
+
+
+def _cast(t: torch.Tensor | None, dt: torch.dtype) -> torch.Tensor | None:
+    """*t* cast to *dt* where autocast would cast it for ``F.linear`` (a floating CUDA tensor,
+    float64 excepted); a differentiable ``.to``, so the gradient comes back in *t*'s dtype."""
+    return t.to(dt) if t is not None and cuda_ok(t, NORM_FLOATS) else t
+
+
+def linear_forward(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """*m*'s forward on cuDNN for CUDA inputs it takes, else ``F.linear``.
+
+    Inside ``torch.autocast('cuda')`` the operands are cast to autocast's dtype first, as
+    autocast casts ``F.linear``; the casts are part of the autograd graph, so the gradients come
+    back in the parameters' dtypes.
+    """
+    w, b = m.weight, m.bias
+    ac = autocast_dtype()
+    if ac is None:
+        if _native(x, w, b, _TF32 if config.snapshot().allow_tf32 else HALVES):
+            return LinearFn.apply(x, w, b)
+    elif ac in HALVES:
+        xc, wc, bc = (_cast(t, ac) for t in (x, w, b))
+        if _native(xc, wc, bc, (ac,)):
+            return LinearFn.apply(xc, wc, bc)
+    return F.linear(x, w, b)  # torch's (and, in an autocast region, autocast's) own rules
+
+
+class _LinearRule(Converted):
+    """The fully connected layer's rule: floating-point parameters."""
+
+    @classmethod
+    def unsupported(cls, module: nn.Module) -> str | None:
+        return float_params(module)
+
+
+class Linear(_LinearRule, nn.Linear):
+    """``torch.nn.Linear`` on ``dnn_matmul``: ``x @ weight.T + bias`` with the bias fused into
+    the product, any leading dims, and its gradients (``dx = dy @ weight``,
+    ``dweight = dy.T @ x``, ``dbias = dy`` summed over the rows).
+
+    float16 and bfloat16 inputs with parameters of the same dtype run on cuDNN. float32 runs on
+    cuDNN only with ``pycudnn.config.allow_tf32``: cuDNN's float32 matmul engines compute in
+    TF32 (10-bit mantissas), which torch does not use for float32 by default; without the flag
+    torch's ``F.linear`` runs, with torch's own precision. Inside ``torch.autocast('cuda')``
+    (float16 or bfloat16) the input and parameters are cast to autocast's dtype, as autocast
+    does for ``F.linear``, and the product runs on cuDNN in that dtype; the gradients come back
+    in the parameters' dtypes. float64, CPU tensors, mismatched dtypes or devices and empty
+    inputs run torch's ``F.linear``.
+    """
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As ``torch.nn.Linear.forward``."""
+        return linear_forward(self, input)
