@@ -45,6 +45,9 @@ def _options(pad: Any, stride: Any, dil: Any, groups: int, t: torch.Tensor) -> d
     }
 
 
+conv_options = _options  # public for the transposed convolutions (conv_transpose.py)
+
+
 class ConvFn(torch.autograd.Function):
     """``dnn_conv`` (cross-correlation, PyTorch's convolution) with its two gradients, on 2-D
     (*nd* 2) or 3-D (*nd* 3) inputs; the bias is fused when ``dnn_conv`` takes ``bias=``, its
