@@ -118,8 +118,8 @@ def conv_transpose_forward(
         return fallback(x, output_size)
     dt = autocast_dtype()  # the operands in autocast's dtype first (torch's rule for the op)
     xc, w, b = _autocast(x, dt), _autocast(m.weight, dt), _autocast(m.bias, dt)
-    if xc.dtype != w.dtype:
-        return fallback(x, output_size)
+    if xc.dtype != w.dtype or x.shape[-nd - 1] != w.shape[0]:
+        return fallback(x, output_size)  # torch's error
     pad, stride, dil, k = (list(v) for v in (m.padding, m.stride, m.dilation, m.kernel_size))
     opad = m._output_padding(x, output_size, stride, pad, k, nd, dil)
     spatial = tuple(

@@ -214,13 +214,14 @@ def test_conv_transpose_channels_last_output_and_no_weight_grad():
 
 def test_conv_transpose_falls_back_where_cudnn_cannot_run():
     """``output_padding`` not below its stride (torch pads past the last step), and what torch
-    refuses (a dtype other than the weight's, a wrong rank) run torch's forward."""
+    refuses (a dtype other than the weight's, a wrong rank or channel count) run torch's
+    forward."""
     torch.manual_seed(0)
     ref = nn.ConvTranspose2d(2, 3, 3, dilation=2, output_padding=1).double()
     mine = pt.convert(copy.deepcopy(ref))
     x = torch.randn(1, 2, 4, 4, dtype=torch.float64)
     torch.testing.assert_close(mine(x), ref(x))
-    for bad in (x.float(), x[0, 0]):  # torch's own errors
+    for bad in (x.float(), x[0, 0], x[:, :1]):  # torch's own errors
         with pytest.raises(RuntimeError):
             ref(bad)
         with pytest.raises(RuntimeError):
