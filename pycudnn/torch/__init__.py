@@ -14,10 +14,13 @@ Design decisions
   ``convert(model, back=True)`` changes it back.
 * **autograd.Functions over the forward and backward functions**: ``dnn_conv`` /
   ``dnn_gradinput`` / ``dnn_gradweight`` (bias fused into ``dnn_conv`` when it takes
-  ``bias=``), ``dnn_matmul`` (``Linear``: the bias fused, the gradients two more products
-  over strided views), ``dnn_pool`` / ``dnn_pool_grad``, the three batch-normalization calls,
+  ``bias=``), the same three for the transposed convolutions (``dnn_gradinput`` is their
+  forward), ``dnn_matmul`` (``Linear``: the bias fused, the gradients two more products over
+  strided views), ``dnn_pool`` / ``dnn_pool_grad``, the three batch-normalization calls,
   ``dnn_activation``, ``dnn_softmax``, ``dnn_dropout``, ``dnn_lrn``, ``dnn_layer_norm``,
-  ``dnn_rms_norm`` and ``RNNBlock.apply`` / ``backward``, each with its ``_grad``; and
+  ``dnn_rms_norm`` and ``RNNBlock.apply`` / ``backward``, each with its ``_grad``;
+  ``CrossEntropyLoss`` as ``dnn_softmax(algo='log')`` and the negative log-likelihood in one
+  function with its closed-form gradient; and
   :func:`scaled_dot_product_attention`, torch's function of that name (same signature) over
   ``dnn_sdpa`` / ``dnn_sdpa_grad``, falling back to torch's for what cuDNN's fused attention
   does not run (``attn_mask`` tensors, float32, other head dims, CPU tensors).
@@ -31,20 +34,21 @@ Design decisions
   without a copy.
 * **Unsupported configurations are left unconverted, with a warning** naming the module and the
   reason (``padding_mode='reflect'``, ``ceil_mode=True``, ``Softmax(dim=2)``, an even
-  ``LocalResponseNorm`` size, ...); ``convert(..., strict=True)`` raises ``ValueError`` instead,
-  and constructing such a module directly from this namespace raises ``ValueError``.
+  ``LocalResponseNorm`` size, ``CrossEntropyLoss(label_smoothing=0.1)``, ...);
+  ``convert(..., strict=True)`` raises ``ValueError`` instead, and constructing such a module
+  directly from this namespace raises ``ValueError``.
 * **Inputs cuDNN cannot take run torch's own implementation**: CPU tensors, dtypes the operation
   lacks (bfloat16 dropout, LRN and RNNs; float32 ``Linear`` without
   ``pycudnn.config.allow_tf32``, since cuDNN's float32 matmul is TF32; integer types),
-  ``PackedSequence`` RNN inputs, softmax over a 1-D input. A converted model therefore still
-  runs wherever the original ran.
+  ``PackedSequence`` RNN inputs, softmax over a 1-D input, probability targets of
+  ``CrossEntropyLoss``. A converted model therefore still runs wherever the original ran.
 
 Internals
 ---------
 One module per layer family, each holding its ``autograd.Function``, its module classes and their
 rule for what cuDNN can run: :mod:`.conv`, :mod:`.linear`, :mod:`.pool`, :mod:`.batchnorm`,
 :mod:`.activation`, :mod:`.softmax`, :mod:`.dropout`, :mod:`.lrn`, :mod:`.norm`, :mod:`.rnn`,
-:mod:`.attention`.
+:mod:`.attention`, :mod:`.conv_transpose`, :mod:`.loss`.
 :mod:`._convert` asks those classes (private: a submodule named ``convert`` would be bound over
 the function :func:`convert` once imported); :mod:`._runtime` holds torch's stream and memory.
 The public names are declared once, in ``__init__.pyi``.

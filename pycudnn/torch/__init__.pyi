@@ -23,6 +23,11 @@ from .batchnorm import (
     BatchNorm3d as BatchNorm3d,
 )
 from .conv import Conv1d as Conv1d, Conv2d as Conv2d, Conv3d as Conv3d
+from .conv_transpose import (
+    ConvTranspose1d as ConvTranspose1d,
+    ConvTranspose2d as ConvTranspose2d,
+    ConvTranspose3d as ConvTranspose3d,
+)
 from ._convert import (
     convert as convert,
     supported_modules as supported_modules,
@@ -30,6 +35,7 @@ from ._convert import (
 )
 from .dropout import Dropout as Dropout
 from .linear import Linear as Linear
+from .loss import CrossEntropyLoss as CrossEntropyLoss
 from .lrn import LocalResponseNorm as LocalResponseNorm
 from .norm import LayerNorm as LayerNorm, RMSNorm as RMSNorm
 from .pool import (

@@ -14,13 +14,39 @@ from collections.abc import Callable
 
 from torch import nn
 
-from . import activation, batchnorm, conv, dropout, linear, lrn, norm, pool, rnn, softmax
+from . import (
+    activation,
+    batchnorm,
+    conv,
+    conv_transpose,
+    dropout,
+    linear,
+    loss,
+    lrn,
+    norm,
+    pool,
+    rnn,
+    softmax,
+)
 from ._module import STATE, Converted
 
 __all__ = ["convert", "supported_modules", "unsupported_reason"]
 
 # the families whose module classes convert() swaps in, in the order supported_modules() lists them
-_FAMILIES = (conv, linear, pool, batchnorm, activation, softmax, dropout, lrn, rnn, norm)
+_FAMILIES = (
+    conv,
+    conv_transpose,
+    linear,
+    pool,
+    batchnorm,
+    activation,
+    softmax,
+    dropout,
+    lrn,
+    rnn,
+    norm,
+    loss,
+)
 # torch.nn class -> its pycudnn twin (RMSNorm only where torch.nn has it: before 2.4 the twin is a
 # stand-in that is no Converted)
 _CLASSES: dict[type[nn.Module], type[Converted]] = {

@@ -212,6 +212,7 @@ def bn_forward(m: nn.modules.batchnorm._BatchNorm, x: torch.Tensor, fallback: Ca
     m._check_input_dim(x)
     if not cuda_ok(x) or x.dim() > 5:
         return fallback(x)
+    ready()
     pdt = torch.float64 if x.dtype == torch.float64 else torch.float32
     c = x.shape[1]
     if m.affine:

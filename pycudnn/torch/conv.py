@@ -31,6 +31,7 @@ from ._runtime import autocast_dtype, cuda_ok, dense, like, ready, stream_of
 
 __all__ = [
     "FUSED_BIAS",
+    "conv_options",
     "Conv1d",
     "Conv2d",
     "Conv3d",
@@ -46,7 +47,7 @@ FUSED_BIAS = True
 _FWD, _DGRAD, _WGRAD = "conv_fwd", "conv_dgrad", "conv_wgrad"
 
 
-def _options(pad: Any, stride: Any, dil: Any, groups: int, stream: int) -> dict[str, Any]:
+def conv_options(pad: Any, stride: Any, dil: Any, groups: int, stream: int) -> dict[str, Any]:
     """The keyword arguments of the ``dnn_conv`` family for PyTorch's convolution (no flip)."""
     return {
         "border_mode": pad,
@@ -71,21 +72,21 @@ def _forward_slow(x, w, b, cfg, y, s) -> None:
     nd, pad, stride, dil, groups = cfg
     fwd = dnn_conv if nd == 2 else dnn_conv3d
     if b is None:
-        fwd(x, w, out=y, **_options(pad, stride, dil, groups, s))
+        fwd(x, w, out=y, **conv_options(pad, stride, dil, groups, s))
     else:
-        fwd(x, w, bias=b, out=y, **_options(pad, stride, dil, groups, s))
+        fwd(x, w, bias=b, out=y, **conv_options(pad, stride, dil, groups, s))
 
 
 def _dgrad_slow(w, dy, cfg, dx, s) -> None:
     nd, pad, stride, dil, groups = cfg
     gradinput = dnn_gradinput if nd == 2 else dnn_gradinput3d
-    gradinput(w, dy, tuple(dx.shape), out=dx, **_options(pad, stride, dil, groups, s))
+    gradinput(w, dy, tuple(dx.shape), out=dx, **conv_options(pad, stride, dil, groups, s))
 
 
 def _wgrad_slow(x, dy, cfg, dw, s) -> None:
     nd, pad, stride, dil, groups = cfg
     gradweight = dnn_gradweight if nd == 2 else dnn_gradweight3d
-    gradweight(x, dy, tuple(dw.shape), out=dw, **_options(pad, stride, dil, groups, s))
+    gradweight(x, dy, tuple(dw.shape), out=dw, **conv_options(pad, stride, dil, groups, s))
 
 
 def conv_run(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, cfg: tuple) -> torch.Tensor:

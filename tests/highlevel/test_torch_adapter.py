@@ -112,6 +112,9 @@ def _twins():
         (nn.Conv1d, (3, 4, 3), {"stride": 2, "padding": 1, "dilation": 1, "groups": 1}),
         (nn.Conv2d, (4, 6, 3), {"padding": "same", "groups": 2, "bias": False}),
         (nn.Conv3d, (2, 4, (1, 3, 3)), {"stride": (1, 2, 2), "padding": (0, 1, 1)}),
+        (nn.ConvTranspose1d, (3, 4, 3), {"stride": 2, "padding": 1, "output_padding": 1}),
+        (nn.ConvTranspose2d, (4, 6, 3), {"groups": 2, "dilation": 2, "bias": False}),
+        (nn.ConvTranspose3d, (2, 4, (1, 3, 3)), {"stride": (1, 2, 2), "padding": (0, 1, 1)}),
         (nn.MaxPool2d, (3,), {"stride": 2, "padding": 1}),
         (nn.MaxPool3d, (2,), {}),
         (nn.AvgPool2d, (3,), {"stride": 1, "padding": 1, "count_include_pad": False}),
@@ -135,6 +138,7 @@ def _twins():
         (nn.GRU, (4, 6, 2), {"dropout": 0.1, "bias": False}),
         (nn.LayerNorm, ((8, 8),), {"eps": 1e-6, "bias": False}),
         (nn.Linear, (8, 5), {}),
+        (nn.CrossEntropyLoss, (), {"ignore_index": 1, "reduction": "sum"}),
     ] + ([(nn.RMSNorm, (8,), {})] if hasattr(nn, "RMSNorm") else [])  # torch >= 2.4
 
 
@@ -233,6 +237,7 @@ UNSUPPORTED = [
     ("Dropout", (), {"p": 1.0}, "p=1.0"),
     ("LocalResponseNorm", (4,), {}, "size=4"),
     ("LocalResponseNorm", (5,), {"k": 0.0}, "k >= 1e-5"),
+    ("CrossEntropyLoss", (), {"label_smoothing": 0.1}, "label_smoothing=0.1"),
 ]
 
 
@@ -281,11 +286,11 @@ def test_cpu_tensors_run_torchs_implementation():
         assert type(mine) is pt.supported_modules()[base]
         if base in (nn.RNN, nn.LSTM, nn.GRU):
             inp = torch.randn(2, 5, 4)
-        elif base is nn.Conv1d:
+        elif base in (nn.Conv1d, nn.ConvTranspose1d):
             inp = torch.randn(2, 3, 9)
-        elif base in (nn.Conv3d, nn.MaxPool3d, nn.AvgPool3d, nn.BatchNorm3d):
+        elif base in (nn.Conv3d, nn.ConvTranspose3d, nn.MaxPool3d, nn.AvgPool3d, nn.BatchNorm3d):
             inp = torch.randn(2, x.shape[1] if base is not nn.BatchNorm3d else 5, 4, 6, 6)
-        elif base in (nn.Conv2d,):
+        elif base in (nn.Conv2d, nn.ConvTranspose2d):
             inp = torch.randn(2, 4, 6, 6)
         elif base in (nn.BatchNorm1d, nn.BatchNorm2d):
             inp = torch.randn(4, 5, 3, 3) if base is nn.BatchNorm2d else torch.randn(4, 5)
@@ -294,8 +299,9 @@ def test_cpu_tensors_run_torchs_implementation():
         if base in (nn.Dropout, nn.GRU):  # random masks: compare the deterministic mode
             ref.eval()
             mine.eval()
-        want = ref(inp.clone())
-        got = mine(inp.clone())
+        extra = (torch.randint(0, 2, (3, 8, 8)),) if base is nn.CrossEntropyLoss else ()
+        want = ref(inp.clone(), *extra)
+        got = mine(inp.clone(), *extra)
         flat_w = want if isinstance(want, torch.Tensor) else want[0]
         flat_g = got if isinstance(got, torch.Tensor) else got[0]
         torch.testing.assert_close(flat_g, flat_w, msg=base.__name__)
