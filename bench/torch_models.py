@@ -43,8 +43,10 @@ table and a line with the GPU, torch's and pycudnn's cuDNN versions; writes ever
 (planned to keep the whole run under about 4 minutes on an H100 or H200; most of it is warm-up:
 the first converted step of each model plans its convolutions). ``--smoke`` runs every case once
 on tiny shapes; on a machine without CUDA on CPU tensors, where the converted modules fall back
-to torch: a check of the script, not a measurement. Without torchvision a smoke run uses
-``bench/torch_resnet50.py``'s ResNet-50 and skips ResNet-18; other runs skip both.
+to torch: a check of the script, not a measurement. Without torchvision the ResNet cases are
+skipped, each with its reason; ``--own-resnet50`` (implied by ``--smoke``) then times
+``bench/torch_resnet50.py``'s ResNet-50 (torchvision's v1.5 architecture; the JSON's ``source``
+says which) and still skips ResNet-18.
 """
 
 from __future__ import annotations
@@ -146,6 +148,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="tiny shapes, one repetition, CPU too")
     p.add_argument("--only", default=None, help="CASE[,CASE]: groups or case-name prefixes")
     p.add_argument("--batch", type=int, default=None, help="training batch (default 64; smoke 2)")
+    p.add_argument(
+        "--own-resnet50",
+        action="store_true",
+        help="without torchvision, time bench/torch_resnet50.py's ResNet-50 (the same v1.5\n"
+        "architecture) instead of skipping it (--smoke implies it)",
+    )
     p.add_argument("--json", default=None, help="also write the results here")
     args = p.parse_args(argv)
     try:
@@ -157,6 +165,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.batch is None:
         args.batch = 2 if args.smoke else 64
     args.plan = "smoke" if args.smoke else "quick" if args.quick else "full"
+    args.own_resnet50 = args.own_resnet50 or args.smoke
     return args
 
 
@@ -211,13 +220,13 @@ def free(device: Any) -> None:
         torch.cuda.empty_cache()
 
 
-def make_model(arch: str, smoke: bool) -> tuple[Any, str]:
-    """torchvision's *arch* (``weights=None``) and where it came from; without torchvision a
-    smoke run takes bench/torch_resnet50.py's ResNet-50 (LookupError: no such model here)."""
+def make_model(arch: str, own: bool) -> tuple[Any, str]:
+    """torchvision's *arch* (``weights=None``) and where it came from; without torchvision, with
+    *own*, bench/torch_resnet50.py's ResNet-50 (LookupError: no such model here)."""
     try:
         import torchvision
     except ImportError:
-        if smoke and arch == "resnet50":
+        if own and arch == "resnet50":
             return rn.ResNet50(), "bench/torch_resnet50.py (torchvision absent)"
         raise LookupError("torchvision is not installed") from None
     return getattr(torchvision.models, arch)(weights=None), f"torchvision {torchvision.__version__}"
@@ -250,7 +259,7 @@ def train_case(arch: str, precision: str, args: argparse.Namespace, device: Any)
     """A training step of *arch* in *precision*, torch against converted."""
     plan = PLANS[args.plan]
     torch.manual_seed(0)
-    model, source = make_model(arch, args.smoke)
+    model, source = make_model(arch, args.own_resnet50)
     if precision == "bf16":
         ref, dtype, amp = rn.to_bf16_channels_last(model, device), torch.bfloat16, None
     else:
@@ -289,7 +298,7 @@ def infer_cases(args: argparse.Namespace, device: Any, cases: list[str]) -> list
     """ResNet-50 inference at each batch of *cases* (one model pair for all of them)."""
     plan = PLANS[args.plan]
     torch.manual_seed(0)
-    model, source = make_model("resnet50", args.smoke)
+    model, source = make_model("resnet50", args.own_resnet50)
     ref = rn.to_bf16_channels_last(model, device).eval()
     mine = pt.convert(copy.deepcopy(ref), strict=True)
     out = []
