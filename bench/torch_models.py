@@ -25,7 +25,8 @@ infer   ResNet-50 ``eval()`` under ``torch.no_grad()``, bf16 channels-last, batc
         Target <= 1.00x. Correctness: the logits' relative difference and top-1 agreement.
 lstm    a training step (forward, MSE loss, backward to the weights and the input) of the RNN
         configuration ``bench/ops.py`` measured on its own (``blstm-h512-fp32``: 2-layer
-        bidirectional ``nn.LSTM``, hidden 512, batch 32, 50 steps, float32, time-major).
+        bidirectional ``nn.LSTM``, hidden 512, batch 32, 50 steps, float32, time-major; torch's
+        TF32 off there and here, pycudnn's off by default).
 modules host microseconds per call of a torch module against its converted twin, on small
         tensors (batch 8, 28x28, bf16 channels-last) so that the GPU keeps up: the time to
         enqueue N calls (``time.perf_counter``, a synchronization only before and after the
@@ -340,7 +341,17 @@ def lstm_step(m: Any, x: Any, target: Any) -> Any:
 
 
 def lstm_case(args: argparse.Namespace, device: Any) -> dict:
-    """The LSTM training step, torch against converted."""
+    """The LSTM training step, torch against converted, with torch's TF32 off as bench/ops.py
+    had it (pycudnn's ``allow_tf32`` is off by default): both sides compute in float32."""
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        return lstm_measure(args, device) | {"torch_cudnn_tf32": False}
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+
+
+def lstm_measure(args: argparse.Namespace, device: Any) -> dict:
     plan = PLANS[args.plan]
     cfg = LSTM_SMOKE if args.smoke else LSTM
     h, dirs = cfg["hidden"], 2 if cfg["bidirectional"] else 1
@@ -578,6 +589,8 @@ def describe(args: argparse.Namespace, device: Any) -> dict[str, Any]:
         "pycudnn_cudnn": pycudnn.version(raises=False),
         "fused_conv_bias": FUSED_BIAS,
         "algorithms": "heuristics (torch.backends.cudnn.benchmark off, pycudnn's default)",
+        "torch_cudnn_tf32": torch.backends.cudnn.allow_tf32,  # the LSTM case turns it off
+        "pycudnn_tf32": pycudnn.config.allow_tf32,
         "plan": args.plan,
         **asdict(PLANS[args.plan]),
         "train_batch": args.batch,
