@@ -22,13 +22,16 @@ set (``--json PATH`` too).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -39,6 +42,7 @@ from torch import nn  # noqa: E402
 
 import pycudnn  # noqa: E402
 import pycudnn.torch as pt  # noqa: E402
+from bench.harness import alternate_many  # noqa: E402
 from pycudnn.torch import conv as _torch_autograd  # noqa: E402  (FUSED_BIAS: dnn_conv fuses the bias)
 
 
@@ -106,40 +110,107 @@ class ResNet50(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-def build(device: str) -> nn.Module:
-    """bfloat16 channels-last ResNet-50 with float32 batch-norm parameters and statistics."""
-    model = ResNet50().to(device, memory_format=torch.channels_last)
+def to_bf16_channels_last(model: nn.Module, device: str | torch.device) -> nn.Module:
+    """*model* on *device*, channels-last, its parameters bfloat16 except batch norms' (their
+    parameters and statistics stay float32: mixed precision's usual choice)."""
+    model = model.to(device, memory_format=torch.channels_last)
     for m in model.modules():
-        if not isinstance(m, nn.BatchNorm2d):
+        if not isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
             for p in m.parameters(recurse=False):
                 p.data = p.data.to(torch.bfloat16)
     return model
 
 
+def build(device: str) -> nn.Module:
+    """bfloat16 channels-last ResNet-50 with float32 batch-norm parameters and statistics."""
+    return to_bf16_channels_last(ResNet50(), device)
+
+
+def count_converted(model: nn.Module) -> int:
+    """How many modules of *model* are pycudnn.torch's."""
+    twins = set(pt.supported_modules().values())
+    return sum(type(m) in twins for m in model.modules())
+
+
 # ==================================================================================================
 # Timing
 # ==================================================================================================
-def step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def step(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: torch.dtype | None = None
+) -> torch.Tensor:
+    """One training step without optimizer: forward and loss (under ``torch.autocast`` to *amp*
+    when given), backward outside it."""
     model.zero_grad(set_to_none=True)
-    loss = nn.functional.cross_entropy(model(x).float(), y)
+    ctx = torch.autocast(x.device.type, amp) if amp is not None else contextlib.nullcontext()
+    with ctx:
+        loss = nn.functional.cross_entropy(model(x).float(), y)
     loss.backward()
     return loss
 
 
-def time_steps(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> float:
-    """Milliseconds per step over *n* steps between synchronizations."""
-    torch.cuda.synchronize()
+def sync(device: torch.device) -> None:
+    """Wait for *device*'s queued work (nothing to wait for on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_calls(fn: Callable[[], object], n: int, device: torch.device) -> float:
+    """Milliseconds per call of *fn* over *n* calls between synchronizations."""
+    sync(device)
     t0 = time.perf_counter()
     for _ in range(n):
-        step(model, x, y)
-    torch.cuda.synchronize()
+        fn()
+    sync(device)
     return (time.perf_counter() - t0) / n * 1e3
+
+
+def time_steps(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int, amp: torch.dtype | None = None
+) -> float:
+    """Milliseconds per step over *n* steps between synchronizations."""
+    return time_calls(lambda: step(model, x, y, amp), n, x.device)
 
 
 def rel_diff(got: torch.Tensor, want: torch.Tensor) -> float:
     """``max |got - want| / max |want|``."""
     want = want.float()
     return ((got.float() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+
+
+def rel_l2(xs: list[torch.Tensor], ys: list[torch.Tensor]) -> float:
+    """``||xs - ys|| / ||ys||`` over all the tensors as one vector."""
+    num = sum(float((a.float() - b.float()).square().sum()) for a, b in zip(xs, ys, strict=True))
+    den = sum(float(b.float().square().sum()) for b in ys)
+    return (num / max(den, 1e-30)) ** 0.5
+
+
+def compare_grads(
+    ref: nn.Module,
+    mine: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> dict[str, Any]:
+    """The gradients the last :func:`step` left in *ref* and in its converted twin *mine* (same
+    weights, same data): the largest per-tensor relative difference and its parameter, and the
+    relative L2 difference of the whole gradient (one norm: a parameter whose gradient is near
+    zero makes the per-tensor maximum large without the step being different). Then the noise
+    floor of the precision: each side's gradient against a float32 copy of *ref* stepped once on
+    the same data without autocast (a randomly initialised ResNet's bf16 step is chaotic: both
+    sides sit near that floor when they are right)."""
+    pairs = list(zip(mine.named_parameters(), ref.parameters(), strict=True))
+    gdiff, worst = max((rel_diff(a.grad, b.grad), n) for (n, a), b in pairs)
+    g_mine = [a.grad for (_n, a), _b in pairs]
+    g_ref = [b.grad for _p, b in pairs]
+    ref32 = copy.deepcopy(ref).float()
+    step(ref32, x.float(), y)
+    g32 = [p.grad for p in ref32.parameters()]
+    return {
+        "max_rel_grad_diff": gdiff,
+        "max_rel_grad_diff_param": worst,
+        "grad_rel_l2": rel_l2(g_mine, g_ref),
+        "grad_rel_l2_torch_vs_fp32": rel_l2(g_ref, g32),
+        "grad_rel_l2_pycudnn_vs_fp32": rel_l2(g_mine, g32),
+    }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -210,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = "cuda"
     ref = build(dev)
     mine = pt.convert(copy.deepcopy(ref), strict=True)
-    converted = sum(type(m) in set(pt.supported_modules().values()) for m in mine.modules())
+    converted = count_converted(mine)
     x = torch.randn(args.batch, 3, 224, 224, device=dev, dtype=torch.bfloat16)
     x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 1000, (args.batch,), device=dev)
@@ -223,33 +294,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.synchronize()
     warm = time.perf_counter() - t0
     loss_diff = abs(lr.item() - lm.item())
-    pairs = list(zip(mine.named_parameters(), ref.parameters(), strict=True))
-    gdiff, worst = max((rel_diff(a.grad, b.grad), n) for (n, a), b in pairs)
+    g = compare_grads(ref, mine, x, y)
+    gdiff, worst, gnorm = g["max_rel_grad_diff"], g["max_rel_grad_diff_param"], g["grad_rel_l2"]
+    floor, mine32 = g["grad_rel_l2_torch_vs_fp32"], g["grad_rel_l2_pycudnn_vs_fp32"]
 
-    # the whole gradient, one norm: a parameter whose gradient is near zero makes the per-tensor
-    # maximum large without the step being different
-    def l2(xs: list, ys: list) -> float:
-        num = sum(
-            float((a.float() - b.float()).square().sum()) for a, b in zip(xs, ys, strict=True)
-        )
-        den = sum(float(b.float().square().sum()) for b in ys)
-        return (num / max(den, 1e-30)) ** 0.5
-
-    gnorm = l2([a.grad for (_n, a), _b in pairs], [b.grad for _p, b in pairs])
-    # the noise floor of a bf16 step: torch's own bf16 gradient against a float32 copy's
-    ref32 = copy.deepcopy(ref).float()
-    step(ref32, x.float(), y)
-    g32 = [p.grad for p in ref32.parameters()]
-    floor = l2([b.grad for _p, b in pairs], g32)
-    mine32 = l2([a.grad for (_n, a), _b in pairs], g32)
-    del ref32, g32
-
-    times: dict[str, list[float]] = {"torch": [], "pycudnn": []}
-    models = {"torch": ref, "pycudnn": mine}
-    for r in range(reps):
-        order = ("torch", "pycudnn") if r % 2 == 0 else ("pycudnn", "torch")
-        for side in order:
-            times[side].append(time_steps(models[side], x, y, per))
+    # alternating, the order flipped every repetition
+    t_ref, t_mine = alternate_many(
+        [lambda: time_steps(ref, x, y, per), lambda: time_steps(mine, x, y, per)], reps
+    )
+    times = {"torch": t_ref, "pycudnn": t_mine}
     t_torch = statistics.median(times["torch"])
     t_mine = statistics.median(times["pycudnn"])
     ratio = t_mine / t_torch

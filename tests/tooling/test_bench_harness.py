@@ -940,3 +940,91 @@ def test_run_main_passes_only_and_no_frontend(tmp_path, monkeypatch, capsys) -> 
     )
     with pytest.raises(SystemExit):
         run.parse_args(["--only", "nope"])
+
+
+# -- bench/torch_models.py (issue 25): its command line and reports, without torch or a GPU ----
+
+
+def test_torch_models_help_and_bad_only_without_a_gpu() -> None:
+    script = str(ROOT / "bench" / "torch_models.py")
+    r = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert "issue 25" in r.stdout and "--smoke" in r.stdout and "--only" in r.stdout
+    r = subprocess.run(
+        [sys.executable, script, "--only", "train,nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "unknown --only item 'nope'" in r.stderr, r.stderr
+
+
+def test_torch_models_selection_and_defaults() -> None:
+    from bench import torch_models as tm
+
+    a = tm.parse_args(["--quick", "--only", "train-resnet18,infer"])
+    assert (a.plan, a.batch) == ("quick", 64)
+    assert [c for c in tm.CASE_IDS if tm.wanted(c, a.only)] == [
+        "train-resnet18-bf16",
+        "train-resnet18-autocast",
+        "infer-resnet50-b1",
+        "infer-resnet50-b8",
+        "infer-resnet50-b64",
+    ]
+    every = tm.parse_args([])
+    assert every.plan == "full" and all(tm.wanted(c, every.only) for c in tm.CASE_IDS)
+    assert every.own_resnet50 is False and tm.parse_args(["--own-resnet50"]).own_resnet50
+    smoke = tm.parse_args(["--smoke", "--only", "lstm"])
+    assert (smoke.plan, smoke.batch, smoke.own_resnet50) == ("smoke", 2, True)
+    assert [c for c in tm.CASE_IDS if tm.wanted(c, smoke.only)] == ["lstm"]
+    assert tm.parse_args(["--batch", "32"]).batch == 32
+    with pytest.raises(SystemExit):
+        tm.parse_args(["--batch", "0"])
+    with pytest.raises(ValueError, match="names no case"):
+        tm.parse_only(" , ")
+    # the plans: --quick cuts repetitions, not shapes; --smoke shrinks both
+    assert tm.PLANS["quick"].image == tm.PLANS["full"].image == 224
+    assert tm.PLANS["quick"].reps < tm.PLANS["full"].reps and tm.PLANS["smoke"].reps == 1
+    assert (tm.PLANS["full"].mod_batch, tm.PLANS["full"].mod_hw) == (8, 28)
+
+
+def test_torch_models_summary_lines_and_module_table() -> None:
+    from bench import torch_models as tm
+
+    case = {"case": "train-resnet50-bf16", "torch_median_ms": 22.5, "pycudnn_median_ms": 45.0}
+    assert tm.summary_line(case | {"ratio": 2.0}) == (
+        "train-resnet50-bf16: torch 22.50 ms pycudnn 45.00 ms ratio 2.000 (target <= 1.00: missed)"
+    )
+    assert tm.summary_line(case | {"ratio": 0.98}).endswith("ratio 0.980 (target <= 1.00: met)")
+    assert tm.summary_line(
+        {"case": "train-resnet18-bf16", "skipped": "torchvision is not installed"}
+    ) == ("train-resnet18-bf16: skipped (torchvision is not installed)")
+    assert (
+        tm.summary_line({"case": "lstm", "error": "RuntimeError: x"})
+        == "lstm: error (RuntimeError: x)"
+    )
+
+    def cell(t: float, p: float) -> dict[str, float]:
+        return {"torch_us": t, "pycudnn_us": p, "ratio": p / t}
+
+    rows = [
+        {"module": "Conv2d 3x3 64->64", "converted": True, "why": None}
+        | {"fwd": cell(10, 20), "fwd_grad": cell(10, 15), "bwd": cell(20, 20)},
+        {"module": "ReLU()", "converted": True, "why": None}
+        | {"fwd": cell(4, 4), "fwd_grad": cell(5, 5), "bwd": cell(10, 30)},
+        {"module": "Linear 2048->1000", "converted": False, "why": "not converted here"}
+        | {"fwd": cell(9, 9), "fwd_grad": cell(9, 9), "bwd": cell(9, 9)},
+    ]
+    table = tm.module_table(rows)
+    assert len(table) == 2 + len(rows)
+    assert "forward, no_grad" in table[0] and "backward" in table[0]
+    assert "  10.0 /    20.0   2.00" in table[2]
+    assert table[4].endswith("(not converted: not converted here)")
+    # the one-line form: median over the converted rows only
+    assert tm.modules_summary(rows) == (
+        "modules: host us/call pycudnn/torch, median over 2 converted: forward, no_grad 1.50, "
+        "forward, grad 1.25, backward 2.00"
+    )
+    assert tm.modules_summary(rows[2:]) == "modules: no converted module measured"
