@@ -9,6 +9,7 @@ transposed operands are strided views, not copies) and a sum for the bias.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import torch
 from torch import nn
@@ -17,12 +18,17 @@ from torch.nn import functional as F
 
 from .._config import config
 from ..highlevel import dnn_matmul
+from ..highlevel._call import snapshot
+from . import _lean
 from ._module import Converted, float_params
 from ._runtime import HALVES, NORM_FLOATS, autocast_dtype, cuda_ok, ready, stream_of
 
-__all__ = ["Linear", "LinearFn", "linear_forward"]
+__all__ = ["Linear", "LinearFn", "linear_forward", "linear_run", "matmul_run"]
 
 _TF32 = (*HALVES, torch.float32)
+
+
+_MM = "matmul"  # the lean path's tag
 
 
 def _matrix(t: torch.Tensor) -> torch.Tensor:
@@ -34,6 +40,50 @@ def _matrix(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
+def _mm_slow(a, b, bias, out, s) -> None:
+    dnn_matmul(a, b, bias=bias, out=out, stream=s)
+
+
+def _sig(t: torch.Tensor, p: int) -> tuple:
+    return (t.shape, t.stride(), p & 15)
+
+
+def matmul_run(
+    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor
+) -> None:
+    """``out = a @ b (+ bias)`` on the lean path (:mod:`._lean`): the entry bound to the operands'
+    signature, or ``dnn_matmul`` once to bind it."""
+    pa, pb, po = a.data_ptr(), b.data_ptr(), out.data_ptr()
+    s = stream_of(a)
+    key = (_MM, a.dtype, a.get_device(), _sig(a, pa), _sig(b, pb), _sig(out, po), snapshot())
+    if bias is None:
+        _lean.run(key, (pa, pb, po), s, _mm_slow, a, b, None, out, s)
+    else:
+        pbias = bias.data_ptr()
+        key += _sig(bias, pbias)
+        _lean.run(key, (pa, pb, pbias, po), s, _mm_slow, a, b, bias, out, s)
+
+
+def linear_run(x: torch.Tensor, w: torch.Tensor, b: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``y = x @ w.T + b`` (bias fused) for *x* of any leading dims; returns *y* and *x* as the
+    rows the product read (a view where the leading dims allow one)."""
+    ready()
+    n, k = w.shape
+    x2 = _matrix(x.reshape(-1, k))
+    y = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
+    matmul_run(x2, _matrix(w).t(), b, y.view(-1, n))
+    return y, x2
+
+
+def _apply(x: torch.Tensor, w: torch.Tensor, b: Any) -> torch.Tensor:
+    """:class:`LinearFn` when a gradient is wanted, else the product alone (no autograd node)."""
+    if torch.is_grad_enabled() and (
+        x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
+    ):
+        return LinearFn.apply(x, w, b)
+    return linear_run(x, w, b)[0]
+
+
 class LinearFn(torch.autograd.Function):
     """``y = x @ w.T + b`` on ``dnn_matmul`` (bias fused) for *x* of any leading dims, with
     ``dx = dy @ w``, ``dw = dy.T @ x`` (``dnn_matmul`` on a transposed view) and ``db = dy``
@@ -41,11 +91,7 @@ class LinearFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w, b):
-        ready()
-        n, k = w.shape
-        x2 = _matrix(x.reshape(-1, k))  # a view where the leading dims allow one
-        y = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
-        dnn_matmul(x2, _matrix(w).t(), bias=b, out=y.view(-1, n), stream=stream_of(x))
+        y, x2 = linear_run(x, w, b)
         ctx.save_for_backward(x2, w)
         ctx.x_shape = x.shape
         return y
@@ -56,7 +102,6 @@ class LinearFn(torch.autograd.Function):
         x2, w = ctx.saved_tensors
         need = ctx.needs_input_grad
         dy2 = _matrix(dy.reshape(-1, w.shape[0]))
-        stream = stream_of(dy)
         dx = dw = db = None
         # float32 reached the forward only with allow_tf32; the backward keeps that choice
         # (autograd may run it on another thread, which the caller's config.override misses)
@@ -64,10 +109,10 @@ class LinearFn(torch.autograd.Function):
         with config.override(allow_tf32=True) if tf32 else contextlib.nullcontext():
             if need[0]:
                 dx = torch.empty(ctx.x_shape, dtype=dy.dtype, device=dy.device)
-                dnn_matmul(dy2, _matrix(w), out=dx.view(-1, w.shape[1]), stream=stream)
+                matmul_run(dy2, _matrix(w), None, dx.view(-1, w.shape[1]))
             if need[1]:
                 dw = torch.empty(w.shape, dtype=dy.dtype, device=dy.device)
-                dnn_matmul(dy2.t(), x2, out=dw, stream=stream)
+                matmul_run(dy2.t(), x2, None, dw)
         if need[2]:
             # dtype given: a backward run inside an autocast region would otherwise sum in float32
             db = dy2.sum(0, dtype=dy2.dtype)
@@ -105,11 +150,11 @@ def linear_forward(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     ac = autocast_dtype()
     if ac is None:
         if _native(x, w, b, _TF32 if config.snapshot().allow_tf32 else HALVES):
-            return LinearFn.apply(x, w, b)
+            return _apply(x, w, b)
     elif ac in HALVES:
         xc, wc, bc = (_cast(t, ac) for t in (x, w, b))
         if _native(xc, wc, bc, (ac,)):
-            return LinearFn.apply(xc, wc, bc)
+            return _apply(xc, wc, bc)
     return F.linear(x, w, b)  # torch's (and, in an autocast region, autocast's) own rules
 
 
