@@ -35,8 +35,7 @@ modules host microseconds per call of a torch module against its converted twin,
         module alone = (forward with grad, then ``torch.autograd.grad(y, (x, *parameters), dy)``
         on the graph just built, no ``retain_graph``) minus the forward with grad. In-place
         modules get a fresh clone of the input each call (its cost, timed alone, is subtracted;
-        its backward node, a pass-through, stays in). ``Linear`` is not converted by
-        pycudnn.torch: its row shows the noise of the measurement.
+        its backward node, a pass-through, stays in).
 
 Prints one line per case at the end, ``case: torch X ms pycudnn Y ms ratio Z``, after the module
 table and a line with the GPU, torch's and pycudnn's cuDNN versions; writes everything to
