@@ -79,7 +79,6 @@ if torch is not None:
     import pycudnn
     import pycudnn.torch as pt
     from bench import torch_resnet50 as rn
-    from pycudnn.torch.conv import FUSED_BIAS
 
 GROUPS = ("train", "infer", "lstm", "modules")
 ARCHS = ("resnet50", "resnet18")
@@ -586,7 +585,7 @@ def describe(args: argparse.Namespace, device: Any) -> dict[str, Any]:
         "torch_cudnn": torch.backends.cudnn.version() if cuda else None,
         "pycudnn": pycudnn.__version__,
         "pycudnn_cudnn": pycudnn.version(raises=False),
-        "fused_conv_bias": FUSED_BIAS,
+        "fused_conv_bias": True,  # dnn_conv(..., bias=) since issue 13
         "algorithms": "heuristics (torch.backends.cudnn.benchmark off, pycudnn's default)",
         "torch_cudnn_tf32": torch.backends.cudnn.allow_tf32,  # the LSTM case turns it off
         "pycudnn_tf32": pycudnn.config.allow_tf32,

@@ -25,7 +25,7 @@ from .. import _cuda
 from ..graph import _plans
 from ..highlevel import _call
 
-__all__ = ["bound_count", "current_device", "run", "set_device_getter"]
+__all__ = ["bound_count", "current_device", "launch", "run", "set_device_getter"]
 
 _local = threading.local()
 #: the calling thread's current CUDA device (:mod:`._runtime` installs torch's own getter)
@@ -76,6 +76,20 @@ def run(
     entry = _call.take_last_entry()
     if entry is not None and entry.lean:
         store.put(key, entry)
+
+
+def launch(tag: Any, tensors: tuple, stream: int, slow: Callable[..., Any], *args: Any) -> None:
+    """:func:`run` with the signature read from *tensors*: the operands in the entry's pointer
+    order (the inputs', then the outputs', as the public function takes them). The key is *tag*
+    (the operation and the module's configuration), ``pycudnn.config``'s snapshot and each
+    tensor's shape, strides, dtype, device and pointer residue mod 16 (its alignment)."""
+    key: list[Any] = [tag, _call.snapshot()]
+    ptrs = []
+    for t in tensors:
+        p = t.data_ptr()
+        ptrs.append(p)
+        key.append((t.shape, t.stride(), t.dtype, t.get_device(), p & 15))
+    run(tuple(key), tuple(ptrs), stream, slow, *args)
 
 
 def bound_count() -> int:

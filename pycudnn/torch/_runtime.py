@@ -28,6 +28,7 @@ __all__ = [
     "autocast_dtype",
     "cuda_ok",
     "dense",
+    "format_of",
     "like",
     "no_broadcast",
     "ready",
@@ -200,14 +201,17 @@ def dense(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
+def format_of(t: torch.Tensor) -> torch.memory_format:
+    """The memory format of dense *t*: channels-last when it is not C-contiguous (4-D or 5-D; as
+    torch's convolution and pooling choose for their outputs), else C order."""
+    if t.is_contiguous() or t.dim() not in (4, 5):
+        return torch.contiguous_format
+    return torch.channels_last if t.dim() == 4 else torch.channels_last_3d
+
+
 def like(shape: tuple[int, ...], t: torch.Tensor) -> torch.Tensor:
-    """A new tensor of *shape* in dense *t*'s dtype, device and memory format: channels-last when
-    *t* is packed channels-last and not also C-contiguous (as torch's convolution and pooling
-    choose), else C order."""
-    if t.is_contiguous():
-        return torch.empty(shape, dtype=t.dtype, device=t.device)
-    fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
-    return torch.empty(shape, dtype=t.dtype, device=t.device, memory_format=fmt)
+    """A new tensor of *shape* (*t*'s rank) in dense *t*'s dtype, device and memory format."""
+    return torch.empty(shape, dtype=t.dtype, device=t.device, memory_format=format_of(t))
 
 
 def no_broadcast(t: torch.Tensor, unit_last: bool = False) -> torch.Tensor:

@@ -12,10 +12,9 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_activation, dnn_activation_grad
-from ..highlevel._call import snapshot
 from . import _lean
 from ._module import Converted
-from ._runtime import cuda_ok, dense, ready, stream_of
+from ._runtime import cuda_ok, dense, format_of, ready, stream_of
 
 __all__ = [
     "ELU",
@@ -49,23 +48,8 @@ def act_run(x: torch.Tensor, mode: str, coef: float, inplace: bool) -> torch.Ten
     """``dnn_activation`` of dense *x* into a new tensor in its memory format (or into *x*, with
     *inplace*), on the lean path (:mod:`._lean`)."""
     y = x if inplace else torch.empty_like(x)
-    px, py = x.data_ptr(), y.data_ptr()
     s = stream_of(x)
-    key = (
-        _FWD,
-        mode,
-        coef,
-        inplace,
-        x.shape,
-        x.stride(),
-        x.dtype,
-        x.get_device(),
-        px & 15,
-        y.stride(),
-        py & 15,
-        snapshot(),
-    )
-    _lean.run(key, (px, py), s, _forward_slow, x, mode, coef, y, s)
+    _lean.launch((_FWD, mode, coef, inplace), (x, y), s, _forward_slow, x, mode, coef, y, s)
     return y
 
 
@@ -116,33 +100,12 @@ class ActFn(torch.autograd.Function):
             return _torch_grad(mode, coef, x, y, dy), None, None, None
         dy = dense(dy)
         if dy.stride() != y.stride():  # cuDNN's activation backward takes one layout
-            dy = dy.contiguous(memory_format=_format_of(y))
+            dy = dy.contiguous(memory_format=format_of(y))
         dx = torch.empty_like(y)
-        py, pdy, px, pdx = y.data_ptr(), dy.data_ptr(), x.data_ptr(), dx.data_ptr()
         s = stream_of(dy)
-        key = (
-            _BWD,
-            mode,
-            coef,
-            y.shape,
-            y.stride(),
-            y.dtype,
-            y.get_device(),
-            py & 15,
-            pdy & 15,
-            x.stride(),
-            px & 15,
-            pdx & 15,
-            snapshot(),
-        )
-        _lean.run(key, (py, pdy, px, pdx), s, _backward_slow, y, dy, x, mode, coef, dx, s)
+        ops = (y, dy, x, dx)
+        _lean.launch((_BWD, mode, coef), ops, s, _backward_slow, y, dy, x, mode, coef, dx, s)
         return dx, None, None, None
-
-
-def _format_of(t: torch.Tensor) -> torch.memory_format:
-    if t.is_contiguous() or t.dim() not in (4, 5):
-        return torch.contiguous_format
-    return torch.channels_last if t.dim() == 4 else torch.channels_last_3d
 
 
 #: ``increment_version(tensor)``: torch's own, where it exists (2.1+)
@@ -161,7 +124,7 @@ def act_forward(x: torch.Tensor, mode: str, coef: float, inplace: bool, fallback
     inplace = inplace and mode in Y_ONLY
     if not inplace:
         x = dense(x)
-    elif not (x.is_contiguous() or x.is_contiguous(memory_format=_format_of(x))):
+    elif not (x.is_contiguous() or x.is_contiguous(memory_format=format_of(x))):
         return fallback(x)  # in place on a strided view: torch's
     if torch.is_grad_enabled() and (x.requires_grad or inplace):
         return ActFn.apply(x, mode, coef, inplace)  # in place: mark_dirty bumps the version

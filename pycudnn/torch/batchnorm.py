@@ -19,7 +19,6 @@ from ..highlevel import (
     dnn_batch_normalization_test,
     dnn_batch_normalization_train,
 )
-from ..highlevel._call import snapshot
 from . import _lean
 from ._module import Converted, float_params, state
 from ._runtime import cuda_ok, dense, ready, stream_of
@@ -69,89 +68,35 @@ def _grad_slow(x, dy, w, mean, invstd, eps, outs, s) -> None:
     )
 
 
-def _param_key(t: torch.Tensor, p: int) -> tuple:
-    return (t.shape, t.stride(), t.dtype, p & 15)
-
-
 def bn_train_run(x, w, b, running, eps, factor) -> tuple[torch.Tensor, ...]:
     """``dnn_batch_normalization_train`` of dense *x* (running averages, when given, updated in
     place) on the lean path: ``(y, mean, invstd)``, *y* in *x*'s memory format."""
-    y = torch.empty_like(x)
-    mean = torch.empty_like(w)
-    invstd = torch.empty_like(w)
-    px, pw, pb, py = x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr()
+    outs = (torch.empty_like(x), torch.empty_like(w), torch.empty_like(w))
+    y, mean, invstd = outs
     s = stream_of(x)
-    key = (
-        _TRAIN,
-        x.shape,
-        x.stride(),
-        x.dtype,
-        x.get_device(),
-        px & 15,
-        py & 15,
-        _param_key(w, pw),
-        _param_key(b, pb),
-        eps,
-        factor,
-        snapshot(),
+    ops = (x, w, b) if running is None else (x, w, b, *running)
+    tag = (_TRAIN, eps, factor)
+    _lean.launch(
+        tag, (*ops, mean, invstd, y), s, _train_slow, x, w, b, running, eps, factor, outs, s
     )
-    out_ptrs = (mean.data_ptr(), invstd.data_ptr(), py)
-    outs = (y, mean, invstd)
-    if running is None:
-        ptrs = (px, pw, pb, *out_ptrs)
-    else:
-        prm, prv = running[0].data_ptr(), running[1].data_ptr()
-        key += (_param_key(running[0], prm), _param_key(running[1], prv))
-        ptrs = (px, pw, pb, prm, prv, *out_ptrs)
-    _lean.run(key, ptrs, s, _train_slow, x, w, b, running, eps, factor, outs, s)
     return outs
 
 
 def bn_eval_run(x, w, b, mean, var, eps) -> torch.Tensor:
     """``dnn_batch_normalization_test`` of dense *x* on the lean path."""
     y = torch.empty_like(x)
-    px, pw, pb, pm, pv, py = (t.data_ptr() for t in (x, w, b, mean, var, y))
     s = stream_of(x)
-    key = (
-        _EVAL,
-        x.shape,
-        x.stride(),
-        x.dtype,
-        x.get_device(),
-        px & 15,
-        py & 15,
-        _param_key(w, pw),
-        _param_key(b, pb),
-        _param_key(mean, pm),
-        _param_key(var, pv),
-        eps,
-        snapshot(),
-    )
-    _lean.run(key, (px, pw, pb, pm, pv, py), s, _eval_slow, x, w, b, mean, var, eps, y, s)
+    ops = (x, w, b, mean, var, y)
+    _lean.launch((_EVAL, eps), ops, s, _eval_slow, x, w, b, mean, var, eps, y, s)
     return y
 
 
 def _bn_grad(x, dy, w, mean, invstd, eps) -> tuple[torch.Tensor, ...]:
-    dx = torch.empty_like(x)
-    dw = torch.empty_like(w)
-    db = torch.empty_like(w)
-    ptrs = tuple(t.data_ptr() for t in (x, dy, w, mean, invstd, dw, db, dx))
+    outs = (torch.empty_like(x), torch.empty_like(w), torch.empty_like(w))
+    dx, dw, db = outs
     s = stream_of(dy)
-    key = (
-        _GRAD,
-        x.shape,
-        x.stride(),
-        x.dtype,
-        x.get_device(),
-        dy.stride(),
-        dy.dtype,
-        w.dtype,
-        eps,
-        snapshot(),
-        tuple(p & 15 for p in ptrs),
-    )
-    outs = (dx, dw, db)
-    _lean.run(key, ptrs, s, _grad_slow, x, dy, w, mean, invstd, eps, outs, s)
+    ops = (x, dy, w, mean, invstd, dw, db, dx)
+    _lean.launch((_GRAD, eps), ops, s, _grad_slow, x, dy, w, mean, invstd, eps, outs, s)
     return outs
 
 

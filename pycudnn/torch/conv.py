@@ -24,13 +24,11 @@ from ..highlevel import (
     dnn_gradweight,
     dnn_gradweight3d,
 )
-from ..highlevel._call import snapshot
 from . import _lean
 from ._module import Converted, float_params
 from ._runtime import autocast_dtype, cuda_ok, dense, like, ready, stream_of
 
 __all__ = [
-    "FUSED_BIAS",
     "conv_options",
     "Conv1d",
     "Conv2d",
@@ -38,11 +36,12 @@ __all__ = [
     "ConvFn",
     "conv_forward",
     "conv_pad",
+    "conv_dgrad",
+    "conv_into",
     "conv_run",
+    "conv_wgrad",
 ]
 
-#: the bias is fused into the forward convolution (``dnn_conv(..., bias=)``)
-FUSED_BIAS = True
 # the lean path's tags of the three directions (a part of each signature)
 _FWD, _DGRAD, _WGRAD = "conv_fwd", "conv_dgrad", "conv_wgrad"
 
@@ -93,81 +92,33 @@ def conv_run(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, cfg: tupl
     """The convolution of dense *x* with *w* (plus *b*, fused), *cfg* ``(nd, pad, stride,
     dilation, groups)``, into a new tensor in *x*'s memory format, on the lean path
     (:mod:`._lean`): the entry bound to this signature, or ``dnn_conv`` once."""
-    y = like(_out_shape(x, w, cfg), x)
-    px, pw, py = x.data_ptr(), w.data_ptr(), y.data_ptr()
+    return conv_into(x, w, b, like(_out_shape(x, w, cfg), x), cfg)
+
+
+def conv_into(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, out: torch.Tensor, cfg: tuple
+) -> torch.Tensor:
+    """:func:`conv_run` into *out* (a transposed convolution's input gradient); returns it."""
     s = stream_of(x)
-    key = (
-        _FWD,
-        cfg,
-        x.shape,
-        x.stride(),
-        x.dtype,
-        x.get_device(),
-        px & 15,
-        w.shape,
-        w.stride(),
-        w.dtype,
-        pw & 15,
-        y.stride(),
-        py & 15,
-        snapshot(),
-    )
-    if b is None:
-        _lean.run(key, (px, pw, py), s, _forward_slow, x, w, None, cfg, y, s)
-    else:
-        pb = b.data_ptr()
-        key += (b.shape, b.stride(), b.dtype, pb & 15)
-        _lean.run(key, (px, pw, pb, py), s, _forward_slow, x, w, b, cfg, y, s)
-    return y
+    ops = (x, w, out) if b is None else (x, w, b, out)
+    _lean.launch((_FWD, cfg), ops, s, _forward_slow, x, w, b, cfg, out, s)
+    return out
 
 
-def _dgrad(w: torch.Tensor, dy: torch.Tensor, x: torch.Tensor, cfg: tuple) -> torch.Tensor:
-    dx = torch.empty_like(x)
-    pw, pdy, pdx = w.data_ptr(), dy.data_ptr(), dx.data_ptr()
+def conv_dgrad(w: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, cfg: tuple) -> torch.Tensor:
+    """The backward-data convolution of *dy* with *w* into *out* (whose shape is the image's;
+    a transposed convolution's forward), on the lean path; returns *out*."""
     s = stream_of(dy)
-    key = (
-        _DGRAD,
-        cfg,
-        w.shape,
-        w.stride(),
-        w.dtype,
-        w.get_device(),
-        pw & 15,
-        dy.shape,
-        dy.stride(),
-        dy.dtype,
-        pdy & 15,
-        dx.shape,
-        dx.stride(),
-        pdx & 15,
-        snapshot(),
-    )
-    _lean.run(key, (pw, pdy, pdx), s, _dgrad_slow, w, dy, cfg, dx, s)
-    return dx
+    _lean.launch((_DGRAD, cfg), (w, dy, out), s, _dgrad_slow, w, dy, cfg, out, s)
+    return out
 
 
-def _wgrad(x: torch.Tensor, dy: torch.Tensor, w: torch.Tensor, cfg: tuple) -> torch.Tensor:
+def conv_wgrad(x: torch.Tensor, dy: torch.Tensor, w: torch.Tensor, cfg: tuple) -> torch.Tensor:
+    """The backward-filter convolution of image *x* and gradient *dy* into a new tensor like
+    *w*, on the lean path."""
     dw = torch.empty_like(w)
-    px, pdy, pdw = x.data_ptr(), dy.data_ptr(), dw.data_ptr()
     s = stream_of(dy)
-    key = (
-        _WGRAD,
-        cfg,
-        x.shape,
-        x.stride(),
-        x.dtype,
-        x.get_device(),
-        px & 15,
-        dy.shape,
-        dy.stride(),
-        dy.dtype,
-        pdy & 15,
-        dw.shape,
-        dw.stride(),
-        pdw & 15,
-        snapshot(),
-    )
-    _lean.run(key, (px, pdy, pdw), s, _wgrad_slow, x, dy, cfg, dw, s)
+    _lean.launch((_WGRAD, cfg), (x, dy, dw), s, _wgrad_slow, x, dy, cfg, dw, s)
     return dw
 
 
@@ -191,8 +142,8 @@ class ConvFn(torch.autograd.Function):
         cfg = ctx.cfg
         dy = dense(dy)
         need = ctx.needs_input_grad
-        dx = _dgrad(w, dy, x, cfg) if need[0] else None
-        dw = _wgrad(x, dy, w, cfg) if need[1] else None
+        dx = conv_dgrad(w, dy, torch.empty_like(x), cfg) if need[0] else None
+        dw = conv_wgrad(x, dy, w, cfg) if need[1] else None
         db = None
         if ctx.has_bias and need[2]:
             db = dy.sum(dim=(0, *range(2, dy.dim())))

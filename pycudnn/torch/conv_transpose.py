@@ -22,17 +22,9 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from ..highlevel import (
-    dnn_conv,
-    dnn_conv3d,
-    dnn_gradinput,
-    dnn_gradinput3d,
-    dnn_gradweight,
-    dnn_gradweight3d,
-)
 from ._module import Converted, float_params
-from ._runtime import autocast_dtype, cuda_ok, dense, ready, stream_of
-from .conv import conv_options
+from ._runtime import autocast_dtype, cuda_ok, dense, ready
+from .conv import conv_dgrad, conv_into, conv_wgrad
 
 __all__ = [
     "ConvTranspose1d",
@@ -62,40 +54,38 @@ def _output(shape: tuple[int, ...], x: torch.Tensor, w: torch.Tensor) -> torch.T
 
 
 class ConvTransposeFn(torch.autograd.Function):
-    """``dnn_gradinput`` (the transposed convolution) with its two gradients, ``dnn_conv`` and
-    ``dnn_gradweight``, on 2-D (*nd* 2) or 3-D (*nd* 3) inputs; *y_shape* is the full output
-    shape (``output_padding`` included). The bias is added to the output; its gradient is
-    ``dy`` summed over N and space."""
+    """The transposed convolution: the backward-data convolution of *x* with *w* into the full
+    output shape *y_shape* (``output_padding`` included), with its two gradients, the forward
+    convolution of ``dy`` and the backward-filter convolution of ``dy`` (as the image) and *x*,
+    all on the convolutions' lean path; *cfg* is ``(nd, pad, stride, dilation, groups)`` with
+    *nd* 2 or 3. The bias is added to the output; its gradient is ``dy`` summed over N and
+    space."""
 
     @staticmethod
-    def forward(ctx, x, w, b, nd, y_shape, pad, stride, dil, groups):
+    def forward(ctx, x, w, b, y_shape, cfg):
         ready()
-        gradinput = dnn_gradinput if nd == 2 else dnn_gradinput3d
-        kw = conv_options(pad, stride, dil, groups, stream_of(x))
-        y = gradinput(w, x, y_shape, out=_output(y_shape, x, w), **kw)
+        y = conv_dgrad(w, x, _output(y_shape, x, w), cfg)
         if b is not None:
-            y.add_(b.view((1, -1) + (1,) * nd))
+            y.add_(b.view((1, -1) + (1,) * cfg[0]))
         ctx.save_for_backward(x, w)
-        ctx.cfg = (nd, pad, stride, dil, groups, b is not None)
+        ctx.cfg = cfg
+        ctx.has_bias = b is not None
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
-        nd, pad, stride, dil, groups, has_bias = ctx.cfg
+        cfg = ctx.cfg
         dy = dense(dy)
-        kw = conv_options(pad, stride, dil, groups, stream_of(dy))
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            conv = dnn_conv if nd == 2 else dnn_conv3d
-            dx = conv(dy, w, out=torch.empty_like(x), **kw)
+            dx = conv_into(dy, w, None, torch.empty_like(x), cfg)
         if ctx.needs_input_grad[1]:
-            gradweight = dnn_gradweight if nd == 2 else dnn_gradweight3d
-            dw = gradweight(dy, x, tuple(w.shape), out=torch.empty_like(w), **kw)
-        if has_bias and ctx.needs_input_grad[2]:
-            db = dy.sum(dim=(0, *range(2, 2 + nd)))
-        return dx, dw, db, None, None, None, None, None, None
+            dw = conv_wgrad(dy, x, w, cfg)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy.sum(dim=(0, *range(2, dy.dim())))
+        return dx, dw, db, None, None
 
 
 def _autocast(t: torch.Tensor | None, dt: torch.dtype | None) -> torch.Tensor | None:
@@ -137,10 +127,11 @@ def conv_transpose_forward(
     if nd == 1:  # as a 2-D transposed convolution over (N, C, 1, L)
         x2, w2 = dense(xc).unsqueeze(2), w.unsqueeze(2)
         y4 = (*y_shape[:2], 1, *spatial)
-        cfg = ((0, *pad), (1, *stride), (1, *dil), m.groups)
-        y = ConvTransposeFn.apply(x2, w2, b, 2, y4, *cfg).squeeze(2)
+        cfg = (2, (0, *pad), (1, *stride), (1, *dil), m.groups)
+        y = ConvTransposeFn.apply(x2, w2, b, y4, cfg).squeeze(2)
     else:
-        y = ConvTransposeFn.apply(dense(xc), w, b, nd, y_shape, pad, stride, dil, m.groups)
+        cfg = (nd, pad, stride, dil, m.groups)
+        y = ConvTransposeFn.apply(dense(xc), w, b, y_shape, cfg)
     return y.squeeze(0) if unbatched else y
 
 

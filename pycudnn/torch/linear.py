@@ -18,7 +18,6 @@ from torch.nn import functional as F
 
 from .._config import config
 from ..highlevel import dnn_matmul
-from ..highlevel._call import snapshot
 from . import _lean
 from ._module import Converted, float_params
 from ._runtime import HALVES, NORM_FLOATS, autocast_dtype, cuda_ok, ready, stream_of
@@ -44,24 +43,12 @@ def _mm_slow(a, b, bias, out, s) -> None:
     dnn_matmul(a, b, bias=bias, out=out, stream=s)
 
 
-def _sig(t: torch.Tensor, p: int) -> tuple:
-    return (t.shape, t.stride(), p & 15)
-
-
-def matmul_run(
-    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor
-) -> None:
+def matmul_run(a: torch.Tensor, b: torch.Tensor, bias: Any, out: torch.Tensor) -> None:
     """``out = a @ b (+ bias)`` on the lean path (:mod:`._lean`): the entry bound to the operands'
     signature, or ``dnn_matmul`` once to bind it."""
-    pa, pb, po = a.data_ptr(), b.data_ptr(), out.data_ptr()
     s = stream_of(a)
-    key = (_MM, a.dtype, a.get_device(), _sig(a, pa), _sig(b, pb), _sig(out, po), snapshot())
-    if bias is None:
-        _lean.run(key, (pa, pb, po), s, _mm_slow, a, b, None, out, s)
-    else:
-        pbias = bias.data_ptr()
-        key += _sig(bias, pbias)
-        _lean.run(key, (pa, pb, pbias, po), s, _mm_slow, a, b, bias, out, s)
+    ops = (a, b, out) if bias is None else (a, b, bias, out)
+    _lean.launch(_MM, ops, s, _mm_slow, a, b, bias, out, s)
 
 
 def linear_run(x: torch.Tensor, w: torch.Tensor, b: Any) -> tuple[torch.Tensor, torch.Tensor]:

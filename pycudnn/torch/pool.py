@@ -11,7 +11,6 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_pool, dnn_pool_grad
-from ..highlevel._call import snapshot
 from . import _lean
 from ._module import Converted
 from ._runtime import as_tuple, cuda_ok, dense, like, ready, stream_of
@@ -47,21 +46,8 @@ def pool_run(x: torch.Tensor, cfg: tuple) -> torch.Tensor:
         (n + 2 * p - k) // s + 1 for n, k, s, p in zip(x.shape[2:], ws, stride, pad, strict=True)
     )
     y = like((x.shape[0], x.shape[1], *spatial), x)
-    px, py = x.data_ptr(), y.data_ptr()
     s = stream_of(x)
-    key = (
-        _FWD,
-        cfg,
-        x.shape,
-        x.stride(),
-        x.dtype,
-        x.get_device(),
-        px & 15,
-        y.stride(),
-        py & 15,
-        snapshot(),
-    )
-    _lean.run(key, (px, py), s, _forward_slow, x, cfg, y, s)
+    _lean.launch((_FWD, cfg), (x, y), s, _forward_slow, x, cfg, y, s)
     return y
 
 
@@ -83,26 +69,8 @@ class PoolFn(torch.autograd.Function):
         cfg = ctx.cfg
         dy = dense(dy)
         dx = torch.empty_like(x)
-        px, py, pdy, pdx = x.data_ptr(), y.data_ptr(), dy.data_ptr(), dx.data_ptr()
         s = stream_of(dy)
-        key = (
-            _BWD,
-            cfg,
-            x.shape,
-            x.stride(),
-            x.dtype,
-            x.get_device(),
-            px & 15,
-            y.stride(),
-            py & 15,
-            dy.stride(),
-            dy.dtype,
-            pdy & 15,
-            dx.stride(),
-            pdx & 15,
-            snapshot(),
-        )
-        _lean.run(key, (px, py, pdy, pdx), s, _backward_slow, x, y, dy, cfg, dx, s)
+        _lean.launch((_BWD, cfg), (x, y, dy, dx), s, _backward_slow, x, y, dy, cfg, dx, s)
         return dx, None
 
 

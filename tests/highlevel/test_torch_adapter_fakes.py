@@ -451,8 +451,7 @@ MODULES = [
         "conv2d",
         lambda: nn.Conv2d(4, 6, 3, stride=2, padding="valid", groups=2),
         (2, 4, 9, 9),
-        ("dnn_conv", "dnn_gradinput", "dnn_gradweight")
-        + (("dnn_conv+bias",) if conv.FUSED_BIAS else ()),
+        ("dnn_conv", "dnn_gradinput", "dnn_gradweight", "dnn_conv+bias"),
     ),
     (
         "conv2d-same",

@@ -29,6 +29,8 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
+import torch_gpu  # noqa: E402  (tests/support)
+
 import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
 import pycudnn.torch as pt  # noqa: E402
 from pycudnn import memory  # noqa: E402
@@ -41,18 +43,8 @@ TOL = {torch.float16: 1e-2, torch.bfloat16: 4e-2, torch.float32: 2e-4, torch.flo
 
 @pytest.fixture(autouse=True)
 def _exact_math():
-    """TF32 off on torch's side (pycudnn computes float32 with FMA by default), torch's
-    allocator installed (the previous resource back afterwards), the handle back on the default
-    stream."""
-    old = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    resource = memory.allocator.memory_resource()
-    pt.use_torch_allocator()
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
-    memory.allocator.set_memory_resource(resource)
-    pycudnn.get_handle().set_stream(0)
+    with torch_gpu.exact_math():
+        yield
 
 
 def _close(got, want, dtype, what):

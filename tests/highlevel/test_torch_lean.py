@@ -157,3 +157,43 @@ def test_the_store_is_per_thread():
     t.start()
     t.join()
     assert seen == [0], "entries hold the thread's handle: another thread binds its own"
+
+
+class _Tensor:
+    """What launch reads of a tensor."""
+
+    def __init__(self, ptr, shape=(2, 3), strides=(3, 1), dtype="bf16", device=0):
+        self.ptr, self.shape, self.strides, self.dtype, self.device = (
+            ptr,
+            shape,
+            strides,
+            dtype,
+            device,
+        )
+
+    def data_ptr(self):
+        return self.ptr
+
+    def stride(self):
+        return self.strides
+
+    def get_device(self):
+        return self.device
+
+
+def test_launch_keys_on_every_tensor_property_and_passes_the_pointers_in_order():
+    public = _Public()
+    a, b = _Tensor(4096), _Tensor(8192)
+    _lean.launch(("op", 1), (a, b), 0, public)
+    _lean.launch(("op", 1), (_Tensor(512), _Tensor(1024)), 0, public)  # same signature
+    assert public.calls == 1 and public.entries[0].launched == [(512, 1024)]
+    for other in (
+        _Tensor(512, shape=(3, 3)),
+        _Tensor(512, strides=(1, 2)),
+        _Tensor(512, dtype="fp16"),
+        _Tensor(512, device=1),
+        _Tensor(514),  # another alignment
+    ):
+        _lean.launch(("op", 1), (other, b), 0, public)
+    _lean.launch(("op", 2), (a, b), 0, public)  # another configuration
+    assert public.calls == 7

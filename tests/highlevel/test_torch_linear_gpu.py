@@ -33,9 +33,10 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
+import torch_gpu  # noqa: E402  (tests/support)
+
 import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn import memory  # noqa: E402
 from pycudnn.torch import linear  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -48,18 +49,9 @@ TF32_TOL = 1e-2  # TF32 products (10-bit mantissas): max error over max |ref|
 
 @pytest.fixture(autouse=True)
 def _settings():
-    """TF32 off on torch's side and on pycudnn's, torch's allocator installed (the previous
-    resource back afterwards), the handle back on the default stream."""
-    old = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    resource = memory.allocator.memory_resource()
-    pt.use_torch_allocator()
-    with pycudnn.config.override(allow_tf32=False):
+    """TF32 off on torch's side and on pycudnn's (see ``torch_gpu.exact_math``)."""
+    with torch_gpu.exact_math(), pycudnn.config.override(allow_tf32=False):
         yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
-    memory.allocator.set_memory_resource(resource)
-    pycudnn.get_handle().set_stream(0)
 
 
 @pytest.fixture

@@ -22,9 +22,10 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
+import torch_gpu  # noqa: E402  (tests/support)
+
 import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn import memory  # noqa: E402
 from pycudnn.torch import _lean  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -35,15 +36,8 @@ TOL = {torch.float16: 1e-2, torch.bfloat16: 4e-2, torch.float32: 2e-4}
 
 @pytest.fixture(autouse=True)
 def _exact_math():
-    old = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    resource = memory.allocator.memory_resource()
-    pt.use_torch_allocator()
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
-    memory.allocator.set_memory_resource(resource)
-    pycudnn.get_handle().set_stream(0)
+    with torch_gpu.exact_math():
+        yield
 
 
 def _close(got, want, tol, what):

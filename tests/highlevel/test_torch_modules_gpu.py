@@ -24,10 +24,11 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
+import torch_gpu  # noqa: E402  (tests/support)
+
 import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn import memory  # noqa: E402
-from pycudnn.torch import conv_transpose, loss  # noqa: E402
+from pycudnn.torch import conv, conv_transpose, loss  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -39,25 +40,18 @@ DTYPE_IDS = ["fp32", "fp16", "bf16"]
 
 @pytest.fixture(autouse=True)
 def _exact_math():
-    """TF32 off on torch's side (pycudnn computes float32 with FMA by default), torch's
-    allocator installed (the previous resource back afterwards), the handle back on the default
-    stream."""
-    old = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    resource = memory.allocator.memory_resource()
-    pt.use_torch_allocator()
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
-    memory.allocator.set_memory_resource(resource)
-    pycudnn.get_handle().set_stream(0)
+    with torch_gpu.exact_math():
+        yield
 
 
 @pytest.fixture
 def spy(monkeypatch):
-    """The names of the pycudnn functions the two adapter modules called (the real ones run)."""
+    """The names of the pycudnn functions the adapter modules called (the real ones run; the
+    transposed convolutions call conv.py's). The caches are emptied first: a call whose
+    signature an earlier test bound is launched without the public function (the lean path)."""
+    pycudnn.clear_caches()
     calls: list[str] = []
-    for module in (conv_transpose, loss):
+    for module in (conv, conv_transpose, loss):
         for name in dir(module):
             real = getattr(module, name)
             if name.startswith("dnn_") and callable(real):

@@ -42,9 +42,9 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
+import torch_gpu  # noqa: E402  (tests/support)
+
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn import memory  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -57,17 +57,8 @@ HAS_RMSNORM = hasattr(nn, "RMSNorm")
 
 @pytest.fixture(autouse=True)
 def _exact_math():
-    """TF32 off on torch's side, torch's allocator installed (the previous resource back
-    afterwards), the handle back on the default stream."""
-    old = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    resource = memory.allocator.memory_resource()
-    pt.use_torch_allocator()
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
-    memory.allocator.set_memory_resource(resource)
-    pycudnn.get_handle().set_stream(0)
+    with torch_gpu.exact_math():
+        yield
 
 
 def _rel_l2(got, want):
