@@ -1028,3 +1028,43 @@ def test_torch_models_summary_lines_and_module_table() -> None:
         "forward, grad 1.25, backward 2.00"
     )
     assert tm.modules_summary(rows[2:]) == "modules: no converted module measured"
+
+
+# -- bench/torch_fusion.py (issue 26): its command line and summary lines, without a GPU --------
+
+
+def test_torch_fusion_help_and_bad_arguments() -> None:
+    script = str(ROOT / "bench" / "torch_fusion.py")
+    r = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert "issue 26" in r.stdout and "--modes" in r.stdout and "fuse=True" in r.stdout
+    for bad, says in ((["--only", "nope"], "unknown item 'nope'"), (["--modes", "max"], "'max'")):
+        r = subprocess.run(
+            [sys.executable, script, *bad], capture_output=True, text=True, timeout=120
+        )
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+
+
+def test_torch_fusion_selection_targets_and_summary() -> None:
+    from bench import torch_fusion as tf
+
+    a = tf.parse_args(["--quick", "--only", "fuse-infer,mm", "--modes", "reduce-overhead"])
+    assert (a.plan, a.modes) == ("quick", ("reduce-overhead",))
+    assert [c for c in tf.CASE_IDS if tf.wanted(c, a.only)] == [
+        "fuse-infer-b8",
+        "fuse-infer-b64",
+        *(f"mm-gelu-{m}x{n}x{k}" for m, n, k in tf.MM_SHAPES),
+    ]
+    assert tf.parse_args([]).modes == ("default", "reduce-overhead")
+    assert tf.target_of("fuse-infer-b64") == 0.70 and tf.target_of("fuse-train") == 0.90
+    assert tf.target_of("compile-default-train") == tf.target_of("llm-gpt2") == 1.00
+    row = {"case": "fuse-infer-b64", "torch_median_ms": 10.0, "pycudnn_median_ms": 6.0}
+    line = tf.summary_line(row | {"ratio": 0.6, "unfused_ratio": 1.3})
+    assert line.startswith("fuse-infer-b64: torch 10.000 ms pycudnn 6.000 ms ratio 0.600")
+    assert "(target <= 0.70: met) (unfused converted 1.300)" in line
+    assert "MISSED" in tf.summary_line(row | {"ratio": 0.8})
+    assert tf.summary_line({"case": "llm-gpt2", "skipped": "no transformers"}) == (
+        "llm-gpt2: skipped (no transformers)"
+    )
