@@ -17,6 +17,10 @@ from .activation import (
     Tanh as Tanh,
 )
 from .attention import scaled_dot_product_attention as scaled_dot_product_attention
+from .attention_scope import (
+    register_transformers as register_transformers,
+    use_cudnn_attention as use_cudnn_attention,
+)
 from .batchnorm import (
     BatchNorm1d as BatchNorm1d,
     BatchNorm2d as BatchNorm2d,

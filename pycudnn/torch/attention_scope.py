@@ -1,0 +1,285 @@
+"""Attention for models that call torch's function (imports torch): :func:`use_cudnn_attention`,
+a scope routing ``torch.nn.functional.scaled_dot_product_attention`` to
+:func:`~pycudnn.torch.scaled_dot_product_attention`, and :func:`register_transformers`, the
+``"pycudnn"`` entry of HuggingFace transformers' ``AttentionInterface``.
+
+Why a patch of the module attribute reaches unmodified models: HuggingFace's
+``sdpa_attention_forward``, timm's attention blocks (``F.scaled_dot_product_attention``) and
+torch's own ``F.multi_head_attention_forward`` (a module global of ``torch.nn.functional``) all
+look the name up when they call it. Code that bound the function earlier
+(``from torch.nn.functional import scaled_dot_product_attention`` at import) keeps torch's.
+
+Why not torch's provider registry: ``torch.nn.attention.register_flash_attention_impl`` /
+``activate_flash_attention_impl`` (torch 2.10 on, marked a prototype) swap the CUDA kernels of
+aten's *flash* operators (``_scaled_dot_product_flash_attention`` and its backward) for a
+provider's, process-wide, for every call torch's selector sends to flash. The provider must
+then run all of them (it cannot hand one back to torch's kernel), with flash's outputs (its
+log-sum-exp and Philox RNG state, which its backward is given). pycudnn declines a share of
+those calls and draws its dropout masks from its own generator, so it does not register there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from . import attention
+from ._runtime import HALVES, NORM_FLOATS, autocast_dtype
+
+__all__ = [
+    "AttentionRoute",
+    "register_transformers",
+    "transformers_attention",
+    "use_cudnn_attention",
+]
+
+NAME = "pycudnn"  # the transformers attn_implementation
+
+_TENSORS = (torch.Tensor, torch.nn.Parameter)
+# torch's function takes enable_gqa from 2.5 on (before, grouped heads are repeated for it)
+_TORCH_GQA = tuple(int(p) for p in torch.__version__.split(".")[:2] if p.isdigit()) >= (2, 5)
+_compiling: Callable[[], bool] = getattr(torch.compiler, "is_compiling", lambda: False)
+
+
+class AttentionRoute:
+    """The calls of ``torch.nn.functional.scaled_dot_product_attention`` made while a
+    :func:`use_cudnn_attention` scope was active: ``cudnn`` ran pycudnn's fused attention,
+    ``torch`` torch's own function. Calls inside ``torch.compile``'d code are not counted."""
+
+    __slots__ = ("cudnn", "torch")
+
+    def __init__(self) -> None:
+        self.cudnn = 0
+        self.torch = 0
+
+    def __repr__(self) -> str:
+        return f"AttentionRoute(cudnn={self.cudnn}, torch={self.torch})"
+
+
+# The patch's state, changed only under _LOCK when a scope begins or ends (never per call):
+# the active scopes' counters, and the function found in torch.nn.functional when the
+# outermost scope began (what the fallback calls and what its end puts back).
+_LOCK = threading.Lock()
+_ROUTES: tuple[AttentionRoute, ...] = ()
+_TORCH_SDPA: Callable[..., torch.Tensor] = F.scaled_dot_product_attention
+
+
+def _count(cudnn: bool) -> None:
+    if _compiling():  # a traced increment would count compilations, not calls
+        return
+    for r in _ROUTES:
+        if cudnn:
+            r.cudnn += 1
+        else:
+            r.torch += 1
+
+
+def _cudnn_operands(
+    q: Any, k: Any, v: Any, attn_mask: Any, dropout_p: Any, enable_gqa: bool
+) -> tuple[Any, Any, Any] | None:
+    """The operands pycudnn's function would run cuDNN on (autocast's casts applied, as it
+    applies them), or None where it would call torch's function."""
+    ac = autocast_dtype()
+    if ac in HALVES and attn_mask is None:
+        q, k, v = (
+            t.to(ac) if type(t) in _TENSORS and t.is_cuda and t.dtype in NORM_FLOATS else t
+            for t in (q, k, v)
+        )
+    grad = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)
+    )
+    if attention._attention_native(q, k, v, attn_mask, dropout_p, enable_gqa, grad):
+        return q, k, v
+    return None
+
+
+def _routed(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """``torch.nn.functional.scaled_dot_product_attention`` while a scope is active (torch's
+    signature): pycudnn's fused attention for the calls it runs, torch's function otherwise.
+
+    The decision is taken here, not left to pycudnn's function: its fallback looks up
+    ``torch.nn.functional.scaled_dot_product_attention``, which is this function now."""
+    ops = _cudnn_operands(query, key, value, attn_mask, dropout_p, enable_gqa)
+    if ops is not None:
+        _count(True)
+        return attention.scaled_dot_product_attention(
+            *ops, None, dropout_p, is_causal, scale, enable_gqa
+        )
+    _count(False)
+    kw: dict[str, Any] = {"scale": scale}
+    if enable_gqa:  # torch >= 2.5 knows the argument
+        kw["enable_gqa"] = True
+    return _TORCH_SDPA(query, key, value, attn_mask, dropout_p, is_causal, **kw)
+
+
+def _enter(route: AttentionRoute) -> None:
+    global _ROUTES, _TORCH_SDPA
+    with _LOCK:
+        if not _ROUTES:
+            _TORCH_SDPA = F.scaled_dot_product_attention
+            F.scaled_dot_product_attention = _routed
+        _ROUTES = (*_ROUTES, route)
+
+
+def _exit(route: AttentionRoute) -> None:
+    global _ROUTES
+    with _LOCK:
+        _ROUTES = tuple(r for r in _ROUTES if r is not route)
+        if not _ROUTES:
+            F.scaled_dot_product_attention = _TORCH_SDPA
+
+
+@contextlib.contextmanager
+def use_cudnn_attention() -> Iterator[AttentionRoute]:
+    """Route ``torch.nn.functional.scaled_dot_product_attention`` to pycudnn's
+    :func:`~pycudnn.torch.scaled_dot_product_attention` while the scope is active.
+
+    Models that call torch's function by its module attribute -- HuggingFace transformers'
+    ``attn_implementation="sdpa"``, timm, ``torch.nn.MultiheadAttention`` (through
+    ``F.multi_head_attention_forward``) -- then run cuDNN's fused attention for the calls
+    pycudnn runs (float16/bfloat16 CUDA tensors, head dims multiples of 8 up to 256, sm80 or
+    newer, no ``attn_mask`` tensor; see :func:`~pycudnn.torch.scaled_dot_product_attention`);
+    every other call goes to torch's function with its arguments unchanged.
+
+    Yields
+    ------
+    AttentionRoute
+        Counters of this scope's calls: ``route.cudnn`` (pycudnn ran them) and ``route.torch``
+        (torch's function did). Calls traced by ``torch.compile`` are not counted.
+
+    Notes
+    -----
+    The patch is process-wide: while any scope is active, every thread's calls are routed
+    (and counted by every active scope). Scopes nest and may be entered again, from any
+    thread; the function found in ``torch.nn.functional`` when the outermost scope began is
+    put back when the last one ends, also when it ends with an exception. A reference to the
+    function taken before the scope (``from torch.nn.functional import
+    scaled_dot_product_attention``) keeps calling torch's.
+
+    Examples
+    --------
+    >>> with pycudnn.torch.use_cudnn_attention() as route:  # doctest: +SKIP
+    ...     logits = model(input_ids).logits
+    >>> route.cudnn  # doctest: +SKIP
+    4
+    """
+    route = AttentionRoute()
+    _enter(route)
+    try:
+        yield route
+    finally:
+        _exit(route)
+
+
+def _repeat_kv(x: torch.Tensor, n: int) -> torch.Tensor:
+    """``(B, H, S, D)`` -> ``(B, H * n, S, D)``, each head repeated *n* times in place."""
+    b, h, s, d = x.shape
+    return x[:, :, None].expand(b, h, n, s, d).reshape(b, h * n, s, d)
+
+
+def transformers_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """HuggingFace transformers' attention function on pycudnn (the ``"pycudnn"`` entry that
+    :func:`register_transformers` adds), computing what transformers' ``"sdpa"`` computes.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The attention layer: its ``num_key_value_groups`` (grouped-query attention: query heads
+        per key head) and ``is_causal`` are read.
+    query, key, value : torch.Tensor
+        ``(B, H_q, S_q, D)``, ``(B, H_kv, S_kv, D)``, ``(B, H_kv, S_kv, Dv)``.
+    attention_mask : torch.Tensor, optional
+        The mask transformers built (with ``sdpa``'s mask function); calls with one run
+        torch's ``scaled_dot_product_attention``.
+    dropout : float
+        Attention dropout probability (transformers passes 0 in eval mode).
+    scaling : float, optional
+        Default ``1 / sqrt(D)``.
+    is_causal : bool, optional
+        Default ``module.is_causal`` (True without it); causal only where there is no mask and
+        ``S_q > 1``, as transformers' ``"sdpa"`` decides.
+    **kwargs
+        The model's other keyword arguments (ignored).
+
+    Returns
+    -------
+    tuple of (torch.Tensor, None)
+        The attention output ``(B, S_q, H_q, Dv)``, contiguous, and no attention weights.
+    """
+    groups = int(getattr(module, "num_key_value_groups", 1))
+    gqa = groups > 1 and attention_mask is None and _TORCH_GQA
+    if groups > 1 and not gqa:  # as transformers' "sdpa": torch's masked kernels want copies
+        key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
+    causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
+    out = attention.scaled_dot_product_attention(
+        query, key, value, attention_mask, dropout, causal, scaling, gqa
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register_transformers() -> str:
+    """Register pycudnn's attention with HuggingFace transformers as ``"pycudnn"``, so
+    ``from_pretrained(..., attn_implementation="pycudnn")`` (or
+    ``model.set_attn_implementation("pycudnn")``) runs it.
+
+    The function is :func:`transformers_attention`; the mask function registered beside it
+    (``AttentionMaskInterface``, where transformers has one) is ``"sdpa"``'s, so models build
+    the same masks as with ``"sdpa"`` (none for causal attention without padding). Calling it
+    again registers the same function again (no effect).
+
+    Returns
+    -------
+    str
+        ``"pycudnn"``.
+
+    Raises
+    ------
+    ImportError
+        transformers is not installed, or is too old to have ``AttentionInterface``.
+    """
+    try:
+        import transformers
+    except ImportError as exc:
+        raise ImportError(
+            "pycudnn.torch.register_transformers needs HuggingFace transformers, which is not "
+            "installed: pip install transformers"
+        ) from exc
+    interface = getattr(transformers, "AttentionInterface", None)
+    if interface is None:
+        raise ImportError(
+            "pycudnn.torch.register_transformers needs transformers.AttentionInterface "
+            f"(transformers >= 4.48); transformers {getattr(transformers, '__version__', '?')} "
+            "is installed"
+        )
+    interface.register(NAME, transformers_attention)
+    masks = getattr(transformers, "AttentionMaskInterface", None)
+    sdpa_mask = None if masks is None else masks().get("sdpa")
+    if sdpa_mask is not None:
+        masks.register(NAME, sdpa_mask)
+    return NAME
