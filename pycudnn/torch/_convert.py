@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from torch import nn
 
+from .._config import parse_bool
 from . import (
     activation,
     batchnorm,
@@ -29,6 +30,7 @@ from . import (
     softmax,
 )
 from ._module import STATE, Converted
+from .fuse import fuse_model, unfuse_model
 
 __all__ = ["convert", "supported_modules", "unsupported_reason"]
 
@@ -90,6 +92,7 @@ def convert(
     *,
     back: bool = False,
     strict: bool = False,
+    fuse: bool = False,
 ) -> nn.Module:
     """Replace, in place, the supported ``torch.nn`` modules of *model* by their pycudnn twins
     (cudnn.torch's ``cudnn.convert``); ``back=True`` undoes it.
@@ -111,11 +114,20 @@ def convert(
         Raise ``ValueError`` for a supported class in a configuration cuDNN cannot run
         (:func:`unsupported_reason`); by default such a module stays as it is, with a
         ``UserWarning`` naming it and why.
+    fuse : bool
+        Then fuse chains of converted modules across modules (``torch.fx``): Conv2d/Conv3d ->
+        BatchNorm (-> residual add) (-> activation) as one convolution with the batch norm
+        folded in and the rest as its epilogue (eval mode, no gradient wanted), Linear ->
+        ReLU/GELU/SiLU as one product with its epilogue (no gradient wanted); otherwise the
+        modules run unfused as converted. Each traced module keeps its class, submodules and
+        ``state_dict``; its fused code is its instance ``forward``. A module that does not
+        trace stays unfused with a ``UserWarning`` and its children are tried instead.
+        ``back=True`` removes the fusion too.
 
     Returns
     -------
     torch.nn.Module
-        *model* (converted in place).
+        *model* itself (converted in place; the same object with *fuse* and *back* too).
 
     Raises
     ------
@@ -124,6 +136,11 @@ def convert(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"convert: model must be a torch.nn.Module, got {type(model).__name__}")
+    fuse = parse_bool(fuse, "convert", "fuse")
+    if fuse and parse_bool(back, "convert", "back"):
+        raise ValueError("convert: fuse=True with back=True; back=True removes the fusion")
+    if back:
+        unfuse_model(model)
     for name, m in model.named_modules():
         where = name or "the model"
         if back:
@@ -143,4 +160,4 @@ def convert(
             warnings.warn(msg, UserWarning, stacklevel=2)
             continue
         m.__class__ = cls
-    return model
+    return fuse_model(model) if fuse else model

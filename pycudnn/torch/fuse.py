@@ -1,0 +1,421 @@
+"""Fusion across modules, ``convert(model, fuse=True)`` (imports torch): a ``torch.fx`` pass that
+finds chains of converted modules and runs each as one fused cuDNN call (:mod:`.fused`).
+
+The patterns (:func:`match`, a pure function over a traced graph):
+
+* ``conv_bn`` / ``conv_bn_act``: ``Conv2d``/``Conv3d`` -> ``BatchNorm2d``/``3d`` (the
+  convolution's output used by nothing else) -> optional ReLU, ReLU6, Hardtanh(0, m), SiLU,
+  GELU, Sigmoid, Tanh or ELU, as a module or a function (``F.relu``, ``torch.relu``,
+  ``Tensor.relu``, their in-place forms);
+* ``conv_bn_add_act``: the residual ``act(bn(conv(x)) + identity)`` of torchvision's blocks
+  (``operator.add``/``iadd``, ``torch.add``, ``Tensor.add``/``add_``), the identity becoming the
+  convolution's ``z`` operand;
+* ``linear_act``: ``Linear`` -> ReLU, GELU or SiLU.
+
+Each chain becomes one :class:`~.fused.FusedConv` / :class:`~.fused.FusedLinear` call in the
+traced graph; the graph's code (a ``torch.fx.GraphModule`` that holds the fused modules and
+refers to the original ones) becomes the traced module's instance ``forward``. The module keeps
+its class, its submodules at their paths, its parameters, buffers and hooks: ``state_dict`` is
+unchanged and ``convert(model, back=True)`` (which deletes the instance ``forward``) gives the
+same object back. A module that does not trace is left unfused, with a ``UserWarning``, and its
+children are tried instead.
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from torch import fx, nn
+from torch.nn import functional as F
+
+from . import activation, batchnorm, conv, linear
+from ._module import Converted
+from .fused import Act, Add, FusedConv, FusedLinear, Step
+
+__all__ = ["FusedGraph", "Match", "fuse_model", "fusions", "match", "unfuse_model"]
+
+#: why a fused conv chain may still run unfused (the match record says it)
+CONV_NOTE = (
+    "fused in eval mode without a gradient (batch norm folded into the convolution, the rest as "
+    "its epilogue); training or a wanted gradient runs the modules unfused (training-mode "
+    "conv-BN fusion graphs are a later step)"
+)
+LINEAR_NOTE = (
+    "fused without a gradient; with one, Linear then the activation (the backward needs the "
+    "pre-activation)"
+)
+
+_CONVS = {conv.Conv2d: batchnorm.BatchNorm2d, conv.Conv3d: batchnorm.BatchNorm3d}
+_TORCH_CONVS = {nn.Conv1d, nn.Conv2d, nn.Conv3d, conv.Conv1d}
+_BNS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+
+# function or tensor method -> the epilogue's activation name (the other arguments decide coef)
+_FUNCS: dict[Any, str] = {
+    F.relu: "relu",
+    torch.relu: "relu",
+    torch.relu_: "relu",
+    F.relu_: "relu",
+    F.relu6: "relu6",
+    F.silu: "silu",
+    F.gelu: "gelu",
+    F.elu: "elu",
+    torch.sigmoid: "sigmoid",
+    F.sigmoid: "sigmoid",
+    torch.tanh: "tanh",
+    F.tanh: "tanh",
+}
+_METHODS = {"relu": "relu", "relu_": "relu", "sigmoid": "sigmoid", "sigmoid_": "sigmoid"}
+_METHODS |= {"tanh": "tanh", "tanh_": "tanh"}
+_ADDS = (operator.add, operator.iadd, torch.add)
+_LINEAR_ACTS = ("relu", "gelu", "gelu_tanh", "silu")
+
+
+@dataclass(frozen=True)
+class Match:
+    """One chain the matcher found: its *pattern*, the names of its graph nodes in order,
+    whether it is *fused* and why not (or when it runs unfused) in *reason*."""
+
+    pattern: str
+    nodes: tuple[str, ...]
+    fused: bool
+    reason: str = ""
+
+
+class _Plan(NamedTuple):
+    """What the rewrite needs of a fused match (graph nodes and modules: internal)."""
+
+    nodes: tuple[fx.Node, ...]
+    inputs: tuple[fx.Node, ...]
+    module: nn.Module
+
+
+def _module_act(m: nn.Module) -> Act | str | None:
+    """The epilogue of activation module *m*, a reason it is none, or None (no activation)."""
+    t = type(m)
+    if t is activation.ReLU:
+        return Act("relu")
+    if t is activation.ReLU6:
+        return Act("clipped_relu", 6.0)
+    if t is activation.Hardtanh:
+        return Act("clipped_relu", float(m.max_val))
+    if t is activation.SiLU:
+        return Act("silu")
+    if t is activation.Sigmoid:
+        return Act("sigmoid")
+    if t is activation.Tanh:
+        return Act("tanh")
+    if t is activation.ELU:
+        return Act("elu", float(m.alpha))
+    if t is nn.GELU:  # no twin to convert to: torch's own module
+        return Act("gelu_tanh" if m.approximate == "tanh" else "gelu")
+    if t in (nn.ReLU, nn.ReLU6, nn.Hardtanh, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.ELU):
+        return f"the activation {t.__name__} was left a torch module (excluded or unsupported)"
+    return None
+
+
+def _call_act(name: str, args: tuple, kwargs: dict) -> Act | str:
+    """The epilogue of a traced activation call with the *args* after its input."""
+    params = {"relu6": ("inplace",), "silu": ("inplace",), "gelu": ("approximate",)}
+    params |= {"elu": ("alpha", "inplace"), "relu": ("inplace",)}
+    names = params.get(name, ())
+    if len(args) > len(names) or set(kwargs) - set(names):
+        return f"{name} is called with arguments the epilogue does not take"
+    given = dict(zip(names, args, strict=False)) | kwargs
+    if any(isinstance(v, fx.Node) for v in given.values()):
+        return f"{name}'s arguments are computed in the graph"
+    if name == "relu6":
+        return Act("clipped_relu", 6.0)
+    if name == "gelu":
+        approx = given.get("approximate", "none")
+        return Act("gelu_tanh" if approx == "tanh" else "gelu")
+    if name == "elu":
+        return Act("elu", float(given.get("alpha", 1.0)))
+    return Act(name)
+
+
+def _act_of(node: fx.Node, src: fx.Node, modules: dict) -> tuple[Act, Step] | str | None:
+    """*node* as an activation of *src* (its only tensor input): the epilogue and the call to
+    replay, a reason it cannot be one, or None when *node* is no activation."""
+    if not node.args or node.args[0] is not src:
+        return None
+    rest, kw = tuple(node.args[1:]), dict(node.kwargs)
+    if node.op == "call_module":
+        m = modules.get(node.target)
+        act = None if m is None else _module_act(m)
+        if act is None or isinstance(act, str):
+            return act
+        if rest or kw:
+            return f"the activation module {node.target} is called with more than its input"
+        return act, Step("call_module", m)
+    if node.op == "call_function" and node.target in _FUNCS:
+        act = _call_act(_FUNCS[node.target], rest, kw)
+        return act if isinstance(act, str) else (act, Step("call_function", node.target, rest, kw))
+    if node.op == "call_method" and node.target in _METHODS:
+        if rest or kw:
+            return f"Tensor.{node.target} is called with arguments"
+        return Act(_METHODS[node.target]), Step("call_method", node.target)
+    return None
+
+
+def _add_of(node: fx.Node, src: fx.Node) -> tuple[Add, fx.Node] | str | None:
+    """*node* as ``src + identity``: the addition to replay and the identity, a reason it cannot
+    be the residual, or None (no addition)."""
+    if node.op == "call_function" and node.target in _ADDS:
+        kind = "call_function"
+    elif node.op == "call_method" and node.target in ("add", "add_"):
+        kind = "call_method"
+    else:
+        return None
+    if node.kwargs or len(node.args) != 2:
+        return "the addition scales its operand (alpha=) or takes other arguments"
+    a, b = node.args
+    bn_first = a is src
+    other = b if bn_first else a
+    if not isinstance(other, fx.Node) or other is src:
+        return "the residual is no tensor of the graph"
+    if not bn_first and (kind == "call_method" or node.target is operator.iadd):
+        return "the in-place addition writes into the residual, not the batch norm's output"
+    return Add(kind, node.target, bn_first), other
+
+
+def _only_user(node: fx.Node) -> fx.Node | None:
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+def _conv_chain(
+    node: fx.Node, m: nn.Module, modules: dict, taken: set
+) -> tuple[Match, _Plan | None] | None:
+    users = list(node.users)
+    bn_users = [
+        u for u in users if u.op == "call_module" and isinstance(modules.get(u.target), _BNS)
+    ]
+    if not bn_users:
+        return None
+    bn_node = bn_users[0]
+    names = (node.name, bn_node.name)
+    bn = modules[bn_node.target]
+
+    def no(reason: str) -> tuple[Match, None]:
+        return Match("conv_bn", names, False, reason), None
+
+    if type(m) in _TORCH_CONVS or type(m) not in _CONVS:
+        return no(f"{type(m).__name__} is not a converted Conv2d/Conv3d")
+    if type(bn) is not _CONVS[type(m)]:
+        return no(f"{type(bn).__name__} is not the converted batch norm of {type(m).__name__}")
+    if len(users) != 1:
+        return no(
+            f"the convolution's output has {len(users)} users (the batch norm must be its only one)"
+        )
+    if len(node.args) != 1 or node.kwargs or len(bn_node.args) != 1 or bn_node.kwargs:
+        return no("the convolution or batch norm is called with more than its input")
+    nxt, pattern, chain = _only_user(bn_node), "conv_bn", [node, bn_node]
+    act = add = identity = step = None
+    why = ""
+    if nxt is not None and nxt not in taken:  # a residual add of two branches is taken once
+        res = _add_of(nxt, bn_node)
+        after = _only_user(nxt) if isinstance(res, tuple) else None
+        found = None if after is None else _act_of(after, nxt, modules)
+        if isinstance(found, tuple):
+            add, identity = res
+            act, step = found
+            pattern, chain = "conv_bn_add_act", [*chain, nxt, after]
+        else:
+            why = res if isinstance(res, str) else (found or "")
+            found = _act_of(nxt, bn_node, modules)
+            if isinstance(found, tuple):
+                act, step = found
+                pattern, chain = "conv_bn_act", [*chain, nxt]
+            elif isinstance(found, str):
+                why = found
+    fm = FusedConv(m, bn, act, step, add)
+    reason = CONV_NOTE + (f"; not fused after the batch norm: {why}" if why else "")
+    inputs = (node.args[0],) if identity is None else (node.args[0], identity)
+    rec = Match(pattern, tuple(n.name for n in chain), True, reason)
+    return rec, _Plan(tuple(chain), inputs, fm)
+
+
+def _linear_chain(node: fx.Node, m: nn.Module, modules: dict) -> tuple[Match, _Plan | None] | None:
+    users = list(node.users)
+    acts = [(u, _act_of(u, node, modules)) for u in users]
+    acts = [(u, a) for u, a in acts if a is not None]
+    if not acts:
+        return None
+    u, found = acts[0]
+    names = (node.name, u.name)
+    if len(users) != 1:
+        return Match(
+            "linear_act", names, False, f"the Linear's output has {len(users)} users"
+        ), None
+    if isinstance(found, str):
+        return Match("linear_act", names, False, found), None
+    act, step = found
+    if act.name not in _LINEAR_ACTS:
+        why = f"the {act.name} epilogue of a Linear is not fused (relu, gelu, silu are)"
+        return Match("linear_act", names, False, why), None
+    if len(node.args) != 1 or node.kwargs:
+        return Match(
+            "linear_act", names, False, "the Linear is called with more than its input"
+        ), None
+    rec = Match("linear_act", names, True, LINEAR_NOTE)
+    return rec, _Plan((node, u), (node.args[0],), FusedLinear(m, act, step))
+
+
+def _find(graph: fx.Graph, modules: dict) -> list[tuple[Match, _Plan | None]]:
+    found: list[tuple[Match, _Plan | None]] = []
+    taken: set[fx.Node] = set()
+    for node in graph.nodes:
+        if node.op != "call_module":
+            continue
+        m = modules.get(node.target)
+        if isinstance(m, (nn.Conv2d, nn.Conv3d, nn.Conv1d)):
+            r = _conv_chain(node, m, modules, taken)
+        elif type(m) is linear.Linear:
+            r = _linear_chain(node, m, modules)
+        else:
+            r = None
+        if r is not None:
+            found.append(r)
+            if r[1] is not None:
+                taken.update(r[1].nodes)
+    return found
+
+
+def match(graph: fx.Graph, modules: dict[str, nn.Module]) -> tuple[Match, ...]:
+    """The fusable (and the near-miss) chains of a traced *graph* whose ``call_module`` targets
+    are the qualified names of *modules* (``dict(root.named_modules())``).
+
+    Parameters
+    ----------
+    graph : torch.fx.Graph
+        A traced graph (converted modules as leaves).
+    modules : dict of str to torch.nn.Module
+        The modules the graph's ``call_module`` nodes name.
+
+    Returns
+    -------
+    tuple of Match
+        In graph order: each chain's pattern, node names, whether it fuses and why not.
+    """
+    return tuple(rec for rec, _ in _find(graph, modules))
+
+
+class FusedGraph(fx.GraphModule):
+    """The rewritten graph of a traced module: its ``forward`` is installed as that module's
+    instance ``forward``; ``matches`` holds the :class:`Match` records."""
+
+    matches: tuple[Match, ...] = ()
+
+
+class _Tracer(fx.Tracer):
+    """Converted modules (and *leaves*) are leaves; the rest as torch's tracer decides."""
+
+    def __init__(self, leaves: tuple[nn.Module, ...] = ()) -> None:
+        super().__init__()
+        self.leaves = leaves
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if isinstance(m, Converted) or any(m is leaf for leaf in self.leaves):
+            return True
+        return super().is_leaf_module(m, module_qualified_name)
+
+
+def _attr(root: nn.Module, target: str) -> Any:
+    obj: Any = root
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _fuse_root(root: nn.Module, leaves: tuple[nn.Module, ...]) -> None:
+    """Trace *root* (raises what the tracer raises), rewrite its chains, install the result."""
+    graph = _Tracer(leaves).trace(root)
+    modules = dict(root.named_modules())
+    found = _find(graph, modules)
+    plans = [(rec, plan) for rec, plan in found if plan is not None]
+    if not plans:
+        return
+    fused: dict[str, nn.Module] = {}
+    now: dict[fx.Node, fx.Node] = {}  # a chain's last node -> the fused node replacing it
+    for rec, plan in plans:
+        name = f"fused_{rec.nodes[0]}"
+        fused[name] = plan.module
+        last = plan.nodes[-1]
+        with graph.inserting_before(last):
+            new = graph.call_module(name, tuple(now.get(n, n) for n in plan.inputs))
+        last.replace_all_uses_with(new)
+        now[last] = new
+        for n in reversed(plan.nodes):
+            graph.erase_node(n)
+    graph.lint()
+    attrs: dict[str, Any] = {}
+    for n in graph.nodes:
+        if n.op in ("call_module", "get_attr") and n.target not in fused:
+            attrs[n.target] = _attr(root, n.target)
+    gm = FusedGraph({**attrs, **fused}, graph, class_name=type(root).__name__)
+    gm.matches = tuple(rec for rec, _ in found)
+    root.forward = gm.forward  # an instance attribute: the class's forward stays
+
+
+def _plain_leaf(m: nn.Module) -> bool:
+    """Nothing to trace: a converted or torch.nn leaf, or a container with no forward."""
+    if type(m).forward is nn.Module.forward:
+        return True
+    return isinstance(m, Converted) or _Tracer().is_leaf_module(m, "")
+
+
+def _fuse_tree(m: nn.Module, path: str) -> None:
+    if _plain_leaf(m):
+        for name, child in m.named_children():
+            _fuse_tree(child, f"{path}.{name}" if path else name)
+        return
+    try:
+        _fuse_root(m, ())
+        return
+    except Exception:
+        pass
+    children = tuple(m.children())
+    for name, child in m.named_children():
+        _fuse_tree(child, f"{path}.{name}" if path else name)
+    try:  # the children as leaves: the error may have been theirs
+        _fuse_root(m, children)
+    except Exception as exc:
+        where = path or "the model"
+        warnings.warn(
+            f"pycudnn.torch.convert(fuse=True): {where} ({type(m).__name__}) does not trace with "
+            f"torch.fx ({type(exc).__name__}: {exc}); it runs its converted modules unfused and "
+            "its traceable children are fused",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
+def unfuse_model(model: nn.Module) -> nn.Module:
+    """Remove the fused ``forward`` of every module of *model* (``convert(..., back=True)``)."""
+    for m in model.modules():
+        fwd = m.__dict__.get("forward")
+        if isinstance(getattr(fwd, "__self__", None), FusedGraph):
+            del m.__dict__["forward"]
+    return model
+
+
+def fuse_model(model: nn.Module) -> nn.Module:
+    """Fuse the chains of converted modules of *model* in place (:func:`match`'s patterns)."""
+    unfuse_model(model)
+    _fuse_tree(model, "")
+    return model
+
+
+def fusions(model: nn.Module) -> list[tuple[str, Match]]:
+    """``(path of the traced module, Match)`` of every chain found in *model* (diagnostics)."""
+    out = []
+    for path, m in model.named_modules():
+        fwd = m.__dict__.get("forward")
+        gm = getattr(fwd, "__self__", None)
+        if isinstance(gm, FusedGraph):
+            out.extend((path, rec) for rec in gm.matches)
+    return out

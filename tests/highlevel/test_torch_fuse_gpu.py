@@ -1,0 +1,188 @@
+"""GPU tests of ``convert(model, fuse=True)`` (marker ``gpu``; skipped without a device, torch,
+torchvision or transformers as each test needs).
+
+Run on the GPU machine:
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/highlevel/test_torch_fuse_gpu.py``.
+
+The fused model against the unfused torch model (a deep copy: the same parameters) for every
+pattern, in eval (``torch.no_grad``: the fused calls) and in training (one step: outputs, input
+and parameter gradients, running statistics), float32 and bfloat16, NCHW and channels-last;
+torchvision's resnet18/resnet50/mobilenet_v2 (random init, small batch) the same way; a
+HuggingFace Llama MLP from a tiny config in eval; ``last_call().fused`` for the NHWC bfloat16
+fused convolution.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+import test_torch_fuse as toys  # noqa: E402  (tests/highlevel: the CPU file's toy models)
+import torch_gpu  # noqa: E402  (tests/support)
+
+import pycudnn  # noqa: E402
+import pycudnn.torch as pt  # noqa: E402
+from pycudnn.torch import fuse  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+DEV = "cuda"
+# (rtol, atol) of a comparison with torch: float32 runs FMA on both sides (TF32 off); bfloat16
+# rounds once per fused call against torch's several roundings
+TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (5e-2, 5e-2)}
+FORMATS = {"nchw": torch.contiguous_format, "nhwc": torch.channels_last}
+
+
+@pytest.fixture(autouse=True)
+def _exact_math():
+    with torch_gpu.exact_math():
+        yield
+
+
+def _stats(model):
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.5, 0.5)
+    return model
+
+
+def _pair(model, dtype, fmt):
+    torch.manual_seed(0)
+    ref = _stats(model).to(DEV, dtype).to(memory_format=fmt)
+    mine = pt.convert(copy.deepcopy(ref), fuse=True)
+    assert fuse.fusions(mine), "nothing fused"
+    return ref, mine
+
+
+def _eval(ref, mine, x, dtype):
+    ref.eval()
+    mine.eval()
+    with torch.no_grad():
+        got, want = mine(x), ref(x)
+    rtol, atol = TOL[dtype]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+
+
+def _train(ref, mine, x, dtype):
+    ref.train()
+    mine.train()
+    rtol, atol = TOL[dtype]
+    xr, xm = x.clone().requires_grad_(), x.clone().requires_grad_()
+    yr, ym = ref(xr), mine(xm)
+    torch.testing.assert_close(ym, yr, rtol=rtol, atol=atol)
+    dy = torch.randn_like(yr)
+    yr.backward(dy)
+    ym.backward(dy)
+    torch.testing.assert_close(xm.grad, xr.grad, rtol=rtol, atol=atol)
+    for (n, a), b in zip(mine.named_parameters(), ref.parameters(), strict=True):
+        scale = max(1.0, float(b.grad.abs().max()))
+        torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol * scale, msg=n)
+    for (n, a), b in zip(mine.named_buffers(), ref.buffers(), strict=True):
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=n)
+
+
+def _input(model, dtype, fmt):
+    c = next(m for m in model.modules() if isinstance(m, nn.Conv2d)).in_channels
+    return torch.randn(4, c, 16, 16, device=DEV, dtype=dtype).to(memory_format=fmt)
+
+
+TOYS = [
+    lambda: toys.ConvBNAct(nn.ReLU()),
+    lambda: toys.ConvBNAct(nn.SiLU()),
+    lambda: toys.ConvBNAct(nn.ReLU6()),
+    lambda: toys.ConvBNAct(nn.Sigmoid()),
+    lambda: toys.ConvBNAct(nn.Tanh()),
+    lambda: toys.ConvBNAct(nn.ELU()),
+    lambda: toys.ConvBNAct(nn.GELU()),
+    lambda: toys.ConvBNAct(),
+    toys.BasicBlock,
+    lambda: toys.BasicBlock(4, 8, 2),
+    toys.Bottleneck,
+    toys.Net,
+]
+TOY_IDS = ["relu", "silu", "relu6", "sigmoid", "tanh", "elu", "gelu", "noact"]
+TOY_IDS += ["basic", "basic-down", "bottleneck", "net"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("make", TOYS, ids=TOY_IDS)
+def test_patterns_fused_against_torch(make, dtype, fmt):
+    ref, mine = _pair(make(), dtype, FORMATS[fmt])
+    x = _input(ref, dtype, FORMATS[fmt])
+    _eval(ref, mine, x, dtype)
+    _train(ref, mine, x, dtype)
+    _eval(ref, mine, x, dtype)  # the fold follows the running statistics training changed
+
+
+def test_nhwc_bfloat16_conv_runs_as_one_fused_kernel():
+    _, mine = _pair(toys.ConvBNAct(nn.ReLU(), c=16), torch.bfloat16, torch.channels_last)
+    mine.eval()
+    pycudnn.clear_caches()
+    x = torch.randn(2, 3, 16, 16, device=DEV, dtype=torch.bfloat16)
+    x = x.to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        mine(x)
+    call = pycudnn.highlevel.conv.last_call()
+    assert call is not None and call.fused, call
+
+
+def test_linear_act_patterns():
+    torch.manual_seed(0)
+    for act in (nn.GELU(), nn.ReLU(), nn.SiLU(), nn.GELU("tanh")):
+        ref = nn.Sequential(nn.Linear(64, 128), act, nn.Linear(128, 32)).to(DEV, torch.bfloat16)
+        mine = pt.convert(copy.deepcopy(ref), fuse=True)
+        assert [r.pattern for _, r in fuse.fusions(mine)] == ["linear_act"]
+        x = torch.randn(8, 64, device=DEV, dtype=torch.bfloat16)
+        with torch.no_grad():
+            torch.testing.assert_close(mine(x), ref(x), rtol=5e-2, atol=5e-2)
+        xm, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+        mine(xm).float().sum().backward()
+        ref(xr).float().sum().backward()
+        torch.testing.assert_close(xm.grad, xr.grad, rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v2"])
+def test_torchvision_models(name, dtype, fmt):
+    models = pytest.importorskip("torchvision.models")
+    torch.manual_seed(0)
+    model = getattr(models, name)(num_classes=10)
+    ref, mine = _pair(model, dtype, FORMATS[fmt])
+    x = torch.randn(2, 3, 64, 64, device=DEV, dtype=dtype).to(memory_format=FORMATS[fmt])
+    assert all(r.fused for _, r in fuse.fusions(mine) if r.pattern.startswith("conv"))
+    _eval(ref, mine, x, dtype)
+    if dtype == torch.float32:  # a training step: bfloat16 gradients of a deep net drift apart
+        _train(ref, mine, x, dtype)
+
+
+def test_llama_mlp_eval():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, hidden_act="silu")
+    torch.manual_seed(0)
+    ref = LlamaMLP(cfg).to(DEV, torch.bfloat16).eval()
+    mine = pt.convert(copy.deepcopy(ref), fuse=True)
+    assert [r.pattern for _, r in fuse.fusions(mine)] == ["linear_act"]
+    x = torch.randn(2, 5, 64, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        torch.testing.assert_close(mine(x), ref(x), rtol=5e-2, atol=5e-2)
+
+
+def test_state_dict_and_back_on_the_gpu():
+    ref, mine = _pair(toys.Net(), torch.float32, torch.contiguous_format)
+    assert list(mine.state_dict()) == list(ref.state_dict())
+    pt.convert(mine, back=True)
+    assert not fuse.fusions(mine)
+    assert {type(m) for m in mine.modules()} == {type(m) for m in ref.modules()}
