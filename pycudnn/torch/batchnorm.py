@@ -79,6 +79,9 @@ def bn_train_run(x, w, b, running, eps, factor) -> tuple[torch.Tensor, ...]:
     _lean.launch(
         tag, (*ops, mean, invstd, y), s, _train_slow, x, w, b, running, eps, factor, outs, s
     )
+    if running is not None:  # cuDNN wrote them: tell torch they changed, as an in-place op would
+        for t in running:
+            torch.autograd.graph.increment_version(t)
     return outs
 
 
