@@ -469,6 +469,12 @@ class Graph(GraphBase):
         seq_len_q: Tensor | None = None,
         seq_len_kv: Tensor | None = None,
         dropout: tuple[float, Tensor, Tensor] | None = None,
+        diagonal_alignment: str = "top_left",
+        left_bound: int | None = None,
+        right_bound: int | None = None,
+        bias: Tensor | None = None,
+        alibi_slopes: Tensor | None = None,
+        sink: Tensor | None = None,
         name: str | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Scaled dot-product attention ``softmax(scale * q k^T + mask) v``: q (B, H, S_q, D),
@@ -477,8 +483,15 @@ class Graph(GraphBase):
         stats)``; *stats* (B, H, S_q, 1) float32, the softmax's log-sum-exp, only in training
         (``is_inference=False``). *seq_len_q*/*seq_len_kv*: int32 (B, 1, 1, 1) tensors of the
         valid lengths (padding mask). *dropout*: ``(probability, seed, offset)`` with int64
-        (1, 1, 1, 1) seed/offset tensors."""
+        (1, 1, 1, 1) seed/offset tensors. Masks and scores (``docs/graph.md``):
+        *diagonal_alignment* ``"top_left"`` or ``"bottom_right"`` (the diagonal through the
+        last query and the last key); *right_bound* keys kept right of the diagonal (causal is
+        0), *left_bound* keys kept on and left of it (a sliding window); *bias* an additive
+        (B|1, H|1, S_q, S_kv) tensor; *alibi_slopes* float32 (1, H, 1, 1) ALiBi slopes; *sink*
+        float32 (1, H, 1, 1) sink logits (cuDNN 9.13+)."""
         o = sdpa.SdpaOptions(attn_scale, use_causal_mask, seq_len_q, seq_len_kv, dropout)
+        masks = (diagonal_alignment, left_bound, right_bound, bias, alibi_slopes, sink)
+        o = o._replace(**dict(zip(sdpa.MASK_FIELDS, masks, strict=True)))
         return sdpa.forward(self, (q, k, v), o, is_inference, name or "sdpa")
 
     def sdpa_backward(
@@ -496,16 +509,28 @@ class Graph(GraphBase):
         seq_len_kv: Tensor | None = None,
         dropout: tuple[float, Tensor, Tensor] | None = None,
         use_deterministic_algorithm: bool = False,
+        diagonal_alignment: str = "top_left",
+        left_bound: int | None = None,
+        right_bound: int | None = None,
+        bias: Tensor | None = None,
+        alibi_slopes: Tensor | None = None,
+        sink: Tensor | None = None,
+        dbias: bool = False,
+        dsink: bool = False,
         name: str | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor]:
+    ) -> tuple[Tensor, ...]:
         """Gradients ``(dq, dk, dv)`` of :meth:`sdpa` from its output, its statistics and the
-        output's gradient *dO* (the same options as the forward). The default form accumulates
-        dQ in a float32 tensor the graph keeps in its workspace;
+        output's gradient *dO* (the same options as the forward), then ``dbias`` when *dbias*
+        (a (1, H, S_q, S_kv) bias only) and ``dsink`` (float32 (1, H, 1, 1)) when *dsink*.
+        The default form accumulates dQ in a float32 tensor the graph keeps in its workspace;
         ``use_deterministic_algorithm=True`` writes dQ directly (cuDNN's deterministic form)."""
         opts = sdpa.SdpaOptions(attn_scale, use_causal_mask, seq_len_q, seq_len_kv, dropout)
+        masks = (diagonal_alignment, left_bound, right_bound, bias, alibi_slopes, sink)
+        opts = opts._replace(**dict(zip(sdpa.MASK_FIELDS, masks, strict=True)))
         det = use_deterministic_algorithm
         saved = (o, dO, stats)
-        return sdpa.backward(self, (q, k, v), saved, opts, name or "sdpa_backward", det)
+        name = name or "sdpa_backward"
+        return sdpa.backward(self, (q, k, v), saved, opts, name, det, (dbias, dsink))
 
     # -- freeze, plan, execute ------------------------------------------------------------------
     def set_io_order(self, *tensors: Tensor) -> Graph:

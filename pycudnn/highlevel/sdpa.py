@@ -8,10 +8,11 @@ layout, nothing is copied). ``H`` a multiple of ``H_k``: grouped-query (and, ``H
 multi-query) attention. The head dim must be contiguous (stride 1); other operands go through
 a packed copy. float16 and bfloat16 (cuDNN's fused attention has no float32 engine).
 
-Masks: ``is_causal`` (top-left aligned, as torch's), and per-batch valid lengths
+Masks: ``is_causal`` (top-left aligned, as torch's, or bottom-right), a band
+(``left_bound``/``right_bound``: sliding windows), an additive ``attn_mask`` (a bias, with its
+gradient), ALiBi, sink tokens (:mod:`._sdpa_masks`), and per-batch valid lengths
 ``seq_lens_q``/``seq_lens_kv`` (int32 device arrays of shape (B,)): rows and columns past a
-batch's lengths are masked (padding). ``attn_mask`` tensors are not supported (use those two);
-:func:`pycudnn.torch.scaled_dot_product_attention` falls back to torch for them.
+batch's lengths are masked (padding).
 
 Dropout: ``dropout_p`` with a ``seed`` (Philox; the same seed gives the same mask, and
 ``dnn_sdpa_grad`` with the same seed regenerates it). Without a seed a random one is drawn,
@@ -34,7 +35,7 @@ from .._types import dtype_name, itemsize, numpy_dtype
 from ..enums import DataType
 from ..graph import Graph
 from ..graph._tensor import alignment_of
-from . import _call, _checks, _graphops, _operand, _staging
+from . import _call, _checks, _graphops, _operand, _sdpa_masks, _staging
 
 __all__ = ["dnn_sdpa", "dnn_sdpa_grad"]
 
@@ -103,11 +104,6 @@ def _qkv(func: str, q: Any, k: Any, v: Any) -> tuple:
 def _options(
     func: str, attn_mask: Any, is_causal: Any, scale: Any, dropout_p: Any, d: int
 ) -> tuple[bool, float, float]:
-    if attn_mask is not None:
-        raise ValueError(
-            f"{func}: attn_mask tensors are not supported; use is_causal=True or "
-            "seq_lens_q/seq_lens_kv (padding masks)"
-        )
     is_causal = parse_bool(is_causal, func, "is_causal")
     sc = 1.0 / math.sqrt(d) if scale is None else _checks.real(scale, "scale", func)
     p = _checks.real(dropout_p, "dropout_p", func, lo=0.0, hi=1.0, hi_open=True)
@@ -224,9 +220,10 @@ def _seq_lens(func: str, seq_lens_q: Any, seq_lens_kv: Any, b: int, device: int)
     return gsq, _lens(func, "seq_lens_kv", seq_lens_kv, b, device)
 
 
-def _declare_common(g: Graph, gsq: Any, gskv: Any, p: float, b: int) -> tuple:
+def _declare_common(g: Graph, gsq: Any, gskv: Any, p: float, b: int, masks: Any) -> tuple:
     """The inputs both directions add after their own: the sequence lengths (when given) and
-    the dropout seed pair (when *p*); ``(seq_len_q, seq_len_kv, dropout, inputs, spans)``
+    the masks' operands (*masks*, a :class:`._sdpa_masks.Declared`) and the dropout seed pair
+    (when *p*); ``(seq_len_q, seq_len_kv, dropout, inputs, spans)``
     with the graph's ``dropout=`` argument and the extra inputs' byte spans (the seed pair's
     pointers are 0 until the launch (:class:`_Seeded`): they overlap nothing)."""
     tsq = tskv = dropout = None
@@ -237,6 +234,8 @@ def _declare_common(g: Graph, gsq: Any, gskv: Any, p: float, b: int) -> tuple:
         tskv = _graphops.column(g, "seq_len_kv", b, DataType.INT32, gskv.ptr)
         inputs += [tsq, tskv]
         spans += [gsq.nbytes_span, gskv.nbytes_span]
+    inputs += masks.inputs
+    spans += masks.spans
     if p:
         tseed = g.tensor((1, 1, 1, 1), (1, 1, 1, 1), DataType.INT64, name="seed", alignment=8)
         toff = g.tensor((1, 1, 1, 1), (1, 1, 1, 1), DataType.INT64, name="offset", alignment=8)
@@ -269,6 +268,11 @@ def dnn_sdpa(
     *,
     seq_lens_q: Any = None,
     seq_lens_kv: Any = None,
+    diagonal_alignment: str = "top_left",
+    left_bound: int | None = None,
+    right_bound: int | None = None,
+    alibi: bool = False,
+    sink: Any = None,
     out: Any = None,
     stream: Any = None,
 ) -> Any:
@@ -281,10 +285,13 @@ def dnn_sdpa(
         ``(B, H, S_q, D)``, ``(B, H_k, S_kv, D)``, ``(B, H_k, S_kv, D_v)``; float16 or
         bfloat16; ``H`` a multiple of ``H_k``; D and D_v multiples of 8, at most 256. Any
         strides (``x.transpose(1, 2)`` of a (B, S, H, D) array).
-    attn_mask : None
-        Not supported (raises ``ValueError``); use *is_causal* or the sequence lengths.
+    attn_mask : device array, optional
+        An additive mask (a bias) of q's dtype, ``(B or 1, H or 1, S_q, S_kv)``: 0 to
+        attend, ``-inf`` to mask, any value to bias. A boolean mask is refused
+        (``TypeError``): pass its additive form (see ``docs/graph.md``).
     is_causal : bool
-        Mask keys after each query (top-left aligned, as ``torch``'s ``is_causal``).
+        Mask keys after each query (top-left aligned, as ``torch``'s ``is_causal``;
+        bottom-right with *diagonal_alignment*); the same as ``right_bound=0``.
     scale : float, optional
         Default ``1 / sqrt(D)``.
     dropout_p : float
@@ -295,6 +302,19 @@ def dnn_sdpa(
         Also return the softmax statistics the backward needs.
     seq_lens_q, seq_lens_kv : device array, optional
         int32 ``(B,)`` valid lengths per batch (both or neither): padding masks.
+    diagonal_alignment : {"top_left", "bottom_right"}
+        The diagonal of the causal mask and the band: through the first query and key, or
+        through the last query and key (decode, ``S_q < S_kv``).
+    left_bound, right_bound : int, optional
+        The band (sliding window): query ``i`` sees keys ``j`` with ``i - left_bound < j <=
+        i + right_bound`` (shifted by ``S_kv - S_q`` bottom-right); left_bound >= 1,
+        right_bound >= 0.
+    alibi : bool
+        Add ALiBi's ``slope_h * (j - i)`` (the paper's slopes for H heads); needs a causal
+        mask for the backward.
+    sink : device array, optional
+        float32 ``(H,)`` or ``(1, H, 1, 1)`` sink logits: one extra softmax term per head
+        with no value (cuDNN 9.13+).
     out : device array, optional
         ``(B, H, S_q, D_v)``, q's dtype, head dim contiguous.
     stream : optional
@@ -331,12 +351,26 @@ def dnn_sdpa(
     if dropout_p.__class__ is not float or not 0.0 <= dropout_p < 1.0:
         dropout_p = _probability(func, dropout_p)
     seedv = _seed(func, seed, dropout_p) if dropout_p else None
+    mptrs, mkey = (), None
+    if not (
+        attn_mask is None
+        and diagonal_alignment == "top_left"
+        and left_bound is None
+        and right_bound is None
+        and alibi is False
+        and sink is None
+    ):  # (the unmasked call skips this: the hot path)
+        bounds = (left_bound, right_bound)
+        masks = _sdpa_masks.spec(func, diagonal_alignment, bounds, alibi, sink)
+        mptrs, mkey = _sdpa_masks.key(attn_mask, masks, kq)
+    else:
+        masks = None
     key = (
         func,
         kq,
         kk,
         kv,
-        attn_mask is None,
+        mkey,
         is_causal,
         scale,
         scale.__class__,  # scale=True equals 1.0: the type keeps it from a valid entry
@@ -351,13 +385,15 @@ def dnn_sdpa(
         q,
         k,
         v,
-        (attn_mask, is_causal, scale, dropout_p),
+        (attn_mask, is_causal, scale, dropout_p, masks),
         training,
         (seq_lens_q, seq_lens_kv),
         out,
         stream,
     )
     ptrs = (pq, pk, pv) if seq_lens_q is None else (pq, pk, pv, psq, pskv)
+    if mptrs:
+        ptrs += mptrs
     outs, pos = ((out, None), (po, None)) if training else ((out,), (po,))
     if seedv is None:
         result = _call.run_cached(key, _build_forward, args, ptrs, outs, pos, stream)
@@ -367,9 +403,10 @@ def dnn_sdpa(
 
 
 def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.GraphCall:
-    """*options*: ``(attn_mask, is_causal, scale, dropout_p)``; *seq_lens*: ``(q's, kv's)``."""
+    """*options*: ``(attn_mask, is_causal, scale, dropout_p, masks)``; *seq_lens*: ``(q's,
+    kv's)``."""
     func = "dnn_sdpa"
-    attn_mask, is_causal, scale, dropout_p = options
+    attn_mask, is_causal, scale, dropout_p, masks = options
     seq_lens_q, seq_lens_kv = seq_lens
     gq, gk, gv, dt, device = _qkv(func, q, k, v)
     causal, sc, p = _options(func, attn_mask, is_causal, scale, dropout_p, gq.shape[3])
@@ -384,7 +421,9 @@ def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.G
     tq = g.tensor(tuple(gq.shape), st_q, dt, name="q", alignment=aq)
     tk = g.tensor(tuple(gk.shape), st_k, dt, name="k", alignment=ak)
     tv = g.tensor(tuple(gv.shape), st_v, dt, name="v", alignment=av)
-    tsq, tskv, dropout, extra, extra_spans = _declare_common(g, gsq, gskv, p, b)
+    dims = (b, hq, sq, gk.shape[2])
+    md = _declare_masks(func, g, attn_mask, masks, dims, dt, device)
+    tsq, tskv, dropout, extra, extra_spans = _declare_common(g, gsq, gskv, p, b, md)
     o, stats = g.sdpa(
         tq,
         tk,
@@ -396,6 +435,7 @@ def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.G
         seq_len_kv=tskv,
         dropout=dropout,
         name="sdpa",
+        **md.kwargs,
     )
     oshape = (b, hq, sq, dv)
     if out is not None:
@@ -421,8 +461,19 @@ def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.G
     g.set_io_order(tq, tk, tv, *extra, *outs)
     in_spans = [gq.nbytes_span, gk.nbytes_span, gv.nbytes_span, *extra_spans]
     st = _staging.Stage(dt, stage, None, 1.0, 0.0) if stage else None
-    what = _describe("attention forward", dt, gq, gk, causal, gsq is not None, p, training)
+    kind = "attention forward" + _sdpa_masks.describe(attn_mask, masks)
+    what = _describe(kind, dt, gq, gk, causal, gsq is not None, p, training)
     return _entry(func, g, device, stream, allocs, [*in_spans, *out_spans], what, st, p)
+
+
+_NO_MASKS = _sdpa_masks.Declared({}, [], [])
+
+
+def _declare_masks(func, g, attn_mask, masks, dims, dt, device) -> _sdpa_masks.Declared:
+    """The masks' graph operands (none for the unmasked call)."""
+    if masks is None:
+        return _NO_MASKS
+    return _sdpa_masks.declare(func, g, attn_mask, masks, dims, dt, device)
 
 
 def _entry(func, g, device, stream, allocs, spans, what, stage, p) -> _call.GraphCall:
@@ -477,9 +528,16 @@ def dnn_sdpa_grad(
     *,
     seq_lens_q: Any = None,
     seq_lens_kv: Any = None,
+    diagonal_alignment: str = "top_left",
+    left_bound: int | None = None,
+    right_bound: int | None = None,
+    alibi: bool = False,
+    sink: Any = None,
+    bias_grad: bool = False,
+    sink_grad: bool = False,
     deterministic: bool | None = None,
     stream: Any = None,
-) -> tuple[Any, Any, Any]:
+) -> tuple[Any, ...]:
     """Gradients ``(dq, dk, dv)`` of :func:`dnn_sdpa`.
 
     Parameters
@@ -490,6 +548,13 @@ def dnn_sdpa_grad(
         The forward's statistics (``training=True``), float32 ``(B, H, S_q, 1)``.
     attn_mask, is_causal, scale, dropout_p, seq_lens_q, seq_lens_kv
         As in the forward.
+    diagonal_alignment, left_bound, right_bound, alibi, sink
+        As in the forward.
+    bias_grad : bool
+        Also return the gradient of *attn_mask* (cuDNN computes it only for a ``(1, H, S_q,
+        S_kv)`` mask; other shapes raise ``NotSupportedError``).
+    sink_grad : bool
+        Also return the gradient of *sink* (float32 ``(1, H, 1, 1)``).
     seed : int
         The forward's dropout seed (required when *dropout_p* > 0).
     deterministic : bool, optional
@@ -500,8 +565,9 @@ def dnn_sdpa_grad(
 
     Returns
     -------
-    (dq, dk, dv)
-        In q's, k's and v's memory order; dk and dv summed over each group of query heads.
+    (dq, dk, dv[, dbias][, dsink])
+        In q's, k's and v's memory order; dk and dv summed over each group of query heads;
+        ``dbias`` (q's dtype) when *bias_grad*, ``dsink`` when *sink_grad*.
     """
     func = "dnn_sdpa_grad"
     keys = [_operand.key_of(a) for a in (q, k, v, out, dout, stats)]
@@ -516,10 +582,26 @@ def dnn_sdpa_grad(
             f"{func}: dropout_p={dropout_p} needs the forward's seed (seed=None "
             "would draw another mask)"
         )
+    mptrs, mkey, masks = (), None, None
+    if not (
+        attn_mask is None
+        and diagonal_alignment == "top_left"
+        and left_bound is None
+        and right_bound is None
+        and alibi is False
+        and sink is None
+        and bias_grad is False
+        and sink_grad is False
+    ):
+        bounds, grads = (left_bound, right_bound), (bias_grad, sink_grad)
+        masks = _sdpa_masks.spec(func, diagonal_alignment, bounds, alibi, sink, grads)
+        if masks.bias_grad and attn_mask is None:
+            raise ValueError(f"{func}: bias_grad=True needs an attn_mask (the bias)")
+        mptrs, mkey = _sdpa_masks.key(attn_mask, masks, keys[0][1])
     key = (
         func,
         *(kk for _p, kk in keys),
-        attn_mask is None,
+        mkey,
         is_causal,
         scale,
         scale.__class__,
@@ -531,7 +613,7 @@ def dnn_sdpa_grad(
     )
     args = (
         (q, k, v, out, dout, stats),
-        (attn_mask, is_causal, scale, dropout_p),
+        (attn_mask, is_causal, scale, dropout_p, masks),
         (seq_lens_q, seq_lens_kv),
         det,
         stream,
@@ -539,11 +621,13 @@ def dnn_sdpa_grad(
     ptrs = tuple(p for p, _k in keys)
     if seq_lens_q is not None:
         ptrs += (psq, pskv)
+    ptrs += mptrs
     seedv = _seed(func, seed, dropout_p)
-    none3 = (None, None, None)
+    extra = 0 if masks is None else masks.bias_grad + masks.sink_grad
+    none = (None,) * (3 + extra)
     if seedv is None:
-        return _call.run_cached(key, _build_backward, args, ptrs, none3, none3, stream)
-    return _run_seeded(seedv, key, _build_backward, args, ptrs, none3, none3, stream)
+        return _call.run_cached(key, _build_backward, args, ptrs, none, none, stream)
+    return _run_seeded(seedv, key, _build_backward, args, ptrs, none, none, stream)
 
 
 def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall:
@@ -551,7 +635,7 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
     dropout_p)``; *seq_lens*: ``(q's, kv's)``."""
     func = "dnn_sdpa_grad"
     q, k, v, out, dout, stats = operands
-    attn_mask, is_causal, scale, dropout_p = options
+    attn_mask, is_causal, scale, dropout_p, masks = options
     seq_lens_q, seq_lens_kv = seq_lens
     gq, gk, gv, dt, device = _qkv(func, q, k, v)
     causal, sc, p = _options(func, attn_mask, is_causal, scale, dropout_p, gq.shape[3])
@@ -601,8 +685,10 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         name="stats",
         alignment=alignment_of(gs.ptr),
     )
-    tsq, tskv, dropout, extra, extra_spans = _declare_common(g, gsq, gskv, p, b)
-    dq, dk, dv_ = g.sdpa_backward(
+    md = _declare_masks(func, g, attn_mask, masks, (b, hq, sq, skv), dt, device)
+    tsq, tskv, dropout, extra, extra_spans = _declare_common(g, gsq, gskv, p, b, md)
+    want = (False, False) if masks is None else (masks.bias_grad, masks.sink_grad)
+    dq, dk, dv_, *more = g.sdpa_backward(
         tq,
         tk,
         tv,
@@ -615,6 +701,9 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         seq_len_kv=tskv,
         dropout=dropout,
         use_deterministic_algorithm=det,
+        dbias=want[0],
+        dsink=want[1],
+        **md.kwargs,
     )
     allocs = []
     for t, like, shape in (
@@ -625,9 +714,14 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         spec = _spec_like(like, shape, dt)
         t.set_stride(spec.element_strides)
         allocs.append(spec)
-    g.set_io_order(tq, tk, tv, to, tdo, tst, *extra, dq, dk, dv_)
+    for t in more:  # dbias (io type), dsink (float32): packed
+        spec = _call.output_spec(t.dim, t.data_type or dt, device)
+        t.set_stride(_layout.packed_strides(t.dim))
+        allocs.append(spec)
+    g.set_io_order(tq, tk, tv, to, tdo, tst, *extra, dq, dk, dv_, *more)
     in_spans = [x.nbytes_span for _n, x in ops] + [gs.nbytes_span, *extra_spans]
     st = _staging.Stage(dt, stage, None, 1.0, 0.0) if stage else None
-    what = _describe("attention backward", dt, gq, gk, causal, gsq is not None, p, False)
+    kind = "attention backward" + _sdpa_masks.describe(attn_mask, masks)
+    what = _describe(kind, dt, gq, gk, causal, gsq is not None, p, False)
     spans = [*in_spans, *(a.nbytes_span for a in allocs)]
     return _entry(func, g, device, stream, allocs, spans, what, st, p)

@@ -7,9 +7,10 @@ Forward::
 
     S = Q @ K^T                        (K described transposed: same memory, swapped dims)
     S = S * scale
+    [+ bias] [+ ALiBi]                 (sdpa_masks.py: the score modifiers)
     [padding: rows >= seq_len_q or cols >= seq_len_kv -> -inf]
-    [causal (top left): col > row -> -inf]
-    M = max_j S;  E = exp(S - M);  Z = sum_j E
+    [causal (top left): col > row -> -inf; or the band, either alignment]
+    M = max_j S [max sink];  E = exp(S - M);  Z = sum_j E [+ exp(sink - M)]
     Stats = M + log Z                  (training: the log-sum-exp the backward needs)
     P = E / Z  [* Bernoulli(1-p) mask * 1/(1-p)]
     O = P @ V
@@ -30,13 +31,13 @@ from ..._config import parse_bool
 from ...enums import DataType
 from ...enums import PointwiseMode as P
 from .._tensor import GraphBase, Tensor, finite, like_strides
-from . import pointwise
+from . import pointwise, sdpa_masks
 from ._base import cudnn_version
 from .matmul import matmul
 from .reduction import reduction
 from .rng_reshape import reshape, rng
 
-__all__ = ["SdpaOptions", "backward", "forward"]
+__all__ = ["MASK_FIELDS", "SdpaOptions", "backward", "forward"]
 
 
 class SdpaOptions(NamedTuple):
@@ -47,6 +48,16 @@ class SdpaOptions(NamedTuple):
     seq_len_q: Tensor | None = None
     seq_len_kv: Tensor | None = None
     dropout: tuple[float, Tensor, Tensor] | None = None  #: (probability, seed, offset)
+    diagonal_alignment: str = "top_left"  #: or "bottom_right" (the band's diagonal)
+    left_bound: int | None = None  #: keys kept left of the diagonal (a sliding window)
+    right_bound: int | None = None  #: keys kept right of the diagonal (causal: 0)
+    bias: Tensor | None = None  #: additive (B|1, H|1, S_q, S_kv)
+    alibi_slopes: Tensor | None = None  #: float32 (1, H, 1, 1)
+    sink: Tensor | None = None  #: float32 (1, H, 1, 1) sink logits
+
+
+#: the options of the masks and scores (:mod:`.sdpa_masks`), in ``SdpaOptions``' order
+MASK_FIELDS = ("diagonal_alignment", "left_bound", "right_bound", "bias", "alibi_slopes", "sink")
 
 
 def _pw(
@@ -62,8 +73,9 @@ def _mm(g: GraphBase, a: Tensor, b: Tensor, overrides: tuple, name: str) -> Tens
 
 
 def _checks(g: GraphBase, op: str, qkv: tuple, o: SdpaOptions) -> tuple:
-    """The checked operands and options: ``(q, k, v, seq_q, seq_kv, dropout, scale, io)``
-    (dropout None at probability 0; the scale a tensor)."""
+    """The checked operands and options: ``(q, k, v, seq_q, seq_kv, dropout, scale, io,
+    masks)`` (dropout None at probability 0; the scale a tensor; masks a
+    :class:`.sdpa_masks.Masks`)."""
     q = g._check(op, "q", qkv[0])
     k = g._check(op, "k", qkv[1])
     v = g._check(op, "v", qkv[2])
@@ -93,7 +105,9 @@ def _checks(g: GraphBase, op: str, qkv: tuple, o: SdpaOptions) -> tuple:
     dropout = _dropout(g, op, o.dropout)
     scale = _scale(g, op, o.attn_scale, d)
     io = q.data_type or g.io_data_type
-    return q, k, v, seq_q, seq_kv, dropout, scale, io
+    causal = parse_bool(o.use_causal_mask, f"{g.name}.{op}", "use_causal_mask")
+    masks = sdpa_masks.check_masks(g, op, o, (b, hq, _sq, skv), causal)
+    return q, k, v, seq_q, seq_kv, dropout, scale, io, masks
 
 
 #: the head dims cuDNN's fused attention runs: multiples of 8, at most 256
@@ -171,29 +185,34 @@ def _masks(
     g: GraphBase,
     s: Tensor,
     seq_lens: tuple[Tensor | None, Tensor | None],
-    causal: bool,
+    masks: sdpa_masks.Masks,
     neg_inf: Tensor | None,
     name: str,
     after_padding: Any = None,
 ) -> Tensor:
-    """The padding mask, then *after_padding(s)* (the backward's Stats subtraction), then the
-    causal mask, each as cudnn-frontend orders them."""
+    """The bias and ALiBi, the padding mask, then *after_padding(s)* (the backward's Stats
+    subtraction), then the causal mask or the band, each as cudnn-frontend orders them."""
     seq_q, seq_kv = seq_lens
     i32, b8 = DataType.INT32, DataType.BOOLEAN
-    if seq_q is not None:
+
+    def padding(s: Tensor) -> Tensor:
+        if seq_q is None:
+            return s
         row = _pw(g, P.GEN_INDEX, s, axis=2, compute=i32, name=f"{name}::pad_row")
         col = _pw(g, P.GEN_INDEX, s, axis=3, compute=i32, name=f"{name}::pad_col")
         rm = _pw(g, P.CMP_LT, row, seq_q, compute=b8, name=f"{name}::lt_row")
         cm = _pw(g, P.CMP_LT, col, seq_kv, compute=b8, name=f"{name}::lt_col")
         pm = _pw(g, P.LOGICAL_AND, rm, cm, compute=b8, name=f"{name}::and")
-        s = _pw(g, P.BINARY_SELECT, s, neg_inf, pm, name=f"{name}::select_padding")
-    if after_padding is not None:
-        s = after_padding(s)
-    if causal:
+        return _pw(g, P.BINARY_SELECT, s, neg_inf, pm, name=f"{name}::select_padding")
+
+    s = sdpa_masks.apply_scores(g, s, masks, seq_lens, padding, after_padding, name)
+    if masks.plain_causal:  # today's graph for torch's is_causal
         row = _pw(g, P.GEN_INDEX, s, axis=2, name=f"{name}::row")
         col = _pw(g, P.GEN_INDEX, s, axis=3, name=f"{name}::col")
         keep = _pw(g, P.CMP_GE, row, col, compute=b8, name=f"{name}::causal")
         s = _pw(g, P.BINARY_SELECT, s, neg_inf, keep, name=f"{name}::select_causal")
+    elif sdpa_masks.needs_band(masks):
+        s = sdpa_masks.band(g, s, masks, seq_lens, neg_inf, name)
     return s
 
 
@@ -202,9 +221,11 @@ def _rowdim(q: Tensor) -> tuple[int, int, int, int]:
     return (b, h, sq, 1)
 
 
-def _neg_inf(g: GraphBase, seq_q: Tensor | None, causal: bool, name: str) -> Tensor | None:
+def _neg_inf(
+    g: GraphBase, seq_q: Tensor | None, masks: sdpa_masks.Masks, name: str
+) -> Tensor | None:
     """The -inf a mask selects, when there is a mask."""
-    if seq_q is None and not causal:
+    if seq_q is None and masks.right_bound is None and masks.left_bound is None:
         return None
     return g._constant(float("-inf"), DataType.FLOAT, f"{name}::neg_inf")
 
@@ -214,19 +235,14 @@ def forward(
 ) -> tuple[Tensor, Tensor | None]:
     """``(o, stats)`` of attention over ``qkv = (q, k, v)``: stats (the log-sum-exp) only in
     training."""
-    q, k, v, seq_q, seq_kv, dropout, scale, io = _checks(g, "sdpa", qkv, o)
-    causal = parse_bool(o.use_causal_mask, f"{g.name}.sdpa", "use_causal_mask")
+    q, k, v, seq_q, seq_kv, dropout, scale, io, masks = _checks(g, "sdpa", qkv, o)
     is_inference = parse_bool(is_inference, f"{g.name}.sdpa", "is_inference")
     k._swap_last = True  # bmm1 reads K^T: the same memory with the last two dims swapped
-    neg_inf = _neg_inf(g, seq_q, causal, name)
+    neg_inf = _neg_inf(g, seq_q, masks, name)
     s = _mm(g, q, k, (seq_q, seq_kv, None), f"{name}::bmm1")
     s = _pw(g, P.MUL, s, scale, name=f"{name}::attn_scale")
-    s = _masks(g, s, (seq_q, seq_kv), causal, neg_inf, name)
-    rows = _rowdim(q)
-    m = reduction(g, s, "max", rows, name=f"{name}::max")
-    e = _pw(g, P.EXP, _pw(g, P.SUB, s, m, name=f"{name}::sub"), name=f"{name}::exp")
-    z = reduction(g, e, "add", rows, name=f"{name}::sum")
-    stats = _pw(g, P.ADD, m, _pw(g, P.LOG, z, name=f"{name}::log"), name=f"{name}::stats")
+    s = _masks(g, s, (seq_q, seq_kv), masks, neg_inf, name)
+    e, z, stats = sdpa_masks.softmax(g, s, _rowdim(q), masks.sink, name)
     p = _pw(g, P.DIV, e, z, name=f"{name}::p")
     if dropout is not None:
         prob, seed, offset = dropout
@@ -276,14 +292,17 @@ def backward(
     o: SdpaOptions,
     name: str,
     deterministic: bool = False,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """``(dq, dk, dv)`` of attention over ``qkv = (q, k, v)`` from the forward's ``saved =
-    (o, dO, stats)``; *deterministic* writes dQ directly instead of through a float32
-    accumulator."""
-    q, k, v, seq_q, seq_kv, dropout, scale, io = _checks(g, "sdpa_backward", qkv, o)
+    want: tuple = (False, False),
+) -> tuple[Tensor, ...]:
+    """``(dq, dk, dv[, dbias][, dsink])`` of attention over ``qkv = (q, k, v)`` from the
+    forward's ``saved = (o, dO, stats)``; *deterministic* writes dQ directly instead of through
+    a float32 accumulator; *want*: ``(dbias, dsink)`` asked for."""
+    q, k, v, seq_q, seq_kv, dropout, scale, io, masks = _checks(g, "sdpa_backward", qkv, o)
     out, do, stats = _check_backward(g, q, k, v, saved)
     where = f"{g.name}.sdpa_backward"
-    causal = parse_bool(o.use_causal_mask, where, "use_causal_mask")
+    grads = _grad_flags(where, masks, want)
+    dims = (q.dim[0], q.dim[1], q.dim[2], k.dim[2])
+    sdpa_masks.check_backward(where, masks, dims, seq_q is not None, dropout is not None)
     deterministic = parse_bool(deterministic, where, "use_deterministic_algorithm")
     b, hq, sq, d = q.dim
     _, hk, skv, _ = k.dim
@@ -291,7 +310,7 @@ def backward(
     k_strides = k.stride
     k._swap_last = True
     v._swap_last = True
-    neg_inf = _neg_inf(g, seq_q, causal, name)
+    neg_inf = _neg_inf(g, seq_q, masks, name)
     mask = None
     if dropout is not None:
         prob, seed, offset = dropout
@@ -303,6 +322,9 @@ def backward(
     rows = _rowdim(q)
     t = _pw(g, P.MUL, do, out, name=f"{name}::dO_O")
     r = reduction(g, t, "add", rows, name=f"{name}::rowsum_dO_O")
+    dsink = None
+    if grads[1]:
+        dsink = sdpa_masks.dsink_of(g, masks.sink, stats, r, name)
     softmax_sum = _pw(g, P.MUL, r, keep, name=f"{name}::softmax_sum")
     _to_scratch(softmax_sum, None)
     s = _mm(g, q, k, (seq_q, seq_kv, None), f"{name}::Q_KT")
@@ -311,7 +333,7 @@ def backward(
     def sub_stats(x: Tensor) -> Tensor:
         return _pw(g, P.SUB, x, stats, name=f"{name}::sub_stats")
 
-    s = _masks(g, s, (seq_q, seq_kv), causal, neg_inf, name, after_padding=sub_stats)
+    s = _masks(g, s, (seq_q, seq_kv), masks, neg_inf, name, after_padding=sub_stats)
     exp_s = _pw(g, P.EXP, s, name=f"{name}::exp_s")
     p = exp_s
     if mask is not None:
@@ -328,6 +350,9 @@ def backward(
     dp = _pw(g, P.MUL, dp, exp_s, name=f"{name}::mul_exp_s")
     if mask is not None:
         dp = _pw(g, P.MUL, dp, dscale, name=f"{name}::dS_dropout_scale")
+    dbias = None
+    if grads[0]:
+        dbias = sdpa_masks.dbias_of(g, dp, masks.bias, io, where, name)
     ds = _pw(g, P.MUL, dp, scale, name=f"{name}::dS")
     dst = reshape(g, ds, (b, hq, skv, sq), pt_stride, io, f"{name}::reshape_dS")
     dk_full = _mm(g, dst, q, (seq_kv, None, seq_q), f"{name}::dST_Q")
@@ -345,7 +370,19 @@ def backward(
     dq.set_output(True)
     if io is not None:
         dq.set_data_type(io)
-    return dq, dk_t, dv_t
+    return (dq, dk_t, dv_t, *(t for t in (dbias, dsink) if t is not None))
+
+
+def _grad_flags(where: str, masks: sdpa_masks.Masks, want: tuple) -> tuple[bool, bool]:
+    """``(dbias, dsink)`` asked for (strict booleans), each needing its input."""
+    flags = []
+    for nm, on, given in (("dbias", want[0], masks.bias), ("dsink", want[1], masks.sink)):
+        on = parse_bool(on, where, nm)
+        if on and given is None:
+            src = "bias" if nm == "dbias" else "sink"
+            raise ValueError(f"{where}: {nm}=True needs a {src} tensor")
+        flags.append(on)
+    return flags[0], flags[1]
 
 
 def _to_scratch(t: Tensor, fill: str | None) -> None:
