@@ -37,11 +37,14 @@ class _OneOut(_Stub):
 
 
 def main(n: int = 20000, repeats: int = 15) -> None:
+    from pycudnn.highlevel import pool, reduction
     from pycudnn.highlevel.conv import _prepare
 
     _graphops.entry = lambda *a, **k: _Stub()
     _graphops.capability = lambda device: (9, 0)
     _prepare.build = lambda *a: _OneOut()
+    pool._build_forward = lambda *a: _OneOut()
+    reduction._build = lambda *a: _OneOut()
     q, k, v = (Fake((2, 4, 64, 64), DataType.BFLOAT16) for _ in range(3))
     x, g, b = Fake((4, 6, 64)), Fake((64,)), Fake((64,))
     img, w = Fake((2, 4, 8, 8), DataType.HALF), Fake((6, 4, 3, 3), DataType.HALF)
@@ -49,6 +52,9 @@ def main(n: int = 20000, repeats: int = 15) -> None:
         "dnn_sdpa": lambda: pycudnn.dnn_sdpa(q, k, v, is_causal=True),
         "dnn_layer_norm": lambda: pycudnn.dnn_layer_norm(x, 64, g, b, 1e-5),
         "dnn_conv": lambda: pycudnn.dnn_conv(img, w, border_mode=1),
+        "dnn_conv stride 2": lambda: pycudnn.dnn_conv(img, w, subsample=(2, 2)),
+        "dnn_pool": lambda: pycudnn.dnn_pool(img, (2, 2), (2, 2)),
+        "dnn_reduction": lambda: pycudnn.dnn_reduction(img, "add", axis=(2, 3)),
     }
     for name, f in cases.items():
         f()

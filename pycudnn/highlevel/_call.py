@@ -457,6 +457,20 @@ class GraphCall(Call):
             self.plan.launch((*ptrs, *self.consts))
 
 
+def has_bool(*values: Any) -> bool:
+    """Whether any of *values* is a bool, or a tuple or list holding one.
+
+    ``True == 1`` and ``(True, True) == (1, 1)`` with equal hashes: a call key alone would
+    serve such a spelling (which the checks refuse) the valid call's cached entry. Callers put
+    this in the key only where the argument is not its default object (the common case costs
+    an identity test)."""
+    for v in values:
+        c = v.__class__
+        if c is bool or ((c is tuple or c is list) and bool in map(type, v)):
+            return True
+    return False
+
+
 # ==================================================================================================
 # The call cache and the one way to run a call
 # ==================================================================================================

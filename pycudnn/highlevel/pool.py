@@ -147,9 +147,17 @@ def get_pool_output_shape(
     return _geometry("get_pool_output_shape", img_shape, ws, stride, pad).out_shape
 
 
-def _hashable(v: Any) -> Any:
-    """Lists (a common spelling of ws/stride/pad) as tuples, so the call can be cached."""
-    return tuple(v) if type(v) is list else v
+def _geometry_key(ws: Any, stride: Any, pad: Any) -> tuple:
+    """*ws*, *stride* and *pad* for a call key: lists (a common spelling) as tuples, so the call
+    can be cached, and whether any holds a bool (``(True, True) == (1, 1)``, but only the ints
+    are valid: the bool spelling gets a key of its own and reaches the checks)."""
+    if ws.__class__ is list:
+        ws = tuple(ws)
+    if stride.__class__ is list:
+        stride = tuple(stride)
+    if pad.__class__ is list:
+        pad = tuple(pad)
+    return ws, stride, pad, _call.has_bool(ws, stride, pad)
 
 
 # ==================================================================================================
@@ -279,7 +287,7 @@ def dnn_pool(
     """
     px, kx = _operand.key_of(img)
     po, ko = (None, None) if out is None else _operand.key_of(out)
-    key = (_FWD, kx, ko, _hashable(ws), _hashable(stride), mode, _hashable(pad), alpha, beta)
+    key = (_FWD, kx, ko, _geometry_key(ws, stride, pad), mode, alpha, beta)
     key += (alpha.__class__, beta.__class__)  # True == 1.0, but only one is valid
     args = (img, out, ws, stride, mode, pad, alpha, beta, stream)
     return _call.run_cached(key, _build_forward, args, (px,), (out,), (po,), stream)[0]
@@ -366,10 +374,8 @@ def dnn_pool_grad(
         ky,
         kdy,
         ko,
-        _hashable(ws),
-        _hashable(stride),
+        _geometry_key(ws, stride, pad),
         mode,
-        _hashable(pad),
         alpha,
         beta,
         alpha.__class__,

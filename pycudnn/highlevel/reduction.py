@@ -350,7 +350,12 @@ def dnn_reduction(
     keepdims = parse_bool(keepdims, "dnn_reduction", "keepdims")
     return_indices = parse_bool(return_indices, "dnn_reduction", "return_indices")
     key = (_KEY, kx, ko, op, axis, keepdims, return_indices, dtype, alpha, beta)
-    key += (alpha.__class__, beta.__class__)  # True == 1.0, but only one is valid
+    # True == 1.0 and (True, 1) == (1, 1), but only one is valid: the types in the key
+    key += (
+        alpha.__class__,
+        beta.__class__,
+        axis.__class__ is not int and axis is not None and _call.has_bool(axis),
+    )
     args = (x, out, op, axis, keepdims, return_indices, dtype, alpha, beta, stream)
     if return_indices:
         return _call.run_cached(key, _build, args, (px,), (out, None), (po, None), stream)

@@ -12,12 +12,18 @@ inputs), ``pool`` (dnn_pool, dnn_pool_grad), ``batchnorm`` (training, inference,
 ``lrn`` (dnn_lrn, dnn_lrn_grad), ``reduction``, ``dropout`` (the mask property: kept elements
 scaled by 1/(1-p), the gradient through the same mask), ``spatialtf`` (grid, sampler, the whole
 transformer and their gradients), ``ctc`` (loss and gradient, every reduction) -- all against
-float64 NumPy references (``tests/support/references.py``) -- and ``generic`` (junk arguments to
-every ``dnn_*`` of ``pycudnn.highlevel.__all__``). Valid cases must match the reference, invalid
-ones raise documented errors, and the device must stay healthy (``cudaDeviceSynchronize``/
-``cudaGetLastError`` clean) after every case. With ``-s`` it prints one figures line per
-function and a total line last (for docs/RELIABILITY.md). ``PYCUDNN_GPU_FUZZ_EXAMPLES`` sets the
-examples per function (default 30).
+float64 NumPy references (``tests/support/references.py``) --, issue 30's ``matmul``
+(dnn_matmul: batch broadcast, transposed views, bias, activations, float16/bfloat16, float32
+under TF32 against a float32 reference), ``norms`` (dnn_layer_norm, dnn_rms_norm and their
+gradients), ``sdpa`` (dnn_sdpa, dnn_sdpa_grad: causal, GQA, padding lengths, head dims 64/128,
+S 1..300; dropout for shape, finiteness and determinism with a seed) and ``graph`` (random
+builder graphs run with ``Graph.execute``: conv+bias+activation, matmul+pointwise chains,
+matmul+reduction; specs in ``tests/support/_fuzz_transformer_specs.py``), and ``generic`` (junk
+arguments to every ``dnn_*`` of ``pycudnn.highlevel.__all__``). Valid cases must match the
+reference, invalid ones raise documented errors, and the device must stay healthy
+(``cudaDeviceSynchronize``/``cudaGetLastError`` clean) after every case. With ``-s`` it prints
+one figures line per function and a total line last (for docs/RELIABILITY.md).
+``PYCUDNN_GPU_FUZZ_EXAMPLES`` sets the examples per function (default 30).
 """
 
 from __future__ import annotations
@@ -49,6 +55,10 @@ GROUPS = [
     "dropout",
     "spatialtf",
     "ctc",
+    "matmul",
+    "norms",
+    "sdpa",
+    "graph",
     "generic",
 ]
 FINDINGS = ("silent_accepts", "false_refusals", "wrong_results", "undocumented")

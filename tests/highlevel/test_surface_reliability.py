@@ -373,6 +373,12 @@ class _ConvStub:
         ({"alpha": 1.0}, {"alpha": True}),
         ({"beta": 0.0}, {"beta": False}),
         ({"num_groups": 1}, {"num_groups": True}),
+        ({"subsample": (1, 1)}, {"subsample": (True, True)}),
+        ({"subsample": (2, 1)}, {"subsample": (2, True)}),
+        ({"dilation": (1, 1)}, {"dilation": (True, 1)}),
+        ({"dilation": 1}, {"dilation": True}),
+        ({"border_mode": 1}, {"border_mode": True}),
+        ({"border_mode": (1, 0)}, {"border_mode": (True, 0)}),
     ],
 )
 def test_conv_scalars_equal_to_a_cached_valid_call_are_still_checked(
@@ -388,46 +394,59 @@ def test_conv_scalars_equal_to_a_cached_valid_call_are_still_checked(
     assert len(built) == 1  # the second call was served from the cache
     monkeypatch.setattr(_prepare, "build", real_build)  # a miss validates (no C call: no_c)
     (arg,) = invalid
-    with pytest.raises(TypeError, match=f"dnn_conv: {arg} must be"):
+    with pytest.raises(TypeError, match=f"dnn_conv: {arg}"):
         pycudnn.dnn_conv(x, w, **invalid)
 
 
-def _x():
-    return Fake((2, 4, 8, 8))
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_conv_default_geometry_is_keyed_by_identity_and_equal_tuples_still_hit(
+    no_c, monkeypatch, epilogue
+):
+    """The defaults skip the bool scan by identity; an equal tuple of ints the caller built
+    (not the default object) still hits the same entry, and a bool spelling never does."""
+    from pycudnn.highlevel.conv import _prepare
+
+    built = []
+    stub = lambda *args: built.append(args) or _ConvStub()  # noqa: E731
+    monkeypatch.setattr(_prepare, "build", stub)
+    monkeypatch.setattr(_prepare, "build_fused", stub)
+    x, w = Fake((2, 4, 8, 8), F16), Fake((6, 4, 3, 3), F16)
+    kw = {"activation": "relu"} if epilogue else {}
+    pycudnn.dnn_conv(x, w, **kw)
+    pycudnn.dnn_conv(x, w, subsample=tuple([1, 1]), dilation=tuple([1, 1]), **kw)
+    assert len(built) == 1
+    pycudnn.dnn_conv(x, w, subsample=(True, True), **kw)
+    assert len(built) == 2
 
 
-#: (function, positional arguments, keyword: (valid value, invalid value that compares equal))
-KEYED = [
-    (pycudnn.dnn_activation, (_x,), {"alpha": (1.0, True)}),
-    (pycudnn.dnn_activation, (_x,), {"coef": (0.0, False)}),
-    (pycudnn.dnn_lrn, (_x,), {"k": (1.0, True)}),
-    (pycudnn.dnn_softmax, (_x,), {"beta": (0.0, False)}),
-    (pycudnn.dnn_add_tensor, (_x, _x), {"alpha": (1.0, True)}),
-    (pycudnn.dnn_op_tensor, ("add", _x, _x), {"alpha2": (1.0, True)}),
-    (pycudnn.dnn_pool, (_x, (2, 2)), {"alpha": (1.0, True)}),
-    (pycudnn.dnn_reduction, (_x,), {"alpha": (1.0, True)}),
-    (pycudnn.dnn_spatialtf_sampler, (_x, lambda: Fake((2, 8, 8, 2))), {"beta": (0.0, False)}),
-    (
-        pycudnn.dnn_batch_normalization_test,
-        (_x, lambda: Fake((1, 4, 8, 8)), lambda: Fake((1, 4, 8, 8)))
-        + (lambda: Fake((1, 4, 8, 8)),) * 2,
-        {"epsilon": (1.0, True)},
-    ),
+#: (function, positional arguments, keyword: (valid value, invalid value equal to it))
+TUPLE_KEYED = [
+    (pycudnn.dnn_pool, (lambda: Fake((2, 4, 8, 8)),), {"ws": ((1, 1), (True, True))}),
+    (pycudnn.dnn_pool, (lambda: Fake((2, 4, 8, 8)), (2, 2)), {"stride": ((1, 1), (1, True))}),
+    (pycudnn.dnn_pool, (lambda: Fake((2, 4, 8, 8)), (2, 2)), {"pad": ([0, 1], [False, 1])}),
+    (pycudnn.dnn_reduction, (lambda: Fake((2, 4, 8, 8)), "add"), {"axis": (1, True)}),
+    (pycudnn.dnn_reduction, (lambda: Fake((2, 4, 8, 8)), "add"), {"axis": ((1, 2), (True, 2))}),
 ]
 
 
-@pytest.mark.parametrize(("fn", "args", "kw"), KEYED, ids=lambda v: getattr(v, "__name__", ""))
-def test_call_keys_tell_an_invalid_equal_value_from_a_valid_one(monkeypatch, fn, args, kw):
-    """The key of the invalid value differs from the valid one's: a cached valid entry cannot
-    serve it (a miss validates: the family's own tests show the refusal)."""
+@pytest.mark.parametrize(
+    ("fn", "args", "kw"), TUPLE_KEYED, ids=lambda v: getattr(v, "__name__", "")
+)
+def test_tuples_of_booleans_get_a_key_of_their_own_and_are_refused(no_c, monkeypatch, fn, args, kw):
+    """``(True, True) == (1, 1)``: the bool spelling's key differs from the valid call's (a
+    cached valid entry cannot serve it), and on its miss the checks refuse it naming the
+    argument (no C call: no_c)."""
     from pycudnn.highlevel import _call
 
-    keys = []
-    monkeypatch.setattr(
-        _call, "run_cached", lambda key, *rest: keys.append(key) or ("r0", "r1", "r2", "r3", "r4")
-    )
     objs = [a() if callable(a) else a for a in args]
     ((name, (good, bad)),) = kw.items()
-    fn(*objs, **{name: good})
-    fn(*objs, **{name: bad})
-    assert good == bad and keys[0] != keys[1]
+    assert good == bad
+    keys = []
+    with monkeypatch.context() as m:
+        m.setattr(_call, "run_cached", lambda key, *rest: keys.append(key) or ("r0", "r1"))
+        fn(*objs, **{name: good})
+        fn(*objs, **{name: bad})
+        fn(*objs, **{name: good})
+    assert keys[0] != keys[1] and keys[0] == keys[2]
+    with pytest.raises(TypeError, match=rf"{fn.__name__}: {name}"):
+        fn(*objs, **{name: bad})

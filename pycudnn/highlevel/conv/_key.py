@@ -33,6 +33,20 @@ __all__ = ["conv", "fused"]
 #: is dropped with its plan and rebuilt: the search then takes smaller workspaces first)
 _STALE = (MemoryError,)
 _NO_OUTPUT = (None,)  # outs and out_ptrs of a call that allocates its output
+#: the public functions' default subsample and dilation (tested by identity on the hot path)
+ONES2 = (1, 1)
+ONES3 = (1, 1, 1)
+
+
+def _bools(opts: tuple) -> Any:
+    """What tells a bool in border_mode, subsample or dilation apart (``True == 1``,
+    ``(True, True) == (1, 1)``): border_mode's class, and a scan of the two tuples unless both
+    are the defaults (an identity test) and border_mode is no tuple: True when one holds a bool,
+    else border_mode's class (so an equal tuple of ints shares the defaults' entry)."""
+    b, s = opts[0], opts[1]
+    if s is opts[2] and (s is ONES2 or s is ONES3) and b.__class__ is not tuple:
+        return b.__class__
+    return _call.has_bool(b, s, opts[2]) or b.__class__
 
 
 def conv(op: int, nd: int, a: Any, b: Any, shape: Any, opts: tuple, out: Any, stream: Any) -> Any:
@@ -72,7 +86,9 @@ def conv(op: int, nd: int, a: Any, b: Any, shape: Any, opts: tuple, out: Any, st
         outs, out_ptrs = (out,), (po,)
     if type(shape) is list:
         shape = tuple(shape)
-    # with the types of num_groups, alpha and beta: True == 1 == 1.0, but only one is valid
+    # with the types of num_groups, alpha and beta: True == 1 == 1.0, but only one is valid;
+    # likewise a bool in border_mode, subsample or dilation
+    bm, s = opts[0], opts[1]
     key = (
         op,
         nd,
@@ -84,6 +100,9 @@ def conv(op: int, nd: int, a: Any, b: Any, shape: Any, opts: tuple, out: Any, st
         opts[-3].__class__,
         opts[-2].__class__,
         opts[-1].__class__,
+        bm.__class__
+        if s is opts[2] and (s is ONES2 or s is ONES3) and bm.__class__ is not tuple
+        else _call.has_bool(bm, s, opts[2]) or bm.__class__,
     )
     args = (op, nd, a, b, shape, opts, out, stream)
     return _call.run_cached(
@@ -113,6 +132,7 @@ def fused(nd: int, a: Any, b: Any, opts: tuple, epilogue: tuple, out: Any, strea
         outs, out_ptrs = (out,), (po,)
     key = ("fused", nd, ka, kb, kbias, kz, okey, opts, activation, z_alpha, _call.snapshot())
     key += (opts[-3].__class__, opts[-2].__class__, opts[-1].__class__, z_alpha.__class__)
+    key += (_bools(opts),)
     args = (nd, a, b, opts, epilogue, out, stream)
     return _call.run_cached(
         key, _prepare.build_fused, args, ptrs, outs, out_ptrs, stream, _STALE, _plans.served_cached
