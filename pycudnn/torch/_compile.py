@@ -38,11 +38,14 @@ compiling: Callable[[], bool] = (
     else _never
 )
 
-#: a function dynamo calls once while tracing and keeps the result of (no graph break, no
-#: guard): for properties fixed for the process, such as a device's compute capability
-constant: Callable[[Callable[..., Any]], Callable[..., Any]] = getattr(
-    _COMPILER, "assume_constant_result", lambda fn: fn
-)
+
+def constant(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark *fn* as ``torch.compiler.assume_constant_result`` does: dynamo calls it once while
+    tracing and keeps the result (no graph break, no guard), for properties fixed for the process
+    such as a device's compute capability. Set here, as that decorator sets it, because
+    importing the decorator imports dynamo (~1 s) at the family modules' import."""
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return fn
 
 
 def define(
@@ -67,7 +70,19 @@ def define(
 
 
 def eager_only(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """*fn* run by Python even under ``torch.compile`` (dynamo breaks its graph around the call):
-    for modules whose calls have no custom op (RNNs, LRN, CrossEntropyLoss)."""
-    disable = getattr(_COMPILER, "disable", None)
-    return fn if disable is None else disable(fn)
+    """*fn* run by Python under ``torch.compile`` (dynamo breaks its graph around the call): for
+    modules whose calls have no custom op (RNNs, LRN, CrossEntropyLoss). Call it only while
+    compiling.
+
+    ``torch.compiler.disable`` imports dynamo (~1 s), so it is applied on the first call (which
+    happens while dynamo traces, so dynamo is loaded; it breaks the graph at that call once and
+    may warn that ``disable`` was called inside a compiled region), not at import.
+    """
+    disabled: list[Callable[..., Any]] = []
+
+    def call(*args: Any) -> Any:
+        if not disabled:
+            disabled.append(_COMPILER.disable(fn))
+        return disabled[0](*args)
+
+    return call

@@ -240,7 +240,6 @@ def fakes(monkeypatch):
     monkeypatch.setattr(_runtime, "_raw_stream", lambda device: 0)
     monkeypatch.setattr(_runtime, "_AUTO", [False])
     monkeypatch.setattr(attention, "_attention_capable", lambda t: True)
-    monkeypatch.setattr(linear, "_allow_tf32", lambda: True)
     monkeypatch.setattr(attention, "HALVES", (*_runtime.HALVES, torch.float32, torch.float64))
     base.CALLS.clear()
     dropout._POOLS.clear()
