@@ -204,7 +204,8 @@ _TENSORS = (torch.Tensor, nn.Parameter)
 def _attention_capable(t: torch.Tensor) -> bool:
     """cuDNN's fused attention runs on *t*'s device (sm80 or newer), cached per device."""
     dev = t.get_device()
-    return _CAPABLE.get(dev) or _capable(dev)
+    ok = _CAPABLE.get(dev)
+    return _capable(dev) if ok is None else ok
 
 
 @constant  # traced code reads it once (a device's capability is fixed)
