@@ -13,6 +13,7 @@ from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_activation, dnn_activation_grad
 from . import _lean
+from ._compile import compiling, define
 from ._module import Converted
 from ._runtime import cuda_ok, dense, format_of, ready, stream_of
 
@@ -27,7 +28,10 @@ __all__ = [
     "Tanh",
     "Y_ONLY",
     "act_forward",
+    "act_grad_run",
     "act_run",
+    "op_act",
+    "op_act_grad",
 ]
 
 _FWD, _BWD = "act_fwd", "act_bwd"  # the lean path's tags (a part of each signature)
@@ -91,21 +95,74 @@ class ActFn(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         x, y = ctx.saved_tensors
-        mode, coef, inplace = ctx.cfg
-        if dy.dtype != y.dtype or y.dtype == torch.bfloat16 or (mode == "clipped_relu" and inplace):
-            # cuDNN's legacy activation backward has no bfloat16 kernel (NOT_SUPPORTED on an
-            # H100, cuDNN 9.19) and takes one dtype; its clipped-ReLU gradient keeps dy where
-            # x == coef: after an in-place forward x is the clipped output, equal to coef
-            # exactly where it clipped
-            return _torch_grad(mode, coef, x, y, dy), None, None, None
-        dy = dense(dy)
-        if dy.stride() != y.stride():  # cuDNN's activation backward takes one layout
-            dy = dy.contiguous(memory_format=format_of(y))
-        dx = torch.empty_like(y)
-        s = stream_of(dy)
-        ops = (y, dy, x, dx)
-        _lean.launch((_BWD, mode, coef), ops, s, _backward_slow, y, dy, x, mode, coef, dx, s)
-        return dx, None, None, None
+        return act_grad_run(x, y, dy, ctx.cfg), None, None, None
+
+
+def act_grad_run(x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor, cfg: tuple) -> torch.Tensor:
+    """The activation's input gradient from the forward's *x* and *y* and the gradient *dy*,
+    *cfg* ``(mode, coef, inplace)``: ``dnn_activation_grad`` on the lean path, or torch's
+    computation where cuDNN has no kernel."""
+    mode, coef, inplace = cfg
+    if dy.dtype != y.dtype or y.dtype == torch.bfloat16 or (mode == "clipped_relu" and inplace):
+        # cuDNN's legacy activation backward has no bfloat16 kernel (NOT_SUPPORTED on an
+        # H100, cuDNN 9.19) and takes one dtype; its clipped-ReLU gradient keeps dy where
+        # x == coef: after an in-place forward x is the clipped output, equal to coef
+        # exactly where it clipped
+        return _torch_grad(mode, coef, x, y, dy)
+    dy = dense(dy)
+    if dy.stride() != y.stride():  # cuDNN's activation backward takes one layout
+        dy = dy.contiguous(memory_format=format_of(y))
+    dx = torch.empty_like(y)
+    s = stream_of(dy)
+    ops = (y, dy, x, dx)
+    _lean.launch((_BWD, mode, coef), ops, s, _backward_slow, y, dy, x, mode, coef, dx, s)
+    return dx
+
+
+# -- torch.compile: pycudnn::act and pycudnn::act_grad (out of place) ------------------------------
+def _op_act(x: torch.Tensor, mode: str, coef: float) -> torch.Tensor:
+    ready()
+    return act_run(dense(x), mode, coef, False)
+
+
+def _op_act_fake(x, mode, coef):
+    return torch.empty_like(x)
+
+
+def _op_grad(
+    x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor, mode: str, coef: float, y_only: bool
+) -> torch.Tensor:
+    """*y_only*: *x* is the output too (the modes whose gradient reads only y, as after an
+    in-place forward)."""
+    ready()
+    dx = act_grad_run(x, y, dy, (mode, coef, y_only))
+    if dx.dtype != y.dtype or dx.stride() != y.stride():  # torch's gradient: the fake's layout
+        dx = torch.empty_like(y).copy_(dx)
+    return dx
+
+
+def _op_grad_fake(x, y, dy, mode, coef, y_only):
+    return torch.empty_like(y)
+
+
+def _act_setup(ctx, inputs, output) -> None:
+    x, mode, coef = inputs
+    # the modes whose gradient reads y alone keep y only: the forward's input may then be
+    # overwritten (an in-place module copies the output into it)
+    y_only = mode in Y_ONLY
+    ctx.save_for_backward(output if y_only else x, output)
+    ctx.cfg = (mode, coef, y_only)
+
+
+def _act_backward(ctx, dy):
+    x, y = ctx.saved_tensors
+    return op_act_grad(x, y, dy, *ctx.cfg), None, None
+
+
+#: ``pycudnn::act(x, mode, coef)``: :func:`act_run` out of place
+op_act = define("act", _op_act, _op_act_fake, autograd=(_act_backward, _act_setup))
+#: ``pycudnn::act_grad(x, y, dy, mode, coef, y_only)``: :func:`act_grad_run`
+op_act_grad = define("act_grad", _op_grad, _op_grad_fake)
 
 
 #: ``increment_version(tensor)``: torch's own, where it exists (2.1+)
@@ -120,6 +177,9 @@ def act_forward(x: torch.Tensor, mode: str, coef: float, inplace: bool, fallback
     dtype, as torch's."""
     if not cuda_ok(x) or x.dim() > 8:
         return fallback(x)
+    if compiling():  # out of place, copied back for in-place modules (functionalized)
+        y = op_act(dense(x), mode, coef)
+        return x.copy_(y) if inplace and mode in Y_ONLY else y
     ready()
     inplace = inplace and mode in Y_ONLY
     if not inplace:

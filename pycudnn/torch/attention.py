@@ -13,6 +13,7 @@ from torch.autograd.function import once_differentiable
 from .._config import parse_bool
 from ..highlevel import dnn_sdpa, dnn_sdpa_grad
 from ..highlevel._checks import real
+from ._compile import compiling, constant, define
 from ._runtime import (
     HALVES,
     NORM_FLOATS,
@@ -24,7 +25,13 @@ from ._runtime import (
     to_torch,
 )
 
-__all__ = ["SDPAFn", "attention_out", "scaled_dot_product_attention"]
+__all__ = [
+    "SDPAFn",
+    "attention_out",
+    "op_sdpa",
+    "op_sdpa_grad",
+    "scaled_dot_product_attention",
+]
 
 
 _FUNC = "pycudnn.torch.scaled_dot_product_attention"
@@ -94,6 +101,102 @@ class SDPAFn(torch.autograd.Function):
         )
 
 
+# -- torch.compile: pycudnn::sdpa and pycudnn::sdpa_grad -------------------------------------------
+def _like(r: Any, t: torch.Tensor) -> torch.Tensor:
+    """Gradient *r* as a torch tensor laid out as *t* (the fake's layout: ``empty_like``)."""
+    r = to_torch(r)
+    return r if r.stride() == t.stride() else torch.empty_like(t).copy_(r)
+
+
+def _op_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    scale: float | None,
+    p: float,
+    seed: torch.Tensor | None,
+    training: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    ready()
+    out = attention_out(q, v.shape[3])
+    sd = None if seed is None else int(seed.item())  # a CPU tensor: no device read
+    train = training or p > 0.0
+    r = dnn_sdpa(q, k, v, None, causal, scale, p, sd, train, out=out, stream=stream_of(q))
+    if not train:
+        return out, torch.empty((0,), dtype=torch.float32, device=q.device)
+    return out, to_torch(r[1]).contiguous()
+
+
+def _op_sdpa_fake(q, k, v, causal, scale, p, seed, training):
+    out = attention_out(q, v.shape[3])
+    b, h, s, _ = q.shape
+    dims = (b, h, s, 1) if training or p > 0.0 else (0,)
+    return out, torch.empty(dims, dtype=torch.float32, device=q.device)
+
+
+def _op_grad(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    dout: torch.Tensor,
+    stats: torch.Tensor,
+    causal: bool,
+    scale: float | None,
+    p: float,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ready()
+    if dout.stride() != out.stride():  # an expanded or otherwise laid-out gradient
+        dout = torch.empty_like(out).copy_(dout)
+    sd = None if seed is None else int(seed.item())
+    det = True if torch.are_deterministic_algorithms_enabled() else None
+    dq, dk, dv = dnn_sdpa_grad(
+        q,
+        k,
+        v,
+        out,
+        dout,
+        stats,
+        None,
+        causal,
+        scale,
+        p,
+        sd,
+        deterministic=det,
+        stream=stream_of(dout),
+    )
+    return _like(dq, q), _like(dk, k), _like(dv, v)
+
+
+def _op_grad_fake(q, k, v, out, dout, stats, causal, scale, p, seed):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup(ctx, inputs, output) -> None:
+    q, k, v, causal, scale, p, seed, _ = inputs
+    out, stats = output
+    ctx.mark_non_differentiable(stats)
+    ctx.save_for_backward(q, k, v, out, stats, seed)
+    ctx.cfg = (causal, scale, p)
+
+
+def _backward(ctx, dout, _dstats):
+    q, k, v, out, stats, seed = ctx.saved_tensors
+    dq, dk, dv = op_sdpa_grad(q, k, v, out, dout, stats, *ctx.cfg, seed)
+    need = ctx.needs_input_grad
+    grads = (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None)
+    return (*grads, None, None, None, None, None)
+
+
+#: ``pycudnn::sdpa(q, k, v, causal, scale?, p, seed?, training) -> (out, stats)``: ``dnn_sdpa``
+#: (*seed* a CPU int64 tensor of one element when *p* > 0; stats empty unless trained)
+op_sdpa = define("sdpa", _op_sdpa, _op_sdpa_fake, autograd=(_backward, _setup))
+#: ``pycudnn::sdpa_grad(q, k, v, out, dout, stats, causal, scale?, p, seed?) -> (dq, dk, dv)``
+op_sdpa_grad = define("sdpa_grad", _op_grad, _op_grad_fake)
+
+
 _CAPABLE: dict[int, bool] = {}
 _TENSORS = (torch.Tensor, nn.Parameter)
 
@@ -102,8 +205,12 @@ def _attention_capable(t: torch.Tensor) -> bool:
     """cuDNN's fused attention runs on *t*'s device (sm80 or newer), cached per device."""
     dev = t.get_device()
     ok = _CAPABLE.get(dev)
-    if ok is None:
-        ok = _CAPABLE[dev] = torch.cuda.get_device_capability(dev) >= (8, 0)
+    return _capable(dev) if ok is None else ok
+
+
+@constant  # traced code reads it once (a device's capability is fixed)
+def _capable(dev: int) -> bool:
+    ok = _CAPABLE[dev] = torch.cuda.get_device_capability(dev) >= (8, 0)
     return ok
 
 
@@ -221,10 +328,14 @@ def scaled_dot_product_attention(
         q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (q, k, v))
     q, k, v = (no_broadcast(t, unit_last=True) for t in (q, k, v))
     p = real(dropout_p, "dropout_p", _FUNC, lo=0.0, hi=1.0, hi_open=True)
-    seed = int(torch.randint(0, 2**62, (1,)).item()) if p > 0.0 else None
     sc = None if scale is None else real(scale, "scale", _FUNC)
     causal = parse_bool(is_causal, _FUNC, "is_causal")
-    out = SDPAFn.apply(q, k, v, causal, sc, p, seed, grad)
+    if compiling():  # the seed stays a CPU tensor in the graph (no .item() there)
+        seed_t = torch.randint(0, 2**62, (1,)) if p > 0.0 else None
+        out = op_sdpa(q, k, v, causal, sc, p, seed_t, grad)[0]
+    else:
+        seed = int(torch.randint(0, 2**62, (1,)).item()) if p > 0.0 else None
+        out = SDPAFn.apply(q, k, v, causal, sc, p, seed, grad)
     if len(lead) != 1:
         out = out.reshape(*lead, *out.shape[1:])
     return out

@@ -20,6 +20,7 @@ from ..highlevel import (
     dnn_batch_normalization_train,
 )
 from . import _lean
+from ._compile import compiling, define
 from ._module import Converted, float_params, state
 from ._runtime import cuda_ok, dense, ready, stream_of
 
@@ -32,6 +33,9 @@ __all__ = [
     "bn_eval_run",
     "bn_forward",
     "bn_train_run",
+    "op_bn_eval",
+    "op_bn_grad",
+    "op_bn_train",
 ]
 
 _TRAIN, _EVAL, _GRAD = "bn_train", "bn_eval", "bn_grad"  # the lean path's tags
@@ -140,19 +144,117 @@ class BNEvalFn(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        x, w, mean, var = ctx.saved_tensors
-        shape = (1, -1) + (1,) * (x.dim() - 2)
-        dims = (0, *range(2, x.dim()))
-        invstd = torch.rsqrt(var + ctx.eps)
-        dx = dw = db = None
-        if ctx.needs_input_grad[0]:
-            dx = dy * (w * invstd).view(shape).to(dy.dtype)
-        if ctx.needs_input_grad[1]:
-            xhat = (x.to(w.dtype) - mean.view(shape)) * invstd.view(shape)
-            dw = (dy.to(w.dtype) * xhat).sum(dims)
-        if ctx.needs_input_grad[2]:
-            db = dy.to(w.dtype).sum(dims)
-        return dx, dw, db, None, None, None
+        return _eval_grad(ctx, dy)
+
+
+def _eval_grad(ctx, dy):
+    """Evaluation batch norm's gradient (torch computations; :class:`BNEvalFn` and the custom
+    op share it): ``(dx, dw, db, None, None, None)``."""
+    x, w, mean, var = ctx.saved_tensors
+    shape = (1, -1) + (1,) * (x.dim() - 2)
+    dims = (0, *range(2, x.dim()))
+    invstd = torch.rsqrt(var + ctx.eps)
+    dx = dw = db = None
+    if ctx.needs_input_grad[0]:
+        dx = dy * (w * invstd).view(shape).to(dy.dtype)
+    if ctx.needs_input_grad[1]:
+        xhat = (x.to(w.dtype) - mean.view(shape)) * invstd.view(shape)
+        dw = (dy.to(w.dtype) * xhat).sum(dims)
+    if ctx.needs_input_grad[2]:
+        db = dy.to(w.dtype).sum(dims)
+    return dx, dw, db, None, None, None
+
+
+# -- torch.compile: the three calls as pycudnn:: custom ops ----------------------------------------
+def _op_train(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    b: torch.Tensor,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    eps: float,
+    factor: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ready()
+    running = None if running_mean is None else (running_mean, running_var)
+    return bn_train_run(dense(x), w, b, running, eps, factor)
+
+
+def _op_train_fake(x, w, b, running_mean, running_var, eps, factor):
+    return torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
+
+
+class _TracedTrainFn(torch.autograd.Function):
+    """Under ``torch.compile``: ``pycudnn::bn_train`` (a mutating op, which ``torch.library``
+    gives no autograd formula) with ``pycudnn::bn_grad`` as its backward; dynamo traces both."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, running_mean, running_var, eps, factor):
+        y, mean, invstd = op_bn_train(x, w, b, running_mean, running_var, eps, factor)
+        ctx.save_for_backward(x, w, mean, invstd)
+        ctx.eps = eps
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, mean, invstd = ctx.saved_tensors
+        if dy.dtype != x.dtype:
+            dy = dy.to(x.dtype)
+        dx, dw, db = op_bn_grad(x, dy, w, mean, invstd, ctx.eps)
+        return dx, dw, db, None, None, None, None
+
+
+def _op_eval(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    b: torch.Tensor,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
+    ready()
+    return bn_eval_run(dense(x), w, b, mean, var, eps)
+
+
+def _op_eval_fake(x, w, b, mean, var, eps):
+    return torch.empty_like(x)
+
+
+def _eval_setup(ctx, inputs, output) -> None:
+    x, w, _, mean, var, eps = inputs
+    ctx.save_for_backward(x, w, mean, var)
+    ctx.eps = eps
+
+
+def _op_grad(
+    x: torch.Tensor,
+    dy: torch.Tensor,
+    w: torch.Tensor,
+    mean: torch.Tensor,
+    invstd: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ready()
+    return _bn_grad(x, dense(dy), w, mean, invstd, eps)
+
+
+def _op_grad_fake(x, dy, w, mean, invstd, eps):
+    return torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
+
+
+#: ``pycudnn::bn_train(x, w, b, running_mean?, running_var?, eps, factor) -> (y, mean,
+#: invstd)``: :func:`bn_train_run`, the running averages updated in place (its gradient:
+#: :class:`_TracedTrainFn`)
+op_bn_train = define(
+    "bn_train",
+    _op_train,
+    _op_train_fake,
+    mutates=("running_mean", "running_var"),
+)
+#: ``pycudnn::bn_eval(x, w, b, mean, var, eps)``: :func:`bn_eval_run`
+op_bn_eval = define("bn_eval", _op_eval, _op_eval_fake, autograd=(_eval_grad, _eval_setup))
+#: ``pycudnn::bn_grad(x, dy, w, mean, invstd, eps) -> (dx, dw, db)``
+op_bn_grad = define("bn_grad", _op_grad, _op_grad_fake)
 
 
 def bn_forward(m: nn.modules.batchnorm._BatchNorm, x: torch.Tensor, fallback: Callable) -> Any:
@@ -160,13 +262,18 @@ def bn_forward(m: nn.modules.batchnorm._BatchNorm, x: torch.Tensor, fallback: Ca
     m._check_input_dim(x)
     if not cuda_ok(x) or x.dim() > 5:
         return fallback(x)
-    ready()
+    traced = compiling()
+    if not traced:
+        ready()
     pdt = torch.float64 if x.dtype == torch.float64 else torch.float32
     c = x.shape[1]
     if m.affine:
         w, b = m.weight, m.bias
         if w.dtype != pdt:  # cuDNN's rule: float32 (float64) scale and bias; autograd casts back
             w, b = w.to(pdt), b.to(pdt)
+    elif traced:  # no side table in traced code: constants of the graph
+        w = torch.ones(c, dtype=pdt, device=x.device)
+        b = torch.zeros(c, dtype=pdt, device=x.device)
     else:
         consts = state(m)
         key = ("affine", x.device, pdt, c)
@@ -194,7 +301,10 @@ def bn_forward(m: nn.modules.batchnorm._BatchNorm, x: torch.Tensor, fallback: Ca
                 running = (rm.to(pdt).contiguous(), rv.to(pdt).contiguous())
             else:
                 running = (rm, rv)
-        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        if traced:
+            rmean, rvar = (None, None) if running is None else running
+            y = _TracedTrainFn.apply(x, w, b, rmean, rvar, m.eps, factor)
+        elif torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
             y = BNTrainFn.apply(x, w, b, running, m.eps, factor)
         else:
             y = bn_train_run(x, w, b, running, m.eps, factor)[0]
@@ -203,6 +313,8 @@ def bn_forward(m: nn.modules.batchnorm._BatchNorm, x: torch.Tensor, fallback: Ca
             rv.copy_(running[1])
         return y
     mean, var = rm.to(pdt), rv.to(pdt)
+    if traced:
+        return op_bn_eval(x, w, b, mean, var, m.eps)
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
         return BNEvalFn.apply(x, w, b, mean, var, m.eps)
     return bn_eval_run(x, w, b, mean, var, m.eps)

@@ -25,8 +25,9 @@ from ..highlevel import (
     dnn_gradweight3d,
 )
 from . import _lean
+from ._compile import compiling, define
 from ._module import Converted, float_params
-from ._runtime import autocast_dtype, cuda_ok, dense, like, ready, stream_of
+from ._runtime import autocast_dtype, cuda_ok, dense, format_of, like, ready, stream_of
 
 __all__ = [
     "conv_options",
@@ -40,6 +41,9 @@ __all__ = [
     "conv_into",
     "conv_run",
     "conv_wgrad",
+    "op_conv",
+    "op_conv_dgrad",
+    "op_conv_wgrad",
 ]
 
 # the lean path's tags of the three directions (a part of each signature)
@@ -150,6 +154,118 @@ class ConvFn(torch.autograd.Function):
         return dx, dw, db, None
 
 
+# -- torch.compile: the same three directions as pycudnn:: custom ops ------------------------------
+def _cfg(nd: int, pad: Any, stride: Any, dil: Any, groups: int) -> tuple:
+    return (nd, tuple(pad), tuple(stride), tuple(dil), groups)
+
+
+def _last(t: torch.Tensor) -> bool:
+    """Dense *t* is channels-last (4-D or 5-D, not C-contiguous)."""
+    return format_of(t) is not torch.contiguous_format
+
+
+def _empty(shape: Any, like_t: torch.Tensor, last: bool) -> torch.Tensor:
+    fmt = torch.contiguous_format
+    if last:
+        fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    return torch.empty(shape, dtype=like_t.dtype, device=like_t.device, memory_format=fmt)
+
+
+def _op_conv(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    b: torch.Tensor | None,
+    pad: list[int],
+    stride: list[int],
+    dil: list[int],
+    groups: int,
+) -> torch.Tensor:
+    ready()
+    return conv_run(dense(x), w, b, _cfg(x.dim() - 2, pad, stride, dil, groups))
+
+
+def _op_conv_fake(x, w, b, pad, stride, dil, groups):
+    return like(_out_shape(x, w, _cfg(x.dim() - 2, pad, stride, dil, groups)), x)
+
+
+def _op_dgrad(
+    w: torch.Tensor,
+    dy: torch.Tensor,
+    shape: list[int],
+    last: bool,
+    pad: list[int],
+    stride: list[int],
+    dil: list[int],
+    groups: int,
+) -> torch.Tensor:
+    ready()
+    cfg = _cfg(dy.dim() - 2, pad, stride, dil, groups)
+    return conv_dgrad(w, dense(dy), _empty(shape, dy, last), cfg)
+
+
+def _op_dgrad_fake(w, dy, shape, last, pad, stride, dil, groups):
+    return _empty(shape, dy, last)
+
+
+def _op_wgrad(
+    x: torch.Tensor,
+    dy: torch.Tensor,
+    w: torch.Tensor,
+    pad: list[int],
+    stride: list[int],
+    dil: list[int],
+    groups: int,
+) -> torch.Tensor:
+    ready()
+    return conv_wgrad(dense(x), dense(dy), w, _cfg(x.dim() - 2, pad, stride, dil, groups))
+
+
+def _op_wgrad_fake(x, dy, w, pad, stride, dil, groups):
+    return torch.empty_like(w)
+
+
+def _conv_setup(ctx, inputs, output) -> None:
+    x, w, b, *cfg = inputs
+    ctx.save_for_backward(x, w)
+    ctx.cfg, ctx.has_bias = tuple(cfg), b is not None
+
+
+def _conv_backward(ctx, dy):
+    x, w = ctx.saved_tensors
+    need, cfg = ctx.needs_input_grad, ctx.cfg
+    dx = op_conv_dgrad(w, dy, list(x.shape), _last(x), *cfg) if need[0] else None
+    dw = op_conv_wgrad(x, dy, w, *cfg) if need[1] else None
+    db = dy.sum(dim=(0, *range(2, dy.dim()))) if ctx.has_bias and need[2] else None
+    return dx, dw, db, None, None, None, None
+
+
+def _dgrad_setup(ctx, inputs, output) -> None:
+    w, dy, _, _, *cfg = inputs
+    ctx.save_for_backward(w, dy)
+    ctx.cfg = tuple(cfg)
+
+
+def _dgrad_backward(ctx, g):
+    """The backward-data convolution is linear in *w* and *dy* (a transposed convolution's
+    forward): its gradients are the forward convolution of *g* and the backward-filter one."""
+    w, dy = ctx.saved_tensors
+    need, cfg = ctx.needs_input_grad, ctx.cfg
+    dw = op_conv_wgrad(g, dy, w, *cfg) if need[0] else None
+    ddy = op_conv(g, w, None, *cfg) if need[1] else None
+    return dw, ddy, None, None, None, None, None, None
+
+
+#: ``pycudnn::conv(x, w, b, pad, stride, dilation, groups)``: :func:`conv_run`
+op_conv = define("conv", _op_conv, _op_conv_fake, autograd=(_conv_backward, _conv_setup))
+#: ``pycudnn::conv_dgrad(w, dy, shape, channels_last, ...)``: :func:`conv_dgrad` into a new
+#: tensor of *shape* (a transposed convolution's forward)
+op_conv_dgrad = define(
+    "conv_dgrad", _op_dgrad, _op_dgrad_fake, autograd=(_dgrad_backward, _dgrad_setup)
+)
+#: ``pycudnn::conv_wgrad(x, dy, w, ...)``: :func:`conv_wgrad`
+op_conv_wgrad = define("conv_wgrad", _op_wgrad, _op_wgrad_fake)
+
+
 def conv_pad(m: nn.modules.conv._ConvNd, nd: int) -> tuple[int, ...] | None:
     """Symmetric padding of *m* (None: torch's 'same' would be asymmetric)."""
     pad = m.padding
@@ -184,7 +300,9 @@ def conv_forward(m: nn.modules.conv._ConvNd, x: torch.Tensor, nd: int) -> torch.
         b = None if b is None else b.to(dt)
     if x.dtype != w.dtype or (b is not None and b.dtype != w.dtype):
         return m._conv_forward(x, w, b)
-    ready()
+    traced = compiling()
+    if not traced:
+        ready()
     unbatched = x.dim() == nd + 1
     if unbatched:
         x = x.unsqueeze(0)
@@ -195,7 +313,12 @@ def conv_forward(m: nn.modules.conv._ConvNd, x: torch.Tensor, nd: int) -> torch.
     else:
         x = dense(x)
         cfg = (nd, pad, stride, dil, m.groups)
-    y = ConvFn.apply(x, w, b, cfg) if _grad_wanted(x, w, b) else conv_run(x, w, b, cfg)
+    if traced:  # torch.compile: the custom op (its autograd registered with it)
+        y = op_conv(x, w, b, *cfg[1:])
+    elif _grad_wanted(x, w, b):
+        y = ConvFn.apply(x, w, b, cfg)
+    else:
+        y = conv_run(x, w, b, cfg)
     if nd == 1:
         y = y.squeeze(2)
     return y.squeeze(0) if unbatched else y

@@ -22,9 +22,10 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from ._compile import compiling
 from ._module import Converted, float_params
 from ._runtime import autocast_dtype, cuda_ok, dense, ready
-from .conv import conv_dgrad, conv_into, conv_wgrad
+from .conv import conv_dgrad, conv_into, conv_wgrad, op_conv_dgrad
 
 __all__ = [
     "ConvTranspose1d",
@@ -37,14 +38,20 @@ __all__ = [
 _LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
+def _is_last(shape: tuple[int, ...], x: torch.Tensor, w: torch.Tensor) -> bool:
+    """The output of *shape* is channels-last: *x* or *w* is."""
+    fmt = _LAST.get(len(shape))
+    return fmt is not None and any(
+        t.dim() == len(shape) and not t.is_contiguous() and t.is_contiguous(memory_format=fmt)
+        for t in (x, w)
+    )
+
+
 def _output(shape: tuple[int, ...], x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """The output buffer, channels-last when *x* or *w* is (the layout pycudnn then computes
     in, so the output is not staged)."""
     fmt = _LAST.get(len(shape))
-    last = fmt is not None and any(
-        t.dim() == len(shape) and not t.is_contiguous() and t.is_contiguous(memory_format=fmt)
-        for t in (x, w)
-    )
+    last = _is_last(shape, x, w)
     return torch.empty(
         shape,
         dtype=x.dtype,
@@ -88,6 +95,13 @@ class ConvTransposeFn(torch.autograd.Function):
         return dx, dw, db, None, None
 
 
+def _traced(x, w, b, y_shape, cfg) -> torch.Tensor:
+    """Under ``torch.compile``: ``pycudnn::conv_dgrad`` (whose autograd is this module's
+    backward: the forward and backward-filter convolutions) and the bias added after it."""
+    y = op_conv_dgrad(w, x, list(y_shape), _is_last(y_shape, x, w), *cfg[1:])
+    return y if b is None else y + b.view((1, -1) + (1,) * cfg[0])
+
+
 def _autocast(t: torch.Tensor | None, dt: torch.dtype | None) -> torch.Tensor | None:
     """*t* as autocast casts a lower-precision op's operand (float64 stays)."""
     if t is None or dt is None or t.dtype in (dt, torch.float64):
@@ -128,10 +142,12 @@ def conv_transpose_forward(
         x2, w2 = dense(xc).unsqueeze(2), w.unsqueeze(2)
         y4 = (*y_shape[:2], 1, *spatial)
         cfg = (2, (0, *pad), (1, *stride), (1, *dil), m.groups)
-        y = ConvTransposeFn.apply(x2, w2, b, y4, cfg).squeeze(2)
+        fn = _traced if compiling() else ConvTransposeFn.apply
+        y = fn(x2, w2, b, y4, cfg).squeeze(2)
     else:
         cfg = (nd, pad, stride, dil, m.groups)
-        y = ConvTransposeFn.apply(dense(xc), w, b, y_shape, cfg)
+        fn = _traced if compiling() else ConvTransposeFn.apply
+        y = fn(dense(xc), w, b, y_shape, cfg)
     return y.squeeze(0) if unbatched else y
 
 

@@ -10,10 +10,11 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..highlevel import DropoutState, dnn_dropout, dnn_dropout_grad
+from ._compile import compiling, define
 from ._module import Converted, state
 from ._runtime import NO_BF16, cuda_ok, dense, ready, stream_of
 
-__all__ = ["Dropout", "DropoutFn", "DropoutPool"]
+__all__ = ["Dropout", "DropoutFn", "DropoutPool", "op_dropout"]
 
 
 class DropoutPool:
@@ -66,6 +67,47 @@ class DropoutFn(torch.autograd.Function):
         return dx, None, None, None, None
 
 
+# -- torch.compile: pycudnn::dropout -> (y, scale) -------------------------------------------------
+_POOLS: dict[int, DropoutPool] = {}  # the op's states, per device (a module has no pool there)
+
+
+def _op_dropout(x: torch.Tensor, p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``dnn_dropout`` with a state of the device's pool, and the mask as a tensor: the scale
+    ``mask / (1 - p)`` that ``dnn_dropout_grad`` applies (its gradient of ones), so the
+    backward is ``dy * scale`` and the state goes back to the pool at once."""
+    ready()
+    pool = _POOLS.get(x.get_device())
+    if pool is None:
+        pool = _POOLS[x.get_device()] = DropoutPool()
+    st = pool.take()
+    try:
+        s = stream_of(x)
+        y = torch.empty_like(x)
+        dnn_dropout(x, p, state=st, out=y, stream=s)
+        scale = dnn_dropout_grad(torch.ones_like(x), st, out=torch.empty_like(x), stream=s)
+    finally:
+        pool.give(st)
+    return y, scale
+
+
+def _op_dropout_fake(x, p):
+    return torch.empty_like(x), torch.empty_like(x)
+
+
+def _setup(ctx, inputs, output) -> None:
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(output[1])
+
+
+def _backward(ctx, dy, _dscale):
+    (scale,) = ctx.saved_tensors
+    return dy * scale, None
+
+
+#: ``pycudnn::dropout(x, p) -> (y, scale)``: ``y = x * scale``
+op_dropout = define("dropout", _op_dropout, _op_dropout_fake, autograd=(_backward, _setup))
+
+
 class Dropout(Converted, nn.Dropout):
     """``torch.nn.Dropout`` on ``dnn_dropout`` / ``dnn_dropout_grad`` (float16, float32,
     float64; bfloat16 runs torch's dropout). Masks come from cuDNN's generator seeded from
@@ -84,6 +126,9 @@ class Dropout(Converted, nn.Dropout):
             return input
         if not cuda_ok(input, NO_BF16) or input.dim() > 8:
             return super().forward(input)
+        if compiling():
+            y = op_dropout(dense(input), float(self.p))[0]
+            return input.copy_(y) if self.inplace else y
         pools = state(self)
         pool = pools.get(("dropout", input.device))
         if pool is None:

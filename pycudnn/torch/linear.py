@@ -19,10 +19,22 @@ from torch.nn import functional as F
 from .._config import config
 from ..highlevel import dnn_matmul
 from . import _lean
+from ._compile import compiling, constant, define
 from ._module import Converted, float_params
 from ._runtime import HALVES, NORM_FLOATS, autocast_dtype, cuda_ok, ready, stream_of
 
-__all__ = ["Linear", "LinearFn", "linear_forward", "linear_run", "matmul_run"]
+__all__ = [
+    "Linear",
+    "LinearFn",
+    "linear_dw",
+    "linear_dx",
+    "linear_forward",
+    "linear_run",
+    "matmul_run",
+    "op_linear",
+    "op_linear_dw",
+    "op_linear_dx",
+]
 
 _TF32 = (*HALVES, torch.float32)
 
@@ -63,7 +75,10 @@ def linear_run(x: torch.Tensor, w: torch.Tensor, b: Any) -> tuple[torch.Tensor, 
 
 
 def _apply(x: torch.Tensor, w: torch.Tensor, b: Any) -> torch.Tensor:
-    """:class:`LinearFn` when a gradient is wanted, else the product alone (no autograd node)."""
+    """:class:`LinearFn` when a gradient is wanted, else the product alone (no autograd node);
+    under ``torch.compile`` the custom op."""
+    if compiling():
+        return op_linear(x, w, b)
     if torch.is_grad_enabled() and (
         x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
     ):
@@ -89,21 +104,97 @@ class LinearFn(torch.autograd.Function):
         x2, w = ctx.saved_tensors
         need = ctx.needs_input_grad
         dy2 = _matrix(dy.reshape(-1, w.shape[0]))
-        dx = dw = db = None
-        # float32 reached the forward only with allow_tf32; the backward keeps that choice
-        # (autograd may run it on another thread, which the caller's config.override misses)
-        tf32 = dy.dtype == torch.float32
-        with config.override(allow_tf32=True) if tf32 else contextlib.nullcontext():
-            if need[0]:
-                dx = torch.empty(ctx.x_shape, dtype=dy.dtype, device=dy.device)
-                matmul_run(dy2, _matrix(w), None, dx.view(-1, w.shape[1]))
-            if need[1]:
-                dw = torch.empty(w.shape, dtype=dy.dtype, device=dy.device)
-                matmul_run(dy2.t(), x2, None, dw)
-        if need[2]:
-            # dtype given: a backward run inside an autocast region would otherwise sum in float32
-            db = dy2.sum(0, dtype=dy2.dtype)
+        dx = linear_dx(dy2, w, ctx.x_shape) if need[0] else None
+        dw = linear_dw(dy2, x2) if need[1] else None
+        db = _bias_grad(dy2) if need[2] else None
         return dx, dw, db
+
+
+def _tf32(dy: torch.Tensor) -> Any:
+    """float32 reached the forward only with allow_tf32; the backward keeps that choice
+    (autograd may run it on another thread, which the caller's config.override misses)."""
+    return (
+        config.override(allow_tf32=True) if dy.dtype == torch.float32 else contextlib.nullcontext()
+    )
+
+
+def linear_dx(dy2: torch.Tensor, w: torch.Tensor, x_shape: Any) -> torch.Tensor:
+    """``dx = dy @ w`` for the gradient's rows *dy2*, in a new tensor of the input's shape."""
+    dx = torch.empty(x_shape, dtype=dy2.dtype, device=dy2.device)
+    with _tf32(dy2):
+        matmul_run(dy2, _matrix(w), None, dx.view(-1, w.shape[1]))
+    return dx
+
+
+def linear_dw(dy2: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    """``dw = dy.T @ x`` for the gradient's rows *dy2* and the input's rows *x2*."""
+    dw = torch.empty((dy2.shape[1], x2.shape[1]), dtype=dy2.dtype, device=dy2.device)
+    with _tf32(dy2):
+        matmul_run(dy2.t(), x2, None, dw)
+    return dw
+
+
+def _bias_grad(dy2: torch.Tensor) -> torch.Tensor:
+    # dtype given: a backward run inside an autocast region would otherwise sum in float32
+    return dy2.sum(0, dtype=dy2.dtype)
+
+
+# -- torch.compile: pycudnn::linear and its two gradients ------------------------------------------
+def _op_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    return linear_run(x, w, b)[0]
+
+
+def _op_linear_fake(x, w, b):
+    return torch.empty((*x.shape[:-1], w.shape[0]), dtype=x.dtype, device=x.device)
+
+
+def _op_dx(dy: torch.Tensor, w: torch.Tensor, x_shape: list[int]) -> torch.Tensor:
+    ready()
+    return linear_dx(_matrix(dy.reshape(-1, w.shape[0])), w, x_shape)
+
+
+def _op_dx_fake(dy, w, x_shape):
+    return torch.empty(x_shape, dtype=dy.dtype, device=dy.device)
+
+
+def _op_dw(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    ready()
+    n = dy.shape[-1]
+    return linear_dw(_matrix(dy.reshape(-1, n)), _matrix(x.reshape(-1, x.shape[-1])))
+
+
+def _op_dw_fake(dy, x):
+    return torch.empty((dy.shape[-1], x.shape[-1]), dtype=dy.dtype, device=dy.device)
+
+
+def _setup(ctx, inputs, output) -> None:
+    x, w, b = inputs
+    ctx.save_for_backward(x, w)
+    ctx.has_bias = b is not None
+
+
+def _backward(ctx, dy):
+    x, w = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    dx = op_linear_dx(dy, w, list(x.shape)) if need[0] else None
+    dw = op_linear_dw(dy, x) if need[1] else None
+    db = dy.reshape(-1, w.shape[0]).sum(0, dtype=dy.dtype) if ctx.has_bias and need[2] else None
+    return dx, dw, db
+
+
+#: ``pycudnn::linear(x, w, b?)``: :func:`linear_run` (``x @ w.T + b``, any leading dims)
+op_linear = define("linear", _op_linear, _op_linear_fake, autograd=(_backward, _setup))
+#: ``pycudnn::linear_dx(dy, w, x_shape)``: :func:`linear_dx`
+op_linear_dx = define("linear_dx", _op_dx, _op_dx_fake)
+#: ``pycudnn::linear_dw(dy, x)``: :func:`linear_dw`
+op_linear_dw = define("linear_dw", _op_dw, _op_dw_fake)
+
+
+@constant
+def _allow_tf32() -> bool:
+    """``pycudnn.config.allow_tf32`` as traced code reads it: once, when dynamo traces (set it
+    before compiling; ``torch._dynamo.reset()`` after changing it)."""
+    return bool(config.snapshot().allow_tf32)
 
 
 def _native(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, dtypes: tuple) -> bool:
@@ -136,7 +227,8 @@ def linear_forward(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     w, b = m.weight, m.bias
     ac = autocast_dtype()
     if ac is None:
-        if _native(x, w, b, _TF32 if config.snapshot().allow_tf32 else HALVES):
+        tf32 = _allow_tf32() if compiling() else config.snapshot().allow_tf32
+        if _native(x, w, b, _TF32 if tf32 else HALVES):
             return _apply(x, w, b)
     elif ac in HALVES:
         xc, wc, bc = (_cast(t, ac) for t in (x, w, b))

@@ -20,6 +20,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_softmax
+from ._compile import compiling, eager_only
 from ._module import Converted
 from ._runtime import HALVES, autocast_dtype, cuda_ok, dense, ready, stream_of
 
@@ -101,6 +102,10 @@ def cross_entropy_forward(
     return CrossEntropyFn.apply(dense(xc), target, w, m.ignore_index, m.reduction)
 
 
+#: the loss run by Python under torch.compile (dynamo breaks its graph around it)
+_loss_eager = eager_only(cross_entropy_forward)
+
+
 class _CrossEntropyRule(Converted):
     """Cross-entropy's rule: no label smoothing (its targets are not one-hot)."""
 
@@ -118,4 +123,5 @@ class CrossEntropyLoss(_CrossEntropyRule, nn.CrossEntropyLoss):
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """As ``torch.nn.CrossEntropyLoss.forward``."""
-        return cross_entropy_forward(self, input, target, super().forward)
+        fwd = _loss_eager if compiling() else cross_entropy_forward
+        return fwd(self, input, target, super().forward)

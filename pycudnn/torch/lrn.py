@@ -11,10 +11,11 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_lrn, dnn_lrn_grad
+from ._compile import compiling, eager_only
 from ._module import Converted
 from ._runtime import NO_BF16, cuda_ok, dense, ready, stream_of
 
-__all__ = ["LRNFn", "LocalResponseNorm"]
+__all__ = ["LRNFn", "LocalResponseNorm", "lrn_forward"]
 
 
 class LRNFn(torch.autograd.Function):
@@ -57,9 +58,17 @@ class LocalResponseNorm(Converted, nn.LocalResponseNorm):
         return None
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        """As ``torch.nn.LocalResponseNorm.forward``."""
-        if not cuda_ok(input, NO_BF16) or not 3 <= input.dim() <= 5:
-            return super().forward(input)
-        return LRNFn.apply(
-            dense(input), int(self.size), float(self.alpha), float(self.beta), float(self.k)
-        )
+        """As ``torch.nn.LocalResponseNorm.forward`` (eager only: under ``torch.compile`` dynamo
+        breaks its graph around the call)."""
+        fwd = _lrn_eager if compiling() else lrn_forward
+        return fwd(self, input, super().forward)
+
+
+def lrn_forward(m: nn.LocalResponseNorm, x: torch.Tensor, fallback: Any) -> torch.Tensor:
+    """*m*'s forward on cuDNN for CUDA inputs it takes, else *fallback* (torch's)."""
+    if not cuda_ok(x, NO_BF16) or not 3 <= x.dim() <= 5:
+        return fallback(x)
+    return LRNFn.apply(dense(x), int(m.size), float(m.alpha), float(m.beta), float(m.k))
+
+
+_lrn_eager = eager_only(lrn_forward)

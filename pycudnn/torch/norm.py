@@ -12,6 +12,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_layer_norm, dnn_layer_norm_grad, dnn_rms_norm, dnn_rms_norm_grad
+from ._compile import compiling, define
 from ._module import Converted, float_params
 from ._runtime import (
     NORM_FLOATS,
@@ -24,7 +25,17 @@ from ._runtime import (
     to_torch,
 )
 
-__all__ = ["LayerNorm", "LayerNormFn", "RMSNorm", "RMSNormFn", "norm_forward"]
+__all__ = [
+    "LayerNorm",
+    "LayerNormFn",
+    "RMSNorm",
+    "RMSNormFn",
+    "norm_forward",
+    "op_layer_norm",
+    "op_layer_norm_grad",
+    "op_rms_norm",
+    "op_rms_norm_grad",
+]
 
 
 class LayerNormFn(torch.autograd.Function):
@@ -92,6 +103,145 @@ class RMSNormFn(torch.autograd.Function):
         )
 
 
+# -- torch.compile: the four calls as pycudnn:: custom ops -----------------------------------------
+_NONE = (0,)  # the shape standing for an absent output (the schema has no optional outputs)
+
+
+def _tt(a: Any, like_t: torch.Tensor | None = None) -> torch.Tensor:
+    """*a* as a packed torch tensor (an empty float32 one for None; *like_t*'s dtype and
+    device then): the layout the fakes give."""
+    if a is None:
+        ref = like_t
+        dev = None if ref is None else ref.device
+        return torch.empty(_NONE, dtype=torch.float32, device=dev)
+    return to_torch(a).contiguous()
+
+
+def _stats(x: torch.Tensor, shape: Any, training: bool) -> torch.Tensor:
+    n = len(shape)
+    dims = (*x.shape[: x.dim() - n], *(1,) * n) if training else _NONE
+    return torch.empty(dims, dtype=torch.float32, device=x.device)
+
+
+def _grad_of(p: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    if p is None:
+        return torch.empty(_NONE, dtype=torch.float32, device=x.device)
+    return torch.empty(p.shape, dtype=p.dtype, device=p.device)
+
+
+def _op_ln(
+    x: torch.Tensor,
+    w: torch.Tensor | None,
+    b: torch.Tensor | None,
+    shape: list[int],
+    eps: float,
+    training: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ready()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _, mean, invstd = dnn_layer_norm(
+        x, tuple(shape), w, b, eps, training=training, out=y, stream=stream_of(x)
+    )
+    return y, _tt(mean, x), _tt(invstd, x)
+
+
+def _op_ln_fake(x, w, b, shape, eps, training):
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return y, _stats(x, shape, training), _stats(x, shape, training)
+
+
+def _op_ln_grad(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    mean: torch.Tensor,
+    invstd: torch.Tensor,
+    shape: list[int],
+    w: torch.Tensor | None,
+    b: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ready()
+    dx, dw, db = dnn_layer_norm_grad(
+        dense(dy), x, mean, invstd, tuple(shape), w, stream=stream_of(dy)
+    )
+    return _tt(dx), _tt(dw if w is not None else None, x), _tt(db if b is not None else None, x)
+
+
+def _op_ln_grad_fake(dy, x, mean, invstd, shape, w, b):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device), _grad_of(w, x), _grad_of(b, x)
+
+
+def _ln_setup(ctx, inputs, output) -> None:
+    x, w, b, shape, _, _ = inputs
+    _, mean, invstd = output
+    ctx.mark_non_differentiable(mean, invstd)
+    ctx.save_for_backward(x, w, b, mean, invstd)
+    ctx.shape = shape
+
+
+def _ln_backward(ctx, dy, _dmean, _dinvstd):
+    x, w, b, mean, invstd = ctx.saved_tensors
+    dx, dw, db = op_layer_norm_grad(dy, x, mean, invstd, ctx.shape, w, b)
+    need = ctx.needs_input_grad
+    dw = dw if need[1] and w is not None else None
+    db = db if need[2] and b is not None else None
+    return dx if need[0] else None, dw, db, None, None, None
+
+
+def _op_rms(
+    x: torch.Tensor, w: torch.Tensor | None, shape: list[int], eps: float, training: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    ready()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _, invrms = dnn_rms_norm(x, tuple(shape), w, eps, training=training, out=y, stream=stream_of(x))
+    return y, _tt(invrms, x)
+
+
+def _op_rms_fake(x, w, shape, eps, training):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device), _stats(x, shape, training)
+
+
+def _op_rms_grad(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    invrms: torch.Tensor,
+    shape: list[int],
+    w: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    ready()
+    dx, dw = dnn_rms_norm_grad(dense(dy), x, invrms, tuple(shape), w, stream=stream_of(dy))
+    return _tt(dx), _tt(dw if w is not None else None, x)
+
+
+def _op_rms_grad_fake(dy, x, invrms, shape, w):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device), _grad_of(w, x)
+
+
+def _rms_setup(ctx, inputs, output) -> None:
+    x, w, shape, _, _ = inputs
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(x, w, output[1])
+    ctx.shape = shape
+
+
+def _rms_backward(ctx, dy, _dinvrms):
+    x, w, invrms = ctx.saved_tensors
+    dx, dw = op_rms_norm_grad(dy, x, invrms, ctx.shape, w)
+    need = ctx.needs_input_grad
+    return dx if need[0] else None, dw if need[1] and w is not None else None, None, None, None
+
+
+#: ``pycudnn::layer_norm(x, w?, b?, shape, eps, training) -> (y, mean, invstd)`` (the
+#: statistics empty unless *training*)
+op_layer_norm = define("layer_norm", _op_ln, _op_ln_fake, autograd=(_ln_backward, _ln_setup))
+#: ``pycudnn::layer_norm_grad(dy, x, mean, invstd, shape, w?, b?) -> (dx, dw, db)`` (empty for
+#: an absent parameter)
+op_layer_norm_grad = define("layer_norm_grad", _op_ln_grad, _op_ln_grad_fake)
+#: ``pycudnn::rms_norm(x, w?, shape, eps, training) -> (y, invrms)``
+op_rms_norm = define("rms_norm", _op_rms, _op_rms_fake, autograd=(_rms_backward, _rms_setup))
+#: ``pycudnn::rms_norm_grad(dy, x, invrms, shape, w?) -> (dx, dw)``
+op_rms_norm_grad = define("rms_norm_grad", _op_rms_grad, _op_rms_grad_fake)
+
+
 def norm_forward(m: nn.Module, x: torch.Tensor, rms: bool, fallback: Callable) -> Any:
     """Layer (or, *rms*, RMS) normalization on cuDNN for CUDA inputs it takes, else *fallback*."""
     ns = tuple(m.normalized_shape)  # type: ignore[attr-defined]
@@ -124,6 +274,11 @@ def norm_forward(m: nn.Module, x: torch.Tensor, rms: bool, fallback: Callable) -
     x = no_broadcast(x)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, b))
     w = None if w is None else w.contiguous()
+    if compiling():
+        if rms:
+            return op_rms_norm(x, w, list(ns), float(eps), grad)[0]
+        bc = None if b is None else b.contiguous()
+        return op_layer_norm(x, w, bc, list(ns), float(eps), grad)[0]
     if rms:
         return RMSNormFn.apply(x, w, ns, float(eps), grad)
     return LayerNormFn.apply(x, w, None if b is None else b.contiguous(), ns, float(eps), grad)

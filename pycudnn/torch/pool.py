@@ -12,6 +12,7 @@ from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_pool, dnn_pool_grad
 from . import _lean
+from ._compile import compiling, define
 from ._module import Converted
 from ._runtime import as_tuple, cuda_ok, dense, like, ready, stream_of
 
@@ -21,7 +22,10 @@ __all__ = [
     "MaxPool2d",
     "MaxPool3d",
     "PoolFn",
+    "op_pool",
+    "op_pool_grad",
     "pool_forward",
+    "pool_grad_run",
     "pool_run",
 ]
 
@@ -66,12 +70,70 @@ class PoolFn(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         x, y = ctx.saved_tensors
-        cfg = ctx.cfg
-        dy = dense(dy)
-        dx = torch.empty_like(x)
-        s = stream_of(dy)
-        _lean.launch((_BWD, cfg), (x, y, dy, dx), s, _backward_slow, x, y, dy, cfg, dx, s)
-        return dx, None
+        return pool_grad_run(x, y, dy, ctx.cfg), None
+
+
+def pool_grad_run(x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor, cfg: tuple) -> torch.Tensor:
+    """``dnn_pool_grad`` of the forward's *x* and *y* and the gradient *dy* into a new tensor
+    like *x*, on the lean path."""
+    dy = dense(dy)
+    dx = torch.empty_like(x)
+    s = stream_of(dy)
+    _lean.launch((_BWD, cfg), (x, y, dy, dx), s, _backward_slow, x, y, dy, cfg, dx, s)
+    return dx
+
+
+# -- torch.compile: pycudnn::pool and pycudnn::pool_grad -------------------------------------------
+def _cfg(ws: Any, stride: Any, pad: Any, mode: str) -> tuple:
+    return (tuple(ws), tuple(stride), tuple(pad), mode)
+
+
+def _op_pool(
+    x: torch.Tensor, ws: list[int], stride: list[int], pad: list[int], mode: str
+) -> torch.Tensor:
+    ready()
+    return pool_run(dense(x), _cfg(ws, stride, pad, mode))
+
+
+def _op_pool_fake(x, ws, stride, pad, mode):
+    spatial = (
+        (n + 2 * p - k) // s + 1 for n, k, s, p in zip(x.shape[2:], ws, stride, pad, strict=True)
+    )
+    return like((x.shape[0], x.shape[1], *spatial), x)
+
+
+def _op_grad(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    dy: torch.Tensor,
+    ws: list[int],
+    stride: list[int],
+    pad: list[int],
+    mode: str,
+) -> torch.Tensor:
+    ready()
+    return pool_grad_run(x, y, dy, _cfg(ws, stride, pad, mode))
+
+
+def _op_grad_fake(x, y, dy, ws, stride, pad, mode):
+    return torch.empty_like(x)
+
+
+def _pool_setup(ctx, inputs, output) -> None:
+    x, *cfg = inputs
+    ctx.save_for_backward(x, output)
+    ctx.cfg = cfg
+
+
+def _pool_backward(ctx, dy):
+    x, y = ctx.saved_tensors
+    return op_pool_grad(x, y, dy, *ctx.cfg), None, None, None, None
+
+
+#: ``pycudnn::pool(x, window, stride, pad, mode)``: :func:`pool_run`
+op_pool = define("pool", _op_pool, _op_pool_fake, autograd=(_pool_backward, _pool_setup))
+#: ``pycudnn::pool_grad(x, y, dy, window, stride, pad, mode)``: :func:`pool_grad_run`
+op_pool_grad = define("pool_grad", _op_grad, _op_grad_fake)
 
 
 def pool_forward(m: nn.Module, x: torch.Tensor, nd: int, mode: str, fallback: Callable) -> Any:
@@ -79,7 +141,9 @@ def pool_forward(m: nn.Module, x: torch.Tensor, nd: int, mode: str, fallback: Ca
     not on autocast's lists: it runs in the input's dtype, as torch's."""
     if not cuda_ok(x) or x.dim() not in (nd + 1, nd + 2):
         return fallback(x)
-    ready()
+    traced = compiling()
+    if not traced:
+        ready()
     ws = as_tuple(m.kernel_size, nd)  # type: ignore[attr-defined]
     stride = ws if not m.stride else as_tuple(m.stride, nd)  # type: ignore[attr-defined]
     pad = as_tuple(m.padding, nd)  # type: ignore[attr-defined]
@@ -88,8 +152,12 @@ def pool_forward(m: nn.Module, x: torch.Tensor, nd: int, mode: str, fallback: Ca
         x = x.unsqueeze(0)
     x = dense(x)
     cfg = (ws, stride, pad, mode)
-    grad = torch.is_grad_enabled() and x.requires_grad
-    y = PoolFn.apply(x, cfg) if grad else pool_run(x, cfg)
+    if traced:
+        y = op_pool(x, ws, stride, pad, mode)
+    elif torch.is_grad_enabled() and x.requires_grad:
+        y = PoolFn.apply(x, cfg)
+    else:
+        y = pool_run(x, cfg)
     return y.squeeze(0) if unbatched else y
 
 

@@ -13,6 +13,7 @@ from torch.autograd.function import once_differentiable
 
 from ..highlevel import RNNBlock
 from ..highlevel.rnn_layout import GATES, PROJ_ID, RNNLayout
+from ._compile import compiling, eager_only
 from ._module import Converted, float_params, state
 from ._runtime import NO_BF16, cuda_ok, ready, stream_of
 
@@ -234,6 +235,10 @@ def rnn_forward(m: nn.RNNBase, input: Any, hx: Any, fallback: Callable) -> Any:
     return (y, (hy, cy)) if lstm else (y, hy)
 
 
+#: the RNNs' forward run by Python under torch.compile (dynamo breaks its graph around it)
+_rnn_eager = eager_only(rnn_forward)
+
+
 class _RNNRule(Converted):
     """The RNNs' rule: float16, float32 or float64 parameters (cuDNN's RNNs lack bfloat16)."""
 
@@ -247,7 +252,8 @@ class RNN(_RNNRule, nn.RNN):
 
     def forward(self, input: Any, hx: Any = None) -> Any:
         """As ``torch.nn.RNN.forward`` (PackedSequence input runs torch's)."""
-        return rnn_forward(self, input, hx, super().forward)
+        fwd = _rnn_eager if compiling() else rnn_forward
+        return fwd(self, input, hx, super().forward)
 
 
 class LSTM(_RNNRule, nn.LSTM):
@@ -255,7 +261,8 @@ class LSTM(_RNNRule, nn.LSTM):
 
     def forward(self, input: Any, hx: Any = None) -> Any:
         """As ``torch.nn.LSTM.forward`` (PackedSequence input runs torch's)."""
-        return rnn_forward(self, input, hx, super().forward)
+        fwd = _rnn_eager if compiling() else rnn_forward
+        return fwd(self, input, hx, super().forward)
 
 
 class GRU(_RNNRule, nn.GRU):
@@ -263,4 +270,5 @@ class GRU(_RNNRule, nn.GRU):
 
     def forward(self, input: Any, hx: Any = None) -> Any:
         """As ``torch.nn.GRU.forward`` (PackedSequence input runs torch's)."""
-        return rnn_forward(self, input, hx, super().forward)
+        fwd = _rnn_eager if compiling() else rnn_forward
+        return fwd(self, input, hx, super().forward)

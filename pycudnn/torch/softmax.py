@@ -11,10 +11,34 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_softmax, dnn_softmax_grad
+from ._compile import compiling, define
 from ._module import Converted
 from ._runtime import HALVES, autocast_dtype, cuda_ok, dense, ready, stream_of
 
-__all__ = ["LogSoftmax", "Softmax", "SoftmaxFn", "softmax_forward"]
+__all__ = [
+    "LogSoftmax",
+    "Softmax",
+    "SoftmaxFn",
+    "op_softmax",
+    "op_softmax_grad",
+    "softmax_forward",
+    "softmax_grad_run",
+    "softmax_run",
+]
+
+
+def softmax_run(x: torch.Tensor, algo: str) -> torch.Tensor:
+    """``dnn_softmax`` over dim 1 of dense *x* into a new tensor like it."""
+    ready()
+    y = torch.empty_like(x)
+    dnn_softmax(x, algo, "channel", out=y, stream=stream_of(x))
+    return y
+
+
+def softmax_grad_run(dy: torch.Tensor, y: torch.Tensor, algo: str) -> torch.Tensor:
+    """``dnn_softmax_grad`` of the forward's output *y* and the gradient *dy*."""
+    dy = dense(dy)
+    return dnn_softmax_grad(dy, y, algo, "channel", out=torch.empty_like(y), stream=stream_of(dy))
 
 
 class SoftmaxFn(torch.autograd.Function):
@@ -22,9 +46,7 @@ class SoftmaxFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, algo):
-        ready()
-        y = torch.empty_like(x)
-        dnn_softmax(x, algo, "channel", out=y, stream=stream_of(x))
+        y = softmax_run(x, algo)
         ctx.save_for_backward(y)
         ctx.algo = algo
         return y
@@ -33,11 +55,41 @@ class SoftmaxFn(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        dy = dense(dy)
-        dx = dnn_softmax_grad(
-            dy, y, ctx.algo, "channel", out=torch.empty_like(y), stream=stream_of(dy)
-        )
-        return dx, None
+        return softmax_grad_run(dy, y, ctx.algo), None
+
+
+# -- torch.compile: pycudnn::softmax and pycudnn::softmax_grad -------------------------------------
+def _op_softmax(x: torch.Tensor, algo: str) -> torch.Tensor:
+    return softmax_run(dense(x), algo)
+
+
+def _op_softmax_fake(x, algo):
+    return torch.empty_like(x)
+
+
+def _op_grad(dy: torch.Tensor, y: torch.Tensor, algo: str) -> torch.Tensor:
+    ready()
+    return softmax_grad_run(dy, y, algo)
+
+
+def _op_grad_fake(dy, y, algo):
+    return torch.empty_like(y)
+
+
+def _setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(output)
+    ctx.algo = inputs[1]
+
+
+def _backward(ctx, dy):
+    (y,) = ctx.saved_tensors
+    return op_softmax_grad(dy, y, ctx.algo), None
+
+
+#: ``pycudnn::softmax(x, algo)``: :func:`softmax_run` (``algo`` ``'accurate'`` or ``'log'``)
+op_softmax = define("softmax", _op_softmax, _op_softmax_fake, autograd=(_backward, _setup))
+#: ``pycudnn::softmax_grad(dy, y, algo)``: :func:`softmax_grad_run`
+op_softmax_grad = define("softmax_grad", _op_grad, _op_grad_fake)
 
 
 def softmax_forward(x: torch.Tensor, algo: str, fallback: Callable) -> Any:
@@ -47,6 +99,8 @@ def softmax_forward(x: torch.Tensor, algo: str, fallback: Callable) -> Any:
         return fallback(x)
     if x.dtype in HALVES and autocast_dtype() is not None:
         x = x.float()
+    if compiling():
+        return op_softmax(dense(x), algo)
     return SoftmaxFn.apply(dense(x), algo)
 
 

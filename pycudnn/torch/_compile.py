@@ -1,0 +1,88 @@
+"""What the family modules share for ``torch.compile`` (imports torch): the routing test, the
+registration of the ``pycudnn::`` custom operators and the eager-only wrapper.
+
+Eager calls never touch these operators: a converted module's forward asks :func:`compiling`
+(``torch.compiler.is_compiling``, ~0.1 us) and keeps its lean path when it is False. Under
+``torch.compile`` the same forward calls ``torch.ops.pycudnn.<name>``, whose real implementation
+is the lean-path function the eager path runs and whose fake gives the real output's shape,
+dtype and strides, so dynamo traces through the module without a graph break. A torch without
+``torch.library.custom_op`` (before 2.4) registers nothing, and :func:`compiling` is then always
+False: modules run their eager path, which dynamo breaks its graph around.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["NAMESPACE", "OPS", "compiling", "constant", "define", "eager_only"]
+
+NAMESPACE = "pycudnn"
+_CUSTOM_OP: Any = getattr(torch.library, "custom_op", None)
+_COMPILER: Any = getattr(torch, "compiler", None)
+
+#: the ops this process registered, by name (tests and diagnostics)
+OPS: dict[str, Any] = {}
+
+
+def _never() -> bool:
+    return False
+
+
+#: True while dynamo traces (the forward then calls the custom ops); False in eager
+compiling: Callable[[], bool] = (
+    _COMPILER.is_compiling
+    if _CUSTOM_OP is not None and hasattr(_COMPILER, "is_compiling")
+    else _never
+)
+
+
+def constant(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark *fn* as ``torch.compiler.assume_constant_result`` does: dynamo calls it once while
+    tracing and keeps the result (no graph break, no guard), for properties fixed for the process
+    such as a device's compute capability. Set here, as that decorator sets it, because
+    importing the decorator imports dynamo (~1 s) at the family modules' import."""
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return fn
+
+
+def define(
+    name: str,
+    impl: Callable[..., Any],
+    fake: Callable[..., Any],
+    mutates: tuple[str, ...] = (),
+    autograd: tuple[Callable[..., Any], Callable[..., Any]] | None = None,
+) -> Any:
+    """Register ``pycudnn::<name>`` over *impl* (its schema read from *impl*'s annotations)
+    with *fake* as its fake (meta) implementation and, when given, *autograd*'s
+    ``(backward, setup_context)``; returns the op's overload (``torch.ops.pycudnn.<name>``),
+    or None on a torch without custom ops. *mutates* names the arguments *impl* writes."""
+    if _CUSTOM_OP is None:
+        return None
+    op = _CUSTOM_OP(f"{NAMESPACE}::{name}", mutates_args=mutates)(impl)
+    op.register_fake(fake)
+    if autograd is not None:
+        op.register_autograd(autograd[0], setup_context=autograd[1])
+    OPS[name] = op._opoverload
+    return op._opoverload
+
+
+def eager_only(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """*fn* run by Python under ``torch.compile`` (dynamo breaks its graph around the call): for
+    modules whose calls have no custom op (RNNs, LRN, CrossEntropyLoss). Call it only while
+    compiling.
+
+    ``torch.compiler.disable`` imports dynamo (~1 s), so it is applied on the first call (which
+    happens while dynamo traces, so dynamo is loaded; it breaks the graph at that call once and
+    may warn that ``disable`` was called inside a compiled region), not at import.
+    """
+    disabled: list[Callable[..., Any]] = []
+
+    def call(*args: Any) -> Any:
+        if not disabled:
+            disabled.append(_COMPILER.disable(fn))
+        return disabled[0](*args)
+
+    return call
