@@ -108,9 +108,13 @@ def _build(func, name, names, objs, out, algo, mode, alpha, beta, stream) -> _ca
         return _call.Call(func, h, (spec,), spans, noop=True)
     packed = _layout.packed_strides(g0.shape)
     staged_in, descs = [], []
+    views = [_as4d(g.shape, g.strides) for _n, g in ops]
+    # cuDNN's backward reads sm and dy through one layout (BAD_PARAM otherwise): when their
+    # views differ, those not packed are staged to packed
+    mixed = len({None if v is None else v[1] for v in views}) > 1
     for i, (_n, g) in enumerate(ops):
-        view = _as4d(g.shape, g.strides)
-        if view is None:
+        view = views[i]
+        if view is None or (mixed and tuple(g.strides) != tuple(packed)):
             staged_in.append((i, g, packed))
             view = _as4d(g.shape, packed)
         descs.append(_staging.tensor_descriptor(*view, dt))

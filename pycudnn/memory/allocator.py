@@ -250,10 +250,15 @@ class ResourceAllocation:
 def workspace_allocation(nbytes: int, device: int, stream: int) -> Allocation | ResourceAllocation:
     """A handle's workspace of exactly *nbytes* on (*device*, *stream*): an uncached
     :class:`Allocation` (freed with ``cudaFree``), or a block of the resource
-    :func:`set_memory_resource` installed, when one is."""
+    :func:`set_memory_resource` installed, when one is -- unless that resource has a
+    ``workspace(nbytes, device, stream)`` method, which then makes it (a resource whose blocks
+    must not outlive a call: torch's, whose CUDA-graph pools refuse live blocks)."""
     resource = _resource
     if resource is _default:
         return Allocation(nbytes, device, stream, free_sync=True)
+    own = getattr(resource, "workspace", None)
+    if own is not None:
+        return own(nbytes, device, stream)
     return ResourceAllocation(resource.allocate(nbytes, device, stream, None), nbytes)
 
 

@@ -86,7 +86,8 @@ class TorchMemoryResource:
 
     ``allocate(nbytes, device, stream)`` is ``torch.empty(nbytes, dtype=torch.uint8)`` on
     *device* with *stream* made torch's current stream (it usually already is: the adapter
-    passes torch's current stream to pycudnn). The memory is then counted by
+    passes torch's current stream to pycudnn). Handles' workspaces are the exception
+    (:meth:`workspace`). The memory is then counted by
     ``torch.cuda.memory_allocated()``, freed and reused by torch's rules (stream-ordered on the
     allocation stream), and taken from a graph's private pool under ``torch.cuda.graph``.
     Install it with :func:`use_torch_allocator`.
@@ -107,6 +108,18 @@ class TorchMemoryResource:
             ) from None
         return _TorchBlock(t, device, stream, keep)
 
+    def workspace(self, nbytes: int, device: int, stream: int) -> allocator.Allocation:
+        """A handle's workspace: pycudnn's own ``cudaMalloc``, not torch memory (after
+        ``torch.cuda.empty_cache()`` when the device is full). A workspace outlives the call
+        that made it, and under CUDA graph trees (``torch.compile(mode="reduce-overhead")``)
+        every torch allocation of a warm-up run lands in the graph's private pool, which
+        refuses blocks that stay alive and are no output."""
+        try:
+            return allocator.Allocation(nbytes, device, stream, free_sync=True)
+        except MemoryError:
+            torch.cuda.empty_cache()  # torch's cached blocks back to the device, then once more
+            return allocator.Allocation(nbytes, device, stream, free_sync=True)
+
     def __repr__(self) -> str:
         return "TorchMemoryResource()"
 
@@ -120,9 +133,10 @@ def use_torch_allocator(enabled: bool = True) -> None:
 
     The adapter does this by itself on first use, unless a resource other than pycudnn's own
     caching allocator is installed then; calling this function settles the choice either way.
-    With it, every pycudnn allocation in the process (outputs, workspaces, staging copies,
-    statistics, reserve spaces -- also of pycudnn calls made outside the adapter) is torch
-    memory: ``torch.cuda.memory_allocated()`` counts it, ``torch.cuda.empty_cache()`` releases
+    With it, every pycudnn allocation in the process (outputs, staging copies, statistics,
+    reserve spaces -- also of pycudnn calls made outside the adapter) but the handles'
+    workspaces (:meth:`TorchMemoryResource.workspace`) is torch memory:
+    ``torch.cuda.memory_allocated()`` counts it, ``torch.cuda.empty_cache()`` releases
     it, and CUDA-graph capture takes it from the graph's pool.
 
     Parameters

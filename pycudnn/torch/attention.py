@@ -204,14 +204,17 @@ _TENSORS = (torch.Tensor, nn.Parameter)
 def _attention_capable(t: torch.Tensor) -> bool:
     """cuDNN's fused attention runs on *t*'s device (sm80 or newer), cached per device."""
     dev = t.get_device()
+    if compiling():  # no cache read: dynamo would guard on the dict the first call fills
+        return _capable(dev)
     ok = _CAPABLE.get(dev)
-    return _capable(dev) if ok is None else ok
+    if ok is None:
+        ok = _CAPABLE[dev] = _capable(dev)
+    return ok
 
 
 @constant  # traced code reads it once (a device's capability is fixed)
 def _capable(dev: int) -> bool:
-    ok = _CAPABLE[dev] = torch.cuda.get_device_capability(dev) >= (8, 0)
-    return ok
+    return torch.cuda.get_device_capability(dev) >= (8, 0)
 
 
 def _attention_native(

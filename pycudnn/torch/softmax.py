@@ -37,7 +37,8 @@ def softmax_run(x: torch.Tensor, algo: str) -> torch.Tensor:
 
 def softmax_grad_run(dy: torch.Tensor, y: torch.Tensor, algo: str) -> torch.Tensor:
     """``dnn_softmax_grad`` of the forward's output *y* and the gradient *dy*."""
-    dy = dense(dy)
+    if dy.stride() != y.stride() or dy.dtype != y.dtype:  # one layout for both (no staging)
+        dy = torch.empty_like(y).copy_(dy)
     return dnn_softmax_grad(dy, y, algo, "channel", out=torch.empty_like(y), stream=stream_of(dy))
 
 

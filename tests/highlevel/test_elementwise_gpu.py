@@ -165,6 +165,22 @@ def test_softmax_forward_backward(dtype, algo, mode, nd, layout):
     assert err(dx.get(), softmax_grad_ref(yv, dy, algo, mode)) <= tol * 2
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(("y_layout", "dy_layout"), [("nhwc", "nchw"), ("nchw", "nhwc")])
+def test_softmax_grad_of_operands_in_two_layouts(dtype, y_layout, dy_layout):
+    """cuDNN's backward reads sm and dy through one layout: differing ones are staged (a
+    compiled graph's gradient arrives packed while the saved output is channels-last)."""
+    rng = np.random.default_rng()
+    shape = SHAPES[4]
+    xd, _ = dev(rng.standard_normal(shape), dtype, y_layout)
+    y = pycudnn.dnn_softmax(xd, "accurate", "channel")
+    yv = np.asarray(y.get(), np.float64)
+    dyd, dy = dev(rng.standard_normal(shape), dtype, dy_layout)
+    dx = poisoned(shape, dtype, like=xd)
+    pycudnn.dnn_softmax_grad(dyd, y, "accurate", "channel", out=dx)
+    assert err(dx.get(), softmax_grad_ref(yv, dy, "accurate", "channel")) <= TOL[dtype] * 16
+
+
 def test_softmax_staged_and_blended():
     rng = np.random.default_rng()
     base = rng.standard_normal((2, 3, 4, 5, 6))
