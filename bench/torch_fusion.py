@@ -88,10 +88,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.only = tuple(s.strip() for s in args.only.split(",") if s.strip()) if args.only else ()
     for o in args.only:
-        if not any(c.startswith(o) for c in CASE_IDS) and o not in (
-            "compile-infer",
-            "compile-train",
-        ):
+        kinds = ("compile-infer-b8", "compile-infer-b64", "compile-train")  # either mode
+        if not any(c.startswith(o) for c in (*CASE_IDS, *kinds)):
             p.error(f"--only: unknown item {o!r} (groups: {', '.join(GROUPS)}; or a case prefix)")
     args.modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     for m in args.modes:
