@@ -116,7 +116,8 @@ def _resnet50(train: bool, device: Any) -> Any:
 def _pair_infer(ref: Any, mine: Any, x: Any, plan: Any, device: Any) -> dict:
     with torch.no_grad():
         for _ in range(plan.warm):
-            yr, ym = ref(x), mine(x)
+            # clones: a CUDA-graph tree's output is overwritten by the next graph's replay
+            yr, ym = ref(x).clone(), mine(x).clone()
         rn.sync(device)
         res = {"logits_max_rel_diff": rn.rel_diff(ym, yr)}
         res["top1_agreement"] = (ym.argmax(1) == yr.argmax(1)).float().mean().item()

@@ -184,6 +184,11 @@ def _setup(ctx, inputs, output) -> None:
 
 def _backward(ctx, dout, _dstats):
     q, k, v, out, stats, seed = ctx.saved_tensors
+    if not stats.numel():  # the inference variant keeps no softmax statistics
+        raise RuntimeError(
+            "pycudnn::sdpa ran with training=False (no softmax statistics): its output has "
+            "no gradient; pass training=True"
+        )
     dq, dk, dv = op_sdpa_grad(q, k, v, out, dout, stats, *ctx.cfg, seed)
     need = ctx.needs_input_grad
     grads = (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None)

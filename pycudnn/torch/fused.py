@@ -292,6 +292,7 @@ class FusedConv(nn.Module):
         if cfg is None or xc is None or op is None:
             return self.unfused(x, z)
         w, b = fold_bn(conv, bn, xc.dtype)
+        w = w.contiguous(memory_format=format_of(xc))  # the weight in x's layout, as eager's
         nd, pad, stride, dil, groups = cfg
         act = self.act or Act("")
         return op(xc, w, b, z, [nd, groups, *pad, *stride, *dil], act.name, act.coef or 0.0)
