@@ -15,10 +15,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import memory
+from .. import errors, memory
 from .._config import parse_bool
 from .._types import dtype_name
 from ..enums import DataType
+from ..graph.nodes import sdpa_masks as _graph_masks
 from ..graph.nodes.sdpa_masks import ALIGNMENTS
 from . import _checks, _graphops, _operand
 
@@ -66,6 +67,13 @@ def spec(
     sink_grad = parse_bool(grads[1], func, "sink_grad")
     if sink_grad and sink is None:
         raise ValueError(f"{func}: sink_grad=True needs a sink array")
+    if sink_grad and not _graph_masks.DSINK_VERIFIED:
+        raise errors.NotSupportedError(
+            3000,
+            func,
+            "sink_grad=True: the sink's gradient is not yet verified on cuDNN 9.19; pass "
+            "sink_grad=False (the sink still shapes dq, dk and dv)",
+        )
     return Spec(alignment, left, right, alibi, sink, bias_grad, sink_grad)
 
 

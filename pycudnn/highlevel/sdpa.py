@@ -554,7 +554,8 @@ def dnn_sdpa_grad(
         Also return the gradient of *attn_mask* (cuDNN computes it only for a ``(1, H, S_q,
         S_kv)`` mask; other shapes raise ``NotSupportedError``).
     sink_grad : bool
-        Also return the gradient of *sink* (float32 ``(1, H, 1, 1)``).
+        Also return the gradient of *sink* (float32 ``(1, H, 1, 1)``). Not yet verified on
+        cuDNN 9.19: ``True`` raises ``NotSupportedError``.
     seed : int
         The forward's dropout seed (required when *dropout_p* > 0).
     deterministic : bool, optional

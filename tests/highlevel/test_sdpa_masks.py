@@ -11,9 +11,9 @@ from _fake_device import CCall, Fake
 from test_transformer import BF16, F32, I32, B, H, S, _grad, _raises, _sdpa, guarded, no_c, q4
 
 from pycudnn import errors
-from pycudnn.enums import DataType
+from pycudnn.enums import DataType, PointwiseMode
 from pycudnn.graph import Graph
-from pycudnn.highlevel import _sdpa_masks
+from pycudnn.highlevel import _graphops, _sdpa_masks
 
 __all__ = ["guarded", "no_c"]  # fixtures, re-exported for pytest
 
@@ -76,6 +76,16 @@ GRAD_BAD = [
     (dict(sink_grad=True), ValueError, ("sink_grad=True", "sink")),
     (dict(attn_mask=bias(b=B), bias_grad=True), errors.NotSupportedError, ("dbias", "(1, 4")),
     (dict(attn_mask=bias(h=1), bias_grad=True), errors.NotSupportedError, ("dbias",)),
+    (
+        dict(attn_mask=bias(b=1, h=1), bias_grad=True),
+        errors.NotSupportedError,
+        ("dbias", "(1, 4, S_q, S_kv)"),
+    ),
+    (
+        dict(sink=Fake((H,), F32), sink_grad=True),
+        errors.NotSupportedError,
+        ("sink_grad=True", "not yet verified on cuDNN 9.19"),
+    ),
     (dict(alibi=True, is_causal=False), CCall, ()),  # the slopes' upload is a C call
     (
         dict(is_causal=True, diagonal_alignment="bottom_right", attn_mask=bias()),
@@ -141,11 +151,62 @@ def test_valid_masks_reach_the_graph(guarded, kwargs):
         _grad(**kwargs)
 
 
-def test_valid_gradients_reach_the_graph(guarded):
+def test_valid_gradients_reach_the_graph(guarded, monkeypatch):
     with pytest.raises(CCall):
         _grad(attn_mask=bias(), bias_grad=True)
+    from pycudnn.graph.nodes import sdpa_masks
+
+    monkeypatch.setattr(sdpa_masks, "DSINK_VERIFIED", True)  # the GPU probe's switch
     with pytest.raises(CCall):
         _grad(sink=Fake((H,), F32), sink_grad=True, is_causal=True)
+
+
+class _Stop(BaseException):
+    """Ends a call once its graph and pointers are seen."""
+
+
+def _bound_backward(monkeypatch, **kw):
+    """The graph, output specs and pointers ``dnn_sdpa_grad`` builds for *kw* (no C call)."""
+    seen = {}
+
+    class Entry:
+        def run(self, ptrs, outs, out_ptrs, stream):
+            seen["ptrs"] = ptrs
+            raise _Stop
+
+        def evict(self):
+            pass
+
+    def entry(func, g, device, stream, allocs, spans, **_kw):
+        seen["g"], seen["allocs"] = g, allocs
+        return Entry()
+
+    monkeypatch.setattr(_graphops, "entry", entry)
+    with pytest.raises(_Stop):
+        _grad(**kw)
+    return seen
+
+
+def test_dbias_is_bound_in_io_order_and_dq_is_written_directly(guarded, monkeypatch):
+    """dbias is the graph's last output, allocated (1, H, S_q, S_kv) in q's dtype after dq, dk
+    and dv; the bias is the input after the stats; and the graph writes dQ directly (no float32
+    accumulator: cuDNN fills dBias only on those kernels, as cudnn-frontend builds it)."""
+    mask = bias()
+    seen = _bound_backward(monkeypatch, attn_mask=mask, bias_grad=True)
+    g = seen["g"]
+    names = [t.name for t in g._order]
+    assert names[:7] == ["q", "k", "v", "out", "dout", "stats", "bias"]
+    assert names[-1].endswith("dbias::y") and len(names) == 7 + 4
+    assert seen["ptrs"][6] == mask.ptr and len(seen["ptrs"]) == 7
+    db = seen["allocs"][-1]
+    assert tuple(db.shape) == (1, H, S, S) and len(seen["allocs"]) == 4
+    key = g.key(device=0)
+    modes = [dict(n.settings).get("mode") for n in key.nodes if n.kind == "pointwise"]
+    assert int(PointwiseMode.IDENTITY) not in modes  # no accumulator copy-out
+    assert [s.dim for s in key.scratch] == [(B, H, S, 1)]  # softmax_sum only
+    # without dbias the default graph keeps its float32 dQ accumulator
+    seen = _bound_backward(monkeypatch, attn_mask=mask)
+    assert [s.dim for s in seen["g"].key(device=0).scratch] == [(B, H, S, 1), (B, H, S, 64)]
 
 
 def test_the_call_key_tells_the_options_apart():
@@ -220,13 +281,23 @@ def test_builder_mask_errors(make, exc, fragment):
 
 
 def test_builder_backward_refusals_and_extra_outputs():
+    from pycudnn.graph.nodes import sdpa_masks
+
     g, q, k, v = _graph()
     b = g.tensor((1, 4, 64, 128), (4 * 64 * 128, 64 * 128, 128, 1), DataType.HALF, name="b")
     sink = _per_head(g, "sink")
     o, st = g.sdpa(q, k, v, is_inference=False, bias=b, sink=sink)
     do = g.tensor(o.dim, o.stride, DataType.HALF, name="do")
-    *_, db, ds = g.sdpa_backward(q, k, v, o, do, st, bias=b, sink=sink, dbias=True, dsink=True)
+    with pytest.raises(errors.NotSupportedError, match=r"dsink=True.*not yet verified"):
+        g.sdpa_backward(q, k, v, o, do, st, bias=b, sink=sink, dbias=True, dsink=True)
+    with pytest.MonkeyPatch.context() as mp:  # the GPU probe's switch
+        mp.setattr(sdpa_masks, "DSINK_VERIFIED", True)
+        *_, db, ds = g.sdpa_backward(q, k, v, o, do, st, bias=b, sink=sink, dbias=True, dsink=True)
     assert db.dim == (1, 4, 64, 128) and ds.dim == (1, 4, 1, 1)
+    assert not db.is_virtual and db.data_type == DataType.HALF
+    assert not ds.is_virtual and ds.data_type == DataType.FLOAT
+    *_, db = g.sdpa_backward(q, k, v, o, do, st, bias=b, sink=sink, dbias=True)
+    assert db.dim == (1, 4, 64, 128)
     with pytest.raises(ValueError, match="dbias=True needs a bias"):
         g.sdpa_backward(q, k, v, o, do, st, dbias=True)
     with pytest.raises(ValueError, match="dsink"):

@@ -4,8 +4,9 @@ without torch). Run on the GPU machine:
 
 Each option and the combinations cuDNN allows (padding, GQA, dropout off) against a float32
 matmul-softmax-matmul reference built from an explicit additive mask, forward and gradients
-(dq, dk, dv, dbias, dsink), random shapes (D 64/128, S_q != S_kv, fp16/bf16); outputs are
-poisoned with NaN before the call; padded rows are compared on valid rows only.
+(dq, dk, dv, dbias; dsink is refused until verified: a probe lifts the refusal), random
+shapes (D 64/128, S_q != S_kv, fp16/bf16); outputs are poisoned with NaN before the call;
+padded rows are compared on valid rows only.
 """
 
 from __future__ import annotations
@@ -45,16 +46,21 @@ def _mask(sq, skv, opts, lens=None):
 
 
 def _reference(q, k, v, mask, scale, sink=None):
-    """float32 matmul-softmax-matmul (GQA by repeating k and v); a sink is an extra column."""
+    """float32 matmul-softmax-matmul (GQA by repeating k and v); a sink is an extra column.
+
+    A fully masked row (a padded query) gets P = 0 through a select, not ``nan_to_num``: the
+    softmax of an all ``-inf`` row is NaN, and its backward would carry the NaN into dK (the
+    NaN was the reference's, not cuDNN's)."""
     rep = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
     s = q @ k.transpose(-1, -2) * scale + mask
-    if sink is not None:
+    if sink is not None:  # the sink column is finite: no row is fully masked
         col = sink.view(1, -1, 1, 1).expand(s.shape[0], -1, s.shape[2], 1)
         p = torch.softmax(torch.cat([s, col], -1), -1)[..., :-1]
     else:
-        p = torch.softmax(s, -1)
-    return torch.nan_to_num(p) @ v
+        live = torch.isfinite(s).any(-1, keepdim=True)
+        p = torch.softmax(s.masked_fill(~live, 0.0), -1) * live
+    return p @ v
 
 
 def _close(mine, ref, what, tol):
@@ -116,7 +122,7 @@ def test_masks_forward_and_backward(case, dt):
         kw["seq_lens_kv"] = torch.tensor(lens[1], dtype=torch.int32, device="cuda")
         ref_mask = _mask(sq, skv, opts, lens)
     bias = sink = None
-    bias_grad = sink_grad = False
+    bias_grad = False
     if "bias" in opts:
         shape = {"1h": (1, h), "b1": (b, 1), "11": (1, 1), "bh": (b, h)}[opts["bias"]]
         bias = rnd(*shape, sq, skv, std=0.5)
@@ -128,16 +134,13 @@ def test_masks_forward_and_backward(case, dt):
         i = torch.arange(sq, device="cuda").view(sq, 1)
         j = torch.arange(skv, device="cuda").view(1, skv)
         ref_mask = ref_mask + sl * (j - i).float()
-    if opts.get("sink"):
+    if opts.get("sink"):  # dq, dk, dv with a sink (its own gradient is refused: see below)
         sink = (torch.randn(h, device="cuda", generator=gen) * 0.5).float()
         kw["sink"] = sink
-        sink_grad = True
 
     out = torch.full_like(q, float("nan"))
     _o, stats = pycudnn.dnn_sdpa(q, k, v, scale=scale, training=True, out=out, **kw)
-    grads = pycudnn.dnn_sdpa_grad(
-        q, k, v, out, dout, stats, scale=scale, bias_grad=bias_grad, sink_grad=sink_grad, **kw
-    )
+    grads = pycudnn.dnn_sdpa_grad(q, k, v, out, dout, stats, scale=scale, bias_grad=bias_grad, **kw)
 
     ref = [t.float().requires_grad_() for t in (q, k, v)]
     rb = bias.float().requires_grad_() if bias is not None else None
@@ -160,9 +163,6 @@ def test_masks_forward_and_backward(case, dt):
     if bias_grad:
         names.append("dbias")
         refs.append(rb.grad)
-    if sink_grad:
-        names.append("dsink")
-        refs.append(rs.grad.view(1, h, 1, 1))
     assert len(grads) == len(names)
     for name, mine, theirs in zip(names, grads, refs, strict=True):
         mine = torch.from_dlpack(mine) if not isinstance(mine, torch.Tensor) else mine
@@ -173,9 +173,10 @@ def test_masks_forward_and_backward(case, dt):
         _close(mine, theirs, name, tol * 2)
 
 
-def test_dbias_of_a_batch_broadcast_bias_is_refused():
+@pytest.mark.parametrize("bshape", [(2, 4), (1, 1), (2, 1)])
+def test_dbias_of_a_broadcast_bias_other_than_1h_is_refused(bshape):
     q = torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.float16)
-    bias = torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.float16)
+    bias = torch.randn(*bshape, 64, 64, device="cuda", dtype=torch.float16)
     o, st = pycudnn.dnn_sdpa(q, q, q, attn_mask=bias, training=True)
     with pytest.raises(errors.NotSupportedError, match="dbias"):
         pycudnn.dnn_sdpa_grad(q, q, q, o, q, st, attn_mask=bias, bias_grad=True)
@@ -197,4 +198,41 @@ def test_dropout_with_a_bias_runs():
         q, q, q, o, q, st, attn_mask=bias, dropout_p=0.1, seed=5, bias_grad=True
     )
     for t in (o, dq, dk, dv, db):
-        assert not torch.isnan(torch.as_tensor(t).float()).any()
+        t = t if isinstance(t, torch.Tensor) else torch.from_dlpack(t)  # not as_tensor
+        assert not torch.isnan(t.float()).any()
+    db = db if isinstance(db, torch.Tensor) else torch.from_dlpack(db)
+    assert db.abs().sum() > 0  # written (it came back all zeros through the dQ accumulator)
+
+
+def test_sink_grad_is_refused_until_verified():
+    q = torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.float16)
+    sink = torch.zeros(4, device="cuda")
+    o, st = pycudnn.dnn_sdpa(q, q, q, sink=sink, training=True)
+    with pytest.raises(errors.NotSupportedError, match=r"sink_grad.*not yet verified"):
+        pycudnn.dnn_sdpa_grad(q, q, q, o, q, st, sink=sink, sink_grad=True)
+
+
+@pytest.mark.xfail(reason="dsink not yet verified on cuDNN 9.19 (read back unwritten)")
+@pytest.mark.parametrize("det", [False, True], ids=["dq-accumulator", "dq-direct"])
+def test_dsink_probe(monkeypatch, det):
+    """Lifts the refusal to tell the lead whether dsink now comes back right, through the
+    float32 dQ accumulator graph and through the direct one (deterministic): an XPASS of one
+    says which graph form to serve it from."""
+    from pycudnn.graph.nodes import sdpa_masks
+
+    monkeypatch.setattr(sdpa_masks, "DSINK_VERIFIED", True)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    b, h, sq, skv, d = 2, 8, 96, 160, 64
+    q, k, v, dout = (
+        torch.randn(*sh, device="cuda", generator=gen).half()
+        for sh in ((b, h, sq, d), (b, h, skv, d), (b, h, skv, d), (b, h, sq, d))
+    )
+    sink = (torch.randn(h, device="cuda", generator=gen) * 0.5).float()
+    o, st = pycudnn.dnn_sdpa(q, k, v, sink=sink, training=True, scale=d**-0.5)
+    grads = pycudnn.dnn_sdpa_grad(
+        q, k, v, o, dout, st, sink=sink, sink_grad=True, scale=d**-0.5, deterministic=det
+    )
+    ref = [t.float().requires_grad_() for t in (q, k, v)]
+    rs = sink.clone().requires_grad_()
+    _reference(*ref, torch.zeros(1, 1, sq, skv, device="cuda"), d**-0.5, rs).backward(dout.float())
+    _close(grads[-1], rs.grad.view(1, h, 1, 1), "dsink", 4e-2)

@@ -18,7 +18,7 @@ Forward::
 Grouped-query attention is K and V with fewer heads (H_q a multiple of H_k): the engines
 take the head counts as they are. The backward recomputes ``P = exp(scale * Q K^T - Stats)``
 and needs two float32 tensors of its own: ``softmax_sum = rowsum(dO * O)`` and (unless
-deterministic) a float32 ``dQ`` accumulator; the graph keeps both in its workspace.
+deterministic or with dBias) a float32 ``dQ`` accumulator; the graph keeps both in its workspace.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from ... import _layout
+from ... import _layout, errors
 from ..._config import parse_bool
 from ...enums import DataType
 from ...enums import PointwiseMode as P
@@ -295,8 +295,9 @@ def backward(
     want: tuple = (False, False),
 ) -> tuple[Tensor, ...]:
     """``(dq, dk, dv[, dbias][, dsink])`` of attention over ``qkv = (q, k, v)`` from the
-    forward's ``saved = (o, dO, stats)``; *deterministic* writes dQ directly instead of through
-    a float32 accumulator; *want*: ``(dbias, dsink)`` asked for."""
+    forward's ``saved = (o, dO, stats)``; *deterministic* (and dbias) writes dQ directly instead
+    of through a float32 accumulator; *want*: ``(dbias, dsink)`` asked for (dsink refused until
+    verified on the GPU: :data:`.sdpa_masks.DSINK_VERIFIED`)."""
     q, k, v, seq_q, seq_kv, dropout, scale, io, masks = _checks(g, "sdpa_backward", qkv, o)
     out, do, stats = _check_backward(g, q, k, v, saved)
     where = f"{g.name}.sdpa_backward"
@@ -359,7 +360,9 @@ def backward(
     dk_t = _head_sum(g, dk_full, (b, hk, skv, d), k, io, f"{name}::dK")
     kv = reshape(g, k, (b, hk, skv, d), k_strides, name=f"{name}::reshape_k")
     dq_acc = _mm(g, ds, kv, (seq_q, None, seq_kv), f"{name}::dS_K")
-    if deterministic:
+    if deterministic or dbias is not None:
+        # dQ written directly (cuDNN's dP-workspace kernels): cudnn-frontend forces this form
+        # with dBias, which the float32-accumulator kernels leave unwritten (zeros on the GPU)
         dq = dq_acc
     else:
         # cuDNN >= 9.6 initialises the accumulator itself (cudnn-frontend zeroes it before)
@@ -382,6 +385,13 @@ def _grad_flags(where: str, masks: sdpa_masks.Masks, want: tuple) -> tuple[bool,
             src = "bias" if nm == "dbias" else "sink"
             raise ValueError(f"{where}: {nm}=True needs a {src} tensor")
         flags.append(on)
+    if flags[1] and not sdpa_masks.DSINK_VERIFIED:
+        raise errors.NotSupportedError(
+            3000,
+            where,
+            "dsink=True: the sink's gradient is not yet verified on cuDNN 9.19 (the GPU tests "
+            "read it back unwritten); pass dsink=False (the sink still shapes dq, dk and dv)",
+        )
     return flags[0], flags[1]
 
 

@@ -34,6 +34,10 @@ _SINK_VERSION = 91300
 _WINDOW_VERSION = 90200
 _BOTTOM_RIGHT_ANY_LENGTH = 90600
 
+#: whether ``dsink`` is served: its graph is cudnn-frontend's pattern, yet on an H200 with
+#: cuDNN 9.19 the output came back unwritten (garbage); refused until a GPU run shows it right
+DSINK_VERIFIED = False
+
 
 class Masks(NamedTuple):
     """The checked modifiers: right/left bounds None when absent (causal: right bound 0)."""
@@ -292,8 +296,9 @@ def dsink_of(g: GraphBase, sink: Tensor, stats: Tensor, rowsum: Tensor, name: st
 
 
 def dbias_of(g: GraphBase, ds: Tensor, bias: Tensor, io: Any, where: str, name: str) -> Tensor:
-    """dBias: dS (before the scale) summed over the batch; cuDNN computes it only for a
-    ``(1, H, S_q, S_kv)`` bias (cudnn-frontend's and Transformer Engine's surface)."""
+    """dBias: dS (before the scale) summed over the batch; served only for a ``(1, H, S_q,
+    S_kv)`` bias (cudnn-frontend's surface). cuDNN writes it only from its dP-workspace kernels:
+    the graph then writes dQ directly, without the float32 accumulator (:func:`.sdpa.backward`)."""
     h = ds.dim[1]
     if bias.dim[1] != h or bias.dim[0] != 1:
         raise errors.NotSupportedError(
