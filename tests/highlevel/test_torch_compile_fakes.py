@@ -303,7 +303,8 @@ def _cases():
     kv = _t(2, 5, 3, 8).transpose(1, 2).requires_grad_()  # (B, S, H, E) projections' view
     cases += [
         ("sdpa", (q, kv, kv, False, None, 0.0, None, True)),
-        ("sdpa", (q, kv, kv, True, 0.3, 0.0, None, False)),
+        # the inference variant keeps no statistics: its inputs want no gradient
+        ("sdpa", (q.detach(), kv.detach(), kv.detach(), True, 0.3, 0.0, None, False)),
     ]
     return cases
 
