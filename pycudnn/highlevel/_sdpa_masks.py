@@ -23,7 +23,7 @@ from ..graph.nodes import sdpa_masks as _graph_masks
 from ..graph.nodes.sdpa_masks import ALIGNMENTS
 from . import _checks, _graphops, _operand
 
-__all__ = ["Spec", "declare", "describe", "key", "spec"]
+__all__ = ["Spec", "declare", "describe", "key", "spec", "unused_sink"]
 
 
 class Spec(NamedTuple):
@@ -150,6 +150,16 @@ def _bias(func: str, obj: Any, dims: tuple, dt: DataType, device: int) -> _opera
         raise ValueError(f"{func}: attn_mask is on device {g.device}, q on device {device}")
     _checks.check_strides(func, "attn_mask", g)
     return g
+
+
+def unused_sink(func: str, s: Spec, q: Any) -> Spec:
+    """*s* without its sink, checked first against *q*: the backward without ``sink_grad``
+    reads no sink (the forward's statistics hold its softmax term), and cuDNN's plan takes no
+    pointer for a tensor no operation reads (found on the GPU)."""
+    gq = _operand.operand(q)
+    if len(gq.shape) == 4:  # else the q checks that follow name the problem
+        _sink(func, s.sink, gq.shape[1], gq.device)
+    return s._replace(sink=None)
 
 
 def _sink(func: str, obj: Any, h: int, device: int) -> _operand.Operand:

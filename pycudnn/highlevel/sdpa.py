@@ -596,6 +596,8 @@ def dnn_sdpa_grad(
     ):
         bounds, grads = (left_bound, right_bound), (bias_grad, sink_grad)
         masks = _sdpa_masks.spec(func, diagonal_alignment, bounds, alibi, sink, grads)
+        if masks.sink is not None and not masks.sink_grad:
+            masks = _sdpa_masks.unused_sink(func, masks, q)
         if masks.bias_grad and attn_mask is None:
             raise ValueError(f"{func}: bias_grad=True needs an attn_mask (the bias)")
         mptrs, mkey = _sdpa_masks.key(attn_mask, masks, keys[0][1])
