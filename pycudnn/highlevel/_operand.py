@@ -28,6 +28,7 @@ __all__ = [
     "data_type",
     "key_of",
     "operand",
+    "producer_stream",
     "raw_operand",
     "register_operand_type",
 ]
@@ -221,3 +222,51 @@ def key_of(obj: Any) -> tuple[int, tuple]:
     g = raw_operand(obj)
     p = g[0]
     return p, (g[1], g[2], g[3], g[4], p & 15)
+
+
+# -- the producer's stream ------------------------------------------------------------------------
+#: by array type: a reader of the framework's current stream on the array's device, or None
+_STREAMS: dict[type, Callable[[Any], int | None] | None] = {}
+
+
+def producer_stream(obj: Any) -> int | None:
+    """The current stream of *obj*'s framework on *obj*'s device -- torch's for a CUDA tensor,
+    CuPy's for a CuPy array -- as a ``cudaStream_t`` int, or None for other arrays (pycudnn's
+    ``DeviceArray``, JAX's: the call then keeps the handle's stream).
+
+    The high-level functions call it when ``stream=`` is not given, so a call on torch tensors
+    inside ``with torch.cuda.stream(s):`` runs on ``s``, as torch's own operations do. It reads
+    torch's stream through torch's fast accessor (no ``torch.cuda.current_stream()`` object) and
+    imports nothing: a type is only asked about when an object of it was passed."""
+    tp = type(obj)
+    try:
+        reader = _STREAMS[tp]
+    except KeyError:
+        reader = _STREAMS[tp] = _stream_reader(tp)
+    return None if reader is None else reader(obj)
+
+
+def _stream_reader(tp: type) -> Callable[[Any], int | None] | None:
+    module = tp.__module__ or ""
+    if module.startswith("torch") and hasattr(tp, "get_device"):
+        torch_c = getattr(sys.modules.get("torch"), "_C", None)
+        raw = getattr(torch_c, "_cuda_getCurrentRawStream", None)
+        if raw is None:  # a torch without CUDA: its tensors are refused as host data anyway
+            return None
+
+        def torch_stream(t: Any) -> int | None:
+            d = t.get_device()
+            return raw(d) if d >= 0 else None
+
+        return torch_stream
+    if module.startswith("cupy"):
+        cuda = getattr(sys.modules.get("cupy"), "cuda", None)
+        current = getattr(cuda, "get_current_stream", None)
+        if current is None:
+            return None
+
+        def cupy_stream(a: Any) -> int:
+            return current(a.device.id).ptr
+
+        return cupy_stream
+    return None

@@ -131,7 +131,8 @@ def dnn_activation(
     out : device array, optional
         Same shape and dtype as *x*; may be *x* itself (in place).
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -151,6 +152,8 @@ def dnn_activation(
     >>> y = pycudnn.dnn_activation(x, "clipped_relu", coef=6.0)   # ReLU6
     >>> pycudnn.dnn_activation(x, "relu", out=x)                   # in place
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(x)
     px, kx = _operand.key_of(x)
     po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (_FWD, kx, ko, mode, coef, alpha, beta, coef.__class__, alpha.__class__, beta.__class__)
@@ -214,6 +217,8 @@ def dnn_activation_grad(
     TypeError, ValueError
         As for :func:`dnn_activation`; also when the shapes of *y*, *dy* and *x* differ.
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(y)
     py, ky = _operand.key_of(y)
     pdy, kdy = _operand.key_of(dy)
     px, kx = _operand.key_of(x)

@@ -320,7 +320,8 @@ def dnn_batch_normalization_train(
         Where to write ``mean`` and ``invstd`` (contiguous, shaped and typed like *gamma*;
         new arrays when not given).
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -346,6 +347,8 @@ def dnn_batch_normalization_train(
     >>> y, mean, invstd, rm, rv = pycudnn.dnn_batch_normalization_train(
     ...     x, gamma, beta, "spatial", 1e-5, 0.1, running_mean, running_var, inplace_running=True)
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(inputs)
     px, kx = _operand.key_of(inputs)
     pg, kg = _operand.key_of(gamma)
     pb, kb = _operand.key_of(beta)
@@ -505,7 +508,8 @@ def dnn_batch_normalization_test(
     out : device array, optional
         Shape and dtype of *inputs*; may not overlap any input.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -523,6 +527,8 @@ def dnn_batch_normalization_test(
     >>> y = pycudnn.dnn_batch_normalization_test(x, gamma, beta, running_mean, running_var,
     ...                                          "spatial", 1e-5)
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(inputs)
     px, kx = _operand.key_of(inputs)
     pg, kg = _operand.key_of(gamma)
     pb, kb = _operand.key_of(beta)
@@ -596,7 +602,8 @@ def dnn_batch_normalization_grad(
     out_dscale, out_dbias : device array, optional
         Destinations of ``dscale`` and ``dbias`` (contiguous, shaped and typed like *scale*).
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -616,6 +623,8 @@ def dnn_batch_normalization_grad(
     >>> dx, dgamma, dbeta = pycudnn.dnn_batch_normalization_grad(x, dy, gamma, mean, invstd,
     ...                                                           "spatial")
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(inputs)
     px, kx = _operand.key_of(inputs)
     pdy, kdy = _operand.key_of(dy)
     ps, ks = _operand.key_of(scale)

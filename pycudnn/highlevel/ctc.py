@@ -272,7 +272,8 @@ def dnn_ctc_loss(
         ``(loss, grad)``: *loss* ``(N,)`` (C-contiguous) or ``()``, *grad* ``(T, N, C)`` any
         strides; the dtype of *log_probs*.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -294,6 +295,8 @@ def dnn_ctc_loss(
     >>> lp = torch.randn(50, 4, 20, device="cuda").log_softmax(2)
     >>> loss, grad = pycudnn.dnn_ctc_loss(lp, labels, label_lengths, input_lengths)
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(log_probs)
     func = "dnn_ctc_loss"
     outs = _checks.out_pair(func, out, "loss, grad")
     ptrs, keys = [], []

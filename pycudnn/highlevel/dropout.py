@@ -337,7 +337,8 @@ def dnn_dropout(
     out : device array, optional
         Same shape and dtype as *x*; may be *x* itself (in place).
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -359,6 +360,8 @@ def dnn_dropout(
     >>> y2, _ = pycudnn.dnn_dropout(x, 0.5, state=st)      # next mask, no RNG re-init
     >>> dx = pycudnn.dnn_dropout_grad(dy, st)              # the mask of y2
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(x)
     func = "dnn_dropout"
     pv = _p(func, p)
     sv = None if seed is None else _seed(func, seed)
@@ -392,7 +395,8 @@ def dnn_dropout_grad(dy: Any, state: DropoutState, *, out: Any = None, stream: A
     out : device array, optional
         ``dx``, same shape and dtype as *dy*; may be *dy* itself (in place).
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -411,6 +415,8 @@ def dnn_dropout_grad(dy: Any, state: DropoutState, *, out: Any = None, stream: A
     >>> y, st = pycudnn.dnn_dropout(x, 0.1)
     >>> dx = pycudnn.dnn_dropout_grad(dy, st)
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(dy)
     func = "dnn_dropout_grad"
     if not isinstance(state, DropoutState):
         raise TypeError(f"{func}: state must be a DropoutState, got {type(state).__name__}")

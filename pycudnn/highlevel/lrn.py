@@ -165,7 +165,8 @@ def dnn_lrn(
     out : device array, optional
         Same shape and dtype as *x*, any strides; must not overlap *x*.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -184,6 +185,8 @@ def dnn_lrn(
     --------
     >>> y = pycudnn.dnn_lrn(x, n=5, alpha=1e-4, beta=0.75, k=2.0)   # AlexNet's LRN
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(x)
     px, kx = _operand.key_of(x)
     po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (
@@ -249,7 +252,8 @@ def dnn_lrn_grad(
     out : device array, optional
         ``dx``, same shape and dtype, any strides; must not overlap the inputs.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -266,6 +270,8 @@ def dnn_lrn_grad(
     >>> y = pycudnn.dnn_lrn(x, 5)
     >>> dx = pycudnn.dnn_lrn_grad(y, dy, x, 5)
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(y)
     py, ky = _operand.key_of(y)
     pdy, kdy = _operand.key_of(dy)
     px, kx = _operand.key_of(x)

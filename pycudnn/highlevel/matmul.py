@@ -48,7 +48,8 @@ def dnn_matmul(
     out : device array, optional
         (*batch, M, N), *a*'s dtype, any non-overlapping strides.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -70,6 +71,8 @@ def dnn_matmul(
     --------
     >>> y = pycudnn.dnn_matmul(x, w.t(), bias=b, activation="gelu")   # F.gelu(F.linear(x, w, b))
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(a)
     pa, ka = _operand.key_of(a)
     pb, kb = _operand.key_of(b)
     pbias, kbias = (0, None) if bias is None else _operand.key_of(bias)

@@ -339,7 +339,8 @@ def dnn_layer_norm(
     out : device array, optional
         ``y``'s storage: x's shape and dtype, packed rows.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -356,6 +357,8 @@ def dnn_layer_norm(
     NotSupportedError
         cuDNN has no engine for this case here.
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(x)
     return _forward(
         "dnn_layer_norm", False, x, normalized_shape, gamma, beta, epsilon, training, out, stream
     )
@@ -382,6 +385,8 @@ def dnn_rms_norm(
     (y, inv_rms)
         ``inv_rms`` float32 of shape ``(*lead, 1, ..., 1)`` (None unless *training*).
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(x)
     return _forward(
         "dnn_rms_norm", True, x, normalized_shape, gamma, None, epsilon, training, out, stream
     )
@@ -508,6 +513,8 @@ def dnn_layer_norm_grad(
     (dx, dgamma, dbeta)
         ``dgamma``/``dbeta`` in gamma's dtype (None when *gamma* is None).
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(dy)
     return _backward(
         "dnn_layer_norm_grad", False, dy, x, mean, inv_std, normalized_shape, gamma, stream
     )
@@ -517,6 +524,8 @@ def dnn_rms_norm_grad(
     dy: Any, x: Any, inv_rms: Any, normalized_shape: Any, gamma: Any = None, *, stream: Any = None
 ) -> tuple[Any, Any]:
     """Gradients of :func:`dnn_rms_norm`: ``(dx, dgamma)`` (dgamma None without gamma)."""
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(dy)
     return _backward(
         "dnn_rms_norm_grad", True, dy, x, None, inv_rms, normalized_shape, gamma, stream
     )

@@ -263,7 +263,8 @@ def dnn_pool(
     out : device array, optional
         Of shape :func:`get_pool_output_shape`, same dtype and device; may not overlap *img*.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -285,6 +286,8 @@ def dnn_pool(
     >>> y = pycudnn.dnn_pool(x, (2, 2), stride=(2, 2))              # PyTorch's max_pool2d(x, 2)
     >>> y = pycudnn.dnn_pool(x, (3, 3), (1, 1), "average_exc_pad", pad=(1, 1))
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(img)
     px, kx = _operand.key_of(img)
     po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (_FWD, kx, ko, _geometry_key(ws, stride, pad), mode, alpha, beta)
@@ -341,7 +344,8 @@ def dnn_pool_grad(
         overlap the inputs. (``out`` is Theano's positional name of the forward output, hence
         this keyword.)
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -364,6 +368,8 @@ def dnn_pool_grad(
     >>> y = pycudnn.dnn_pool(x, (2, 2), (2, 2))
     >>> dx = pycudnn.dnn_pool_grad(x, y, dy, (2, 2), (2, 2))
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(img)
     px, kx = _operand.key_of(img)
     py, ky = _operand.key_of(out)
     pdy, kdy = _operand.key_of(out_grad)

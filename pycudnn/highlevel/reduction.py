@@ -323,7 +323,8 @@ def dnn_reduction(
     out : device array, optional
         The result, any strides (not the indices: those are always new).
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -345,6 +346,8 @@ def dnn_reduction(
     >>> m, i = pycudnn.dnn_reduction(x, "max", axis=1, return_indices=True)
     >>> n = pycudnn.dnn_reduction(x, "norm2", axis=None, dtype="float32")
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(x)
     px, kx = _operand.key_of(x)
     po, ko = (None, None) if out is None else _operand.key_of(out)
     keepdims = parse_bool(keepdims, "dnn_reduction", "keepdims")

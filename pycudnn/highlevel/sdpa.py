@@ -318,7 +318,8 @@ def dnn_sdpa(
     out : device array, optional
         ``(B, H, S_q, D_v)``, q's dtype, head dim contiguous.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -337,6 +338,8 @@ def dnn_sdpa(
     --------
     >>> o = pycudnn.dnn_sdpa(q, k, v, is_causal=True)
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(q)
     func = "dnn_sdpa"
     pq, kq = _operand.key_of(q)
     pk, kk = _operand.key_of(k)
@@ -570,6 +573,8 @@ def dnn_sdpa_grad(
         In q's, k's and v's memory order; dk and dv summed over each group of query heads;
         ``dbias`` (q's dtype) when *bias_grad*, ``dsink`` when *sink_grad*.
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(q)
     func = "dnn_sdpa_grad"
     keys = [_operand.key_of(a) for a in (q, k, v, out, dout, stats)]
     psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)

@@ -160,7 +160,8 @@ def dnn_softmax(
     out : device array, optional
         Same shape and dtype as *x*; must not overlap it.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -180,6 +181,8 @@ def dnn_softmax(
     >>> p = pycudnn.dnn_softmax(logits)                       # (N, C): softmax over classes
     >>> lp = pycudnn.dnn_softmax(scores, algo="log")          # log-softmax, per pixel for 4-D
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(x)
     px, kx = _operand.key_of(x)
     po, ko = (None, None) if out is None else _operand.key_of(out)
     key = ("softmax", kx, ko, algo, mode, alpha, beta, alpha.__class__, beta.__class__)
@@ -233,6 +236,8 @@ def dnn_softmax_grad(
     TypeError, ValueError
         As for :func:`dnn_softmax`; also when *dy* and *sm* differ in shape.
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(dy)
     pdy, kdy = _operand.key_of(dy)
     psm, ksm = _operand.key_of(sm)
     po, ko = (None, None) if out is None else _operand.key_of(out)

@@ -194,7 +194,8 @@ def dnn_spatialtf_grid(theta: Any, out_shape: Any, *, out: Any = None, stream: A
     out : device array, optional
         ``(N, H, W, 2)``, C-contiguous, *theta*'s dtype.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -213,6 +214,8 @@ def dnn_spatialtf_grid(theta: Any, out_shape: Any, *, out: Any = None, stream: A
     --------
     >>> grid = pycudnn.dnn_spatialtf_grid(theta, (n, c, 32, 32))
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(theta)
     pt, kt = _operand.key_of(theta)
     po, ko = (None, None) if out is None else _operand.key_of(out)
     try:
@@ -268,7 +271,8 @@ def dnn_spatialtf_grid_grad(dgrid: Any, *, out: Any = None, stream: Any = None) 
     out : device array, optional
         ``dtheta``, ``(N, 2, 3)``, C-contiguous.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -285,6 +289,8 @@ def dnn_spatialtf_grid_grad(dgrid: Any, *, out: Any = None, stream: Any = None) 
     >>> dimg, dgrid = pycudnn.dnn_spatialtf_sampler_grad(img, grid, dy)
     >>> dtheta = pycudnn.dnn_spatialtf_grid_grad(dgrid)
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(dgrid)
     pg, kg = _operand.key_of(dgrid)
     po, ko = (None, None) if out is None else _operand.key_of(out)
     key = (_GRID_BWD, kg, ko)
@@ -332,7 +338,8 @@ def dnn_spatialtf_sampler(
     out : device array, optional
         ``(N, C, H, W)``, any strides.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -351,6 +358,8 @@ def dnn_spatialtf_sampler(
     --------
     >>> y = pycudnn.dnn_spatialtf_sampler(img, grid)
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(img)
     pi, ki = _operand.key_of(img)
     pg, kg = _operand.key_of(grid)
     po, ko = (None, None) if out is None else _operand.key_of(out)
@@ -425,7 +434,8 @@ def dnn_spatialtf_sampler_grad(
     out : (device array or None, device array or None), optional
         ``(dimg, dgrid)``: *dimg* like *img* (any strides), *dgrid* like *grid* (C-contiguous).
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -442,6 +452,8 @@ def dnn_spatialtf_sampler_grad(
     --------
     >>> dimg, dgrid = pycudnn.dnn_spatialtf_sampler_grad(img, grid, dy)
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(img)
     func = "dnn_spatialtf_sampler_grad"
     outs = _checks.out_pair(func, out, "dimg, dgrid")
     pi, ki = _operand.key_of(img)
@@ -529,7 +541,8 @@ def dnn_spatialtf(
     out : device array, optional
         The result, any strides.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -547,6 +560,8 @@ def dnn_spatialtf(
     >>> theta = torch.tensor([[[0.5, 0, 0], [0, 0.5, 0]]], device="cuda").expand(n, 2, 3)
     >>> y = pycudnn.dnn_spatialtf(img, theta.contiguous(), 2, 2)   # zoom in, double size
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(img)
     func = "dnn_spatialtf"
     gi, oshape = _check_whole(func, img, theta, scale_width, scale_height)
     if out is not None:
@@ -574,7 +589,8 @@ def dnn_spatialtf_grad(
     dy : device array
         Gradient w.r.t. the output, of the forward output's shape.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -589,6 +605,8 @@ def dnn_spatialtf_grad(
     --------
     >>> dimg, dtheta = pycudnn.dnn_spatialtf_grad(img, theta, dy)
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(img)
     func = "dnn_spatialtf_grad"
     gi, oshape = _check_whole(func, img, theta, scale_width, scale_height)
     gdy = _operand.operand(dy)

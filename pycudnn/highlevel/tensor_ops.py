@@ -87,7 +87,8 @@ def dnn_add_tensor(
     alpha, beta : float
         Scaling factors.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -105,6 +106,8 @@ def dnn_add_tensor(
     --------
     >>> pycudnn.dnn_add_tensor(bias.reshape(1, -1, 1, 1), y)   # y += bias, per channel
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(a)
     pa, ka = _operand.key_of(a)
     pc, kc = _operand.key_of(c)
     key = ("add_tensor", ka, kc, alpha, beta, alpha.__class__, beta.__class__)
@@ -183,7 +186,8 @@ def dnn_op_tensor(
         Shaped like *a*; may be *a* itself, or *b* when *b* has *a*'s shape and layout (in
         place); no other overlap.
     stream : optional
-        CUDA stream; default the handle's current stream.
+        CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
+        handle's stream.
 
     Returns
     -------
@@ -204,6 +208,8 @@ def dnn_op_tensor(
     >>> z = pycudnn.dnn_op_tensor("mul", x, y)             # x * y
     >>> pycudnn.dnn_op_tensor("max", x, zero, out=x)       # in place
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(a)
     pa, ka = _operand.key_of(a)
     if b is None:
         pb = kb = None

@@ -169,8 +169,10 @@ def dnn_conv(
     out : device array, optional
         Output ``(N, K, oH, oW)``; must not overlap the inputs.
     stream : optional
-        CUDA stream (int, ``cuda.core`` / torch / CuPy stream); default the handle's current
-        stream (``pycudnn.get_handle().stream``, the legacy default stream unless changed).
+        CUDA stream (int, ``cuda.core`` / torch / CuPy stream); default the operands'
+        framework's current stream (torch's on torch tensors, CuPy's on CuPy arrays), else the
+        handle's stream (``pycudnn.get_handle().stream``, the legacy default stream unless
+        changed).
 
     Returns
     -------
@@ -211,6 +213,8 @@ def dnn_conv(
     >>> y = pycudnn.dnn_conv(x, w, border_mode="half", conv_mode="cross", bias=b,
     ...                      activation="relu")
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(img)
     opts = (
         border_mode,
         subsample,
@@ -252,6 +256,8 @@ def dnn_conv3d(
     """3-D convolution: :func:`dnn_conv` for ``(N, C, D, H, W)`` images (NCDHW or NDHWC) and
     ``(K, C / num_groups, kD, kH, kW)`` filters, with the same optional epilogue (*bias* of
     shape ``(K,)`` or ``(1, K, 1, 1, 1)``). Same parameters, returns and errors."""
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(img)
     opts = (
         border_mode,
         subsample,
@@ -326,6 +332,8 @@ def dnn_gradinput(
     TypeError, ValueError, OverflowError, pycudnn.errors.NotSupportedError
         As for :func:`dnn_conv`; also when *img_shp* is inconsistent with *kerns*/*topgrad*.
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(kerns)
     opts = (
         border_mode,
         subsample,
@@ -359,6 +367,8 @@ def dnn_gradinput3d(
     stream: Any = None,
 ) -> Any:
     """3-D :func:`dnn_gradinput`: image gradient ``(N, C, D, H, W)``."""
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(kerns)
     opts = (
         border_mode,
         subsample,
@@ -417,6 +427,8 @@ def dnn_gradweight(
     TypeError, ValueError, OverflowError, pycudnn.errors.NotSupportedError
         As for :func:`dnn_conv`; also when *kerns_shp* is inconsistent with *img*/*topgrad*.
     """
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(img)
     opts = (
         border_mode,
         subsample,
@@ -450,6 +462,8 @@ def dnn_gradweight3d(
     stream: Any = None,
 ) -> Any:
     """3-D :func:`dnn_gradweight`: filter gradient ``(K, C / num_groups, kD, kH, kW)``."""
+    if stream is None:  # the operands' framework's current stream (torch, CuPy)
+        stream = _operand.producer_stream(img)
     opts = (
         border_mode,
         subsample,
