@@ -488,7 +488,7 @@ class Child:
             ),
             (
                 "no_stream_arg",
-                "as reuse, but no stream= (pycudnn uses its handle's stream)",
+                "as reuse, but no stream= (pycudnn follows torch's current stream)",
                 lambda xi: conv(xi, w, border_mode=(1, 1), conv_mode="cross", out=y),
                 lambda xi: F.conv2d(xi, w, None, 1, 1),
                 same,
