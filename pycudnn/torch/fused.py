@@ -34,6 +34,7 @@ from .. import errors
 from .._config import config
 from ..highlevel import dnn_conv, dnn_conv3d, dnn_matmul
 from . import _lean
+from ._compile import compiling, define
 from ._module import state
 from ._runtime import HALVES, autocast_dtype, cuda_ok, dense, format_of, like, ready, stream_of
 from .conv import conv_options, conv_pad
@@ -166,10 +167,6 @@ def _grad_wanted(*tensors: Any) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def _is_compiling() -> bool:
-    return bool(getattr(torch.compiler, "is_compiling", lambda: False)())
-
-
 class FusedConv(nn.Module):
     """A ``Conv2d``/``Conv3d`` -> ``BatchNorm`` (-> residual add) (-> activation) chain of a
     traced model as one module (see the module docstring for when it runs fused).
@@ -216,7 +213,7 @@ class FusedConv(nn.Module):
             return self.unfused(x, z)
         if _grad_wanted(x, z, *conv.parameters(recurse=False), *bn.parameters(recurse=False)):
             return self.unfused(x, z)
-        if _is_compiling():
+        if compiling():
             return self._compiled(x, z)
         y = self._eager(x, z)
         return self.unfused(x, z) if y is None else y
@@ -288,7 +285,7 @@ class FusedConv(nn.Module):
         conv, bn, _, _ = self.parts
         cfg = self._cfg()
         xc = self._inputs(x)
-        op = getattr(torch.ops.pycudnn, "conv_fused", None) if _HAS_OPS else None
+        op = op_conv_fused
         if cfg is None or xc is None or op is None:
             return self.unfused(x, z)
         w, b = fold_bn(conv, bn, xc.dtype)
@@ -377,8 +374,8 @@ class FusedLinear(nn.Module):
         linear = self.parts[0]
         if _grad_wanted(x, linear.weight, linear.bias):
             return self.unfused(x)
-        if _is_compiling():
-            op = getattr(torch.ops.pycudnn, "linear_fused", None) if _HAS_OPS else None
+        if compiling():
+            op = op_linear_fused
             if op is None or x.shape[-1] != linear.weight.shape[1]:
                 return self.unfused(x)
             ac = autocast_dtype()
@@ -462,13 +459,7 @@ def _linear_fused_fake(x, w, b, act: str) -> torch.Tensor:
     return torch.empty((*x.shape[:-1], w.shape[0]), dtype=x.dtype, device=x.device)
 
 
-#: the custom ops exist where torch has torch.library.custom_op (2.4+); a second import of this
-#: module (a reload) finds them defined already
-_HAS_OPS = hasattr(torch.library, "custom_op")
-if _HAS_OPS and not hasattr(torch.ops.pycudnn, "conv_fused"):
-    torch.library.custom_op("pycudnn::conv_fused", mutates_args=())(_conv_fused_impl).register_fake(
-        _conv_fused_fake
-    )
-    torch.library.custom_op("pycudnn::linear_fused", mutates_args=())(
-        _linear_fused_impl
-    ).register_fake(_linear_fused_fake)
+#: ``pycudnn::conv_fused`` / ``pycudnn::linear_fused``: the fused calls under ``torch.compile``
+#: (None on a torch without custom ops: the fused modules then run unfused while compiling)
+op_conv_fused = define("conv_fused", _conv_fused_impl, _conv_fused_fake)
+op_linear_fused = define("linear_fused", _linear_fused_impl, _linear_fused_fake)

@@ -330,6 +330,8 @@ def test_every_op_has_a_case_and_a_schema():
         "layer_norm_grad",
         "rms_norm_grad",
         "sdpa_grad",
+        "conv_fused",  # the fused modules' ops: opcheck in test_torch_fuse.py
+        "linear_fused",
     }  # the gradients' ops run through the autograd checks of their forwards
     for name, op in OPS.items():
         assert str(op._schema).startswith(PREFIX + name + "("), op._schema
