@@ -11,7 +11,9 @@ a mapping from tensors to device arrays.
 The vocabulary follows cudnn-frontend's ``pygraph``: ``tensor``/``tensor_like``, ``conv_fprop``,
 ``conv_dgrad``, ``conv_wgrad``, ``matmul``, the pointwise operations by name (``add``, ``relu``,
 ``gelu``, ``cmp_gt``, ``binary_select``, ...), ``reduction``, ``layernorm``/``rmsnorm``/
-``instancenorm``/``batchnorm`` and their ``_backward``, ``sdpa``/``sdpa_backward``; tensors have
+``instancenorm``/``batchnorm`` and their ``_backward``, ``sdpa``/``sdpa_backward``, the conv-BN
+training fusion's ``genstats``/``bn_finalize``/``dbn_weight`` (:class:`.nodes.bn_fusion.
+ConvBnOperations`, a base of :class:`Graph`); tensors have
 ``set_output``, ``set_data_type``, ``set_dim``, ``set_stride``, ``set_name``, ``set_uid``. Each
 operation method is a short delegate to its family in :mod:`.nodes` (checks, shape inference,
 encoding); this module keeps the graph itself: tensors, pointer order, freezing, build, execute
@@ -50,7 +52,6 @@ from ._key import (
 )
 from ._saved import read_saved
 from ._tensor import (
-    GraphBase,
     Tensor,
     alignment_of,
     as_dims,
@@ -60,12 +61,13 @@ from ._tensor import (
 from ._tensor import like_strides as like_strides  # also the high level's (sdpa)
 from .nodes import conv, matmul, norm, pointwise, reduction, rng_reshape, sdpa
 from .nodes._base import cudnn_version as cudnn_version  # also the high level's
+from .nodes.bn_fusion import ConvBnOperations
 from .nodes.pointwise import POINTWISE_NAMES
 
 __all__ = ["POINTWISE_NAMES", "Graph", "Tensor", "load_plan"]
 
 
-class Graph(GraphBase):
+class Graph(ConvBnOperations):
     """A cuDNN operation graph built from Python, then planned, cached and executed.
 
     Parameters

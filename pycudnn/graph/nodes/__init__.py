@@ -6,6 +6,8 @@ its family's checks, output-shape inference and descriptor encoding.
 - :mod:`.matmul`, :mod:`.reduction`, :mod:`.rng_reshape`
 - :mod:`.norm` -- layer, RMS, instance and batch norm, forward and backward
 - :mod:`.sdpa` -- scaled dot-product attention as composite graphs of the nodes above
+- :mod:`.bn_fusion` -- ``genstats``, ``bn_finalize``, ``dbn_weight``: the conv-BN training
+  fusion operations
 
 :data:`KINDS` is the registry the frozen graph (:mod:`pycudnn.graph._key`) encodes nodes from:
 each family contributes the kinds it records.
@@ -13,10 +15,20 @@ each family contributes the kinds it records.
 
 from __future__ import annotations
 
-from . import conv, matmul, norm, pointwise, reduction, rng_reshape, sdpa
+from . import bn_fusion, conv, matmul, norm, pointwise, reduction, rng_reshape, sdpa
 from ._base import NodeKind
 
-__all__ = ["KINDS", "conv", "matmul", "norm", "pointwise", "reduction", "rng_reshape", "sdpa"]
+__all__ = [
+    "KINDS",
+    "bn_fusion",
+    "conv",
+    "matmul",
+    "norm",
+    "pointwise",
+    "reduction",
+    "rng_reshape",
+    "sdpa",
+]
 
 #: node kind -> its encoding, from every family
 KINDS: dict[str, NodeKind] = {
@@ -26,4 +38,5 @@ KINDS: dict[str, NodeKind] = {
     **reduction.KINDS,
     **rng_reshape.KINDS,
     **norm.KINDS,
+    **bn_fusion.KINDS,
 }
