@@ -26,6 +26,7 @@ from pycudnn.enums import BackendAttributeType as T
 from pycudnn.enums import BackendDescriptorType as D
 from pycudnn.enums import BnFinalizeStatsMode, DataType, GenStatsMode, PointwiseMode
 from pycudnn.graph import Graph
+from pycudnn.graph.nodes import bn_fusion
 
 N, C, K, H, W = 8, 64, 64, 16, 16
 
@@ -95,6 +96,24 @@ def dgrad_drelu_dbn(io="float16"):
 # ==================================================================================================
 # genstats
 # ==================================================================================================
+@pytest.fixture(autouse=True)
+def _finalize_on(monkeypatch):
+    """The builder refuses bn_finalize until a GPU run verifies it; these CPU tests check its
+    descriptors, so they turn it on."""
+    monkeypatch.setattr(bn_fusion, "BN_FINALIZE_VERIFIED", True)
+
+
+def test_bn_finalize_is_refused_until_verified(monkeypatch):
+    monkeypatch.setattr(bn_fusion, "BN_FINALIZE_VERIFIED", False)
+    g = Graph(name="bnf")
+    c = dict(dims=(1, 4, 1, 1), strides=(4, 1, 4, 4), data_type="float32")
+    t = [g.tensor(c["dims"], c["strides"], c["data_type"], name=f"t{i}") for i in range(6)]
+    eps, mom = g.scalar(1e-5), g.scalar(0.1)
+    cnt = g.scalar(8, "int64")
+    with pytest.raises(errors.NotSupportedError, match=r"not yet verified on cuDNN 9\.19"):
+        g.bn_finalize(*t[:4], eps, cnt, prev_running_mean=t[4], prev_running_var=t[5], momentum=mom)
+
+
 def test_genstats_outputs_and_node():
     g, y, total, sq = conv_genstats()
     for t, nm in ((total, "stats::sum"), (sq, "stats::sq_sum")):

@@ -33,6 +33,7 @@ F = torch.nn.functional
 import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
 from pycudnn import errors  # noqa: E402
 from pycudnn.graph import Graph, _plans  # noqa: E402
+from pycudnn.graph.nodes import bn_fusion  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -174,10 +175,16 @@ def test_conv_genstats(dt, prologue):
 # ==================================================================================================
 # BN finalize
 # ==================================================================================================
+@pytest.mark.xfail(
+    reason="bn_finalize's first H200 run (cuDNN 9.19) gave NaN saved mean / inverse std and "
+    "running statistics: the builder refuses it (BN_FINALIZE_VERIFIED) until this passes",
+    strict=False,
+)
 @pytest.mark.parametrize(("n", "hw"), [(N, H), (2, 3)], ids=["8x16x16", "2x3x3"])
-def test_bn_finalize(n, hw):
+def test_bn_finalize(n, hw, monkeypatch):
     """The small batch (18 values a channel) tells the unbiased running variance (torch's)
-    from the biased one."""
+    from the biased one. A probe: the builder's refusal is turned off for it."""
+    monkeypatch.setattr(bn_fusion, "BN_FINALIZE_VERIFIED", True)
     eps, momentum = 1e-5, 0.3
     y = torch.randn(n, K, hw, hw, device="cuda", dtype=torch.float64) * 2 + 0.5
     total, sq = y.sum((0, 2, 3)), (y * y).sum((0, 2, 3))

@@ -199,6 +199,17 @@ def test_matmul_bias_activation(dt, act):
     assert record("matmul bias+act", max_err(host(out), want)) <= tol
 
 
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+def test_matmul_clipped_relu_without_bias(dt):
+    """cuDNN 9.19's engines ignore a ReLU's upper clip applied straight to the product (found by
+    the GPU fuzzer: relative errors of 4-6); pycudnn builds ReLU then min(., upper) there."""
+    x, x64 = dev(rng.standard_normal((55, 87)), dt)
+    w, w64 = dev(rng.standard_normal((87, 8)), dt)
+    want = np.clip(x64 @ w64, 0.0, 1.5)
+    got = pycudnn.dnn_matmul(x, w, activation=("clipped_relu", 1.5))
+    assert record("matmul clipped_relu, no bias", max_err(host(got), want)) <= TOL[dt]
+
+
 def test_matmul_against_torch():
     torch = _torch()
     if torch is None:
