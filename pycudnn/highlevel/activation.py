@@ -15,11 +15,15 @@ runs as ``cudnnTransformTensor`` (``out = alpha * x + beta * out``; its gradient
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..descriptors import ActivationDescriptor
 from ..enums import ActivationMode
 from . import _call, _checks, _operand, _staging
+
+if TYPE_CHECKING:
+    from ..typing import DeviceArrayLike, StreamLike
+    from ._annotations import Out
 
 __all__ = ["dnn_activation", "dnn_activation_grad"]
 
@@ -105,15 +109,15 @@ def _output(func: str, out: Any, like: _operand.Operand):
 
 
 def dnn_activation(
-    x: Any,
-    mode: str = "relu",
+    x: DeviceArrayLike,
+    mode: Literal["relu", "sigmoid", "tanh", "clipped_relu", "elu", "swish", "identity"] = "relu",
     coef: float = 0.0,
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """Element-wise activation ``out = alpha * act(x) + beta * out`` (``cudnnActivationForward``).
 
     Parameters
@@ -178,17 +182,17 @@ def _build_forward(x, out, mode, coef, alpha, beta, stream) -> _call.Call:
 
 
 def dnn_activation_grad(
-    y: Any,
-    dy: Any,
-    x: Any,
-    mode: str = "relu",
+    y: DeviceArrayLike,
+    dy: DeviceArrayLike,
+    x: DeviceArrayLike,
+    mode: Literal["relu", "sigmoid", "tanh", "clipped_relu", "elu", "swish", "identity"] = "relu",
     coef: float = 0.0,
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """Gradient of :func:`dnn_activation` w.r.t. *x* (``cudnnActivationBackward``):
     ``out = alpha * dact(x) * dy + beta * out``.
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
 from .. import _layout
 from .._config import parse_bool
@@ -42,6 +42,11 @@ from ..descriptors import BN_MIN_EPSILON
 from ..enums import BatchNormMode, DataType
 from . import _call, _checks, _operand, _staging
 from ._bn_calls import BackwardCall, InferenceCall, TrainCall, ex_workspace, use_ex
+
+if TYPE_CHECKING:
+    from ..memory import DeviceArray
+    from ..typing import DeviceArrayLike, StreamLike
+    from ._annotations import Given, Given2, Out, Out2, Out3
 
 __all__ = [
     "dnn_batch_normalization_grad",
@@ -270,22 +275,74 @@ def _key(obj: Any) -> tuple[int | None, Any]:
 # ==================================================================================================
 # dnn_batch_normalization_train
 # ==================================================================================================
+# the running averages decide the tuple's length; inplace_running=True returns them as given
+@overload
 def dnn_batch_normalization_train(
-    inputs: Any,
-    gamma: Any,
-    beta: Any,
-    mode: str = "per-activation",
+    inputs: DeviceArrayLike,
+    gamma: DeviceArrayLike,
+    beta: DeviceArrayLike,
+    mode: Literal["per-activation", "spatial"] = ...,
+    epsilon: float = ...,
+    running_average_factor: float = ...,
+    running_mean: None = ...,
+    running_var: None = ...,
+    *,
+    inplace_running: bool = ...,
+    out: Out | None = ...,
+    out_mean: Out2 | None = ...,
+    out_invstd: Out3 | None = ...,
+    stream: StreamLike = ...,
+) -> tuple[Out, Out2, Out3]: ...
+@overload
+def dnn_batch_normalization_train(
+    inputs: DeviceArrayLike,
+    gamma: DeviceArrayLike,
+    beta: DeviceArrayLike,
+    mode: Literal["per-activation", "spatial"] = ...,
+    epsilon: float = ...,
+    running_average_factor: float = ...,
+    running_mean: DeviceArrayLike = ...,
+    running_var: DeviceArrayLike = ...,
+    *,
+    inplace_running: Literal[False] = ...,
+    out: Out | None = ...,
+    out_mean: Out2 | None = ...,
+    out_invstd: Out3 | None = ...,
+    stream: StreamLike = ...,
+) -> tuple[Out, Out2, Out3, DeviceArray, DeviceArray]: ...
+@overload
+def dnn_batch_normalization_train(
+    inputs: DeviceArrayLike,
+    gamma: DeviceArrayLike,
+    beta: DeviceArrayLike,
+    mode: Literal["per-activation", "spatial"] = ...,
+    epsilon: float = ...,
+    running_average_factor: float = ...,
+    running_mean: Given = ...,
+    running_var: Given2 = ...,
+    *,
+    inplace_running: Literal[True],
+    out: Out | None = ...,
+    out_mean: Out2 | None = ...,
+    out_invstd: Out3 | None = ...,
+    stream: StreamLike = ...,
+) -> tuple[Out, Out2, Out3, Given, Given2]: ...
+def dnn_batch_normalization_train(
+    inputs: DeviceArrayLike,
+    gamma: DeviceArrayLike,
+    beta: DeviceArrayLike,
+    mode: Literal["per-activation", "spatial"] = "per-activation",
     epsilon: float = 1e-4,
     running_average_factor: float = 0.1,
-    running_mean: Any = None,
-    running_var: Any = None,
+    running_mean: DeviceArrayLike | None = None,
+    running_var: DeviceArrayLike | None = None,
     *,
     inplace_running: bool = False,
-    out: Any = None,
-    out_mean: Any = None,
-    out_invstd: Any = None,
-    stream: Any = None,
-) -> tuple:
+    out: Out | None = None,
+    out_mean: DeviceArrayLike | None = None,
+    out_invstd: DeviceArrayLike | None = None,
+    stream: StreamLike = None,
+) -> tuple[Any, ...]:
     """Batch normalization with the batch's own statistics
     (``cudnnBatchNormalizationForwardTraining``).
 
@@ -482,17 +539,17 @@ def _packed(shape: tuple[int, ...]) -> tuple[int, ...]:
 # dnn_batch_normalization_test
 # ==================================================================================================
 def dnn_batch_normalization_test(
-    inputs: Any,
-    gamma: Any,
-    beta: Any,
-    mean: Any,
-    var: Any,
-    mode: str = "per-activation",
+    inputs: DeviceArrayLike,
+    gamma: DeviceArrayLike,
+    beta: DeviceArrayLike,
+    mean: DeviceArrayLike,
+    var: DeviceArrayLike,
+    mode: Literal["per-activation", "spatial"] = "per-activation",
     epsilon: float = 1e-4,
     *,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """Batch normalization with given statistics (``cudnnBatchNormalizationForwardInference``):
     ``out = (inputs - mean) * gamma / sqrt(var + epsilon) + beta``.
 
@@ -562,19 +619,19 @@ def _build_inference(inputs, gamma, beta, mean, var, mode, epsilon, out, stream)
 # dnn_batch_normalization_grad
 # ==================================================================================================
 def dnn_batch_normalization_grad(
-    inputs: Any,
-    dy: Any,
-    scale: Any,
-    x_mean: Any,
-    x_invstd: Any,
-    mode: str = "per-activation",
+    inputs: DeviceArrayLike,
+    dy: DeviceArrayLike,
+    scale: DeviceArrayLike,
+    x_mean: DeviceArrayLike,
+    x_invstd: DeviceArrayLike,
+    mode: Literal["per-activation", "spatial"] = "per-activation",
     epsilon: float = 1e-4,
     *,
-    out: Any = None,
-    out_dscale: Any = None,
-    out_dbias: Any = None,
-    stream: Any = None,
-) -> tuple:
+    out: Out | None = None,
+    out_dscale: Out2 | None = None,
+    out_dbias: Out3 | None = None,
+    stream: StreamLike = None,
+) -> tuple[Out, Out2, Out3]:
     """Gradients of :func:`dnn_batch_normalization_train`'s output
     (``cudnnBatchNormalizationBackward``), Theano's ``GpuDnnBatchNormGrad``.
 

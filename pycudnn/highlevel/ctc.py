@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -39,6 +39,10 @@ from .._types import numpy_dtype
 from ..descriptors import CTCLossDescriptor, OpTensorDescriptor, ReduceTensorDescriptor
 from ..enums import CTCLossAlgo, DataType
 from . import _call, _checks, _operand, _staging
+
+if TYPE_CHECKING:
+    from ..typing import DeviceArrayLike, StreamLike
+    from ._annotations import Out, Out2
 
 __all__ = ["dnn_ctc_loss"]
 
@@ -231,18 +235,18 @@ class _CTCLoss(_call.Call):
 
 
 def dnn_ctc_loss(
-    log_probs: Any,
-    labels: Any,
-    label_lengths: Any,
-    input_lengths: Any,
-    algo: str = "deterministic",
+    log_probs: DeviceArrayLike,
+    labels: DeviceArrayLike,
+    label_lengths: DeviceArrayLike,
+    input_lengths: DeviceArrayLike,
+    algo: Literal["deterministic", "non_deterministic"] = "deterministic",
     *,
-    reduction: str = "none",
+    reduction: Literal["none", "sum", "mean"] = "none",
     compute_grad: bool = True,
     check_values: bool = True,
-    out: Any = None,
-    stream: Any = None,
-) -> tuple[Any, Any]:
+    out: tuple[Out | None, Out2 | None] | None = None,
+    stream: StreamLike = None,
+) -> tuple[Out, Out2 | None]:
     """Connectionist temporal classification loss and its gradient (``cudnnCTCLoss_v8``).
 
     Parameters

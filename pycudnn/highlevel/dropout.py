@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -50,6 +50,10 @@ from .. import memory
 from ..descriptors import DropoutDescriptor
 from ..enums import DataType
 from . import _call, _checks, _operand, _staging
+
+if TYPE_CHECKING:
+    from ..typing import DeviceArrayLike, StreamLike
+    from ._annotations import Out
 
 __all__ = ["DropoutState", "dnn_dropout", "dnn_dropout_grad"]
 
@@ -312,14 +316,14 @@ def _operands(func: str, name: str, g: _operand.Operand, out: Any, stream: Any):
 
 
 def dnn_dropout(
-    x: Any,
+    x: DeviceArrayLike,
     p: float,
     seed: int | None = None,
     state: DropoutState | None = None,
     *,
-    out: Any = None,
-    stream: Any = None,
-) -> tuple[Any, DropoutState]:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> tuple[Out, DropoutState]:
     """Dropout (``cudnnDropoutForward``): each element of *x* is zeroed with probability *p*,
     the others are scaled by ``1 / (1 - p)``.
 
@@ -381,7 +385,9 @@ def _build_forward(x, out, stream) -> _Forward:
     return _Forward(func, h, spec, spans, inplace, (xd, yd), tuple(g.shape), empty, nbytes)
 
 
-def dnn_dropout_grad(dy: Any, state: DropoutState, *, out: Any = None, stream: Any = None) -> Any:
+def dnn_dropout_grad(
+    dy: DeviceArrayLike, state: DropoutState, *, out: Out | None = None, stream: StreamLike = None
+) -> Out:
     """Gradient of :func:`dnn_dropout` (``cudnnDropoutBackward``): ``dx = mask * dy / (1 - p)``
     with the mask and *p* of *state*'s last forward call.
 

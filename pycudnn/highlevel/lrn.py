@@ -22,12 +22,16 @@ not accumulated.
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _layout
 from ..descriptors import LRNDescriptor
 from ..enums import DataType, LRNMode
 from . import _call, _checks, _operand, _staging
+
+if TYPE_CHECKING:
+    from ..typing import DeviceArrayLike, StreamLike
+    from ._annotations import Out
 
 __all__ = ["dnn_lrn", "dnn_lrn_grad"]
 
@@ -136,15 +140,15 @@ def _stage(dt: DataType, inputs: list, output: Any) -> _staging.Stage | None:
 
 
 def dnn_lrn(
-    x: Any,
+    x: DeviceArrayLike,
     n: int = 5,
     alpha: float = 1e-4,
     beta: float = 0.75,
     k: float = 2.0,
     *,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """Cross-channel local response normalization (``cudnnLRNCrossChannelForward``).
 
     ``y = x / (k + alpha / n * sum of x**2 over the n-channel window) ** beta``.
@@ -226,17 +230,17 @@ def _build_forward(x, out, n, alpha, beta, k, stream) -> _call.Call:
 
 
 def dnn_lrn_grad(
-    y: Any,
-    dy: Any,
-    x: Any,
+    y: DeviceArrayLike,
+    dy: DeviceArrayLike,
+    x: DeviceArrayLike,
     n: int = 5,
     alpha: float = 1e-4,
     beta: float = 0.75,
     k: float = 2.0,
     *,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """Gradient of :func:`dnn_lrn` w.r.t. *x* (``cudnnLRNCrossChannelBackward``).
 
     Parameters

@@ -13,7 +13,7 @@ accumulates in float32.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from .._types import dtype_name
@@ -23,6 +23,10 @@ from ..graph._tensor import alignment_of
 from . import _call, _checks, _graphops, _operand
 from .conv import _epilogue
 
+if TYPE_CHECKING:
+    from ..typing import DeviceArrayLike, StreamLike
+    from ._annotations import Epilogue, Out
+
 __all__ = ["dnn_matmul"]
 
 _TYPES = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT)
@@ -30,8 +34,14 @@ _FUNC = "dnn_matmul"
 
 
 def dnn_matmul(
-    a: Any, b: Any, bias: Any = None, activation: Any = None, *, out: Any = None, stream: Any = None
-) -> Any:
+    a: DeviceArrayLike,
+    b: DeviceArrayLike,
+    bias: DeviceArrayLike | None = None,
+    activation: Epilogue | None = None,
+    *,
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """Batched ``act(a @ b + bias)`` as one cuDNN graph.
 
     Parameters

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .. import _layout
 from .._config import parse_bool
@@ -27,6 +27,11 @@ from ..enums import DataType
 from ..graph import Graph
 from ..graph._tensor import alignment_of
 from . import _call, _checks, _graphops, _operand, _staging
+
+if TYPE_CHECKING:
+    from ..memory import DeviceArray
+    from ..typing import DeviceArrayLike, StreamLike
+    from ._annotations import Out
 
 __all__ = ["dnn_layer_norm", "dnn_layer_norm_grad", "dnn_rms_norm", "dnn_rms_norm_grad"]
 
@@ -307,17 +312,54 @@ def _build_forward(
     return call
 
 
+# training decides whether the statistics come back
+@overload
 def dnn_layer_norm(
-    x: Any,
-    normalized_shape: Any,
-    gamma: Any = None,
-    beta: Any = None,
+    x: DeviceArrayLike,
+    normalized_shape: int | Sequence[int],
+    gamma: DeviceArrayLike | None = ...,
+    beta: DeviceArrayLike | None = ...,
+    epsilon: float = ...,
+    *,
+    training: Literal[True] = ...,
+    out: Out | None = ...,
+    stream: StreamLike = ...,
+) -> tuple[Out, DeviceArray, DeviceArray]: ...
+@overload
+def dnn_layer_norm(
+    x: DeviceArrayLike,
+    normalized_shape: int | Sequence[int],
+    gamma: DeviceArrayLike | None = ...,
+    beta: DeviceArrayLike | None = ...,
+    epsilon: float = ...,
+    *,
+    training: Literal[False] = ...,
+    out: Out | None = ...,
+    stream: StreamLike = ...,
+) -> tuple[Out, None, None]: ...
+@overload
+def dnn_layer_norm(
+    x: DeviceArrayLike,
+    normalized_shape: int | Sequence[int],
+    gamma: DeviceArrayLike | None = ...,
+    beta: DeviceArrayLike | None = ...,
+    epsilon: float = ...,
+    *,
+    training: bool = ...,
+    out: Out | None = ...,
+    stream: StreamLike = ...,
+) -> tuple[Out, DeviceArray | None, DeviceArray | None]: ...
+def dnn_layer_norm(
+    x: DeviceArrayLike,
+    normalized_shape: int | Sequence[int],
+    gamma: DeviceArrayLike | None = None,
+    beta: DeviceArrayLike | None = None,
     epsilon: float = 1e-5,
     *,
     training: bool = True,
-    out: Any = None,
-    stream: Any = None,
-) -> tuple[Any, Any, Any]:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> tuple[Any, ...]:
     """Layer normalization over the trailing ``normalized_shape`` dims (``F.layer_norm``).
 
     ``y = (x - mean) * inv_std * gamma + beta`` with ``inv_std = 1 / sqrt(var + epsilon)``
@@ -364,16 +406,50 @@ def dnn_layer_norm(
     )
 
 
+# training decides whether the statistics come back
+@overload
 def dnn_rms_norm(
-    x: Any,
-    normalized_shape: Any,
-    gamma: Any = None,
+    x: DeviceArrayLike,
+    normalized_shape: int | Sequence[int],
+    gamma: DeviceArrayLike | None = ...,
+    epsilon: float = ...,
+    *,
+    training: Literal[True] = ...,
+    out: Out | None = ...,
+    stream: StreamLike = ...,
+) -> tuple[Out, DeviceArray]: ...
+@overload
+def dnn_rms_norm(
+    x: DeviceArrayLike,
+    normalized_shape: int | Sequence[int],
+    gamma: DeviceArrayLike | None = ...,
+    epsilon: float = ...,
+    *,
+    training: Literal[False] = ...,
+    out: Out | None = ...,
+    stream: StreamLike = ...,
+) -> tuple[Out, None]: ...
+@overload
+def dnn_rms_norm(
+    x: DeviceArrayLike,
+    normalized_shape: int | Sequence[int],
+    gamma: DeviceArrayLike | None = ...,
+    epsilon: float = ...,
+    *,
+    training: bool = ...,
+    out: Out | None = ...,
+    stream: StreamLike = ...,
+) -> tuple[Out, DeviceArray | None]: ...
+def dnn_rms_norm(
+    x: DeviceArrayLike,
+    normalized_shape: int | Sequence[int],
+    gamma: DeviceArrayLike | None = None,
     epsilon: float = 1e-6,
     *,
     training: bool = True,
-    out: Any = None,
-    stream: Any = None,
-) -> tuple[Any, Any]:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> tuple[Any, ...]:
     """RMS normalization over the trailing ``normalized_shape`` dims (``F.rms_norm``).
 
     ``y = x * inv_rms * gamma`` with ``inv_rms = 1 / sqrt(mean(x**2) + epsilon)`` per row.
@@ -488,15 +564,15 @@ def _build_backward(
 
 
 def dnn_layer_norm_grad(
-    dy: Any,
-    x: Any,
-    mean: Any,
-    inv_std: Any,
-    normalized_shape: Any,
-    gamma: Any = None,
+    dy: DeviceArrayLike,
+    x: DeviceArrayLike,
+    mean: DeviceArrayLike,
+    inv_std: DeviceArrayLike,
+    normalized_shape: int | Sequence[int],
+    gamma: DeviceArrayLike | None = None,
     *,
-    stream: Any = None,
-) -> tuple[Any, Any, Any]:
+    stream: StreamLike = None,
+) -> tuple[DeviceArray, DeviceArray | None, DeviceArray | None]:
     """Gradients of :func:`dnn_layer_norm` from its saved statistics.
 
     Parameters
@@ -521,8 +597,14 @@ def dnn_layer_norm_grad(
 
 
 def dnn_rms_norm_grad(
-    dy: Any, x: Any, inv_rms: Any, normalized_shape: Any, gamma: Any = None, *, stream: Any = None
-) -> tuple[Any, Any]:
+    dy: DeviceArrayLike,
+    x: DeviceArrayLike,
+    inv_rms: DeviceArrayLike,
+    normalized_shape: int | Sequence[int],
+    gamma: DeviceArrayLike | None = None,
+    *,
+    stream: StreamLike = None,
+) -> tuple[DeviceArray, DeviceArray | None]:
     """Gradients of :func:`dnn_rms_norm`: ``(dx, dgamma)`` (dgamma None without gamma)."""
     if stream is None:  # the operands' framework's current stream (torch, CuPy)
         stream = _operand.producer_stream(dy)

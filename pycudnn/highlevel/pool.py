@@ -46,12 +46,16 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import _layout
 from ..descriptors import PoolingDescriptor
 from ..enums import PoolingMode
 from . import _call, _checks, _operand, _staging
+
+if TYPE_CHECKING:
+    from ..typing import DeviceArrayLike, StreamLike
+    from ._annotations import Out, PoolMode
 
 __all__ = ["dnn_pool", "dnn_pool_grad", "get_pool_output_shape"]
 
@@ -227,17 +231,17 @@ def _out_operand(
 # Public functions
 # ==================================================================================================
 def dnn_pool(
-    img: Any,
-    ws: Any,
-    stride: Any = None,
-    mode: str = "max",
-    pad: Any = None,
+    img: DeviceArrayLike,
+    ws: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    mode: PoolMode = "max",
+    pad: int | Sequence[int] | None = None,
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """GPU pooling with cuDNN (``cudnnPoolingForward``): ``out = alpha * pool(img) + beta * out``.
 
     Parameters
@@ -310,19 +314,19 @@ def _build_forward(img, out, ws, stride, mode, pad, alpha, beta, stream) -> _cal
 
 
 def dnn_pool_grad(
-    img: Any,
-    out: Any,
-    out_grad: Any,
-    ws: Any,
-    stride: Any = None,
-    mode: str = "max",
-    pad: Any = None,
+    img: DeviceArrayLike,
+    out: DeviceArrayLike,
+    out_grad: DeviceArrayLike,
+    ws: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    mode: PoolMode = "max",
+    pad: int | Sequence[int] | None = None,
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
-    img_grad: Any = None,
-    stream: Any = None,
-) -> Any:
+    img_grad: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """Gradient of :func:`dnn_pool` w.r.t. *img* (``cudnnPoolingBackward``):
     ``img_grad = alpha * dpool(out_grad) + beta * img_grad``.
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .. import _layout, memory
 from .._config import parse_bool
@@ -36,6 +36,11 @@ from .._types import dtype_name, numpy_dtype
 from ..descriptors import ReduceTensorDescriptor
 from ..enums import DataType, ReduceTensorOp
 from . import _call, _checks, _operand, _staging
+
+if TYPE_CHECKING:
+    from ..memory import DeviceArray
+    from ..typing import DeviceArrayLike, StreamLike
+    from ._annotations import Out, ReduceOp
 
 __all__ = ["dnn_reduction"]
 
@@ -281,18 +286,61 @@ class _ZeroSpec(_call.OutputSpec):
         return super().new(stream).fill_(0)
 
 
+# return_indices decides between the values and (values, indices)
+@overload
 def dnn_reduction(
-    x: Any,
-    op: str = "add",
+    x: DeviceArrayLike,
+    op: ReduceOp = ...,
+    axis: int | Sequence[int] | None = ...,
+    keepdims: bool = ...,
+    return_indices: Literal[False] = ...,
+    dtype: object = ...,
+    *,
+    alpha: float = ...,
+    beta: float = ...,
+    out: Out | None = ...,
+    stream: StreamLike = ...,
+) -> Out: ...
+@overload
+def dnn_reduction(
+    x: DeviceArrayLike,
+    op: ReduceOp = ...,
+    axis: int | Sequence[int] | None = ...,
+    keepdims: bool = ...,
+    return_indices: Literal[True] = ...,
+    dtype: object = ...,
+    *,
+    alpha: float = ...,
+    beta: float = ...,
+    out: Out | None = ...,
+    stream: StreamLike = ...,
+) -> tuple[Out, DeviceArray]: ...
+@overload
+def dnn_reduction(
+    x: DeviceArrayLike,
+    op: ReduceOp = ...,
+    axis: int | Sequence[int] | None = ...,
+    keepdims: bool = ...,
+    return_indices: bool = ...,
+    dtype: object = ...,
+    *,
+    alpha: float = ...,
+    beta: float = ...,
+    out: Out | None = ...,
+    stream: StreamLike = ...,
+) -> Out | tuple[Out, DeviceArray]: ...
+def dnn_reduction(
+    x: DeviceArrayLike,
+    op: ReduceOp = "add",
     axis: int | Sequence[int] | None = None,
     keepdims: bool = False,
     return_indices: bool = False,
-    dtype: Any = None,
+    dtype: object = None,
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
+    out: Out | None = None,
+    stream: StreamLike = None,
 ) -> Any:
     """Reduce *x* over *axis* with one of cuDNN's reductions (``cudnnReduceTensor``):
     ``out = alpha * op(x) + beta * out``.

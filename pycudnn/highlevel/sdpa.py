@@ -25,7 +25,7 @@ import math
 import random
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -36,6 +36,13 @@ from ..enums import DataType
 from ..graph import Graph
 from ..graph._tensor import alignment_of
 from . import _call, _checks, _graphops, _operand, _sdpa_masks, _staging
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..memory import DeviceArray
+    from ..typing import DeviceArrayLike, StreamLike
+    from ._annotations import Out, SdpaOptions
 
 __all__ = ["dnn_sdpa", "dnn_sdpa_grad"]
 
@@ -255,26 +262,72 @@ def _spec_like(g: _operand.Operand, shape: tuple[int, ...], dt: DataType) -> _ca
     return _call.OutputSpec(shape, numpy_dtype(dt), g.device, tuple(s * isz for s in el))
 
 
+# training decides between out and (out, stats)
+@overload
 def dnn_sdpa(
-    q: Any,
-    k: Any,
-    v: Any,
-    attn_mask: Any = None,
+    q: DeviceArrayLike,
+    k: DeviceArrayLike,
+    v: DeviceArrayLike,
+    attn_mask: DeviceArrayLike | None = ...,
+    is_causal: bool = ...,
+    scale: float | None = ...,
+    dropout_p: float = ...,
+    seed: int | None = ...,
+    training: Literal[False] = ...,
+    *,
+    out: Out | None = ...,
+    **options: Unpack[SdpaOptions],
+) -> Out: ...
+@overload
+def dnn_sdpa(
+    q: DeviceArrayLike,
+    k: DeviceArrayLike,
+    v: DeviceArrayLike,
+    attn_mask: DeviceArrayLike | None = ...,
+    is_causal: bool = ...,
+    scale: float | None = ...,
+    dropout_p: float = ...,
+    seed: int | None = ...,
+    training: Literal[True] = ...,
+    *,
+    out: Out | None = ...,
+    **options: Unpack[SdpaOptions],
+) -> tuple[Out, DeviceArray]: ...
+@overload
+def dnn_sdpa(
+    q: DeviceArrayLike,
+    k: DeviceArrayLike,
+    v: DeviceArrayLike,
+    attn_mask: DeviceArrayLike | None = ...,
+    is_causal: bool = ...,
+    scale: float | None = ...,
+    dropout_p: float = ...,
+    seed: int | None = ...,
+    training: bool = ...,
+    *,
+    out: Out | None = ...,
+    **options: Unpack[SdpaOptions],
+) -> Out | tuple[Out, DeviceArray]: ...
+def dnn_sdpa(
+    q: DeviceArrayLike,
+    k: DeviceArrayLike,
+    v: DeviceArrayLike,
+    attn_mask: DeviceArrayLike | None = None,
     is_causal: bool = False,
     scale: float | None = None,
     dropout_p: float = 0.0,
     seed: int | None = None,
     training: bool = False,
     *,
-    seq_lens_q: Any = None,
-    seq_lens_kv: Any = None,
-    diagonal_alignment: str = "top_left",
+    seq_lens_q: DeviceArrayLike | None = None,
+    seq_lens_kv: DeviceArrayLike | None = None,
+    diagonal_alignment: Literal["top_left", "bottom_right"] = "top_left",
     left_bound: int | None = None,
     right_bound: int | None = None,
     alibi: bool = False,
-    sink: Any = None,
-    out: Any = None,
-    stream: Any = None,
+    sink: DeviceArrayLike | None = None,
+    out: Out | None = None,
+    stream: StreamLike = None,
 ) -> Any:
     """Scaled dot-product attention, ``softmax(scale * q k^T + mask) v``, on cuDNN's fused
     flash-attention engines.
@@ -517,30 +570,30 @@ def _describe(
 
 
 def dnn_sdpa_grad(
-    q: Any,
-    k: Any,
-    v: Any,
-    out: Any,
-    dout: Any,
-    stats: Any,
-    attn_mask: Any = None,
+    q: DeviceArrayLike,
+    k: DeviceArrayLike,
+    v: DeviceArrayLike,
+    out: DeviceArrayLike,
+    dout: DeviceArrayLike,
+    stats: DeviceArrayLike,
+    attn_mask: DeviceArrayLike | None = None,
     is_causal: bool = False,
     scale: float | None = None,
     dropout_p: float = 0.0,
     seed: int | None = None,
     *,
-    seq_lens_q: Any = None,
-    seq_lens_kv: Any = None,
-    diagonal_alignment: str = "top_left",
+    seq_lens_q: DeviceArrayLike | None = None,
+    seq_lens_kv: DeviceArrayLike | None = None,
+    diagonal_alignment: Literal["top_left", "bottom_right"] = "top_left",
     left_bound: int | None = None,
     right_bound: int | None = None,
     alibi: bool = False,
-    sink: Any = None,
+    sink: DeviceArrayLike | None = None,
     bias_grad: bool = False,
     sink_grad: bool = False,
     deterministic: bool | None = None,
-    stream: Any = None,
-) -> tuple[Any, ...]:
+    stream: StreamLike = None,
+) -> tuple[DeviceArray, ...]:
     """Gradients ``(dq, dk, dv)`` of :func:`dnn_sdpa`.
 
     Parameters

@@ -15,11 +15,15 @@ strides cannot be merged.
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import TYPE_CHECKING, Literal
 
 from .. import _layout
 from ..enums import SoftmaxAlgorithm, SoftmaxMode
 from . import _call, _checks, _operand, _staging
+
+if TYPE_CHECKING:
+    from ..typing import DeviceArrayLike, StreamLike
+    from ._annotations import Out
 
 __all__ = ["dnn_softmax", "dnn_softmax_grad"]
 
@@ -133,15 +137,15 @@ def _build(func, name, names, objs, out, algo, mode, alpha, beta, stream) -> _ca
 
 
 def dnn_softmax(
-    x: Any,
-    algo: str = "accurate",
-    mode: str = "channel",
+    x: DeviceArrayLike,
+    algo: Literal["fast", "accurate", "log"] = "accurate",
+    mode: Literal["instance", "channel"] = "channel",
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """Softmax (or log-softmax) of *x*: ``out = alpha * softmax(x) + beta * out``.
 
     Parameters
@@ -202,16 +206,16 @@ def dnn_softmax(
 
 
 def dnn_softmax_grad(
-    dy: Any,
-    sm: Any,
-    algo: str = "accurate",
-    mode: str = "channel",
+    dy: DeviceArrayLike,
+    sm: DeviceArrayLike,
+    algo: Literal["fast", "accurate", "log"] = "accurate",
+    mode: Literal["instance", "channel"] = "channel",
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """Gradient of :func:`dnn_softmax` w.r.t. its input: ``out = alpha * dx + beta * out``.
 
     Parameters

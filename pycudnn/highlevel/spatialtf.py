@@ -29,12 +29,19 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _layout
 from ..descriptors import SpatialTransformerDescriptor
 from ..enums import DataType
 from . import _call, _checks, _operand, _staging
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..memory import DeviceArray
+    from ..typing import DeviceArrayLike, StreamLike
+    from ._annotations import Out, Out2
 
 __all__ = [
     "dnn_spatialtf",
@@ -181,7 +188,13 @@ class _SamplerBackward(_call.Call):
 # ==================================================================================================
 # Grid generator
 # ==================================================================================================
-def dnn_spatialtf_grid(theta: Any, out_shape: Any, *, out: Any = None, stream: Any = None) -> Any:
+def dnn_spatialtf_grid(
+    theta: DeviceArrayLike,
+    out_shape: Sequence[int],
+    *,
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """The sampling grid of affine transformations (``cudnnSpatialTfGridGeneratorForward``).
 
     Parameters
@@ -260,7 +273,9 @@ def _grid_call(func, name, what, g, dt_device, out, stream, shapes) -> _call.Cal
     return _GridGenerator(func, hd, spec, spans, _make_stage(dt, stage), st, name)
 
 
-def dnn_spatialtf_grid_grad(dgrid: Any, *, out: Any = None, stream: Any = None) -> Any:
+def dnn_spatialtf_grid_grad(
+    dgrid: DeviceArrayLike, *, out: Out | None = None, stream: StreamLike = None
+) -> Out:
     """Gradient of :func:`dnn_spatialtf_grid` w.r.t. *theta*
     (``cudnnSpatialTfGridGeneratorBackward``).
 
@@ -315,14 +330,14 @@ def _build_grid_backward(dgrid, out, stream) -> _call.Call:
 # Sampler
 # ==================================================================================================
 def dnn_spatialtf_sampler(
-    img: Any,
-    grid: Any,
+    img: DeviceArrayLike,
+    grid: DeviceArrayLike,
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """Bilinear sampling of *img* at *grid* (``cudnnSpatialTfSamplerForward``):
     ``out = alpha * sample(img, grid) + beta * out``.
 
@@ -411,15 +426,15 @@ def _build_sampler(img, grid, out, alpha, beta, stream) -> _call.Call:
 
 
 def dnn_spatialtf_sampler_grad(
-    img: Any,
-    grid: Any,
-    dy: Any,
+    img: DeviceArrayLike,
+    grid: DeviceArrayLike,
+    dy: DeviceArrayLike,
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
-) -> tuple[Any, Any]:
+    out: tuple[Out | None, Out2 | None] | None = None,
+    stream: StreamLike = None,
+) -> tuple[Out, Out2]:
     """Gradients of :func:`dnn_spatialtf_sampler` w.r.t. the image and the grid, in one call
     (``cudnnSpatialTfSamplerBackward``): ``d = alpha * grad + beta * d`` for both.
 
@@ -517,14 +532,14 @@ def _check_whole(func, img, theta, scale_width, scale_height):
 
 
 def dnn_spatialtf(
-    img: Any,
-    theta: Any,
+    img: DeviceArrayLike,
+    theta: DeviceArrayLike,
     scale_width: float = 1,
     scale_height: float = 1,
     *,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """Spatial transformer (Theano's ``dnn_spatialtf``): the affine grid of *theta* over an
     output of ``ceil(H * scale_height) x ceil(W * scale_width)``, then bilinear sampling of
     *img* (PyTorch: ``F.grid_sample(img, F.affine_grid(theta, size, align_corners=True),
@@ -571,14 +586,14 @@ def dnn_spatialtf(
 
 
 def dnn_spatialtf_grad(
-    img: Any,
-    theta: Any,
-    dy: Any,
+    img: DeviceArrayLike,
+    theta: DeviceArrayLike,
+    dy: DeviceArrayLike,
     scale_width: float = 1,
     scale_height: float = 1,
     *,
-    stream: Any = None,
-) -> tuple[Any, Any]:
+    stream: StreamLike = None,
+) -> tuple[DeviceArray, DeviceArray]:
     """Gradients of :func:`dnn_spatialtf` w.r.t. *img* and *theta*: the grid is generated
     again, then :func:`dnn_spatialtf_sampler_grad` and :func:`dnn_spatialtf_grid_grad`.
 

@@ -11,11 +11,15 @@ read any strides; cuDNN handles up to 5 dimensions here.
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..descriptors import OpTensorDescriptor
 from ..enums import DataType, OpTensorOp
 from . import _call, _checks, _operand, _staging
+
+if TYPE_CHECKING:
+    from ..typing import DeviceArrayLike, StreamLike
+    from ._annotations import Given, Out
 
 __all__ = ["dnn_add_tensor", "dnn_op_tensor"]
 
@@ -73,8 +77,13 @@ class _AddTensor(_call.Call):
 
 
 def dnn_add_tensor(
-    a: Any, c: Any, alpha: float = 1.0, beta: float = 1.0, *, stream: Any = None
-) -> Any:
+    a: DeviceArrayLike,
+    c: Given,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    *,
+    stream: StreamLike = None,
+) -> Given:
     """``c = alpha * a + beta * c`` in place, *a* broadcast over *c* (``cudnnAddTensor``).
 
     Parameters
@@ -158,16 +167,16 @@ class _OpTensor(_call.Call):
 
 
 def dnn_op_tensor(
-    op: str,
-    a: Any,
-    b: Any = None,
+    op: Literal["add", "mul", "min", "max", "sqrt", "not"],
+    a: DeviceArrayLike,
+    b: DeviceArrayLike | None = None,
     alpha1: float = 1.0,
     alpha2: float = 1.0,
     beta: float = 0.0,
     *,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """``out = op(alpha1 * a, alpha2 * b) + beta * out`` element-wise (``cudnnOpTensor``).
 
     Parameters

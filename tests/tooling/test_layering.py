@@ -16,6 +16,7 @@ ALLOWED: dict[str, set[str] | None] = {
     "_version": set(),
     "_loader": set(),
     "_exports": set(),  # reads a package's __init__.pyi: stdlib only
+    "typing": set(),  # the protocols users annotate with: stdlib only
     # generated code (tools/ writes it, tests/tooling/test_generator.py seals it): loader only
     "_generated": {"_loader"},
     # the public faces of the generated modules, and the raw layer's old private name

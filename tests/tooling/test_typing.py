@@ -160,3 +160,45 @@ def test_every_declared_name_resolves_to_its_module():
             if where is not None:
                 source = importlib.import_module(where[0], package)
                 assert value is (source if where[1] is None else getattr(source, where[1])), name
+
+
+def _mypy_strict(tmp_path: Path, target: Path) -> list[str]:
+    """The errors ``mypy --strict`` reports in *target* (the package's own are not asked about)."""
+    api = pytest.importorskip("mypy.api", reason="mypy comes with the [typecheck] extra")
+    out, err, _status = api.run(
+        [
+            "--strict",
+            "--warn-unused-ignores",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--follow-imports=silent",
+            "--no-error-summary",
+            "--python-version",
+            "3.11",
+            "--config-file",
+            "",
+            str(target),
+        ]
+    )
+    assert not err, err
+    return [line for line in out.splitlines() if line.startswith(str(target))]
+
+
+def test_typed_usage_checks_under_mypy_strict(tmp_path, mypypath, monkeypatch):
+    """tests/tooling/typed_usage.py asserts what the high-level overloads give (``out=`` keeps its
+    type, ``training=``/``return_indices=``/running averages shape the tuple) and that misuse is
+    an error (each ``type: ignore`` must be needed)."""
+    monkeypatch.chdir(ROOT)
+    errors = _mypy_strict(tmp_path, Path("tests/tooling/typed_usage.py"))
+    assert not errors, "\n".join(errors)
+
+
+def test_high_level_functions_have_no_any_in_their_signatures(tmp_path, mypypath):
+    """Every public ``dnn_*`` function: parameters and results typed (no ``Any`` left)."""
+    import pycudnn.highlevel as hl
+
+    names = [n for n in hl.__all__ if n.startswith("dnn_")]
+    types = _revealed(tmp_path, ["import pycudnn", *(f"reveal_type(pycudnn.{n})" for n in names)])
+    loose = {names[i - 2]: t for i, t in types.items() if "Any" in t}
+    assert len(types) == len(names), types
+    assert not loose, f"Any in {len(loose)} signatures: {loose}"

@@ -26,7 +26,7 @@ The package is built around one frozen request, in one direction:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import memory as memory  # tests patch pycudnn.highlevel.conv.memory
 from ...graph import _plans
@@ -34,6 +34,18 @@ from .. import _checks, _operand
 from . import _key, _prepare
 from ._calls import CallInfo, last_call, recent_calls
 from ._problem import OP_BWD_DATA, OP_BWD_FILTER, OP_FWD
+
+if TYPE_CHECKING:
+    from ...typing import DeviceArrayLike, StreamLike
+    from .._annotations import (
+        BorderMode,
+        ConvAlgo,
+        ConvMode,
+        DirectionHint,
+        Epilogue,
+        Out,
+        Precision,
+    )
 
 __all__ = [
     "CallInfo",
@@ -93,26 +105,26 @@ def get_conv_output_shape(
 
 
 def dnn_conv(
-    img: Any,
-    kerns: Any,
-    border_mode: str | int | tuple[int, ...] = "valid",
+    img: DeviceArrayLike,
+    kerns: DeviceArrayLike,
+    border_mode: BorderMode = "valid",
     subsample: tuple[int, ...] = _key.ONES2,
     dilation: tuple[int, ...] = _key.ONES2,
-    conv_mode: str = "conv",
-    direction_hint: str | None = None,
-    algo: str | None = None,
-    precision: str | None = None,
+    conv_mode: ConvMode = "conv",
+    direction_hint: DirectionHint | None = None,
+    algo: ConvAlgo | None = None,
+    precision: Precision | None = None,
     num_groups: int = 1,
     *,
-    bias: Any = None,
-    activation: str | tuple[str, float] | None = None,
-    z: Any = None,
+    bias: DeviceArrayLike | None = None,
+    activation: Epilogue | None = None,
+    z: DeviceArrayLike | None = None,
     z_alpha: float = 1.0,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """2-D convolution of *img* with *kerns*, Theano's ``dnn_conv`` on cuDNN's graph API, with an
     optional fused epilogue ``act(alpha * conv + z_alpha * z + bias)``.
 
@@ -233,26 +245,26 @@ def dnn_conv(
 
 
 def dnn_conv3d(
-    img: Any,
-    kerns: Any,
-    border_mode: str | int | tuple[int, ...] = "valid",
+    img: DeviceArrayLike,
+    kerns: DeviceArrayLike,
+    border_mode: BorderMode = "valid",
     subsample: tuple[int, ...] = _key.ONES3,
     dilation: tuple[int, ...] = _key.ONES3,
-    conv_mode: str = "conv",
-    direction_hint: str | None = None,
-    algo: str | None = None,
-    precision: str | None = None,
+    conv_mode: ConvMode = "conv",
+    direction_hint: DirectionHint | None = None,
+    algo: ConvAlgo | None = None,
+    precision: Precision | None = None,
     num_groups: int = 1,
     *,
-    bias: Any = None,
-    activation: str | tuple[str, float] | None = None,
-    z: Any = None,
+    bias: DeviceArrayLike | None = None,
+    activation: Epilogue | None = None,
+    z: DeviceArrayLike | None = None,
     z_alpha: float = 1.0,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """3-D convolution: :func:`dnn_conv` for ``(N, C, D, H, W)`` images (NCDHW or NDHWC) and
     ``(K, C / num_groups, kD, kH, kW)`` filters, with the same optional epilogue (*bias* of
     shape ``(K,)`` or ``(1, K, 1, 1, 1)``). Same parameters, returns and errors."""
@@ -288,22 +300,22 @@ def _fused(
 
 
 def dnn_gradinput(
-    kerns: Any,
-    topgrad: Any,
+    kerns: DeviceArrayLike,
+    topgrad: DeviceArrayLike,
     img_shp: Sequence[int] | None,
-    border_mode: str | int | tuple[int, ...] = "valid",
+    border_mode: BorderMode = "valid",
     subsample: tuple[int, ...] = _key.ONES2,
     dilation: tuple[int, ...] = _key.ONES2,
-    conv_mode: str = "conv",
-    precision: str | None = None,
-    algo: str | None = None,
+    conv_mode: ConvMode = "conv",
+    precision: Precision | None = None,
+    algo: ConvAlgo | None = None,
     num_groups: int = 1,
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """Gradient of :func:`dnn_conv` w.r.t. its image (cuDNN backward-data).
 
     Parameters
@@ -350,22 +362,22 @@ def dnn_gradinput(
 
 
 def dnn_gradinput3d(
-    kerns: Any,
-    topgrad: Any,
+    kerns: DeviceArrayLike,
+    topgrad: DeviceArrayLike,
     img_shp: Sequence[int] | None,
-    border_mode: str | int | tuple[int, ...] = "valid",
+    border_mode: BorderMode = "valid",
     subsample: tuple[int, ...] = _key.ONES3,
     dilation: tuple[int, ...] = _key.ONES3,
-    conv_mode: str = "conv",
-    precision: str | None = None,
-    algo: str | None = None,
+    conv_mode: ConvMode = "conv",
+    precision: Precision | None = None,
+    algo: ConvAlgo | None = None,
     num_groups: int = 1,
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """3-D :func:`dnn_gradinput`: image gradient ``(N, C, D, H, W)``."""
     if stream is None:  # the operands' framework's current stream (torch, CuPy)
         stream = _operand.producer_stream(kerns)
@@ -385,22 +397,22 @@ def dnn_gradinput3d(
 
 
 def dnn_gradweight(
-    img: Any,
-    topgrad: Any,
+    img: DeviceArrayLike,
+    topgrad: DeviceArrayLike,
     kerns_shp: Sequence[int] | None,
-    border_mode: str | int | tuple[int, ...] = "valid",
+    border_mode: BorderMode = "valid",
     subsample: tuple[int, ...] = _key.ONES2,
     dilation: tuple[int, ...] = _key.ONES2,
-    conv_mode: str = "conv",
-    precision: str | None = None,
-    algo: str | None = None,
+    conv_mode: ConvMode = "conv",
+    precision: Precision | None = None,
+    algo: ConvAlgo | None = None,
     num_groups: int = 1,
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """Gradient of :func:`dnn_conv` w.r.t. its filters (cuDNN backward-filter).
 
     Parameters
@@ -445,22 +457,22 @@ def dnn_gradweight(
 
 
 def dnn_gradweight3d(
-    img: Any,
-    topgrad: Any,
+    img: DeviceArrayLike,
+    topgrad: DeviceArrayLike,
     kerns_shp: Sequence[int] | None,
-    border_mode: str | int | tuple[int, ...] = "valid",
+    border_mode: BorderMode = "valid",
     subsample: tuple[int, ...] = _key.ONES3,
     dilation: tuple[int, ...] = _key.ONES3,
-    conv_mode: str = "conv",
-    precision: str | None = None,
-    algo: str | None = None,
+    conv_mode: ConvMode = "conv",
+    precision: Precision | None = None,
+    algo: ConvAlgo | None = None,
     num_groups: int = 1,
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
-    out: Any = None,
-    stream: Any = None,
-) -> Any:
+    out: Out | None = None,
+    stream: StreamLike = None,
+) -> Out:
     """3-D :func:`dnn_gradweight`: filter gradient ``(K, C / num_groups, kD, kH, kW)``."""
     if stream is None:  # the operands' framework's current stream (torch, CuPy)
         stream = _operand.producer_stream(img)
