@@ -93,6 +93,7 @@ MATMUL_BAD = [
     (dict(activation="relu6"), ValueError, ("dnn_matmul", "activation='relu6' is not one of")),
     (dict(activation=3), ValueError, "activation=3"),
     (dict(activation="clipped_relu"), ValueError, "needs its upper clip"),
+    (dict(activation=("clipped_relu", 6.0)), pycudnn.NotSupportedError, "ignore the upper clip"),
     (dict(activation=("relu", 1.0)), ValueError, "takes no parameter"),
     (dict(out=Fake((4, 6))), ValueError, ("dnn_matmul", "out has shape (4, 6), expected (4, 7)")),
     (dict(out=Fake((4, 7), F16)), TypeError, ("dnn_matmul", "out is float16, expected float32")),

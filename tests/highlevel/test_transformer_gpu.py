@@ -200,14 +200,18 @@ def test_matmul_bias_activation(dt, act):
 
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
-def test_matmul_clipped_relu_without_bias(dt):
+def test_matmul_clipped_relu_without_bias_is_refused_and_with_a_zero_bias_is_right(dt):
     """cuDNN 9.19's engines ignore a ReLU's upper clip applied straight to the product (found by
-    the GPU fuzzer: relative errors of 4-6); pycudnn builds ReLU then min(., upper) there."""
+    the GPU fuzzer: relative errors of 4-6), so dnn_matmul refuses that call; with a bias (here
+    zeros) the clip is honoured."""
     x, x64 = dev(rng.standard_normal((55, 87)), dt)
     w, w64 = dev(rng.standard_normal((87, 8)), dt)
+    with pytest.raises(errors.NotSupportedError, match="ignore the upper clip"):
+        pycudnn.dnn_matmul(x, w, activation=("clipped_relu", 1.5))
+    zero, _ = dev(np.zeros(8), dt)
+    got = pycudnn.dnn_matmul(x, w, bias=zero, activation=("clipped_relu", 1.5))
     want = np.clip(x64 @ w64, 0.0, 1.5)
-    got = pycudnn.dnn_matmul(x, w, activation=("clipped_relu", 1.5))
-    assert record("matmul clipped_relu, no bias", max_err(host(got), want)) <= TOL[dt]
+    assert record("matmul clipped_relu, zero bias", max_err(host(got), want)) <= TOL[dt]
 
 
 def test_matmul_against_torch():

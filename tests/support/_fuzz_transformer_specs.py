@@ -150,6 +150,10 @@ def gen_matmul(draw):
         b = b64.astype(_NP[dt])
     elif bad == "out":
         out = poisoned((*shape[:-1], n + 1), dt)
+    if kind == "valid" and act == ("clipped_relu", 1.5) and bias is None:
+        # cuDNN 9.19's engines ignore the upper clip straight on the product (this fuzzer found
+        # it): dnn_matmul refuses that call, so it is an invalid case
+        kind = "invalid"
     ref = np.matmul(a64, b64) if dt != "float32" else np.matmul(a64, b64).astype(np.float32)
     ref = np.asarray(ref, np.float64) + (0 if bias64 is None else bias64)
     ref = ACTS[act](ref) if act in ACTS else ref

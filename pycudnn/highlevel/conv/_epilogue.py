@@ -281,13 +281,6 @@ def epilogue(
     if act is not None:
         mode, _param, _default = ACTIVATIONS[act]
         kw: dict[str, float] = {}
-        if act == "clipped_relu" and bias is None and z is None:
-            # measured on an H200 with cuDNN 9.19: a RELU_FWD with an upper clip applied
-            # straight to a matmul's output runs, but the engines ignore the clip (wrong
-            # results); after an addition they honour it. So: ReLU, then min(., upper).
-            cur = g.pointwise(mode, cur, name="relu", relu_lower_clip=0.0)
-            upper = g.scalar(float(act_coef or 0.0), name="upper_clip")
-            return g.pointwise(PointwiseMode.MIN, cur, upper, name=act)
         if act == "clipped_relu":
             kw = {"relu_lower_clip": 0.0, "relu_upper_clip": float(act_coef or 0.0)}
         elif act == "relu":
