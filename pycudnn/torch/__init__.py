@@ -22,16 +22,25 @@ Design decisions
   ``CrossEntropyLoss`` as ``dnn_softmax(algo='log')`` and the negative log-likelihood in one
   function with its closed-form gradient; and
   :func:`scaled_dot_product_attention`, torch's function of that name (same signature) over
-  ``dnn_sdpa`` / ``dnn_sdpa_grad``, falling back to torch's for what cuDNN's fused attention
-  does not run (``attn_mask`` tensors, float32, other head dims, CPU tensors).
+  ``dnn_sdpa`` / ``dnn_sdpa_grad`` (``attn_mask`` as cuDNN's bias), falling back to torch's for
+  what cuDNN's fused attention does not run (masks broadcast over the sequence, float32, other
+  head dims, CPU tensors).
+* **torch.compile**: the same operations are ``torch.library`` custom ops (``pycudnn::conv``,
+  ...), called only while dynamo traces; eager calls never enter the dispatcher.
+* **Fusion across modules** (``convert(model, fuse=True)``): an fx pass running Conv->BN(->add)
+  (->act) and Linear->act chains as one fused cuDNN call in eval mode.
+* **Attention for unmodified models**: :func:`use_cudnn_attention` routes
+  ``torch.nn.functional.scaled_dot_product_attention`` to pycudnn's; :func:`register_transformers`
+  adds ``attn_implementation="pycudnn"`` to HuggingFace transformers.
 * **torch's current stream, torch's memory.** Every call passes torch's current stream (no
   synchronisation is added). On first use the adapter installs :class:`TorchMemoryResource` as
   pycudnn's memory resource (unless another non-default resource is installed, or
   :func:`use_torch_allocator` said otherwise): every pycudnn allocation -- outputs, statistics,
-  staging copies, RNN reserve spaces and the handles' workspaces -- is then a ``torch.empty`` on
-  the current stream, visible to ``torch.cuda.memory_allocated()``, taken from a CUDA graph's
-  private pool under ``torch.cuda.graph`` capture, and returned to torch as torch tensors
-  without a copy.
+  staging copies, RNN reserve spaces -- is then a ``torch.empty`` on the current stream, visible
+  to ``torch.cuda.memory_allocated()``, taken from a CUDA graph's private pool under
+  ``torch.cuda.graph`` capture, and returned to torch as torch tensors without a copy. The
+  handles' workspaces, which outlive a call, are pycudnn's own ``cudaMalloc`` (CUDA-graph pools
+  refuse live blocks).
 * **Unsupported configurations are left unconverted, with a warning** naming the module and the
   reason (``padding_mode='reflect'``, ``ceil_mode=True``, ``Softmax(dim=2)``, an even
   ``LocalResponseNorm`` size, ``CrossEntropyLoss(label_smoothing=0.1)``, ...);
@@ -48,8 +57,10 @@ Internals
 One module per layer family, each holding its ``autograd.Function``, its module classes and their
 rule for what cuDNN can run: :mod:`.conv`, :mod:`.linear`, :mod:`.pool`, :mod:`.batchnorm`,
 :mod:`.activation`, :mod:`.softmax`, :mod:`.dropout`, :mod:`.lrn`, :mod:`.norm`, :mod:`.rnn`,
-:mod:`.attention`, :mod:`.conv_transpose`, :mod:`.loss`.
-:mod:`._convert` asks those classes (private: a submodule named ``convert`` would be bound over
+:mod:`.attention`, :mod:`.conv_transpose`, :mod:`.loss`; each also registers its custom ops
+through :mod:`._compile`. :mod:`.fuse` (the fx pass) and :mod:`.fused` (the fused modules),
+:mod:`.attention_scope` (the routing scope, the transformers registration), :mod:`._lean` (the
+lean call path). :mod:`._convert` asks those classes (private: a submodule named ``convert`` would be bound over
 the function :func:`convert` once imported); :mod:`._runtime` holds torch's stream and memory.
 The public names are declared once, in ``__init__.pyi``.
 """
