@@ -60,8 +60,9 @@ rule for what cuDNN can run: :mod:`.conv`, :mod:`.linear`, :mod:`.pool`, :mod:`.
 :mod:`.attention`, :mod:`.conv_transpose`, :mod:`.loss`; each also registers its custom ops
 through :mod:`._compile`. :mod:`.fuse` (the fx pass) and :mod:`.fused` (the fused modules),
 :mod:`.attention_scope` (the routing scope, the transformers registration), :mod:`._lean` (the
-lean call path). :mod:`._convert` asks those classes (private: a submodule named ``convert`` would be bound over
-the function :func:`convert` once imported); :mod:`._runtime` holds torch's stream and memory.
+lean call path). :mod:`._convert` asks those classes (private: a submodule named ``convert``
+would be bound over the function :func:`convert` once imported); :mod:`._runtime` holds torch's
+stream and memory.
 The public names are declared once, in ``__init__.pyi``.
 """
 
