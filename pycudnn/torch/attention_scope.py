@@ -214,9 +214,8 @@ def transformers_attention(
     query, key, value : torch.Tensor
         ``(B, H_q, S_q, D)``, ``(B, H_kv, S_kv, D)``, ``(B, H_kv, S_kv, Dv)``.
     attention_mask : torch.Tensor, optional
-        The mask transformers built (with ``sdpa``'s mask function): cuDNN's bias where
-        :func:`~pycudnn.torch.scaled_dot_product_attention` takes it, torch's function
-        otherwise.
+        The mask transformers built (with ``sdpa``'s mask function); calls with one run
+        torch's ``scaled_dot_product_attention``.
     dropout : float
         Attention dropout probability (transformers passes 0 in eval mode).
     scaling : float, optional
