@@ -255,6 +255,27 @@ def _attention_native(
     return _attention_capable(q)
 
 
+def cudnn_operands(
+    q: Any, k: Any, v: Any, attn_mask: Any, dropout_p: Any, enable_gqa: bool
+) -> tuple[Any, Any, Any, bool] | None:
+    """``(q, k, v, grad)`` as :func:`scaled_dot_product_attention` runs cuDNN on them --
+    autocast's casts applied (as autocast casts torch's function, a lower-precision op), *grad*
+    whether a gradient is wanted -- or None where it calls torch's function instead (the
+    attention scope asks the same question before routing a call)."""
+    ac = autocast_dtype()
+    if ac in HALVES and attn_mask is None:
+        q, k, v = (
+            t.to(ac) if type(t) in _TENSORS and t.is_cuda and t.dtype in NORM_FLOATS else t
+            for t in (q, k, v)
+        )
+    grad = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)
+    )
+    if not _attention_native(q, k, v, attn_mask, dropout_p, enable_gqa, grad):
+        return None
+    return q, k, v, grad
+
+
 def scaled_dot_product_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -314,24 +335,16 @@ def scaled_dot_product_attention(
     the inference variant. The backward is cuDNN's deterministic one when
     ``torch.are_deterministic_algorithms_enabled()``.
     """
-    ac = autocast_dtype()
-    if ac in HALVES and attn_mask is None:  # as autocast casts it (a lower-precision op)
-        query, key, value = (
-            t.to(ac) if type(t) in _TENSORS and t.is_cuda and t.dtype in NORM_FLOATS else t
-            for t in (query, key, value)
-        )
-    grad = torch.is_grad_enabled() and (
-        query.requires_grad or key.requires_grad or value.requires_grad
-    )
-    if not _attention_native(query, key, value, attn_mask, dropout_p, enable_gqa, grad):
+    ops = cudnn_operands(query, key, value, attn_mask, dropout_p, enable_gqa)
+    if ops is None:
         kw: dict[str, Any] = {"scale": scale}
         if enable_gqa:  # torch >= 2.5
             kw["enable_gqa"] = True
         return nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask, dropout_p, is_causal, **kw
         )
-    lead = query.shape[:-3]
-    q, k, v = query, key, value
+    q, k, v, grad = ops
+    lead = q.shape[:-3]
     if len(lead) != 1:
         q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (q, k, v))
     q, k, v = (no_broadcast(t, unit_last=True) for t in (q, k, v))

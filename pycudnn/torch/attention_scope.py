@@ -29,7 +29,6 @@ import torch
 from torch.nn import functional as F
 
 from . import attention
-from ._runtime import HALVES, NORM_FLOATS, autocast_dtype
 
 __all__ = [
     "AttentionRoute",
@@ -40,7 +39,6 @@ __all__ = [
 
 NAME = "pycudnn"  # the transformers attn_implementation
 
-_TENSORS = (torch.Tensor, torch.nn.Parameter)
 # torch's function takes enable_gqa from 2.5 on (before, grouped heads are repeated for it)
 _TORCH_GQA = tuple(int(p) for p in torch.__version__.split(".")[:2] if p.isdigit()) >= (2, 5)
 _compiling: Callable[[], bool] = getattr(torch.compiler, "is_compiling", lambda: False)
@@ -82,20 +80,10 @@ def _count(cudnn: bool) -> None:
 def _cudnn_operands(
     q: Any, k: Any, v: Any, attn_mask: Any, dropout_p: Any, enable_gqa: bool
 ) -> tuple[Any, Any, Any] | None:
-    """The operands pycudnn's function would run cuDNN on (autocast's casts applied, as it
-    applies them), or None where it would call torch's function."""
-    ac = autocast_dtype()
-    if ac in HALVES and attn_mask is None:
-        q, k, v = (
-            t.to(ac) if type(t) in _TENSORS and t.is_cuda and t.dtype in NORM_FLOATS else t
-            for t in (q, k, v)
-        )
-    grad = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)
-    )
-    if attention._attention_native(q, k, v, attn_mask, dropout_p, enable_gqa, grad):
-        return q, k, v
-    return None
+    """The operands pycudnn's function would run cuDNN on (autocast's casts applied), or None
+    where it would call torch's function."""
+    ops = attention.cudnn_operands(q, k, v, attn_mask, dropout_p, enable_gqa)
+    return None if ops is None else ops[:3]
 
 
 def _routed(

@@ -31,6 +31,7 @@ from ._runtime import autocast_dtype, cuda_ok, dense, format_of, like, ready, st
 
 __all__ = [
     "conv_options",
+    "conv_out_shape",
     "Conv1d",
     "Conv2d",
     "Conv3d",
@@ -62,7 +63,9 @@ def conv_options(pad: Any, stride: Any, dil: Any, groups: int, stream: int) -> d
     }
 
 
-def _out_shape(x: torch.Tensor, w: torch.Tensor, cfg: tuple) -> tuple[int, ...]:
+def conv_out_shape(x: torch.Tensor, w: torch.Tensor, cfg: tuple) -> tuple[int, ...]:
+    """The output shape of the convolution of *x* with *w*, *cfg* ``(nd, pad, stride, dilation,
+    groups)``."""
     _, pad, stride, dil, _ = cfg
     spatial = (
         (n + 2 * p - d * (k - 1) - 1) // s + 1
@@ -96,7 +99,7 @@ def conv_run(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, cfg: tupl
     """The convolution of dense *x* with *w* (plus *b*, fused), *cfg* ``(nd, pad, stride,
     dilation, groups)``, into a new tensor in *x*'s memory format, on the lean path
     (:mod:`._lean`): the entry bound to this signature, or ``dnn_conv`` once."""
-    return conv_into(x, w, b, like(_out_shape(x, w, cfg), x), cfg)
+    return conv_into(x, w, b, like(conv_out_shape(x, w, cfg), x), cfg)
 
 
 def conv_into(
@@ -185,7 +188,7 @@ def _op_conv(
 
 
 def _op_conv_fake(x, w, b, pad, stride, dil, groups):
-    return like(_out_shape(x, w, _cfg(x.dim() - 2, pad, stride, dil, groups)), x)
+    return like(conv_out_shape(x, w, _cfg(x.dim() - 2, pad, stride, dil, groups)), x)
 
 
 def _op_dgrad(

@@ -37,7 +37,7 @@ from . import _lean
 from ._compile import compiling, define
 from ._module import state
 from ._runtime import HALVES, autocast_dtype, cuda_ok, dense, format_of, like, ready, stream_of
-from .conv import conv_options, conv_pad
+from .conv import conv_options, conv_out_shape, conv_pad
 
 __all__ = [
     "Act",
@@ -135,15 +135,6 @@ def fold_bn(conv: nn.Module, bn: nn.Module, dtype: torch.dtype) -> tuple[torch.T
 
 def _version_of(t: torch.Tensor | None) -> Any:
     return None if t is None else (t.data_ptr(), t._version, t.device)
-
-
-def _out_shape(x: torch.Tensor, w: torch.Tensor, cfg: tuple) -> tuple[int, ...]:
-    _, pad, stride, dil, _ = cfg
-    spatial = (
-        (n + 2 * p - d * (k - 1) - 1) // s + 1
-        for n, k, p, s, d in zip(x.shape[2:], w.shape[2:], pad, stride, dil, strict=True)
-    )
-    return (x.shape[0], w.shape[0], *spatial)
 
 
 def _conv_slow(x, w, b, z, act, cfg, y, s) -> None:
@@ -244,7 +235,7 @@ class FusedConv(nn.Module):
         if x is None or conv.weight.device != x.device:
             return None
         x = dense(x)
-        shape = _out_shape(x, conv.weight, cfg)
+        shape = conv_out_shape(x, conv.weight, cfg)
         if z is not None:
             if not cuda_ok(z) or z.dtype != x.dtype or tuple(z.shape) != shape:
                 return None
@@ -421,7 +412,7 @@ def _conv_fused_impl(
 ) -> torch.Tensor:
     cfg = _conv_cfg(x, conv)
     x = dense(x)
-    y = like(_out_shape(x, w, cfg), x)
+    y = like(conv_out_shape(x, w, cfg), x)
     a = _op_act(act, coef)
     if cuda_ok(x) and cuda_ok(w) and (z is None or cuda_ok(z)):
         ready()
@@ -437,7 +428,7 @@ def _conv_fused_impl(
 
 def _conv_fused_fake(x, w, b, z, conv: list[int], act: str, coef: float) -> torch.Tensor:
     x = dense(x)
-    return like(_out_shape(x, w, _conv_cfg(x, conv)), x)
+    return like(conv_out_shape(x, w, _conv_cfg(x, conv)), x)
 
 
 def _linear_fused_impl(

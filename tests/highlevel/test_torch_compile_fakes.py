@@ -14,7 +14,6 @@ streams and CUDA graphs are the GPU tier's, ``test_torch_compile_gpu.py``.
 from __future__ import annotations
 
 import copy
-import inspect
 import math
 
 import pytest
@@ -52,19 +51,7 @@ OPS = _compile.OPS
 PREFIX = "pycudnn::"
 
 
-def _bound(real):
-    sig = inspect.signature(real)
-
-    def deco(fake):
-        def wrapper(*args, **kwargs):
-            ba = sig.bind(*args, **kwargs)
-            ba.apply_defaults()
-            base.CALLS.append(real.__name__)
-            return fake(**ba.arguments)
-
-        return wrapper
-
-    return deco
+_bound = base._bound  # the fake gets the real function's arguments, bound and defaulted
 
 
 def _rows(x, shape):
