@@ -38,6 +38,7 @@ from ._compile import compiling, define
 from ._module import state
 from ._runtime import HALVES, autocast_dtype, cuda_ok, dense, format_of, like, ready, stream_of
 from .conv import conv_options, conv_out_shape, conv_pad
+from .linear import TF32_DTYPES, linear_native, linear_operands
 
 __all__ = [
     "Act",
@@ -51,7 +52,6 @@ __all__ = [
 ]
 
 _CONV, _MM = "conv_fused", "matmul_fused"  # the lean path's tags
-_TF32 = (*HALVES, torch.float32)
 
 
 class Act(NamedTuple):
@@ -286,19 +286,6 @@ class FusedConv(nn.Module):
         return op(xc, w, b, z, [nd, groups, *pad, *stride, *dil], act.name, act.coef or 0.0)
 
 
-def _linear_ok(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, dtypes: tuple) -> bool:
-    """CUDA tensors of one dtype in *dtypes* on one device, of shapes ``F.linear`` takes."""
-    if not (cuda_ok(x, dtypes) and cuda_ok(w, dtypes)) or x.dim() == 0 or x.numel() == 0:
-        return False
-    if w.dim() != 2 or w.numel() == 0 or x.shape[-1] != w.shape[1]:
-        return False
-    same = x.dtype == w.dtype and x.device == w.device
-    if b is not None:
-        same = same and cuda_ok(b, dtypes) and b.dtype == x.dtype and b.device == x.device
-        same = same and b.dim() == 1 and b.shape[0] == w.shape[0]
-    return same
-
-
 def _mm_slow(a, b, bias, act, out, s) -> None:
     dnn_matmul(a, b, bias=bias, activation=act, out=out, stream=s)
 
@@ -347,19 +334,6 @@ class FusedLinear(nn.Module):
         linear, step = self.parts
         return step(linear(x))
 
-    def _operands(self, x: torch.Tensor) -> tuple | None:
-        linear = self.parts[0]
-        w, b = linear.weight, linear.bias
-        ac = autocast_dtype()
-        if ac is None:
-            ok = _TF32 if config.snapshot().allow_tf32 else HALVES
-            return (x, w, b) if _linear_ok(x, w, b, ok) else None
-        if ac not in HALVES:
-            return None
-        xc, wc = x.to(ac), w.to(ac)
-        bc = None if b is None else b.to(ac)
-        return (xc, wc, bc) if _linear_ok(xc, wc, bc, (ac,)) else None
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``act(linear(x))``: one product with its epilogue without a gradient, else unfused."""
         linear = self.parts[0]
@@ -375,7 +349,7 @@ class FusedLinear(nn.Module):
                 x, w = x.to(ac), w.to(ac)
                 b = None if b is None else b.to(ac)
             return op(x, w, b, self.act.name)
-        ops = self._operands(x)
+        ops = linear_operands(x, linear.weight, linear.bias)
         st = state(self)
         refused = st.setdefault("refused", set())
         sig = None if ops is None else (ops[0].shape, ops[0].stride(), ops[0].dtype, x.device)
@@ -435,8 +409,8 @@ def _linear_fused_impl(
     x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, act: str
 ) -> torch.Tensor:
     a = Act(act)
-    ok = _TF32 if config.snapshot().allow_tf32 else HALVES
-    if _linear_ok(x, w, b, ok):
+    ok = TF32_DTYPES if config.snapshot().allow_tf32 else HALVES
+    if linear_native(x, w, b, ok):
         try:
             return _matmul_act(x, w, b, a)
         except errors.NotSupportedError:

@@ -24,11 +24,14 @@ from ._module import Converted, float_params
 from ._runtime import HALVES, NORM_FLOATS, autocast_dtype, cuda_ok, ready, stream_of
 
 __all__ = [
+    "TF32_DTYPES",
     "Linear",
     "LinearFn",
     "linear_dw",
     "linear_dx",
     "linear_forward",
+    "linear_native",
+    "linear_operands",
     "linear_run",
     "matmul_run",
     "op_linear",
@@ -36,7 +39,8 @@ __all__ = [
     "op_linear_dx",
 ]
 
-_TF32 = (*HALVES, torch.float32)
+#: the dtypes cuDNN's matmul runs with ``pycudnn.config.allow_tf32`` (float32 computes in TF32)
+TF32_DTYPES = (*HALVES, torch.float32)
 
 
 _MM = "matmul"  # the lean path's tag
@@ -197,7 +201,7 @@ def _allow_tf32() -> bool:
     return bool(config.snapshot().allow_tf32)
 
 
-def _native(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, dtypes: tuple) -> bool:
+def linear_native(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, dtypes: tuple) -> bool:
     """*x*, *w* and *b* are CUDA tensors of one dtype in *dtypes* on one device, of shapes
     ``F.linear`` takes and ``dnn_matmul`` runs (no empty operand)."""
     if not (cuda_ok(x, dtypes) and cuda_ok(w, dtypes)) or x.dim() == 0 or x.numel() == 0:
@@ -224,17 +228,24 @@ def linear_forward(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     autocast casts ``F.linear``; the casts are part of the autograd graph, so the gradients come
     back in the parameters' dtypes.
     """
-    w, b = m.weight, m.bias
+    ops = linear_operands(x, m.weight, m.bias)
+    if ops is None:
+        return F.linear(x, m.weight, m.bias)  # torch's (and in an autocast region autocast's)
+    return _apply(*ops)
+
+
+def linear_operands(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> tuple | None:
+    """``(x, w, b)`` as cuDNN's product takes them -- cast to autocast's dtype inside
+    ``torch.autocast('cuda')``, as autocast casts ``F.linear`` -- or None where ``F.linear``
+    runs (float32 needs ``pycudnn.config.allow_tf32``; see :func:`linear_native`)."""
     ac = autocast_dtype()
     if ac is None:
         tf32 = _allow_tf32() if compiling() else config.snapshot().allow_tf32
-        if _native(x, w, b, _TF32 if tf32 else HALVES):
-            return _apply(x, w, b)
-    elif ac in HALVES:
+        return (x, w, b) if linear_native(x, w, b, TF32_DTYPES if tf32 else HALVES) else None
+    if ac in HALVES:
         xc, wc, bc = (_cast(t, ac) for t in (x, w, b))
-        if _native(xc, wc, bc, (ac,)):
-            return _apply(xc, wc, bc)
-    return F.linear(x, w, b)  # torch's (and, in an autocast region, autocast's) own rules
+        return (xc, wc, bc) if linear_native(xc, wc, bc, (ac,)) else None
+    return None
 
 
 class _LinearRule(Converted):
