@@ -22,8 +22,9 @@ Design decisions
   ``CrossEntropyLoss`` as ``dnn_softmax(algo='log')`` and the negative log-likelihood in one
   function with its closed-form gradient; and
   :func:`scaled_dot_product_attention`, torch's function of that name (same signature) over
-  ``dnn_sdpa`` / ``dnn_sdpa_grad``, falling back to torch's for what cuDNN's fused attention
-  does not run here (``attn_mask`` tensors, float32, other head dims, CPU tensors).
+  ``dnn_sdpa`` / ``dnn_sdpa_grad`` (``attn_mask`` as cuDNN's bias), falling back to torch's for
+  what cuDNN's fused attention does not run (masks broadcast over the sequence, float32, other
+  head dims, CPU tensors).
 * **torch.compile**: the same operations are ``torch.library`` custom ops (``pycudnn::conv``,
   ...), called only while dynamo traces; eager calls never enter the dispatcher.
 * **Fusion across modules** (``convert(model, fuse=True)``): an fx pass running Conv->BN(->add)

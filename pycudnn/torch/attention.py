@@ -47,58 +47,117 @@ def attention_out(q: torch.Tensor, dv: int) -> torch.Tensor:
 
 
 class SDPAFn(torch.autograd.Function):
-    """``dnn_sdpa`` / ``dnn_sdpa_grad`` on 4-D ``(B, H, S, D)`` operands (no mask tensor).
+    """``dnn_sdpa`` / ``dnn_sdpa_grad`` on 4-D ``(B, H, S, D)`` operands, with an optional
+    additive *mask* ``(B|1, H|1, S_q, S_kv)`` in q's dtype (:func:`attention_bias`; its
+    gradient only for a ``(1, H, S_q, S_kv)`` one, the shape cuDNN computes it for).
 
     The forward runs cuDNN's training variant (which also returns the softmax statistics) when
     a gradient is wanted or dropout is on, the inference variant otherwise. With dropout the
     backward passes the forward's *seed*, so cuDNN regenerates the same mask."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, p, seed, grad):
+    def forward(ctx, q, k, v, mask, causal, scale, p, seed, grad):
         ready()
         out = attention_out(q, v.shape[3])
         r = dnn_sdpa(
-            q, k, v, None, causal, scale, p, seed, grad or p > 0.0, out=out, stream=stream_of(q)
+            q, k, v, mask, causal, scale, p, seed, grad or p > 0.0, out=out, stream=stream_of(q)
         )
         if grad:
-            ctx.save_for_backward(q, k, v, out, to_torch(r[1]))
+            ctx.save_for_backward(q, k, v, out, to_torch(r[1]), mask)
             ctx.cfg = (causal, scale, p, seed)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout):
-        q, k, v, out, stats = ctx.saved_tensors
+        q, k, v, out, stats, mask = ctx.saved_tensors
         causal, scale, p, seed = ctx.cfg
         if dout.stride() != out.stride():  # an expanded or otherwise laid-out gradient
             dout = torch.empty_like(out).copy_(dout)
         det = True if torch.are_deterministic_algorithms_enabled() else None
-        dq, dk, dv = dnn_sdpa_grad(
+        need = ctx.needs_input_grad
+        grads = dnn_sdpa_grad(
             q,
             k,
             v,
             out,
             dout,
             stats,
-            None,
+            mask,
             causal,
             scale,
             p,
             seed,
             deterministic=det,
+            bias_grad=bool(need[3]),
             stream=stream_of(dout),
         )
-        need = ctx.needs_input_grad
+        dq, dk, dv = grads[:3]
         return (
             to_torch(dq) if need[0] else None,
             to_torch(dk) if need[1] else None,
             to_torch(dv) if need[2] else None,
+            to_torch(grads[3]) if need[3] else None,
             None,
             None,
             None,
             None,
             None,
         )
+
+
+def _mask_dims(m: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[int, ...] | None:
+    """*m*'s dims as ``(B|1, H|1, S_q, S_kv)`` for 4-D *q*, or None when cuDNN's bias cannot
+    take it (it broadcasts over batch and heads only)."""
+    if m.dim() < 2 or m.dim() > 4 or q.dim() != 4:
+        return None
+    dims = (1,) * (4 - m.dim()) + tuple(m.shape)
+    want = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    if dims[2:] != want[2:] or any(
+        d not in (1, w) for d, w in zip(dims[:2], want[:2], strict=True)
+    ):
+        return None
+    return dims
+
+
+def _mask_runs(m: Any, q: torch.Tensor, k: torch.Tensor) -> bool:
+    """An ``attn_mask`` pycudnn's path takes: a boolean or q-dtype tensor on q's device whose
+    dims broadcast over batch and heads only; with a gradient to compute, a floating
+    ``(1, H, S_q, S_kv)`` one (the only bias shape cuDNN differentiates)."""
+    if type(m) not in _TENSORS or m.device != q.device or m.dtype not in (torch.bool, q.dtype):
+        return False
+    dims = _mask_dims(m, q, k)
+    if dims is None:
+        return False
+    if torch.is_grad_enabled() and m.requires_grad:
+        return m.dtype != torch.bool and dims[:2] == (1, q.shape[1])
+    return True
+
+
+def attention_bias(
+    m: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """torch's ``attn_mask`` *m* (one :func:`_mask_runs` takes) as ``dnn_sdpa``'s additive bias
+    -- 4-D, batch and head dims broadcast by a size of 1 (not by a zero stride), keys contiguous
+    -- and, for a boolean mask, the rows that attend to anything (q's dtype, ``(.., S_q, 1)``;
+    None for a float mask). Differentiable.
+
+    A boolean mask (True: attend) becomes 0 / the dtype's lowest finite value, not -inf: a fully
+    masked row then averages all keys instead of dividing by zero, and the caller multiplies the
+    output by the row mask, so such rows are 0 with zero gradients, as torch's function gives
+    them (a NaN there would reach every row of the next layer through 0 * NaN)."""
+    dims = _mask_dims(m, q, k)
+    m = m.reshape(dims)
+    for i in (0, 1):  # an expanded mask: one slice of the repeated dim, by a size of 1
+        if m.shape[i] > 1 and m.stride(i) == 0:
+            m = m.narrow(i, 0, 1)
+    if m.dtype == torch.bool:
+        low = torch.finfo(q.dtype).min
+        bias = torch.zeros(m.shape, dtype=q.dtype, device=q.device).masked_fill_(~m, low)
+        return bias, m.any(-1, keepdim=True).to(q.dtype)
+    if m.stride(3) != 1 or 0 in m.stride()[2:]:
+        m = m.contiguous()
+    return m, None
 
 
 # -- torch.compile: pycudnn::sdpa and pycudnn::sdpa_grad -------------------------------------------
@@ -226,8 +285,10 @@ def _attention_native(
     q: Any, k: Any, v: Any, attn_mask: Any, dropout_p: Any, enable_gqa: bool, grad: bool
 ) -> bool:
     """The call is one pycudnn's ``dnn_sdpa`` runs (else torch's function runs)."""
-    if attn_mask is not None or not isinstance(dropout_p, (int, float)):
+    if not isinstance(dropout_p, (int, float)):
         return False
+    if attn_mask is not None and (compiling() or not _mask_runs(attn_mask, q, k)):
+        return False  # the compiled op takes no mask
     if not 0.0 <= dropout_p < 1.0:
         return False
     if not (cuda_ok(q, HALVES) and cuda_ok(k, HALVES) and cuda_ok(v, HALVES)):
@@ -269,7 +330,7 @@ def cudnn_operands(
             for t in (q, k, v)
         )
     grad = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, attn_mask)
     )
     if not _attention_native(q, k, v, attn_mask, dropout_p, enable_gqa, grad):
         return None
@@ -292,12 +353,13 @@ def scaled_dot_product_attention(
     Same signature and results as torch's function. pycudnn runs it for float16 and bfloat16
     CUDA tensors (one dtype, one device) of shapes ``(..., H, S, E)`` (the leading dims equal
     for query, key and value; 3-D inputs are one batch), head dims ``E`` and ``Ev`` multiples of
-    8 up to 256, on an sm80 or newer GPU, without ``attn_mask``. Any strides: the usual
-    ``(B, S, H, E)`` projections passed as their ``transpose(1, 2)`` views are read as they
-    are, and the output is then laid out the same way (a ``(B, S, H, Ev)`` tensor's view).
-    Everything else -- ``attn_mask`` tensors, float32/float64, other head dims, CPU tensors,
-    tensor subclasses, ``H_q != H_k`` without ``enable_gqa`` (torch raises), a backward
-    through ``S_q = S_kv = 1`` -- calls ``torch.nn.functional.scaled_dot_product_attention``.
+    8 up to 256, on an sm80 or newer GPU. Any strides: the usual ``(B, S, H, E)`` projections
+    passed as their ``transpose(1, 2)`` views are read as they are, and the output is then laid
+    out the same way (a ``(B, S, H, Ev)`` tensor's view). Everything else -- float32/float64,
+    other head dims, CPU tensors, tensor subclasses, ``H_q != H_k`` without ``enable_gqa``
+    (torch raises), a backward through ``S_q = S_kv = 1``, masks cuDNN's bias cannot take (see
+    *attn_mask*), a mask under ``torch.compile`` -- calls
+    ``torch.nn.functional.scaled_dot_product_attention``.
 
     Parameters
     ----------
@@ -306,7 +368,13 @@ def scaled_dot_product_attention(
     key, value : torch.Tensor
         ``(..., H_k, S_kv, E)`` and ``(..., H_k, S_kv, Ev)``.
     attn_mask : torch.Tensor, optional
-        Runs torch's implementation (cuDNN's path here takes no mask tensor).
+        torch's mask: boolean (True: attend) or additive in query's dtype, 4-D query, its dims
+        ``(B|1, H|1, S_q, S_kv)`` (fewer dims broadcast from the left): cuDNN adds it to the
+        scores as a bias (a boolean one as 0 / the lowest finite value, fully masked rows
+        giving 0 as torch's do). Its gradient is computed for a floating
+        ``(1, H, S_q, S_kv)`` mask (the shape cuDNN differentiates); a mask that needs another
+        gradient, broadcasts over the sequence dims, or comes with ``is_causal=True`` (torch
+        raises) runs torch's implementation.
     dropout_p : float
         As in torch's functional API, applied whenever > 0 (whatever a module's ``training``
         flag): pass ``dropout_p if self.training else 0.0`` from a module. The mask comes from
@@ -351,12 +419,19 @@ def scaled_dot_product_attention(
     p = real(dropout_p, "dropout_p", _FUNC, lo=0.0, hi=1.0, hi_open=True)
     sc = None if scale is None else real(scale, "scale", _FUNC)
     causal = parse_bool(is_causal, _FUNC, "is_causal")
+    if attn_mask is not None and causal:  # torch refuses both: its error
+        return nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale
+        )
     if compiling():  # the seed stays a CPU tensor in the graph (no .item() there)
         seed_t = torch.randint(0, 2**62, (1,)) if p > 0.0 else None
         out = op_sdpa(q, k, v, causal, sc, p, seed_t, grad)[0]
     else:
         seed = int(torch.randint(0, 2**62, (1,)).item()) if p > 0.0 else None
-        out = SDPAFn.apply(q, k, v, causal, sc, p, seed, grad)
+        mask, rows = (None, None) if attn_mask is None else attention_bias(attn_mask, q, k)
+        out = SDPAFn.apply(q, k, v, mask, causal, sc, p, seed, grad)
+        if rows is not None:  # fully masked rows: 0, as torch's function gives them
+            out = out * rows
     if len(lead) != 1:
         out = out.reshape(*lead, *out.shape[1:])
     return out

@@ -106,7 +106,7 @@ def _routed(
     if ops is not None:
         _count(True)
         return attention.scaled_dot_product_attention(
-            *ops, None, dropout_p, is_causal, scale, enable_gqa
+            *ops, attn_mask, dropout_p, is_causal, scale, enable_gqa
         )
     _count(False)
     kw: dict[str, Any] = {"scale": scale}
@@ -141,7 +141,7 @@ def use_cudnn_attention() -> Iterator[AttentionRoute]:
     ``attn_implementation="sdpa"``, timm, ``torch.nn.MultiheadAttention`` (through
     ``F.multi_head_attention_forward``) -- then run cuDNN's fused attention for the calls
     pycudnn runs (float16/bfloat16 CUDA tensors, head dims multiples of 8 up to 256, sm80 or
-    newer, no ``attn_mask`` tensor; see :func:`~pycudnn.torch.scaled_dot_product_attention`);
+    newer, masks cuDNN's bias takes; see :func:`~pycudnn.torch.scaled_dot_product_attention`);
     every other call goes to torch's function with its arguments unchanged.
 
     Yields
@@ -202,8 +202,9 @@ def transformers_attention(
     query, key, value : torch.Tensor
         ``(B, H_q, S_q, D)``, ``(B, H_kv, S_kv, D)``, ``(B, H_kv, S_kv, Dv)``.
     attention_mask : torch.Tensor, optional
-        The mask transformers built (with ``sdpa``'s mask function); calls with one run
-        torch's ``scaled_dot_product_attention``.
+        The mask transformers built (with ``sdpa``'s mask function): cuDNN's bias where
+        :func:`~pycudnn.torch.scaled_dot_product_attention` takes it, torch's function
+        otherwise.
     dropout : float
         Attention dropout probability (transformers passes 0 in eval mode).
     scaling : float, optional
