@@ -74,6 +74,7 @@ from bench.harness import Stats, alternate_many, measure_sides, peaks_for, ratio
 from bench.runner import TorchBackend  # noqa: E402
 
 GROUPS = ("sdpa", "host", "matmul", "norm")
+_null = contextlib.nullcontext
 SDPA_SHAPES = ((8, 16, 1024, 64), (4, 32, 4096, 128), (1, 16, 8192, 128))
 TORCH_SDPA = ("flash", "efficient", "cudnn")
 MATMUL_SHAPES = ((8192, 4096, 4096), (4096, 4096, 16384), (2048, 1024, 1024))
@@ -539,6 +540,10 @@ class Bench:
                 ),
                 ("pycudnn", lambda: pc.dnn_sdpa(q, k, v, stream=s), contextlib.nullcontext, None),
             ]
+            try:  # cuDNN's own share: the bare execute of the plan pycudnn's out= call runs
+                variants.append(("cudnn_execute", self._bare_execute(q, k, v, o_py), _null, o_py))
+            except Exception as exc:
+                res["sides"]["cudnn_execute"] = {"error": _err_text(exc)}
             timers = []
             names = []
             for name, fn, ctx, out in variants:
@@ -583,6 +588,29 @@ class Bench:
             res["error"] = _err_text(exc)
             log(f"SDPA tiny host: ERROR {res['error']}\n{traceback.format_exc(limit=4)}")
         self.done_case()
+
+    def _bare_execute(self, q: Any, k: Any, v: Any, o: Any) -> Callable[[], object]:
+        """``cudnnBackendExecute`` alone, on the plan and the cached variant pack of
+        ``dnn_sdpa(q, k, v, out=o)`` (its handle and stream already bound by that call): the
+        floor of any binding's host time for this graph."""
+        from pycudnn.graph import _execution
+        from pycudnn.highlevel import _call
+
+        self.pc.dnn_sdpa(q, k, v, out=o, stream=self.s)
+        entries = [e for e in _call.calls().data.values() if getattr(e, "func", "") == "dnn_sdpa"]
+        plan = entries[-1].plan
+        keys = [key for key in plan.packs if o.data_ptr() in key]
+        if len(keys) != 1:
+            raise RuntimeError(f"expected one variant pack holding the output, got {len(keys)}")
+        run = _execution.execute_function()
+        args = (plan.handle_c, plan.plan_c, plan.packs[keys[0]])
+
+        def execute() -> None:
+            rc = run(*args)
+            if rc:
+                raise RuntimeError(f"cudnnBackendExecute returned {rc}")
+
+        return execute
 
     def _host_timer(self, fn: Callable[[], object], ctx: Callable[[], Any], n: int):
         backend = self.backend
@@ -886,6 +914,7 @@ def summary(res: dict[str, Any]) -> list[str]:
         bad = [n for n, sd in sides.items() if sd.get("check") == "FAIL"]
         lines.append(
             f"SDPA tiny host us/call: pycudnn(out=) {us('pycudnn_out')} pycudnn {us('pycudnn')} "
+            f"cuDNN's bare execute {us('cudnn_execute')} "
             f"frontend {us('frontend')} torch default {us('torch_default')} torch cudnn "
             f"{us('torch_cudnn')}; pycudnn(out=)/frontend {_f(r_out, '.2f')}, pycudnn/frontend "
             f"{_f(r_new, '.2f')}"
