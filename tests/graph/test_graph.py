@@ -254,6 +254,19 @@ def test_matmul_shape_errors(a, b, exc, fragment):
     assert fragment in str(info.value)
 
 
+def test_clipped_relu_straight_on_a_matmul_is_refused():
+    """cuDNN 9.19's matmul engines ignore the upper clip of a ReLU on the product (the GPU
+    fuzzer's finding through dnn_matmul): the builder refuses it before any C call; a plain
+    ReLU on the product, and a clipped one after a bias, are built."""
+    g = g16()
+    c = g.matmul(g.tensor((4, 5)), g.tensor((5, 8)))
+    with pytest.raises(errors.NotSupportedError, match="relu_upper_clip on a matmul's output"):
+        g.relu(c, relu_upper_clip=6.0)
+    g.relu(c, relu_lower_clip=0.0)
+    g.relu(g.add(c, g.tensor((1, 8))), relu_upper_clip=6.0)
+    assert g._nodes[-1][2]["relu_upper_clip"] == 6.0
+
+
 def test_matmul_shapes_and_overrides():
     g = g16()
     c = g.matmul(g.tensor((1, 4, 5)), g.tensor((3, 5, 7)), name="mm")

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ... import errors
 from ...descriptors import BackendDescriptor
 from ...descriptors._validate import coerce_enum
 from ...enums import BackendAttributeName as A
@@ -193,6 +194,16 @@ def apply(
             raise TypeError(
                 f"{g.name}.{op}: unknown parameter {k!r}; expected one of {', '.join(PARAM_NAMES)}"
             )
+    if m == PointwiseMode.RELU_FWD and "relu_upper_clip" in params and ins[0]._producer == "matmul":
+        # measured on an H200 with cuDNN 9.19 (the GPU fuzzer, through dnn_matmul): the matmul
+        # engines run this graph but ignore the upper clip -- wrong results, not an error
+        raise errors.NotSupportedError(
+            3000,
+            f"{g.name}.{op}",
+            "relu_upper_clip on a matmul's output: cuDNN 9.19's matmul engines ignore the upper "
+            "clip there (measured: wrong results); add a bias (zeros) between them, or clamp "
+            "the result outside the graph",
+        )
     _scalars_to_rank(ins)
     out_dim = _broadcast(g, op, ins)
     like = max(ins, key=lambda t: math.prod(t._dim))
