@@ -310,6 +310,33 @@ def test_builder_backward_refusals_and_extra_outputs():
         g.sdpa_backward(q, k, v, o, do, st, bias=bb, dbias=True)
 
 
+def test_builder_backward_without_dsink_leaves_the_sink_out():
+    """The forward's statistics hold the sink's term, so a backward without dsink does not read
+    the sink: it is no input of the plan (a variant pack may still name it; it is not passed),
+    unlike the high level's earlier bug of passing its pointer to a plan that had no slot."""
+    g, q, k, v = _graph()
+    sink = _per_head(g, "sink")
+    o, st = g.sdpa(q, k, v, is_inference=False, sink=sink)
+    o.set_output(True)
+    st.set_output(True)
+    do = g.tensor(o.dim, o.stride, DataType.HALF, name="do")
+    for t in g.sdpa_backward(q, k, v, o, do, st, sink=sink):
+        t.set_output(True)
+    key = g.key(device=0)
+    uid = {t._name: spec.uid for t, spec in zip(g._tensors, key.tensors, strict=True)}
+    assert uid["sink"] in key.uids  # the forward reads it
+    g2, q2, k2, v2 = _graph()
+    sink2 = _per_head(g2, "sink")
+    o2 = g2.tensor(o.dim, o.stride, DataType.HALF, name="o")
+    st2 = g2.tensor(st.dim, st.stride, DataType.FLOAT, name="stats")
+    do2 = g2.tensor(o.dim, o.stride, DataType.HALF, name="do")
+    for t in g2.sdpa_backward(q2, k2, v2, o2, do2, st2, sink=sink2):
+        t.set_output(True)
+    key2 = g2.key(device=0)
+    uid2 = {t._name: spec.uid for t, spec in zip(g2._tensors, key2.tensors, strict=True)}
+    assert uid2["sink"] not in key2.uids and uid2["q"] in key2.uids
+
+
 def test_builder_sink_needs_cudnn_9_13(monkeypatch):
     from pycudnn.graph.nodes import sdpa_masks
 
