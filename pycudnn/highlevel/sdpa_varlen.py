@@ -110,14 +110,13 @@ def _qkv(func: str, q: Any, k: Any, v: Any) -> tuple:
                 f"256; {name} has {size}",
             )
     cap = _graphops.capability(device)
-    version = _call.cudnn_version()
-    if cap is not None and cap < (9, 0) and version < _THD_ANY_GPU_VERSION:
+    if cap is not None and cap < (9, 0) and _call.cudnn_version() < _THD_ANY_GPU_VERSION:
         raise errors.NotSupportedError(
             3000,
             func,
             f"packed variable-length attention (ragged offsets) needs an sm90 (Hopper) or "
-            f"newer GPU with cuDNN {version}, or cuDNN 9.18.1 or newer; device {device} is "
-            f"sm{cap[0]}{cap[1]}",
+            f"newer GPU with cuDNN {_call.cudnn_version()}, or cuDNN 9.18.1 or newer; device "
+            f"{device} is sm{cap[0]}{cap[1]}",
         )
     return gq, gk, gv, dt, device
 
@@ -626,11 +625,11 @@ def _build_backward(operands, options, packed, det, stream) -> _call.GraphCall:
     r = _Ragged(g, b, maxes, pairs, odt)
     ins = (("q", 0, gq), ("k", 1, gk), ("v", 1, gv), ("out", 0, go), ("dout", 0, gdo))
     ts = [r.view(n, side, tuple(x.shape), tuple(x.strides), dt, x.ptr) for n, side, x in ins]
-    hq = gq.shape[1]
+    hq, s_tok = gq.shape[1], gs.strides[0]  # (the call's roles read the same stride)
     tst = g.tensor(
-        r.dims(0, (0, hq, 1)), r.strides(0, (hq, 1)), DataType.FLOAT, name="stats"
+        r.dims(0, (0, hq, 1)), r.strides(0, (s_tok, 1)), DataType.FLOAT, name="stats"
     ).set_alignment(alignment_of(gs.ptr))
-    r.ragged(tst, 0, hq)
+    r.ragged(tst, 0, s_tok)
     dropout, seed_inputs, seed_spans = _seed_pair(g, p, b)
     grads = g.sdpa_backward(
         *ts,
