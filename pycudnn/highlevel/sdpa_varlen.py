@@ -414,8 +414,8 @@ def _build_forward(operands, options, packed, training, out, stream) -> _call.Gr
     )
     p = options[2]
     b, maxes, roles, totals = packed
-    tq, hq, _d = gq.shape
-    oshape = (tq, hq, gv.shape[2])
+    n_q, hq, _d = gq.shape
+    oshape = (n_q, hq, gv.shape[2])
     pairs = _distinct(roles)
     odt = _odt(pairs, totals)
     g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
@@ -425,8 +425,11 @@ def _build_forward(operands, options, packed, training, out, stream) -> _call.Gr
         for name, side, x in (("q", 0, gq), ("k", 1, gk), ("v", 1, gv))
     ]
     dropout, seed_inputs, seed_spans = _seed_pair(g, p, b)
+    tq, tk, tv = ts
     o, stats = g.sdpa(
-        *ts,
+        tq,
+        tk,
+        tv,
         attn_scale=sc,
         is_inference=not training,
         use_causal_mask=causal,
@@ -444,8 +447,8 @@ def _build_forward(operands, options, packed, training, out, stream) -> _call.Gr
     o.set_stride(r.strides(0, o_strides))
     r.ragged(o, 0, o_strides[0])
     allocs, out_spans, outs = [alloc], [o_span], [o]
-    if training:
-        sspec = _call.output_spec((tq, hq, 1), DataType.FLOAT, device)
+    if stats is not None:  # training
+        sspec = _call.output_spec((n_q, hq, 1), DataType.FLOAT, device)
         stats.set_stride(r.strides(0, (hq, 1)))
         r.ragged(stats, 0, hq)
         allocs.append(sspec)
@@ -631,8 +634,13 @@ def _build_backward(operands, options, packed, det, stream) -> _call.GraphCall:
     ).set_alignment(alignment_of(gs.ptr))
     r.ragged(tst, 0, s_tok)
     dropout, seed_inputs, seed_spans = _seed_pair(g, p, b)
+    tq, tk, tv, to, tdo = ts
     grads = g.sdpa_backward(
-        *ts,
+        tq,
+        tk,
+        tv,
+        to,
+        tdo,
         tst,
         attn_scale=sc,
         use_causal_mask=causal,
