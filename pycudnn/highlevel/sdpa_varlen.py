@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from ..typing import DeviceArrayLike, StreamLike
     from ._annotations import Out
 
+    #: cumulative lengths: host ints (a list, a NumPy array) or an int32 device array
+    CuSeqlens = Sequence[int] | DeviceArrayLike
+
 __all__ = ["dnn_sdpa_varlen", "dnn_sdpa_varlen_grad"]
 
 #: packed attention needs Hopper (sm90) before cuDNN 9.18.1 (cudnn-frontend's check)
@@ -210,8 +213,8 @@ def dnn_sdpa_varlen(
     q: DeviceArrayLike,
     k: DeviceArrayLike,
     v: DeviceArrayLike,
-    cu_seqlens_q: Any,
-    cu_seqlens_kv: Any,
+    cu_seqlens_q: CuSeqlens,
+    cu_seqlens_kv: CuSeqlens,
     max_seqlen_q: int,
     max_seqlen_kv: int,
     is_causal: bool = ...,
@@ -228,8 +231,8 @@ def dnn_sdpa_varlen(
     q: DeviceArrayLike,
     k: DeviceArrayLike,
     v: DeviceArrayLike,
-    cu_seqlens_q: Any,
-    cu_seqlens_kv: Any,
+    cu_seqlens_q: CuSeqlens,
+    cu_seqlens_kv: CuSeqlens,
     max_seqlen_q: int,
     max_seqlen_kv: int,
     is_causal: bool = ...,
@@ -246,8 +249,8 @@ def dnn_sdpa_varlen(
     q: DeviceArrayLike,
     k: DeviceArrayLike,
     v: DeviceArrayLike,
-    cu_seqlens_q: Any,
-    cu_seqlens_kv: Any,
+    cu_seqlens_q: CuSeqlens,
+    cu_seqlens_kv: CuSeqlens,
     max_seqlen_q: int,
     max_seqlen_kv: int,
     is_causal: bool = ...,
@@ -263,8 +266,8 @@ def dnn_sdpa_varlen(
     q: DeviceArrayLike,
     k: DeviceArrayLike,
     v: DeviceArrayLike,
-    cu_seqlens_q: Any,
-    cu_seqlens_kv: Any,
+    cu_seqlens_q: CuSeqlens,
+    cu_seqlens_kv: CuSeqlens,
     max_seqlen_q: int,
     max_seqlen_kv: int,
     is_causal: bool = False,
@@ -472,8 +475,8 @@ def dnn_sdpa_varlen_grad(
     out: DeviceArrayLike,
     dout: DeviceArrayLike,
     stats: DeviceArrayLike,
-    cu_seqlens_q: Any,
-    cu_seqlens_kv: Any,
+    cu_seqlens_q: CuSeqlens,
+    cu_seqlens_kv: CuSeqlens,
     max_seqlen_q: int,
     max_seqlen_kv: int,
     is_causal: bool = False,
