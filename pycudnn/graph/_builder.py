@@ -139,11 +139,13 @@ class Graph(ConvBnOperations):
         is_pass_by_value: bool = False,
         uid: int | None = None,
         alignment: int = 16,
+        ragged_offset: Tensor | None = None,
     ) -> Tensor:
         """A graph input of shape *dim* (element *stride*, packed row-major by default).
 
         ``is_pass_by_value``: a scalar passed at execute time as a Python number (not a device
-        array), e.g. a scale; its dims must all be 1.
+        array), e.g. a scale; its dims must all be 1. ``ragged_offset``: packed variable-length
+        rows (:meth:`Tensor.set_ragged_offset`).
         """
         d = as_dims(dim, f"{self.name}: tensor dim")
         if stride is None:
@@ -161,6 +163,8 @@ class Graph(ConvBnOperations):
             t.set_uid(uid)
         if alignment != 16:
             t.set_alignment(alignment)
+        if ragged_offset is not None:
+            t.set_ragged_offset(ragged_offset)
         return t
 
     def tensor_like(self, array: Any, *, name: str | None = None) -> Tensor:

@@ -26,7 +26,14 @@ from ..descriptors._validate import coerce_enum
 from ..enums import BackendAttributeName as A
 from ..enums import BackendAttributeType as T
 from ..enums import BackendBehaviorNote, BackendHeurMode, BackendNumericalNote, DataType
-from ._tensor import GraphBase, Tensor, described_dim, described_stride, host_scalar
+from ._tensor import (
+    GraphBase,
+    Tensor,
+    check_ragged,
+    described_dim,
+    described_stride,
+    host_scalar,
+)
 from .nodes import KINDS
 from .nodes._base import SCALING
 
@@ -57,6 +64,7 @@ class TensorSpec(NamedTuple):
     is_by_value: bool
     alignment: int
     scratch: str | None = None
+    ragged_offset: int | None = None  #: the uid of its ragged offset tensor
 
 
 class NodeSpec(NamedTuple):
@@ -181,15 +189,21 @@ def freeze(
     if len(used) != sum(t._uid is not None for t in g._tensors):
         raise ValueError(f"{g.name}: two tensors were given the same uid")
     nxt = 1
-    specs = []
+    uids = []
     for t in g._tensors:
         if t._uid is None:
             while nxt in used:
                 nxt += 1
             used.add(nxt)
-            uid = nxt
+            uids.append(nxt)
         else:
-            uid = t._uid
+            uids.append(t._uid)
+    specs = []
+    for t, uid in zip(g._tensors, uids, strict=True):
+        ragged = None
+        if t._ragged is not None:
+            check_ragged(t, t._ragged)  # again: dims and types may have been set since
+            ragged = uids[t._ragged._index]
         dt = t._dtype
         if dt is None:
             dt = g.intermediate_data_type if t._virtual else g.io_data_type
@@ -207,6 +221,7 @@ def freeze(
             t._by_value,
             t._alignment,
             t._scratch,
+            ragged,
         )
         specs.append((t, spec))
     return tuple(s for _t, s in specs), _pointer_order(g, specs, order)
@@ -218,6 +233,7 @@ def _pointer_order(
     """A call's pointer order: real data tensors as declared (those of
     ``set_io_order`` first), then the by-value constants, then the scratch tensors."""
     used = {id(t) for _k, _n, _s, roles in g._nodes for _r, t in roles}
+    used |= {id(t._ragged) for t in g._tensors if t._ragged is not None and id(t) in used}
     real = [
         (t, s)
         for t, s in specs
@@ -246,9 +262,7 @@ def structure(g: GraphBase, tensors: Sequence[TensorSpec]) -> dict[str, Any]:
     return {
         "format": "pycudnn.graph/1",
         "name": g.name,
-        "tensors": [
-            dict(spec._asdict(), name=t._name) for t, spec in zip(g._tensors, tensors, strict=True)
-        ],
+        "tensors": [_tensor_doc(t, spec) for t, spec in zip(g._tensors, tensors, strict=True)],
         "nodes": [
             {
                 "kind": kind,
@@ -259,6 +273,15 @@ def structure(g: GraphBase, tensors: Sequence[TensorSpec]) -> dict[str, Any]:
             for kind, name, s, roles in g._nodes
         ],
     }
+
+
+def _tensor_doc(t: Tensor, spec: TensorSpec) -> dict[str, Any]:
+    """One tensor of ``Graph.to_json`` (``ragged_offset`` only when set: the documents of
+    graphs without one are as before)."""
+    doc = dict(spec._asdict(), name=t._name)
+    if spec.ragged_offset is None:
+        del doc["ragged_offset"]
+    return doc
 
 
 def unnamed(graph: Any) -> Any:
@@ -378,9 +401,13 @@ class GraphKey:
         """The finalized operation graph (module docstring)."""
         tnames, nnames = self.names
         descs: dict[int, BackendDescriptor] = {}
-        for i, t in enumerate(self.tensors):
+        # the ragged tensors last: each holds its offset tensor's descriptor
+        order = sorted(range(len(self.tensors)), key=lambda i: self.tensors[i].ragged_offset or 0)
+        for i in order:
+            t = self.tensors[i]
+            what = f"its dims {t.dim} / strides {t.stride}"
             try:
-                descs[t.uid] = BackendDescriptor.tensor(
+                d = BackendDescriptor.tensor(
                     t.dim,
                     t.stride,
                     DataType(t.data_type),
@@ -388,9 +415,14 @@ class GraphKey:
                     alignment=t.alignment,
                     is_virtual=t.is_virtual,
                     is_by_value=t.is_by_value,
+                    finalize=t.ragged_offset is None,
                 )
+                if t.ragged_offset is not None:
+                    what = f"its ragged offset (tensor uid {t.ragged_offset})"
+                    d.set(A.TENSOR_RAGGED_OFFSET_DESC, T.BACKEND_DESCRIPTOR, descs[t.ragged_offset])
+                    d.finalize()
+                descs[t.uid] = d
             except errors.CudnnError as exc:
-                what = f"its dims {t.dim} / strides {t.stride}"
                 raise _refused(exc, tnames[i], "tensor", what) from None
         ops = [self._operation(n, nnames[i], descs) for i, n in enumerate(self.nodes)]
         try:

@@ -27,6 +27,7 @@ __all__ = [
     "as_dtype",
     "check_array",
     "check_extent",
+    "check_ragged",
     "described_dim",
     "described_stride",
     "finite",
@@ -229,6 +230,7 @@ class Tensor:
         "_index",
         "_name",
         "_producer",
+        "_ragged",
         "_scratch",
         "_stride",
         "_swap_last",
@@ -257,6 +259,7 @@ class Tensor:
         self._alignment = 16
         self._producer = producer
         self._scratch: str | None = None
+        self._ragged: Tensor | None = None  # cuDNN's ragged offsets (packed sequences)
         # described to cuDNN with the last two dims swapped (same memory): attention's K^T
         self._swap_last = False
 
@@ -348,7 +351,29 @@ class Tensor:
         self._alignment = alignment
         return self
 
+    def set_ragged_offset(self, offset: Tensor | None) -> Tensor:
+        """Give this tensor cuDNN's ragged offsets (packed variable-length sequences, the
+        "THD" layout): *offset* is an int32/int64 graph input of dims ``(B + 1, 1, ..., 1)``
+        holding the element offset where each batch's rows start (``cu_seqlens * token
+        stride``; the batch stride is then unused). The arrays of a ragged tensor are checked
+        for data type, device and alignment only: the offsets must stay inside them. None
+        removes the offsets."""
+        self._graph._mutable()
+        if offset is not None:
+            check_ragged(self, offset)
+        self._ragged = offset
+        return self
+
     # -- getters -------------------------------------------------------------------------------
+    @property
+    def ragged_offset(self) -> Tensor | None:
+        """The ragged offset tensor (:meth:`set_ragged_offset`), or None."""
+        return self._ragged
+
+    def get_ragged_offset(self) -> Tensor | None:
+        """The ragged offset tensor, or None (cudnn-frontend spelling)."""
+        return self._ragged
+
     @property
     def name(self) -> str:
         """The name of the tensor."""
@@ -402,6 +427,33 @@ class Tensor:
         return f"<graph {kind} {self._name!r} dim={self._dim} stride={self._stride} {dt}>"
 
 
+_OFFSET_TYPES = (DataType.INT32, DataType.INT64)
+
+
+def check_ragged(t: Tensor, offset: Any) -> None:
+    """*offset* may be *t*'s ragged offset tensor: an int32/int64 input of this graph, of
+    dims ``(t.dim[0] + 1, 1, ..., 1)`` (checked when set and again when the graph freezes)."""
+    where = f"{t._graph.name}: tensor {t._name!r}: ragged offset"
+    if not isinstance(offset, Tensor):
+        raise TypeError(f"{where} must be a Tensor of this graph, got {type(offset).__name__}")
+    if offset._graph is not t._graph:
+        raise ValueError(f"{where} ({offset._name!r}) belongs to another graph")
+    if offset is t or offset._producer is not None or offset._by_value or t._by_value:
+        raise ValueError(
+            f"{where} ({offset._name!r}) must be another graph input of device memory (not an "
+            "operation output or a by-value scalar), for a tensor that is not by value"
+        )
+    if offset._dtype not in _OFFSET_TYPES:
+        got = "unset" if offset._dtype is None else dtype_name(offset._dtype)
+        raise TypeError(f"{where} ({offset._name!r}) must be int32 or int64, got {got}")
+    want = (t._dim[0] + 1,) + (1,) * (len(t._dim) - 1)
+    if offset._dim != want:
+        raise ValueError(
+            f"{where} ({offset._name!r}) must have dims {want} (one offset per batch and "
+            f"the end), got {offset._dim}"
+        )
+
+
 def described_dim(t: Tensor) -> tuple[int, ...]:
     """The dims cuDNN sees (the last two swapped for a transposed view)."""
     d = t._dim
@@ -433,11 +485,12 @@ def check_array(graph: str, t: Tensor, obj: Any, spec: Any, device: int) -> int:
             f"the array {a.dtype}"
         )
     shape = tuple(a.shape) or (1,)
-    if shape != t._dim:
+    ragged = t._ragged is not None  # packed rows: the offsets (device data) place them
+    if not ragged and shape != t._dim:
         raise ValueError(f"{graph}: tensor {name!r} has dims {t._dim}, the array {shape}")
     isz = a.dtype.itemsize
     strides = tuple(s // isz for s in a.strides) or (1,)
-    if not _layout.matches(shape, strides, t._stride):
+    if not ragged and not _layout.matches(shape, strides, t._stride):
         raise ValueError(
             f"{graph}: tensor {name!r} has strides {t._stride}, the array {strides} (elements)"
         )

@@ -12,7 +12,7 @@ import ctypes
 from collections.abc import Mapping
 from typing import Any
 
-from .. import _layout
+from .. import _layout, memory
 from .._types import itemsize
 from ..enums import DataType
 from ._tensor import GraphBase, check_array, host_scalar
@@ -95,7 +95,11 @@ def pointers(g: GraphBase, variant_pack: Any) -> tuple[list[int], list[Any]]:
             raise KeyError(f"{g.name}: no array for tensor {t._name!r} (uid {uid}) in variant_pack")
         else:
             p = check_array(g.name, t, pack[uid][1], spec, key.device)
-            lo, hi = _layout.extent(t._dim, t._stride, itemsize(DataType(spec.data_type)))
+            if t._ragged is None:
+                lo, hi = _layout.extent(t._dim, t._stride, itemsize(DataType(spec.data_type)))
+            else:  # packed rows: the array's own bytes
+                a = memory.asarray(pack[uid][1], check=False)
+                lo, hi = _layout.extent(a.shape, a.strides)
             arrays.append((t, p + lo, hi - lo))
             ptrs.append(p)
     _check_overlaps(g, arrays)

@@ -102,6 +102,7 @@ def _checks(g: GraphBase, op: str, qkv: tuple, o: SdpaOptions) -> tuple:
         )
     _check_types_and_heads(g, op, (q, k, v))
     seq_q, seq_kv = _seq_lens(g, op, o, b)
+    _check_ragged(g, op, (q, k, v), seq_q is not None)
     dropout = _dropout(g, op, o.dropout)
     scale = _scale(g, op, o.attn_scale, d)
     io = q.data_type or g.io_data_type
@@ -129,6 +130,30 @@ def _check_types_and_heads(g: GraphBase, op: str, qkv: tuple) -> None:
                 f"{g.name}.{op}: {nm}'s head dim (D) is {size}; cuDNN's attention takes "
                 f"multiples of 8 up to {_HEAD_DIM_MAX}"
             )
+
+
+#: cuDNN 9.6 first runs grouped-query heads on ragged (packed) tensors (cudnn-frontend's check)
+_RAGGED_GQA_VERSION = 90600
+
+
+def _check_ragged(g: GraphBase, op: str, qkv: tuple, padded: bool) -> None:
+    """Ragged (packed variable-length) q, k or v need the padding mask, whose lengths bound
+    each batch's rows, and (grouped-query) cuDNN 9.6; the offsets' own checks are the
+    tensors' (:meth:`Tensor.set_ragged_offset`)."""
+    ragged = [n for n, t in zip("qkv", qkv, strict=True) if t._ragged is not None]
+    if not ragged:
+        return
+    where = f"{g.name}.{op}"
+    if not padded:
+        raise errors.NotSupportedError(
+            3000,
+            where,
+            f"ragged offsets on {', '.join(ragged)} (packed sequences) need the padding mask: "
+            "give seq_len_q and seq_len_kv (cuDNN bounds each batch's rows by them)",
+        )
+    if qkv[0].dim[1] != qkv[1].dim[1] and cudnn_version() < _RAGGED_GQA_VERSION:
+        what = "grouped-query heads with ragged offsets"
+        raise sdpa_masks._unsupported(where, what, _RAGGED_GQA_VERSION)
 
 
 def _check_index_tensor(g: GraphBase, op: str, nm: str, t: Tensor, dtype: DataType) -> None:
@@ -359,6 +384,7 @@ def backward(
     dk_full = _mm(g, dst, q, (seq_kv, None, seq_q), f"{name}::dST_Q")
     dk_t = _head_sum(g, dk_full, (b, hk, skv, d), k, io, f"{name}::dK")
     kv = reshape(g, k, (b, hk, skv, d), k_strides, name=f"{name}::reshape_k")
+    kv._ragged = k._ragged  # the same rows (cudnn-frontend gives the view K's offsets)
     dq_acc = _mm(g, ds, kv, (seq_q, None, seq_kv), f"{name}::dS_K")
     if deterministic or dbias is not None:
         # dQ written directly (cuDNN's dP-workspace kernels): cudnn-frontend forces this form

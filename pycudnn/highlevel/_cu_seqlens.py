@@ -1,0 +1,154 @@
+"""The cumulative sequence lengths of packed attention (:mod:`.sdpa_varlen`): checked on the
+host before any C call, then the sequence lengths and the element offsets cuDNN reads uploaded
+once per content.
+
+``cu_seqlens`` are ``B + 1`` token counts ``[0, s_0, s_0 + s_1, ..., total]``; cuDNN wants the
+lengths ``s_b`` (int32, the padding mask) and, per packed tensor, the *element* offset of each
+batch's first row: ``cu_seqlens * token stride`` (a tensor's token stride is ``H * D`` when
+packed; the statistics' is ``H``). Tensors with the same side (q or kv) and token stride share
+one offset array.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .. import errors, memory
+from .._types import dtype_name
+from ..enums import DataType
+from . import _operand
+
+__all__ = ["Packing", "max_len", "offsets_dtype", "packing", "upload"]
+
+
+# ==================================================================================================
+class Packing(NamedTuple):
+    """The checked cumulative lengths of q and kv (int64 host arrays of B + 1 values)."""
+
+    cu_q: np.ndarray
+    cu_kv: np.ndarray
+
+
+def _host_lengths(func: str, name: str, obj: Any, device: int, stream: Any) -> np.ndarray:
+    """*obj* (a host sequence of ints, an integer host array, or an int32 device array of
+    shape (B + 1,)) as an int64 host array; a device array is read back (synchronising)."""
+    host = None
+    if isinstance(obj, (list, tuple)):
+        for v in obj:
+            if isinstance(v, bool) or not hasattr(v, "__index__"):
+                raise TypeError(f"{func}: {name} must hold ints, got {v!r} in {obj!r}")
+        host = np.array([operator.index(v) for v in obj], np.int64)
+    elif not isinstance(obj, np.ndarray):
+        try:
+            g = _operand.operand(obj)
+        except errors.NotDeviceMemoryError:  # a host array of another kind (a CPU tensor)
+            obj = np.asarray(obj)
+        else:
+            if g.dtype != DataType.INT32:
+                got = "an unsupported dtype" if g.dtype is None else dtype_name(g.dtype)
+                raise TypeError(f"{func}: {name} must be an int32 device array, got {got}")
+            if g.device != device:
+                raise ValueError(f"{func}: {name} is on device {g.device}, q on device {device}")
+            if len(g.shape) != 1:
+                raise ValueError(f"{func}: {name} must have shape (B + 1,), got {tuple(g.shape)}")
+            host = np.asarray(memory.asarray(obj).get(stream))  # synchronises the stream
+    if host is None:
+        if obj.dtype.kind not in "iu":
+            raise TypeError(f"{func}: {name} must hold integers, got dtype {obj.dtype}")
+        host = obj
+    if host.ndim != 1 or host.shape[0] < 2:
+        raise ValueError(
+            f"{func}: {name} must be 1-D with B + 1 >= 2 values, got shape {host.shape}"
+        )
+    return host.astype(np.int64, copy=False)
+
+
+def _check_lengths(func: str, name: str, cu: np.ndarray, total: int, max_len: int) -> None:
+    """*cu* starts at 0, ends at *total*, and each sequence has 1 to *max_len* tokens."""
+    side = name.removeprefix("cu_seqlens_")
+    tokens = "q.shape[0]" if side == "q" else "k.shape[0]"
+    if cu[0] != 0:
+        raise ValueError(f"{func}: {name} must start at 0, got {int(cu[0])}")
+    if cu[-1] != total:
+        raise ValueError(
+            f"{func}: {name} must end at the total number of tokens {total} ({tokens}), "
+            f"got {int(cu[-1])}"
+        )
+    lens = np.diff(cu)
+    bad = np.flatnonzero(lens < 1)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"{func}: {name} must increase (every sequence has at least one token): "
+            f"{name}[{i + 1}] - {name}[{i}] = {int(lens[i])}"
+        )
+    longest = int(lens.max())
+    if longest > max_len:
+        i = int(np.argmax(lens))
+        raise ValueError(
+            f"{func}: sequence {i} has {longest} tokens ({name}), more than max_seqlen_{side}="
+            f"{max_len}"
+        )
+
+
+def max_len(func: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) < 1:
+        raise ValueError(f"{func}: {name} must be an int >= 1, got {value!r}")
+    return operator.index(value)
+
+
+def packing(func: str, cu: tuple[Any, Any], totals: tuple, maxes: tuple, where: tuple) -> Packing:
+    """The cumulative lengths checked against the total tokens and the maximum lengths
+    (*where*: ``(device, stream)`` for a device array's read)."""
+    cu_q = _host_lengths(func, "cu_seqlens_q", cu[0], *where)
+    cu_kv = _host_lengths(func, "cu_seqlens_kv", cu[1], *where)
+    if cu_q.shape != cu_kv.shape:
+        raise ValueError(
+            f"{func}: cu_seqlens_q and cu_seqlens_kv must both have B + 1 values, got "
+            f"{cu_q.shape[0]} and {cu_kv.shape[0]}"
+        )
+    _check_lengths(func, "cu_seqlens_q", cu_q, totals[0], maxes[0])
+    _check_lengths(func, "cu_seqlens_kv", cu_kv, totals[1], maxes[1])
+    return Packing(cu_q, cu_kv)
+
+
+#: the uploaded lengths and offsets, by device and content (the graph reads them)
+_AUX: dict[tuple, tuple[memory.DeviceArray, tuple[int, ...]]] = {}
+
+
+def offsets_dtype(strides: Sequence[tuple[int, int]], totals: tuple[int, int]) -> type:
+    """int32 offsets when every one fits (torch's choice), else int64."""
+    top = max(totals[side] * stride for side, stride in strides)
+    return np.int32 if top < 2**31 else np.int64
+
+
+def upload(p: Packing, strides: tuple, device: int, stream: Any) -> tuple[int, ...]:
+    """Device pointers of the sequence lengths of q and kv (int32, B each), then of one offset
+    array (B + 1 values) per ``(side, token stride)`` of *strides* (side 0: q, 1: kv); uploaded
+    once per content and kept (one buffer, each part 16-byte aligned)."""
+    totals = (int(p.cu_q[-1]), int(p.cu_kv[-1]))
+    odt = offsets_dtype(strides, totals)
+    key = (device, p.cu_q.tobytes(), p.cu_kv.tobytes(), strides, odt)
+    hit = _AUX.get(key)
+    if hit is not None:
+        return hit[1]
+    cus = (p.cu_q, p.cu_kv)
+    parts = [np.diff(p.cu_q).astype(np.int32), np.diff(p.cu_kv).astype(np.int32)]
+    parts += [(cus[side] * stride).astype(odt) for side, stride in strides]
+    blob = bytearray()
+    where = []
+    for a in parts:
+        where.append(len(blob))
+        blob += a.tobytes()
+        blob += bytes(-len(blob) % 16)
+    buf = memory.to_device(np.frombuffer(bytes(blob), np.uint8), stream, device=device)
+    buf.synchronize()  # the host bytes are temporary; the graph reads them on any stream
+    ptrs = tuple(buf.ptr + w for w in where)
+    if len(_AUX) > 256:
+        _AUX.clear()
+    _AUX[key] = (buf, ptrs)
+    return ptrs
