@@ -477,6 +477,9 @@ class Graph(ConvBnOperations):
         bias: Tensor | None = None,
         alibi_slopes: Tensor | None = None,
         sink: Tensor | None = None,
+        paged_attention_k_table: Tensor | None = None,
+        paged_attention_v_table: Tensor | None = None,
+        paged_attention_max_seq_len_kv: int | None = None,
         name: str | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Scaled dot-product attention ``softmax(scale * q k^T + mask) v``: q (B, H, S_q, D),
@@ -490,10 +493,13 @@ class Graph(ConvBnOperations):
         last query and the last key); *right_bound* keys kept right of the diagonal (causal is
         0), *left_bound* keys kept on and left of it (a sliding window); *bias* an additive
         (B|1, H|1, S_q, S_kv) tensor; *alibi_slopes* float32 (1, H, 1, 1) ALiBi slopes; *sink*
-        float32 (1, H, 1, 1) sink logits (cuDNN 9.13+)."""
+        float32 (1, H, 1, 1) sink logits (cuDNN 9.13+). A paged KV cache (``docs/graph.md``):
+        k/v as (num_blocks, H_k, block_size, D) caches read through the int32 page tables."""
         o = sdpa.SdpaOptions(attn_scale, use_causal_mask, seq_len_q, seq_len_kv, dropout)
         masks = (diagonal_alignment, left_bound, right_bound, bias, alibi_slopes, sink)
         o = o._replace(**dict(zip(sdpa.MASK_FIELDS, masks, strict=True)))
+        tables = (paged_attention_k_table, paged_attention_v_table)
+        o = o._replace(paged=(*tables, paged_attention_max_seq_len_kv))
         return sdpa.forward(self, (q, k, v), o, is_inference, name or "sdpa")
 
     def sdpa_backward(
