@@ -20,6 +20,7 @@ and one cache-and-run helper), :mod:`._staging` (descriptors per layout, staged 
 - :mod:`.matmul` -- ``dnn_matmul`` (with a fused bias and activation);
 - :mod:`.norms` -- ``dnn_layer_norm``, ``dnn_rms_norm`` and their ``_grad``s;
 - :mod:`.sdpa` -- ``dnn_sdpa``, ``dnn_sdpa_grad`` (cuDNN's fused flash attention);
+- :mod:`.sdpa_paged` -- ``dnn_sdpa_paged`` (attention over a paged KV cache);
 - :mod:`.rnn` -- ``RNNBlock`` (the v8 RNN API), with the weight-layout converters of
   :mod:`.rnn_layout` (``rnn_weights_from_torch``, ``rnn_weights_to_torch``,
   ``canonical_rnn_layout``, ``torch_rnn_param_names``).

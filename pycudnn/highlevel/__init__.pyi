@@ -40,6 +40,7 @@ from .rnn_layout import (
     torch_rnn_param_names as torch_rnn_param_names,
 )
 from .sdpa import dnn_sdpa as dnn_sdpa, dnn_sdpa_grad as dnn_sdpa_grad
+from .sdpa_paged import dnn_sdpa_paged as dnn_sdpa_paged
 from .softmax import dnn_softmax as dnn_softmax, dnn_softmax_grad as dnn_softmax_grad
 from .spatialtf import (
     dnn_spatialtf as dnn_spatialtf,

@@ -12,7 +12,7 @@ from ..enums import DataType
 from ..graph._tensor import alignment_of, like_strides
 from . import _call, _checks, _operand
 
-__all__ = ["layout_of", "lens", "spec_like"]
+__all__ = ["layout_of", "lens", "output", "spec_like"]
 
 
 def lens(func: str, name: str, obj: Any, b: int, device: int) -> _operand.Operand | None:
@@ -53,3 +53,24 @@ def spec_like(g: _operand.Operand, shape: tuple[int, ...], dt: DataType) -> _cal
     el = like_strides(shape, tuple(g.shape), tuple(g.strides))
     isz = itemsize(dt)
     return _call.OutputSpec(shape, numpy_dtype(dt), g.device, tuple(s * isz for s in el))
+
+
+def output(
+    func: str, o: Any, out: Any, shape: tuple[int, ...], gq: _operand.Operand
+) -> tuple[_call.OutputSpec | None, int]:
+    """The attention's output tensor *o* laid out as *out* (checked: *shape*, q's dtype and
+    device, head dim contiguous) or, *out* None, as a new array in q's memory order:
+    ``(the new array's spec or None, the output's byte span)``."""
+    dt = gq.dtype
+    if out is not None:
+        go = _checks.out_operand(func, out, shape, dt, gq.device)
+        if go.strides[3] != 1:
+            raise ValueError(
+                f"{func}: out's head dim must be contiguous (stride 1), got "
+                f"strides {tuple(go.strides)}"
+            )
+        o.set_stride(tuple(max(s, 1) for s in go.strides)).set_alignment(alignment_of(go.ptr))
+        return None, go.nbytes_span
+    alloc = spec_like(gq, shape, dt)
+    o.set_stride(alloc.element_strides)
+    return alloc, alloc.nbytes_span

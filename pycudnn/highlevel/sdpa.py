@@ -453,20 +453,7 @@ def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.G
         name="sdpa",
         **md.kwargs,
     )
-    oshape = (b, hq, sq, dv)
-    if out is not None:
-        go = _checks.out_operand(func, out, oshape, dt, device)
-        if go.strides[3] != 1:
-            raise ValueError(
-                f"{func}: out's head dim must be contiguous (stride 1), got "
-                f"strides {tuple(go.strides)}"
-            )
-        o.set_stride(tuple(max(s, 1) for s in go.strides)).set_alignment(alignment_of(go.ptr))
-        alloc, so = None, go.nbytes_span
-    else:
-        alloc = _sdpa_operands.spec_like(gq, oshape, dt)
-        o.set_stride(alloc.element_strides)
-        so = alloc.nbytes_span
+    alloc, so = _sdpa_operands.output(func, o, out, (b, hq, sq, dv), gq)
     allocs, out_spans = [alloc], [so]
     outs = [o]
     if training:
