@@ -306,10 +306,9 @@ def _build(qkv, tables, seq_lens, options, out, stream) -> _call.GraphCall:
     # two tensors even on one table, as FlashInfer declares them (one load each)
     ttk = _table_tensor(g, "page_table_k", gt, pages)
     ttv = _table_tensor(g, "page_table_v", gtv, pages)
-    fixed = None
-    if seq_lens_q is None:  # every sequence S_q queries: a cached device array of them
-        fixed = _graphops.filled(b, DataType.INT32, device, sq)
-    tsq = _graphops.column(g, "seq_len_q", b, DataType.INT32, (fixed if gsq is None else gsq).ptr)
+    # without seq_lens_q, the entry's own array of S_q's (made below, after every check; a
+    # fresh allocation is aligned to at least 16 bytes)
+    tsq = _graphops.column(g, "seq_len_q", b, DataType.INT32, 16 if gsq is None else gsq.ptr)
     tskv = _graphops.column(g, "seq_len_kv", b, DataType.INT32, gskv.ptr)
     o, _stats = g.sdpa(
         tq,
@@ -334,6 +333,9 @@ def _build(qkv, tables, seq_lens, options, out, stream) -> _call.GraphCall:
         f"{dtype_name(dt)} paged attention forward q{gq.shape} k_cache{gk.shape} "
         f"(block size {block}, max_seqlen_kv {max_s}{', causal' if causal else ''})"
     )
+    fixed = None
+    if gsq is None:  # every sequence S_q queries: a cached device array of them
+        fixed = _graphops.filled(b, DataType.INT32, device, sq)
     kind = _call.GraphCall if fixed is None else _FixedLensQ
     spans = [*in_spans, so]
     call = _graphops.entry(func, g, device, stream, [alloc], spans, what=what, stage=st, kind=kind)
