@@ -306,8 +306,8 @@ def _build(qkv, tables, seq_lens, options, out, stream) -> _call.GraphCall:
     # two tensors even on one table, as FlashInfer declares them (one load each)
     ttk = _table_tensor(g, "page_table_k", gt, pages)
     ttv = _table_tensor(g, "page_table_v", gtv, pages)
-    # without seq_lens_q, the entry's own array of S_q's (made below, after every check; a
-    # fresh allocation is aligned to at least 16 bytes)
+    # without seq_lens_q, the entry's own array of S_q's (made once the plan is found; a fresh
+    # allocation is aligned to at least 16 bytes)
     tsq = _graphops.column(g, "seq_len_q", b, DataType.INT32, 16 if gsq is None else gsq.ptr)
     tskv = _graphops.column(g, "seq_len_kv", b, DataType.INT32, gskv.ptr)
     o, _stats = g.sdpa(
@@ -333,12 +333,9 @@ def _build(qkv, tables, seq_lens, options, out, stream) -> _call.GraphCall:
         f"{dtype_name(dt)} paged attention forward q{gq.shape} k_cache{gk.shape} "
         f"(block size {block}, max_seqlen_kv {max_s}{', causal' if causal else ''})"
     )
-    fixed = None
-    if gsq is None:  # every sequence S_q queries: a cached device array of them
-        fixed = _graphops.filled(b, DataType.INT32, device, sq)
-    kind = _call.GraphCall if fixed is None else _FixedLensQ
+    kind = _FixedLensQ if gsq is None else _call.GraphCall
     spans = [*in_spans, so]
     call = _graphops.entry(func, g, device, stream, [alloc], spans, what=what, stage=st, kind=kind)
-    if fixed is not None:
-        call.lens_q = fixed
+    if gsq is None:  # every sequence S_q queries: a cached device array of them
+        call.lens_q = _graphops.filled(b, DataType.INT32, device, sq)
     return call
