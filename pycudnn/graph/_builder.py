@@ -481,23 +481,25 @@ class Graph(ConvBnOperations):
         bias: Tensor | None = None,
         alibi_slopes: Tensor | None = None,
         sink: Tensor | None = None,
+        paged_attention_k_table: Tensor | None = None,
+        paged_attention_v_table: Tensor | None = None,
+        paged_attention_max_seq_len_kv: int | None = None,
         name: str | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Scaled dot-product attention ``softmax(scale * q k^T + mask) v``: q (B, H, S_q, D),
-        k (B, H_k, S_kv, D), v (B, H_k, S_kv, D_v) with H a multiple of H_k (grouped-query);
-        any strides (a (B, S, H, D) array is the same dims with its strides). Returns ``(o,
-        stats)``; *stats* (B, H, S_q, 1) float32, the softmax's log-sum-exp, only in training
-        (``is_inference=False``). *seq_len_q*/*seq_len_kv*: int32 (B, 1, 1, 1) tensors of the
-        valid lengths (padding mask). *dropout*: ``(probability, seed, offset)`` with int64
-        (1, 1, 1, 1) seed/offset tensors. Masks and scores (``docs/graph.md``):
-        *diagonal_alignment* ``"top_left"`` or ``"bottom_right"`` (the diagonal through the
-        last query and the last key); *right_bound* keys kept right of the diagonal (causal is
-        0), *left_bound* keys kept on and left of it (a sliding window); *bias* an additive
-        (B|1, H|1, S_q, S_kv) tensor; *alibi_slopes* float32 (1, H, 1, 1) ALiBi slopes; *sink*
-        float32 (1, H, 1, 1) sink logits (cuDNN 9.13+)."""
+        k (B, H_k, S_kv, D), v (B, H_k, S_kv, D_v), H a multiple of H_k, any strides. Returns
+        ``(o, stats)``; *stats* float32 (B, H, S_q, 1) log-sum-exp, only in training. Options
+        (``docs/graph.md``): int32 (B, 1, 1, 1) *seq_len_q*/*seq_len_kv* (padding); *dropout*
+        ``(probability, seed, offset)``, int64 (1, 1, 1, 1) seed and offset; the diagonal's
+        alignment and the band's bounds (causal: ``right_bound=0``; a sliding window:
+        *left_bound*); an additive (B|1, H|1, S_q, S_kv) *bias*; float32 (1, H, 1, 1)
+        *alibi_slopes* and *sink* logits; a paged KV cache (k/v (num_blocks, H_k, block_size,
+        D) read through int32 page tables)."""
         o = sdpa.SdpaOptions(attn_scale, use_causal_mask, seq_len_q, seq_len_kv, dropout)
         masks = (diagonal_alignment, left_bound, right_bound, bias, alibi_slopes, sink)
         o = o._replace(**dict(zip(sdpa.MASK_FIELDS, masks, strict=True)))
+        tables = (paged_attention_k_table, paged_attention_v_table)
+        o = o._replace(paged=(*tables, paged_attention_max_seq_len_kv))
         return sdpa.forward(self, (q, k, v), o, is_inference, name or "sdpa")
 
     def sdpa_backward(

@@ -22,6 +22,7 @@ and one cache-and-run helper), :mod:`._staging` (descriptors per layout, staged 
 - :mod:`.sdpa` -- ``dnn_sdpa``, ``dnn_sdpa_grad`` (cuDNN's fused flash attention);
 - :mod:`.sdpa_varlen` -- ``dnn_sdpa_varlen``, ``dnn_sdpa_varlen_grad`` (packed variable-length
   sequences);
+- :mod:`.sdpa_paged` -- ``dnn_sdpa_paged`` (attention over a paged KV cache);
 - :mod:`.rnn` -- ``RNNBlock`` (the v8 RNN API), with the weight-layout converters of
   :mod:`.rnn_layout` (``rnn_weights_from_torch``, ``rnn_weights_to_torch``,
   ``canonical_rnn_layout``, ``torch_rnn_param_names``).

@@ -44,6 +44,7 @@ from .sdpa_varlen import (
     dnn_sdpa_varlen as dnn_sdpa_varlen,
     dnn_sdpa_varlen_grad as dnn_sdpa_varlen_grad,
 )
+from .sdpa_paged import dnn_sdpa_paged as dnn_sdpa_paged
 from .softmax import dnn_softmax as dnn_softmax, dnn_softmax_grad as dnn_softmax_grad
 from .spatialtf import (
     dnn_spatialtf as dnn_spatialtf,

@@ -31,11 +31,11 @@ import numpy as np
 
 from .. import _layout, errors, memory
 from .._config import parse_bool
-from .._types import dtype_name, itemsize, numpy_dtype
+from .._types import dtype_name
 from ..enums import DataType
 from ..graph import Graph
 from ..graph._tensor import alignment_of
-from . import _call, _checks, _graphops, _operand, _sdpa_masks, _staging
+from . import _call, _checks, _graphops, _operand, _sdpa_masks, _sdpa_operands, _staging
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -117,36 +117,6 @@ def _options(
     return is_causal, sc, p
 
 
-def _lens(func: str, name: str, obj: Any, b: int, device: int) -> _operand.Operand | None:
-    if obj is None:
-        return None
-    g = _operand.operand(obj)
-    if g.dtype != DataType.INT32:
-        raise TypeError(
-            f"{func}: {name} must be an int32 device array of shape ({b},), got "
-            f"{dtype_name(g.dtype) if g.dtype else 'an unsupported dtype'}"
-        )
-    if tuple(g.shape) not in ((b,), (b, 1, 1, 1)):
-        raise ValueError(
-            f"{func}: {name} must have shape ({b},) (one length per batch), got {tuple(g.shape)}"
-        )
-    if g.device != device:
-        raise ValueError(f"{func}: {name} is on device {g.device}, q on device {device}")
-    _checks.check_aligned(func, name, g)
-    return g
-
-
-def _layout_of(
-    func: str, name: str, g: _operand.Operand, index: int, stage: list
-) -> tuple[tuple[int, ...], int]:
-    """*g*'s strides for the graph (a packed copy when its head dim is not contiguous)."""
-    if g.strides[3] == 1 or g.shape[3] == 1:
-        return tuple(g.strides), alignment_of(g.ptr)
-    packed = _layout.packed_strides(tuple(g.shape))
-    stage.append((index, g, packed))
-    return packed, 16
-
-
 _SEEDS: dict[tuple[int, int], memory.DeviceArray] = {}
 
 
@@ -223,8 +193,8 @@ def _seq_lens(func: str, seq_lens_q: Any, seq_lens_kv: Any, b: int, device: int)
     """The two sequence-length operands (both or neither), checked: ``(q's, kv's)``."""
     if (seq_lens_q is None) != (seq_lens_kv is None):
         raise ValueError(f"{func}: give both seq_lens_q and seq_lens_kv (or neither)")
-    gsq = _lens(func, "seq_lens_q", seq_lens_q, b, device)
-    return gsq, _lens(func, "seq_lens_kv", seq_lens_kv, b, device)
+    gsq = _sdpa_operands.lens(func, "seq_lens_q", seq_lens_q, b, device)
+    return gsq, _sdpa_operands.lens(func, "seq_lens_kv", seq_lens_kv, b, device)
 
 
 def _declare_common(g: Graph, gsq: Any, gskv: Any, p: float, b: int, masks: Any) -> tuple:
@@ -250,16 +220,6 @@ def _declare_common(g: Graph, gsq: Any, gskv: Any, p: float, b: int, masks: Any)
         inputs += [tseed, toff]
         spans += [0, 0]
     return tsq, tskv, dropout, inputs, spans
-
-
-def _spec_like(g: _operand.Operand, shape: tuple[int, ...], dt: DataType) -> _call.OutputSpec:
-    """A new output of *shape* packed in *g*'s stride order (a (B, S, H, D) q gives a
-    (B, S, H, D) output)."""
-    from ..graph._builder import like_strides
-
-    el = like_strides(shape, tuple(g.shape), tuple(g.strides))
-    isz = itemsize(dt)
-    return _call.OutputSpec(shape, numpy_dtype(dt), g.device, tuple(s * isz for s in el))
 
 
 # training decides between out and (out, stats)
@@ -471,9 +431,9 @@ def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.G
     gsq, gskv = _seq_lens(func, seq_lens_q, seq_lens_kv, b, device)
     g = Graph(dt, DataType.FLOAT, DataType.FLOAT, name=func)
     stage: list = []
-    st_q, aq = _layout_of(func, "q", gq, 0, stage)
-    st_k, ak = _layout_of(func, "k", gk, 1, stage)
-    st_v, av = _layout_of(func, "v", gv, 2, stage)
+    st_q, aq = _sdpa_operands.layout_of(func, "q", gq, 0, stage)
+    st_k, ak = _sdpa_operands.layout_of(func, "k", gk, 1, stage)
+    st_v, av = _sdpa_operands.layout_of(func, "v", gv, 2, stage)
     tq = g.tensor(tuple(gq.shape), st_q, dt, name="q", alignment=aq)
     tk = g.tensor(tuple(gk.shape), st_k, dt, name="k", alignment=ak)
     tv = g.tensor(tuple(gv.shape), st_v, dt, name="v", alignment=av)
@@ -493,20 +453,7 @@ def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.G
         name="sdpa",
         **md.kwargs,
     )
-    oshape = (b, hq, sq, dv)
-    if out is not None:
-        go = _checks.out_operand(func, out, oshape, dt, device)
-        if go.strides[3] != 1:
-            raise ValueError(
-                f"{func}: out's head dim must be contiguous (stride 1), got "
-                f"strides {tuple(go.strides)}"
-            )
-        o.set_stride(tuple(max(s, 1) for s in go.strides)).set_alignment(alignment_of(go.ptr))
-        alloc, so = None, go.nbytes_span
-    else:
-        alloc = _spec_like(gq, oshape, dt)
-        o.set_stride(alloc.element_strides)
-        so = alloc.nbytes_span
+    alloc, so = _sdpa_operands.output(func, o, out, (b, hq, sq, dv), gq)
     allocs, out_spans = [alloc], [so]
     outs = [o]
     if training:
@@ -736,7 +683,7 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
     ops = (("q", gq), ("k", gk), ("v", gv), ("out", go), ("dout", gdo))
     ts = []
     for i, (name, g_) in enumerate(ops):
-        st_, al = _layout_of(func, name, g_, i, stage)
+        st_, al = _sdpa_operands.layout_of(func, name, g_, i, stage)
         ts.append(g.tensor(tuple(g_.shape), st_, dt, name=name, alignment=al))
     tq, tk, tv, to, tdo = ts
     tst = g.tensor(
@@ -772,7 +719,7 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         (dk, gk, (b, hk, skv, d)),
         (dv_, gv, (b, hk, skv, dv)),
     ):
-        spec = _spec_like(like, shape, dt)
+        spec = _sdpa_operands.spec_like(like, shape, dt)
         t.set_stride(spec.element_strides)
         allocs.append(spec)
     for t in more:  # dbias (io type), dsink (float32): packed

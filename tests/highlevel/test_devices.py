@@ -355,6 +355,18 @@ CASES = {
         ("q", "k", "v", "out", "dout", "stats"),
         None,
     ),
+    "dnn_sdpa_paged": (
+        lambda d, **k: pycudnn.dnn_sdpa_paged(
+            A((1, 2, 1, 8), d("q"), BF16),
+            A((4, 2, 16, 8), d("k_cache"), BF16),
+            A((4, 2, 16, 8), d("v_cache"), BF16),
+            A((1, 4), d("page_table"), I32),
+            A((1,), d("seq_lens_kv"), I32),
+            **k,
+        ),
+        ("q", "k_cache", "v_cache", "page_table", "seq_lens_kv"),
+        ((1, 2, 1, 8), BF16),
+    ),
     "dnn_ctc_loss": (
         lambda d, **k: _ctc(d, **k),
         ("log_probs", "labels", "label_lengths", "input_lengths"),

@@ -89,6 +89,11 @@ def inputs():
         ng=R((8,)),
         q=R((1, 2, 16, 64)).astype(np.float16),
         qdy=R((1, 2, 16, 64)).astype(np.float16),
+        q1=R((1, 2, 1, 64)).astype(np.float16),
+        kc=R((4, 2, 16, 64)).astype(np.float16),  # a paged cache: 4 blocks of 16
+        pt=np.array([[2, 0]], np.int32),
+        one=np.array([1], np.int32),
+        pl=np.array([20], np.int32),
     )
 
 
@@ -187,6 +192,9 @@ CALLS = {
     "dnn_rms_norm_grad": lambda d, _: _rms_grad(d),
     "dnn_sdpa": lambda d, _: pycudnn.dnn_sdpa(d("q"), d("q"), d("q"), is_causal=True),
     "dnn_sdpa_grad": lambda d, _: _sdpa_grad(d),
+    "dnn_sdpa_paged": lambda d, _: pycudnn.dnn_sdpa_paged(
+        d("q1"), d("kc"), d("kc"), d("pt"), d("pl"), seq_lens_q=d("one")
+    ),
     "RNNBlock": _rnn,
 }
 #: results compared across devices only where the same computation is deterministic

@@ -69,6 +69,8 @@ def usage(x: DeviceArray, f: Foreign, c: Cai, flag: bool) -> None:
         pycudnn.dnn_sdpa(x, x, x, training=flag), DeviceArray | tuple[DeviceArray, DeviceArray]
     )
     dq, _dk, _dv = pycudnn.dnn_sdpa_grad(x, x, x, x, x, x, diagonal_alignment="bottom_right")
+    assert_type(pycudnn.dnn_sdpa_paged(x, x, x, x, x), DeviceArray)
+    assert_type(pycudnn.dnn_sdpa_paged(x, x, x, x, x, 64, True, page_table_v=x, out=f), Foreign)
     assert_type(dq, DeviceArray)
     assert_type(pycudnn.dnn_layer_norm(x, 64), tuple[DeviceArray, DeviceArray, DeviceArray])
     assert_type(pycudnn.dnn_layer_norm(x, (64,), training=False), tuple[DeviceArray, None, None])

@@ -6,6 +6,7 @@ its family's checks, output-shape inference and descriptor encoding.
 - :mod:`.matmul`, :mod:`.reduction`, :mod:`.rng_reshape`
 - :mod:`.norm` -- layer, RMS, instance and batch norm, forward and backward
 - :mod:`.sdpa` -- scaled dot-product attention as composite graphs of the nodes above
+- :mod:`.paged` -- the paged cache load (a paged KV cache in front of the attention)
 - :mod:`.bn_fusion` -- ``genstats``, ``bn_finalize``, ``dbn_weight``: the conv-BN training
   fusion operations
 
@@ -15,7 +16,7 @@ each family contributes the kinds it records.
 
 from __future__ import annotations
 
-from . import bn_fusion, conv, matmul, norm, pointwise, reduction, rng_reshape, sdpa
+from . import bn_fusion, conv, matmul, norm, paged, pointwise, reduction, rng_reshape, sdpa
 from ._base import NodeKind
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "conv",
     "matmul",
     "norm",
+    "paged",
     "pointwise",
     "reduction",
     "rng_reshape",
@@ -39,4 +41,5 @@ KINDS: dict[str, NodeKind] = {
     **rng_reshape.KINDS,
     **norm.KINDS,
     **bn_fusion.KINDS,
+    **paged.KINDS,
 }

@@ -15,6 +15,9 @@ Forward::
     P = E / Z  [* Bernoulli(1-p) mask * 1/(1-p)]
     O = P @ V
 
+A paged KV cache (:mod:`.paged`) puts a paged cache load in front of ``Q K^T`` (K) and ``P V``
+(V): the matmuls read the gathered ``(B, H_k, max_s_kv, D)`` tensors (forward only).
+
 Grouped-query attention is K and V with fewer heads (H_q a multiple of H_k): the engines
 take the head counts as they are. The backward recomputes ``P = exp(scale * Q K^T - Stats)``
 and needs two float32 tensors of its own: ``softmax_sum = rowsum(dO * O)`` and (unless
@@ -31,6 +34,7 @@ from ..._config import parse_bool
 from ...enums import DataType
 from ...enums import PointwiseMode as P
 from .._tensor import GraphBase, Tensor, finite, like_strides
+from . import paged as _paged
 from . import pointwise, sdpa_masks
 from ._base import cudnn_version
 from .matmul import matmul
@@ -54,6 +58,7 @@ class SdpaOptions(NamedTuple):
     bias: Tensor | None = None  #: additive (B|1, H|1, S_q, S_kv)
     alibi_slopes: Tensor | None = None  #: float32 (1, H, 1, 1)
     sink: Tensor | None = None  #: float32 (1, H, 1, 1) sink logits
+    paged: tuple | None = None  #: (k table, v table, max_seq_len_kv): a paged cache (forward)
 
 
 #: the options of the masks and scores (:mod:`.sdpa_masks`), in ``SdpaOptions``' order
@@ -260,7 +265,9 @@ def forward(
 ) -> tuple[Tensor, Tensor | None]:
     """``(o, stats)`` of attention over ``qkv = (q, k, v)``: stats (the log-sum-exp) only in
     training."""
+    qkv, loads = _paged.prepare(g, "sdpa", qkv, o, name)
     q, k, v, seq_q, seq_kv, dropout, scale, io, masks = _checks(g, "sdpa", qkv, o)
+    _paged.record(g, loads, seq_kv)
     is_inference = parse_bool(is_inference, f"{g.name}.sdpa", "is_inference")
     k._swap_last = True  # bmm1 reads K^T: the same memory with the last two dims swapped
     neg_inf = _neg_inf(g, seq_q, masks, name)
