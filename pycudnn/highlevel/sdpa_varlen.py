@@ -374,7 +374,8 @@ def dnn_sdpa_varlen(
     )
     args = ((q, k, v), (is_causal, scale, dropout_p), (b, maxes, roles, totals), training, out)
     if _call.cached_entry(key) is None:  # a new case: its checks come before the upload
-        _check_forward(*args)
+        device = _check_forward(*args)[4]
+        _checks.check_stream(func, stream, device)
     ptrs = (*(p for p, _k in keys), *_cu.upload(pk, _distinct(roles), keys[0][1][3], stream))
     outs, pos = ((out, None), (po, None)) if training else ((out,), (po,))
     if seedv is None:
@@ -568,6 +569,7 @@ def dnn_sdpa_varlen_grad(
     )
     if _call.cached_entry(key) is None:  # a new case: its checks come before the upload
         _check_backward(*args[:3])
+        _checks.check_stream(func, stream, keys[0][1][3])
     ptrs = (*(p for p, _k in keys), *_cu.upload(pk, _distinct(roles), keys[0][1][3], stream))
     none = (None,) * 3
     if seedv is None:

@@ -367,6 +367,31 @@ CASES = {
         ("q", "k_cache", "v_cache", "page_table", "seq_lens_kv"),
         ((1, 2, 1, 8), BF16),
     ),
+    "dnn_sdpa_varlen": (
+        lambda d, **k: pycudnn.dnn_sdpa_varlen(
+            *(A((12, 2, 8), d(n), BF16) for n in ("q", "k", "v")),
+            [0, 5, 12],
+            [0, 5, 12],
+            7,
+            7,
+            **k,
+        ),
+        ("q", "k", "v"),
+        ((12, 2, 8), BF16),
+    ),
+    "dnn_sdpa_varlen_grad": (
+        lambda d, **k: pycudnn.dnn_sdpa_varlen_grad(
+            *(A((12, 2, 8), d(n), BF16) for n in ("q", "k", "v", "out", "dout")),
+            A((12, 2, 1), d("stats")),
+            [0, 5, 12],
+            [0, 5, 12],
+            7,
+            7,
+            **k,
+        ),
+        ("q", "k", "v", "out", "dout", "stats"),
+        None,
+    ),
     "dnn_ctc_loss": (
         lambda d, **k: _ctc(d, **k),
         ("log_probs", "labels", "label_lengths", "input_lengths"),

@@ -94,6 +94,8 @@ def inputs():
         pt=np.array([[2, 0]], np.int32),
         one=np.array([1], np.int32),
         pl=np.array([20], np.int32),
+        vq=R((12, 2, 64)).astype(np.float16),  # packed: two sequences of 5 and 7 tokens
+        vdy=R((12, 2, 64)).astype(np.float16),
     )
 
 
@@ -130,6 +132,15 @@ def _sdpa_grad(d):
     q = d("q")
     o, st = pycudnn.dnn_sdpa(q, q, q, is_causal=True, training=True)
     return pycudnn.dnn_sdpa_grad(q, q, q, o, d("qdy"), st, is_causal=True)
+
+
+CU = [0, 5, 12]  # the packed sequences' cumulative lengths
+
+
+def _varlen_grad(d):
+    q = d("vq")
+    o, st = pycudnn.dnn_sdpa_varlen(q, q, q, CU, CU, 7, 7, is_causal=True, training=True)
+    return pycudnn.dnn_sdpa_varlen_grad(q, q, q, o, d("vdy"), st, CU, CU, 7, 7, is_causal=True)
 
 
 def _rnn(d, device):
@@ -195,6 +206,10 @@ CALLS = {
     "dnn_sdpa_paged": lambda d, _: pycudnn.dnn_sdpa_paged(
         d("q1"), d("kc"), d("kc"), d("pt"), d("pl"), seq_lens_q=d("one")
     ),
+    "dnn_sdpa_varlen": lambda d, _: pycudnn.dnn_sdpa_varlen(
+        d("vq"), d("vq"), d("vq"), CU, CU, 7, 7, is_causal=True
+    ),
+    "dnn_sdpa_varlen_grad": lambda d, _: _varlen_grad(d),
     "RNNBlock": _rnn,
 }
 #: results compared across devices only where the same computation is deterministic
