@@ -27,9 +27,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-import numpy as np
-
-from .. import _layout, errors, memory
+from .. import _layout, errors
 from .._config import parse_bool
 from .._types import dtype_name
 from ..enums import DataType
@@ -117,39 +115,21 @@ def _options(
     return is_causal, sc, p
 
 
-_SEEDS: dict[tuple[int, int], memory.DeviceArray] = {}
-
-
-def _seed_buffer(seed: int, device: int) -> memory.DeviceArray:
-    """A device int64 pair (seed, offset 0) for the attention's Philox generator, cached by
-    seed (the graph reads both from device memory)."""
-    key = (device, seed)
-    a = _SEEDS.get(key)
-    if a is None:
-        a = memory.to_device(np.array([seed, 0], np.int64), device=device)
-        a.synchronize()
-        if len(_SEEDS) > 256:
-            _SEEDS.clear()
-        _SEEDS[key] = a
-    return a
-
-
 #: the per-call seed of an attention with dropout (not in the key; read by its launch)
 _RUN = threading.local()
 
 
 class _Seeded(_call.GraphCall):
-    """An attention graph with dropout: the caller passes pointer 0 for the (seed, offset)
-    pair and :meth:`launch` puts in the device pair of this call's seed (:data:`_RUN`)."""
+    """An attention graph with dropout: its Philox seed is a by-value graph scalar, and
+    :meth:`launch` writes this call's seed (:data:`_RUN`) into it before the plan runs. cuDNN
+    reads by-value scalars when it enqueues the kernels, so no device copy and no
+    synchronisation are needed (a CUDA graph captured with one seed replays that seed)."""
 
-    __slots__ = ("seed_at",)
+    __slots__ = ("seed",)
     lean = False  # launch reads the per-call seed
 
     def launch(self, ptrs: Sequence[int]) -> None:
-        ptrs = list(ptrs)
-        at = self.seed_at
-        pair = _seed_buffer(_RUN.seed, self.handle.device).ptr
-        ptrs[at], ptrs[at + 1] = pair, pair + 8
+        self.seed.value = _RUN.seed
         super().launch(ptrs)
 
 
@@ -166,7 +146,7 @@ def _run_seeded(
     """:func:`._call.run_cached` with *seed* for the :class:`_Seeded` launch (dropout)."""
     _RUN.seed = seed
     try:
-        return _call.run_cached(key, build, args, (*ptrs, 0, 0), outs, out_ptrs, stream)
+        return _call.run_cached(key, build, args, ptrs, outs, out_ptrs, stream)
     finally:
         _RUN.seed = None
 
@@ -199,10 +179,9 @@ def _seq_lens(func: str, seq_lens_q: Any, seq_lens_kv: Any, b: int, device: int)
 
 def _declare_common(g: Graph, gsq: Any, gskv: Any, p: float, b: int, masks: Any) -> tuple:
     """The inputs both directions add after their own: the sequence lengths (when given) and
-    the masks' operands (*masks*, a :class:`._sdpa_masks.Declared`) and the dropout seed pair
-    (when *p*); ``(seq_len_q, seq_len_kv, dropout, inputs, spans)``
-    with the graph's ``dropout=`` argument and the extra inputs' byte spans (the seed pair's
-    pointers are 0 until the launch (:class:`_Seeded`): they overlap nothing)."""
+    the masks' operands (*masks*, a :class:`._sdpa_masks.Declared`);
+    ``(seq_len_q, seq_len_kv, dropout, inputs, spans)`` with the graph's ``dropout=`` argument
+    (when *p*: by-value seed and offset scalars, no inputs) and the extra inputs' byte spans."""
     tsq = tskv = dropout = None
     inputs: list = []
     spans: list = []
@@ -213,12 +192,9 @@ def _declare_common(g: Graph, gsq: Any, gskv: Any, p: float, b: int, masks: Any)
         spans += [gsq.nbytes_span, gskv.nbytes_span]
     inputs += masks.inputs
     spans += masks.spans
-    if p:
-        tseed = g.tensor((1, 1, 1, 1), (1, 1, 1, 1), DataType.INT64, name="seed", alignment=8)
-        toff = g.tensor((1, 1, 1, 1), (1, 1, 1, 1), DataType.INT64, name="offset", alignment=8)
-        dropout = (p, tseed, toff)
-        inputs += [tseed, toff]
-        spans += [0, 0]
+    if p:  # by-value scalars: the seed's value is written by each launch (_Seeded)
+        tseed = g.scalar(0, "int64", name="seed")
+        dropout = (p, tseed, g.scalar(0, "int64", name="offset"))
     return tsq, tskv, dropout, inputs, spans
 
 
@@ -480,8 +456,7 @@ def _declare_masks(func, g, attn_mask, masks, dims, dt, device) -> _sdpa_masks.D
 
 
 def _entry(func, g, device, stream, allocs, spans, what, stage, p) -> _call.GraphCall:
-    """The attention's call entry: a :class:`_Seeded` one with dropout (*p*), the seed pair
-    being the last two inputs."""
+    """The attention's call entry: a :class:`_Seeded` one with dropout (*p*)."""
     call = _graphops.entry(
         func,
         g,
@@ -493,8 +468,8 @@ def _entry(func, g, device, stream, allocs, spans, what, stage, p) -> _call.Grap
         stage=stage,
         kind=_Seeded if p else _call.GraphCall,
     )
-    if p:
-        call.seed_at = len(spans) - len(allocs) - 2
+    if p:  # the graph's host scalar of the seed (g.scalar's), written by each launch
+        call.seed = next(t for t in g._tensors if t.name == "seed")._value
     return call
 
 

@@ -380,8 +380,7 @@ def scaled_dot_product_attention(
         flag): pass ``dropout_p if self.training else 0.0`` from a module. The mask comes from
         cuDNN's Philox generator with a seed drawn from torch's CPU generator
         (``torch.manual_seed`` makes it reproducible; it differs from torch's mask), and the
-        backward regenerates it from that seed. Each dropout call copies its seed to the
-        device (a small synchronous copy).
+        backward regenerates it from that seed (passed to cuDNN by value: no device copy).
     is_causal : bool
         Top-left aligned causal mask, as torch's.
     scale : float, optional

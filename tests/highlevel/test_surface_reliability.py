@@ -12,7 +12,7 @@ import fractions
 import _fake_device as fd
 import numpy as np
 import pytest
-from _fake_device import CCall, Fake
+from _fake_device import Fake
 
 import pycudnn
 from pycudnn import _config
@@ -56,7 +56,6 @@ def served(no_c, monkeypatch):
 
     monkeypatch.setattr(_graphops, "entry", entry)
     monkeypatch.setattr(_graphops, "capability", lambda device: (9, 0))
-    monkeypatch.setattr(sdpa, "_seed_buffer", lambda seed, device: CCall("seed buffer"))
     return built
 
 
@@ -186,6 +185,33 @@ def test_sdpa_dropout_of_any_real_type_passes_the_seed_pointers(served, monkeypa
     )
     pycudnn.dnn_sdpa(q4(), q4(), q4(), dropout_p=p, seed=1, training=True)
     assert seen and seen[0][0] == 1 and seen[0][1][3][3] == float(p)
+
+
+def test_sdpa_dropout_seed_is_a_by_value_scalar_written_by_the_launch(served):
+    """No device copy of the seed: the graph's seed and offset are by-value scalars (not
+    inputs), and the entry's launch writes each call's seed into the seed's host scalar."""
+    pycudnn.dnn_sdpa(q4(), q4(), q4(), dropout_p=0.1, seed=123, training=True)
+    g = served[-1]
+    by_name = {t.name: t for t in g._tensors}
+    assert by_name["seed"].is_pass_by_value and by_name["offset"].is_pass_by_value
+    assert by_name["seed"].data_type == DataType.INT64
+    key = g.key(device=0)
+    real = [t for t in key.tensors if t.uid in key.uids and not t.is_by_value]
+    assert len(real) == 5  # q, k, v, out, stats: no seed or offset input
+    launched = []
+
+    class Plan:
+        def launch(self, ptrs, scratch=()):
+            launched.append(seed_c.value)
+
+    call = object.__new__(sdpa._Seeded)
+    seed_c = by_name["seed"]._value
+    call.seed, call.plan, call.key, call.consts = seed_c, Plan(), key, ()
+    for value in (7, 2**62):
+        sdpa._RUN.seed = value
+        call.launch((1, 2, 3))
+    sdpa._RUN.seed = None
+    assert launched == [7, 2**62]
 
 
 def test_sdpa_training_no_is_inference(served):
