@@ -431,7 +431,7 @@ class GraphCall(Call):
     on the inputs' and outputs' pointers (the graph's io order), its constants' host
     addresses, the scratch tensors' places in the workspace, and the workspace."""
 
-    __slots__ = ("consts", "graph", "key", "plan")
+    __slots__ = ("consts", "graph", "key", "plan", "scratch")
 
     def __init__(
         self,
@@ -448,9 +448,10 @@ class GraphCall(Call):
         self.key = graph._key
         self.plan = graph.plan
         self.consts = tuple(graph.constant_pointers())
+        self.scratch = self.key.scratch  # read once: the key's property builds a tuple
 
     def launch(self, ptrs: Sequence[int]) -> None:
-        scratch = self.key.scratch
+        scratch = self.scratch
         if scratch:  # placeholders that GraphPlan.launch points into the workspace
             self.plan.launch((*ptrs, *self.consts, *(0,) * len(scratch)), scratch)
         else:

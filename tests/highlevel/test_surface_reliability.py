@@ -206,7 +206,7 @@ def test_sdpa_dropout_seed_is_a_by_value_scalar_written_by_the_launch(served):
 
     call = object.__new__(sdpa._Seeded)
     seed_c = by_name["seed"]._value
-    call.seed, call.plan, call.key, call.consts = seed_c, Plan(), key, ()
+    call.seed, call.plan, call.key, call.consts, call.scratch = seed_c, Plan(), key, (), ()
     for value in (7, 2**62):
         sdpa._RUN.seed = value
         call.launch((1, 2, 3))
