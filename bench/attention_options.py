@@ -284,6 +284,134 @@ def run_case(b: Any, c: Case) -> dict[str, Any]:
     return item
 
 
+def run_varlen(b: Any, quick: bool) -> dict[str, Any]:
+    """Packed variable-length sequences against the same batch padded to the longest (both
+    pycudnn, causal, forward and forward + backward), and torch's ``varlen_attn`` where it
+    exists: bf16, 8 sequences of random lengths, H 16, D 128."""
+    torch, pc, s = b.torch, b.pc, b.s
+    gen = torch.Generator().manual_seed(1)
+    B, H, D, smax = 8, 16, 128, (1024 if quick else 2048)
+    lens = torch.randint(smax // 8, smax + 1, (B,), generator=gen).tolist()
+    lens[0] = smax
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    bf = torch.bfloat16
+    q, k, v, dout = (torch.randn(cu[-1], H, D, device="cuda", dtype=bf) for _ in range(4))
+
+    def pad(x: Any) -> Any:  # (T, H, D) -> (B, H, smax, D), a view of (B, smax, H, D)
+        p = torch.zeros(B, smax, H, D, device="cuda", dtype=bf)
+        for i in range(B):
+            p[i, : lens[i]] = x[cu[i] : cu[i + 1]]
+        return p.transpose(1, 2)
+
+    qp, kp, vp, dp = (pad(x) for x in (q, k, v, dout))
+    lt = torch.tensor(lens, device="cuda", dtype=torch.int32)
+    ov, op_ = torch.empty_like(q), torch.empty_like(qp)
+    ov2, op2 = torch.empty_like(q), torch.empty_like(qp)
+    vl = (cu, cu, smax, smax)
+
+    def var_fb() -> object:
+        o, st = pc.dnn_sdpa_varlen(q, k, v, *vl, True, training=True, out=ov2, stream=s)
+        return pc.dnn_sdpa_varlen_grad(q, k, v, o, dout, st, *vl, True, stream=s)
+
+    def pad_fb() -> object:
+        kw = {"seq_lens_q": lt, "seq_lens_kv": lt}
+        o, st = pc.dnn_sdpa(qp, kp, vp, None, True, training=True, out=op2, stream=s, **kw)
+        return pc.dnn_sdpa_grad(qp, kp, vp, o, dp, st, None, True, stream=s, **kw)
+
+    fns: dict[str, Callable[[], object]] = {
+        "varlen fwd": lambda: pc.dnn_sdpa_varlen(q, k, v, *vl, True, out=ov, stream=s),
+        "padded fwd": lambda: pc.dnn_sdpa(
+            qp, kp, vp, None, True, seq_lens_q=lt, seq_lens_kv=lt, out=op_, stream=s
+        ),
+        "varlen fwd+bwd": var_fb,
+        "padded fwd+bwd": pad_fb,
+    }
+    item: dict[str, Any] = {"case": f"varlen vs padded: B {B}, lengths {lens}", "sides": {}}
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+
+        cut = torch.tensor(cu, device="cuda", dtype=torch.int32)
+
+        def tv() -> Any:
+            return varlen_attn(q, k, v, cut, cut, smax, smax, is_causal=True)
+
+        tv()
+        fns["torch varlen_attn fwd"] = tv
+    except Exception as exc:  # absent in this torch, or it refuses the case
+        item["sides"]["torch varlen_attn fwd"] = {"error": _err_text(exc, 120)}
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    got = torch.cat([op_[i, :, : lens[i]].transpose(0, 1) for i in range(B)])
+    item["relerr_varlen_vs_padded"] = _relerr(b, ov, got, None)
+    item["sides"].update(b.time_sides(fns, host_calls=1))
+    sd = item["sides"]
+    for ph in ("fwd", "fwd+bwd"):
+        item[f"ratio_varlen_padded_{ph}"] = ratio(
+            sd[f"varlen {ph}"]["gpu_ms"], sd[f"padded {ph}"]["gpu_ms"]
+        )
+    b.done_case()
+    return item
+
+
+def run_paged(b: Any, quick: bool) -> dict[str, Any]:
+    """Decode (S_q = 1) over a paged KV cache against the same keys gathered contiguous (both
+    pycudnn, with the lengths as a padding mask) and torch's attention on the gathered cache
+    with a key-padding mask: bf16, 32 sequences, H 32 over H_k 8, D 128, blocks of 64."""
+    torch, pc, F, s = b.torch, b.pc, b.F, b.s
+    gen = torch.Generator().manual_seed(2)
+    B, H, HK, D, block = 32, 32, 8, 128, 64
+    smax = 2048 if quick else 4096
+    pages = smax // block
+    lens = torch.randint(smax // 4, smax + 1, (B,), generator=gen)
+    bf = torch.bfloat16
+    kc, vc = (torch.randn(B * pages, HK, block, D, device="cuda", dtype=bf) for _ in range(2))
+    table = torch.randperm(B * pages, generator=gen).view(B, pages).to("cuda", torch.int32)
+    lt = lens.to("cuda", torch.int32)
+    q = torch.randn(B, H, 1, D, device="cuda", dtype=bf)
+
+    def gather(c: Any) -> Any:  # (B, H_k, smax, D) contiguous
+        return c[table.long()].permute(0, 2, 1, 3, 4).reshape(B, HK, smax, D).contiguous()
+
+    kg, vg = gather(kc), gather(vc)
+    ones = torch.ones(B, device="cuda", dtype=torch.int32)
+    o1, o2 = torch.empty_like(q), torch.empty_like(q)
+    keep = (torch.arange(smax, device="cuda")[None, :] < lt[:, None])[:, None, None, :]
+    fns: dict[str, Callable[[], object]] = {
+        "paged": lambda: pc.dnn_sdpa_paged(q, kc, vc, table, lt, smax, out=o1, stream=s),
+        "contiguous": lambda: pc.dnn_sdpa(
+            q, kg, vg, seq_lens_q=ones, seq_lens_kv=lt, out=o2, stream=s
+        ),
+    }
+    item: dict[str, Any] = {"case": f"paged decode: B {B}, S_kv <= {smax}", "sides": {}}
+    kinds = b.sdpa_backends()
+    from torch.nn.attention import sdpa_kernel
+
+    for name in TORCH_BACKENDS:
+
+        def th(kind: Any = kinds[name]) -> Any:
+            with sdpa_kernel(kind):
+                return F.scaled_dot_product_attention(q, kg, vg, keep, enable_gqa=True)
+
+        try:
+            th()
+            fns[f"torch {name}"] = th
+        except Exception as exc:
+            item["sides"][f"torch {name}"] = {"error": _err_text(exc, 120)}
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    item["relerr_paged_vs_contiguous"] = _relerr(b, o1, o2, None)
+    item["sides"].update(b.time_sides(fns, host_calls=1))
+    sd = item["sides"]
+    item["tokens_per_s"] = {n: B / (r["gpu_ms"] / 1e3) for n, r in sd.items() if "gpu_ms" in r}
+    item["ratio_paged_contiguous"] = ratio(sd["paged"]["gpu_ms"], sd["contiguous"]["gpu_ms"])
+    b.done_case()
+    return item
+
+
 def summary(b: Any, items: list[dict[str, Any]]) -> list[str]:
     meta = b.meta
     fe = meta.get("frontend") or {}
@@ -292,6 +420,10 @@ def summary(b: Any, items: list[dict[str, Any]]) -> list[str]:
         + (fe.get("version", "?") if fe.get("available") else f"skipped ({fe.get('reason')})")
     ]
     for it in items:
+        if it["case"].startswith(("varlen", "paged")):
+            if "error" in it.get("sides", {}).get("pycudnn", {}):
+                lines.append(f"{it['case']}: error {it['sides']['pycudnn']['error']}")
+            continue
         sides = it["sides"]
 
         def ms(name: str, sides: dict = sides) -> str:
@@ -324,6 +456,27 @@ def summary(b: Any, items: list[dict[str, Any]]) -> list[str]:
             f"sliding window speedup over full causal (pycudnn fwd): "
             f"{_f(ratio(f, w), '.2f')}x ({full[0]['case']})"
         )
+    for it in items:
+        sd = it.get("sides", {})
+        if it["case"].startswith("varlen"):
+            lines.append(
+                f"{it['case']}: varlen fwd {_f(sd.get('varlen fwd', {}).get('gpu_ms'))} ms vs "
+                f"padded {_f(sd.get('padded fwd', {}).get('gpu_ms'))} "
+                f"({_f(it.get('ratio_varlen_padded_fwd'))}x); fwd+bwd "
+                f"{_f(sd.get('varlen fwd+bwd', {}).get('gpu_ms'))} vs "
+                f"{_f(sd.get('padded fwd+bwd', {}).get('gpu_ms'))} "
+                f"({_f(it.get('ratio_varlen_padded_fwd+bwd'))}x); torch varlen_attn fwd "
+                f"{_f(sd.get('torch varlen_attn fwd', {}).get('gpu_ms'))}; max rel diff "
+                f"{_f(it.get('relerr_varlen_vs_padded'), '.2g')}"
+            )
+        if it["case"].startswith("paged"):
+            tps = it.get("tokens_per_s", {})
+            lines.append(
+                f"{it['case']}: tokens/s "
+                + ", ".join(f"{n} {v:,.0f}" for n, v in tps.items())
+                + f"; paged/contiguous GPU time {_f(it.get('ratio_paged_contiguous'))}; max rel "
+                f"diff {_f(it.get('relerr_paged_vs_contiguous'), '.2g')}"
+            )
     fe_r = [it["ratio_frontend_fwd"] for it in items if it.get("ratio_frontend_fwd")]
     if fe_r:
         lines.append(
@@ -342,13 +495,20 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     b = Bench(args.quick, not args.no_frontend)
     items = []
-    for c in cases(b, args.quick):
+    runs: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        (c.name, lambda c=c: run_case(b, c)) for c in cases(b, args.quick)
+    ]
+    runs += [
+        ("varlen", lambda: run_varlen(b, args.quick)),
+        ("paged", lambda: run_paged(b, args.quick)),
+    ]
+    for name, run in runs:
         try:
-            items.append(run_case(b, c))
+            items.append(run())
         except Exception as exc:
-            items.append({"case": c.name, "sides": {"pycudnn": {"error": _err_text(exc)}}})
-            log(f"{c.name}: ERROR {_err_text(exc)}\n{traceback.format_exc(limit=4)}")
-        log(f"{c.name}: done")
+            items.append({"case": name, "sides": {"pycudnn": {"error": _err_text(exc)}}})
+            log(f"{name}: ERROR {_err_text(exc)}\n{traceback.format_exc(limit=4)}")
+        log(f"{name}: done")
     lines = summary(b, items)
     text = json.dumps({"meta": b.meta, "items": items, "summary": lines}, indent=1, default=str)
     for path in filter(
