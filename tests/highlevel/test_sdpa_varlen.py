@@ -340,3 +340,16 @@ def test_the_call_key_tells_cases_apart_and_ignores_the_lengths_content(guarded,
 def test_varlen_functions_are_public():
     assert pycudnn.dnn_sdpa_varlen is sdpa_varlen.dnn_sdpa_varlen
     assert pycudnn.highlevel.dnn_sdpa_varlen_grad is sdpa_varlen.dnn_sdpa_varlen_grad
+
+
+def test_lengths_given_as_ints_are_checked_once_per_content():
+    """A repeated list of lengths is served its checked packing; a spelling with a boolean
+    (``True == 1``, the same hash) is not served it, and still refused."""
+    _cu_seqlens._CHECKED.clear()
+    args = ((10, 10), (9, 9), (0, None))
+    p1 = _cu_seqlens.packing("f", ([0, 1, 10], (0, 1, 10)), *args)
+    assert _cu_seqlens.packing("f", ([0, 1, 10], [0, 1, 10]), *args) is p1
+    with pytest.raises(TypeError, match="must hold ints, got True"):
+        _cu_seqlens.packing("f", ([0, True, 10], [0, 1, 10]), *args)
+    with pytest.raises(ValueError, match="more than max_seqlen_q=8"):
+        _cu_seqlens.packing("f", ([0, 1, 10], [0, 1, 10]), (10, 10), (8, 9), (0, None))
