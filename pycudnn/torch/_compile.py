@@ -12,12 +12,13 @@ False: modules run their eager path, which dynamo breaks its graph around.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-__all__ = ["NAMESPACE", "OPS", "compiling", "constant", "define", "eager_only"]
+__all__ = ["NAMESPACE", "OPS", "compiling", "constant", "define", "dynamo_loaded", "eager_only"]
 
 NAMESPACE = "pycudnn"
 _CUSTOM_OP: Any = getattr(torch.library, "custom_op", None)
@@ -67,6 +68,14 @@ def define(
         op.register_autograd(autograd[0], setup_context=autograd[1])
     OPS[name] = op._opoverload
     return op._opoverload
+
+
+def dynamo_loaded() -> bool:
+    """Whether ``torch.compile``'s dynamo is loaded in this process. Dynamo refuses to trace
+    modules that are ``nn.RNNBase`` subclasses and runs their forward eagerly, while it still
+    compiles the Python frames that forward calls (pycudnn's own, which it cannot trace): the
+    RNNs route to :func:`eager_only` whenever dynamo is loaded, not only while it traces."""
+    return "torch._dynamo" in sys.modules
 
 
 def eager_only(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -13,7 +13,7 @@ from torch.autograd.function import once_differentiable
 
 from ..highlevel import RNNBlock
 from ..highlevel.rnn_layout import GATES, PROJ_ID, RNNLayout
-from ._compile import compiling, eager_only
+from ._compile import compiling, dynamo_loaded, eager_only
 from ._module import Converted, float_params, state
 from ._runtime import NO_BF16, cuda_ok, ready, stream_of
 
@@ -252,7 +252,7 @@ class RNN(_RNNRule, nn.RNN):
 
     def forward(self, input: Any, hx: Any = None) -> Any:
         """As ``torch.nn.RNN.forward`` (PackedSequence input runs torch's)."""
-        fwd = _rnn_eager if compiling() else rnn_forward
+        fwd = _rnn_eager if compiling() or dynamo_loaded() else rnn_forward
         return fwd(self, input, hx, super().forward)
 
 
@@ -261,7 +261,7 @@ class LSTM(_RNNRule, nn.LSTM):
 
     def forward(self, input: Any, hx: Any = None) -> Any:
         """As ``torch.nn.LSTM.forward`` (PackedSequence input runs torch's)."""
-        fwd = _rnn_eager if compiling() else rnn_forward
+        fwd = _rnn_eager if compiling() or dynamo_loaded() else rnn_forward
         return fwd(self, input, hx, super().forward)
 
 
@@ -270,5 +270,5 @@ class GRU(_RNNRule, nn.GRU):
 
     def forward(self, input: Any, hx: Any = None) -> Any:
         """As ``torch.nn.GRU.forward`` (PackedSequence input runs torch's)."""
-        fwd = _rnn_eager if compiling() else rnn_forward
+        fwd = _rnn_eager if compiling() or dynamo_loaded() else rnn_forward
         return fwd(self, input, hx, super().forward)

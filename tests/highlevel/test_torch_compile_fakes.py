@@ -487,3 +487,24 @@ def test_eager_only_modules_still_compile():
     yc = torch.compile(m, backend="eager")(x)
     torch.testing.assert_close(yc, ye)
     assert "dnn_lrn" in base.CALLS
+
+
+def test_rnns_run_eager_only_whenever_dynamo_is_loaded(monkeypatch):
+    """Dynamo refuses to trace ``nn.RNNBase`` modules and runs their forward eagerly while it
+    still compiles the frames that forward calls (pycudnn's RNN code, which it cannot trace:
+    a guard error on the GPU machine). So once dynamo is loaded, the converted RNNs take the
+    eager-only (``torch.compiler.disable``d) path even when not tracing."""
+    import torch._dynamo  # loaded, as under any torch.compile
+
+    from pycudnn.torch import rnn
+
+    seen = []
+    for name in ("_rnn_eager", "rnn_forward"):  # each records itself, then runs torch's RNN
+        monkeypatch.setattr(rnn, name, lambda m, x, hx, f, n=name: seen.append(n) or f(x, hx))
+    lstm = pt.convert(nn.LSTM(4, 6, batch_first=True).double())
+    x = torch.randn(2, 3, 4, dtype=torch.float64)
+    y = lstm(x)[0]
+    assert seen == ["_rnn_eager"]
+    yc = torch.compile(lstm, backend="eager")(x)[0]
+    torch.testing.assert_close(yc, y)
+    assert seen == ["_rnn_eager", "_rnn_eager"]

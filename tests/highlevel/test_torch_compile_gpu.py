@@ -29,7 +29,11 @@ import torch_gpu  # noqa: E402  (tests/support)
 
 import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn.torch import _compile, _convert  # noqa: E402, F401  (_convert: every family's ops)
+from pycudnn.torch import (  # noqa: E402, F401  (_convert: every family's ops; attention's)
+    _compile,
+    _convert,
+    attention,
+)
 
 pytestmark = pytest.mark.gpu
 
