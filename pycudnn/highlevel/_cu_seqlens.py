@@ -103,6 +103,7 @@ def max_len(func: str, name: str, value: Any) -> int:
     return operator.index(value)
 
 
+_INT = {int}
 #: checked lengths given as lists or tuples of ints, by content: a training loop that repeats
 #: its batches' lengths skips the checks (tens of microseconds of NumPy calls)
 _CHECKED: dict[tuple, Packing] = {}
@@ -114,7 +115,7 @@ def _plain(seq: Any) -> tuple | None:
     if type(seq) not in (list, tuple):
         return None
     t = tuple(seq)
-    return t if all(type(v) is int for v in t) else None
+    return t if set(map(type, t)) == _INT else None
 
 
 def packing(func: str, cu: tuple[Any, Any], totals: tuple, maxes: tuple, where: tuple) -> Packing:
