@@ -1,18 +1,59 @@
-"""What the attention calls (:mod:`.sdpa`, :mod:`.sdpa_paged`) share in reading their operands:
-the per-batch sequence lengths, q's layout for the graph (a packed copy when its head dim is not
-contiguous) and an output packed in q's memory order."""
+"""What the attention calls (:mod:`.sdpa`, :mod:`.sdpa_varlen`, :mod:`.sdpa_paged`) share in
+reading their operands: the head checks of cuDNN's fused attention, the per-batch sequence
+lengths, q's layout for the graph (a packed copy when its head dim is not contiguous) and an
+output packed in q's memory order."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import _layout
+from .. import _layout, errors
 from .._types import dtype_name, itemsize, numpy_dtype
 from ..enums import DataType
 from ..graph._tensor import alignment_of, like_strides
-from . import _call, _checks, _operand
+from . import _call, _checks, _graphops, _operand
 
-__all__ = ["layout_of", "lens", "output", "spec_like"]
+__all__ = ["check_gpu", "check_heads", "layout_of", "lens", "output", "spec_like"]
+
+
+def check_heads(
+    func: str,
+    d: tuple[int, int, int],
+    heads: tuple[int, int],
+    k: str = "k's",
+    kv: str = "k's and v's",
+) -> None:
+    """*d* ``(q's, k's, v's)`` head dims and *heads* ``(H_q, H_k)`` as cuDNN's fused attention
+    takes them: q and k alike, H_q a multiple of H_k, head dims multiples of 8 up to 256 (*k*,
+    *kv*: the messages' possessive names of k and of the key/value operands)."""
+    if d[1] != d[0]:
+        raise ValueError(f"{func}: q's head dim ({d[0]}) and {k} ({d[1]}) differ")
+    if heads[0] % heads[1]:
+        raise ValueError(
+            f"{func}: q's heads ({heads[0]}) must be a multiple of {kv} ({heads[1]}) "
+            "(grouped-query attention)"
+        )
+    for name, size in (("q/k", d[0]), ("v", d[2])):
+        if size % 8 or size > 256:
+            raise errors.NotSupportedError(
+                3000,
+                func,
+                f"cuDNN's fused attention needs head dims that are multiples of 8, at most "
+                f"256; {name} has {size}",
+            )
+
+
+def check_gpu(func: str, device: int) -> tuple[int, int] | None:
+    """Refuse a GPU older than sm80 (cuDNN's fused attention); returns its capability."""
+    cap = _graphops.capability(device)
+    if cap is not None and cap < (8, 0):
+        raise errors.NotSupportedError(
+            3000,
+            func,
+            f"cuDNN's fused attention needs an sm80 (Ampere) or newer GPU; device {device} is "
+            f"sm{cap[0]}{cap[1]}",
+        )
+    return cap
 
 
 def lens(func: str, name: str, obj: Any, b: int, device: int) -> _operand.Operand | None:

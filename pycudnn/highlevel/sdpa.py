@@ -75,34 +75,13 @@ def _qkv(func: str, q: Any, k: Any, v: Any) -> tuple:
             f"{func}: q, k, v have different batch sizes: {tuple(gq.shape)}, "
             f"{tuple(gk.shape)}, {tuple(gv.shape)}"
         )
-    if dk != d:
-        raise ValueError(f"{func}: q's head dim ({d}) and k's ({dk}) differ")
     if skv2 != skv or hv != hk:
         raise ValueError(
             f"{func}: k {tuple(gk.shape)} and v {tuple(gv.shape)} must have the "
             "same batch, heads and sequence length"
         )
-    if hq % hk:
-        raise ValueError(
-            f"{func}: q's heads ({hq}) must be a multiple of k's and v's ({hk}) "
-            "(grouped-query attention)"
-        )
-    for name, size in (("q/k", d), ("v", dv)):
-        if size % 8 or size > 256:
-            raise errors.NotSupportedError(
-                3000,
-                func,
-                f"cuDNN's fused attention needs head dims that are multiples of 8, "
-                f"at most 256; {name} has {size}",
-            )
-    cap = _graphops.capability(device)
-    if cap is not None and cap < (8, 0):
-        raise errors.NotSupportedError(
-            3000,
-            func,
-            f"cuDNN's fused attention needs an sm80 (Ampere) or newer GPU; device "
-            f"{device} is sm{cap[0]}{cap[1]}",
-        )
+    _sdpa_operands.check_heads(func, (d, dk, dv), (hq, hk))
+    _sdpa_operands.check_gpu(func, device)
     return gq, gk, gv, dt, device
 
 

@@ -208,29 +208,9 @@ def _operands(func: str, q: Any, k_cache: Any, v_cache: Any) -> tuple:
             f"{func}: k_cache {gk.shape} and v_cache {gv.shape} must have the same "
             "(num_blocks, H_k, block_size)"
         )
-    if gk.shape[3] != d:
-        raise ValueError(f"{func}: q's head dim ({d}) and k_cache's ({gk.shape[3]}) differ")
-    if hq % gk.shape[1]:
-        raise ValueError(
-            f"{func}: q's heads ({hq}) must be a multiple of the caches' ({gk.shape[1]}) "
-            "(grouped-query attention)"
-        )
-    for name, size in (("q/k", d), ("v", gv.shape[3])):
-        if size % 8 or size > 256:
-            raise errors.NotSupportedError(
-                3000,
-                func,
-                f"cuDNN's fused attention needs head dims that are multiples of 8, at most "
-                f"256; {name} has {size}",
-            )
-    cap = _graphops.capability(device)
-    if cap is not None and cap < (8, 0):
-        raise errors.NotSupportedError(
-            3000,
-            func,
-            f"cuDNN's fused attention needs an sm80 (Ampere) or newer GPU; device {device} is "
-            f"sm{cap[0]}{cap[1]}",
-        )
+    dims = (d, gk.shape[3], gv.shape[3])
+    _sdpa_operands.check_heads(func, dims, (hq, gk.shape[1]), "k_cache's", "the caches'")
+    _sdpa_operands.check_gpu(func, device)
     return gq, gk, gv, dt, device
 
 

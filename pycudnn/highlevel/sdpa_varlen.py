@@ -33,7 +33,7 @@ from .._types import dtype_name
 from ..enums import DataType
 from ..graph import Graph
 from ..graph._tensor import alignment_of
-from . import _call, _checks, _graphops, _operand
+from . import _call, _checks, _operand, _sdpa_operands
 from . import _cu_seqlens as _cu
 from . import sdpa as _sdpa
 
@@ -92,27 +92,13 @@ def _qkv(func: str, q: Any, k: Any, v: Any) -> tuple:
     _tq, hq, d = gq.shape
     tk, hk, dk = gk.shape
     tv, hv, dv = gv.shape
-    if dk != d:
-        raise ValueError(f"{func}: q's head dim ({d}) and k's ({dk}) differ")
     if tv != tk or hv != hk:
         raise ValueError(
             f"{func}: k {tuple(gk.shape)} and v {tuple(gv.shape)} must have the same tokens "
             "and heads"
         )
-    if hq % hk:
-        raise ValueError(
-            f"{func}: q's heads ({hq}) must be a multiple of k's and v's ({hk}) "
-            "(grouped-query attention)"
-        )
-    for name, size in (("q/k", d), ("v", dv)):
-        if size % 8 or size > 256:
-            raise errors.NotSupportedError(
-                3000,
-                func,
-                f"cuDNN's fused attention needs head dims that are multiples of 8, at most "
-                f"256; {name} has {size}",
-            )
-    cap = _graphops.capability(device)
+    _sdpa_operands.check_heads(func, (d, dk, dv), (hq, hk))
+    cap = _sdpa_operands.check_gpu(func, device)
     if cap is not None and cap < (9, 0) and _call.cudnn_version() < _THD_ANY_GPU_VERSION:
         raise errors.NotSupportedError(
             3000,

@@ -162,6 +162,8 @@ def test_older_gpus_need_cudnn_9_18_1(guarded, monkeypatch):
     monkeypatch.setattr(_call, "cudnn_version", lambda: 91801)
     with pytest.raises(CCall):  # allowed: reaches the graph
         _fwd()
+    monkeypatch.setattr(_graphops, "capability", lambda device: (7, 5))  # no fused attention
+    _raises(errors.NotSupportedError, ("sm80 (Ampere) or newer", "sm75"), _fwd)
 
 
 @pytest.mark.parametrize(
