@@ -9,6 +9,9 @@ and one cache-and-run helper), :mod:`._staging` (descriptors per layout, staged 
 - :mod:`.pool` -- ``dnn_pool``, ``dnn_pool_grad``;
 - :mod:`.batchnorm` -- ``dnn_batch_normalization_train``, ``dnn_batch_normalization_test``,
   ``dnn_batch_normalization_grad``;
+- :mod:`.batchnorm_act` -- ``dnn_batch_normalization_act_train``,
+  ``dnn_batch_normalization_act_grad`` (batch norm with a fused ReLU and residual addition),
+  ``batch_normalization_act_reserve_size``;
 - :mod:`.activation` -- ``dnn_activation``, ``dnn_activation_grad``;
 - :mod:`.softmax` -- ``dnn_softmax``, ``dnn_softmax_grad``;
 - :mod:`.tensor_ops` -- ``dnn_add_tensor``, ``dnn_op_tensor``;

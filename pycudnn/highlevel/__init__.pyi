@@ -8,6 +8,11 @@ from .batchnorm import (
     dnn_batch_normalization_test as dnn_batch_normalization_test,
     dnn_batch_normalization_train as dnn_batch_normalization_train,
 )
+from .batchnorm_act import (
+    batch_normalization_act_reserve_size as batch_normalization_act_reserve_size,
+    dnn_batch_normalization_act_grad as dnn_batch_normalization_act_grad,
+    dnn_batch_normalization_act_train as dnn_batch_normalization_act_train,
+)
 from .conv import (
     dnn_conv as dnn_conv,
     dnn_conv3d as dnn_conv3d,

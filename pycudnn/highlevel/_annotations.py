@@ -3,12 +3,12 @@
 Everything here is under ``TYPE_CHECKING``: importing this module at run time defines nothing,
 so annotating the hot-path functions costs no import and no call.
 
-``Out`` (``Out2``, ``Out3``) is the type of an ``out=`` argument: a ``TypeVar`` whose default
-(PEP 696) is :class:`~pycudnn.DeviceArray`. One signature ``out: Out | None = None) -> Out`` then
-says both "a new DeviceArray when *out* is not given" and "*out*'s own type when it is", with
-no ``@overload`` repeating the long parameter lists. ``Given`` is an argument returned as itself.
-Overloads remain only where another argument changes the *shape* of the result (``training``,
-``return_indices``, running averages).
+``Out`` (``Out2``, ``Out3``, ``Out4``) is the type of an ``out=`` argument: a ``TypeVar`` whose
+default (PEP 696) is :class:`~pycudnn.DeviceArray`. One signature ``out: Out | None = None) ->
+Out`` then says both "a new DeviceArray when *out* is not given" and "*out*'s own type when it
+is", with no ``@overload`` repeating the long parameter lists. ``Given`` is an argument returned
+as itself. Overloads remain only where another argument changes the *shape* of the result
+(``training``, ``return_indices``, running averages, a residual).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     Out = TypeVar("Out", bound=DeviceArrayLike, default=DeviceArray)
     Out2 = TypeVar("Out2", bound=DeviceArrayLike, default=DeviceArray)
     Out3 = TypeVar("Out3", bound=DeviceArrayLike, default=DeviceArray)
+    Out4 = TypeVar("Out4", bound=DeviceArrayLike, default=DeviceArray)
     Given = TypeVar("Given", bound=DeviceArrayLike)
     Given2 = TypeVar("Given2", bound=DeviceArrayLike)
 

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..enums import BatchNormMode, BatchNormOps
+from ..enums import BatchNormMode, BatchNormOps, DataType
 from . import _call
 
 __all__ = [
+    "ActBackwardCall",
+    "ActSizes",
+    "ActTrainCall",
     "BackwardCall",
     "BatchNormCall",
     "InferenceCall",
     "TrainCall",
+    "act_sizes",
     "ex_workspace",
     "use_ex",
 ]
@@ -269,4 +273,150 @@ class BackwardCall(BatchNormCall):
             self.eps,
             mean,
             invstd,
+        )
+
+
+# ==================================================================================================
+# Batch norm with a fused ReLU (and residual addition): bnOps other than plain BN
+# ==================================================================================================
+class ActSizes(NamedTuple):
+    """cuDNN's byte counts for a fused batch norm: the reserve space the forward writes and the
+    backward reads, and each direction's workspace."""
+
+    reserve: int
+    forward: int
+    backward: int
+
+
+def act_sizes(h: Any, xd: Any, pd: Any, ad: Any, residual: bool) -> ActSizes:
+    """:class:`ActSizes` of the ``SPATIAL_PERSISTENT`` fused call on these descriptors (*xd*
+    the data's, all four data operands alike); cuDNN's refusal (``NotSupportedError``) raises."""
+    mode = int(BatchNormMode.SPATIAL_PERSISTENT)
+    ops = int(BatchNormOps.BN_ADD_ACTIVATION if residual else BatchNormOps.BN_ACTIVATION)
+    x, z = xd.ptr, xd.ptr if residual else None
+    sizes = []
+    for name, args in (
+        ("cudnnGetBatchNormalizationTrainingExReserveSpaceSize", (ad.ptr, x)),
+        ("cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize", (x, z, x, pd.ptr, ad.ptr)),
+        ("cudnnGetBatchNormalizationBackwardExWorkspaceSize", (x, x, x, z, x, pd.ptr, ad.ptr)),
+    ):
+        size = ctypes.c_size_t()
+        _call.quiet(name)(h.ptr, mode, ops, *args, ctypes.byref(size))
+        sizes.append(size.value)
+    return ActSizes(*sizes)
+
+
+class _ActCall(_call.Call):
+    """The fused batch norm's entries: one data descriptor ``xd`` for every data operand (they
+    share shape and strides, checked at build), the parameters' ``pd``, the activation's ``ad``,
+    the workspace bytes and whether a residual is added."""
+
+    __slots__ = ("ad", "eps", "fn", "hp", "one", "ops", "pd", "residual", "ws", "xd", "zero")
+
+    def __init__(self, func, name, h, allocs, spans, descs, eps, ws, residual):
+        xd, pd, ad = descs
+        one, zero = _call.scales(DataType.FLOAT, 1.0, 0.0)
+        super().__init__(func, h, allocs, spans, None, keepalive=(descs, one, zero))
+        self.xd, self.pd, self.ad = xd.ptr, pd.ptr, ad.ptr
+        self.hp, self.eps, self.ws, self.residual = h.ptr, eps, ws, residual
+        self.one, self.zero = ctypes.byref(one), ctypes.byref(zero)
+        self.ops = int(BatchNormOps.BN_ADD_ACTIVATION if residual else BatchNormOps.BN_ACTIVATION)
+        self.fn = _call.quiet(name)
+
+
+class ActTrainCall(_ActCall):
+    """Pointers: x, gamma, beta[, z][, running_mean, running_var (updated in place)], then mean,
+    invstd, reserve, y."""
+
+    __slots__ = ("factor", "reserve", "running")
+
+    def __init__(self, func, h, allocs, spans, descs, eps, sizes, residual, factor, running):
+        super().__init__(func, _EX_TRAIN, h, allocs, spans, descs, eps, sizes.forward, residual)
+        self.reserve, self.factor, self.running = sizes.reserve, factor, running
+
+    def launch(self, ptrs: Sequence[int]) -> None:
+        x, g, b = ptrs[:3]
+        i = 3
+        z = None
+        if self.residual:
+            z, i = ptrs[3], 4
+        rm = rv = None
+        if self.running:
+            rm, rv = ptrs[i], ptrs[i + 1]
+            i += 2
+        mean, invstd, reserve, y = ptrs[i:]
+        xd, ws = self.xd, self.ws
+        self.fn(
+            self.hp,
+            int(BatchNormMode.SPATIAL_PERSISTENT),
+            self.ops,
+            self.one,
+            self.zero,
+            xd,
+            x,
+            xd if z is not None else None,
+            z,
+            xd,
+            y,
+            self.pd,
+            g,
+            b,
+            self.factor,
+            rm,
+            rv,
+            self.eps,
+            mean,
+            invstd,
+            self.ad,
+            self.handle.workspace(ws)[0] if ws else None,
+            ws,
+            reserve if self.reserve else None,
+            self.reserve,
+        )
+
+
+class ActBackwardCall(_ActCall):
+    """Pointers: x, y, dy, scale, bias, mean, invstd, reserve, then dscale, dbias[, dz], dx."""
+
+    __slots__ = ("reserve",)
+
+    def __init__(self, func, h, allocs, spans, descs, eps, sizes, residual):
+        super().__init__(func, _EX_BWD, h, allocs, spans, descs, eps, sizes.backward, residual)
+        self.reserve = sizes.reserve
+
+    def launch(self, ptrs: Sequence[int]) -> None:
+        x, y, dy, scale, bias, mean, invstd, reserve, dscale, dbias = ptrs[:10]
+        dz, dx = (ptrs[10], ptrs[11]) if self.residual else (None, ptrs[10])
+        one, zero, xd, ws = self.one, self.zero, self.xd, self.ws
+        self.fn(
+            self.hp,
+            int(BatchNormMode.SPATIAL_PERSISTENT),
+            self.ops,
+            one,
+            zero,
+            one,
+            zero,
+            xd,
+            x,
+            xd,
+            y,
+            xd,
+            dy,
+            xd if dz is not None else None,
+            dz,
+            xd,
+            dx,
+            self.pd,
+            scale,
+            bias,
+            dscale,
+            dbias,
+            self.eps,
+            mean,
+            invstd,
+            self.ad,
+            self.handle.workspace(ws)[0] if ws else None,
+            ws,
+            reserve if self.reserve else None,
+            self.reserve,
         )

@@ -31,15 +31,14 @@ when they are not updated in place).
 from __future__ import annotations
 
 import ctypes
-import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .. import _layout
 from .._config import parse_bool
-from .._types import dtype_name
 from ..descriptors import BN_MIN_EPSILON
 from ..enums import BatchNormMode, DataType
+from . import _bn_checks as bc
 from . import _call, _checks, _operand, _staging
 from ._bn_calls import BackwardCall, InferenceCall, TrainCall, ex_workspace, use_ex
 
@@ -49,134 +48,20 @@ if TYPE_CHECKING:
     from ._annotations import Given, Given2, Out, Out2, Out3
 
 __all__ = [
+    "BN_MIN_EPSILON",
     "dnn_batch_normalization_grad",
     "dnn_batch_normalization_test",
     "dnn_batch_normalization_train",
 ]
 
-_MODES = {
-    "per-activation": BatchNormMode.PER_ACTIVATION,
-    "per_activation": BatchNormMode.PER_ACTIVATION,
-    "peractivation": BatchNormMode.PER_ACTIVATION,  # theano.sandbox.cuda.dnn's spelling
-    "spatial": BatchNormMode.SPATIAL,
-}
 # data types whose channels-last batch-norm training/backward cuDNN runs slowly (see _plan)
 _SLOW_NHWC = (DataType.HALF, DataType.BFLOAT16)
-# cuDNN's rule: float scale/bias/statistics for half, bfloat16 and float data, double for double
-_PARAM_DT = {
-    DataType.HALF: DataType.FLOAT,
-    DataType.BFLOAT16: DataType.FLOAT,
-    DataType.FLOAT: DataType.FLOAT,
-    DataType.DOUBLE: DataType.DOUBLE,
-}
 _TRAIN, _TEST, _GRAD = "bn_train", "bn_test", "bn_grad"
 
 
 # ==================================================================================================
 # Validation
 # ==================================================================================================
-class _Problem(NamedTuple):
-    func: str
-    x: _operand.Operand  # padded to >= 4 dims
-    shape: tuple[int, ...]  # the inputs' own shape
-    dt: DataType
-    pdt: DataType  # the parameters' dtype
-    mode: BatchNormMode
-    mode_name: str
-    eps: float
-    full: tuple[int, ...]  # accepted parameter shapes: (1, C, 1, ...) or (1, C, H, W, ...)
-    squeezed: tuple[int, ...]  # (C,) or (C, H, W, ...)
-    pshape: tuple[int, ...]  # the parameters as cuDNN sees them (>= 4 dims)
-    m: int  # elements per statistic
-    nhwc: bool
-
-
-def _problem(func: str, name: str, x: Any, mode: Any, epsilon: Any) -> _Problem:
-    g = _operand.operand(x)
-    dt, _device = _checks.same_dtype_and_device(func, ((name, g),))
-    shape = tuple(g.shape)
-    if not 2 <= len(shape) <= 5:
-        raise ValueError(
-            f"{func}: {name} has shape {shape}; cuDNN normalizes 4-D (N, C, H, W) and 5-D "
-            "(N, C, D, H, W) inputs (2-D and 3-D ones are padded with size-1 dims, as Theano did)"
-        )
-    _checks.check_operand(func, name, g)
-    m = _checks.choose(mode, _MODES, "mode", func)
-    eps = _checks.real(epsilon, "epsilon", func)
-    if eps < BN_MIN_EPSILON:
-        raise ValueError(
-            f"{func}: epsilon={epsilon!r} is below cuDNN's minimum CUDNN_BN_MIN_EPSILON = "
-            f"{BN_MIN_EPSILON}"
-        )
-    xp = _operand.Operand(g.ptr, *_staging.padded(shape, g.strides, 4), dt, g.device)
-    if m == BatchNormMode.SPATIAL:
-        full, squeezed = (1, shape[1]) + (1,) * (len(shape) - 2), (shape[1],)
-        count = shape[0] * math.prod(shape[2:])
-    else:
-        full, squeezed, count = (1, *shape[1:]), shape[1:], shape[0]
-    pshape = _staging.padded(full, full, 4)[0]
-    mode_name = "spatial" if m == BatchNormMode.SPATIAL else "per-activation"
-    return _Problem(
-        func,
-        xp,
-        shape,
-        dt,
-        _PARAM_DT[dt],
-        m,
-        mode_name,
-        eps,
-        full,
-        squeezed,
-        pshape,
-        count,
-        _staging.channels_last(xp),
-    )
-
-
-def _reshaped(g: _operand.Operand, shape: tuple[int, ...]) -> _operand.Operand:
-    """*g* seen with *shape*, which differs from ``g.shape`` by size-1 dimensions only."""
-    big = iter(st for n, st in zip(g.shape, g.strides, strict=True) if n != 1)
-    strides = tuple(next(big) if n != 1 else 1 for n in shape)
-    return _operand.Operand(g.ptr, shape, strides, g.dtype, g.device)
-
-
-def _param(p: _Problem, name: str, obj: Any) -> tuple[_operand.Operand, tuple[int, ...]]:
-    """A scale/bias/statistics operand as cuDNN sees it, and its own shape."""
-    g = _operand.operand(obj)
-    if g.device != p.x.device:
-        raise ValueError(f"{p.func}: inputs are on device {p.x.device} but {name} on {g.device}")
-    if g.dtype != p.pdt:
-        got = dtype_name(g.dtype) if g.dtype is not None else "an unsupported dtype"
-        raise TypeError(
-            f"{p.func}: {name} is {got} but inputs are {dtype_name(p.dt)}; cuDNN takes "
-            f"{dtype_name(p.pdt)} scale, bias and statistics for {dtype_name(p.dt)} data "
-            "(float32 for float16/bfloat16/float32 data, float64 for float64 data)"
-        )
-    shape = tuple(g.shape)
-    if shape not in (p.full, p.squeezed):
-        raise ValueError(
-            f"{p.func}: {name} has shape {shape}; for mode={p.mode_name!r} and inputs of shape "
-            f"{p.shape} expected {p.full} or {p.squeezed}"
-        )
-    _checks.check_operand(p.func, name, g)
-    return _reshaped(g, p.pshape), shape
-
-
-def _params(p: _Problem, named: Sequence[tuple[str, Any]]) -> list[tuple[_operand.Operand, tuple]]:
-    return [_param(p, name, obj) for name, obj in named]
-
-
-def _main_output(p: _Problem, name: str, out: Any) -> _operand.Operand | None:
-    """``out=`` (shaped like the inputs) as cuDNN sees it, or None."""
-    if out is None:
-        return None
-    o = _operand.operand(out)
-    _checks.same_dtype_and_device(p.func, (("inputs", p.x), (name, o)))
-    _checks.check_operand(p.func, name, o)
-    _checks.check_out(p.func, o, p.shape, name)
-    return _operand.Operand(o.ptr, *_staging.padded(o.shape, o.strides, 4), o.dtype, o.device)
-
-
 class _Stages:
     """The staging of a call whose operands have two dtypes (data and parameters): each
     :class:`._staging.Stage` copies its own operands; only the data's may stage the output."""
@@ -200,7 +85,7 @@ class _Stages:
 
 
 def _plan(
-    p: _Problem,
+    p: bc.Problem,
     data: Sequence[_operand.Operand],
     o: _operand.Operand | None,
     params: Sequence[_operand.Operand],
@@ -235,7 +120,7 @@ def _plan(
     return dplan.descs, pplan.descs[0], stage, spec
 
 
-def _planned(p: _Problem, h: Any, data: Sequence, o: Any, params: Sequence, first: int) -> tuple:
+def _planned(p: bc.Problem, h: Any, data: Sequence, o: Any, params: Sequence, first: int) -> tuple:
     """:func:`_plan` of a training or backward call, on the channels-last ``...Ex`` calls where
     they apply (spatial float16/bfloat16 NHWC data, no reserve space needed); also returns their
     workspace bytes (None: the plain call)."""
@@ -245,31 +130,6 @@ def _planned(p: _Problem, h: Any, data: Sequence, o: Any, params: Sequence, firs
         if ws is not None:
             return xd, pd, stage, spec, ws
     return (*_plan(p, data, o, params, first), None)
-
-
-def _check_stat_outs(p: _Problem, named: Sequence[tuple[str, Any]]) -> None:
-    """Given statistics outputs: parameters' shape and dtype, packed (cuDNN writes C values)."""
-    for name, obj in named:
-        if obj is not None:
-            g = _param(p, name, obj)[0]
-            if not _layout.matches(g.shape, g.strides, _packed(g.shape)):
-                raise ValueError(f"{p.func}: {name} must be contiguous, got strides {g.strides}")
-
-
-def _spans(*ops: Any) -> tuple[int, ...]:
-    """Byte spans of operands (Operand) and new outputs (OutputSpec)."""
-    return tuple(o.nbytes_span for o in ops)
-
-
-def _check_not_empty(p: _Problem, what: str) -> None:
-    if 0 in p.shape:
-        raise ValueError(
-            f"{p.func}: inputs of shape {p.shape} are empty; {what} of an empty batch are undefined"
-        )
-
-
-def _key(obj: Any) -> tuple[int | None, Any]:
-    return (None, None) if obj is None else _operand.key_of(obj)
 
 
 # ==================================================================================================
@@ -409,11 +269,11 @@ def dnn_batch_normalization_train(
     px, kx = _operand.key_of(inputs)
     pg, kg = _operand.key_of(gamma)
     pb, kb = _operand.key_of(beta)
-    pm, km = _key(running_mean)
-    pv, kv = _key(running_var)
-    po, ko = _key(out)
-    pom, kom = _key(out_mean)
-    poi, koi = _key(out_invstd)
+    pm, km = bc.key(running_mean)
+    pv, kv = bc.key(running_var)
+    po, ko = bc.key(out)
+    pom, kom = bc.key(out_mean)
+    poi, koi = bc.key(out_invstd)
     inplace_running = parse_bool(
         inplace_running, "dnn_batch_normalization_train", "inplace_running"
     )
@@ -454,7 +314,7 @@ def _build_train(
     func = "dnn_batch_normalization_train"
     running_mean, running_var = running
     out_mean, out_invstd, out = outs
-    p = _problem(func, "inputs", inputs, mode, epsilon)
+    p = bc.problem(func, "inputs", inputs, mode, epsilon)
     f = _checks.real(factor, "running_average_factor", func, lo=0.0, hi=1.0)
     if not isinstance(inplace_running, bool):
         raise TypeError(f"{func}: inplace_running must be a bool, got {inplace_running!r}")
@@ -468,10 +328,10 @@ def _build_train(
     running = running_mean is not None
     if running:
         named += [("running_mean", running_mean), ("running_var", running_var)]
-    params = _params(p, named)
-    o = _main_output(p, "out", out)
-    _check_stat_outs(p, (("out_mean", out_mean), ("out_invstd", out_invstd)))
-    _check_not_empty(p, "batch statistics")
+    params = bc.params(p, named)
+    o = bc.main_output(p, "out", out)
+    bc.check_stat_outs(p, (("out_mean", out_mean), ("out_invstd", out_invstd)))
+    bc.check_not_empty(p, "batch statistics")
     if running and p.m < 2:
         raise ValueError(
             f"{func}: each statistic averages m = {p.m} element of inputs {p.shape} "
@@ -485,7 +345,7 @@ def _build_train(
                 f"{func}: running_mean has shape {rshape} but running_var {params[3][1]}"
             )
         for (g, _), name in zip(params[2:], ("running_mean", "running_var"), strict=True):
-            if inplace_running and not _layout.matches(g.shape, g.strides, _packed(g.shape)):
+            if inplace_running and not _layout.matches(g.shape, g.strides, bc.packed(g.shape)):
                 raise ValueError(
                     f"{func}: inplace_running=True writes {name} in place, which needs a "
                     "contiguous array; pass a contiguous one or inplace_running=False"
@@ -501,7 +361,7 @@ def _build_train(
             staged_params = pops  # packed (checked above): never staged
         else:
             one, zero = _call.scales(p.pdt, 1.0, 0.0)
-            dst = _staging.tensor_descriptor(p.pshape, _packed(p.pshape), p.pdt)
+            dst = _staging.tensor_descriptor(p.pshape, bc.packed(p.pshape), p.pdt)
             src_m, src_v = (_staging.tensor_descriptor(g.shape, g.strides, p.pdt) for g in pops[2:])
             copy = (
                 _call.quiet("cudnnTransformTensor"),
@@ -516,23 +376,19 @@ def _build_train(
             pops = [
                 *pops[:2],
                 *(
-                    _operand.Operand(0, g.shape, _packed(g.shape), p.pdt, g.device)
+                    _operand.Operand(0, g.shape, bc.packed(g.shape), p.pdt, g.device)
                     for g in pops[2:]
                 ),
             ]
             staged_params = pops
     stats = tuple(_call.output_spec(s, p.pdt, p.x.device) for s in stat_shapes)
     xd, pd, stage, spec, ws = _planned(p, h, (p.x,), o, staged_params, 1)
-    spans = _spans(p.x, *given, *stats, spec if o is None else o)
+    spans = bc.spans(p.x, *given, *stats, spec if o is None else o)
     names = ("inputs", "gamma", "beta", "running_mean", "running_var")
     call = TrainCall(p, h, (*stats, spec), spans, stage, (xd, pd), f, copy, names)
     if ws is not None:
         use_ex(call, ws)
     return call
-
-
-def _packed(shape: tuple[int, ...]) -> tuple[int, ...]:
-    return _layout.packed_strides(shape)
 
 
 # ==================================================================================================
@@ -591,7 +447,7 @@ def dnn_batch_normalization_test(
     pb, kb = _operand.key_of(beta)
     pm, km = _operand.key_of(mean)
     pv, kv = _operand.key_of(var)
-    po, ko = _key(out)
+    po, ko = bc.key(out)
     key = (_TEST, kx, kg, kb, km, kv, ko, mode, epsilon, epsilon.__class__)
     args = (inputs, gamma, beta, mean, var, mode, epsilon, out, stream)
     ptrs = (px, pg, pb, pm, pv)
@@ -600,17 +456,17 @@ def dnn_batch_normalization_test(
 
 def _build_inference(inputs, gamma, beta, mean, var, mode, epsilon, out, stream) -> _call.Call:
     func = "dnn_batch_normalization_test"
-    p = _problem(func, "inputs", inputs, mode, epsilon)
+    p = bc.problem(func, "inputs", inputs, mode, epsilon)
     named = (("gamma", gamma), ("beta", beta), ("mean", mean), ("var", var))
-    pops = [g for g, _ in _params(p, named)]
-    o = _main_output(p, "out", out)
+    pops = [g for g, _ in bc.params(p, named)]
+    o = bc.main_output(p, "out", out)
     h = _call.handle_for(p.x.device, stream, p.func)
     if 0 in p.shape:
         spec = None if o is not None else _call.output_spec(p.shape, p.dt, p.x.device, p.nhwc)
-        spans = _spans(p.x, *pops, spec if o is None else o)
+        spans = bc.spans(p.x, *pops, spec if o is None else o)
         return _call.Call(func, h, (spec,), spans, noop=True)
     xd, pd, stage, spec = _plan(p, (p.x,), o, pops, 1, inference=True)
-    spans = _spans(p.x, *pops, spec if o is None else o)
+    spans = bc.spans(p.x, *pops, spec if o is None else o)
     name = "cudnnBatchNormalizationForwardInference"
     return InferenceCall(p, name, h, (spec,), spans, stage, (xd, pd))
 
@@ -687,9 +543,9 @@ def dnn_batch_normalization_grad(
     ps, ks = _operand.key_of(scale)
     pm, km = _operand.key_of(x_mean)
     pi, ki = _operand.key_of(x_invstd)
-    po, ko = _key(out)
-    pos, kos = _key(out_dscale)
-    pob, kob = _key(out_dbias)
+    po, ko = bc.key(out)
+    pos, kos = bc.key(out_dscale)
+    pob, kob = bc.key(out_dbias)
     key = (_GRAD, kx, kdy, ks, km, ki, ko, kos, kob, mode, epsilon, epsilon.__class__)
     outs = (out_dscale, out_dbias, out)
     args = (inputs, dy, scale, x_mean, x_invstd, mode, epsilon, outs, stream)
@@ -704,7 +560,7 @@ def _build_backward(
 ) -> BackwardCall:
     func = "dnn_batch_normalization_grad"
     out_dscale, out_dbias, out = outs
-    p = _problem(func, "inputs", inputs, mode, epsilon)
+    p = bc.problem(func, "inputs", inputs, mode, epsilon)
     gdy = _operand.operand(dy)
     _checks.same_dtype_and_device(func, (("inputs", p.x), ("dy", gdy)))
     if tuple(gdy.shape) != p.shape:
@@ -713,15 +569,15 @@ def _build_backward(
     gdy = _operand.Operand(
         gdy.ptr, *_staging.padded(gdy.shape, gdy.strides, 4), gdy.dtype, gdy.device
     )
-    params = _params(p, (("scale", scale), ("x_mean", x_mean), ("x_invstd", x_invstd)))
+    params = bc.params(p, (("scale", scale), ("x_mean", x_mean), ("x_invstd", x_invstd)))
     pops = [g for g, _ in params]
-    o = _main_output(p, "out", out)
-    _check_stat_outs(p, (("out_dscale", out_dscale), ("out_dbias", out_dbias)))
-    _check_not_empty(p, "gradients")
+    o = bc.main_output(p, "out", out)
+    bc.check_stat_outs(p, (("out_dscale", out_dscale), ("out_dbias", out_dbias)))
+    bc.check_not_empty(p, "gradients")
     h = _call.handle_for(p.x.device, stream, p.func)
     stats = tuple(_call.output_spec(params[0][1], p.pdt, p.x.device) for _ in range(2))
     xd, pd, stage, spec, ws = _planned(p, h, (p.x, gdy), o, pops, 2)
-    spans = _spans(p.x, gdy, *pops, *stats, spec if o is None else o)
+    spans = bc.spans(p.x, gdy, *pops, *stats, spec if o is None else o)
     call = BackwardCall(
         p, "cudnnBatchNormalizationBackward", h, (*stats, spec), spans, stage, (xd, pd)
     )

@@ -15,7 +15,7 @@ import re
 import _fake_device as fd
 import numpy as np
 import pytest
-from _fake_device import BF16, F32, I32, Fake
+from _fake_device import BF16, F32, I32, U8, Fake
 
 import pycudnn
 from pycudnn import _cuda
@@ -165,6 +165,30 @@ CASES = {
         ),
         ("inputs", "gamma", "beta", "running_mean", "running_var"),
         (4, 3, 5, 6),
+    ),
+    "dnn_batch_normalization_act_train": (
+        lambda d, **k: pycudnn.dnn_batch_normalization_act_train(
+            Fake((4, 8, 5, 6), BF16, device=d("inputs"), nhwc=True),
+            A((8,), d("gamma")),
+            A((8,), d("beta")),
+            Fake((4, 8, 5, 6), BF16, device=d("z"), nhwc=True),
+            running_mean=A((8,), d("running_mean")),
+            running_var=A((8,), d("running_var")),
+            out_reserve=Fake((16,), U8, device=d("out_reserve")),
+            **k,
+        ),
+        ("inputs", "gamma", "beta", "z", "running_mean", "running_var", "out_reserve"),
+        None,
+    ),
+    "dnn_batch_normalization_act_grad": (
+        lambda d, **k: pycudnn.dnn_batch_normalization_act_grad(
+            *(Fake((4, 8, 5, 6), BF16, device=d(n), nhwc=True) for n in ("inputs", "y", "dy")),
+            *(A((8,), d(n)) for n in ("scale", "bias", "x_mean", "x_invstd")),
+            Fake((16,), U8, device=d("reserve")),
+            **k,
+        ),
+        ("inputs", "y", "dy", "scale", "bias", "x_mean", "x_invstd", "reserve"),
+        None,
     ),
     "dnn_batch_normalization_test": (
         lambda d, **k: pycudnn.dnn_batch_normalization_test(

@@ -96,6 +96,10 @@ def inputs():
         pl=np.array([20], np.int32),
         vq=R((12, 2, 64)).astype(np.float16),  # packed: two sequences of 5 and 7 tokens
         vdy=R((12, 2, 64)).astype(np.float16),
+        # (N, C, 1, 1): NCHW and NHWC at once, as the fused batch norm takes
+        hx=R((8, 16, 1, 1)).astype(np.float16),
+        hdy=R((8, 16, 1, 1)).astype(np.float16),
+        hp=R((16,)),
     )
 
 
@@ -143,6 +147,12 @@ def _varlen_grad(d):
     return pycudnn.dnn_sdpa_varlen_grad(q, q, q, o, d("vdy"), st, CU, CU, 7, 7, is_causal=True)
 
 
+def _bn_act_grad(d):
+    x, p = d("hx"), d("hp")
+    y, mean, invstd, reserve = pycudnn.dnn_batch_normalization_act_train(x, p, p)
+    return pycudnn.dnn_batch_normalization_act_grad(x, y, d("hdy"), p, p, mean, invstd, reserve)
+
+
 def _rnn(d, device):
     with RNNBlock("float32", 4, 1, "lstm", seed=3) as b:
         nw = b.get_param_size(5, device)
@@ -170,6 +180,10 @@ CALLS = {
     "dnn_batch_normalization_grad": lambda d, _: pycudnn.dnn_batch_normalization_grad(
         d("bx"), d("bdy"), d("bp"), d("bp"), d("bv"), "spatial"
     ),
+    "dnn_batch_normalization_act_train": lambda d, _: pycudnn.dnn_batch_normalization_act_train(
+        d("hx"), d("hp"), d("hp")
+    ),
+    "dnn_batch_normalization_act_grad": lambda d, _: _bn_act_grad(d),
     "dnn_activation": lambda d, _: pycudnn.dnn_activation(d("e"), "tanh"),
     "dnn_activation_grad": lambda d, _: pycudnn.dnn_activation_grad(
         pycudnn.dnn_activation(d("e"), "tanh"), d("edy"), d("e"), "tanh"
