@@ -14,7 +14,11 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from .. import errors
 from ..highlevel import (
+    batch_normalization_act_reserve_size,
+    dnn_batch_normalization_act_grad,
+    dnn_batch_normalization_act_train,
     dnn_batch_normalization_grad,
     dnn_batch_normalization_test,
     dnn_batch_normalization_train,
@@ -30,15 +34,22 @@ __all__ = [
     "BatchNorm1d",
     "BatchNorm2d",
     "BatchNorm3d",
+    "bn_act_grad_run",
+    "bn_act_train_run",
+    "bn_affine",
     "bn_eval_run",
     "bn_forward",
+    "bn_grad_run",
     "bn_train_run",
+    "reserve_bytes",
+    "train_running",
     "op_bn_eval",
     "op_bn_grad",
     "op_bn_train",
 ]
 
-_TRAIN, _EVAL, _GRAD = "bn_train", "bn_eval", "bn_grad"  # the lean path's tags
+# the lean path's tags
+_TRAIN, _EVAL, _GRAD, _ACT_TRAIN, _ACT_GRAD = "bn_train", "bn_eval", "bn_grad", "bnr", "bnr_grad"
 
 
 def _train_slow(x, w, b, running, eps, factor, outs, s) -> None:
@@ -98,13 +109,86 @@ def bn_eval_run(x, w, b, mean, var, eps) -> torch.Tensor:
     return y
 
 
-def _bn_grad(x, dy, w, mean, invstd, eps) -> tuple[torch.Tensor, ...]:
+def bn_grad_run(x, dy, w, mean, invstd, eps) -> tuple[torch.Tensor, ...]:
+    """``dnn_batch_normalization_grad`` on the lean path: ``(dx, dw, db)``."""
     outs = (torch.empty_like(x), torch.empty_like(w), torch.empty_like(w))
     dx, dw, db = outs
     s = stream_of(dy)
     ops = (x, dy, w, mean, invstd, dw, db, dx)
     _lean.launch((_GRAD, eps), ops, s, _grad_slow, x, dy, w, mean, invstd, eps, outs, s)
     return outs
+
+
+# -- batch norm with a fused ReLU (and residual addition): cuDNN's BN_(ADD_)ACTIVATION ------------
+def _act_train_slow(x, w, b, z, running, eps, factor, outs, s) -> None:
+    mean, invstd, reserve, y = outs
+    rm, rv = (None, None) if running is None else running
+    dnn_batch_normalization_act_train(
+        x, w, b, z, "relu", eps, factor, rm, rv,
+        out=y, out_mean=mean, out_invstd=invstd, out_reserve=reserve, stream=s,
+    )  # fmt: skip
+
+
+def _act_grad_slow(ops, eps, residual, outs, s) -> None:
+    dw, db, *rest = outs
+    dz, dx = rest if residual else (None, rest[0])
+    dnn_batch_normalization_act_grad(
+        *ops, "relu", eps, residual=residual,
+        out=dx, out_dscale=dw, out_dbias=db, out_dz=dz, stream=s,
+    )  # fmt: skip
+
+
+_RESERVE: dict[tuple, int | None] = {}  # (shape, dtype, device, residual) -> bytes, None: refused
+
+
+def reserve_bytes(shape: tuple, dtype: torch.dtype, device: int, residual: bool) -> int | None:
+    """cuDNN's reserve bytes for :func:`bn_act_train_run` on channels-last data of *shape* and
+    *dtype* (``batch_normalization_act_reserve_size``, remembered), or None where cuDNN's size
+    query refuses the fused kernel."""
+    key = (shape, dtype, device, residual)
+    try:
+        return _RESERVE[key]
+    except KeyError:
+        pass
+    try:
+        n = batch_normalization_act_reserve_size(shape, dtype, residual, device)
+    except errors.NotSupportedError:
+        n = None
+    _RESERVE[key] = n
+    return n
+
+
+def bn_act_train_run(x, w, b, z, running, eps, factor, n: int) -> tuple[torch.Tensor, ...]:
+    """``relu(batch_norm(x) [+ z])``, one cuDNN kernel (dense channels-last float16/bfloat16
+    *x*; running averages, when given, updated in place; *n* the reserve bytes,
+    :func:`reserve_bytes`), on the lean path: ``(y, mean, invstd, reserve)``. Raises
+    ``NotSupportedError`` where cuDNN has no kernel for it."""
+    y, mean, invstd = torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
+    reserve = torch.empty(n, dtype=torch.uint8, device=x.device)
+    outs = (mean, invstd, reserve, y)
+    ops = (x, w, b) if z is None else (x, w, b, z)
+    if running is not None:
+        ops += running
+    s = stream_of(x)
+    tag = (_ACT_TRAIN, eps, factor)
+    _lean.launch(tag, ops + outs, s, _act_train_slow, x, w, b, z, running, eps, factor, outs, s)
+    if running is not None:  # cuDNN wrote them: tell torch they changed, as an in-place op would
+        for t in running:
+            torch.autograd.graph.increment_version(t)
+    return y, mean, invstd, reserve
+
+
+def bn_act_grad_run(x, y, dy, w, b, mean, invstd, reserve, eps, residual: bool) -> tuple:
+    """The gradients of :func:`bn_act_train_run` on the lean path: ``(dx, dw, db, dz)`` (*dz*
+    None without a residual); *dy* laid out like *x*."""
+    dx, dw, db = torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
+    dz = torch.empty_like(x) if residual else None
+    outs = (dw, db, dz, dx) if residual else (dw, db, dx)
+    ops = (x, y, dy, w, b, mean, invstd, reserve)
+    s = stream_of(dy)
+    tag = (_ACT_GRAD, eps, residual)
+    _lean.launch(tag, ops + outs, s, _act_grad_slow, ops, eps, residual, outs, s)
+    return dx, dw, db, dz
 
 
 class BNTrainFn(torch.autograd.Function):
@@ -126,7 +210,7 @@ class BNTrainFn(torch.autograd.Function):
         dy = dense(dy)
         if dy.dtype != x.dtype:
             dy = dy.to(x.dtype)
-        dx, dw, db = _bn_grad(x, dy, w, mean, invstd, ctx.eps)
+        dx, dw, db = bn_grad_run(x, dy, w, mean, invstd, ctx.eps)
         return dx, dw, db, None, None, None
 
 
@@ -235,7 +319,7 @@ def _op_grad(
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     ready()
-    return _bn_grad(x, dense(dy), w, mean, invstd, eps)
+    return bn_grad_run(x, dense(dy), w, mean, invstd, eps)
 
 
 def _op_grad_fake(x, dy, w, mean, invstd, eps):
@@ -257,6 +341,49 @@ op_bn_eval = define("bn_eval", _op_eval, _op_eval_fake, autograd=(_eval_grad, _e
 op_bn_grad = define("bn_grad", _op_grad, _op_grad_fake)
 
 
+def bn_affine(m: nn.modules.batchnorm._BatchNorm, x: torch.Tensor, traced: bool) -> tuple:
+    """*m*'s scale and shift as cuDNN takes them for *x*: float32 (float64 for float64 data),
+    cast by a differentiable ``.to`` when the module's are not; ones and zeros (cached per
+    module) without ``affine``."""
+    pdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    c = x.shape[1]
+    if m.affine:
+        w, b = m.weight, m.bias
+        if w.dtype != pdt:  # cuDNN's rule: float32 (float64) scale and bias; autograd casts back
+            w, b = w.to(pdt), b.to(pdt)
+        return w, b
+    if traced:  # no side table in traced code: constants of the graph
+        w = torch.ones(c, dtype=pdt, device=x.device)
+        return w, torch.zeros(c, dtype=pdt, device=x.device)
+    consts = state(m)
+    key = ("affine", x.device, pdt, c)
+    wb = consts.get(key)
+    if wb is None:
+        wb = consts[key] = (
+            torch.ones(c, dtype=pdt, device=x.device),
+            torch.zeros(c, dtype=pdt, device=x.device),
+        )
+    return wb
+
+
+def train_running(m: nn.modules.batchnorm._BatchNorm, pdt: torch.dtype) -> tuple:
+    """A training step's running averages of *m*: ``(running, factor, copy_back)``. Counts the
+    batch (``num_batches_tracked``, as torch); *running* is ``(mean, var)`` to update in place
+    (copies in *pdt* when the buffers are not: *copy_back* then says to copy them back), or
+    None."""
+    factor = 0.0 if m.momentum is None else m.momentum
+    if m.training and m.track_running_stats and m.num_batches_tracked is not None:
+        m.num_batches_tracked.add_(1)
+        if m.momentum is None:  # cumulative moving average (as torch: a host read)
+            factor = 1.0 / float(m.num_batches_tracked)
+    rm, rv = m.running_mean, m.running_var
+    if not m.training or rm is None:
+        return None, factor, False
+    if rm.dtype != pdt or not rm.is_contiguous() or not rv.is_contiguous():
+        return (rm.to(pdt).contiguous(), rv.to(pdt).contiguous()), factor, True
+    return (rm, rv), factor, False
+
+
 def bn_forward(m: nn.modules.batchnorm._BatchNorm, x: torch.Tensor, fallback: Callable) -> Any:
     """*m*'s forward on cuDNN for CUDA inputs it takes (``'spatial'`` mode), else *fallback*."""
     m._check_input_dim(x)
@@ -265,42 +392,10 @@ def bn_forward(m: nn.modules.batchnorm._BatchNorm, x: torch.Tensor, fallback: Ca
     traced = compiling()
     if not traced:
         ready()
-    pdt = torch.float64 if x.dtype == torch.float64 else torch.float32
-    c = x.shape[1]
-    if m.affine:
-        w, b = m.weight, m.bias
-        if w.dtype != pdt:  # cuDNN's rule: float32 (float64) scale and bias; autograd casts back
-            w, b = w.to(pdt), b.to(pdt)
-    elif traced:  # no side table in traced code: constants of the graph
-        w = torch.ones(c, dtype=pdt, device=x.device)
-        b = torch.zeros(c, dtype=pdt, device=x.device)
-    else:
-        consts = state(m)
-        key = ("affine", x.device, pdt, c)
-        wb = consts.get(key)
-        if wb is None:
-            wb = consts[key] = (
-                torch.ones(c, dtype=pdt, device=x.device),
-                torch.zeros(c, dtype=pdt, device=x.device),
-            )
-        w, b = wb
+    w, b = bn_affine(m, x, traced)
     x = dense(x)
-    factor = 0.0 if m.momentum is None else m.momentum
-    if m.training and m.track_running_stats and m.num_batches_tracked is not None:
-        m.num_batches_tracked.add_(1)
-        if m.momentum is None:  # cumulative moving average (as torch: a host read)
-            factor = 1.0 / float(m.num_batches_tracked)
-    training = m.training or m.running_mean is None
-    rm, rv = m.running_mean, m.running_var
-    if training:
-        running = None
-        copy_back = False
-        if m.training and rm is not None:
-            if rm.dtype != pdt or not rm.is_contiguous() or not rv.is_contiguous():
-                copy_back = True
-                running = (rm.to(pdt).contiguous(), rv.to(pdt).contiguous())
-            else:
-                running = (rm, rv)
+    if m.training or m.running_mean is None:
+        running, factor, copy_back = train_running(m, w.dtype)
         if traced:
             rmean, rvar = (None, None) if running is None else running
             y = _TracedTrainFn.apply(x, w, b, rmean, rvar, m.eps, factor)
@@ -309,10 +404,10 @@ def bn_forward(m: nn.modules.batchnorm._BatchNorm, x: torch.Tensor, fallback: Ca
         else:
             y = bn_train_run(x, w, b, running, m.eps, factor)[0]
         if copy_back:
-            rm.copy_(running[0])
-            rv.copy_(running[1])
+            m.running_mean.copy_(running[0])
+            m.running_var.copy_(running[1])
         return y
-    mean, var = rm.to(pdt), rv.to(pdt)
+    mean, var = m.running_mean.to(w.dtype), m.running_var.to(w.dtype)
     if traced:
         return op_bn_eval(x, w, b, mean, var, m.eps)
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):

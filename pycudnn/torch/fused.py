@@ -10,9 +10,12 @@ through a plain tuple. Each decides per call:
   CUDA input cuDNN takes -> one ``dnn_conv(x, w', bias=b', z=z, activation=act)`` on the lean
   path (:mod:`._lean`), ``w'``/``b'`` the batch norm folded into the convolution in float32
   (float64 for float64 data), cached until a tensor it read changes (data pointer and version
-  counter). Otherwise -- training (the running statistics must update and the batch statistics
-  be used), a gradient wanted (the backward needs the intermediate results), CPU tensors, float64
-  mixed with float32 -- the original modules run one after the other, exactly as unfused.
+  counter). In training (batch statistics, running statistics updated) the chain is one
+  autograd node, batch norm, the residual and a ReLU one cuDNN kernel where cuDNN has it
+  (:mod:`.fused_train`). Otherwise -- eval with a gradient wanted (the backward needs the
+  intermediate results), CPU tensors, float64 mixed with float32, an activation whose gradient
+  needs its input in training, hooks -- the original modules run one after the other, exactly
+  as unfused.
 * :class:`FusedLinear`: no gradient wanted -> one ``dnn_matmul(x, w.T, bias, activation)``;
   with one, ``Linear`` then the activation (the backward needs the pre-activation).
 
@@ -37,7 +40,17 @@ from . import _lean
 from ._compile import compiling, define
 from ._module import state
 from ._runtime import HALVES, autocast_dtype, cuda_ok, dense, format_of, like, ready, stream_of
+from .batchnorm import bn_affine, train_running
 from .conv import conv_options, conv_out_shape, conv_pad
+from .fused_train import (
+    TRAIN_ACTS,
+    TracedTrainFn,
+    TrainBlock,
+    cfg_list,
+    cfg_of,
+    op_block_train,
+    train_block,
+)
 from .linear import TF32_DTYPES, linear_native, linear_operands
 
 __all__ = [
@@ -154,6 +167,16 @@ def conv_fused_into(x, w, b, z, act: Act | None, cfg: tuple, y: torch.Tensor) ->
     return y
 
 
+def _hooked(m: nn.Module) -> bool:
+    """*m* has hooks (its own or global ones) that only its own call runs."""
+    mm = nn.modules.module
+    if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks:
+        return True
+    if getattr(m, "_backward_pre_hooks", None):
+        return True
+    return bool(mm._global_forward_hooks or mm._global_forward_pre_hooks)
+
+
 def _grad_wanted(*tensors: Any) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
@@ -198,10 +221,12 @@ class FusedConv(nn.Module):
         return y if step is None else step(y)
 
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
-        """``act(bn(conv(x)) [+ z])``: fused in eval mode without a gradient, else unfused."""
+        """``act(bn(conv(x)) [+ z])``: fused in eval mode without a gradient, one autograd node
+        in training (:mod:`.fused_train`), else unfused."""
         conv, bn, _, _ = self.parts
         if bn.training or bn.running_mean is None or bn.running_var is None:
-            return self.unfused(x, z)
+            y = self._train(x, z)
+            return self.unfused(x, z) if y is None else y
         if _grad_wanted(x, z, *conv.parameters(recurse=False), *bn.parameters(recurse=False)):
             return self.unfused(x, z)
         if compiling():
@@ -255,6 +280,58 @@ class FusedConv(nn.Module):
             refused.add(sig)  # no engine for this epilogue here (a GELU on NCHW or float32)
             return None
 
+    def _train(self, x: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor | None:
+        """The chain with the batch's statistics as one training node, or None: unfused (an
+        activation whose gradient needs its input, hooks on the modules, operands cuDNN does
+        not take; while compiling, a convolution with a bias). Compiled, the node is the custom
+        ops of :class:`~.fused_train.TracedTrainFn`."""
+        conv, bn, _, _ = self.parts
+        act = self.act
+        if act is not None and act.name not in TRAIN_ACTS:
+            return None
+        traced = compiling()
+        if traced and (op_block_train is None or conv.bias is not None):
+            return None
+        if _hooked(conv) or _hooked(bn):
+            return None  # the unfused modules run their hooks
+        cfg = self._cfg()
+        if cfg is None or not (cuda_ok(x) and cuda_ok(conv.weight)):
+            return None
+        w, cb = conv.weight, conv.bias
+        dt = autocast_dtype()
+        if dt is not None and x.dtype != torch.float64:  # autocast's casts, as Conv2d's
+            x, w = x.to(dt), w.to(dt)
+            cb = None if cb is None else cb.to(dt)
+        if x.dtype != w.dtype or (cb is not None and cb.dtype != w.dtype):
+            return None
+        if x.dim() != self.nd + 2 or w.device != x.device:
+            return None
+        x = dense(x)
+        if z is not None:
+            if not cuda_ok(z) or z.dtype != x.dtype or z.device != x.device:
+                return None
+            if tuple(z.shape) != conv_out_shape(x, w, cfg):
+                return None
+            z = dense(z)
+        if not traced:
+            ready()
+        gamma, beta = bn_affine(bn, x, traced)
+        running, factor, copy_back = train_running(bn, gamma.dtype)
+        if traced:
+            rm, rv = (None, None) if running is None else running
+            name, coef = ("", 0.0) if act is None else (act.name, act.coef or 0.0)
+            params = [float(bn.eps), float(factor), float(coef)]
+            y = TracedTrainFn.apply(x, w, gamma, beta, z, rm, rv, cfg_list(cfg), params, name)
+        else:
+            a = None if act is None else (act.name, act.coef or 0.0)
+            refused = state(self).setdefault("refused_bn_act", set())
+            blk = TrainBlock(cfg, bn.eps, factor, a, refused)
+            y = train_block(x, w, cb, gamma, beta, z, running, blk)
+        if copy_back:
+            bn.running_mean.copy_(running[0])
+            bn.running_var.copy_(running[1])
+        return y
+
     def _folded(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The folded weight (in *x*'s memory format) and bias, cached until a tensor they were
         computed from changes (its data pointer or version counter)."""
@@ -281,9 +358,8 @@ class FusedConv(nn.Module):
             return self.unfused(x, z)
         w, b = fold_bn(conv, bn, xc.dtype)
         w = w.contiguous(memory_format=format_of(xc))  # the weight in x's layout, as eager's
-        nd, pad, stride, dil, groups = cfg
         act = self.act or Act("")
-        return op(xc, w, b, z, [nd, groups, *pad, *stride, *dil], act.name, act.coef or 0.0)
+        return op(xc, w, b, z, cfg_list(cfg), act.name, act.coef or 0.0)
 
 
 def _mm_slow(a, b, bias, act, out, s) -> None:
@@ -363,12 +439,6 @@ class FusedLinear(nn.Module):
 
 
 # -- torch.compile: the fused calls as custom ops ----------------------------------------------
-def _conv_cfg(x: torch.Tensor, conv: list[int]) -> tuple:
-    nd, groups = conv[0], conv[1]
-    pad, stride, dil = (tuple(conv[2 + i * nd : 2 + (i + 1) * nd]) for i in range(3))
-    return (nd, pad, stride, dil, groups)
-
-
 def _op_act(act: str, coef: float) -> Act | None:
     if not act:
         return None
@@ -384,7 +454,7 @@ def _conv_fused_impl(
     act: str,
     coef: float,
 ) -> torch.Tensor:
-    cfg = _conv_cfg(x, conv)
+    cfg = cfg_of(conv)
     x = dense(x)
     y = like(conv_out_shape(x, w, cfg), x)
     a = _op_act(act, coef)
@@ -402,7 +472,7 @@ def _conv_fused_impl(
 
 def _conv_fused_fake(x, w, b, z, conv: list[int], act: str, coef: float) -> torch.Tensor:
     x = dense(x)
-    return like(conv_out_shape(x, w, _conv_cfg(x, conv)), x)
+    return like(conv_out_shape(x, w, cfg_of(conv)), x)
 
 
 def _linear_fused_impl(

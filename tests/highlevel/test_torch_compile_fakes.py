@@ -319,6 +319,8 @@ def test_every_op_has_a_case_and_a_schema():
         "sdpa_grad",
         "conv_fused",  # the fused modules' ops: opcheck in test_torch_fuse.py
         "linear_fused",
+        "conv_bn_train",
+        "conv_bn_train_grad",
     }  # the gradients' ops run through the autograd checks of their forwards
     for name, op in OPS.items():
         assert str(op._schema).startswith(PREFIX + name + "("), op._schema

@@ -30,6 +30,7 @@ from pycudnn.torch import (  # noqa: E402
     conv,
     fuse,
     fused,
+    fused_train,
     linear,
 )
 
@@ -453,12 +454,16 @@ def test_fused_eval_path_matches_torch(make):
 
 @pytest.mark.usefixtures("fakes")
 @pytest.mark.parametrize("make", [Net, BasicBlock, Bottleneck], ids=lambda f: f.__name__)
-def test_fused_training_is_unfused_and_exact(make):
+def test_fused_training_is_one_node_and_exact(make):
     ref, mine = _pair(make)
     x = torch.randn(2, 8 if make is Bottleneck else 4 if make is BasicBlock else 3, 8, 8).double()
     xr, xm = x.clone().requires_grad_(), x.clone().requires_grad_()
     yr, ym = ref(xr), mine(xm)
     torch.testing.assert_close(ym, yr, rtol=1e-9, atol=1e-9)
+    if make is not Net:  # the block's last chain (conv, bn, add, relu) is one autograd node
+        assert type(ym.grad_fn).__name__ == "_TrainFnBackward"
+        assert type(yr.grad_fn).__name__ != "_TrainFnBackward"
+    assert "dnn_batch_normalization_act_train" not in base.CALLS  # float64: separate calls
     dy = torch.randn_like(yr)
     yr.backward(dy)
     ym.backward(dy)
@@ -473,6 +478,189 @@ def test_fused_training_is_unfused_and_exact(make):
     mine.eval()
     with torch.no_grad():
         torch.testing.assert_close(mine(x), ref(x), rtol=1e-9, atol=1e-9)
+
+
+# -- training with cuDNN's fused batch norm + ReLU (+ residual), as fakes --------------------------
+@base._bound(hl.dnn_batch_normalization_act_train)
+def fake_bn_act_train(
+    inputs, gamma, beta, z, activation, epsilon, running_average_factor, running_mean,
+    running_var, out, out_mean, out_invstd, out_reserve, **_,
+):  # fmt: skip
+    assert activation == "relu" and out is not None and out_reserve is not None
+    CALLS.append(("bn_act", z is not None, out_reserve.numel()))
+    y, mean, invstd, *_r = base.fake_bn_train(
+        inputs, gamma, beta, "spatial", epsilon, running_average_factor, running_mean,
+        running_var, inplace_running=running_mean is not None, out_mean=out_mean,
+        out_invstd=out_invstd,
+    )  # fmt: skip
+    out_reserve.zero_()  # cuDNN writes its bit mask there
+    return base._out(out, F.relu(y if z is None else y + z)), mean, invstd, out_reserve
+
+
+@base._bound(hl.dnn_batch_normalization_act_grad)
+def fake_bn_act_grad(
+    inputs, y, dy, scale, bias, x_mean, x_invstd, reserve, activation, epsilon, residual, out,
+    out_dscale, out_dbias, out_dz, **_,
+):  # fmt: skip
+    assert reserve.numel() == (16 if residual else 0)
+    d = dy * (y > 0)  # the ReLU's mask from the forward's output, as cuDNN's
+    res = base.fake_bn_grad(inputs, d, scale, x_mean, x_invstd, "spatial", epsilon, out=out,
+                            out_dscale=out_dscale, out_dbias=out_dbias)  # fmt: skip
+    return (*res, base._out(out_dz, d)) if residual else res
+
+
+def _reserve_size(shape, dtype, residual=False, device=None):
+    return 16 if residual else 0
+
+
+@pytest.fixture
+def bn_act(fakes, monkeypatch):
+    """The fused batch norm's fakes, taken for float64 channels-last data (exact references)."""
+    monkeypatch.setattr(batchnorm, "dnn_batch_normalization_act_train", fake_bn_act_train)
+    monkeypatch.setattr(batchnorm, "dnn_batch_normalization_act_grad", fake_bn_act_grad)
+    monkeypatch.setattr(batchnorm, "batch_normalization_act_reserve_size", _reserve_size)
+    monkeypatch.setattr(fused_train, "HALVES", (torch.float64,))
+    monkeypatch.setattr(batchnorm, "_RESERVE", {})
+
+
+@pytest.mark.usefixtures("bn_act")
+@pytest.mark.parametrize("make", [BasicBlock, Bottleneck, Net], ids=lambda f: f.__name__)
+def test_fused_training_with_cudnns_bn_relu_kernel(make):
+    ref, mine = _pair(make)
+    cin = 8 if make is Bottleneck else 4 if make is BasicBlock else 3
+    x = torch.randn(2, cin, 8, 8).double().to(memory_format=torch.channels_last)
+    xr, xm = x.clone().requires_grad_(), x.clone().requires_grad_()
+    yr, ym = ref(xr), mine(xm)
+    torch.testing.assert_close(ym, yr, rtol=1e-9, atol=1e-9)
+    dy = torch.randn_like(yr)
+    yr.backward(dy)
+    ym.backward(dy)
+    torch.testing.assert_close(xm.grad, xr.grad, rtol=1e-9, atol=1e-9)
+    for (n, a), b in zip(mine.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-9, msg=n)
+    for (n, a), b in zip(mine.named_buffers(), ref.buffers(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=n)
+    fused_calls = [c for c in CALLS if c[0] == "bn_act"]
+    # every conv -> bn -> relu and conv -> bn -> add -> relu chain ran on the fused kernel,
+    # with the residual form's reserve space; a chain without a ReLU (downsample) did not
+    assert ("bn_act", True, 16) in fused_calls
+    if make is not BasicBlock:
+        assert ("bn_act", False, 0) in fused_calls
+    assert base.CALLS.count("dnn_batch_normalization_act_grad") == len(fused_calls)
+
+
+@pytest.mark.usefixtures("bn_act")
+def test_fused_bn_relu_refused_by_cudnn_runs_separate_calls(monkeypatch):
+    def refuse(*a, **k):
+        CALLS.append(("refused",))
+        raise pycudnn.errors.NotSupportedError(3000, "dnn_batch_normalization_act_train", "no")
+
+    monkeypatch.setattr(batchnorm, "batch_normalization_act_reserve_size", refuse)
+    ref, mine = _pair(lambda: ConvBNAct(nn.ReLU()))
+    x = torch.randn(2, 3, 8, 8).double().to(memory_format=torch.channels_last)
+    for _ in range(2):
+        torch.testing.assert_close(mine(x), ref(x), rtol=1e-9, atol=1e-9)
+    assert CALLS.count(("refused",)) == 1  # the signature is remembered
+    assert base.CALLS.count("dnn_batch_normalization_train") == 2
+
+
+def _block_args(residual, dtype=torch.float64):
+    torch.manual_seed(0)
+    cl = torch.channels_last
+    x = torch.randn(2, 3, 8, 8, dtype=dtype).to(memory_format=cl)
+    w = torch.randn(4, 3, 3, 3, dtype=dtype).to(memory_format=cl)
+    gamma, beta = torch.rand(4, dtype=dtype) + 0.5, torch.randn(4, dtype=dtype)
+    z = torch.randn(2, 4, 8, 8, dtype=dtype).to(memory_format=cl) if residual else None
+    rm, rv = torch.zeros(4, dtype=dtype), torch.ones(4, dtype=dtype)
+    return x, w, gamma, beta, z, rm, rv
+
+
+CONV = [2, 1, 1, 1, 1, 1, 1, 1]  # nd 2, groups 1, padding 1, stride 1, dilation 1
+
+
+@pytest.mark.usefixtures("bn_act")
+@pytest.mark.parametrize("kernel", ["fused", "separate"])
+@pytest.mark.parametrize("residual", [False, True], ids=["bn_relu", "bn_add_relu"])
+def test_training_ops_opcheck(residual, kernel, monkeypatch):
+    """The compiled training node's two ops: schema, fakes (shapes, dtypes, strides, the
+    reserve's size), AOT dispatch, on both of the forward's paths."""
+    if kernel == "separate":
+        monkeypatch.setattr(fused_train, "HALVES", ())
+    args = _block_args(residual)
+    params = [1e-5, 0.1, 0.0]
+    torch.library.opcheck(torch.ops.pycudnn.conv_bn_train, (*args, CONV, params, "relu"))
+    out, yc, mean, invstd, reserve = torch.ops.pycudnn.conv_bn_train(
+        *_block_args(residual), CONV, params, "relu"
+    )
+    assert reserve.numel() == (16 if residual and kernel == "fused" else 0)
+    x, w, gamma, beta = args[:4]
+    saved = [x, w, yc, gamma, beta, mean, invstd, out, reserve]
+    for flags in ([int(residual), 1, 1], [int(residual), 0, 1]):
+        dy = torch.randn_like(out)
+        torch.library.opcheck(
+            torch.ops.pycudnn.conv_bn_train_grad, (dy, saved, CONV, params, "relu", flags)
+        )
+
+
+@pytest.mark.usefixtures("bn_act")
+@pytest.mark.parametrize("residual", [False, True], ids=["bn_relu", "bn_add_relu"])
+def test_traced_training_node_equals_the_eager_one(residual):
+    """TracedTrainFn (the ops compile traces) against the eager node: output, gradients of the
+    input, weight, scale, shift and residual, and the running statistics."""
+    got = []
+    for traced in (False, True):
+        x, w, gamma, beta, z, rm, rv = _block_args(residual)
+        leaves = [t.requires_grad_() for t in (x, w, gamma, beta) + ((z,) if residual else ())]
+        if traced:
+            y = fused_train.TracedTrainFn.apply(
+                x, w, gamma, beta, z, rm, rv, CONV, [1e-5, 0.1, 0.0], "relu"
+            )
+        else:
+            blk = fused_train.TrainBlock(fused_train.cfg_of(CONV), 1e-5, 0.1, ("relu", 0.0), set())
+            y = fused_train.train_block(x, w, None, gamma, beta, z, (rm, rv), blk)
+        y.backward(torch.ones_like(y))
+        got.append([y, rm, rv, *(t.grad for t in leaves)])
+    for a, b in zip(*got, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.usefixtures("bn_act")
+def test_compiled_training_traces_the_training_ops():
+    """Dynamo traces the training node as the two custom ops, with eager's results."""
+    ref, mine = _pair(Bottleneck)
+    x = torch.randn(2, 8, 8, 8).double().to(memory_format=torch.channels_last)
+    seen = []
+
+    def backend(gm, inputs):
+        for m in gm.modules():  # autograd.Function bodies are subgraphs (fwd_body_0, ...)
+            if isinstance(m, torch.fx.GraphModule):
+                seen.extend(str(n.target) for n in m.graph.nodes)
+        return gm.forward
+
+    xr, xm = x.clone().requires_grad_(), x.clone().requires_grad_()
+    yr, ym = ref(xr), torch.compile(mine, backend=backend)(xm)
+    torch.testing.assert_close(ym, yr, rtol=1e-9, atol=1e-9)
+    ym.sum().backward()
+    yr.sum().backward()
+    torch.testing.assert_close(xm.grad, xr.grad, rtol=1e-9, atol=1e-9)
+    for (n, a), b in zip(mine.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-9, msg=n)
+    for (n, a), b in zip(mine.named_buffers(), ref.buffers(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=n)
+    assert sum("conv_bn_train.default" in t for t in seen) == 3, seen
+    assert sum("conv_bn_train_grad" in t for t in seen) == 3, seen
+
+
+@pytest.mark.usefixtures("fakes")
+def test_training_with_hooks_or_gelu_runs_the_modules():
+    ref, mine = _pair(lambda: ConvBNAct(nn.GELU()))
+    x = torch.randn(2, 3, 8, 8).double().requires_grad_()
+    assert type(mine(x).grad_fn).__name__ != "_TrainFnBackward"  # GELU's backward needs its input
+    ref, mine = _pair(lambda: ConvBNAct(nn.ReLU()))
+    seen = []
+    mine.bn.register_forward_hook(lambda m, i, o: seen.append(1))
+    torch.testing.assert_close(mine(x), ref(x), rtol=1e-9, atol=1e-9)
+    assert seen == [1]
 
 
 @pytest.mark.usefixtures("fakes")

@@ -1,0 +1,307 @@
+"""The training step of a fused ``Conv -> BatchNorm (-> residual add) (-> activation)`` chain
+(imports torch): the chain as **one autograd node** instead of three or four, and batch norm,
+the addition and a ReLU as **one cuDNN kernel** in each direction where cuDNN has it.
+
+Forward: the convolution (the lean path), then batch norm with the batch's statistics (running
+averages updated in place, as the batch-norm module's), the residual added and the activation
+applied in place. Backward: the activation's and batch norm's gradients, then the convolution's
+data and weight gradients. Where the data is channels-last float16/bfloat16 and the activation a
+ReLU, batch norm, the addition and the ReLU are cuDNN's fused kernel
+(:func:`~pycudnn.highlevel.dnn_batch_normalization_act_train`, ``BN_ADD_ACTIVATION``) in both
+directions; otherwise they are the separate cuDNN calls of the converted modules (torch's add,
+and torch's ReLU backward for bfloat16, as there), still in the one node.
+
+The chain's intermediate results that autograd keeps are the unfused chain's: the input, the
+weight, the convolution's output (batch norm's input), the block's output and batch norm's
+statistics (plus cuDNN's reserve space, a bit per element, for the fused residual form).
+
+cuDNN's graph-API conv-BN training fusions (convolution with statistics generation, BN finalize,
+the next convolution's scale-bias-ReLU prologue) are not used: on the GPUs measured here
+(H100/H200, cuDNN 9.19) bfloat16 has no engines for the prologue and the backward patterns, and
+BN finalize returned NaN statistics (``tests/graph/test_bn_fusion_gpu.py``; ``docs/graph.md``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from .. import errors
+from ._compile import define
+from ._runtime import HALVES, dense, like, ready
+from .activation import Y_ONLY, act_grad_run, act_run
+from .batchnorm import (
+    bn_act_grad_run,
+    bn_act_train_run,
+    bn_grad_run,
+    bn_train_run,
+    reserve_bytes,
+)
+from .conv import conv_dgrad, conv_out_shape, conv_run, conv_wgrad
+
+__all__ = [
+    "TRAIN_ACTS",
+    "TracedTrainFn",
+    "TrainBlock",
+    "block_backward",
+    "block_forward",
+    "cfg_list",
+    "cfg_of",
+    "fused_reserve",
+    "op_block_grad",
+    "op_block_train",
+    "train_block",
+]
+
+#: the epilogue activations the training node runs (those whose gradient needs only the output)
+TRAIN_ACTS = Y_ONLY
+
+
+class TrainBlock(NamedTuple):
+    """What the training node needs besides its tensors: the convolution's *cfg* ``(nd, pad,
+    stride, dilation, groups)``, batch norm's *eps* and running-average *factor*, the activation
+    (``(mode, coef)`` or None) and a per-module set of signatures cuDNN's fused batch norm
+    refused (*refused*)."""
+
+    cfg: tuple
+    eps: float
+    factor: float
+    act: tuple[str, float] | None
+    refused: set
+
+
+def fused_reserve(y: torch.Tensor, act: tuple[str, float] | None, residual: bool) -> int | None:
+    """The reserve bytes of cuDNN's fused batch norm + [add +] ReLU for the convolution's output
+    *y* (its shape, dtype, layout and device only: fake tensors too), or None when the chain
+    runs cuDNN's separate calls: not a ReLU, not channels-last float16/bfloat16 4-D, or cuDNN's
+    size query refuses it. The same answer every time for one signature."""
+    if act is None or act[0] != "relu" or y.dtype not in HALVES or y.dim() != 4:
+        return None
+    if not y.is_contiguous(memory_format=torch.channels_last):
+        return None
+    # int(): a symbolic size (torch.compile's dynamic shapes) is specialized, as cuDNN's sizes are
+    return reserve_bytes(tuple(int(n) for n in y.shape), y.dtype, y.get_device(), residual)
+
+
+def block_forward(x, w, cb, gamma, beta, z, running, blk: TrainBlock, strict: bool = False):
+    """The chain's forward: ``(out, saved)``, *saved* what the backward reads. *strict*: a
+    fused launch cuDNN refuses raises (the compiled graph fixed the path) instead of running
+    the separate calls for this signature from then on."""
+    yc = conv_run(x, w, cb, blk.cfg)
+    n = None if (yc.shape, yc.dtype) in blk.refused else fused_reserve(yc, blk.act, z is not None)
+    if n is not None:
+        try:
+            out, mean, invstd, reserve = bn_act_train_run(
+                yc, gamma, beta, z, running, blk.eps, blk.factor, n
+            )
+            return out, (True, yc, mean, invstd, out, reserve)
+        except errors.NotSupportedError:
+            if strict:
+                raise
+            blk.refused.add((yc.shape, yc.dtype))  # no fused kernel here: separate calls
+    out, mean, invstd = bn_train_run(yc, gamma, beta, running, blk.eps, blk.factor)
+    if z is not None:
+        out.add_(z)
+    if blk.act is not None:
+        act_run(out, blk.act[0], blk.act[1], True)
+    return out, (False, yc, mean, invstd, out, None)
+
+
+def block_backward(dy, saved: tuple, blk: TrainBlock, fused: bool, need: tuple) -> tuple:
+    """The chain's backward from *saved* ``(x, w, yc, gamma, beta, mean, invstd, out,
+    reserve)``: ``(dx, dw, dyc, dgamma, dbeta, dz)``; *need* ``(dx, dw, dz)`` wanted (None for
+    the others)."""
+    x, w, yc, gamma, beta, mean, invstd, y, reserve = saved
+    dy = dense(dy)
+    if dy.dtype != y.dtype:
+        dy = dy.to(y.dtype)
+    if fused:
+        if dy.stride() != y.stride():  # the fused kernel takes one layout for all four
+            dy = dy.contiguous(memory_format=torch.channels_last)
+        dyc, dgamma, dbeta, dz = bn_act_grad_run(
+            yc, y, dy, gamma, beta, mean, invstd, reserve, blk.eps, need[2]
+        )
+    else:
+        d = dy if blk.act is None else act_grad_run(y, y, dy, (*blk.act, True))
+        dz = d if need[2] else None
+        dyc, dgamma, dbeta = bn_grad_run(yc, dense(d), gamma, mean, invstd, blk.eps)
+    dx = conv_dgrad(w, dyc, torch.empty_like(x), blk.cfg) if need[0] else None
+    dw = conv_wgrad(x, dyc, w, blk.cfg) if need[1] else None
+    return dx, dw, dyc, dgamma, dbeta, dz
+
+
+class _TrainFn(torch.autograd.Function):
+    """The chain as one autograd node (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, x, w, cb, gamma, beta, z, running, blk):
+        out, (fused, yc, mean, invstd, y, reserve) = block_forward(
+            x, w, cb, gamma, beta, z, running, blk
+        )
+        ctx.save_for_backward(x, w, yc, gamma, beta, mean, invstd, y, reserve)
+        ctx.blk, ctx.fused = blk, fused
+        ctx.has_z, ctx.has_cb = z is not None, cb is not None
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        need = ctx.needs_input_grad
+        dx, dw, dyc, dgamma, dbeta, dz = block_backward(
+            dy, ctx.saved_tensors, ctx.blk, ctx.fused, (need[0], need[1], ctx.has_z)
+        )
+        dcb = dyc.sum(dim=(0, *range(2, dyc.dim()))) if ctx.has_cb and need[2] else None
+        return dx, dw, dcb, dgamma, dbeta, dz, None, None
+
+
+def train_block(x, w, cb, gamma, beta, z, running, blk: TrainBlock) -> Any:
+    """``act(bn(conv(x)) [+ z])`` in training mode: one autograd node when a gradient is
+    wanted, the bare forward otherwise. Every tensor dense, CUDA, of one dtype (*gamma*, *beta*
+    and *running* float32 or float64 as batch norm takes them)."""
+    wanted = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, w, cb, gamma, beta, z)
+    )
+    if wanted:
+        return _TrainFn.apply(x, w, cb, gamma, beta, z, running, blk)
+    return block_forward(x, w, cb, gamma, beta, z, running, blk)[0]
+
+
+# -- torch.compile: the training node as two pycudnn:: custom ops -------------------------------
+def cfg_list(cfg: tuple) -> list[int]:
+    """A convolution's *cfg* ``(nd, pad, stride, dilation, groups)`` as the custom ops' int
+    list ``[nd, groups, *pad, *stride, *dilation]``."""
+    nd, pad, stride, dil, groups = cfg
+    return [nd, groups, *pad, *stride, *dil]
+
+
+def cfg_of(conv: list[int]) -> tuple:
+    """:func:`cfg_list` undone."""
+    nd, groups = conv[0], conv[1]
+    pad, stride, dil = (tuple(conv[2 + i * nd : 2 + (i + 1) * nd]) for i in range(3))
+    return (nd, pad, stride, dil, groups)
+
+
+def _block(conv: list[int], params: list[float], act: str) -> TrainBlock:
+    eps, factor, coef = params
+    return TrainBlock(cfg_of(conv), eps, factor, (act, coef) if act else None, set())
+
+
+def _op_train(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    gamma: torch.Tensor,
+    beta: torch.Tensor,
+    z: torch.Tensor | None,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    conv: list[int],
+    params: list[float],
+    act: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ready()
+    blk = _block(conv, params, act)
+    running = None if running_mean is None else (running_mean, running_var)
+    zd = None if z is None else dense(z)
+    out, (_, yc, mean, invstd, _y, reserve) = block_forward(
+        dense(x), w, None, gamma, beta, zd, running, blk, strict=True
+    )
+    if reserve is None:
+        reserve = x.new_empty(0, dtype=torch.uint8)
+    return out, yc, mean, invstd, reserve
+
+
+def _op_train_fake(x, w, gamma, beta, z, running_mean, running_var, conv, params, act):
+    blk = _block(conv, params, act)
+    x = dense(x)
+    yc = like(conv_out_shape(x, w, blk.cfg), x)
+    n = fused_reserve(yc, blk.act, z is not None)
+    reserve = x.new_empty(n or 0, dtype=torch.uint8)
+    return torch.empty_like(yc), yc, torch.empty_like(gamma), torch.empty_like(gamma), reserve
+
+
+def _op_grad(
+    dy: torch.Tensor,
+    saved: list[torch.Tensor],
+    conv: list[int],
+    params: list[float],
+    act: str,
+    flags: list[int],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ready()
+    blk = _block(conv, params, act)
+    has_z, need_dx, need_dw = (bool(f) for f in flags)
+    yc = saved[2]
+    fused = fused_reserve(yc, blk.act, has_z) is not None  # as the forward decided
+    dx, dw, _dyc, dgamma, dbeta, dz = block_backward(
+        dy, tuple(saved), blk, fused, (need_dx, need_dw, has_z)
+    )
+    if dz is not None and (dz is dy or dz.stride() != yc.stride()):
+        dz = torch.empty_like(yc).copy_(dz)  # a new tensor in the layout the fake gives
+    return (
+        yc.new_empty(0) if dx is None else dx,  # one new empty each: outputs may not alias
+        yc.new_empty(0) if dw is None else dw,
+        dgamma,
+        dbeta,
+        yc.new_empty(0) if dz is None else dz,
+    )
+
+
+def _op_grad_fake(dy, saved, conv, params, act, flags):
+    x, w, yc, gamma = saved[:4]
+    return (
+        torch.empty_like(x) if flags[1] else yc.new_empty(0),
+        torch.empty_like(w) if flags[2] else yc.new_empty(0),
+        torch.empty_like(gamma),
+        torch.empty_like(gamma),
+        torch.empty_like(yc) if flags[0] else yc.new_empty(0),
+    )
+
+
+#: ``pycudnn::conv_bn_train(x, w, gamma, beta, z?, running_mean?, running_var?, conv, [eps,
+#: factor, coef], act) -> (out, conv_out, mean, invstd, reserve)``: :func:`block_forward`
+#: (the running averages updated in place; its gradient: :class:`TracedTrainFn`)
+op_block_train = define(
+    "conv_bn_train", _op_train, _op_train_fake, mutates=("running_mean", "running_var")
+)
+#: ``pycudnn::conv_bn_train_grad(dy, saved, conv, params, act, [has_z, need_dx, need_dw]) ->
+#: (dx, dw, dgamma, dbeta, dz)`` (empty tensors for what was not wanted): :func:`block_backward`
+op_block_grad = define("conv_bn_train_grad", _op_grad, _op_grad_fake)
+
+
+class TracedTrainFn(torch.autograd.Function):
+    """Under ``torch.compile``: :data:`op_block_train` (a mutating op, which ``torch.library``
+    gives no autograd formula) with :data:`op_block_grad` as its backward; dynamo traces both.
+    The convolution has no bias here (the chains of ``convert(fuse=True)`` that have one run
+    unfused while compiling)."""
+
+    @staticmethod
+    def forward(ctx, x, w, gamma, beta, z, running_mean, running_var, conv, params, act):
+        out, yc, mean, invstd, reserve = op_block_train(
+            x, w, gamma, beta, z, running_mean, running_var, conv, params, act
+        )
+        ctx.save_for_backward(x, w, yc, gamma, beta, mean, invstd, out, reserve)
+        ctx.meta = (conv, params, act, z is not None)
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        conv, params, act, has_z = ctx.meta
+        need = ctx.needs_input_grad
+        flags = [int(has_z), int(need[0]), int(need[1])]
+        dx, dw, dgamma, dbeta, dz = op_block_grad(
+            dy, list(ctx.saved_tensors), conv, params, act, flags
+        )
+        return (
+            dx if need[0] else None,
+            dw if need[1] else None,
+            dgamma,
+            dbeta,
+            dz if has_z else None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
