@@ -41,9 +41,10 @@ __all__ = ["FusedGraph", "Match", "fuse_model", "fusions", "match", "unfuse_mode
 #: why a fused conv chain may still run unfused (the match record says it)
 CONV_NOTE = (
     "fused in eval mode without a gradient (batch norm folded into the convolution, the rest as "
-    "its epilogue); in training one autograd node, batch norm + residual + ReLU as cuDNN's one "
-    "kernel for channels-last float16/bfloat16 (separate calls otherwise; SiLU/GELU/ELU, hooks "
-    "and torch.compile run the modules unfused); eval with a gradient runs the modules unfused"
+    "its epilogue); in training one autograd node (custom ops under torch.compile), batch norm + "
+    "residual + ReLU as cuDNN's one kernel for channels-last float16/bfloat16 (separate calls "
+    "otherwise; SiLU/GELU/ELU and hooks run the modules unfused); eval with a gradient runs the "
+    "modules unfused"
 )
 LINEAR_NOTE = (
     "fused without a gradient; with one, Linear then the activation (the backward needs the "

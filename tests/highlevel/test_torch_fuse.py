@@ -452,18 +452,13 @@ def test_fused_eval_path_matches_torch(make):
     assert "dnn_batch_normalization_test" not in base.CALLS  # every batch norm was folded
 
 
-@pytest.mark.usefixtures("fakes")
-@pytest.mark.parametrize("make", [Net, BasicBlock, Bottleneck], ids=lambda f: f.__name__)
-def test_fused_training_is_one_node_and_exact(make):
-    ref, mine = _pair(make)
-    x = torch.randn(2, 8 if make is Bottleneck else 4 if make is BasicBlock else 3, 8, 8).double()
+def _same_step(ref, mine, x, fwd=None):
+    """One training step of *ref* and *mine* (through *fwd*, default *mine* itself) on *x*: the
+    output, the input's and every parameter's gradient and the buffers equal to 1e-9; returns
+    the two outputs."""
     xr, xm = x.clone().requires_grad_(), x.clone().requires_grad_()
-    yr, ym = ref(xr), mine(xm)
+    yr, ym = ref(xr), (mine if fwd is None else fwd)(xm)
     torch.testing.assert_close(ym, yr, rtol=1e-9, atol=1e-9)
-    if make is not Net:  # the block's last chain (conv, bn, add, relu) is one autograd node
-        assert type(ym.grad_fn).__name__ == "_TrainFnBackward"
-        assert type(yr.grad_fn).__name__ != "_TrainFnBackward"
-    assert "dnn_batch_normalization_act_train" not in base.CALLS  # float64: separate calls
     dy = torch.randn_like(yr)
     yr.backward(dy)
     ym.backward(dy)
@@ -472,6 +467,19 @@ def test_fused_training_is_one_node_and_exact(make):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-9, msg=n)
     for (n, a), b in zip(mine.named_buffers(), ref.buffers(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=n)
+    return yr, ym
+
+
+@pytest.mark.usefixtures("fakes")
+@pytest.mark.parametrize("make", [Net, BasicBlock, Bottleneck], ids=lambda f: f.__name__)
+def test_fused_training_is_one_node_and_exact(make):
+    ref, mine = _pair(make)
+    x = torch.randn(2, 8 if make is Bottleneck else 4 if make is BasicBlock else 3, 8, 8).double()
+    yr, ym = _same_step(ref, mine, x)
+    if make is not Net:  # the block's last chain (conv, bn, add, relu) is one autograd node
+        assert type(ym.grad_fn).__name__ == "_TrainFnBackward"
+        assert type(yr.grad_fn).__name__ != "_TrainFnBackward"
+    assert "dnn_batch_normalization_act_train" not in base.CALLS  # float64: separate calls
     assert all(c[1] is None and not c[2] for c in CALLS if c[0] == "conv")
     # back in eval: the fold is recomputed from the running statistics training updated
     ref.eval()
@@ -529,17 +537,7 @@ def test_fused_training_with_cudnns_bn_relu_kernel(make):
     ref, mine = _pair(make)
     cin = 8 if make is Bottleneck else 4 if make is BasicBlock else 3
     x = torch.randn(2, cin, 8, 8).double().to(memory_format=torch.channels_last)
-    xr, xm = x.clone().requires_grad_(), x.clone().requires_grad_()
-    yr, ym = ref(xr), mine(xm)
-    torch.testing.assert_close(ym, yr, rtol=1e-9, atol=1e-9)
-    dy = torch.randn_like(yr)
-    yr.backward(dy)
-    ym.backward(dy)
-    torch.testing.assert_close(xm.grad, xr.grad, rtol=1e-9, atol=1e-9)
-    for (n, a), b in zip(mine.named_parameters(), ref.parameters(), strict=True):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-9, msg=n)
-    for (n, a), b in zip(mine.named_buffers(), ref.buffers(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=n)
+    _same_step(ref, mine, x)
     fused_calls = [c for c in CALLS if c[0] == "bn_act"]
     # every conv -> bn -> relu and conv -> bn -> add -> relu chain ran on the fused kernel,
     # with the residual form's reserve space; a chain without a ReLU (downsample) did not
@@ -637,16 +635,7 @@ def test_compiled_training_traces_the_training_ops():
                 seen.extend(str(n.target) for n in m.graph.nodes)
         return gm.forward
 
-    xr, xm = x.clone().requires_grad_(), x.clone().requires_grad_()
-    yr, ym = ref(xr), torch.compile(mine, backend=backend)(xm)
-    torch.testing.assert_close(ym, yr, rtol=1e-9, atol=1e-9)
-    ym.sum().backward()
-    yr.sum().backward()
-    torch.testing.assert_close(xm.grad, xr.grad, rtol=1e-9, atol=1e-9)
-    for (n, a), b in zip(mine.named_parameters(), ref.parameters(), strict=True):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-9, msg=n)
-    for (n, a), b in zip(mine.named_buffers(), ref.buffers(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=n)
+    _same_step(ref, mine, x, torch.compile(mine, backend=backend))
     assert sum("conv_bn_train.default" in t for t in seen) == 3, seen
     assert sum("conv_bn_train_grad" in t for t in seen) == 3, seen
 

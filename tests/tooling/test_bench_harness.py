@@ -1059,6 +1059,9 @@ def test_torch_fusion_selection_targets_and_summary() -> None:
     ]
     assert tf.parse_args([]).modes == ("default", "reduce-overhead")
     assert tf.target_of("fuse-infer-b64") == 0.70 and tf.target_of("fuse-train") == 0.90
+    assert tf.target_of("fuse-train-b128") == 0.90
+    b = tf.parse_args(["--only", "fuse-train"])
+    assert [c for c in tf.CASE_IDS if tf.wanted(c, b.only)] == ["fuse-train", "fuse-train-b128"]
     assert tf.target_of("compile-default-train") == tf.target_of("llm-gpt2") == 1.00
     row = {"case": "fuse-infer-b64", "torch_median_ms": 10.0, "pycudnn_median_ms": 6.0}
     line = tf.summary_line(row | {"ratio": 0.6, "unfused_ratio": 1.3})
