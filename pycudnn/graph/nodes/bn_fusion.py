@@ -31,9 +31,10 @@ __all__ = [
     "genstats",
 ]
 
-#: False until a GPU run checks ``bn_finalize`` against torch: its first run (cuDNN 9.19, H200)
-#: gave NaN saved means and inverse standard deviations (cause not found yet), so the builder
-#: refuses it rather than serve them; tests set it to probe
+#: False until a GPU run checks ``bn_finalize`` against torch: on cuDNN 9.19 (H200, H100) its one
+#: engine writes the equivalent scale and bias but 1 of C channels of the saved statistics and
+#: running statistics (cause not found; docs/graph.md), so the builder refuses it rather than
+#: serve them; tests set it to probe
 BN_FINALIZE_VERIFIED = False
 
 _F32 = DataType.FLOAT
