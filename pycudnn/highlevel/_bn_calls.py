@@ -29,6 +29,7 @@ __all__ = [
     "InferenceCall",
     "TrainCall",
     "act_sizes",
+    "check_running",
     "ex_workspace",
     "use_ex",
 ]
@@ -63,6 +64,20 @@ def ex_workspace(h: Any, xd: Sequence[Any], pd: Any, backward: bool) -> int | No
     except Exception:
         return None
     return size.value
+
+
+def check_running(call: _call.Call, ptrs: Sequence[int], written: tuple, n: int, names) -> None:
+    """Running averages updated in place (the inputs at *written*) may not alias another of the
+    first *n* inputs (the addresses may change between calls of one key): a ``ValueError``
+    naming both."""
+    spans = call.spans
+    for w in written:
+        for r in range(n):
+            if r != w and _call.overlaps(ptrs[w], spans[w], ptrs[r], spans[r]):
+                raise ValueError(
+                    f"{call.func}: {names[w]} overlaps {names[r]}; the running averages are "
+                    "written in place"
+                )
 
 
 class BatchNormCall(_call.Call):
@@ -108,23 +123,11 @@ class TrainCall(BatchNormCall):
         self.copy = None if copy is None else (*copy[:3], *(d.ptr for d in copy[3:]))
         self.names = names
 
-    def _check_running(self, ptrs: Sequence[int]) -> None:
-        """Running averages updated in place may not alias another operand (the addresses
-        may change between calls of one key)."""
-        spans = self.spans
-        for w in (3, 4):
-            for r in range(5):
-                if r != w and _call.overlaps(ptrs[w], spans[w], ptrs[r], spans[r]):
-                    raise ValueError(
-                        f"{self.func}: {self.names[w]} overlaps {self.names[r]}; with "
-                        "inplace_running=True the running averages are written in place"
-                    )
-
     def launch(self, ptrs: Sequence[int]) -> None:
         if len(ptrs) == 6:
             (x, g, b, mean, invstd, y), rm, rv = ptrs, None, None
         elif len(ptrs) == 8:  # the running averages updated in place
-            self._check_running(ptrs)
+            check_running(self, ptrs, (3, 4), 5, self.names)
             x, g, b, rm, rv, mean, invstd, y = ptrs
         else:  # new copies of the running averages are updated
             x, g, b, src_m, src_v, mean, invstd, rm, rv, y = ptrs
@@ -328,11 +331,13 @@ class ActTrainCall(_ActCall):
     """Pointers: x, gamma, beta[, z][, running_mean, running_var (updated in place)], then mean,
     invstd, reserve, y."""
 
-    __slots__ = ("factor", "reserve", "running")
+    __slots__ = ("factor", "names", "reserve", "running")
 
     def __init__(self, func, h, allocs, spans, descs, eps, sizes, residual, factor, running):
         super().__init__(func, _EX_TRAIN, h, allocs, spans, descs, eps, sizes.forward, residual)
         self.reserve, self.factor, self.running = sizes.reserve, factor, running
+        self.names = ("inputs", "gamma", "beta", *(("z",) if residual else ()))
+        self.names += ("running_mean", "running_var")
 
     def launch(self, ptrs: Sequence[int]) -> None:
         x, g, b = ptrs[:3]
@@ -342,6 +347,7 @@ class ActTrainCall(_ActCall):
             z, i = ptrs[3], 4
         rm = rv = None
         if self.running:
+            check_running(self, ptrs, (i, i + 1), i + 2, self.names)
             rm, rv = ptrs[i], ptrs[i + 1]
             i += 2
         mean, invstd, reserve, y = ptrs[i:]

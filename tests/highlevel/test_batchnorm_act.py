@@ -183,3 +183,14 @@ def test_one_validation_per_call(rec, sizes, monkeypatch):
     dnn_batch_normalization_act_train(x, g, b)
     dnn_batch_normalization_act_train(x, g, b)
     assert len(builds) == 1 and rec.names() == ["cudnnBatchNormalizationForwardTrainingEx"] * 2
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_running_averages_may_not_alias_another_operand(rec, sizes, residual):
+    x, g, b, rm = xl(), sp(), sp(), sp()
+    z = xl() if residual else None
+    with pytest.raises(ValueError, match="running_mean overlaps running_var"):
+        dnn_batch_normalization_act_train(x, g, b, z, running_mean=rm, running_var=rm)
+    with pytest.raises(ValueError, match="running_var overlaps gamma"):
+        dnn_batch_normalization_act_train(x, g, b, z, running_mean=sp(), running_var=g)
+    assert rec.log == []
