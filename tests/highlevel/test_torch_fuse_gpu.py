@@ -291,3 +291,40 @@ def test_compiled_fused_training_equals_eager(mode):
     for a, b in zip(comp.buffers(), eager.buffers(), strict=True):
         torch.testing.assert_close(a.float(), b.float(), rtol=1e-2, atol=1e-2)
     torch._dynamo.reset()
+
+
+def test_fused_training_under_autocast(monkeypatch):
+    """float32 weights under ``torch.autocast(bfloat16)``, channels-last: the training chains
+    take autocast's casts and run cuDNN's fused kernel; one step's output, input and parameter
+    gradients and running statistics within noise of a float32 copy (as the unfused converted
+    model under autocast)."""
+    from pycudnn.torch import fused_train
+
+    seen = []
+    real = fused_train.bn_act_train_run
+    monkeypatch.setattr(
+        fused_train, "bn_act_train_run", lambda *a, **k: seen.append(1) or real(*a, **k)
+    )
+    torch.manual_seed(0)
+    ref = _stats(toys.Net()).to(DEV).to(memory_format=torch.channels_last)
+    mine = pt.convert(copy.deepcopy(ref), fuse=True)
+    plain = pt.convert(copy.deepcopy(ref))
+    x = _input(ref, torch.float32, torch.channels_last)
+    dy = torch.randn(x.shape[0], 3, device=DEV)
+    got = {"f32": _step(ref, x, dy)}
+    for tag, m in (("plain", plain), ("mine", mine)):
+        m.train()
+        xi = x.clone().requires_grad_()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = m(xi)
+        y.float().backward(dy)  # the backward outside autocast, as recommended
+        grads = torch.cat([p.grad.flatten().float() for p in m.parameters()])
+        stats = torch.cat([b.flatten().float() for b in m.buffers() if b.is_floating_point()])
+        got[tag] = (y, xi.grad, grads, stats)
+    assert seen, "no chain ran cuDNN's fused batch norm under autocast"
+    for i, what in enumerate(("output", "input gradient", "parameter gradients", "statistics")):
+        err_plain, err_mine = (
+            _rel(got["plain"][i], got["f32"][i]),
+            _rel(got["mine"][i], got["f32"][i]),
+        )
+        assert err_mine <= 2 * err_plain + 1e-2, (what, err_mine, err_plain)
