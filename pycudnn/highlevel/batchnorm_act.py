@@ -124,7 +124,7 @@ def batch_normalization_act_reserve_size(
     with a residual when *residual*, on *device* (default: the current one): the size an
     ``out_reserve=`` must have (``cudnnGetBatchNormalizationTrainingExReserveSpaceSize``; 0 when
     cuDNN needs none). Reads no data: a framework's shape propagation (``torch.compile``'s fake
-    tensors) can call it. Answers are cached per thread.
+    tensors) can call it. Answers are cached (per shape, dtype, residual and device).
 
     Raises
     ------

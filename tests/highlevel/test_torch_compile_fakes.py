@@ -26,6 +26,7 @@ F = torch.nn.functional
 
 import test_torch_adapter_fakes as base  # noqa: E402  (tests/highlevel is on sys.path)
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from torch_compile_models import CNN, Block  # noqa: E402  (tests/support)
 
 import pycudnn  # noqa: E402
 from pycudnn import highlevel as hl  # noqa: E402
@@ -380,39 +381,6 @@ def test_attention_and_norm_fakes_on_cuda_fake_tensors():
 
 
 # -- torch.compile over converted models -----------------------------------------------------------
-class CNN(nn.Module):
-    """The issue's model: conv-bn-relu-pool-conv-relu-pool-linear."""
-
-    def __init__(self):
-        super().__init__()
-        self.c1, self.bn = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
-        self.p1, self.c2 = nn.MaxPool2d(2), nn.Conv2d(16, 16, 3, padding=1)
-        self.p2, self.fc = nn.AvgPool2d(2), nn.Linear(16 * 4 * 4, 10)
-        self.r1, self.r2 = nn.ReLU(), nn.ReLU(inplace=True)
-
-    def forward(self, x):
-        x = self.p1(self.r1(self.bn(self.c1(x))))
-        x = self.p2(self.r2(self.c2(x)))
-        return self.fc(x.flatten(1))
-
-
-class Block(nn.Module):
-    """A transformer-ish block: LayerNorm, Linear projections, attention, softmax, dropout."""
-
-    def __init__(self, d=32, h=4):
-        super().__init__()
-        self.h = h
-        self.ln, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.drop, self.sm = nn.Dropout(0.0), nn.Softmax(1)
-
-    def forward(self, x):
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.ln(x)).view(b, s, 3, self.h, d // self.h).unbind(2)
-        a = pt.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-        y = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, s, d)))
-        return self.sm(y.transpose(1, 2)).transpose(1, 2)
-
-
 def _step(model, x):
     y = model(x)
     y.backward(torch.ones_like(y))

@@ -25,6 +25,7 @@ if not hasattr(torch.library, "custom_op"):
 nn = torch.nn
 F = torch.nn.functional
 
+import torch_compile_models as models  # noqa: E402  (tests/support)
 import torch_gpu  # noqa: E402  (tests/support)
 
 import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
@@ -118,37 +119,14 @@ def test_opcheck_linear_norms_attention(dtype):
 
 
 # -- torch.compile over converted models -------------------------------------------------------
-class CNN(nn.Module):
-    """The issue's model: conv-bn-relu-pool-conv-relu-pool-linear (16 channels)."""
-
-    def __init__(self):
-        super().__init__()
-        self.c1, self.bn = nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16)
-        self.p1, self.c2 = nn.MaxPool2d(2), nn.Conv2d(16, 16, 3, padding=1)
-        self.p2, self.fc = nn.MaxPool2d(2), nn.Linear(16 * 4 * 4, 10)
-        self.r1, self.r2 = nn.ReLU(), nn.ReLU(inplace=True)
-
-    def forward(self, x):
-        x = self.p1(self.r1(self.bn(self.c1(x))))
-        x = self.p2(self.r2(self.c2(x)))
-        return self.fc(x.flatten(1))
+def CNN():
+    """The issue's model with 16 input channels and two max poolings."""
+    return models.CNN(16, nn.MaxPool2d)
 
 
-class Block(nn.Module):
-    """A transformer block: LayerNorm, Linear projections, attention, dropout (p=0), softmax."""
-
-    def __init__(self, d=128, h=2):
-        super().__init__()
-        self.h = h
-        self.ln, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.drop, self.sm = nn.Dropout(0.0), nn.Softmax(1)
-
-    def forward(self, x):
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.ln(x)).view(b, s, 3, self.h, d // self.h).unbind(2)
-        a = pt.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-        y = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, s, d)))
-        return self.sm(y.transpose(1, 2)).transpose(1, 2)
+def Block():
+    """The shared transformer block, width 128, two heads."""
+    return models.Block(128, 2)
 
 
 def _step(model, x):

@@ -95,12 +95,14 @@ def _train(ref, mine, x, dtype):
         torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=n)
 
 
-def _step(model, x, dy):
-    """One training step: the output, the input's gradient, every parameter's gradient and the
+def _step(model, x, dy, autocast=None):
+    """One training step (the forward under ``torch.autocast(autocast)`` when given, the
+    backward outside it): the output, the input's gradient, every parameter's gradient and the
     running statistics after it, flattened to float32."""
     model.train()
     xi = x.clone().requires_grad_()
-    y = model(xi)
+    with torch.autocast("cuda", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        y = model(xi)
     y.backward(dy.to(y.dtype))
     grads = torch.cat([p.grad.flatten().float() for p in model.parameters()])
     stats = torch.cat([b.flatten().float() for b in model.buffers() if b.is_floating_point()])
@@ -313,14 +315,7 @@ def test_fused_training_under_autocast(monkeypatch):
     dy = torch.randn(x.shape[0], 3, device=DEV)
     got = {"f32": _step(ref, x, dy)}
     for tag, m in (("plain", plain), ("mine", mine)):
-        m.train()
-        xi = x.clone().requires_grad_()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            y = m(xi)
-        y.float().backward(dy)  # the backward outside autocast, as recommended
-        grads = torch.cat([p.grad.flatten().float() for p in m.parameters()])
-        stats = torch.cat([b.flatten().float() for b in m.buffers() if b.is_floating_point()])
-        got[tag] = (y, xi.grad, grads, stats)
+        got[tag] = _step(m, x, dy, torch.bfloat16)
     assert seen, "no chain ran cuDNN's fused batch norm under autocast"
     for i, what in enumerate(("output", "input gradient", "parameter gradients", "statistics")):
         err_plain, err_mine = (
