@@ -580,7 +580,7 @@ class Graph(ConvBnOperations):
             self.name, policy, heur_mode, wl, (deny_numerical_notes, deny_behavior_notes)
         )
         policy = Policy(
-            dtype=int(self.io_data_type or main_data_type(tensors)),
+            dtype=int(main_data_type(tensors) if self.io_data_type is None else self.io_data_type),
             device=_cuda.current_device() if device is None else device_of(where, device),
             cudnn_version=cudnn_version(),
             allow_tf32=_config.parse_bool(allow_tf32, where, "allow_tf32"),

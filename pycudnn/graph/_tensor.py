@@ -28,12 +28,15 @@ __all__ = [
     "check_array",
     "check_extent",
     "check_ragged",
+    "check_type",
     "described_dim",
     "described_stride",
     "finite",
     "host_scalar",
     "like_layout",
     "like_strides",
+    "own_or_io_type",
+    "resolved_type",
 ]
 
 
@@ -233,7 +236,6 @@ class Tensor:
         "_ragged",
         "_scratch",
         "_stride",
-        "_swap_last",
         "_uid",
         "_value",
         "_virtual",
@@ -260,8 +262,6 @@ class Tensor:
         self._producer = producer
         self._scratch: str | None = None
         self._ragged: Tensor | None = None  # cuDNN's ragged offsets (packed sequences)
-        # described to cuDNN with the last two dims swapped (same memory): attention's K^T
-        self._swap_last = False
 
     # -- pygraph-style setters -----------------------------------------------------------------
     def set_output(self, is_output: bool = True) -> Tensor:
@@ -430,6 +430,42 @@ class Tensor:
 _OFFSET_TYPES = (DataType.INT32, DataType.INT64)
 
 
+def own_or_io_type(t: Tensor) -> DataType | None:
+    """*t*'s own data type, else its graph's io data type (None when neither is set).
+
+    ``DataType.FLOAT`` is 0: never write ``t.data_type or io`` (float32 would read as unset)."""
+    return t._dtype if t._dtype is not None else t._graph.io_data_type
+
+
+def resolved_type(t: Tensor) -> DataType | None:
+    """The data type *t* is frozen with (:func:`._key.freeze`'s rule): its own, else the graph's
+    intermediate type for a virtual tensor or its io type for a real one (None: neither set)."""
+    if t._dtype is not None:
+        return t._dtype
+    g = t._graph
+    return g.intermediate_data_type if t._virtual else g.io_data_type
+
+
+def check_type(where: str, argument: str, t: Tensor, allowed: tuple[DataType, ...]) -> None:
+    """*t* (the operation's *argument*) resolves to one of *allowed*: a tensor with no data type
+    takes the graph's (float16, say), so "unset" is refused unless the graph's type is allowed."""
+    dt = resolved_type(t)
+    if dt in allowed:
+        return
+    want = " or ".join(dtype_name(a) for a in allowed)
+    if t._dtype is not None:
+        got = dtype_name(t._dtype)
+    elif dt is not None:
+        kind = "intermediate" if t._virtual else "io"
+        got = f"no data type of its own (it would be the graph's {kind} type, {dtype_name(dt)})"
+    else:
+        got = "no data type (and the graph has no io_data_type)"
+    raise TypeError(
+        f"{where}: {argument} ({t._name!r}) must be {want}, got {got}; "
+        f"declare it with data_type={dtype_name(allowed[0])!r} or call set_data_type"
+    )
+
+
 def check_ragged(t: Tensor, offset: Any) -> None:
     """*offset* may be *t*'s ragged offset tensor: an int32/int64 input of this graph, of
     dims ``(t.dim[0] + 1, 1, ..., 1)`` (checked when set and again when the graph freezes)."""
@@ -454,16 +490,23 @@ def check_ragged(t: Tensor, offset: Any) -> None:
         )
 
 
+def is_transposed(t: Tensor) -> bool:
+    """Whether *t*'s graph describes it to cuDNN with its last two dims swapped (attention's
+    K^T: the same memory; :meth:`GraphBase._read_transposed`). The tensor object itself is
+    never changed: its dims and strides stay the ones it was declared with."""
+    return t._index in t._graph._transposed
+
+
 def described_dim(t: Tensor) -> tuple[int, ...]:
     """The dims cuDNN sees (the last two swapped for a transposed view)."""
     d = t._dim
-    return (*d[:-2], d[-1], d[-2]) if t._swap_last else d
+    return (*d[:-2], d[-1], d[-2]) if is_transposed(t) else d
 
 
 def described_stride(t: Tensor) -> tuple[int, ...]:
     """The strides cuDNN sees (as :func:`described_dim`)."""
     s = t._stride
-    return (*s[:-2], s[-1], s[-2]) if t._swap_last else s
+    return (*s[:-2], s[-1], s[-2]) if is_transposed(t) else s
 
 
 def check_array(graph: str, t: Tensor, obj: Any, spec: Any, device: int) -> int:
@@ -526,6 +569,10 @@ class GraphBase:
         self._tensors: list[Tensor] = []
         self._nodes: list[Node] = []
         self._key: Any = None  # the frozen graph (GraphKey) once built
+        # tensors cuDNN reads with their last two dims swapped (attention's K^T), by index:
+        # the attention that reads them so; only attention nodes may use them
+        self._transposed: dict[int, str] = {}
+        self._attention_reads: frozenset[int] = frozenset()  # allowed while one is recorded
 
     def _mutable(self) -> None:
         if self._key is not None:
@@ -573,7 +620,52 @@ class GraphBase:
     ) -> None:
         """Record a node of *kind* (its settings, its tensors by role, inputs first)."""
         self._mutable()
+        for _role, t in roles:
+            if t._index in self._transposed and t._index not in self._attention_reads:
+                raise ValueError(
+                    f"{self.name}.{name or kind}: tensor {t._name!r} is an attention's k or v "
+                    f"({self._transposed[t._index]!r}), which cuDNN reads transposed (the same "
+                    "memory with its last two dims swapped); it cannot be an input of another "
+                    "operation: declare a second tensor for the same array (g.tensor_like)"
+                )
         self._nodes.append((kind, name or f"{kind}{len(self._nodes)}", settings, roles))
+
+    def _read_transposed(
+        self, op: str, owner: str, swapped: dict[str, Tensor], others: dict[str, Tensor | None]
+    ) -> None:
+        """Let the attention *owner* read the tensors *swapped* (``{argument: tensor}``) as K^T
+        while it records its nodes (:meth:`_attention_reads`), after checking that none of them
+        is also one of its *others* operands or an input of an operation recorded before, and
+        that no other operand is read transposed by another attention. Nothing is marked when
+        a check fails."""
+        where = f"{self.name}.{op}"
+        for nm, t in swapped.items():
+            for other, u in others.items():
+                if u is t:
+                    raise ValueError(
+                        f"{where}: {nm} and {other} are the same tensor ({t._name!r}); cuDNN "
+                        f"reads {nm} transposed (the same memory with its last two dims "
+                        f"swapped), so {nm} must be a tensor of its own: declare a second "
+                        "tensor for the same array (g.tensor_like)"
+                    )
+            if t._index not in self._transposed and self._uses(t):
+                raise ValueError(
+                    f"{where}: {nm} ({t._name!r}) is already an input of another operation; "
+                    f"cuDNN reads an attention's {nm} transposed (the same memory with its last "
+                    "two dims swapped), so it cannot be shared: declare a second tensor for the "
+                    "same array (g.tensor_like)"
+                )
+        for other, u in others.items():
+            if u is not None and u._index in self._transposed:
+                raise ValueError(
+                    f"{where}: {other} ({u._name!r}) is the k or v of attention "
+                    f"{self._transposed[u._index]!r}, which cuDNN reads transposed; it cannot "
+                    f"also be this attention's {other}: declare a second tensor for the same "
+                    "array (g.tensor_like)"
+                )
+        for t in swapped.values():
+            self._transposed.setdefault(t._index, owner)
+        self._attention_reads = frozenset(t._index for t in swapped.values())
 
     def _uses(self, t: Tensor) -> bool:
         """Whether a recorded operation refers to *t*."""

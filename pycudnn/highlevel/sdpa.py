@@ -677,7 +677,7 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         t.set_stride(spec.element_strides)
         allocs.append(spec)
     for t in more:  # dbias (io type), dsink (float32): packed
-        spec = _call.output_spec(t.dim, t.data_type or dt, device)
+        spec = _call.output_spec(t.dim, dt if t.data_type is None else t.data_type, device)
         t.set_stride(_layout.packed_strides(t.dim))
         allocs.append(spec)
     g.set_io_order(tq, tk, tv, to, tdo, tst, *extra, dq, dk, dv_, *more)

@@ -96,7 +96,7 @@ def test_paged_tensor_errors():
     g, t = _graph()
     g.tensor((B, 1, PAGES, 1), data_type="int64", name="t64")
     t64 = g._tensors[-1]
-    with pytest.raises(TypeError, match="paged_attention_v_table must be int32, got int64"):
+    with pytest.raises(TypeError, match=r"v_table \(.t64.\) must be int32, got int64"):
         _sdpa(g, t, paged_attention_v_table=t64)
     g, t = _graph()
     wrong = g.tensor((B, PAGES), data_type="int32", name="flat")

@@ -244,6 +244,15 @@ def _graph(sq=64, skv=128, h=4):
     return g, q, k, v
 
 
+def _kv_again(g, k, v):
+    """k and v declared again for a backward in the forward's graph: an attention reads its
+    k (forward) or k and v (backward) transposed, so they cannot be shared (issue 42)."""
+    return (
+        g.tensor(k.dim, k.stride, DataType.HALF, name="k_bwd"),
+        g.tensor(v.dim, v.stride, DataType.HALF, name="v_bwd"),
+    )
+
+
 def _per_head(g, name, dt=DataType.FLOAT, h=4):
     return g.tensor((1, h, 1, 1), (h, 1, 1, 1), dt, name=name)
 
@@ -288,6 +297,9 @@ def test_builder_backward_refusals_and_extra_outputs():
     sink = _per_head(g, "sink")
     o, st = g.sdpa(q, k, v, is_inference=False, bias=b, sink=sink)
     do = g.tensor(o.dim, o.stride, DataType.HALF, name="do")
+    with pytest.raises(ValueError, match=r"g\.sdpa_backward: v \('v'\) is already an input"):
+        g.sdpa_backward(q, k, v, o, do, st, bias=b, sink=sink)
+    k, v = _kv_again(g, k, v)
     with pytest.raises(errors.NotSupportedError, match=r"dsink=True.*not yet verified"):
         g.sdpa_backward(q, k, v, o, do, st, bias=b, sink=sink, dbias=True, dsink=True)
     with pytest.MonkeyPatch.context() as mp:  # the GPU probe's switch
@@ -320,6 +332,7 @@ def test_builder_backward_without_dsink_leaves_the_sink_out():
     o.set_output(True)
     st.set_output(True)
     do = g.tensor(o.dim, o.stride, DataType.HALF, name="do")
+    k, v = _kv_again(g, k, v)
     for t in g.sdpa_backward(q, k, v, o, do, st, sink=sink):
         t.set_output(True)
     key = g.key(device=0)

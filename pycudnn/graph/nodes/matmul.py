@@ -11,7 +11,7 @@ from ...enums import BackendAttributeName as A
 from ...enums import BackendAttributeType as T
 from ...enums import BackendDescriptorType as D
 from ...enums import DataType
-from .._tensor import GraphBase, Tensor, described_dim, finite
+from .._tensor import GraphBase, Tensor, check_type, described_dim, finite
 from ._base import NodeKind
 
 __all__ = ["KINDS", "matmul"]
@@ -67,11 +67,32 @@ def matmul(
         ("OPERATION_MATMUL_CDESC", c),
     ]
     for which, t in zip("MNK", overrides, strict=True):
-        t = g._check("matmul", f"{which.lower()}_override", t, optional=True)
+        t = _override(g, f"{which.lower()}_override", t, dim)
         if t is not None:
             roles.append((f"OPERATION_MATMUL_GEMM_{which}_OVERRIDE_DESC", t))
     g._node("matmul", name, s, roles)
     return c
+
+
+def _override(g: GraphBase, argument: str, t: Any, dim: tuple[int, ...]) -> Tensor | None:
+    """A valid-size override (one int32 per batch): dims of C's rank, ending in ``(1, 1)``, each
+    batch dim C's or 1."""
+    t = g._check("matmul", argument, t, optional=True)
+    if t is None:
+        return None
+    where = f"{g.name}.matmul"
+    d = described_dim(t)
+    batch_ok = len(d) == len(dim) and all(
+        s in (1, c) for s, c in zip(d[:-2], dim[:-2], strict=True)
+    )
+    if not batch_ok or d[-2:] != (1, 1):
+        want = (*("1|" + str(c) if c != 1 else "1" for c in dim[:-2]), 1, 1)
+        raise ValueError(
+            f"{where}: {argument} ({t.name!r}) holds one valid size per batch: dims "
+            f"({', '.join(map(str, want))}) for an output of dims {dim}, got {t.dim}"
+        )
+    check_type(where, argument, t, (DataType.INT32,))
+    return t
 
 
 def _matmul_desc(s: dict[str, Any]) -> BackendDescriptor:

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from ... import _layout, errors
 from ...enums import BackendDescriptorType as D
 from ...enums import DataType
-from .._tensor import GraphBase, Tensor
+from .._tensor import GraphBase, Tensor, check_type, own_or_io_type
 from ._base import NodeKind, cudnn_version
 
 __all__ = ["KINDS", "PAGED_VERSION", "Paged", "prepare", "record"]
@@ -88,8 +88,7 @@ def _table(g: GraphBase, op: str, nm: str, t: Any, b: int, width: int) -> Tensor
             f"{g.name}.{op}: {nm} must have dims ({b}, 1, {width}, 1) (B, 1, ceil("
             f"max_seq_len_kv / block_size), 1), got {t.dim}"
         )
-    if t.data_type is not None and t.data_type != DataType.INT32:
-        raise TypeError(f"{g.name}.{op}: {nm} must be int32, got {t.data_type.name.lower()}")
+    check_type(f"{g.name}.{op}", nm, t, (DataType.INT32,))
     return t
 
 
@@ -138,7 +137,7 @@ def prepare(g: GraphBase, op: str, qkv: tuple, o: Any, name: str) -> tuple[tuple
         width = -(-max_s // block)
         tab = _table(g, op, f"paged_attention_{nm}_table", table, b, width)
         dim = (b, hk, max_s, d)
-        dt = c.data_type or g.io_data_type
+        dt = own_or_io_type(c)
         if dt is None:
             raise ValueError(f"{where}: a paged {nm} needs a data type (its own or the graph's io)")
         layout = (dim, _layout.packed_strides(dim), dt)

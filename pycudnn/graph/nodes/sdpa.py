@@ -31,9 +31,10 @@ from typing import Any, NamedTuple
 
 from ... import _layout, errors
 from ..._config import parse_bool
+from ..._types import dtype_name
 from ...enums import DataType
 from ...enums import PointwiseMode as P
-from .._tensor import GraphBase, Tensor, finite, like_strides
+from .._tensor import GraphBase, Tensor, check_type, finite, like_strides, own_or_io_type
 from . import paged as _paged
 from . import pointwise, sdpa_masks
 from ._base import cudnn_version
@@ -110,7 +111,7 @@ def _checks(g: GraphBase, op: str, qkv: tuple, o: SdpaOptions) -> tuple:
     _check_ragged(g, op, (q, k, v), seq_q is not None)
     dropout = _dropout(g, op, o.dropout)
     scale = _scale(g, op, o.attn_scale, d)
-    io = q.data_type or g.io_data_type
+    io = own_or_io_type(q)
     causal = parse_bool(o.use_causal_mask, f"{g.name}.{op}", "use_causal_mask")
     masks = sdpa_masks.check_masks(g, op, o, (b, hq, _sq, skv), causal)
     return q, k, v, seq_q, seq_kv, dropout, scale, io, masks
@@ -123,10 +124,11 @@ _HEAD_DIM_MAX = 256
 def _check_types_and_heads(g: GraphBase, op: str, qkv: tuple) -> None:
     """q, k and v of one data type (theirs or the graph's io type), and head dims cuDNN's
     attention engines take."""
-    types = [t.data_type or g.io_data_type for t in qkv]
+    types = [own_or_io_type(t) for t in qkv]
     if len({t for t in types if t is not None}) > 1:
         names = ", ".join(
-            f"{n} {t.name if t is not None else 'unset'}" for n, t in zip("qkv", types, strict=True)
+            f"{n} {dtype_name(t) if t is not None else 'unset'}"
+            for n, t in zip("qkv", types, strict=True)
         )
         raise TypeError(f"{g.name}.{op}: q, k and v must have one data type, got {names}")
     for nm, size in (("q/k", qkv[0].dim[3]), ("v", qkv[2].dim[3])):
@@ -162,10 +164,9 @@ def _check_ragged(g: GraphBase, op: str, qkv: tuple, padded: bool) -> None:
 
 
 def _check_index_tensor(g: GraphBase, op: str, nm: str, t: Tensor, dtype: DataType) -> None:
-    if t.data_type is not None and t.data_type != dtype:
-        raise TypeError(
-            f"{g.name}.{op}: {nm} must be {dtype.name.lower()}, got {t.data_type.name.lower()}"
-        )
+    """An index tensor (lengths, seed, offset) of *dtype*: one without a data type of its own
+    would take the graph's io type (float16, say), so it must be declared."""
+    check_type(f"{g.name}.{op}", nm, t, (dtype,))
 
 
 def _seq_lens(g: GraphBase, op: str, o: SdpaOptions, b: int) -> tuple:
@@ -267,9 +268,41 @@ def forward(
     training."""
     qkv, loads = _paged.prepare(g, "sdpa", qkv, o, name)
     q, k, v, seq_q, seq_kv, dropout, scale, io, masks = _checks(g, "sdpa", qkv, o)
-    _paged.record(g, loads, seq_kv)
     is_inference = parse_bool(is_inference, f"{g.name}.sdpa", "is_inference")
-    k._swap_last = True  # bmm1 reads K^T: the same memory with the last two dims swapped
+    # bmm1 reads K^T: the same memory with the last two dims swapped (the graph records it;
+    # the tensor k is left as declared)
+    g._read_transposed("sdpa", name, {"k": k}, _operands(o, q=q, v=v))
+    try:
+        return _forward(
+            g, (q, k, v), (seq_q, seq_kv, dropout, scale, io, masks), loads, is_inference, name
+        )
+    finally:
+        g._attention_reads = frozenset()
+
+
+def _operands(opts: SdpaOptions, /, **given: Tensor) -> dict[str, Tensor | None]:
+    """The attention's operands other than those it reads transposed, by argument name."""
+    out: dict[str, Tensor | None] = dict(given)
+    for nm in ("seq_len_q", "seq_len_kv", "bias", "alibi_slopes", "sink", "attn_scale"):
+        t = getattr(opts, nm)
+        if isinstance(t, Tensor):
+            out[nm] = t
+    if opts.dropout is not None and len(opts.dropout) == 3:
+        out["dropout seed"], out["dropout offset"] = opts.dropout[1], opts.dropout[2]
+    for nm, t in zip(
+        ("paged_attention_k_table", "paged_attention_v_table"), (opts.paged or ())[:2], strict=False
+    ):
+        if isinstance(t, Tensor):
+            out[nm] = t
+    return out
+
+
+def _forward(
+    g: GraphBase, qkv: tuple, checked: tuple, loads: tuple, is_inference: bool, name: str
+) -> tuple[Tensor, Tensor | None]:
+    q, k, v = qkv
+    seq_q, seq_kv, dropout, scale, io, masks = checked
+    _paged.record(g, loads, seq_kv)
     neg_inf = _neg_inf(g, seq_q, masks, name)
     s = _mm(g, q, k, (seq_q, seq_kv, None), f"{name}::bmm1")
     s = _pw(g, P.MUL, s, scale, name=f"{name}::attn_scale")
@@ -337,12 +370,30 @@ def backward(
     dims = (q.dim[0], q.dim[1], q.dim[2], k.dim[2])
     sdpa_masks.check_backward(where, masks, dims, seq_q is not None, dropout is not None)
     deterministic = parse_bool(deterministic, where, "use_deterministic_algorithm")
+    others = _operands(o, q=q, o=out, dO=do, stats=stats)
+    g._read_transposed("sdpa_backward", name, {"k": k, "v": v}, others)
+    try:
+        return _backward(
+            g,
+            (q, k, v, out, do, stats),
+            (seq_q, seq_kv, dropout, scale, io, masks),
+            (grads, deterministic, where),
+            name,
+        )
+    finally:
+        g._attention_reads = frozenset()
+
+
+def _backward(
+    g: GraphBase, operands: tuple, checked: tuple, flags: tuple, name: str
+) -> tuple[Tensor, ...]:
+    q, k, v, out, do, stats = operands
+    seq_q, seq_kv, dropout, scale, io, masks = checked
+    grads, deterministic, where = flags
     b, hq, sq, d = q.dim
     _, hk, skv, _ = k.dim
     hv, dv = v.dim[1], v.dim[3]
     k_strides = k.stride
-    k._swap_last = True
-    v._swap_last = True
     neg_inf = _neg_inf(g, seq_q, masks, name)
     mask = None
     if dropout is not None:
