@@ -788,7 +788,24 @@ Graph.scale = Graph.mul  # type: ignore[attr-defined]
 
 
 def load_plan(text: str, h: Any, uids: Sequence[int], *, engine: int = -1) -> Any:
-    """A :class:`~pycudnn.graph._plans.GraphPlan` from cuDNN's JSON plan representation."""
+    """A :class:`~pycudnn.graph._plans.GraphPlan` from cuDNN's JSON plan representation:
+    *text* (:meth:`GraphPlan.to_json`'s str), *h* the :class:`~pycudnn.Handle` to run it with,
+    *uids* the tensor uids in pointer order."""
+    if not isinstance(text, str) or not text:
+        raise TypeError(
+            f"load_plan: text must be a non-empty str (a plan's JSON), got {text!r:.80}"
+        )
+    if not isinstance(h, _handle.Handle):
+        raise TypeError(
+            f"load_plan: h must be a pycudnn.Handle (pycudnn.get_handle()), got {type(h).__name__}"
+        )
+    if isinstance(uids, (str, bytes)) or not isinstance(uids, Sequence):
+        raise TypeError(f"load_plan: uids must be a sequence of ints, got {uids!r:.80}")
+    for u in uids:
+        if isinstance(u, bool) or not isinstance(u, int) or not 0 < u < 2**63:
+            raise ValueError(f"load_plan: uids must be ints in [1, 2**63), got {list(uids)!r:.120}")
+    if isinstance(engine, bool) or not isinstance(engine, int):
+        raise TypeError(f"load_plan: engine must be an int, got {engine!r}")
     plan = BackendDescriptor(BackendDescriptorType.EXECUTION_PLAN_DESCRIPTOR)
     plan.set(A.EXECUTION_PLAN_HANDLE, T.HANDLE, h)
     plan.set(A.EXECUTION_PLAN_JSON_REPRESENTATION, T.CHAR, text)

@@ -29,6 +29,7 @@ from ..enums import BackendBehaviorNote, BackendHeurMode, BackendNumericalNote, 
 from ._tensor import (
     GraphBase,
     Tensor,
+    check_extent,
     check_ragged,
     described_dim,
     described_stride,
@@ -212,6 +213,7 @@ def freeze(
                     f"{g.name}: tensor {t._name!r} has no data type: call "
                     "set_data_type(...) or give the Graph an io_data_type"
                 )
+        check_extent(f"{g.name}: tensor {t._name!r}", t._dim, t._stride, DataType(dt))
         spec = TensorSpec(
             uid,
             described_dim(t),

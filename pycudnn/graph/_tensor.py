@@ -89,13 +89,38 @@ def finite(value: Any, argument: str, *, allow_inf: bool = False) -> float:
     return v
 
 
-def check_extent(argument: str, dim: tuple[int, ...], stride: tuple[int, ...]) -> None:
-    """The elements and the span of (*dim*, *stride*) fit cuDNN's int64."""
-    if math.prod(dim) > _layout.INT64_MAX or _layout.span(dim, stride) > _layout.INT64_MAX:
+def check_extent(
+    argument: str, dim: tuple[int, ...], stride: tuple[int, ...], dtype: DataType | None = None
+) -> None:
+    """The elements and the span of (*dim*, *stride*) fit cuDNN's int64, and so does the span in
+    bytes when the data type is known (a stride of 2**62 float16 elements addresses no memory)."""
+    span = _layout.span(dim, stride)
+    if math.prod(dim) > _layout.INT64_MAX or span > _layout.INT64_MAX:
         raise ValueError(
             f"{argument}: dims {dim} with strides {stride} hold more elements (or span more) "
             "than cuDNN's int64 counts (2**63 - 1)"
         )
+    size = _ITEMSIZE.get(dtype, 1) if dtype is not None else 1
+    if span * size > _layout.INT64_MAX:
+        raise ValueError(
+            f"{argument}: dims {dim} with strides {stride} span {span} {dtype_name(dtype)} "
+            f"elements, {span * size} bytes: more than a 64-bit address space holds "
+            "(2**63 - 1 bytes)"
+        )
+
+
+#: bytes per element of the types a tensor may have (others: 1, a lower bound)
+_ITEMSIZE = {
+    DataType.FLOAT: 4,
+    DataType.DOUBLE: 8,
+    DataType.HALF: 2,
+    DataType.BFLOAT16: 2,
+    DataType.INT32: 4,
+    DataType.INT64: 8,
+    DataType.INT8: 1,
+    DataType.UINT8: 1,
+    DataType.BOOLEAN: 1,
+}
 
 
 def like_layout(argument: str, a: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -290,7 +315,9 @@ class Tensor:
     def set_data_type(self, data_type: Any) -> Tensor:
         """Set the data type (any dtype-like: ``"bfloat16"``, a numpy/torch dtype...)."""
         self._graph._mutable()
-        self._dtype = as_dtype(data_type, f"{self._graph.name}: tensor {self._name!r}: data_type")
+        dt = as_dtype(data_type, f"{self._graph.name}: tensor {self._name!r}: data_type")
+        check_extent(f"{self._graph.name}: tensor {self._name!r}", self._dim, self._stride, dt)
+        self._dtype = dt
         return self
 
     def set_dim(self, dim: Sequence[int]) -> Tensor:
@@ -304,7 +331,7 @@ class Tensor:
                 "before the tensor is used)"
             )
         stride = self._stride if len(d) == len(self._stride) else _layout.packed_strides(d)
-        check_extent(f"{self._graph.name}: tensor {self._name!r}", d, stride)
+        check_extent(f"{self._graph.name}: tensor {self._name!r}", d, stride, resolved_type(self))
         self._stride = stride
         self._dim = d
         return self
@@ -318,7 +345,9 @@ class Tensor:
                 f"tensor {self._name!r}: stride {s} has {len(s)} values, its dim "
                 f"{self._dim} has {len(self._dim)}"
             )
-        check_extent(f"{self._graph.name}: tensor {self._name!r}", self._dim, s)
+        check_extent(
+            f"{self._graph.name}: tensor {self._name!r}", self._dim, s, resolved_type(self)
+        )
         self._check_written(s)
         self._stride = s
         return self
@@ -565,6 +594,8 @@ class GraphBase:
         self.io_data_type = as_dtype(io_data_type, "io_data_type", allow_none=True)
         self.intermediate_data_type = as_dtype(intermediate_data_type, "intermediate_data_type")
         self.compute_data_type = as_dtype(compute_data_type, "compute_data_type")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"Graph: name must be a non-empty str (used in messages), got {name!r}")
         self.name = name
         self._tensors: list[Tensor] = []
         self._nodes: list[Node] = []
@@ -589,7 +620,8 @@ class GraphBase:
         """A new tensor of *layout* ``(dim, stride, data type)``."""
         self._mutable()
         index = len(self._tensors)
-        check_extent(f"{self.name}: tensor {name or f't{index}'!r}", layout[0], layout[1])
+        dt = layout[2] if layout[2] is not None or virtual else self.io_data_type
+        check_extent(f"{self.name}: tensor {name or f't{index}'!r}", layout[0], layout[1], dt)
         t = Tensor(self, index, name or f"t{index}", layout, virtual, by_value, producer)
         self._tensors.append(t)
         return t

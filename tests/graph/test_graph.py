@@ -1089,7 +1089,18 @@ def test_a_scalar_takes_the_rank_of_its_operation():
     x = g.tensor((2, 3), name="x")
     s = g.scalar(0.5, name="half")
     y = g.mul(x, s)
-    assert y.dim == (2, 3) and s.dim == (1, 1) and s.stride == (1, 1)
+    # the operation reads a rank-2 copy of the constant; the argument is left as declared
+    # (issue 42: no argument object is modified by a call that takes it)
+    used = g._nodes[-1][3][1][1]
+    assert y.dim == (2, 3) and used.dim == (1, 1) and used.stride == (1, 1)
+    assert used._value.value == s._value.value and s.dim == (1, 1, 1, 1)
+    z = g.mul(g.tensor((2, 3, 4, 5)), s)  # the same constant at rank 4 as well
+    assert z.dim == (2, 3, 4, 5) and g._nodes[-1][3][1][1] is s
+    p = g.tensor((1, 1, 1, 1), data_type="float32", is_pass_by_value=True, name="p")
+    g.mul(x, p)  # a by-value input takes the rank of the first operation it feeds
+    assert p.dim == (1, 1)
+    with pytest.raises(ValueError, match=r"by-value tensor 'p' is used at rank 2 already"):
+        g.mul(g.tensor((2, 3, 4, 5)), p)
 
 
 def test_batchnorm_builds_the_training_phase_only():

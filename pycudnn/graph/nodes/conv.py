@@ -8,9 +8,11 @@ attributes' names, inputs first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from ... import _layout
 from ...descriptors import BackendDescriptor
 from ...descriptors._conv_operation import CONV_OPERATIONS
 from ...enums import ConvolutionMode, DataType
@@ -144,6 +146,12 @@ def fprop(g: GraphBase, image: Any, weight: Any, o: ConvOptions, name: str | Non
             )
         out.append((span - eff) // s["stride"][i] + 1)
     y_dim = (x._dim[0], w._dim[0], *out)
+    if math.prod(y_dim) > _layout.INT64_MAX:
+        raise ValueError(
+            f"{g.name}.conv_fprop: padding {s['pre_padding']} (post {s['post_padding']}), "
+            f"stride {s['stride']} and dilation {s['dilation']} give image {x._dim} an output "
+            f"of dims {y_dim}, more elements than cuDNN's int64 counts (2**63 - 1)"
+        )
     _check_shapes(g, "conv_fprop", s, (x._dim, w._dim, y_dim), ("image", "weight", "y"))
     y = g._out("conv_fprop", name and f"{name}::y", y_dim, x)
     _record(g, "conv_fprop", name, s, (x, w, y))

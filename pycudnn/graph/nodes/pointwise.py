@@ -14,7 +14,7 @@ from ...descriptors._validate import coerce_enum
 from ...enums import BackendAttributeName as A
 from ...enums import BackendDescriptorType as D
 from ...enums import DataType, PointwiseMode
-from .._tensor import GraphBase, Tensor, finite
+from .._tensor import GraphBase, Tensor, check_type, finite
 from ._base import SCALING, NodeKind, Scalar
 
 __all__ = ["KINDS", "PARAM_NAMES", "POINTWISE_NAMES", "apply", "arity", "methods", "pointwise"]
@@ -137,11 +137,26 @@ def _inputs(g: GraphBase, op: str, n: int, inputs: tuple) -> list[Tensor]:
     return [t for t in (x, b, c) if t is not None]
 
 
-def _scalars_to_rank(ins: list[Tensor]) -> None:
-    """A by-value scalar takes the rank of the operation (as cudnn-frontend's)."""
+def _scalars_to_rank(g: GraphBase, op: str, ins: list[Tensor]) -> None:
+    """A by-value scalar takes the rank of the operation (as cudnn-frontend's). A constant
+    (:meth:`Graph.scalar`) used at another rank is copied, never changed; a by-value input (its
+    value given to ``execute``) takes the rank of the first operation it feeds, and one already
+    used at another rank is refused (it would be described at two ranks)."""
     rank = len(ins[0]._dim)
-    for t in ins[1:]:
-        if t._by_value and math.prod(t._dim) == 1 and len(t._dim) != rank:
+    for i, t in enumerate(ins):
+        if i == 0 or not t._by_value or math.prod(t._dim) != 1 or len(t._dim) == rank:
+            continue
+        if t._value is not None:
+            c = g._new(f"{t._name}::rank{rank}", ((1,) * rank, (1,) * rank, t._dtype), False, True)
+            c._value = t._value
+            ins[i] = c
+        elif g._uses(t):
+            raise ValueError(
+                f"{g.name}.{op}: by-value tensor {t._name!r} is used at rank {len(t._dim)} "
+                f"already; this operation's inputs have rank {rank}: declare another by-value "
+                f"tensor of dims {(1,) * rank} for it"
+            )
+        else:
             t._dim = t._stride = (1,) * rank
 
 
@@ -204,7 +219,9 @@ def apply(
             "clip there (measured: wrong results); add a bias (zeros) between them, or clamp "
             "the result outside the graph",
         )
-    _scalars_to_rank(ins)
+    _scalars_to_rank(g, op, ins)
+    if m == PointwiseMode.BINARY_SELECT:
+        check_type(f"{g.name}.{op}", "input2 (the mask)", ins[2], (DataType.BOOLEAN,))
     out_dim = _broadcast(g, op, ins)
     like = max(ins, key=lambda t: math.prod(t._dim))
     out_dtype = None
@@ -222,6 +239,13 @@ def apply(
         "alpha2": a2,
     }
     s.update(_params(g, op, params, len(out_dim)))
+    lo, hi = s.get("relu_lower_clip"), s.get("relu_upper_clip")
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(
+            f"{g.name}.{op}: relu_lower_clip={params['relu_lower_clip']!r} is above "
+            f"relu_upper_clip={params['relu_upper_clip']!r}; the lower clip must not exceed the "
+            "upper"
+        )
     if m == PointwiseMode.GEN_INDEX and "axis" not in s:
         raise TypeError(f"{g.name}.gen_index needs axis=")
     if _backward(m):  # dy, x -> dx

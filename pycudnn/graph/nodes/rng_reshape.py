@@ -54,6 +54,11 @@ def reshape(
     x = g._check("reshape", "input", input)
     d = as_dims(dim, f"{g.name}.reshape: dim")
     st = as_dims(stride, f"{g.name}.reshape: stride")
+    if len(st) != len(d):
+        raise ValueError(
+            f"{g.name}.reshape: stride {st} has {len(st)} values, dim {d} has {len(d)} (one "
+            "stride per dim)"
+        )
     if math.prod(d) != math.prod(x._dim):
         raise ValueError(
             f"{g.name}.reshape: dims {d} do not hold the input's "
