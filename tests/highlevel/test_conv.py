@@ -219,9 +219,10 @@ def test_host_and_non_arrays_name_to_device(no_c):
         pycudnn.dnn_conv([[1.0]], w4())
 
 
-def test_torch_cpu_tensor_names_to_device(no_c):
+def test_torch_cpu_tensor_names_cuda(no_c):
+    # a CPU torch tensor is told to move with torch's own .cuda() (numpy arrays: to_device)
     torch = pytest.importorskip("torch")
-    with pytest.raises(TypeError, match="to_device"):
+    with pytest.raises(TypeError, match=r"img is a CPU torch tensor.*tensor\.cuda\(\)"):
         pycudnn.dnn_conv(torch.zeros(1, 1, 3, 3), torch.zeros(1, 1, 1, 1))
 
 

@@ -332,19 +332,30 @@ def test_every_op_has_a_case_and_a_schema():
 @pytest.mark.parametrize("nd", [2, 3])
 def test_fakes_on_cuda_fake_tensors(nd, last):
     """The fakes under FakeTensorMode with device='cuda' (no GPU needed): the outputs' shapes,
-    dtypes and strides are those of torch's own operators on the same inputs."""
+    dtypes and strides are those of torch's own operators on the same inputs (the convolution's
+    output in the input's memory format, as torch's CUDA builds give it)."""
     with FakeTensorMode(allow_non_fake_inputs=False):
         fmt = torch.channels_last if nd == 2 else torch.channels_last_3d
-        x = torch.empty((2, 4, *(7,) * nd), dtype=torch.float16, device="cuda")
-        if last:
-            x = x.contiguous(memory_format=fmt)
+        # made in its layout rather than converted: a CPU-only torch build (2.13.0+cpu) refuses
+        # .contiguous(memory_format=...) on a fake CUDA tensor (not linked with CUDA)
+        x = torch.empty(
+            (2, 4, *(7,) * nd),
+            dtype=torch.float16,
+            device="cuda",
+            memory_format=fmt if last else torch.contiguous_format,
+        )
         w = torch.empty((6, 4, *(3,) * nd), dtype=torch.float16, device="cuda")
         cfg = ([1] * nd, [2] * nd, [1] * nd, 1)
         y = OPS["conv"](x, w, None, *cfg)
         ref = (F.conv2d if nd == 2 else F.conv3d)(x, w, None, 2, 1)
+        # torch's own layout choice for a CUDA conv depends on its build: a CUDA build keeps the
+        # input's memory format (cuDNN), a CPU-only build (2.13.0+cpu) answers a contiguous one
+        layout = torch.empty(ref.shape, memory_format=fmt if last else torch.contiguous_format)
+        if torch.backends.cuda.is_built():
+            assert ref.stride() == layout.stride()
         assert (y.shape, y.stride(), y.dtype, y.device) == (
             ref.shape,
-            ref.stride(),
+            layout.stride(),
             ref.dtype,
             ref.device,
         )
