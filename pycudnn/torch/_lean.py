@@ -13,6 +13,11 @@ is keyed on ``id()``: a signature pins every property the validation read.
 Entries that are not lean (staged operands, per-call arguments) are never bound: those calls keep
 going through the public function. The store is per thread (entries hold the thread's handle),
 bounded and emptied with every other cache by ``pycudnn.clear_caches()``.
+
+**Tapes.** While a :class:`Tape` is recording on the calling thread, every :func:`launch` appends
+the entry it ran and its tensors (None for the entry when the call was not lean): how a launch
+program (:mod:`.program`) learns the launches of a region's first run, to replay them later with
+no key, lookup or check per launch.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from .. import _cuda
 from ..graph import _plans
 from ..highlevel import _call
 
-__all__ = ["bound_count", "current_device", "launch", "run", "set_device_getter"]
+__all__ = ["Tape", "bound_count", "current_device", "launch", "run", "set_device_getter"]
 
 _local = threading.local()
 #: the calling thread's current CUDA device (:mod:`._runtime` installs torch's own getter)
@@ -49,13 +54,14 @@ def _store() -> Any:
 
 def run(
     key: tuple, ptrs: tuple[int, ...], stream: int, slow: Callable[..., Any], *args: Any
-) -> None:
+) -> Any:
     """Launch the entry bound to *key* on *ptrs* (the inputs', then the outputs' pointers, as
     the high-level function orders them) on *stream*; on a miss run ``slow(*args)`` -- the
     public function with every output given -- and bind the entry it ran when that is lean.
 
     A bound entry whose launch fails (say its workspace no longer fits) is unbound and the call
-    goes through *slow*, which rebuilds or raises the public function's error.
+    goes through *slow*, which rebuilds or raises the public function's error. Returns the
+    entry that ran when it is lean (bound now or before), else None.
     """
     try:
         store = _local.store
@@ -68,7 +74,7 @@ def run(
             h.set_stream(stream)  # no C call when it is bound to it already
             try:
                 entry.launch(ptrs)
-                return
+                return entry
             except Exception:
                 store.pop(key)
     _call.take_last_entry()  # forget an earlier call's entry
@@ -76,6 +82,8 @@ def run(
     entry = _call.take_last_entry()
     if entry is not None and entry.lean:
         store.put(key, entry)
+        return entry
+    return None
 
 
 def launch(tag: Any, tensors: tuple, stream: int, slow: Callable[..., Any], *args: Any) -> None:
@@ -89,7 +97,28 @@ def launch(tag: Any, tensors: tuple, stream: int, slow: Callable[..., Any], *arg
         p = t.data_ptr()
         ptrs.append(p)
         key.append((t.shape, t.stride(), t.dtype, t.get_device(), p & 15))
-    run(tuple(key), tuple(ptrs), stream, slow, *args)
+    entry = run(tuple(key), tuple(ptrs), stream, slow, *args)
+    tape = getattr(_local, "tape", None)
+    if tape is not None:
+        tape.append((entry, tensors))
+
+
+class Tape:
+    """``with Tape() as tape:`` records the calling thread's :func:`launch` calls in the block:
+    ``tape.launches`` holds ``(entry, tensors)`` in launch order, *entry* None where the call
+    was not lean (it cannot be replayed). Tapes do not nest."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[Any, tuple]] = []
+
+    def __enter__(self) -> Tape:
+        if getattr(_local, "tape", None) is not None:
+            raise RuntimeError("pycudnn.torch: a launch tape is already recording on this thread")
+        _local.tape = self.launches
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _local.tape = None
 
 
 def bound_count() -> int:

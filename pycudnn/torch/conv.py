@@ -83,10 +83,13 @@ def _forward_slow(x, w, b, cfg, y, s) -> None:
         fwd(x, w, bias=b, out=y, **conv_options(pad, stride, dil, groups, s))
 
 
-def _dgrad_slow(w, dy, cfg, dx, s) -> None:
+def _dgrad_slow(w, dy, cfg, dx, s, beta=0.0) -> None:
     nd, pad, stride, dil, groups = cfg
     gradinput = dnn_gradinput if nd == 2 else dnn_gradinput3d
-    gradinput(w, dy, tuple(dx.shape), out=dx, **conv_options(pad, stride, dil, groups, s))
+    opts = conv_options(pad, stride, dil, groups, s)
+    if beta:
+        opts["beta"] = beta
+    gradinput(w, dy, tuple(dx.shape), out=dx, **opts)
 
 
 def _wgrad_slow(x, dy, cfg, dw, s) -> None:
@@ -112,11 +115,15 @@ def conv_into(
     return out
 
 
-def conv_dgrad(w: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, cfg: tuple) -> torch.Tensor:
+def conv_dgrad(
+    w: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, cfg: tuple, beta: float = 0.0
+) -> torch.Tensor:
     """The backward-data convolution of *dy* with *w* into *out* (whose shape is the image's;
-    a transposed convolution's forward), on the lean path; returns *out*."""
+    a transposed convolution's forward), on the lean path; returns *out*. *beta* 1.0 adds it
+    to what *out* holds (a gradient accumulated in place, as a launch program does)."""
     s = stream_of(dy)
-    _lean.launch((_DGRAD, cfg), (w, dy, out), s, _dgrad_slow, w, dy, cfg, out, s)
+    tag = (_DGRAD, cfg) if not beta else (_DGRAD, cfg, float(beta))
+    _lean.launch(tag, (w, dy, out), s, _dgrad_slow, w, dy, cfg, out, s, beta)
     return out
 
 

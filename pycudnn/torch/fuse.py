@@ -35,8 +35,9 @@ from torch.nn import functional as F
 from . import activation, batchnorm, conv, linear
 from ._module import Converted
 from .fused import Act, Add, FusedConv, FusedLinear, Step
+from .region import FusedRegion
 
-__all__ = ["FusedGraph", "Match", "fuse_model", "fusions", "match", "unfuse_model"]
+__all__ = ["FusedGraph", "Match", "fuse_model", "fusions", "match", "programs", "unfuse_model"]
 
 #: why a fused conv chain may still run unfused (the match record says it)
 CONV_NOTE = (
@@ -353,6 +354,7 @@ def _fuse_root(root: nn.Module, leaves: tuple[nn.Module, ...]) -> None:
         now[last] = new
         for n in reversed(plan.nodes):
             graph.erase_node(n)
+    _group(graph, fused)
     graph.lint()
     attrs: dict[str, Any] = {}
     for n in graph.nodes:
@@ -361,6 +363,51 @@ def _fuse_root(root: nn.Module, leaves: tuple[nn.Module, ...]) -> None:
     gm = FusedGraph({**attrs, **fused}, graph, class_name=type(root).__name__)
     gm.matches = tuple(rec for rec, _ in found)
     root.forward = gm.forward  # an instance attribute: the class's forward stays
+
+
+def _group(graph: fx.Graph, fused: dict[str, nn.Module]) -> None:
+    """Replace each connected group of fused convolution chains with one :class:`FusedRegion`
+    node (launch programs) placed at the group's first chain: a chain joins the group that
+    produced one of its operands when its other operands are defined before that group."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    where: dict[fx.Node, list[fx.Node]] = {}
+    groups: list[list[fx.Node]] = []
+    for n in list(graph.nodes):
+        if n.op != "call_module" or not isinstance(fused.get(n.target), FusedConv):
+            continue
+        ins = [a for a in n.args if isinstance(a, fx.Node)]
+        cand = next((where[a] for a in reversed(ins) if a in where), None)
+        if cand is not None and all(where.get(a) is cand or order[a] < order[cand[0]] for a in ins):
+            cand.append(n)
+            where[n] = cand
+        else:
+            where[n] = [n]
+            groups.append(where[n])
+    for group in groups:
+        members = set(group)
+        inputs: list[fx.Node] = []
+        wiring = []
+        for n in group:
+            refs = []
+            for a in n.args:
+                if a in members:
+                    refs.append(group.index(a))
+                else:
+                    if a not in inputs:
+                        inputs.append(a)
+                    refs.append(-1 - inputs.index(a))
+            wiring.append((refs[0], refs[1] if len(refs) > 1 else None))
+        outs = [i for i, n in enumerate(group) if any(u not in members for u in n.users)]
+        name = f"region_{group[0].target}"
+        fused[name] = FusedRegion([fused[n.target] for n in group], wiring, outs)
+        with graph.inserting_before(group[0]):
+            node = graph.call_module(name, tuple(inputs))
+            items = [graph.call_function(operator.getitem, (node, k)) for k in range(len(outs))]
+        for k, i in enumerate(outs):
+            group[i].replace_all_uses_with(items[k])
+        for n in reversed(group):
+            graph.erase_node(n)
+            del fused[n.target]
 
 
 def _plain_leaf(m: nn.Module) -> bool:
@@ -410,6 +457,22 @@ def fuse_model(model: nn.Module) -> nn.Module:
     unfuse_model(model)
     _fuse_tree(model, "")
     return model
+
+
+def programs(model: nn.Module) -> list[tuple[str, Any, str]]:
+    """``(path of the traced module, signature, what runs)`` of every fused region of *model*
+    and every input signature it has seen (:meth:`FusedRegion.programs`): the launch programs
+    that replay it, or why its chains run one by one (diagnostics)."""
+    out = []
+    for path, m in model.named_modules():
+        fwd = m.__dict__.get("forward")
+        gm = getattr(fwd, "__self__", None)
+        if isinstance(gm, FusedGraph):
+            for name, sub in gm.named_children():
+                if isinstance(sub, FusedRegion):
+                    where = f"{path}.{name}" if path else name
+                    out.extend((where, sig, what) for sig, what in sub.programs())
+    return out
 
 
 def fusions(model: nn.Module) -> list[tuple[str, Match]]:

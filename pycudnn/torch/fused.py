@@ -61,6 +61,7 @@ __all__ = [
     "Step",
     "conv_fused_into",
     "fold_bn",
+    "hooked",
     "torch_act",
 ]
 
@@ -167,7 +168,7 @@ def conv_fused_into(x, w, b, z, act: Act | None, cfg: tuple, y: torch.Tensor) ->
     return y
 
 
-def _hooked(m: nn.Module) -> bool:
+def hooked(m: nn.Module) -> bool:
     """*m* has hooks (its own or global ones) that only its own call runs."""
     mm = nn.modules.module
     if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks:
@@ -273,7 +274,7 @@ class FusedConv(nn.Module):
         if sig in refused:
             return None
         ready()
-        w, b = self._folded(x)
+        w, b = self.folded(x.dtype, format_of(x))
         try:
             return conv_fused_into(x, w, b, z, self.act, cfg, like(shape, x))
         except errors.NotSupportedError:
@@ -285,14 +286,37 @@ class FusedConv(nn.Module):
         activation whose gradient needs its input, hooks on the modules, operands cuDNN does
         not take; while compiling, a convolution with a bias). Compiled, the node is the custom
         ops of :class:`~.fused_train.TracedTrainFn`."""
+        traced = compiling()
+        args = self.train_args(x, z, traced)
+        if args is None:
+            return None
+        x, w, cb, gamma, beta, z, running, blk, copy_back = args
+        if traced:
+            bn, act = self.parts[1], self.act
+            rm, rv = (None, None) if running is None else running
+            name, coef = ("", 0.0) if act is None else (act.name, act.coef or 0.0)
+            params = [float(bn.eps), float(blk.factor), float(coef)]
+            y = TracedTrainFn.apply(x, w, gamma, beta, z, rm, rv, cfg_list(blk.cfg), params, name)
+        else:
+            y = train_block(x, w, cb, gamma, beta, z, running, blk)
+        if copy_back:
+            bn = self.parts[1]
+            bn.running_mean.copy_(running[0])
+            bn.running_var.copy_(running[1])
+        return y
+
+    def train_args(self, x: torch.Tensor, z: torch.Tensor | None, traced: bool = False) -> Any:
+        """The training node's operands ``(x, w, conv_bias, gamma, beta, z, running, block,
+        copy_back)`` (:func:`~.fused_train.block_forward`'s, cast as autocast casts and made
+        dense; the batch counted in ``num_batches_tracked``), or None: the chain runs unfused
+        (see :meth:`_train`). Nothing is counted when it returns None."""
         conv, bn, _, _ = self.parts
         act = self.act
         if act is not None and act.name not in TRAIN_ACTS:
             return None
-        traced = compiling()
         if traced and (op_block_train is None or conv.bias is not None):
             return None
-        if _hooked(conv) or _hooked(bn):
+        if hooked(conv) or hooked(bn):
             return None  # the unfused modules run their hooks
         cfg = self._cfg()
         if cfg is None or not (cuda_ok(x) and cuda_ok(conv.weight)):
@@ -317,34 +341,29 @@ class FusedConv(nn.Module):
             ready()
         gamma, beta = bn_affine(bn, x, traced)
         running, factor, copy_back = train_running(bn, gamma.dtype)
-        if traced:
-            rm, rv = (None, None) if running is None else running
-            name, coef = ("", 0.0) if act is None else (act.name, act.coef or 0.0)
-            params = [float(bn.eps), float(factor), float(coef)]
-            y = TracedTrainFn.apply(x, w, gamma, beta, z, rm, rv, cfg_list(cfg), params, name)
-        else:
-            a = None if act is None else (act.name, act.coef or 0.0)
-            refused = state(self).setdefault("refused_bn_act", set())
-            blk = TrainBlock(cfg, bn.eps, factor, a, refused)
-            y = train_block(x, w, cb, gamma, beta, z, running, blk)
-        if copy_back:
-            bn.running_mean.copy_(running[0])
-            bn.running_var.copy_(running[1])
-        return y
+        a = None if act is None else (act.name, act.coef or 0.0)
+        refused = state(self).setdefault("refused_bn_act", set())
+        blk = TrainBlock(cfg, bn.eps, factor, a, refused)
+        return x, w, cb, gamma, beta, z, running, blk, copy_back
 
-    def _folded(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The folded weight (in *x*'s memory format) and bias, cached until a tensor they were
-        computed from changes (its data pointer or version counter)."""
+    def fold_sources(self) -> tuple[torch.Tensor | None, ...]:
+        """The tensors the folded weight and bias are computed from."""
         conv, bn, _, _ = self.parts
-        fmt = format_of(x)
-        tensors = (conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
-        key = (x.dtype, fmt, bn.eps, *(_version_of(t) for t in tensors))
+        return (conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
+
+    def folded(
+        self, dtype: torch.dtype, fmt: torch.memory_format
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The folded weight (in memory format *fmt*) and bias in *dtype*, cached until a
+        tensor they were computed from changes (its data pointer or version counter)."""
+        conv, bn, _, _ = self.parts
+        key = (dtype, fmt, bn.eps, *(_version_of(t) for t in self.fold_sources()))
         st = state(self)
         hit = st.get("fold")
         if hit is not None and hit[0] == key:
             return hit[1], hit[2]
         with torch.no_grad():
-            w, b = fold_bn(conv, bn, x.dtype)
+            w, b = fold_bn(conv, bn, dtype)
             w = w.contiguous(memory_format=fmt)
         st["fold"] = (key, w, b)
         return w, b

@@ -99,9 +99,12 @@ def fake_conv3d(
     return _out(out, r if bias is None else r + _chan(bias, r))
 
 
-def _gradinput(kerns, topgrad, img_shp, border_mode, subsample, dilation, num_groups, out, **_):
+def _gradinput(
+    kerns, topgrad, img_shp, border_mode, subsample, dilation, num_groups, out, beta=0.0, **_
+):
     g = torch.nn.grad.conv2d_input if topgrad.dim() == 4 else torch.nn.grad.conv3d_input
-    return _out(out, g(img_shp, kerns, topgrad, subsample, border_mode, dilation, num_groups))
+    r = g(img_shp, kerns, topgrad, subsample, border_mode, dilation, num_groups)
+    return _out(out, r if not beta else r + beta * out)  # beta: accumulated into out
 
 
 def _gradweight(img, topgrad, kerns_shp, border_mode, subsample, dilation, num_groups, out, **_):

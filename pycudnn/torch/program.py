@@ -1,0 +1,207 @@
+"""Launch programs (imports torch): the cuDNN launches of a region's first run with one input
+signature, recorded once and replayed as a straight line.
+
+A :class:`Program` is a list of *steps*, each a bound call entry of the high level
+(:attr:`~pycudnn.highlevel._call.Call.lean`: its plan, descriptors and variant packs ready) and
+the positions of its operands in a table of pointer *slots*:
+
+* the external tensors' pointers (the region's inputs, the modules' parameters and buffers, a
+  backward's incoming gradients and the forward's slots), filled by the caller on each run;
+* places in one *arena*, a single ``torch.empty`` per run on torch's current stream, for every
+  intermediate result; where lifetimes allow (``reuse=True``), results whose last reader has run
+  share bytes, as a compiler's memory planner would;
+* the results that leave the program (returned to autograd, read by torch), allocated each run
+  as tensors of their own.
+
+Running a program is one allocation, the pointer arithmetic, and per step one tuple and the
+entry's launch: no key, no lookup, no validation, no output object. Everything the validation
+read is pinned by the caller's signature (shapes, strides, dtypes, devices, alignments, modes),
+and a new signature records a new program. :func:`record` builds one from a :class:`~._lean.Tape`
+of a real run, or says why it cannot: a launch that was not lean, or an operand that is neither
+external nor produced by an earlier launch (a torch operation between the launches, which a
+program would not replay).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["ALIGN", "Program", "record"]
+
+#: arena places are aligned to this many bytes (cuDNN's plans were chosen for 16-byte aligned
+#: operands; torch's own allocations are 512-byte aligned)
+ALIGN = 256
+
+
+def _up(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class Program:
+    """A straight line of bound launches over pointer slots (see the module docstring).
+
+    Parameters
+    ----------
+    n_ext : int
+        External slots (filled by the caller, in :func:`record`'s *ext* order).
+    offsets : sequence of int
+        The arena's slots: each one's byte offset.
+    arena_bytes : int
+        The arena's size.
+    outs : sequence of (shape, strides, dtype)
+        The results allocated as tensors of their own, in *outputs* order.
+    steps : sequence of (entry, slot indices)
+        The launches.
+    """
+
+    __slots__ = ("arena_bytes", "handles", "n_ext", "offsets", "outs", "steps")
+
+    def __init__(
+        self,
+        n_ext: int,
+        offsets: Sequence[int],
+        arena_bytes: int,
+        outs: Sequence[tuple],
+        steps: Sequence[tuple[Any, Sequence[int]]],
+    ) -> None:
+        self.n_ext = n_ext
+        self.offsets = tuple(offsets)
+        self.arena_bytes = arena_bytes
+        self.outs = tuple(outs)
+        # itemgetter of two or more slots returns the tuple the launch takes, in C
+        self.steps = tuple((entry.launch, operator.itemgetter(*idx)) for entry, idx in steps)
+        self.handles = tuple({id(e.handle): e.handle for e, _ in steps}.values())
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def run(
+        self, ext: list[int], device: torch.device, stream: int
+    ) -> tuple[torch.Tensor | None, list[torch.Tensor], list[int]]:
+        """Launch every step on *stream* (torch's current stream on *device*, the entries'
+        device) with the external pointers *ext*; returns ``(arena, outputs, slots)``: the
+        arena and the outputs must live until the launches that read them have run (the
+        stream orders their reuse), *slots* are every slot's pointer (a backward program's
+        external slots)."""
+        for h in self.handles:
+            h.set_stream(stream)  # no C call when bound to it already
+        arena = None
+        if self.arena_bytes:
+            arena = torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
+            base = arena.data_ptr()
+            ext = ext + [base + o for o in self.offsets]
+        outs = [torch.empty_strided(s, st, dtype=dt, device=device) for s, st, dt in self.outs]
+        slots = ext + [t.data_ptr() for t in outs]
+        for launch, get in self.steps:
+            launch(get(slots))
+        return arena, outs, slots
+
+
+def _span(t: torch.Tensor) -> int | None:
+    """The bytes of a tensor that owns its storage from its first byte, else None."""
+    st = t.untyped_storage()
+    if t.data_ptr() != st.data_ptr():
+        return None
+    return st.nbytes()
+
+
+def record(
+    launches: Sequence[tuple[Any, tuple]],
+    ext: Sequence[torch.Tensor],
+    outputs: Sequence[torch.Tensor | None],
+    reuse: bool,
+) -> tuple[Program, list[torch.Tensor]] | str:
+    """A :class:`Program` replaying *launches* (a tape's ``(entry, tensors)``), or why not.
+
+    Parameters
+    ----------
+    launches : sequence of (entry, tensors)
+        What a :class:`~._lean.Tape` recorded: the entry (None: not lean) and its operands,
+        the inputs' then the outputs' (``entry.n_in`` inputs).
+    ext : sequence of torch.Tensor
+        The tensors whose pointers the caller gives on each run, in that order.
+    outputs : sequence of torch.Tensor or None
+        Results to allocate as tensors of their own, each produced by a launch, in the order
+        :meth:`Program.run` returns them (None: skipped).
+    reuse : bool
+        Let intermediate results whose last reader has run share arena bytes (never for a
+        forward whose results a backward reads).
+
+    Returns
+    -------
+    (Program, slots) or str
+        The program and the tensors of its slots in slot order (external, arena, outputs),
+        or the reason it cannot replay the tape.
+    """
+    slot: dict[int, int] = {id(t): i for i, t in enumerate(ext)}
+    keep = {id(t) for t in outputs if t is not None and id(t) not in slot}
+    produced: dict[int, list] = {}  # id -> [tensor, first step, last step]
+    order: list[int] = []
+    for i, (entry, tensors) in enumerate(launches):
+        if entry is None:
+            return f"launch {i} is not a bound (lean) call"
+        n_in = entry.n_in
+        for j, t in enumerate(tensors):
+            k = id(t)
+            if k in slot:
+                continue
+            p = produced.get(k)
+            if p is not None:
+                p[2] = i
+            elif j >= n_in:
+                if _span(t) is None:
+                    return f"launch {i} writes a view (operand {j}), not a tensor of its own"
+                produced[k] = [t, i, i]
+                order.append(k)
+            else:
+                return (
+                    f"launch {i} reads an operand ({j}: {tuple(t.shape)} {t.dtype}) that no "
+                    "launch produced and the caller does not give (a torch operation between "
+                    "launches)"
+                )
+    for t in outputs:
+        if t is not None and id(t) not in produced:
+            return f"an output ({tuple(t.shape)} {t.dtype}) is produced by no launch"
+    # arena places: first fit over the live intervals (or one after the other)
+    inner = [k for k in order if k not in keep]
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
+    offsets: dict[int, int] = {}
+    top = 0
+    for k in inner:
+        t, first, last = produced[k]
+        size = _up(_span(t) or 0)
+        off = 0
+        if reuse:
+            busy = sorted((o, s) for o, s, f, la in placed if not (la < first or last < f))
+            for o, s in busy:
+                if off + size <= o:
+                    break
+                off = max(off, o + s)
+        else:
+            off = top
+        placed.append((off, size, first, last))
+        offsets[k] = off
+        top = max(top, off + size)
+    tensors = list(ext)
+    for k in inner:
+        slot[k] = len(tensors)
+        tensors.append(produced[k][0])
+    outs = []
+    for t in outputs:
+        if t is None or id(t) in slot:
+            continue
+        slot[id(t)] = len(tensors)
+        tensors.append(t)
+        outs.append((tuple(t.shape), t.stride(), t.dtype))
+    steps = []
+    for entry, ts in launches:
+        idx = [slot[id(t)] for t in ts]
+        if len(idx) < 2:
+            return "a launch with fewer than two operands"
+        steps.append((entry, idx))
+    prog = Program(len(ext), [offsets[k] for k in inner], top, outs, steps)
+    return prog, tensors

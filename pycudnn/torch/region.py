@@ -1,0 +1,466 @@
+"""Fused regions (imports torch): the connected fused convolution chains of a traced graph
+(``convert(model, fuse=True)``) as one module that runs **launch programs** (:mod:`.program`).
+
+A ResNet's blocks are such a region: every chain's input is the previous chain's output or the
+region's input, and the residual is another chain's output. Per input signature (the inputs'
+shapes, strides, dtypes, devices and alignments; training or eval; whether a gradient is wanted;
+autocast's dtype; ``pycudnn.config``), the region's first run goes through the chains' own
+forward (:class:`~.fused.FusedConv`: every check, every binding) while a tape records the
+launches; later runs replay them as one program:
+
+* **eval without a gradient**: one launch per chain (the convolution with batch norm folded in
+  and its epilogue); intermediate results share one arena by lifetime. The folded weights are
+  recomputed when a parameter or running statistic changes (its version counter or storage).
+* **training**: the whole region is **one autograd node**, its forward one program (convolution
+  and batch norm + residual + ReLU per chain; the running averages updated by cuDNN and
+  ``num_batches_tracked`` counted, as the modules would) and its backward another (per chain,
+  batch norm's fused gradient, then the data gradient accumulated in place where a tensor feeds
+  several chains, then the weight gradient).
+
+A region whose run cannot become a program (a chain that runs unfused for that signature: hooks,
+a SiLU/GELU, CPU tensors, autocast in training, float32 ``Linear``..., or a torch operation
+between its launches) runs its chains one by one, exactly as before, and says why in
+:meth:`FusedRegion.programs`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from .._config import config
+from . import _lean
+from ._compile import compiling
+from ._module import state
+from ._runtime import autocast_dtype, cuda_ok, format_of, stream_of
+from .activation import act_grad_run
+from .batchnorm import bn_act_grad_run, bn_grad_run
+from .conv import conv_dgrad, conv_wgrad
+from .fused import hooked
+from .fused_train import TRAIN_ACTS, block_forward
+from .program import Program, record
+
+__all__ = ["MAX_SIGNATURES", "FusedRegion", "use_programs"]
+
+#: input signatures whose programs a region keeps (the oldest is dropped for a new one)
+MAX_SIGNATURES = 8
+_ENABLED = [True]
+
+
+def use_programs(enabled: bool) -> None:
+    """Run fused regions as launch programs (the default) or, with False, their chains one by
+    one as before programs existed (to compare, or to rule programs out when debugging).
+
+    Parameters
+    ----------
+    enabled : bool
+        Strictly a bool.
+    """
+    if type(enabled) is not bool:
+        raise TypeError(f"use_programs: enabled must be a bool, got {enabled!r}")
+    _ENABLED[0] = enabled
+
+
+class _Bound:
+    """What a region keeps per signature: its programs, or why there are none."""
+
+    __slots__ = ("bwd", "ext", "fwd", "pattern", "reason", "versions")
+
+    def __init__(self) -> None:
+        self.fwd: Program | None = None
+        self.bwd: Program | None = None
+        self.pattern: list[bool] = []  # which gradients the backward program returns
+        self.reason = ""
+        self.ext: list[int] = []  # eval: the folded weights' and biases' pointers
+        self.versions: list[Any] = []
+
+
+class FusedRegion(nn.Module):
+    """Connected :class:`~.fused.FusedConv` chains of a traced graph as one module (see the
+    module docstring); registers nothing (``state_dict`` unchanged).
+
+    Parameters
+    ----------
+    chains : sequence of FusedConv
+        The chains in graph order.
+    wiring : sequence of (int, int or None)
+        Per chain, where its input and its residual come from: ``i >= 0`` the output of chain
+        *i*, ``-1 - j`` the region's input *j*.
+    outputs : sequence of int
+        The chains whose outputs leave the region, in the order ``forward`` returns them.
+    """
+
+    def __init__(self, chains: Any, wiring: Any, outputs: Any) -> None:
+        super().__init__()
+        self.parts = tuple(chains)  # a tuple: nothing registered
+        self.wiring = tuple(wiring)
+        self.outputs = tuple(outputs)
+        convs = [c.parts[0] for c in self.parts]
+        bns = [c.parts[1] for c in self.parts]
+        self._bns = tuple(bns)
+        # the autograd inputs besides the region's: per chain the weight, then gamma and beta
+        params: list[Any] = []
+        for conv, bn in zip(convs, bns, strict=True):
+            params += [conv.weight, bn.weight, bn.bias]
+        self._params = tuple(params)
+
+    def extra_repr(self) -> str:
+        return f"{len(self.parts)} chains, {len(self.outputs)} outputs"
+
+    # -- the per-module path ----------------------------------------------------------------------
+    def _chains(self, inputs: tuple) -> tuple:
+        vals: list[torch.Tensor] = []
+        for fc, (xr, zr) in zip(self.parts, self.wiring, strict=True):
+            x = vals[xr] if xr >= 0 else inputs[-1 - xr]
+            if zr is None:
+                vals.append(fc(x))
+            else:
+                vals.append(fc(x, vals[zr] if zr >= 0 else inputs[-1 - zr]))
+        return tuple(vals[i] for i in self.outputs)
+
+    def forward(self, *inputs: torch.Tensor) -> tuple:
+        """The region's outputs: replayed programs where they exist for these inputs, else the
+        chains one by one."""
+        if _ENABLED[0] and not compiling():
+            out = self._program(inputs)
+            if out is not None:
+                return out
+        return self._chains(inputs)
+
+    # -- programs ---------------------------------------------------------------------------------
+    def programs(self) -> list[tuple[Any, str]]:
+        """Per recorded signature: ``(signature, what runs)``, e.g. ``'forward program of 53
+        launches, backward program of 159 launches'`` or why the chains run one by one."""
+        out = []
+        for sig, b in state(self).get("programs", {}).items():
+            if b.reason:
+                what = f"the chains one by one: {b.reason}"
+            else:
+                what = f"forward program of {len(b.fwd)} launches" if b.fwd else "binding"
+                if b.bwd is not None:
+                    what += f", backward program of {len(b.bwd)} launches"
+            out.append((sig, what))
+        return out
+
+    def _signature(self, inputs: tuple) -> tuple | None:
+        """The signature of this call, or None when no program can run it."""
+        train = self._bns[0].training
+        for b in self._bns:
+            if b.training is not train:
+                return None
+        grad = torch.is_grad_enabled() and (
+            any(t.requires_grad for t in inputs) or any(p.requires_grad for p in self._params)
+        )
+        if grad and not train:
+            return None  # eval with a gradient: the modules unfused (the backward needs them)
+        ac = autocast_dtype()
+        if train and ac is not None:
+            return None  # autocast's casts of the weights are autograd nodes of their own
+        metas = []
+        for t in inputs:
+            if not cuda_ok(t):
+                return None
+            metas.append((t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15))
+        if inputs and _lean.current_device() != metas[0][3]:
+            return None  # the entries launch on their device: the chains switch by themselves
+        rg = tuple(p.requires_grad for p in self._params) if grad else ()
+        return (train, grad, ac, config.snapshot(), tuple(metas), rg)
+
+    def _store(self) -> OrderedDict:
+        st = state(self)
+        progs = st.get("programs")
+        if progs is None:
+            progs = st["programs"] = OrderedDict()
+        return progs
+
+    def _bound(self, sig: tuple) -> tuple[_Bound, bool]:
+        progs = self._store()
+        b = progs.get(sig)
+        if b is not None:
+            return b, False
+        if len(progs) >= MAX_SIGNATURES:
+            progs.popitem(last=False)
+        b = progs[sig] = _Bound()
+        return b, True
+
+    def _program(self, inputs: tuple) -> tuple | None:
+        sig = self._signature(inputs)
+        if sig is None:
+            return None
+        b, new = self._bound(sig)
+        if b.reason:
+            return None
+        train, grad, ac = sig[0], sig[1], sig[2]
+        if ac is not None:  # eval under autocast: the chains' input cast once, at the region
+            inputs = tuple(t.to(ac) if t.dtype != torch.float64 else t for t in inputs)
+        if not train:
+            return self._eval(b, inputs)
+        if new:
+            b.reason = self._train_static(inputs)
+            if b.reason:
+                return None
+        if self._hooked():
+            return None  # the modules run their hooks
+        if grad:
+            return _RegionFn.apply(self, b, len(inputs), *inputs, *self._params)
+        return self._train_nograd(b, inputs)
+
+    # -- eval --------------------------------------------------------------------------------
+    def _eval(self, b: _Bound, inputs: tuple) -> tuple | None:
+        if b.fwd is None:
+            with _lean.Tape() as tape:
+                outs = self._chains(inputs)
+            folds = []
+            for fc in self.parts:
+                hit = state(fc).get("fold")
+                if hit is None:
+                    b.reason = "a chain ran unfused"
+                    return outs
+                folds += [hit[1], hit[2]]
+            got = record(tape.launches, [*inputs, *folds], list(outs), reuse=True)
+            if isinstance(got, str):
+                b.reason = got
+                return outs
+            b.fwd = got[0]
+            b.ext = [t.data_ptr() for t in folds]
+            b.versions = self._versions()
+            return outs
+        versions = self._versions()
+        if versions != b.versions:  # a parameter or statistic changed: fold again
+            x = inputs[0]
+            fmt = format_of(x)
+            ext: list[int] = []
+            for fc in self.parts:
+                w, bias = fc.folded(x.dtype, fmt)
+                ext += [w.data_ptr(), bias.data_ptr()]
+            b.ext, b.versions = ext, versions
+        x = inputs[0]
+        ptrs = [t.data_ptr() for t in inputs] + b.ext
+        _, outs, _ = b.fwd.run(ptrs, x.device, stream_of(x))
+        return tuple(outs)
+
+    def _versions(self) -> list[Any]:
+        out = []
+        for fc in self.parts:
+            for t in fc.fold_sources():
+                if t is not None:
+                    out.append((t._version, t.data_ptr()))
+        return out
+
+    # -- training --------------------------------------------------------------------------------
+    def _train_static(self, inputs: tuple) -> str:
+        """Why the chains cannot run as one training node for these inputs ('' when they can);
+        reads no data and changes nothing."""
+        x = inputs[0]
+        pdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        for fc in self.parts:
+            conv, bn, _, _ = fc.parts
+            if fc.act is not None and fc.act.name not in TRAIN_ACTS:
+                return f"the {fc.act.name} epilogue runs unfused in training"
+            if fc._cfg() is None or conv.bias is not None:
+                return "a convolution with a bias or padding cuDNN does not take"
+            if conv.weight.dtype != x.dtype or conv.weight.device != x.device:
+                return "a convolution weight of another dtype or device than the input"
+            if fc.nd + 2 != x.dim():
+                return "an input of another rank than the convolutions'"
+            if not (bn.affine and bn.track_running_stats) or bn.momentum is None:
+                return "a batch norm without affine parameters, running statistics or momentum"
+            for t in (bn.weight, bn.bias, bn.running_mean, bn.running_var):
+                if t.dtype != pdt or t.device != x.device or not t.is_contiguous():
+                    return f"a batch-norm parameter or statistic not {pdt} contiguous"
+        for t in inputs:
+            if t.dtype != x.dtype or t.device != x.device:
+                return "inputs of several dtypes or devices"
+        return ""
+
+    def _hooked(self) -> bool:
+        return any(hooked(fc.parts[0]) or hooked(fc.parts[1]) for fc in self.parts)
+
+    def _train_nograd(self, b: _Bound, inputs: tuple) -> tuple:
+        if b.fwd is None:
+            outs, _recs, prog, _tensors = self.bind_forward(inputs)
+            if prog is None:
+                b.reason = _recs
+            b.fwd = prog
+            return tuple(outs)
+        outs, _ = self._run_forward(b, inputs)
+        return tuple(outs)
+
+    def _ext_forward(self, inputs: tuple) -> list[torch.Tensor]:
+        """The forward's external tensors: inputs, parameters, then the running averages."""
+        ext = list(inputs) + list(self._params)
+        for bn in self._bns:
+            ext += [bn.running_mean, bn.running_var]
+        return ext
+
+    def _run_forward(self, b: _Bound, inputs: tuple) -> tuple[list, tuple]:
+        x = inputs[0]
+        ext = [t.data_ptr() for t in self._ext_forward(inputs)]
+        torch._foreach_add_(self._counts(), 1)  # as each module counts its batch
+        assert b.fwd is not None
+        arena, outs, slots = b.fwd.run(ext, x.device, stream_of(x))
+        _increment(self._running())  # cuDNN wrote them: as an in-place op would
+        return outs, (arena, outs, slots)
+
+    def _counts(self) -> list[torch.Tensor]:
+        return [bn.num_batches_tracked for bn in self._bns]
+
+    def _running(self) -> list[torch.Tensor]:
+        out = []
+        for bn in self._bns:
+            out += [bn.running_mean, bn.running_var]
+        return out
+
+    def bind_forward(self, inputs: tuple) -> tuple[list, Any, Program | None, list]:
+        """The first training run of a signature: every chain's own forward (its checks and
+        bindings) under a tape. Returns ``(outputs, records, program, slot tensors)``; where
+        the run cannot be replayed, *program* is None and *records* the reason (the run itself
+        is the chains' own, hence correct)."""
+        vals: list[torch.Tensor] = []
+        recs = []
+        why = ""
+        with _lean.Tape() as tape:
+            for fc, (xr, zr) in zip(self.parts, self.wiring, strict=True):
+                x = vals[xr] if xr >= 0 else inputs[-1 - xr]
+                z = None if zr is None else (vals[zr] if zr >= 0 else inputs[-1 - zr])
+                args = fc.train_args(x, z)
+                if args is None:  # _train_static said it would run: a bug, not a user error
+                    raise RuntimeError(
+                        "pycudnn.torch: a chain of a fused region refused its operands after the "
+                        "region's checks passed; please report this"
+                    )
+                x, w, cb, gamma, beta, z, running, blk, _ = args
+                out, saved = block_forward(x, w, cb, gamma, beta, z, running, blk)
+                if not saved[0] and z is not None:
+                    why = why or "a residual added by torch (no fused batch-norm kernel here)"
+                recs.append((x, w, gamma, beta, z, blk, saved))
+                vals.append(out)
+        outs = [vals[i] for i in self.outputs]
+        inner = {id(r[0]) for r in recs} | {id(r[4]) for r in recs if r[4] is not None}
+        if any(id(o) in inner for o in outs):
+            why = why or "an output of the region is also read inside it"
+        if why:
+            return outs, recs, None, [why]
+        got = record(tape.launches, self._ext_forward(inputs), outs, reuse=False)
+        if isinstance(got, str):
+            return outs, recs, None, [got]
+        return outs, recs, got[0], got[1]
+
+    def bind_backward(self, inputs: tuple, recs: list, douts: tuple, need: tuple) -> tuple:
+        """The first backward of a signature: the chains' gradients in reverse order (data
+        gradients accumulated in place with ``beta=1``) under a tape. Returns ``(gradients of
+        the inputs and parameters, launches)``; the launches are None where a torch operation
+        had to run between them (the gradients are right either way)."""
+        grads: dict[int, torch.Tensor] = {}
+        for i, d in zip(self.outputs, douts, strict=True):
+            grads[id(recs[i][6][4])] = d
+        n_in = len(inputs)
+        pgrads: list[Any] = [None] * len(self._params)
+        replayable = True
+        with _lean.Tape() as tape:
+            for c in reversed(range(len(self.parts))):
+                x, w, gamma, beta, z, blk, saved = recs[c]
+                fused, yc, mean, invstd, y, reserve = saved
+                dy = grads.get(id(y))
+                if dy is None:
+                    dy, replayable = torch.zeros_like(y), False
+                elif dy.stride() != y.stride() or dy.dtype != y.dtype:
+                    dy, replayable = torch.empty_like(y).copy_(dy), False
+                if fused:
+                    dyc, dgamma, dbeta, dz = bn_act_grad_run(
+                        yc, y, dy, gamma, beta, mean, invstd, reserve, blk.eps, z is not None
+                    )
+                else:
+                    d = dy if blk.act is None else act_grad_run(y, y, dy, (*blk.act, True))
+                    dyc, dgamma, dbeta = bn_grad_run(yc, d, gamma, mean, invstd, blk.eps)
+                    dz = d if z is not None else None
+                    replayable = replayable and z is None
+                if z is not None:
+                    g = grads.get(id(z))
+                    if g is None:
+                        grads[id(z)] = dz
+                    else:
+                        grads[id(z)], replayable = g + dz, False
+                k = next((i for i, t in enumerate(inputs) if t is x), -1)
+                if k < 0 or need[k]:
+                    g = grads.get(id(x))
+                    if g is None:
+                        grads[id(x)] = conv_dgrad(w, dyc, torch.empty_like(x), blk.cfg)
+                    else:
+                        conv_dgrad(w, dyc, g, blk.cfg, beta=1.0)
+                if need[n_in + 3 * c]:
+                    pgrads[3 * c] = conv_wgrad(x, dyc, w, blk.cfg)
+                pgrads[3 * c + 1] = dgamma if need[n_in + 3 * c + 1] else None
+                pgrads[3 * c + 2] = dbeta if need[n_in + 3 * c + 2] else None
+        igrads = [grads.get(id(t)) if need[i] else None for i, t in enumerate(inputs)]
+        return igrads + pgrads, (tape.launches if replayable else None)
+
+
+def _increment(tensors: list[torch.Tensor]) -> None:
+    try:
+        torch.autograd.graph.increment_version(tensors)
+    except TypeError:  # an older torch: one tensor a call
+        for t in tensors:
+            torch.autograd.graph.increment_version(t)
+
+
+class _RegionFn(torch.autograd.Function):
+    """A fused region in training as one autograd node: its forward and backward programs, or
+    (the first run of a signature) the chains' own code under tapes, which record them."""
+
+    @staticmethod
+    def forward(ctx, region: FusedRegion, b: _Bound, n_in: int, *flat: torch.Tensor):
+        inputs = flat[:n_in]
+        ctx.region, ctx.b, ctx.n_in = region, b, n_in
+        if b.fwd is not None and b.bwd is not None:
+            outs, run = region._run_forward(b, inputs)
+            ctx.run, ctx.bind = run, None
+        else:
+            outs, recs, prog, tensors = region.bind_forward(inputs)
+            ctx.run, ctx.bind = None, (recs, prog, tensors)
+        ctx.out_meta = [(o.stride(), o.dtype) for o in outs]
+        ctx.save_for_backward(*flat)
+        return tuple(outs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *douts: torch.Tensor):
+        region, b, n_in = ctx.region, ctx.b, ctx.n_in
+        flat = ctx.saved_tensors  # the version checks: nothing saved was changed in place
+        need = ctx.needs_input_grad[3:]
+        douts = tuple(_like_output(d, m) for d, m in zip(douts, ctx.out_meta, strict=True))
+        if ctx.run is not None:
+            slots = ctx.run[2]
+            x = douts[0]
+            _, grads, _ = b.bwd.run([d.data_ptr() for d in douts] + slots, x.device, stream_of(x))
+            it = iter(grads)
+            return (None, None, None, *(next(it) if n else None for n in b.pattern))
+        recs, prog, tensors = ctx.bind
+        ctx.bind = None
+        results, launches = region.bind_backward(flat[:n_in], recs, douts, need)
+        if prog is None:
+            b.reason = tensors[0]
+        elif launches is None:
+            b.reason = "a torch operation between the backward's launches"
+        else:
+            got = record(launches, [*douts, *tensors], results, reuse=True)
+            if isinstance(got, str):
+                b.reason = got
+            else:
+                b.fwd, b.bwd = prog, got[0]
+                b.pattern = [r is not None for r in results]
+        return (None, None, None, *results)
+
+
+def _like_output(d: torch.Tensor, meta: tuple) -> torch.Tensor:
+    """An incoming gradient laid out as the output it belongs to (the backward was bound so)."""
+    stride, dtype = meta
+    if d.dtype != dtype:
+        d = d.to(dtype)
+    if d.stride() != stride:
+        d = torch.empty_strided(d.shape, stride, dtype=dtype, device=d.device).copy_(d)
+    return d

@@ -1,0 +1,251 @@
+"""Launch programs of fused regions (``convert(model, fuse=True)``) on the CPU: the fakes tier
+(pycudnn's functions replaced by torch computations behind their real signatures) plus a fake of
+the lean path's bound entries that, like a real entry, runs **from pointers alone**: each launch
+rebuilds its operands at the addresses it is given. A replayed program therefore really reads and
+writes its arena places, its accumulated gradients and its output tensors, so a wrong slot, offset
+or lifetime gives a wrong number here. Outputs, gradients, running statistics and
+``num_batches_tracked`` are compared with the unfused torch model in float64 over several steps.
+cuDNN's numbers are the GPU tier's (``test_torch_program_gpu.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+import test_torch_fuse as tf  # noqa: E402  (tests/highlevel is on sys.path)
+from test_torch_fuse import bn_act, fakes  # noqa: E402, F401  (fixtures)
+
+from pycudnn.torch import _lean, fuse, program, region  # noqa: E402
+
+# outputs of each lean tag (the operands are the inputs', then these)
+_N_OUT = {"conv_fwd": 1, "conv_dgrad": 1, "conv_wgrad": 1, "conv_fused": 1, "bn_train": 3}
+_N_OUT |= {"bn_eval": 1, "bn_grad": 3, "bnr": 4, "act_fwd": 1, "act_bwd": 1}
+
+
+class _Handle:
+    device = 0
+
+    def set_stream(self, s):
+        pass
+
+
+def _at(ptr, shape, stride, dtype):
+    """A CPU tensor over the bytes at *ptr* (no copy)."""
+    if 0 in shape:
+        return torch.empty(shape, dtype=dtype)
+    n = (sum((a - 1) * b for a, b in zip(shape, stride, strict=True)) + 1) * dtype.itemsize
+    buf = (ctypes.c_char * max(n, 1)).from_address(ptr)
+    return torch.frombuffer(buf, dtype=torch.uint8, count=n).view(dtype).as_strided(shape, stride)
+
+
+def _subst(obj, table):
+    if isinstance(obj, torch.Tensor):
+        return table.get(id(obj), obj)
+    if isinstance(obj, tuple | list):
+        return type(obj)(_subst(o, table) for o in obj)
+    return obj
+
+
+class FakeEntry:
+    """A bound entry that runs its slow function on operands rebuilt at the given pointers."""
+
+    handle = _Handle()
+    lean = True
+
+    def __init__(self, tag, tensors, slow, args):
+        name = tag[0]
+        n_out = 4 if name == "bnr_grad" and tag[2] else 3 if name == "bnr_grad" else _N_OUT[name]
+        self.n_in = len(tensors) - n_out
+        self.metas = [(tuple(t.shape), t.stride(), t.dtype) for t in tensors]
+        self.ids = [id(t) for t in tensors]
+        self.keep = tensors  # the ids stay valid
+        self.slow, self.args = slow, args
+        LAUNCHES.append(name)
+
+    def launch(self, ptrs):
+        table = {}
+        for i, p, (shape, stride, dt) in zip(self.ids, ptrs, self.metas, strict=True):
+            table.setdefault(i, _at(p, shape, stride, dt))
+        self.slow(*_subst(self.args, table))
+
+
+LAUNCHES: list[str] = []
+_STORE: dict = {}
+
+
+def fake_launch(tag, tensors, stream, slow, *args):
+    key = (tag, tuple((t.shape, t.stride(), t.dtype, t.data_ptr() & 15) for t in tensors))
+    entry = _STORE.get(key)
+    if entry is None:
+        slow(*args)
+        entry = _STORE[key] = FakeEntry(tag, tensors, slow, args)
+    else:
+        entry.launch(tuple(t.data_ptr() for t in tensors))
+    tape = getattr(_lean._local, "tape", None)
+    if tape is not None:
+        tape.append((entry, tensors))
+
+
+@pytest.fixture
+def lean(bn_act, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(_lean, "launch", fake_launch)
+    monkeypatch.setattr(_lean, "current_device", lambda: -1)  # a CPU tensor's get_device()
+    monkeypatch.setattr(region, "cuda_ok", tf._ok)
+    _STORE.clear()
+    LAUNCHES.clear()
+    yield
+
+
+class Two(nn.Module):
+    """A stem, a strided BasicBlock with a downsample, a Bottleneck; a pooling between."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = tf.ConvBNAct(nn.ReLU(), c=4)
+        self.pool = nn.MaxPool2d(2)
+        self.layer = nn.Sequential(tf.BasicBlock(4, 8, 2), tf.Bottleneck(8, 4, 8))
+
+    def forward(self, x):
+        return self.layer(self.pool(self.stem(x)))
+
+
+def _x(cin, n=2):
+    return torch.randn(n, cin, 8, 8).double().to(memory_format=torch.channels_last)
+
+
+def _programs(model):
+    return [what for _, _, what in fuse.programs(model)]
+
+
+@pytest.mark.usefixtures("lean")
+@pytest.mark.parametrize("make", [tf.BasicBlock, tf.Bottleneck, Two], ids=lambda f: f.__name__)
+def test_training_region_replays_programs_exactly(make):
+    ref, mine = tf._pair(make)
+    cin = 8 if make is tf.Bottleneck else 4 if make is tf.BasicBlock else 3
+    for step in range(3):
+        n = len(LAUNCHES)
+        tf._same_step(ref, mine, _x(cin))
+        if step:
+            assert len(LAUNCHES) == n  # no new binding: every launch was a replay
+        for p in list(ref.parameters()) + list(mine.parameters()):
+            p.grad = None
+    progs = _programs(mine)
+    assert progs and all("backward program" in w for w in progs), progs
+    for a, b in zip(mine.buffers(), ref.buffers(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.usefixtures("lean")
+def test_region_is_one_autograd_node():
+    _, mine = tf._pair(tf.Bottleneck)
+    x = _x(8).requires_grad_()
+    y = mine(x)
+    node = y.grad_fn
+    while type(node).__name__ == "GetitemBackward0" or "Getitem" in type(node).__name__:
+        node = node.next_functions[0][0]
+    assert type(node).__name__ == "_RegionFnBackward"
+
+
+@pytest.mark.usefixtures("lean")
+def test_eval_region_replays_and_refolds():
+    ref, mine = tf._pair(Two)
+    ref.eval()
+    mine.eval()
+    for _ in range(3):
+        x = _x(3)
+        with torch.no_grad():
+            torch.testing.assert_close(mine(x), ref(x), rtol=1e-9, atol=1e-9)
+    assert all(w.startswith("forward program") for w in _programs(mine)), _programs(mine)
+    n = len(LAUNCHES)
+    with torch.no_grad():  # a parameter changed in place: the fold follows, no new binding
+        for m in (ref, mine):
+            m.layer[0].bn1.weight.mul_(1.5)
+            m.layer[1].bn3.running_var.add_(0.25)
+        x = _x(3)
+        torch.testing.assert_close(mine(x), ref(x), rtol=1e-9, atol=1e-9)
+    assert len(LAUNCHES) == n
+
+
+@pytest.mark.usefixtures("lean")
+def test_training_without_gradient_updates_statistics():
+    ref, mine = tf._pair(Two)
+    for _ in range(3):
+        x = _x(3)
+        with torch.no_grad():
+            torch.testing.assert_close(mine(x), ref(x), rtol=1e-9, atol=1e-9)
+    for a, b in zip(mine.buffers(), ref.buffers(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.usefixtures("lean")
+def test_new_signature_binds_again_and_hooks_run_the_modules():
+    ref, mine = tf._pair(tf.Bottleneck)
+    tf._same_step(ref, mine, _x(8, n=2))
+    tf._same_step(ref, mine, _x(8, n=3))
+    assert len(_programs(mine)) == 2
+    seen = []
+    mine.bn2.register_forward_hook(lambda m, i, o: seen.append(1))
+    tf._same_step(ref, mine, _x(8, n=2))
+    assert seen == [1]
+
+
+@pytest.mark.usefixtures("fakes")
+def test_not_lean_calls_run_the_chains_and_say_why(monkeypatch):
+    """Without bound entries (the plain fakes) the region records nothing replayable: the
+    chains run one by one, with the reason in programs()."""
+    monkeypatch.setattr(region, "cuda_ok", tf._ok)
+    monkeypatch.setattr(_lean, "current_device", lambda: -1)
+    ref, mine = tf._pair(tf.BasicBlock)
+    ref.eval()
+    mine.eval()
+    x = torch.randn(2, 4, 8, 8).double()
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(mine(x), ref(x), rtol=1e-9, atol=1e-9)
+    assert any("not a bound (lean) call" in w for w in _programs(mine)), _programs(mine)
+
+
+def test_record_refuses_foreign_operands_and_plans_lifetimes():
+    class E:
+        n_in = 1
+        handle = _Handle()
+        lean = True
+
+        def launch(self, ptrs):
+            pass
+
+    a, b, c = torch.empty(10), torch.empty(100), torch.empty(100)
+    d = torch.empty(100)
+    # a -> b -> c -> d: with reuse, b and d may share bytes (b's last reader ran before d)
+    got = program.record([(E(), (a, b)), (E(), (b, c)), (E(), (c, d))], [a], [d], reuse=True)
+    prog, tensors = got
+    assert tensors[0] is a and len(prog.offsets) == 2
+    assert prog.offsets[0] != prog.offsets[1]
+    assert prog.arena_bytes == 2 * program._up(400)
+    alone = program.record([(E(), (a, b)), (E(), (b, c)), (E(), (c, d))], [a], [d], reuse=False)
+    assert alone[0].arena_bytes == 2 * program._up(400)
+    foreign = torch.empty(10)
+    why = program.record([(E(), (foreign, b))], [a], [b], reuse=True)
+    assert isinstance(why, str) and "no launch produced" in why
+    assert "not a bound" in program.record([(None, (a, b))], [a], [b], reuse=True)
+
+
+def test_tapes_do_not_nest():
+    with _lean.Tape(), pytest.raises(RuntimeError, match="already recording"), _lean.Tape():
+        pass
+    assert getattr(_lean._local, "tape", None) is None
+
+
+def test_tape_is_per_thread():
+    seen = []
+    with _lean.Tape() as tape:
+        t = threading.Thread(target=lambda: seen.append(getattr(_lean._local, "tape", None)))
+        t.start()
+        t.join()
+    assert seen == [None] and tape.launches == []

@@ -1,0 +1,111 @@
+"""GPU tests of fused regions' launch programs (marker ``gpu``; skipped without a device, torch
+or torchvision).
+
+Run on the GPU machine:
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/highlevel/test_torch_program_gpu.py``.
+
+torchvision's resnet18 and resnet50 (random init) converted with ``fuse=True`` in bfloat16
+channels-last: several training steps (the first records the programs, the later ones replay
+them), each within twice torch's own distance to a float32 copy (output, input gradient,
+parameter gradients, running statistics); eval replays against torch; ``fuse.programs`` says
+that forward and backward programs ran; and with programs turned off the same steps give the
+same numbers as with them (both are cuDNN's kernels in the same order).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+torchvision = pytest.importorskip("torchvision")
+nn = torch.nn
+
+import test_torch_fuse_gpu as fg  # noqa: E402  (tests/highlevel)
+
+import pycudnn.torch as pt  # noqa: E402
+from pycudnn.torch import fuse, region  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+CL = torch.channels_last
+
+
+def _models(name):
+    torch.manual_seed(0)
+    base = fg._stats(getattr(torchvision.models, name)(weights=None, num_classes=10))
+    base = base.to(DEV, torch.bfloat16).to(memory_format=CL)
+    return base, pt.convert(copy.deepcopy(base), fuse=True)
+
+
+def _zero(*models):
+    for m in models:
+        for p in m.parameters():
+            p.grad = None
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
+def test_training_steps_replay_programs_within_noise(name):
+    base, mine = _models(name)
+    x = torch.randn(8, 3, 64, 64, device=DEV, dtype=torch.bfloat16).to(memory_format=CL)
+    for _ in range(3):  # the first step records, the later ones replay
+        _zero(base, mine)
+        fg._within_noise(base, mine, x, 1e-2)
+    progs = [what for _, _, what in fuse.programs(mine)]
+    assert progs and any("backward program" in w for w in progs), progs
+
+
+def test_programs_give_the_chains_numbers():
+    """Programs on and off: the same kernels (accumulated gradients added by the data-gradient
+    convolution instead of by autograd), so the same step to rounding."""
+    base, mine = _models("resnet18")
+    twin = copy.deepcopy(base)
+    twin = pt.convert(twin, fuse=True)
+    x = torch.randn(4, 3, 64, 64, device=DEV, dtype=torch.bfloat16).to(memory_format=CL)
+    dy = None
+    outs = []
+    for enabled, model in ((True, mine), (False, twin)):
+        region.use_programs(enabled)
+        try:
+            for _ in range(3):
+                _zero(model)
+                y = model(x.clone().requires_grad_())
+                dy = torch.ones_like(y) if dy is None else dy
+                y.backward(dy)
+        finally:
+            region.use_programs(True)
+        grads = torch.cat([p.grad.flatten().float() for p in model.parameters()])
+        stats = torch.cat([b.flatten().float() for b in model.buffers()])
+        outs.append((y.float(), grads, stats))
+    for a, b in zip(*outs, strict=True):
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+
+
+def test_eval_replays_and_follows_an_optimizer_step():
+    base, mine = _models("resnet50")
+    base.eval()
+    mine.eval()
+    x = torch.randn(8, 3, 64, 64, device=DEV, dtype=torch.bfloat16).to(memory_format=CL)
+    rtol, atol = fg.TOL[torch.bfloat16]
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(mine(x), base(x), rtol=rtol, atol=atol)
+        for m in (base, mine):  # an in-place change of every parameter: folded again
+            for p in m.parameters():
+                p.mul_(0.9)
+        torch.testing.assert_close(mine(x), base(x), rtol=rtol, atol=atol)
+    progs = [what for _, _, what in fuse.programs(mine)]
+    assert progs and all(w.startswith("forward program") for w in progs), progs
+
+
+def test_no_grad_training_updates_statistics_like_torch():
+    base, mine = _models("resnet18")
+    x = torch.randn(8, 3, 64, 64, device=DEV, dtype=torch.bfloat16).to(memory_format=CL)
+    with torch.no_grad():
+        for _ in range(3):
+            y, want = mine(x), base(x)
+    rtol, atol = fg.TOL[torch.bfloat16]
+    torch.testing.assert_close(y, want, rtol=rtol, atol=atol)
+    for a, b in zip(mine.buffers(), base.buffers(), strict=True):
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
