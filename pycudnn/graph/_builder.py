@@ -687,29 +687,37 @@ class Graph(ConvBnOperations):
             A real tensor has no array in *variant_pack* (the message names it).
         ValueError, TypeError
             An array's shape, strides, dtype or device differs from its tensor's.
+
+        Notes
+        -----
+        A repeated call with the same signature (the dict's keys in order; each torch tensor's
+        or DeviceArray's shape, strides, dtype, device, alignment) skips the per-array checks;
+        scalars, overlaps, workspace and stream are still read each call. What is cached:
+        :mod:`pycudnn.graph._variant` and docs/graph.md, "Host cost".
         """
         plan, key = self.plan, self._key
         ptrs, _keepalive = self._pointers(variant_pack)
+        scratch = _variant.scratch(self)
         h = self._handle
         with _cuda.DeviceContext(key.device):
             if stream is not None:
                 h.set_stream(stream)
             if workspace is None:
-                plan.launch(ptrs, key.scratch)
+                plan.launch(ptrs, scratch)
                 return
-            total, offsets = _scratch.workspace_layout(plan.workspace, key.scratch)
+            total, offsets = _scratch.workspace_layout(plan.workspace, scratch)
             wa = memory.asarray(workspace, check=False)
             if wa.nbytes < total:
                 raise ValueError(
                     f"{self.name}: workspace has {wa.nbytes} B, the plan needs "
                     f"{total} B (get_workspace_size())"
                 )
-            _scratch.fill_scratch(key.scratch, ptrs, wa.ptr, offsets, h.stream)
+            _scratch.fill_scratch(scratch, ptrs, wa.ptr, offsets, h.stream)
             plan.run(*ptrs, wa.ptr if plan.workspace else 0)
 
     def _pointers(self, variant_pack: Mapping[Any, Any]) -> tuple[list[int], list[Any]]:
         """``(pointers in the key's uid order, host scalars to keep alive)``: the checked
-        variant pack (:func:`._variant.pointers`)."""
+        variant pack (:func:`._variant.pointers`; bound to its signature after one call)."""
         return _variant.pointers(self, variant_pack)
 
     def constant_pointers(self) -> tuple[int, ...]:
