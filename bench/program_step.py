@@ -3,9 +3,10 @@
 programs and with them turned off (``region.use_programs(False)``: each chain one by one, as
 before programs), all in one process, interleaved, on the same GPU.
 
-Cases: inference (``torch.no_grad``, eval) at batch 8 and 64; a training step (forward,
-backward, ``SGD.step``) at batch 64 with bfloat16 weights, and under ``torch.autocast(bf16)``
-with float32 weights. Per case and side: the median wall time of a step (``--reps`` timed
+Cases: inference (``torch.no_grad``, eval; every parameter bfloat16) at batch 8 and 64; a
+training step (forward, backward, ``SGD.step``) at batch 64 with bfloat16 convolution weights and
+float32 batch norms (apex O2's ``keep_batchnorm_fp32``), and under ``torch.autocast(bf16)`` with
+float32 weights. Per case and side: the median wall time of a step (``--reps`` timed
 blocks of ``--iters`` steps, each block synchronised) with its interquartile range, and, with
 ``--profile``, the GPU kernel time per step and the host time until the step's last launch was
 enqueued (``torch.profiler``), which tells a GPU-bound step from a host-bound one.
@@ -54,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(0)
         wdt = torch.float32 if mode == "autocast" else torch.bfloat16
         base = torchvision.models.resnet50(weights=None).to(dev, wdt).to(memory_format=cl)
+        if mode == "train":  # batch norm kept in float32, as apex's O2 (keep_batchnorm_fp32)
+            for m in base.modules():
+                if isinstance(m, torch.nn.BatchNorm2d):
+                    m.float()
         fused = pt.convert(copy.deepcopy(base), fuse=True)
         x = torch.randn(batch, 3, 224, 224, device=dev, dtype=wdt).to(memory_format=cl)
         target = torch.randint(0, 1000, (batch,), device=dev)
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             row[k] = {"median_ms": med, "iqr_ms": q3 - q1}
         if args.profile:
             row["profile"] = {k: _profile(torch, fn) for k, fn in sides.items()}
-        row["programs"] = sorted({w for _, _, w in fuse.programs(fused)})
+        row["program_status"] = sorted({w for _, _, w in fuse.programs(fused)})
         region.use_programs(True)
         results.append(row)
         t = row["torch"]["median_ms"]

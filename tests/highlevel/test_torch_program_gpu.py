@@ -5,7 +5,7 @@ Run on the GPU machine:
 ``PYTHONPATH=. python3 -m pytest -m gpu -q tests/highlevel/test_torch_program_gpu.py``.
 
 torchvision's resnet18 and resnet50 (random init) converted with ``fuse=True`` in bfloat16
-channels-last: several training steps (the first records the programs, the later ones replay
+channels-last with float32 batch norms: several training steps (the first records the programs, the later ones replay
 them), each within twice torch's own distance to a float32 copy (output, input gradient,
 parameter gradients, running statistics); eval replays against torch; ``fuse.programs`` says
 that forward and backward programs ran; and with programs turned off the same steps give the
@@ -36,6 +36,9 @@ def _models(name):
     torch.manual_seed(0)
     base = fg._stats(getattr(torchvision.models, name)(weights=None, num_classes=10))
     base = base.to(DEV, torch.bfloat16).to(memory_format=CL)
+    for m in base.modules():  # batch norm in float32, as apex O2's keep_batchnorm_fp32
+        if isinstance(m, nn.BatchNorm2d):
+            m.float()
     return base, pt.convert(copy.deepcopy(base), fuse=True)
 
 
