@@ -72,8 +72,8 @@ def check_compatibility(
             "mismatch",
             f"cuDNN {rts} was loaded from {runtime_path}, but pycudnn's bindings "
             f"({bindings_path}) were generated from cuDNN {hds} headers and need cuDNN "
-            f"{hd[0]}.x. Install cuDNN {hd[0]} (`pip install "
-            f'"pycudnn9[cu12]"` or `[cu13]`), or point '
+            f"{hd[0]}.x. Install cuDNN {hd[0]} "
+            f'(`pip install "nvidia-cudnn-cu12=={hd[0]}.*"` or `-cu13`), or point '
             f"PYCUDNN_LIBRARY at a libcudnn.so.{hd[0]}; {SKIP_ENV}=1 bypasses this check at your "
             "own risk (wrong prototypes can crash the process).",
         )
@@ -285,8 +285,8 @@ def driver_mismatch(note: str = "") -> str | None:
         return (
             f"{head} needs a CUDA {rmaj} driver ({MIN_DRIVER.get(rmaj, 'a new')} or newer): no "
             f"GPU is usable. Install the CUDA {dmaj} build: "
-            f'pip install "pycudnn9[{extra}]" (from a source tree: '
-            f'pip install -e ".[{extra}]"), or update the driver.'
+            f'pip install "cuda-bindings=={dmaj}.*" "nvidia-cudnn-cu{dmaj}==9.*" (in pycudnn\'s '
+            f'source tree: pip install -e ".[{extra}]"), or update the driver.'
         )
     if dmaj < min(EXTRA_FOR_DRIVER):
         return (

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 SONAME = "libcudnn.so.9"
 ENV_OVERRIDE = "PYCUDNN_LIBRARY"
 INSTALL_HINT = (
-    'Install cuDNN 9 with `pip install "pycudnn9[cu12]"` (CUDA 12) or '
-    '`pip install "pycudnn9[cu13]"` (CUDA 13), '
+    'Install cuDNN 9 with `pip install "nvidia-cudnn-cu12==9.*"` (CUDA 12 and 13 drivers) or '
+    '`pip install "nvidia-cudnn-cu13==9.*"` (CUDA 13 drivers), '
     f"or point {ENV_OVERRIDE} at a libcudnn.so.9."
 )
 
@@ -193,9 +193,9 @@ def _gate_problem(lib: LoadedLibrary) -> str | None:
         problem = (
             f"cuDNN {v} was loaded from {lib.path} (found via {lib.found_via}), but pycudnn's "
             f"bindings were generated from cuDNN {REQUIRED_MAJOR}.x headers and need cuDNN "
-            f"{REQUIRED_MAJOR}.x. Install cuDNN {REQUIRED_MAJOR} (`pip install "
-            f'"pycudnn9[cu12]"` or `[cu13]`), or point {ENV_OVERRIDE} at a '
-            f"libcudnn.so.{REQUIRED_MAJOR}; {SKIP_ENV}=1 "
+            f"{REQUIRED_MAJOR}.x. Install cuDNN {REQUIRED_MAJOR} "
+            f'(`pip install "nvidia-cudnn-cu12=={REQUIRED_MAJOR}.*"` or `-cu13`), '
+            f"or point {ENV_OVERRIDE} at a libcudnn.so.{REQUIRED_MAJOR}; {SKIP_ENV}=1 "
             "bypasses this check at your own risk (wrong prototypes can crash the process)."
         )
     _gate_result = (lib, problem)

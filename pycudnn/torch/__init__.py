@@ -3,7 +3,7 @@
 
 Optional: this module imports without PyTorch (``import pycudnn`` never imports either), and
 PyTorch is imported on the first use of any of its names; without PyTorch that use raises an
-``ImportError`` saying what to install (``pip install "pycudnn9[torch]"``).
+``ImportError`` saying what to install (``pip install torch``).
 
 Design decisions
 ----------------
@@ -72,7 +72,10 @@ import importlib.util
 
 from .. import _exports
 
-_INSTALL = 'pip install "pycudnn9[torch]" (or any PyTorch build with CUDA)'
+_INSTALL = (
+    "pip install torch (any PyTorch build with CUDA; "
+    'in pycudnn\'s source tree: pip install -e ".[torch]")'
+)
 
 
 def _require_torch(name: str) -> None:

@@ -33,7 +33,7 @@ def test_cuda12_driver_with_cuda13_bindings_names_the_cu12_extra(fake_cuda):
     msg = _info.driver_mismatch(INSUFFICIENT)
     assert msg is not None
     assert "CUDA 12.4" in msg and "CUDA 13.0" in msg
-    assert 'pip install "pycudnn9[cu12]"' in msg
+    assert 'pip install "cuda-bindings==12.*" "nvidia-cudnn-cu12==9.*"' in msg
     assert "R580" in msg  # what the installed bindings would need instead
 
 
@@ -44,17 +44,18 @@ def test_report_shows_the_mismatch_and_is_unhealthy(fake_cuda, capsys):
     cuda = text[text.index("\nCUDA\n") :]
     assert "driver supports CUDA 12.8; cuda.bindings runtime 13.0" in cuda
     assert "DRIVER" in cuda
-    assert 'pip install "pycudnn9[cu12]"' in cuda  # never split across lines: it is to be copied
+    # never split across lines: it is to be copied
+    assert 'pip install "cuda-bindings==12.*" "nvidia-cudnn-cu12==9.*"' in cuda
     assert "No GPU was found" not in cuda  # the driver is there; the bindings are wrong for it
 
     assert main(["--no-self-test"]) == 1
-    assert 'pip install "pycudnn9[cu12]"' in capsys.readouterr().out
+    assert 'pip install "cuda-bindings==12.*" "nvidia-cudnn-cu12==9.*"' in capsys.readouterr().out
 
 
 def test_show_config_prints_it_too(fake_cuda, capsys):
     fake_cuda(12020, 13010, note=INSUFFICIENT)
     assert pycudnn.show_config() is False
-    assert 'pip install "pycudnn9[cu12]"' in capsys.readouterr().out
+    assert 'pip install "cuda-bindings==12.*" "nvidia-cudnn-cu12==9.*"' in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -124,7 +124,7 @@ def test_nothing_found_lists_every_place_tried():
         "PYCUDNN_LIBRARY: not set",
         "cuda.pathfinder",
         "system loader",
-        'pip install "pycudnn9[cu12]"',
+        'pip install "nvidia-cudnn-cu12==9.*"',
     ):
         assert needle in r.stdout, needle
 
@@ -220,5 +220,5 @@ def test_nothing_found_leads_with_cudnn_not_its_cublas_dependency():
     assert r.returncode == 0, r.stderr
     first, rest = r.stdout.split("\n", 1)
     assert first.startswith("cuDNN (libcudnn_pycudnn_test_absent.so.9) was not found."), first
-    assert 'pip install "pycudnn9[cu12]"' in first and "cublas" not in first.lower()
+    assert 'pip install "nvidia-cudnn-cu12==9.*"' in first and "cublas" not in first.lower()
     assert "no cuDNN found (the search stopped at a library cuDNN needs: Failure finding" in rest

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -160,65 +159,57 @@ def test_distribution_name_and_urls(meta):
     assert any(u.startswith("cuDNN documentation, https://") for u in urls), urls
 
 
-# every place that tells a user what to install: the docs, the README, the changelog, the examples
-# and the package's own messages (error hints, the doctor's report)
-_INSTALL_TEXTS = (
-    "README.md",
-    "CHANGELOG.md",
-    "docs/**/*.md",
-    "examples/*.py",
-    "pycudnn/**/*.py",
-    "pycudnn/**/*.pyi",
-    ".ci/*.py",
-    "tools/*.py",
-)
-_INSTALL_LINE = re.compile(r"pip3?\s+(?:install|download)\s+([^\n`]*)")
-
-
-def _install_targets(line: str) -> list[str]:
-    """The requirement names a ``pip install ...`` line asks for (options and paths dropped)."""
-    out = []
-    for raw in line.split():
-        if raw in ("&&", "||", "|", ";") or raw.startswith("#"):
-            break  # the next command, or a comment
-        word = raw.strip("\"'`;,()\\")
-        if not word or word.startswith(("-", ".", "/")) or word == "or":
-            continue
-        m = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", word)
-        if m:
-            out.append(m.group(0).lower())
-    return out
-
-
-def test_no_text_tells_users_to_install_the_unrelated_pycudnn():
-    offenders = []
-    for pattern in _INSTALL_TEXTS:
-        for path in sorted(ROOT.glob(pattern)):
-            if "_generated" in path.parts:
-                continue
-            for n, line in enumerate(path.read_text().splitlines(), 1):
-                for m in _INSTALL_LINE.finditer(line):
-                    if "pycudnn" in _install_targets(m.group(1)):
-                        offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
-    assert not offenders, f"install {DIST}, not pycudnn (an unrelated project):\n" + "\n".join(
-        offenders
-    )
-
-
-def test_the_install_line_check_sees_the_forms_in_use():
-    # the forms the docs and messages use, so that the check above cannot pass by missing them
+def test_the_install_line_tool_sees_the_forms_in_use():
+    # the forms the docs and messages use, so that the checks below cannot pass by missing them
+    tool = _install_lines()
     for line, names in [
         ('pip install "pycudnn[cu12]" && python -m pycudnn', ["pycudnn"]),
         ("pip install pycudnn[cu12]` (CUDA 12)", ["pycudnn"]),
-        ('pip install -e ".[cu12,test]"', []),
+        ('pip install -e ".[cu12,test]"', [None]),
         ('pip install "pycudnn9[torch]"      # or any PyTorch', ["pycudnn9"]),
         ("pip install ml_dtypes", ["ml_dtypes"]),
         ("`pip install pycudnn9` takes the newest", ["pycudnn9"]),
+        ('pip install torch (any PyTorch; in the tree: pip install -e ".[torch]")', ["torch"]),
+        ('pip install "nvidia-cudnn-cu12==9.*"` or `-cu13`), or', ["nvidia-cudnn-cu12"]),
     ]:
-        (m,) = _INSTALL_LINE.finditer(line)
-        assert [t for t in _install_targets(m.group(1)) if t.startswith(("pycudnn", "ml_"))] == (
-            names
-        ), line
+        (m,) = tool.LINE.finditer(line)
+        assert [tool.requirement_name(t) for t in tool.targets(m.group(1))] == names, line
+
+
+def _install_lines():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import install_lines
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    return install_lines
+
+
+def test_every_install_line_works_as_written():
+    # each names this tree with extras it has, or a package the index has today (CI asks the
+    # index for each: python tools/install_lines.py --index); pycudnn9 once it is published
+    tool = _install_lines()
+    assert sum(1 for _ in tool.lines()) > 20  # it reads the texts
+    assert tool.problems() == []
+    assert not tool.PUBLISHED or tool.DIST in tool.used_index_names()
+
+
+def test_the_install_line_tool_sees_what_is_wrong(tmp_path):
+    tool = _install_lines()
+    (tmp_path / "docs").mkdir()
+    shutil.copy2(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "README.md").write_text(
+        'pip install ".[cu12]" && python -m pycudnn\n'
+        'pip install -e ".[cu12,nosuch]"\n'
+        'pip install "pycudnn9[torch]"   # or any PyTorch\n'
+        "`pip install pycudnn` then\n"
+        'pip install "cuda-bindings==12.*" "nvidia-cudnn-cu12==9.*" (in the source tree: x)\n'
+        "pip install leftpad\n"
+    )
+    got = tool.problems(tmp_path)
+    assert [p.split(":")[1] for p in got] == ["2", "3", "4", "6"], got
+    assert "nosuch" in got[0] and "not on the package index yet" in got[1]
+    assert "unrelated" in got[2] and "leftpad" in got[3]
 
 
 def test_license_is_an_spdx_expression_with_its_file(meta):
