@@ -1,7 +1,9 @@
 """Test tiers: pure Python; needs libcudnn (CI); needs a GPU (marker ``gpu``, skipped without one);
 needs two GPUs (marker ``multigpu`` on top of ``gpu``, skipped with the count seen on fewer).
 
-Run the GPU tier on the GPU machine with ``PYTHONPATH=. python3 -m pytest -m gpu -q``.
+Run the GPU tier on the GPU machine with ``PYTHONPATH=. python3 -m pytest -m gpu -q``. Tests
+marked ``slow`` (leak soaks, fuzzing in child processes: minutes) are opt-in: ``--slow`` adds them
+to a run, ``-m slow`` runs them alone (CI does, as a step of its own).
 
 The tests are grouped by layer: ``raw/`` (generated bindings, errors, loader, versions, logging),
 ``descriptors/``, ``device/`` (CUDA runtime, handles, memory, config), ``highlevel/`` (one file per
@@ -45,7 +47,27 @@ def gpu_count() -> int:
     return int(runtime.cudaGetDeviceCount()[1])
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--slow",
+        action="store_true",
+        help="also run the tests marked slow (leak soaks, fuzzing); -m slow runs only those",
+    )
+
+
+def _deselect_slow(config, items):
+    """The ``slow`` tests are opt-in: ``--slow`` adds them, and a ``-m`` expression that names
+    ``slow`` decides for itself (CI runs ``-m slow`` as a step of its own)."""
+    if config.getoption("--slow") or "slow" in (config.getoption("markexpr") or ""):
+        return
+    slow = [item for item in items if "slow" in item.keywords]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if "slow" not in item.keywords]
+
+
 def pytest_collection_modifyitems(config, items):
+    _deselect_slow(config, items)
     reason = gpu_unavailable_reason()
     if reason is None and gpu_count() >= 2:
         return

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import TypeVar
 
 from torch import nn
 
@@ -33,6 +34,8 @@ from ._module import STATE, Converted
 from .fuse import fuse_model, unfuse_model
 
 __all__ = ["convert", "supported_modules", "unsupported_reason"]
+
+_Model = TypeVar("_Model", bound=nn.Module)
 
 # the families whose module classes convert() swaps in, in the order supported_modules() lists them
 _FAMILIES = (
@@ -87,13 +90,13 @@ def unsupported_reason(module: nn.Module) -> str | None:
 
 
 def convert(
-    model: nn.Module,
+    model: _Model,
     exclude: Callable[[nn.Module], bool] | None = None,
     *,
     back: bool = False,
     strict: bool = False,
     fuse: bool = False,
-) -> nn.Module:
+) -> _Model:
     """Replace, in place, the supported ``torch.nn`` modules of *model* by their pycudnn twins
     (cudnn.torch's ``cudnn.convert``); ``back=True`` undoes it.
 
@@ -127,7 +130,8 @@ def convert(
     Returns
     -------
     torch.nn.Module
-        *model* itself (converted in place; the same object with *fuse* and *back* too).
+        *model* itself, typed as what was passed in (converted in place; the same object with
+        *fuse* and *back* too).
 
     Raises
     ------
@@ -160,4 +164,6 @@ def convert(
             warnings.warn(msg, UserWarning, stacklevel=2)
             continue
         m.__class__ = cls
-    return fuse_model(model) if fuse else model
+    if fuse:
+        fuse_model(model)
+    return model

@@ -13,7 +13,7 @@ see a plain module.
 from __future__ import annotations
 
 import weakref
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
@@ -52,11 +52,13 @@ class Converted:
             (b for b in bases if issubclass(b, nn.Module) and not issubclass(b, Converted)), None
         )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        reason = self.unsupported(self)  # type: ignore[arg-type]
-        if reason is not None:
-            raise ValueError(f"pycudnn.torch.{type(self).__name__}: {reason}")
+    if not TYPE_CHECKING:  # type checkers see the torch.nn class's own typed constructor
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            reason = self.unsupported(self)
+            if reason is not None:
+                raise ValueError(f"pycudnn.torch.{type(self).__name__}: {reason}")
 
     @classmethod
     def unsupported(cls, module: nn.Module) -> str | None:

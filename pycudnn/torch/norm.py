@@ -323,7 +323,7 @@ if hasattr(nn, "RMSNorm"):
 
 else:  # torch < 2.4 has no torch.nn.RMSNorm
 
-    class RMSNorm(nn.Module):  # type: ignore[no-redef]
+    class _RMSNormStandIn(nn.Module):
         """Stand-in for ``torch.nn.RMSNorm``, which this PyTorch (before 2.4) lacks:
         constructing it raises ``TypeError``."""
 
@@ -336,3 +336,8 @@ else:  # torch < 2.4 has no torch.nn.RMSNorm
         def forward(self, input: torch.Tensor) -> torch.Tensor:
             """Never called (the constructor raises)."""
             raise NotImplementedError
+
+    # bound by name, not by a second ``class RMSNorm``: type checkers and the API reference
+    # (griffe) then know the one class above, the one a current PyTorch gets
+    _RMSNormStandIn.__name__ = _RMSNormStandIn.__qualname__ = "RMSNorm"
+    globals()["RMSNorm"] = _RMSNormStandIn

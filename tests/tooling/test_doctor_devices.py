@@ -168,7 +168,8 @@ def fake_torch_installed(monkeypatch):
     monkeypatch.setattr(metadata, "distribution", distribution)
 
 
-def test_report_names_the_cudnn_torch_would_load(fake_torch_installed):
+def test_report_names_the_cudnn_torch_would_load(fake_torch_installed, monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # another test may have imported it
     info = _info.torch_cudnn()
     assert info is not None and info["cudnn_pin"] == "nvidia-cudnn-cu12==9.10.2.21"
     assert info["version"] == "2.9.1" and info["loaded_by_torch"] is False
