@@ -287,6 +287,12 @@ class _Flag:
     def __set__(self, obj: Config, value: Any) -> None:
         obj._set(self.name, value)
 
+    def __delete__(self, obj: Config) -> None:
+        raise AttributeError(
+            f"pycudnn.config.{self.name} cannot be deleted (a flag always has a value): set it, "
+            f"or pycudnn.config.reset() to restore every default"
+        )
+
 
 class Config:
     """The high-level layer's flags; the one instance is ``pycudnn.config``.

@@ -398,6 +398,8 @@ def coerce_stream(stream: Any) -> int:
     if type(stream) is int:  # the fast path
         if stream < 0:
             raise ValueError(f"stream={stream} is negative; a cudaStream_t is an address")
+        if stream >= 1 << 64:
+            raise ValueError(f"stream={stream} is not a cudaStream_t: an address is below 2**64")
         return stream
     if isinstance(stream, bool):
         raise TypeError("stream must be a CUDA stream or an int, not a bool")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import sys
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -85,6 +86,9 @@ _ALIASES = {
 }
 
 
+_NATIVE = "<" if sys.byteorder == "little" else ">"
+
+
 def _dtype_name(dtype: Any) -> str | None:
     if isinstance(dtype, str):
         name = dtype.lower()
@@ -96,7 +100,10 @@ def _dtype_name(dtype: Any) -> str | None:
     try:
         # numpy dtypes and scalar types; ml_dtypes.bfloat16; CuPy's (numpy's own) and JAX's
         # (jnp.float32 and jnp.bfloat16 are types with a numpy .dtype)
-        return np.dtype(dtype).name
+        npd = np.dtype(dtype)
+        if npd.byteorder not in ("=", "|") and npd.byteorder != _NATIVE:
+            return f"{npd.name} (byte-swapped: {npd.str})"  # a name no row has: refused
+        return npd.name
     except (TypeError, ValueError):
         return getattr(dtype, "name", None) or getattr(dtype, "__name__", None)
 
@@ -135,6 +142,12 @@ def as_data_type(dtype: Any, *, argument: str = "dtype") -> DataType:
     row = _BY_NAME.get(name) if name is not None else None
     if row is not None:
         return row.data_type
+    if name is not None and "byte-swapped" in name:
+        raise TypeError(
+            f"{argument}={dtype!r} is byte-swapped; cuDNN reads "
+            "data in this machine's byte order: convert it first (a.astype(a.dtype.newbyteorder"
+            "('=')))"
+        )
     raise TypeError(
         f"{argument}={dtype!r} is not a dtype cuDNN supports here; expected one of "
         f"{', '.join(_BY_NAME)} (a numpy, torch, CuPy, JAX or ml_dtypes dtype, its name, or "

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import fractions
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,7 +35,15 @@ from .._generated import lib as _lib
 from .._layout import INT32_MAX, INT64_MAX
 from .._types import as_data_type
 from ..enums import BackendAttributeName, BackendAttributeType, BackendDescriptorType, DataType
-from ._validate import as_int, buffer_ptr, coerce_enum, describe, enum_table, is_handle
+from ._validate import (
+    as_int,
+    buffer_ptr,
+    coerce_enum,
+    describe,
+    enum_table,
+    is_handle,
+    unordered,
+)
 
 __all__ = [
     "CTYPE_OF_TYPE",
@@ -107,6 +116,7 @@ CTYPE_OF_TYPE: dict[int, Any] = _by_int(
 )
 #: types whose values are addresses cuDNN keeps: the descriptor keeps their objects alive
 REF_TYPES = frozenset((int(_T.BACKEND_DESCRIPTOR), int(_T.HANDLE), int(_T.VOID_PTR)))
+_FLT_MAX = 3.4028234663852886e38  # float32's largest finite value
 _INT_RANGE = {int(_T.INT64): (-(2**63), INT64_MAX), int(_T.INT32): (-(2**31), INT32_MAX)}
 _ADDRESS_END = 1 << 64
 
@@ -250,13 +260,22 @@ def to_c(atype: int, v: Any, argument: str, descriptor_class: type) -> Any:
     if atype == _T.FLOAT or atype == _T.DOUBLE:
         if isinstance(v, bool | str | bytes):
             raise TypeError(f"{argument} must be a real number, got {describe(v)}")
+        name = BackendAttributeType(atype).name
         try:
-            return float(v)
+            f = float(v)
         except (TypeError, ValueError):
             raise TypeError(f"{argument} must be a real number, got {describe(v)}") from None
+        except OverflowError:  # an int past a double's range
+            raise OverflowError(f"{argument}={describe(v)} does not fit in {name}") from None
+        if atype == _T.FLOAT and math.isfinite(f) and abs(f) > _FLT_MAX:
+            # a finite value float32 cannot hold (explicit infinities are kept)
+            raise OverflowError(f"{argument}={describe(v)} does not fit in {name}")
+        return f
     if atype == _T.BOOLEAN:
-        if not isinstance(v, bool | int):
-            raise TypeError(f"{argument} must be a bool, got {describe(v)}")
+        if isinstance(v, bool) or type(v).__name__ == "bool_":
+            return bool(v)
+        if not isinstance(v, int) or v not in (0, 1):
+            raise TypeError(f"{argument} must be a bool (True/False, or 0/1), got {describe(v)}")
         return bool(v)
     if atype == _T.HANDLE or atype == _T.VOID_PTR:
         if v is None:
@@ -284,6 +303,13 @@ def to_c(atype: int, v: Any, argument: str, descriptor_class: type) -> Any:
             raise TypeError(
                 f"{argument} must be a Fraction, an int or a (numerator, denominator) pair, "
                 f"got {describe(v)}"
+            )
+        if den == 0:
+            raise ValueError(f"{argument}={describe(v)} has a zero denominator")
+        lo, hi = _INT_RANGE[_T.INT64]
+        if not (lo <= num <= hi and lo <= den <= hi):
+            raise OverflowError(
+                f"{argument}={describe(v)}: numerator and denominator must fit in int64"
             )
         return _lib.cudnnFraction_t(num, den)
     if (
@@ -376,10 +402,17 @@ def pack(atype: int, values: Any, descriptor_class: type) -> tuple[Any, int]:
         atype == _T.FRACTION and len(values) == 2 and isinstance(values[0], int)
     ):
         items = values
-    elif isinstance(values, str | bytes | int | float | enum.Enum) or not isinstance(
-        values, Iterable
+    elif (
+        isinstance(values, str | bytes | int | float | enum.Enum)
+        or not isinstance(values, Iterable)
+        or (atype == _T.FRACTION and vt is tuple)  # one (numerator, denominator) pair
     ):
         items = (values,)
+    elif unordered(values):
+        raise TypeError(
+            f"values must be one value or a sequence (a tuple or list), got {describe(values)}: "
+            "a mapping or a set has no order"
+        )
     else:
         items = tuple(values)
     n = len(items)

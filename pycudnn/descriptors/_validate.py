@@ -17,7 +17,8 @@ import ctypes
 import enum
 import math
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from .. import enums
@@ -51,6 +52,7 @@ __all__ = [
     "spatial",
     "spatial_rank",
     "tensor_format",
+    "unordered",
 ]
 
 DIM_MAX = _lib.CUDNN_DIM_MAX  # most dims of a tensor or filter descriptor (8)
@@ -94,8 +96,10 @@ def int_seq(
     what: str = "",
 ) -> tuple[int, ...]:
     """A tuple of ints, validated element-wise, of the given length (or length range)."""
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise TypeError(f"{argument} must be a sequence of integers, got {describe(value)}")
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable) or unordered(value):
+        raise TypeError(
+            f"{argument} must be a sequence of integers (a tuple or list), got {describe(value)}"
+        )
     items = tuple(value)
     if length is not None and len(items) != length:
         raise ValueError(
@@ -118,6 +122,11 @@ def spatial(
     """An int broadcast to *n* spatial dims, or a sequence of exactly *n* ints (at least one:
     an empty sequence would make a 0-d operation)."""
     if not isinstance(value, str | bytes) and isinstance(value, Iterable):
+        if unordered(value):
+            raise TypeError(
+                f"{argument} must be an int or a sequence of ints (a tuple or list), got "
+                f"{describe(value)}"
+            )
         items = tuple(value)
         if not items:
             raise ValueError(
@@ -145,14 +154,25 @@ def spatial_rank(ndim: Any, *values: Any) -> int:
     return n
 
 
+def unordered(value: Any) -> bool:
+    """A mapping or a set: iterable, but not a sequence of values in an order (a dict as a
+    shape would give its keys)."""
+    return isinstance(value, Mapping | AbstractSet)
+
+
 def as_float(value: Any, argument: str) -> float:
-    """A real number as float; bools and strings are refused, NaN is a ``ValueError``."""
+    """A real number as float; bools and strings are refused, NaN is a ``ValueError``, an int
+    beyond a double's range an ``OverflowError`` naming *argument*."""
     if isinstance(value, bool | str | bytes):
         raise TypeError(f"{argument} must be a real number, got {describe(value)}")
     try:
         f = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{argument} must be a real number, got {describe(value)}") from None
+    except OverflowError:
+        raise OverflowError(
+            f"{argument}={describe(value)} does not fit in a double (the largest is about 1.8e308)"
+        ) from None
     if math.isnan(f):
         raise ValueError(f"{argument} must not be NaN")
     return f

@@ -59,6 +59,7 @@ _FINALIZE_NEEDS: dict[BackendDescriptorType, tuple[BackendAttributeName, ...]] =
         BackendAttributeName.EXECUTION_PLAN_ENGINE_CONFIG,
     ),
 }
+_GET_DIRECT = 1 << 16  # get(count=...) up to this many elements allocates at once
 _PLAN_JSON = int(BackendAttributeName.EXECUTION_PLAN_JSON_REPRESENTATION)
 # plain ints: comparing with an enum member costs a class attribute lookup on the hot path
 _BACKEND_DESCRIPTOR, _CHAR = int(_T.BACKEND_DESCRIPTOR), int(_T.CHAR)
@@ -276,6 +277,11 @@ class BackendDescriptor(Resource):
                 d._finalized = True  # cuDNN hands out finalized copies
             return out
         ctype = CTYPE_OF_TYPE[atype]
+        if count > _GET_DIRECT:
+            # a large count is trusted only up to what the attribute holds: ask cuDNN first
+            # instead of zeroing count elements (2**31 - 1 INT64s: 16 GiB) it may refuse
+            fn(h, name, atype, 0, ctypes.byref(got), None)
+            count = min(count, got.value)
         arr = (ctype * max(count, 1))()
         fn(h, name, atype, count, ctypes.byref(got), arr)
         return from_c(atype, arr, min(got.value, count))

@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import enums, errors
 from .._generated import lib as _lib
+from .._layout import INT32_MAX
 from .._resource import Resource
 from .._types import dtype_name
 from ..enums import DataType
@@ -73,7 +74,8 @@ class ConvolutionDescriptor(Resource):
         ndim: int | None = None,
     ) -> None:
         n = spatial_rank(ndim, pad, stride, dilation)
-        pad = spatial(pad, "pad", n, lo=0)
+        # cuDNN adds 2 * pad to an input size in 32-bit ints
+        pad = spatial(pad, "pad", n, lo=0, hi=INT32_MAX // 2)
         stride = spatial(stride, "stride", n, lo=1)
         dilation = spatial(dilation, "dilation", n, lo=1)
         mode = coerce_enum(mode, enums.ConvolutionMode, "mode", CONV_MODES)
@@ -190,6 +192,11 @@ class ConvolutionDescriptor(Resource):
             raise ValueError(f"w has {ws[0]} output channels, not divisible by groups={g}")
         for i in range(n):
             eff = dil[i] * (ws[i + 2] - 1) + 1
+            if xs[i + 2] + 2 * pad[i] > INT32_MAX or eff > INT32_MAX:
+                raise ValueError(
+                    f"x {xs} padded by pad {pad} (or w {ws} dilated by {dil}) is larger than "
+                    f"cuDNN's 32-bit sizes ({INT32_MAX}) in spatial dim {i}"
+                )
             o = (xs[i + 2] + 2 * pad[i] - eff) // stride[i] + 1
             if o < 1:
                 raise ValueError(

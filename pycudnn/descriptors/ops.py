@@ -82,6 +82,12 @@ class PoolingDescriptor(Resource):
         window = spatial(window, "window", n, lo=1)
         stride = window if stride is None else spatial(stride, "stride", n, lo=1)
         pad = spatial(pad, "pad", n, lo=0)
+        for i, (p, w) in enumerate(zip(pad, window, strict=True)):
+            if p >= w:
+                raise ValueError(
+                    f"pad={pad} is not smaller than window={window} in spatial dim {i}: a "
+                    "window could lie wholly in the padding (cuDNN computes no such output)"
+                )
         mode = coerce_enum(mode, enums.PoolingMode, "mode", _POOL_MODES)
         nan = nan_mode(nan_propagation)
         h = self._new_handle()
@@ -200,6 +206,11 @@ class ActivationDescriptor(Resource):
     ) -> None:
         mode = coerce_enum(mode, enums.ActivationMode, "mode", _ACT_MODES)
         coef = finite(coef, "coef")
+        if mode == enums.ActivationMode.CLIPPED_RELU and coef < 0:
+            raise ValueError(
+                f"coef={coef!r} is the clipped ReLU's ceiling, min(max(x, 0), coef); expected a "
+                "value >= 0"
+            )
         nan = nan_mode(nan_propagation)
         beta = None if swish_beta is None else finite(swish_beta, "swish_beta")
         h = self._new_handle()

@@ -699,19 +699,17 @@ class Graph(ConvBnOperations):
         ptrs, _keepalive = self._pointers(variant_pack)
         scratch = _variant.scratch(self)
         h = self._handle
+        if workspace is not None:  # checked before the first CUDA call, as stream is
+            total, offsets = _scratch.workspace_layout(plan.workspace, scratch)
+            wa = _workspace_array(self.name, workspace, total, key.device)
+        if stream is not None:
+            _stream_arg(self.name, stream)
         with _cuda.DeviceContext(key.device):
             if stream is not None:
                 h.set_stream(stream)
             if workspace is None:
                 plan.launch(ptrs, scratch)
                 return
-            total, offsets = _scratch.workspace_layout(plan.workspace, scratch)
-            wa = memory.asarray(workspace, check=False)
-            if wa.nbytes < total:
-                raise ValueError(
-                    f"{self.name}: workspace has {wa.nbytes} B, the plan needs "
-                    f"{total} B (get_workspace_size())"
-                )
             _scratch.fill_scratch(scratch, ptrs, wa.ptr, offsets, h.stream)
             plan.run(*ptrs, wa.ptr if plan.workspace else 0)
 
@@ -793,6 +791,31 @@ for _name, _method in pointwise.methods().items():
 # cudnn-frontend's spellings of two common ones
 Graph.bias = Graph.add  # type: ignore[attr-defined]
 Graph.scale = Graph.mul  # type: ignore[attr-defined]
+
+
+def _workspace_array(graph: str, workspace: Any, total: int, device: int) -> Any:
+    """*workspace* as a device array of at least *total* bytes on *device* (Graph.execute)."""
+    try:
+        wa = memory.asarray(workspace, check=False)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{graph}: workspace: {exc}") from None
+    if wa.nbytes < total:
+        raise ValueError(
+            f"{graph}: workspace has {wa.nbytes} B, the plan needs {total} B (get_workspace_size())"
+        )
+    if wa.nbytes and wa.device != device:
+        raise ValueError(
+            f"{graph}: workspace is on device {wa.device}, the graph was built for device {device}"
+        )
+    return wa
+
+
+def _stream_arg(graph: str, stream: Any) -> None:
+    """*stream* is one the handle can take (named before the first CUDA call)."""
+    try:
+        _cuda.coerce_stream(stream)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{graph}.execute: stream: {exc}") from None
 
 
 def load_plan(text: str, h: Any, uids: Sequence[int], *, engine: int = -1) -> Any:

@@ -168,6 +168,11 @@ def handle_for(device: int, stream: Any, func: str = "pycudnn") -> Any:
     global one_device, _devices_counted
     if stream is not None and type(stream) is not int:
         check_stream(func, stream, device)
+    if stream is not None:
+        try:  # what the handle will do with it, before the first CUDA call
+            _cuda.coerce_stream(stream)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{func}: stream: {exc}") from None
     h = _handle.get_handle(device)
     if not _devices_counted:  # once: the visible devices are fixed when CUDA starts
         one_device = _cuda.device_count() == 1

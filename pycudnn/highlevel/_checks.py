@@ -9,7 +9,8 @@ dtype) or ``ValueError`` (a wrong value, shape, stride or device).
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from .. import _cuda, _layout
@@ -41,6 +42,11 @@ def ints(value: Any, nd: int, name: str, lo: int, func: str) -> tuple[int, ...]:
     if isinstance(value, int):
         vals: tuple = (value,) * nd
     else:
+        if isinstance(value, Mapping | AbstractSet | str | bytes):
+            raise TypeError(
+                f"{func}: {name} must be an int or a tuple of {nd} ints, got {value!r} "
+                f"(a {type(value).__name__})"
+            )
         try:
             vals = tuple(value)
         except TypeError:
@@ -90,6 +96,16 @@ def real(
         rng = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
         raise ValueError(f"{func}: {name}={value!r} is out of range; expected a value in {rng}")
     return v
+
+
+def beta_needs_out(func: str, beta: Any, out: Any) -> None:
+    """``out = alpha * op + beta * out`` reads *out*: a nonzero *beta* with no ``out=`` would
+    blend a new, uninitialized buffer into the result."""
+    if out is None and beta != 0:
+        raise ValueError(
+            f"{func}: beta={beta!r} blends out's previous values into the result, but no out= "
+            "was given (a new output holds no values): pass out=, or beta=0"
+        )
 
 
 def choose(value: Any, table: dict[str, Any], name: str, func: str) -> Any:

@@ -257,13 +257,9 @@ def _build_forward(
     tx = _x_tensor(g, "x", gx, nn, 0, stage)
     pdt = dt if gg is None else gg.dtype
     tg = _param_tensor(g, "gamma", gg, n, pdt)
-    # the stand-ins by role (None where the caller gave the array): (gamma, beta)
-    consts: list = [None if gg is not None else _graphops.filled(n, pdt, device, 1.0), None]
     tb = None
     if not rms:
         tb = _param_tensor(g, "beta", gb, n, pdt if gb is None else gb.dtype)
-        if gb is None:
-            consts[1] = _graphops.filled(n, pdt, device, 0.0)
     te = g.scalar(eps, name="epsilon")
     phase = "training" if training else "inference"
     if rms:
@@ -308,7 +304,11 @@ def _build_forward(
     call = _graphops.entry(
         func, g, device, stream, allocs, [*in_spans, *out_spans], what=what, stage=st, kind=_Norm
     )
-    call.stand_in((1, consts[0]), (2, consts[1]))
+    # the stand-ins by role (None where the caller gave the array), allocated once every check
+    # passed (issue 42: out= was checked after them)
+    one = None if gg is not None else _graphops.filled(n, pdt, device, 1.0)
+    zero = None if rms or gb is not None else _graphops.filled(n, pdt, device, 0.0)
+    call.stand_in((1, one), (2, zero))
     return call
 
 
@@ -534,7 +534,6 @@ def _build_backward(
     tx = _x_tensor(g, "x", gx, nn, 1, stage)
     pdt = dt if gg is None else gg.dtype
     tg = _param_tensor(g, "gamma", gg, n, pdt)
-    consts = [None if gg is not None else _graphops.filled(n, pdt, device, 1.0)]
     m = tx.dim[0]
     tm = None if rms else _graphops.column(g, "mean", m, DataType.FLOAT, gm.ptr)
     ti = _graphops.column(g, "inv", m, DataType.FLOAT, gi.ptr)
@@ -559,7 +558,7 @@ def _build_backward(
     what = f"{'RMS' if rms else 'layer'} norm backward of {m} rows x {n} {dtype_name(dt)} features"
     spans = [*in_spans, *(a.nbytes_span for a in allocs)]
     call = _graphops.entry(func, g, device, stream, allocs, spans, what=what, stage=st, kind=_Norm)
-    call.stand_in((2, consts[0]))
+    call.stand_in((2, None if gg is not None else _graphops.filled(n, pdt, device, 1.0)))
     return call
 
 

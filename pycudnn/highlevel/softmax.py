@@ -103,6 +103,7 @@ def _build(func, name, names, objs, out, algo, mode, alpha, beta, stream) -> _ca
         _checks.check_strides(func, "out", o)
         _checks.check_out(func, o, g0.shape)
     a, b = _call.scales(dt, _checks.real(alpha, "alpha", func), _checks.real(beta, "beta", func))
+    _checks.beta_needs_out(func, beta, out)
     h = _call.handle_for(device, stream, func)
     spec = _call.like_spec(g0) if o is None else None
     out_strides = o.strides if o is not None else spec.element_strides

@@ -258,6 +258,7 @@ def _build_op_tensor(op, a, b, alpha1, alpha2, beta, out, stream) -> _call.Call:
             for v, n in ((alpha1, "alpha1"), (alpha2, "alpha2"), (beta, "beta"))
         ),
     )
+    _checks.beta_needs_out(func, beta, out)
     if go is None:
         spec = _call.like_spec(ga)
         cd = None

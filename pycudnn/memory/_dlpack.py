@@ -438,10 +438,17 @@ def device_of(obj: Any) -> tuple[int, int] | None:
     if fn is None:
         return None
     try:
-        kind, ordinal = fn()
-        return int(kind), int(ordinal)
+        value = fn()
     except Exception:
         return None
+    ok = isinstance(value, tuple | list) and len(value) == 2
+    ok = ok and all(hasattr(v, "__index__") and not isinstance(v, bool) for v in value)
+    if not ok:
+        raise TypeError(
+            f"{type(obj).__name__}.__dlpack_device__() returned {value!r:.80}; the DLPack "
+            "protocol says a (device_type, device_id) pair of ints"
+        )
+    return int(value[0]), int(value[1])
 
 
 def device_type_of(obj: Any) -> int | None:
@@ -476,6 +483,11 @@ def from_dlpack(obj: Any, *, stream: int | None) -> Imported:
         fn = getattr(obj, "__dlpack__", None)
         if fn is None:
             raise TypeError(f"{type(obj).__name__} has no __dlpack__")
+        if not callable(fn):
+            raise TypeError(
+                f"{type(obj).__name__}.__dlpack__ is a {type(fn).__name__}, not a method "
+                "returning a DLPack capsule"
+            )
         kwargs: dict[str, Any] = {} if stream is None else {"stream": stream}
         try:
             capsule = fn(max_version=DLPACK_MAX_VERSION, **kwargs)

@@ -299,6 +299,13 @@ def _from_dlpack(
     # does not say where it lives gets no stream (CPU producers refuse any)
     cuda_like = dev_type in (_dlpack.KDL_CUDA, _dlpack.KDL_CUDA_MANAGED)
     imported = _dlpack.from_dlpack(obj, stream=(sid or 1) if cuda_like else None)
+    claimed = _dlpack.device_of(obj) if dev_type is not None else None
+    if claimed is not None and claimed != (imported.device_type, imported.device_id):
+        got = (_dlpack.device_name(imported.device_type), imported.device_id)
+        raise ValueError(
+            f"{argument}: __dlpack_device__() says {(_dlpack.device_name(claimed[0]), claimed[1])}"
+            f" but its capsule holds a tensor on {got}: the producer contradicts itself"
+        )
     if imported.device_type in (_dlpack.KDL_CPU, _dlpack.KDL_CUDA_HOST):
         raise host_error(obj, argument)
     if imported.device_type not in allowed:

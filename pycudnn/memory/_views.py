@@ -21,8 +21,19 @@ def reshaped(size: int, shape: tuple[Any, ...]) -> tuple[int, ...]:
     """The shape ``reshape(*shape)`` asks for an array of *size* elements (one dimension may be
     -1; a single sequence argument is the shape)."""
     if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-        shape = tuple(shape[0])
-    dims = tuple(int(s) for s in shape)
+        one = shape[0]
+        if isinstance(one, (str, bytes, dict, set, frozenset)) or not hasattr(one, "__iter__"):
+            raise TypeError(
+                f"reshape: shape must be ints or one sequence of ints, got {one!r} "
+                f"({type(one).__name__})"
+            )
+        shape = tuple(one)
+    dims = []
+    for s in shape:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
+            raise TypeError(f"reshape: shape must hold ints, got {s!r} ({type(s).__name__})")
+        dims.append(int(s))
+    dims = tuple(dims)
     if dims.count(-1) > 1:
         raise ValueError("only one dimension can be -1")
     if -1 in dims:

@@ -56,6 +56,11 @@ __all__ = ["DeviceArray", "empty", "empty_like", "to_device", "zeros"]
 
 
 # -- DeviceArray ---------------------------------------------------------------------------------
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 class DeviceArray:
     """An n-dimensional array in GPU memory (owned by pycudnn, or a zero-copy view).
 
@@ -101,16 +106,22 @@ class DeviceArray:
     def __init__(
         self,
         ptr: int,
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        strides: tuple[int, ...],
-        device: int,
-        stream: int,
-        base: Any,
+        shape: tuple[int, ...] | None = None,
+        dtype: np.dtype | None = None,
+        strides: tuple[int, ...] | None = None,
+        device: int | None = None,
+        stream: int | None = None,
+        base: Any = None,
         readonly: bool = False,
         dl_device_type: int = _dlpack.KDL_CUDA,
     ):
         # internal: the public constructors validate; see from_ptr
+        if device is None or strides is None:
+            raise TypeError(
+                "DeviceArray is not made directly: use pycudnn.empty/zeros/to_device/asarray, "
+                "or DeviceArray.from_ptr(ptr, shape, dtype, strides, device=...) for memory you "
+                f"own (got DeviceArray({', '.join(_short(a) for a in (ptr, shape, dtype))}, ...))"
+            )
         self._ptr = ptr
         self._shape = shape
         self._dtype = dtype

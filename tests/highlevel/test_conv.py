@@ -126,6 +126,9 @@ def capture(monkeypatch):
     conv.clear_caches()
 
 
+OUT = (2, 6, 6, 6)  # dnn_conv(x4(), w4())'s output
+
+
 def x4(n=2, c=4, h=8, w=8, **kw):
     return Fake((n, c, h, w), **kw)
 
@@ -468,7 +471,8 @@ def test_every_argument_changes_the_key(capture):
         "conv mode": (base_args, {"conv_mode": "cross"}),
         "precision": ((x4(dt=F16), w4(dt=F16)), {"precision": "float16"}),
         "alpha": (base_args, {"alpha": 2.0}),
-        "beta": (base_args, {"beta": -3.0}),
+        # beta reads out (issue 42: refused without one)
+        "beta": (base_args, {"beta": -3.0, "out": Fake((2, 6, 6, 6))}),
         "algo policy": (base_args, {"algo": "time_once"}),
         "alignment": ((x4(ptr=(next(_addr) << 32) + 4), w4()), {}),
         "device": ((x4(device=1), w4(device=1)), {}),
@@ -805,7 +809,7 @@ def test_unpacked_operands_are_staged(capture, monkeypatch):
     )
     padded = Fake((2, 4, 8, 8), strides=(4 * 8 * 9, 8 * 9, 9, 1))  # padded rows
     base = _problem(capture, pycudnn.dnn_conv, x4(), w4())
-    p = _problem(capture, pycudnn.dnn_conv, padded, w4(), alpha=2.0, beta=0.5)
+    p = _problem(capture, pycudnn.dnn_conv, padded, w4(), alpha=2.0, beta=0.5, out=Fake(OUT))
     assert p.x_strides == base.x_strides
     assert len(transforms) == 1 and transforms[0][0] == padded.ptr
     assert plans[-1].runs[-1][0] == transforms[0][1]  # the plan read the packed copy

@@ -91,12 +91,20 @@ def get_conv_output_shape(
         ``(N, K, out spatial...)`` with ``out = (in + 2 * pad - ((k - 1) * d + 1)) // s + 1``;
         a spatial size may come out <= 0 (``dnn_conv`` rejects that).
     """
+    func = "get_conv_output_shape"
+    for name, shape in (("image_shape", image_shape), ("kernel_shape", kernel_shape)):
+        if isinstance(shape, str | bytes) or not isinstance(shape, Sequence):
+            raise TypeError(
+                f"{func}: {name} must be a sequence of ints (N|K, C, spatial...), got {shape!r}"
+            )
     nd = len(image_shape) - 2
     if nd < 1 or len(kernel_shape) != nd + 2:
         raise ValueError(
-            f"image shape {tuple(image_shape)} and kernel shape {tuple(kernel_shape)} do not match"
+            f"{func}: image shape {tuple(image_shape)} and kernel shape {tuple(kernel_shape)} "
+            "do not match (the same rank, at least 3)"
         )
-    func = "get_conv_output_shape"
+    image_shape = _checks.ints(image_shape, nd + 2, "image_shape", 1, func)
+    kernel_shape = _checks.ints(kernel_shape, nd + 2, "kernel_shape", 1, func)
     sub = _checks.ints(subsample, nd, "subsample", 1, func)
     dil = _checks.ints(dilation, nd, "dilation", 1, func)
     pads = _prepare.pads(border_mode, kernel_shape[2:], dil, func)

@@ -226,6 +226,7 @@ def _arguments(req: ConvRequest, dt: DataType, flags: Any) -> Args:
     compute = compute_type(dt, prec.lower(), func)
     _checks.real(req.alpha, "alpha", func)
     _checks.real(req.beta, "beta", func)
+    _checks.beta_needs_out(func, req.beta, req.out)
     explicit = req.algo is not None
     chosen = req.algo if explicit else getattr(flags, _CONFIG_ALGO[req.op])
     pol, det = policy(req.op, chosen, flags, func)
