@@ -52,7 +52,7 @@ BINDINGS_PER_GRAPH = 16
 
 _DeviceArray = memory.DeviceArray
 #: ``torch.Tensor`` once a variant pack held one (read without importing torch)
-_torch_tensor: type | None = None
+_torch_tensor: Any = None
 
 
 def _entries(g: GraphBase, variant_pack: Any) -> dict[int, tuple[Any, Any]]:
@@ -105,13 +105,15 @@ def _check_overlaps(g: GraphBase, arrays: list[tuple[Any, int, int]]) -> None:
 
 
 # -- the signature of a call -----------------------------------------------------------------------
-def _signature(variant_pack: Any, align: int) -> tuple[tuple, list[int], list[Any]] | None:
+def _signature(
+    variant_pack: Any, align: int
+) -> tuple[tuple[Any, ...], list[int], list[Any]] | None:
     """``(signature, array pointers, scalar values)`` in the mapping's order, or None when a
     value is not one that a signature can pin (then the call is checked in full)."""
     global _torch_tensor
     if type(variant_pack) is not dict:
         return None
-    sig: list[tuple] = []
+    sig: list[tuple[Any, ...]] = []
     ptrs: list[int] = []
     values: list[Any] = []
     tt = _torch_tensor
@@ -207,7 +209,7 @@ class _Bindings:
         self.key = key
         self.align = math.lcm(1, *(s.alignment for s in key.tensors if s.alignment > 0))
         self.scratch = key.scratch
-        self.data: dict[tuple, _Binding] = {}
+        self.data: dict[tuple[Any, ...], _Binding] = {}
 
 
 def _bindings(g: GraphBase) -> _Bindings:
@@ -218,12 +220,15 @@ def _bindings(g: GraphBase) -> _Bindings:
     return b
 
 
-def scratch(g: GraphBase) -> tuple:
+def scratch(g: GraphBase) -> tuple[Any, ...]:
     """The built graph's scratch tensors (``GraphKey.scratch``), read once per build."""
-    return _bindings(g).scratch
+    found: tuple[Any, ...] = _bindings(g).scratch
+    return found
 
 
-def _bound(g: GraphBase, b: _Binding, ptrs: list[int], values: list[Any]) -> tuple[list, list]:
+def _bound(
+    g: GraphBase, b: _Binding, ptrs: list[int], values: list[Any]
+) -> tuple[list[int], list[Any]]:
     """The pointers of a call whose signature is bound to *b*: scalars converted, overlaps
     checked on the new addresses (unless they are the last checked ones)."""
     key = tuple(ptrs)
@@ -270,7 +275,7 @@ def pointers(g: GraphBase, variant_pack: Any) -> tuple[list[int], list[Any]]:
     return ptrs_full, keep
 
 
-def _bind(store: _Bindings, read: tuple, found: tuple) -> None:
+def _bind(store: _Bindings, read: tuple[Any, ...], found: tuple[Any, ...]) -> None:
     """Bind *read*'s signature to what the checks *found*, when the signature's pointers are
     those the checks read (else the call stays unbound: checked in full each time)."""
     sig, ptrs, values = read
@@ -298,13 +303,13 @@ def _bind(store: _Bindings, read: tuple, found: tuple) -> None:
         template[slot] = 0
     data = store.data
     if sig not in data and len(data) >= BINDINGS_PER_GRAPH:
-        data.pop(next(iter(data), None), None)
+        data.pop(next(iter(data)), None)
     data[sig] = _Binding(template, tuple(arrays), tuple(scalars), ext, torch_devices, tuple(ptrs))
 
 
 def _checked(
     g: GraphBase, variant_pack: Any, binding: bool = False
-) -> tuple[list[int], list[Any], tuple | None]:
+) -> tuple[list[int], list[Any], tuple[Any, ...] | None]:
     """Every check, as :meth:`Graph.execute` always made them: ``(pointers, host scalars,
     what a binding needs)`` (None unless *binding*)."""
     key = g._key
@@ -333,7 +338,7 @@ def _checked(
         elif uid not in pack:
             raise KeyError(f"{g.name}: no array for tensor {t._name!r} (uid {uid}) in variant_pack")
         else:
-            value = pack[uid][1]
+            value: Any = pack[uid][1]
             p = check_array(g.name, t, value, spec, key.device)
             # byte offsets (extent takes byte strides: element strides undercounted the span)
             if t._ragged is None:
