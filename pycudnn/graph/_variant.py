@@ -255,20 +255,19 @@ def pointers(g: GraphBase, variant_pack: Any) -> tuple[list[int], list[Any]]:
     if g._key is None:  # not built: the checks say so
         return _checked(g, variant_pack)[:2]
     store = _bindings(g)
-    read = _signature(variant_pack, store.align)
-    if read is not None:
-        sig, ptrs, values = read
-        try:
-            b = store.data.get(sig)
-        except TypeError:  # an unhashable key: checked in full (and refused there)
-            b = read = None
-        if b is not None and (
-            not b.torch_devices or _torch_default_stream(b.torch_devices, g._key.device)
-        ):
-            try:
-                return _bound(g, b, ptrs, values)
-            except Exception:  # the full checks below raise the error they always did
-                pass
+    read = None
+    try:
+        read = _signature(variant_pack, store.align)
+        if read is not None:
+            b = store.data.get(read[0])
+            if b is not None and (
+                not b.torch_devices or _torch_default_stream(b.torch_devices, g._key.device)
+            ):
+                return _bound(g, b, read[1], read[2])
+    except Exception:
+        # a tensor that cannot say its layout (sparse), a scalar out of range, an overlap...:
+        # the full checks below raise the error they always did (and nothing is bound)
+        read = None
     ptrs_full, keep, found = _checked(g, variant_pack, read is not None)
     if read is not None and found is not None:
         _bind(store, read, found)

@@ -351,6 +351,15 @@ def test_torch_tensors_are_bound_on_the_default_stream_only(fake, monkeypatch):
     g.execute({**pack(0x10000), a: t})
     assert fake.counted["check_array"] == 9
 
+    def no_strides():
+        raise RuntimeError("sparse tensors do not have strides")
+
+    t = _FakeTorchTensor(0x10000)
+    t.stride = no_strides  # a tensor that cannot say its layout: checked in full, every call
+    for _ in range(2):
+        g.execute({**pack(0x10000), a: t})
+    assert fake.counted["check_array"] == 15
+
 
 def test_a_bound_call_costs_less_host_time(fake):
     """Not a benchmark: reading a bound call's pointers must cost less than the checks."""
