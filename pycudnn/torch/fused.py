@@ -342,7 +342,8 @@ class FusedConv(nn.Module):
         gamma, beta = bn_affine(bn, x, traced)
         running, factor, copy_back = train_running(bn, gamma.dtype)
         a = None if act is None else (act.name, act.coef or 0.0)
-        refused = state(self).setdefault("refused_bn_act", set())
+        # no side table while dynamo traces (it would guard on it); the ops decide by themselves
+        refused = set() if traced else state(self).setdefault("refused_bn_act", set())
         blk = TrainBlock(cfg, bn.eps, factor, a, refused)
         return x, w, cb, gamma, beta, z, running, blk, copy_back
 

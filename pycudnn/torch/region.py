@@ -125,7 +125,7 @@ class FusedRegion(nn.Module):
     def forward(self, *inputs: torch.Tensor) -> tuple:
         """The region's outputs: replayed programs where they exist for these inputs, else the
         chains one by one."""
-        if _ENABLED[0] and not compiling():
+        if not compiling() and _ENABLED[0]:
             out = self._program(inputs)
             if out is not None:
                 return out

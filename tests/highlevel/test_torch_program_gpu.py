@@ -5,11 +5,12 @@ Run on the GPU machine:
 ``PYTHONPATH=. python3 -m pytest -m gpu -q tests/highlevel/test_torch_program_gpu.py``.
 
 torchvision's resnet18 and resnet50 (random init) converted with ``fuse=True`` in bfloat16
-channels-last with float32 batch norms: several training steps (the first records the programs, the later ones replay
-them), each within twice torch's own distance to a float32 copy (output, input gradient,
-parameter gradients, running statistics); eval replays against torch; ``fuse.programs`` says
-that forward and backward programs ran; and with programs turned off the same steps give the
-same numbers as with them (both are cuDNN's kernels in the same order).
+channels-last with float32 batch norms: several training steps (the first records the
+programs, the later ones replay them), each within twice torch's own distance to a float32
+copy (output, input gradient, parameter gradients, running statistics); ``fuse.programs``
+says that forward and backward programs ran; with programs turned off the same steps give the
+same numbers to rounding; eval replays give the chains' own numbers, also after every
+parameter changed in place (the weights are folded again).
 """
 
 from __future__ import annotations
@@ -60,11 +61,11 @@ def test_training_steps_replay_programs_within_noise(name):
 
 
 def test_programs_give_the_chains_numbers():
-    """Programs on and off: the same kernels (accumulated gradients added by the data-gradient
-    convolution instead of by autograd), so the same step to rounding."""
+    """Programs on and off: the same kernels but for the accumulated gradients (added by the
+    data-gradient convolution instead of by autograd), so the same step to rounding (relative
+    L2 distance; a few ReLU masks flip on elements within rounding of zero)."""
     base, mine = _models("resnet18")
-    twin = copy.deepcopy(base)
-    twin = pt.convert(twin, fuse=True)
+    twin = pt.convert(copy.deepcopy(base), fuse=True)
     x = torch.randn(4, 3, 64, 64, device=DEV, dtype=torch.bfloat16).to(memory_format=CL)
     dy = None
     outs = []
@@ -74,15 +75,23 @@ def test_programs_give_the_chains_numbers():
             for _ in range(3):
                 _zero(model)
                 y = model(x.clone().requires_grad_())
-                dy = torch.ones_like(y) if dy is None else dy
+                dy = torch.randn_like(y) if dy is None else dy
                 y.backward(dy)
         finally:
             region.use_programs(True)
         grads = torch.cat([p.grad.flatten().float() for p in model.parameters()])
         stats = torch.cat([b.flatten().float() for b in model.buffers()])
-        outs.append((y.float(), grads, stats))
+        outs.append((y.detach().float(), grads, stats))
     for a, b in zip(*outs, strict=True):
-        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+        assert fg._rel(a, b) < 1e-2
+
+
+def _chains(model, x):
+    region.use_programs(False)
+    try:
+        return model(x)
+    finally:
+        region.use_programs(True)
 
 
 def test_eval_replays_and_follows_an_optimizer_step():
@@ -92,12 +101,12 @@ def test_eval_replays_and_follows_an_optimizer_step():
     x = torch.randn(8, 3, 64, 64, device=DEV, dtype=torch.bfloat16).to(memory_format=CL)
     rtol, atol = fg.TOL[torch.bfloat16]
     with torch.no_grad():
-        for _ in range(3):
-            torch.testing.assert_close(mine(x), base(x), rtol=rtol, atol=atol)
-        for m in (base, mine):  # an in-place change of every parameter: folded again
-            for p in m.parameters():
-                p.mul_(0.9)
         torch.testing.assert_close(mine(x), base(x), rtol=rtol, atol=atol)
+        for _ in range(3):  # replays: the very kernels of the chains
+            torch.testing.assert_close(mine(x), _chains(mine, x), rtol=0, atol=0)
+        for p in mine.parameters():  # an in-place change of every parameter: folded again
+            p.mul_(0.9)
+        torch.testing.assert_close(mine(x), _chains(mine, x), rtol=0, atol=0)
     progs = [what for _, _, what in fuse.programs(mine)]
     assert progs and all(w.startswith("forward program") for w in progs), progs
 
