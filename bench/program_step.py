@@ -11,8 +11,13 @@ blocks of ``--iters`` steps, each block synchronised) with its interquartile ran
 ``--profile``, the GPU kernel time per step and the host time until the step's last launch was
 enqueued (``torch.profiler``), which tells a GPU-bound step from a host-bound one.
 
+``--per-launch`` adds the host cost of one launch inside a program (a program of 200 launches
+of a bound 3x3 64->64 convolution, bfloat16 channels-last, batch 8, 56x56, enqueued while the
+GPU is kept busy: ``bench/launch_floor.py``'s ``enqueue_time``), to set beside that script's
+bare-execute floor for the same convolution.
+
 Run on the GPU machine: ``PYTHONPATH=. python3 bench/program_step.py --json out.json``.
-Self-contained: numpy, torch, torchvision and pycudnn only.
+Self-contained: numpy, torch, torchvision, pycudnn and ``bench/launch_floor.py``.
 """
 
 from __future__ import annotations
@@ -36,8 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--cases", default="eval-b8,eval-b64,train-b64,autocast-b64")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--per-launch", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    results = []
+    if args.per_launch:
+        results.append(_per_launch())
 
     import torch
     import torchvision
@@ -48,7 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     dev = "cuda"
     cl = torch.channels_last
     torch.backends.cudnn.benchmark = True
-    results = []
     for case in args.cases.split(","):
         mode, b = case.split("-b")
         batch = int(b)
@@ -127,6 +135,31 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     return 0
+
+
+def _per_launch(n: int = 200) -> dict[str, float]:
+    """Host µs per launch inside a program of *n* launches of one bound convolution."""
+    import torch
+
+    from launch_floor import enqueue_time  # bench/ is the script's directory
+    from pycudnn.torch import _lean, conv, program
+
+    cl = torch.channels_last
+    x = torch.randn(8, 64, 56, 56, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    w = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    y = torch.empty_like(x)
+    cfg = (2, (1, 1), (1, 1), (1, 1), 1)
+    conv.conv_into(x, w, None, y, cfg)
+    with _lean.Tape() as tape:
+        conv.conv_into(x, w, None, y, cfg)
+    entry = tape.launches[0][0]
+    prog = program.Program(3, [], 0, [], [(entry, (0, 1, 2))] * n)
+    ptrs = [x.data_ptr(), w.data_ptr(), y.data_ptr()]
+    stream = torch.cuda.current_stream().cuda_stream
+    t = enqueue_time(lambda: prog.run(ptrs, x.device, stream), warm=3, reps=15)
+    row = {"case": "program-per-launch", "us_per_launch": t / n * 1e6}
+    print(f"program-per-launch {row['us_per_launch']:.2f} us (n={n})", flush=True)
+    return row
 
 
 def _profile(torch, fn, steps: int = 3) -> dict[str, float]:
