@@ -140,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
 def _per_launch(n: int = 200) -> dict[str, float]:
     """Host µs per launch inside a program of *n* launches of one bound convolution."""
     import torch
-
     from launch_floor import enqueue_time  # bench/ is the script's directory
+
     from pycudnn.torch import _lean, conv, program
 
     cl = torch.channels_last
