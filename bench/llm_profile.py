@@ -27,7 +27,8 @@ def main() -> int:
     torch.manual_seed(0)
     models = {}
     for impl in ("sdpa", "pycudnn"):
-        m = tf.LlamaForCausalLM._from_config(cfg, attn_implementation=impl, torch_dtype=torch.bfloat16)
+        bf16 = torch.bfloat16
+        m = tf.LlamaForCausalLM._from_config(cfg, attn_implementation=impl, torch_dtype=bf16)
         models[impl] = m.cuda()
     models["pycudnn"].load_state_dict(models["sdpa"].state_dict())
     ids = torch.randint(0, cfg.vocab_size, (4, 1024), device="cuda")
