@@ -31,14 +31,13 @@ from typing import TYPE_CHECKING, Any
 from .. import _config, _cuda, _layout, memory
 from .. import handle as _handle
 from .._types import dtype_name
-from ..descriptors import BackendDescriptor
 from ..enums import BackendAttributeName as A
 from ..enums import BackendAttributeType as T
 from ..enums import (
-    BackendDescriptorType,
     BackendNormFwdPhase,
 )
-from . import _plans, _scratch, _variant
+from . import _args, _plans, _scratch, _variant
+from ._args import load_plan as load_plan  # public: pycudnn.graph.load_plan
 from ._key import (
     GraphKey,
     Policy,
@@ -701,9 +700,9 @@ class Graph(ConvBnOperations):
         h = self._handle
         if workspace is not None:  # checked before the first CUDA call, as stream is
             total, offsets = _scratch.workspace_layout(plan.workspace, scratch)
-            wa = _workspace_array(self.name, workspace, total, key.device)
+            wa = _args.workspace_array(self.name, workspace, total, key.device)
         if stream is not None:
-            _stream_arg(self.name, stream)
+            _args.stream_arg(self.name, stream)
         with _cuda.DeviceContext(key.device):
             if stream is not None:
                 h.set_stream(stream)
@@ -791,56 +790,3 @@ for _name, _method in pointwise.methods().items():
 # cudnn-frontend's spellings of two common ones
 Graph.bias = Graph.add  # type: ignore[attr-defined]
 Graph.scale = Graph.mul  # type: ignore[attr-defined]
-
-
-def _workspace_array(graph: str, workspace: Any, total: int, device: int) -> Any:
-    """*workspace* as a device array of at least *total* bytes on *device* (Graph.execute)."""
-    try:
-        wa = memory.asarray(workspace, check=False)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{graph}: workspace: {exc}") from None
-    if wa.nbytes < total:
-        raise ValueError(
-            f"{graph}: workspace has {wa.nbytes} B, the plan needs {total} B (get_workspace_size())"
-        )
-    if wa.nbytes and wa.device != device:
-        raise ValueError(
-            f"{graph}: workspace is on device {wa.device}, the graph was built for device {device}"
-        )
-    return wa
-
-
-def _stream_arg(graph: str, stream: Any) -> None:
-    """*stream* is one the handle can take (named before the first CUDA call)."""
-    try:
-        _cuda.coerce_stream(stream)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{graph}.execute: stream: {exc}") from None
-
-
-def load_plan(text: str, h: Any, uids: Sequence[int], *, engine: int = -1) -> Any:
-    """A :class:`~pycudnn.graph._plans.GraphPlan` from cuDNN's JSON plan representation:
-    *text* (:meth:`GraphPlan.to_json`'s str), *h* the :class:`~pycudnn.Handle` to run it with,
-    *uids* the tensor uids in pointer order."""
-    if not isinstance(text, str) or not text:
-        raise TypeError(
-            f"load_plan: text must be a non-empty str (a plan's JSON), got {text!r:.80}"
-        )
-    if not isinstance(h, _handle.Handle):
-        raise TypeError(
-            f"load_plan: h must be a pycudnn.Handle (pycudnn.get_handle()), got {type(h).__name__}"
-        )
-    if isinstance(uids, (str, bytes)) or not isinstance(uids, Sequence):
-        raise TypeError(f"load_plan: uids must be a sequence of ints, got {uids!r:.80}")
-    for u in uids:
-        if isinstance(u, bool) or not isinstance(u, int) or not 0 < u < 2**63:
-            raise ValueError(f"load_plan: uids must be ints in [1, 2**63), got {list(uids)!r:.120}")
-    if isinstance(engine, bool) or not isinstance(engine, int):
-        raise TypeError(f"load_plan: engine must be an int, got {engine!r}")
-    plan = BackendDescriptor(BackendDescriptorType.EXECUTION_PLAN_DESCRIPTOR)
-    plan.set(A.EXECUTION_PLAN_HANDLE, T.HANDLE, h)
-    plan.set(A.EXECUTION_PLAN_JSON_REPRESENTATION, T.CHAR, text)
-    plan.finalize()
-    ws = int(plan.get(A.EXECUTION_PLAN_WORKSPACE_SIZE, T.INT64, 1)[0])
-    info = _plans.EngineInfo(engine, frozenset(), frozenset(), ws)
-    return _plans.GraphPlan(plan, None, h, info, ws, uids, "loaded from JSON")
