@@ -101,6 +101,7 @@ class Flags(NamedTuple):
     deterministic: bool
     workspace_limit: int | None
     verbose: int
+    check_indices: bool = False
 
 
 _DEFAULTS = Flags(
@@ -112,6 +113,7 @@ _DEFAULTS = Flags(
     deterministic=False,
     workspace_limit=None,
     verbose=0,
+    check_indices=False,
 )
 _NAMES: tuple[str, ...] = Flags._fields
 
@@ -242,6 +244,7 @@ _VALIDATORS = {
     "deterministic": _bool("deterministic"),
     "workspace_limit": parse_size,
     "verbose": _verbose,
+    "check_indices": _bool("check_indices"),
 }
 
 
@@ -313,6 +316,14 @@ class Config:
         Largest workspace, in bytes, an operation may allocate; None (default) means no limit.
     verbose : int
         0 (default) quiet; 1 reports algorithm choices; 2 more.
+    check_indices : bool
+        Check the index data attention reads on the device before each launch: the page
+        tables of :func:`~pycudnn.dnn_sdpa_paged` (every page a sequence's length uses names a
+        block of the cache) and the sequence lengths of it and of
+        :func:`~pycudnn.dnn_sdpa`/:func:`~pycudnn.dnn_sdpa_grad` (within the cache, or the
+        sequence dims). Costs a device-to-host copy and a synchronisation of the stream per
+        call; default False (unchecked, as flash-attn and vLLM leave them: an entry out of
+        range reads outside the cache). Each call can also pass ``check_indices=``.
     version : int
         Grows on every change (assignment, override enter/exit, reset), in any thread.
 
@@ -330,6 +341,9 @@ class Config:
     deterministic = _Flag("deterministic", "Choose deterministic algorithms only.")
     workspace_limit = _Flag("workspace_limit", "Workspace limit in bytes (None: no limit).")
     verbose = _Flag("verbose", "Verbosity level (0 quiet).")
+    check_indices = _Flag(
+        "check_indices", "Check attention's page tables and lengths on the host before launch."
+    )
 
     def __init__(self) -> None:
         object.__setattr__(self, "_lock", threading.RLock())

@@ -84,4 +84,5 @@ if TYPE_CHECKING:
         right_bound: int | None
         alibi: bool
         sink: DeviceArrayLike | None
+        check_indices: bool | None
         stream: StreamLike

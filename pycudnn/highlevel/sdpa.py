@@ -33,7 +33,16 @@ from .._types import dtype_name
 from ..enums import DataType
 from ..graph import Graph
 from ..graph._tensor import alignment_of
-from . import _call, _checks, _graphops, _operand, _sdpa_masks, _sdpa_operands, _staging
+from . import (
+    _call,
+    _checks,
+    _graphops,
+    _index_checks,
+    _operand,
+    _sdpa_masks,
+    _sdpa_operands,
+    _staging,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -242,6 +251,7 @@ def dnn_sdpa(
     alibi: bool = False,
     sink: DeviceArrayLike | None = None,
     out: Out | None = None,
+    check_indices: bool | None = None,
     stream: StreamLike = None,
 ) -> Any:
     """Scaled dot-product attention, ``softmax(scale * q k^T + mask) v``, on cuDNN's fused
@@ -288,6 +298,10 @@ def dnn_sdpa(
     stream : optional
         CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
         handle's stream.
+    check_indices : bool, optional
+        Read *seq_lens_q*/*seq_lens_kv* back and refuse a length outside ``[0, S_q]`` /
+        ``[0, S_kv]`` before the launch (a copy and a synchronisation per call); default
+        ``pycudnn.config.check_indices`` (False: unchecked, as flash-attn leaves them).
 
     Returns
     -------
@@ -309,6 +323,8 @@ def dnn_sdpa(
     if stream is None:  # the operands' framework's current stream (torch, CuPy)
         stream = _operand.producer_stream(q)
     func = "dnn_sdpa"
+    if seq_lens_q is not None and _index_checks.enabled(func, check_indices):
+        _lens_in_range(func, q, k, (seq_lens_q, seq_lens_kv), stream)
     pq, kq = _operand.key_of(q)
     pk, kk = _operand.key_of(k)
     pv, kv = _operand.key_of(v)
@@ -493,6 +509,7 @@ def dnn_sdpa_grad(
     bias_grad: bool = False,
     sink_grad: bool = False,
     deterministic: bool | None = None,
+    check_indices: bool | None = None,
     stream: StreamLike = None,
 ) -> tuple[DeviceArray, ...]:
     """Gradients ``(dq, dk, dv)`` of :func:`dnn_sdpa`.
@@ -520,6 +537,8 @@ def dnn_sdpa_grad(
         ``pycudnn.config.deterministic``.
     stream : optional
         CUDA stream.
+    check_indices : bool, optional
+        As for :func:`dnn_sdpa`: the lengths checked on the host before the launch.
 
     Returns
     -------
@@ -530,6 +549,8 @@ def dnn_sdpa_grad(
     if stream is None:  # the operands' framework's current stream (torch, CuPy)
         stream = _operand.producer_stream(q)
     func = "dnn_sdpa_grad"
+    if seq_lens_q is not None and _index_checks.enabled(func, check_indices):
+        _lens_in_range(func, q, k, (seq_lens_q, seq_lens_kv), stream)
     keys = [_operand.key_of(a) for a in (q, k, v, out, dout, stats)]
     psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
     pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
@@ -687,3 +708,17 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
     what = _describe(kind, dt, gq, gk, causal, gsq is not None, p, False)
     spans = [*in_spans, *(a.nbytes_span for a in allocs)]
     return _entry(func, g, device, stream, allocs, spans, what, st, p)
+
+
+def _lens_in_range(func: str, q: Any, k: Any, lens: tuple[Any, Any], stream: Any) -> None:
+    """``check_indices``: the padding mask's lengths within the sequence dims, read back to the
+    host (:mod:`._index_checks`; shapes and dtypes are the call's own checks)."""
+    try:
+        gq, gk = _operand.operand(q), _operand.operand(k)
+    except (TypeError, ValueError):
+        return
+    if len(gq.shape) != 4 or len(gk.shape) != 4:
+        return
+    b, sq, skv = gq.shape[0], gq.shape[2], gk.shape[2]
+    _index_checks.check_lengths(func, "seq_lens_q", lens[0], b, sq, f"S_q = {sq}", stream)
+    _index_checks.check_lengths(func, "seq_lens_kv", lens[1], b, skv, f"S_kv = {skv}", stream)

@@ -13,9 +13,11 @@ through its own paged cache load). Decode is ``S_q = 1``; prefill and speculativ
 aligned, as ``flash_attn_with_kvcache``'s).
 
 The table's entries, the lengths' values (``seq_lens_kv[b] <= max_seqlen_kv``, ``seq_lens_q[b]
-<= S_q``) and the blocks' contents are not checked: they live on the device, and checking them
-would cost a copy and a synchronisation per call. An entry outside ``[0, num_blocks)`` within a
-sequence's length reads outside the cache.
+<= S_q``) and the blocks' contents are not checked by default: they live on the device, and
+checking them costs a copy and a synchronisation per call (flash-attn and vLLM leave them
+unchecked too). An entry outside ``[0, num_blocks)`` within a sequence's length reads outside the
+cache. ``check_indices=True`` (or ``pycudnn.config.check_indices``) checks them on the host
+before the launch (:mod:`._index_checks`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .._types import dtype_name
 from ..enums import DataType
 from ..graph import Graph
 from ..graph._tensor import alignment_of
-from . import _call, _checks, _graphops, _operand, _sdpa_operands, _staging
+from . import _call, _checks, _graphops, _index_checks, _operand, _sdpa_operands, _staging
 
 if TYPE_CHECKING:
     from ..typing import DeviceArrayLike, StreamLike
@@ -59,6 +61,7 @@ def dnn_sdpa_paged(
     seq_lens_q: DeviceArrayLike | None = None,
     out: Out | None = None,
     stream: StreamLike = None,
+    check_indices: bool | None = None,
 ) -> Out:
     """Scaled dot-product attention of new queries over a paged KV cache, ``softmax(scale * q
     k^T + mask) v`` with k and v gathered from their blocks, on cuDNN's fused flash-attention
@@ -101,6 +104,11 @@ def dnn_sdpa_paged(
     stream : optional
         CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
         handle's stream.
+    check_indices : bool, optional
+        Read the page tables and lengths back and refuse, before the launch, a length outside
+        ``[0, S_q]`` / ``[0, max_seqlen_kv]`` or a page a sequence's length uses that names no
+        block of the cache (a copy and a synchronisation per call). Default
+        ``pycudnn.config.check_indices`` (False: unchecked, as flash-attn and vLLM leave them).
 
     Returns
     -------
@@ -128,6 +136,12 @@ def dnn_sdpa_paged(
     for name, a in (("page_table", page_table), ("seq_lens_kv", seq_lens_kv)):
         if a is None:
             raise TypeError(f"{func}: {name} is required (an int32 device array), got None")
+    if _index_checks.enabled(func, check_indices):
+        tables = (("page_table", page_table),)
+        if page_table_v is not None:
+            tables += (("page_table_v", page_table_v),)
+        lens = (seq_lens_q, seq_lens_kv)
+        _index_checks.check_paged(func, q, k_cache, tables, lens, max_seqlen_kv, stream)
     pq, kq = _operand.key_of(q)
     pk, kk = _operand.key_of(k_cache)
     pv, kv = _operand.key_of(v_cache)
