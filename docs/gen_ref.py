@@ -198,15 +198,28 @@ def _source_docs(module: str) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _example_body(name: str) -> str:
+    """An ``examples/*.py`` script without its docstring (the docs home page's quick starts)."""
+    text = (ROOT / "examples" / name).read_text()
+    tree = ast.parse(text)
+    first = tree.body[0]
+    return "".join(text.splitlines(keepends=True)[first.end_lineno :]).lstrip("\n")
+
+
 def torch_page() -> str:
     lines = [
         "# `pycudnn.torch`",
         "",
-        "::: pycudnn.torch",
-        "    options:",
-        "      show_root_heading: false",
-        "      show_root_toc_entry: false",
-        "      members: false",
+        "The optional PyTorch adapter: `torch.nn`-compatible modules that run on pycudnn,",
+        "`convert(model)` to swap them into a model in place (and `fuse=True` to fuse chains of",
+        "them into single cuDNN graphs), and cuDNN's fused attention for torch's",
+        "`scaled_dot_product_attention`. Guide: [PyTorch adapter](../embedding.md).",
+        "",
+        "## Example",
+        "",
+        "```python",
+        _example_body("torch_quickstart.py").rstrip("\n"),
+        "```",
         "",
         "## Contents",
         "",
@@ -220,7 +233,17 @@ def torch_page() -> str:
         canonical = f"pycudnn.torch{module if module != '.' else ''}.{attr or name}"
         entries.append((name, canonical))
         lines.append(f"| [`{name}`][{canonical}] | {kind_} | {doc} |")
-    lines.append("")
+    lines += [
+        "",
+        "## How it works",
+        "",
+        "::: pycudnn.torch",
+        "    options:",
+        "      show_root_heading: false",
+        "      show_root_toc_entry: false",
+        "      members: false",
+        "",
+    ]
     for name, canonical in entries:
         public = f"pycudnn.torch.{name}"
         if public != canonical:
@@ -641,42 +664,105 @@ write("enums/index.md", "\n".join(enums_index))
 
 
 # -- overview and navigation -----------------------------------------------------------------------
+# The public API first (pycudnn.torch at the top), each package's family pages under it; the
+# internals after it: the graph builder's operation nodes, which Graph's methods delegate to.
+INTERNAL_PREFIXES = ("pycudnn.graph.nodes",)
+
+
+def is_internal(name: str) -> bool:
+    return name.startswith(INTERNAL_PREFIXES)
+
+
+def parent_of(name: str) -> str | None:
+    """The public package page a family page sits under (pycudnn.highlevel.conv ->
+    pycudnn.highlevel), or None for a top-level namespace."""
+    head = name.rsplit(".", 1)[0]
+    return head if head in module_pages and head != "pycudnn" else None
+
+
+# the packages in the order a reader meets them (a new one goes last), each followed by its pages
+TOP_ORDER = (
+    "pycudnn.highlevel",
+    "pycudnn.graph",
+    "pycudnn.descriptors",
+    "pycudnn.memory",
+    "pycudnn.handle",
+    "pycudnn.config",
+    "pycudnn.errors",
+)
+
+
+def reading_order(m: surface.PublicModule) -> tuple[int, int, str]:
+    root = parent_of(m.name) or m.name
+    rank = TOP_ORDER.index(root) if root in TOP_ORDER else len(TOP_ORDER)
+    return (rank, m.name != root, m.name)
+
+
 top = module_pages["pycudnn"]
+public = sorted(
+    (m for m in python if m.name != "pycudnn" and not is_internal(m.name)), key=reading_order
+)
+internal = [m for m in python if is_internal(m.name)]
 index = [
     "# API reference",
     "",
     "Every public name of every layer, generated from the docstrings and from the manifest the raw "
     "bindings are generated from. Search (top of the page) finds any of them by name.",
     "",
+    "## Public API",
+    "",
+    "What you import. A package's page lists its names; each family page below it documents them.",
+    "",
     "| page | what | names |",
     "|---|---|---|",
+    f"| [`pycudnn.torch`](pycudnn.torch.md) | the optional PyTorch adapter (`torch.nn` modules, "
+    f"`convert`, attention), with an example first | {len(TORCH_NAMES)} |",
     f"| [`pycudnn`](pycudnn.md) | the top-level names (re-exports and versions, diagnostics, "
     f"logging) | {len(top.names)} |",
 ]
-for m in python:
-    if m.name != "pycudnn":
-        index.append(f"| [`{m.name}`]({page_of(m.name)}) | {summary(m.module)} | {len(m.names)} |")
+for m in public:
+    indent = "&nbsp;&nbsp;&nbsp;&nbsp;" if parent_of(m.name) else ""
+    index.append(
+        f"| {indent}[`{m.name}`]({page_of(m.name)}) | {summary(m.module)} | {len(m.names)} |"
+    )
 index += [
-    f"| [`pycudnn.torch`](pycudnn.torch.md) | the optional PyTorch adapter (`torch.nn` modules, "
-    f"`convert`) | {len(TORCH_NAMES)} |",
     f"| [`pycudnn.lib`, `pycudnn.api`](lib/index.md) | the raw C API, by header | "
     f"{len(FUNCTIONS)} functions |",
     f"| [`pycudnn.enums`](enums/index.md) | every C enum as an `IntEnum` | "
     f"{len(ENUM_BY_C)} enums |",
     "",
+    "## Internals",
+    "",
+    "The graph builder's operation families: `pycudnn.graph.Graph`'s methods are thin delegates "
+    "to these (their checks, shape inference and descriptor encoding). Documented for "
+    "contributors and for reading a method's rules; import `pycudnn.graph`, not these.",
+    "",
+    "| page | what | names |",
+    "|---|---|---|",
 ]
+for m in internal:
+    index.append(f"| [`{m.name}`]({page_of(m.name)}) | {summary(m.module)} | {len(m.names)} |")
+index.append("")
 write("index.md", "\n".join(index))
 
-summary_md = ["* [Overview](index.md)", "* [pycudnn](pycudnn.md)"]
-for m in python:
-    if m.name != "pycudnn":
-        summary_md.append(f"* [{m.name}]({page_of(m.name)})")
-summary_md.append("* [pycudnn.torch](pycudnn.torch.md)")
-summary_md.append("* [pycudnn.lib / api](lib/index.md)")
-summary_md += [f"    * [{h}](lib/{h.removesuffix('.h')}.md)" for h in by_header]
-summary_md.append("    * [Types and constants](lib/types.md)")
-summary_md.append("* [pycudnn.enums](enums/index.md)")
-summary_md += [f"    * [{h}](enums/{h.removesuffix('.h')}.md)" for h in enums_by_header]
+summary_md = [
+    "* [Overview](index.md)",
+    "* Public API",
+    "    * [pycudnn.torch](pycudnn.torch.md)",
+    "    * [pycudnn](pycudnn.md)",
+]
+for m in public:
+    pad = "        " if parent_of(m.name) else "    "
+    summary_md.append(f"{pad}* [{m.name}]({page_of(m.name)})")
+summary_md.append("    * [pycudnn.lib / api](lib/index.md)")
+summary_md += [f"        * [{h}](lib/{h.removesuffix('.h')}.md)" for h in by_header]
+summary_md.append("        * [Types and constants](lib/types.md)")
+summary_md.append("    * [pycudnn.enums](enums/index.md)")
+summary_md += [f"        * [{h}](enums/{h.removesuffix('.h')}.md)" for h in enums_by_header]
+summary_md.append("* Internals")
+for m in internal:
+    pad = "        " if m.name != INTERNAL_PREFIXES[0] else "    "
+    summary_md.append(f"{pad}* [{m.name}]({page_of(m.name)})")
 write("SUMMARY.md", "\n".join(summary_md) + "\n")
 
 # the changelog, as a page of the site

@@ -49,6 +49,20 @@ def test_readme_block_is_an_example_script(index):
     )
 
 
+HOME_BLOCKS = re.findall(
+    r"```python\n(.*?)```", (ROOT / "docs" / "index.md").read_text(), flags=re.S
+)
+
+
+@pytest.mark.parametrize("index", range(len(HOME_BLOCKS)), ids=lambda i: f"home-block{i}")
+def test_docs_home_page_block_is_an_example_script(index):
+    # the quick starts are type-checked (mypy --strict, with torch) and run as examples too
+    block = HOME_BLOCKS[index]
+    assert [p.name for p in EXAMPLES if _body(p) == block], (
+        f"docs/index.md block {index} is in no examples/*.py:\n{block}"
+    )
+
+
 def test_every_example_has_a_docstring():
     for path in EXAMPLES:
         assert ast.get_docstring(ast.parse(path.read_text())), f"{path.name} has no docstring"
