@@ -95,13 +95,11 @@ def _chains(model, x):
 
 
 def test_eval_replays_and_follows_an_optimizer_step():
-    base, mine = _models("resnet50")
-    base.eval()
+    _, mine = _models("resnet50")
     mine.eval()
     x = torch.randn(8, 3, 64, 64, device=DEV, dtype=torch.bfloat16).to(memory_format=CL)
-    rtol, atol = fg.TOL[torch.bfloat16]
-    with torch.no_grad():
-        torch.testing.assert_close(mine(x), base(x), rtol=rtol, atol=atol)
+    with torch.no_grad():  # (the fused eval against torch: test_torch_fuse_gpu.py)
+        mine(x)  # records
         for _ in range(3):  # replays: the very kernels of the chains
             torch.testing.assert_close(mine(x), _chains(mine, x), rtol=0, atol=0)
         for p in mine.parameters():  # an in-place change of every parameter: folded again
