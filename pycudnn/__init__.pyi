@@ -24,6 +24,8 @@ from .errors import (
     NotSupportedError as NotSupportedError,
     InternalError as InternalError,
     AllocationError as AllocationError,
+    OutOfMemoryError as OutOfMemoryError,
+    StreamCaptureError as StreamCaptureError,
     ArgumentTypeError as ArgumentTypeError,
     ArgumentValueError as ArgumentValueError,
     ExecutionFailedError as ExecutionFailedError,

@@ -436,6 +436,23 @@ def coerce_stream(stream: Any) -> int:
     )
 
 
+def is_capturing(stream: int) -> bool:
+    """Whether *stream* (a ``cudaStream_t``) is capturing a CUDA graph, or is the legacy stream
+    while a blocking stream of the device captures (``cudaErrorStreamCaptureImplicit``: using it
+    would join that capture). One ``cudaStreamIsCapturing``, which neither invalidates a capture
+    nor leaves an error behind; False when CUDA cannot say."""
+    try:
+        rt = runtime()
+        err, status = rt.cudaStreamIsCapturing(stream)
+    except Exception:
+        return False
+    name = error_name(err)
+    if name == "cudaSuccess":
+        return int(status) != 0  # cudaStreamCaptureStatusActive or ...Invalidated
+    rt.cudaGetLastError()  # not sticky: clear it
+    return name == "cudaErrorStreamCaptureImplicit"
+
+
 def _same_stream(a: int, b: int) -> bool:
     return (0 if a == 1 else a) == (0 if b == 1 else b)  # 1: cudaStreamLegacy is stream 0
 

@@ -48,6 +48,8 @@ __all__ = [
     "LibraryNotFoundError",
     "NotDeviceMemoryError",
     "NotSupportedError",
+    "OutOfMemoryError",
+    "StreamCaptureError",
     "SublibraryError",
     "SymbolNotFoundError",
     "VersionMismatchError",
@@ -110,6 +112,20 @@ class InternalError(CudnnError, RuntimeError):
 
 class AllocationError(InternalError, MemoryError):
     """4003/4004: cuDNN (or pycudnn on its behalf) could not allocate host or device memory."""
+
+
+class OutOfMemoryError(AllocationError):
+    """Device memory ran out for an allocation pycudnn made (an array, a workspace, a plan's
+    buffers): ``requested`` bytes asked for, ``free``/``total`` as CUDA reported them (-1 when it
+    could not say), ``device``. After it the device and pycudnn's caches stay usable."""
+
+
+class StreamCaptureError(RuntimeError):
+    """A call would allocate device memory or plan a graph -- CUDA work a stream capture cannot
+    record -- on a stream that is capturing a CUDA graph (``torch.cuda.graph``, ``cudaStream
+    BeginCapture``). Raised before any such CUDA call, so the capture is left intact: warm the
+    call up before capturing (its plan, workspace and outputs then exist; pass ``out=``), or
+    allocate through torch (``pycudnn.torch.use_torch_allocator()``), whose graph pools can."""
 
 
 class ExecutionFailedError(CudnnError, RuntimeError):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _cuda, memory
+from .. import _cuda, errors, memory
 from .. import handle as _handle
 from ..descriptors import BackendDescriptor
 from ..enums import BackendAttributeName as A
@@ -15,7 +15,7 @@ from ..enums import BackendAttributeType as T
 from ..enums import BackendDescriptorType
 from . import _plans
 
-__all__ = ["load_plan", "load_plan_args", "stream_arg", "workspace_array"]
+__all__ = ["load_plan", "load_plan_args", "refuse_capture", "stream_arg", "workspace_array"]
 
 
 def workspace_array(graph: str, workspace: Any, total: int, device: int) -> Any:
@@ -33,6 +33,17 @@ def workspace_array(graph: str, workspace: Any, total: int, device: int) -> Any:
             f"{graph}: workspace is on device {wa.device}, the graph was built for device {device}"
         )
     return wa
+
+
+def refuse_capture(graph: str, h: Any) -> None:
+    """:meth:`Graph.build` on a handle whose stream is capturing a CUDA graph: planning makes
+    CUDA calls a capture cannot record (and failing inside CUDA would invalidate it)."""
+    stream = getattr(h, "stream", None)
+    if stream is not None and _cuda.is_capturing(stream):
+        raise errors.StreamCaptureError(
+            f"{graph}.build: the handle's stream 0x{stream:x} is capturing a CUDA graph; build "
+            "the graph before capturing (execute() is what a capture records)"
+        )
 
 
 def stream_arg(graph: str, stream: Any) -> None:

@@ -639,6 +639,7 @@ class Graph(ConvBnOperations):
             deny_behavior_notes=deny_behavior_notes,
         )
         h = _handle.get_handle(key.device)
+        _args.refuse_capture(self.name, h)
         with _cuda.DeviceContext(key.device):
             self._plan = _plans.plan(key, h)
         self._key, self._handle = key, h

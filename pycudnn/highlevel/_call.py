@@ -179,7 +179,24 @@ def handle_for(device: int, stream: Any, func: str = "pycudnn") -> Any:
         _devices_counted = True
     if stream is not None:
         h.set_stream(stream)
+    refuse_capture(
+        func, getattr(h, "stream", 0), "plan a new call (its plan, workspace and outputs)"
+    )
     return h
+
+
+def refuse_capture(func: str, stream: int, what: str) -> None:
+    """A :class:`~pycudnn.errors.StreamCaptureError` when *stream* is capturing a CUDA graph:
+    *what* (a plan build, an allocation) needs CUDA calls a capture cannot record, and failing
+    inside CUDA would invalidate the capture. Called on the slow paths only (a call's first
+    run, a graph's build), never on a cached call's launch."""
+    if _cuda.is_capturing(stream):
+        raise errors.StreamCaptureError(
+            f"{func}: stream 0x{stream:x} is capturing a CUDA graph; this call would {what}, "
+            "CUDA work a capture cannot record. Run the call once before capturing (with out= "
+            "for its outputs), so that the capture replays a cached call; or allocate through "
+            "torch (pycudnn.torch.use_torch_allocator()), whose graph pools can"
+        )
 
 
 class on_device:

@@ -137,7 +137,7 @@ def allocation_error(
     )
     if limit is not None:
         detail += f"; pycudnn.config.workspace_limit={limit}"
-    exc = errors.AllocationError(
+    exc = errors.OutOfMemoryError(
         enums.Status.INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED, api_name, detail
     )
     exc.requested = nbytes
@@ -159,6 +159,13 @@ def device_malloc(
     (the caller's size before rounding to a size class; default *nbytes*).
     """
     asked = nbytes if requested is None else requested
+    if _cuda.is_capturing(stream):
+        raise errors.StreamCaptureError(
+            f"cannot allocate {_fmt_bytes(asked)} ({asked} bytes) on device {device}: stream "
+            f"0x{stream:x} is capturing a CUDA graph, which cannot record pycudnn's allocation; "
+            "run the call once before capturing (its plan, workspace and outputs then exist: "
+            "pass out=), or install torch's allocator (pycudnn.torch.use_torch_allocator())"
+        )
     if asked >= ONE_TIB:  # cuDNN has asked for > 2**63 before (see ATen's Conv_v7.cpp)
         raise allocation_error(asked, device, "cudaMallocAsync", "absurd size (>= 1 TiB)")
     rt = _cuda.runtime()

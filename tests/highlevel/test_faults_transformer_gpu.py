@@ -123,7 +123,7 @@ print(json.dumps(res))
     print(f"\ninjected OOM: {out}")
     assert out["workspace"] > 0  # the backward's scratch tensors live in the workspace
     for what in ("execute", "build_autotune", "sdpa_grad_fresh", "sdpa_grad_cached"):
-        assert out[what] == "AllocationError (AllocationError)", (what, out[what])
+        assert out[what] == "OutOfMemoryError (AllocationError)", (what, out[what])
     for what in ("execute_healthy", "build_healthy", "sdpa_grad_healthy"):
         assert out[what] is None, (what, out[what])
     assert out["execute_after"] and out["build_after"] and out["sdpa_grad_after"], out

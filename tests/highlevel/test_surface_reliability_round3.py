@@ -324,3 +324,46 @@ def test_execute_checks_workspace_and_stream_before_cuda(built, kw, exc, match):
         g.execute(pack, workspace=(4096, 0))
     with contextlib.suppress(CCall):
         g.execute(pack)
+
+
+# -- faults: the named out-of-memory error, and refusals during a CUDA-graph capture ---------------
+def test_out_of_memory_is_named_with_the_size_asked(monkeypatch):
+    from pycudnn import _cuda, errors
+    from pycudnn.memory import allocator
+
+    monkeypatch.setattr(_cuda, "mem_get_info", lambda device: (1 << 20, 1 << 30))
+    monkeypatch.setattr(allocator, "mem_get_info", lambda device: (1 << 20, 1 << 30))
+    exc = allocator.allocation_error(3 << 30, 0, "cudaMallocAsync", "out of memory")
+    assert isinstance(exc, errors.OutOfMemoryError) and isinstance(exc, errors.AllocationError)
+    assert isinstance(exc, MemoryError) and exc.requested == 3 << 30 and exc.free == 1 << 20
+    assert "cannot allocate 3.0 GiB (3221225472 bytes) on device 0" in str(exc)
+
+
+def test_allocation_on_a_capturing_stream_is_refused_before_cuda(monkeypatch):
+    from pycudnn import _cuda, errors
+    from pycudnn.memory import allocator
+
+    def no_runtime():
+        raise CCall("a CUDA runtime call was attempted")
+
+    monkeypatch.setattr(_cuda, "is_capturing", lambda stream: stream == 0x77)
+    monkeypatch.setattr(_cuda, "runtime", no_runtime)
+    with pytest.raises(errors.StreamCaptureError, match=r"stream 0x77 is capturing a CUDA graph"):
+        allocator.device_malloc(4096, 0, 0x77)
+    with pytest.raises(CCall):  # another stream: allocated as before
+        allocator.device_malloc(4096, 0, 0x78)
+
+
+def test_a_new_call_on_a_capturing_stream_is_refused_before_planning(no_c, monkeypatch):
+    from pycudnn import _cuda, errors
+    from pycudnn.highlevel import _call
+
+    handle = types.SimpleNamespace(stream=0x55, set_stream=lambda s: None, device=0, ptr=0x1234)
+    monkeypatch.setattr(_call._handle, "get_handle", lambda device=None: handle)
+    monkeypatch.setattr(_cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(_cuda, "is_capturing", lambda stream: stream == 0x55)
+    with pytest.raises(errors.StreamCaptureError, match=r"dnn_activation: stream 0x55 is capt"):
+        H.dnn_activation(Fake(X))
+    handle.stream = 0x56
+    with pytest.raises(CCall):  # not capturing: planned as before
+        H.dnn_activation(Fake(X))
