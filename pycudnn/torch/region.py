@@ -68,12 +68,13 @@ def use_programs(enabled: bool) -> None:
 class _Bound:
     """What a region keeps per signature: its programs, or why there are none."""
 
-    __slots__ = ("bwd", "ext", "fwd", "pattern", "reason", "versions")
+    __slots__ = ("bwd", "casts", "ext", "fwd", "pattern", "reason", "versions")
 
     def __init__(self) -> None:
         self.fwd: Program | None = None
         self.bwd: Program | None = None
         self.pattern: list[bool] = []  # which gradients the backward program returns
+        self.casts: tuple = (None, None, None)  # weights, batch-norm parameters, statistics
         self.reason = ""
         self.ext: list[int] = []  # eval: the folded weights' and biases' pointers
         self.versions: list[Any] = []
@@ -158,8 +159,6 @@ class FusedRegion(nn.Module):
         if grad and not train:
             return None  # eval with a gradient: the modules unfused (the backward needs them)
         ac = autocast_dtype()
-        if train and ac is not None:
-            return None  # autocast's casts of the weights are autograd nodes of their own
         metas = []
         for t in inputs:
             if not cuda_ok(t):
@@ -195,12 +194,12 @@ class FusedRegion(nn.Module):
         if b.reason:
             return None
         train, grad, ac = sig[0], sig[1], sig[2]
-        if ac is not None:  # eval under autocast: the chains' input cast once, at the region
+        if ac is not None:  # under autocast: the chains' inputs cast once, at the region
             inputs = tuple(t.to(ac) if t.dtype != torch.float64 else t for t in inputs)
         if not train:
             return self._eval(b, inputs)
         if new:
-            b.reason = self._train_static(inputs)
+            b.reason, b.casts = self._train_static(inputs, ac)
             if b.reason:
                 return None
         if self._hooked():
@@ -252,37 +251,53 @@ class FusedRegion(nn.Module):
         return out
 
     # -- training --------------------------------------------------------------------------------
-    def _train_static(self, inputs: tuple) -> str:
+    def _train_static(self, inputs: tuple, ac: torch.dtype | None) -> tuple[str, tuple]:
         """Why the chains cannot run as one training node for these inputs ('' when they can);
-        reads no data and changes nothing."""
+        reads no data and changes nothing. With it, the casts the node makes once per step:
+        the convolution weights to autocast's dtype, batch norm's half-precision parameters and
+        statistics to float32 (cuDNN's batch norm takes them in float32)."""
         x = inputs[0]
         pdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        cast_w = cast_bn = False
         for fc in self.parts:
             conv, bn, _, _ = fc.parts
             if fc.act is not None and fc.act.name not in TRAIN_ACTS:
-                return f"the {fc.act.name} epilogue runs unfused in training"
+                return f"the {fc.act.name} epilogue runs unfused in training", ()
             if fc._cfg() is None or conv.bias is not None:
-                return "a convolution with a bias or padding cuDNN does not take"
-            if conv.weight.dtype != x.dtype or conv.weight.device != x.device:
-                return "a convolution weight of another dtype or device than the input"
-            if fc.nd + 2 != x.dim():
-                return "an input of another rank than the convolutions'"
+                return "a convolution with a bias or padding cuDNN does not take", ()
+            w = conv.weight
+            if w.dtype != x.dtype:
+                if ac is None or w.dtype == torch.float64 or x.dtype != ac:
+                    return "a convolution weight of another dtype than the input", ()
+                cast_w = True
+            if w.device != x.device or fc.nd + 2 != x.dim() or not _dense(w):
+                return "a convolution weight on another device, of another rank, or not dense", ()
             if not (bn.affine and bn.track_running_stats) or bn.momentum is None:
-                return "a batch norm without affine parameters, running statistics or momentum"
+                return "a batch norm without affine parameters, running statistics or momentum", ()
             for t in (bn.weight, bn.bias, bn.running_mean, bn.running_var):
-                if t.dtype != pdt or t.device != x.device or not t.is_contiguous():
-                    return f"a batch-norm parameter or statistic not {pdt} contiguous"
+                if t.device != x.device or not t.is_contiguous():
+                    return "a batch-norm parameter or statistic on another device or strided", ()
+                if t.dtype != pdt:
+                    if pdt == torch.float64 or t.dtype not in (torch.float16, torch.bfloat16):
+                        return f"a batch-norm parameter or statistic of {t.dtype} for {x.dtype}", ()
+                    cast_bn = True
         for t in inputs:
             if t.dtype != x.dtype or t.device != x.device:
-                return "inputs of several dtypes or devices"
-        return ""
+                return "inputs of several dtypes or devices", ()
+        convs = [fc.parts[0].weight for fc in self.parts]
+        gb = [t for bn in self._bns for t in (bn.weight, bn.bias)]
+        return "", (
+            _Cast(convs, x.dtype) if cast_w else None,
+            _Cast(gb, pdt) if cast_bn else None,
+            _Cast(self._running(), pdt) if cast_bn else None,
+        )
 
     def _hooked(self) -> bool:
         return any(hooked(fc.parts[0]) or hooked(fc.parts[1]) for fc in self.parts)
 
     def _train_nograd(self, b: _Bound, inputs: tuple) -> tuple:
         if b.fwd is None:
-            outs, _recs, prog, _tensors = self.bind_forward(inputs)
+            outs, _recs, prog, _tensors = self.bind_forward(b, inputs)
             if prog is None:
                 b.reason = _recs
             b.fwd = prog
@@ -290,21 +305,52 @@ class FusedRegion(nn.Module):
         outs, _ = self._run_forward(b, inputs)
         return tuple(outs)
 
-    def _ext_forward(self, inputs: tuple) -> list[torch.Tensor]:
-        """The forward's external tensors: inputs, parameters, then the running averages."""
-        ext = list(inputs) + list(self._params)
-        for bn in self._bns:
-            ext += [bn.running_mean, bn.running_var]
+    def _cast_bufs(self, casts: tuple) -> list[torch.Tensor | None]:
+        """This step's cast buffers (one concatenation and one cast each)."""
+        return [None if c is None else c.pack() for c in casts]
+
+    def _operands(self, inputs: tuple, casts: tuple, bufs: list) -> list[torch.Tensor]:
+        """The forward's external tensors (binding): the inputs, then per chain the weight,
+        gamma, beta and the running averages the launches read (cast views where cast)."""
+        cw, cg, cr = (None if c is None else c.views(b) for c, b in zip(casts, bufs, strict=True))
+        ext = list(inputs)
+        for i, (fc, bn) in enumerate(zip(self.parts, self._bns, strict=True)):
+            ext.append(fc.parts[0].weight if cw is None else cw[i])
+            ext += [bn.weight, bn.bias] if cg is None else cg[2 * i : 2 * i + 2]
+            ext += [bn.running_mean, bn.running_var] if cr is None else cr[2 * i : 2 * i + 2]
         return ext
+
+    def _pointers(self, inputs: tuple, casts: tuple, bufs: list) -> list[int]:
+        """:meth:`_operands`' pointers for a replay."""
+        cw, cg, cr = (None if c is None else c.ptrs(b) for c, b in zip(casts, bufs, strict=True))
+        ptrs = [t.data_ptr() for t in inputs]
+        for i, (fc, bn) in enumerate(zip(self.parts, self._bns, strict=True)):
+            ptrs.append(fc.parts[0].weight.data_ptr() if cw is None else cw[i])
+            if cg is None:
+                ptrs += [bn.weight.data_ptr(), bn.bias.data_ptr()]
+            else:
+                ptrs += cg[2 * i : 2 * i + 2]
+            if cr is None:
+                ptrs += [bn.running_mean.data_ptr(), bn.running_var.data_ptr()]
+            else:
+                ptrs += cr[2 * i : 2 * i + 2]
+        return ptrs
+
+    def _write_back(self, casts: tuple, bufs: list) -> None:
+        """Running averages updated in float32 copies: back into the modules' buffers."""
+        if casts[2] is not None:
+            casts[2].unpack(bufs[2])
 
     def _run_forward(self, b: _Bound, inputs: tuple) -> tuple[list, tuple]:
         x = inputs[0]
-        ext = [t.data_ptr() for t in self._ext_forward(inputs)]
+        bufs = self._cast_bufs(b.casts)
+        ext = self._pointers(inputs, b.casts, bufs)
         torch._foreach_add_(self._counts(), 1)  # as each module counts its batch
         assert b.fwd is not None
         arena, outs, slots = b.fwd.run(ext, x.device, stream_of(x))
+        self._write_back(b.casts, bufs)
         _increment(self._running())  # cuDNN wrote them: as an in-place op would
-        return outs, (arena, outs, slots)
+        return outs, (arena, outs, slots, bufs)
 
     def _counts(self) -> list[torch.Tensor]:
         return [bn.num_batches_tracked for bn in self._bns]
@@ -315,7 +361,7 @@ class FusedRegion(nn.Module):
             out += [bn.running_mean, bn.running_var]
         return out
 
-    def bind_forward(self, inputs: tuple) -> tuple[list, Any, Program | None, list]:
+    def bind_forward(self, b: _Bound, inputs: tuple) -> tuple[list, Any, Program | None, list]:
         """The first training run of a signature: every chain's own forward (its checks and
         bindings) under a tape. Returns ``(outputs, records, program, slot tensors)``; where
         the run cannot be replayed, *program* is None and *records* the reason (the run itself
@@ -323,8 +369,11 @@ class FusedRegion(nn.Module):
         vals: list[torch.Tensor] = []
         recs = []
         why = ""
+        bufs = self._cast_bufs(b.casts)
+        ext = self._operands(inputs, b.casts, bufs)
+        n_in = len(inputs)
         with _lean.Tape() as tape:
-            for fc, (xr, zr) in zip(self.parts, self.wiring, strict=True):
+            for c, (fc, (xr, zr)) in enumerate(zip(self.parts, self.wiring, strict=True)):
                 x = vals[xr] if xr >= 0 else inputs[-1 - xr]
                 z = None if zr is None else (vals[zr] if zr >= 0 else inputs[-1 - zr])
                 args = fc.train_args(x, z)
@@ -334,18 +383,22 @@ class FusedRegion(nn.Module):
                         "region's checks passed; please report this"
                     )
                 x, w, cb, gamma, beta, z, running, blk, _ = args
+                # the region's operands (its casts made once for all chains)
+                w, gamma, beta = ext[n_in + 5 * c : n_in + 5 * c + 3]
+                running = tuple(ext[n_in + 5 * c + 3 : n_in + 5 * c + 5])
                 out, saved = block_forward(x, w, cb, gamma, beta, z, running, blk)
                 if not saved[0] and z is not None:
                     why = why or "a residual added by torch (no fused batch-norm kernel here)"
                 recs.append((x, w, gamma, beta, z, blk, saved))
                 vals.append(out)
+        self._write_back(b.casts, bufs)
         outs = [vals[i] for i in self.outputs]
         inner = {id(r[0]) for r in recs} | {id(r[4]) for r in recs if r[4] is not None}
         if any(id(o) in inner for o in outs):
             why = why or "an output of the region is also read inside it"
         if why:
             return outs, recs, None, [why]
-        got = record(tape.launches, self._ext_forward(inputs), outs, reuse=False)
+        got = record(tape.launches, ext, outs, reuse=False)
         if isinstance(got, str):
             return outs, recs, None, [got]
         return outs, recs, got[0], got[1]
@@ -420,7 +473,7 @@ class _RegionFn(torch.autograd.Function):
             outs, run = region._run_forward(b, inputs)
             ctx.run, ctx.bind = run, None
         else:
-            outs, recs, prog, tensors = region.bind_forward(inputs)
+            outs, recs, prog, tensors = region.bind_forward(b, inputs)
             ctx.run, ctx.bind = None, (recs, prog, tensors)
         ctx.out_meta = [(o.stride(), o.dtype) for o in outs]
         ctx.save_for_backward(*flat)
@@ -438,6 +491,8 @@ class _RegionFn(torch.autograd.Function):
             x = douts[0]
             _, grads, _ = b.bwd.run([d.data_ptr() for d in douts] + slots, x.device, stream_of(x))
             it = iter(grads)
+            # gradients of cast operands (a float32 dgamma, a bfloat16 dw) go back in their
+            # inputs' dtypes: autograd casts what a node returns to its input's dtype
             return (None, None, None, *(next(it) if n else None for n in b.pattern))
         recs, prog, tensors = ctx.bind
         ctx.bind = None
@@ -453,7 +508,67 @@ class _RegionFn(torch.autograd.Function):
             else:
                 b.fwd, b.bwd = prog, got[0]
                 b.pattern = [r is not None for r in results]
-        return (None, None, None, *results)
+        return (None, None, None, *_cast_back(results, flat))
+
+
+def _cast_back(grads: list, flat: tuple) -> list:
+    """Gradients in their inputs' dtypes (the casts the node made once per step, undone)."""
+    return [
+        g if g is None or g.dtype == t.dtype else g.to(t.dtype)
+        for g, t in zip(grads, flat, strict=True)
+    ]
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """*t*'s elements fill its storage span with no gaps (any dim order)."""
+    if t.is_contiguous():
+        return True
+    return t.dim() in (4, 5) and t.is_contiguous(
+        memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d
+    )
+
+
+class _Cast:
+    """Tensors cast to one dtype once per step: one concatenation of their elements in memory
+    order and one cast, with each tensor's place in the buffer (its own strides kept)."""
+
+    def __init__(self, srcs: list[torch.Tensor], dtype: torch.dtype) -> None:
+        self.srcs = srcs
+        self.dtype = dtype
+        self.sizes = [t.numel() for t in srcs]
+        self.starts = [sum(self.sizes[:i]) for i in range(len(srcs))]
+        self.itemsize = torch.empty((), dtype=dtype).element_size()
+        self._flat: tuple[list[int], list[torch.Tensor]] = ([], [])
+
+    def _flats(self) -> list[torch.Tensor]:
+        ptrs = [t.data_ptr() for t in self.srcs]
+        if ptrs != self._flat[0]:  # 1-D views in memory order, remade when storage moves
+            flats = [
+                t.as_strided((t.numel(),), (1,), t.storage_offset())
+                if not t.is_contiguous()
+                else t.view(-1)
+                for t in self.srcs
+            ]
+            self._flat = (ptrs, flats)
+        return self._flat[1]
+
+    def pack(self) -> torch.Tensor:
+        return torch.cat(self._flats()).to(self.dtype)
+
+    def views(self, buf: torch.Tensor) -> list[torch.Tensor]:
+        return [
+            buf.as_strided(t.shape, t.stride(), s)
+            for t, s in zip(self.srcs, self.starts, strict=True)
+        ]
+
+    def ptrs(self, buf: torch.Tensor) -> list[int]:
+        base, isz = buf.data_ptr(), self.itemsize
+        return [base + s * isz for s in self.starts]
+
+    def unpack(self, buf: torch.Tensor) -> None:
+        """Copy *buf* back into the source tensors (in their dtype)."""
+        back = buf.to(self.srcs[0].dtype).split(self.sizes)
+        torch._foreach_copy_(self._flats(), list(back))
 
 
 def _like_output(d: torch.Tensor, meta: tuple) -> torch.Tensor:

@@ -10,6 +10,7 @@ cuDNN's numbers are the GPU tier's (``test_torch_program_gpu.py``).
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import threading
 
@@ -21,6 +22,7 @@ nn = torch.nn
 import test_torch_fuse as tf  # noqa: E402  (tests/highlevel is on sys.path)
 from test_torch_fuse import bn_act, fakes  # noqa: E402, F401  (fixtures)
 
+import pycudnn.torch as pt  # noqa: E402
 from pycudnn.torch import _lean, fuse, program, region  # noqa: E402
 
 # outputs of each lean tag (the operands are the inputs', then these)
@@ -249,3 +251,68 @@ def test_tape_is_per_thread():
         t.start()
         t.join()
     assert seen == [None] and tape.launches == []
+
+
+def _steps(model, x, n=3):
+    """*n* training steps of *model* on *x* (plain backward of a fixed gradient, no optimizer):
+    the last output, the input's and parameters' gradients, the buffers."""
+    torch.manual_seed(1)
+    for _ in range(n):
+        for p in model.parameters():
+            p.grad = None
+        xi = x.clone().requires_grad_()
+        y = model(xi)
+        y.backward(torch.randn_like(y))
+    grads = [xi.grad, *(p.grad for p in model.parameters())]
+    return [y, *grads, *model.buffers()]
+
+
+def _same_with_and_without_programs(make, x, prepare):
+    base = make()
+    prepare(base)
+    a = pt.convert(copy.deepcopy(base), fuse=True, strict=True)
+    b = pt.convert(copy.deepcopy(base), fuse=True, strict=True)
+    got = _steps(a, x)
+    region.use_programs(False)
+    try:
+        want = _steps(b, x)
+    finally:
+        region.use_programs(True)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    return a
+
+
+def _half_bn(model):
+    model.float()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.to(torch.bfloat16)
+
+
+@pytest.mark.usefixtures("lean")
+def test_half_batch_norm_parameters_are_cast_once_per_step(monkeypatch):
+    """bfloat16 batch-norm parameters and statistics (a model moved to bfloat16 whole): the
+    region casts them to float32 once per step, writes the statistics back and returns the
+    gradients in bfloat16, as the chains do with a cast per module."""
+    monkeypatch.setattr(tf.fused_train, "HALVES", (torch.float32,))
+    x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
+    a = _same_with_and_without_programs(Two, x, _half_bn)
+    assert all("backward program" in w for w in _programs(a)), _programs(a)
+
+
+@pytest.mark.usefixtures("lean")
+def test_autocast_casts_the_weights_once_per_step(monkeypatch):
+    """Under autocast (its dtype patched in: the CPU has no CUDA autocast) the region casts the
+    convolution weights once per step and returns their gradients in float32."""
+    monkeypatch.setattr(tf.fused_train, "HALVES", (torch.bfloat16,))
+    for module in (region, tf.fused):
+        monkeypatch.setattr(module, "autocast_dtype", lambda: torch.bfloat16)
+    x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
+
+    def prepare(model):
+        model.float()
+
+    a = _same_with_and_without_programs(Two, x, prepare)
+    assert all("backward program" in w for w in _programs(a)), _programs(a)
