@@ -3,13 +3,15 @@
 programs and with them turned off (``region.use_programs(False)``: each chain one by one, as
 before programs), all in one process, interleaved, on the same GPU.
 
-Cases: inference (``torch.no_grad``, eval; every parameter bfloat16) at batch 8 and 64; a
-training step (forward, backward, ``SGD.step``) at batch 64 with bfloat16 convolution weights and
-float32 batch norms (apex O2's ``keep_batchnorm_fp32``), and under ``torch.autocast(bf16)`` with
-float32 weights. Per case and side: the median wall time of a step (``--reps`` timed
-blocks of ``--iters`` steps, each block synchronised) with its interquartile range, and, with
-``--profile``, the GPU kernel time per step and the host time until the step's last launch was
-enqueued (``torch.profiler``), which tells a GPU-bound step from a host-bound one.
+Cases: inference (``torch.no_grad``, eval; the model in bfloat16) at batch 8 and 64; a training
+step (forward, backward, ``SGD.step``) at batch 64 with the model in bfloat16 (``train``), with
+float32 batch norms (``o2``: apex O2's ``keep_batchnorm_fp32``), and under
+``torch.autocast(bf16)`` with float32 weights (``autocast``).
+
+Per case and side: the median wall time of a step (``--reps`` timed blocks of ``--iters``
+steps, each block synchronised) with its interquartile range, and, with ``--profile``, the GPU
+kernel time per step and the host time until the step's last launch was enqueued
+(``torch.profiler``), which tells a GPU-bound step from a host-bound one.
 
 ``--per-launch`` adds the host cost of one launch inside a program (a program of 200 launches
 of a bound 3x3 64->64 convolution, bfloat16 channels-last, batch 8, 56x56, enqueued while the
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--iters", type=int, default=5)
-    ap.add_argument("--cases", default="eval-b8,eval-b64,train-b64,autocast-b64")
+    ap.add_argument("--cases", default="eval-b8,eval-b64,train-b64,o2-b64,autocast-b64")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--per-launch", action="store_true")
     ap.add_argument("--json")
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(0)
         wdt = torch.float32 if mode == "autocast" else torch.bfloat16
         base = torchvision.models.resnet50(weights=None).to(dev, wdt).to(memory_format=cl)
-        if mode == "train":  # batch norm kept in float32, as apex's O2 (keep_batchnorm_fp32)
+        if mode == "o2":  # batch norm kept in float32, as apex's O2 (keep_batchnorm_fp32)
             for m in base.modules():
                 if isinstance(m, torch.nn.BatchNorm2d):
                     m.float()
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                     with torch.no_grad():
                         model(x)
                     return
-                model.train()
+                model.train()  # "train", "o2", "autocast"
                 with torch.autocast("cuda", torch.bfloat16, enabled=mode == "autocast"):
                     loss = torch.nn.functional.cross_entropy(model(x), target)
                 loss.backward()

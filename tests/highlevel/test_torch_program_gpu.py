@@ -33,13 +33,14 @@ DEV = "cuda"
 CL = torch.channels_last
 
 
-def _models(name):
+def _models(name, bn_float=True, dtype=torch.bfloat16):
     torch.manual_seed(0)
     base = fg._stats(getattr(torchvision.models, name)(weights=None, num_classes=10))
-    base = base.to(DEV, torch.bfloat16).to(memory_format=CL)
-    for m in base.modules():  # batch norm in float32, as apex O2's keep_batchnorm_fp32
-        if isinstance(m, nn.BatchNorm2d):
-            m.float()
+    base = base.to(DEV, dtype).to(memory_format=CL)
+    if bn_float:  # batch norm in float32, as apex O2's keep_batchnorm_fp32
+        for m in base.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.float()
     return base, pt.convert(copy.deepcopy(base), fuse=True)
 
 
@@ -58,6 +59,36 @@ def test_training_steps_replay_programs_within_noise(name):
         fg._within_noise(base, mine, x, 1e-2)
     progs = [what for _, _, what in fuse.programs(mine)]
     assert progs and any("backward program" in w for w in progs), progs
+
+
+@pytest.mark.parametrize("case", ["bf16-whole", "autocast"])
+def test_casting_programs_within_noise(case):
+    """The model moved to bfloat16 whole (batch norm cast to float32 once per step), and
+    float32 weights under autocast (the convolution weights cast once per step)."""
+    if case == "autocast":
+        base, mine = _models("resnet18", bn_float=False, dtype=torch.float32)
+        ref32 = copy.deepcopy(base)
+        x = torch.randn(8, 3, 64, 64, device=DEV).to(memory_format=CL)
+        dy = None
+        for _ in range(3):
+            _zero(base, mine, ref32)
+            got = {}
+            for k, m in (("base", base), ("mine", mine), ("f32", ref32)):
+                if dy is None:
+                    with torch.no_grad():
+                        dy = torch.randn(m(x).shape, device=DEV)
+                got[k] = fg._step(m, x, dy, None if k == "f32" else torch.bfloat16)
+            for i in range(4):
+                err_base = fg._rel(got["base"][i], got["f32"][i])
+                assert fg._rel(got["mine"][i], got["f32"][i]) <= 2 * err_base + 1e-2, i
+    else:
+        base, mine = _models("resnet18", bn_float=False)
+        x = torch.randn(8, 3, 64, 64, device=DEV, dtype=torch.bfloat16).to(memory_format=CL)
+        for _ in range(3):
+            _zero(base, mine)
+            fg._within_noise(base, mine, x, 1e-2)
+    progs = [what for _, _, what in fuse.programs(mine)]
+    assert progs and all("backward program" in w for w in progs), progs
 
 
 def test_programs_give_the_chains_numbers():
