@@ -19,26 +19,41 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True)
 class Stats:
-    """Median, minimum and maximum of repeated measurements (one value per repetition)."""
+    """Median, quartiles, minimum and maximum of repeated measurements (one value per
+    repetition); the spread reported is the IQR (``q3 - q1``, quartiles by the stdlib's
+    inclusive method, as torch.utils.benchmark's ``Measurement.iqr`` and nvbench report)."""
 
     median: float
     min: float
     max: float
     n: int
+    q1: float | None = None  # None in results written before the quartiles were kept
+    q3: float | None = None
 
     @classmethod
     def of(cls, values: Iterable[float]) -> Stats:
         vals = [float(v) for v in values if v is not None and math.isfinite(v)]
         if not vals:
             raise ValueError("Stats.of needs at least one finite value")
-        return cls(statistics.median(vals), min(vals), max(vals), len(vals))
+        if len(vals) > 1:
+            q1, _, q3 = statistics.quantiles(vals, n=4, method="inclusive")
+        else:
+            q1 = q3 = vals[0]
+        return cls(statistics.median(vals), min(vals), max(vals), len(vals), q1, q3)
+
+    @property
+    def iqr(self) -> float | None:
+        """The interquartile range, or None for results without quartiles."""
+        return None if self.q1 is None or self.q3 is None else self.q3 - self.q1
 
     def to_dict(self) -> dict[str, float]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> Stats | None:
-        return None if not d else cls(d["median"], d["min"], d["max"], int(d["n"]))
+        if not d:
+            return None
+        return cls(d["median"], d["min"], d["max"], int(d["n"]), d.get("q1"), d.get("q3"))
 
 
 def ratio(a: float | None, b: float | None) -> float | None:

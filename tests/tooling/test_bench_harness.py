@@ -31,6 +31,25 @@ def test_stats_median_min_max_and_nan_dropped() -> None:
         h.Stats.of([float("nan")])
 
 
+def test_the_benchmark_summary_is_up_to_date_with_the_committed_results() -> None:
+    # docs/BENCHMARKS.md's summary table is what bench/plots.py renders from docs/benchmarks/
+    from bench import plots
+
+    assert plots.write_summary(check=True), "run: python -m bench.plots"
+    rows = plots.summary_rows()
+    assert len(rows) >= 10 and all(r["spread"][0] <= r["ratio"] <= r["spread"][1] for r in rows)
+    for name in ("ratios", "conv_ratio", "host_us", "scaling"):
+        assert (plots.PLOTS / f"{name}.svg").is_file(), name
+
+
+def test_stats_keep_the_quartiles_and_read_results_without_them() -> None:
+    s = h.Stats.of([3.0, 1.0, 2.0, 10.0])
+    assert (s.q1, s.q3, s.iqr) == (1.75, 4.75, 3.0)  # inclusive quartiles, as torch's Timer
+    assert h.Stats.of([5.0]).iqr == 0.0
+    old = h.Stats.from_dict({"median": 2.0, "min": 1.0, "max": 3.0, "n": 3})
+    assert old is not None and old.iqr is None and "q1" not in old.to_dict()
+
+
 def test_ratio_guards() -> None:
     assert h.ratio(2.0, 4.0) == 0.5
     assert h.ratio(None, 1.0) is None
