@@ -721,10 +721,9 @@ index = [
     f"logging) | {len(top.names)} |",
 ]
 for m in public:
-    indent = "&nbsp;&nbsp;&nbsp;&nbsp;" if parent_of(m.name) else ""
-    index.append(
-        f"| {indent}[`{m.name}`]({page_of(m.name)}) | {summary(m.module)} | {len(m.names)} |"
-    )
+    # a family page under its package, by its last name (the package's row is just above)
+    text = f"&nbsp;&nbsp;`.{m.name.rsplit('.', 1)[1]}`" if parent_of(m.name) else f"`{m.name}`"
+    index.append(f"| [{text}]({page_of(m.name)}) | {summary(m.module)} | {len(m.names)} |")
 index += [
     f"| [`pycudnn.lib`, `pycudnn.api`](lib/index.md) | the raw C API, by header | "
     f"{len(FUNCTIONS)} functions |",
