@@ -310,13 +310,18 @@ def set_cache_size(maxsize: int) -> None:
 
 
 # -- search ----------------------------------------------------------------------------------------
-def _fail(p: Any, tried: list[str], alloc_failed: bool) -> errors.CudnnError:
+def _fail(p: Any, tried: list[str], oom: list[int]) -> errors.CudnnError:
+    """The search's error: out of memory when every engine tried failed for its workspace
+    (*oom*: the sizes that could not be allocated; ``requested`` the smallest of them)."""
     detail = f"no cuDNN engine could run the {p.what()}; tried: " + (
         "; ".join(tried) or "nothing (the heuristics returned no engine)"
     )
     api = getattr(p, "api", None) or "dnn_conv"
-    if alloc_failed and all("workspace" in t or "alloc" in t for t in tried):
-        return errors.AllocationError(4004, api, detail)
+    if oom and all("workspace" in t or "alloc" in t for t in tried):
+        exc = errors.OutOfMemoryError(4004, api, detail)
+        exc.requested, exc.free, exc.total = min(oom), -1, -1
+        exc.device = getattr(p, "device", -1)
+        return exc
     return errors.NotSupportedError(3000, api, detail)
 
 
@@ -514,7 +519,7 @@ def _search(
 ) -> GraphPlan:
     graph = key.build_graph(handle)
     tried: list[str] = []
-    alloc_failed = False
+    oom: list[int] = []  # workspace sizes that could not be allocated
     cap = key.workspace_limit if key.workspace_limit >= 0 else None
     built: list[GraphPlan] = []
     want = BENCHMARK_LIMIT if timing is not None else 1
@@ -538,7 +543,7 @@ def _search(
                 handle.workspace(ws)
             except MemoryError as exc:  # AllocationError is a MemoryError too
                 gp.close()
-                alloc_failed = True
+                oom.append(ws)
                 cap = ws - 1  # smaller candidates only from now on
                 tried.append(
                     f"engine {info.index}: workspace of {ws} B could not be allocated ({exc})"
@@ -549,7 +554,7 @@ def _search(
         if len(built) >= want:
             break
     if not built:
-        raise _fail(key, tried, alloc_failed)
+        raise _fail(key, tried, oom)
     if timing is None or len(built) == 1:
         return built[0]
     times = timing(built)
