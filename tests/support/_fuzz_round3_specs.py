@@ -268,7 +268,7 @@ def gen_adapter(draw):
         (want * box["gy"]).sum().backward()
         tols = (L2_LOOSE[dt], 2 * L2_LOOSE[dt]) if what == "sdpa" else (tol, 3 * tol)
         for got, ref, nm, t in ((y, want.detach(), "out", tols[0]), (gx, xd.grad, "dx", tols[1])):
-            g = got.double().cpu().numpy()
+            g = got.detach().double().cpu().numpy()
             if what == "sdpa":
                 l2rel(g, ref.numpy(), t, nm)
                 continue
