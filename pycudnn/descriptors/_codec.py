@@ -272,7 +272,7 @@ def to_c(atype: int, v: Any, argument: str, descriptor_class: type) -> Any:
             raise OverflowError(f"{argument}={describe(v)} does not fit in {name}")
         return f
     if atype == _T.BOOLEAN:
-        if isinstance(v, bool) or type(v).__name__ == "bool_":
+        if isinstance(v, bool) or type(v).__name__ in ("bool_", "bool"):  # numpy 1 and 2
             return bool(v)
         if not isinstance(v, int) or v not in (0, 1):
             raise TypeError(f"{argument} must be a bool (True/False, or 0/1), got {describe(v)}")

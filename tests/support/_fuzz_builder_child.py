@@ -37,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import _fuzz_round3_cpu
 from _fake_device import Fake
 
 import pycudnn
@@ -693,6 +694,9 @@ GENERATORS = [
     case_dnn_layer_norm,
     case_dnn_matmul,
 ]
+# issue 42: dtype mixes with float32 and unset types, index and mask tensors, aliasing and
+# sharing, the builder's options, hostile descriptor shapes, containers and values
+GENERATORS += _fuzz_round3_cpu.GENERATORS
 
 
 # ==================================================================================================
