@@ -249,8 +249,11 @@ def _llm_pair(arch: str, smoke: bool, device: Any) -> tuple[Any, Any, dict]:
         )
         cls = tf.GPT2LMHeadModel
     torch.manual_seed(0)
-    ref = cls._from_config(cfg, attn_implementation="sdpa", torch_dtype=torch.bfloat16)
-    mine = cls._from_config(cfg, attn_implementation="pycudnn", torch_dtype=torch.bfloat16)
+    # one config each: transformers 5 sets the attention choice on the config object it is
+    # given, and a model reads it at run time (with one shared config both ran pycudnn's)
+    bf16 = torch.bfloat16
+    ref = cls._from_config(copy.deepcopy(cfg), attn_implementation="sdpa", torch_dtype=bf16)
+    mine = cls._from_config(copy.deepcopy(cfg), attn_implementation="pycudnn", torch_dtype=bf16)
     mine.load_state_dict(ref.state_dict())
     ref, mine = ref.to(device), pt.convert(mine.to(device))
     info = {"converted_modules": rn.count_converted(mine), "transformers": tf.__version__}

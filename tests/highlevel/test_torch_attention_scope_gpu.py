@@ -171,7 +171,9 @@ def test_attn_implementation_pycudnn(tf, monkeypatch):
     cfg = _llama(tf)
     model, f32 = _models(tf, cfg)
     torch.manual_seed(0)
-    mine = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="pycudnn")
+    # its own config: transformers 5 writes the choice on the config (the reference would run
+    # pycudnn's attention too)
+    mine = tf.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="pycudnn")
     mine = mine.to(DEV, torch.bfloat16).eval()
     mine.load_state_dict(model.state_dict())
     native = []
