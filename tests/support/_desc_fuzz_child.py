@@ -259,6 +259,16 @@ def pool_case(draw):
 def fuzz_pool_output(case):
     xs, window, stride, pad = case
     x = TensorDescriptor(xs)
+    if any(pd >= w for pd, w in zip(pad, window, strict=True)):
+        # a window could lie wholly in the padding: refused before any C call (issue 42)
+        try:
+            PoolingDescriptor(window, stride, pad)
+        except ValueError as exc:
+            assert "is not smaller than window" in str(exc), exc
+        else:
+            raise AssertionError(f"pad={pad} not below window={window} was accepted")
+        x.close()
+        return
     p = PoolingDescriptor(window, stride, pad)
     shape = outcome("PoolingDescriptor.forward_output_shape", p.forward_output_shape, x)
     if shape is not None:
