@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._cuda import coerce_stream, is_capturing, stream_wait
+from .._cuda import coerce_stream, stream_wait
 from .._layout import packed_strides
 from ..errors import NotDeviceMemoryError
 from . import _dlpack
@@ -298,13 +298,7 @@ def _from_dlpack(
     # a CUDA producer orders its work before our stream (1: the legacy default stream); one that
     # does not say where it lives gets no stream (CPU producers refuse any)
     cuda_like = dev_type in (_dlpack.KDL_CUDA, _dlpack.KDL_CUDA_MANAGED)
-    consumer = (sid or 1) if cuda_like else None
-    if consumer == 1 and is_capturing(1):
-        # a blocking stream is capturing a CUDA graph: ordering the producer's work before the
-        # legacy stream would join (and invalidate) that capture; the work being captured is
-        # on the capturing stream already. DLPack's -1: no synchronisation.
-        consumer = -1
-    imported = _dlpack.from_dlpack(obj, stream=consumer)
+    imported = _dlpack.from_dlpack(obj, stream=(sid or 1) if cuda_like else None)
     claimed = _dlpack.device_of(obj) if dev_type is not None else None
     if claimed is not None and claimed != (imported.device_type, imported.device_id):
         got = (_dlpack.device_name(imported.device_type), imported.device_id)
