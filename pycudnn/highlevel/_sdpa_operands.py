@@ -97,17 +97,17 @@ def spec_like(g: _operand.Operand, shape: tuple[int, ...], dt: DataType) -> _cal
 
 
 def output(
-    func: str, o: Any, out: Any, shape: tuple[int, ...], gq: _operand.Operand
+    func: str, o: Any, out: Any, shape: tuple[int, ...], gq: _operand.Operand, name: str = "out"
 ) -> tuple[_call.OutputSpec | None, int]:
     """The attention's output tensor *o* laid out as *out* (checked: *shape*, q's dtype and
-    device, head dim contiguous) or, *out* None, as a new array in q's memory order:
-    ``(the new array's spec or None, the output's byte span)``."""
+    device, head dim contiguous; *name* in messages) or, *out* None, as a new array in q's
+    memory order: ``(the new array's spec or None, the output's byte span)``."""
     dt = gq.dtype
     if out is not None:
-        go = _checks.out_operand(func, out, shape, dt, gq.device)
+        go = _checks.out_operand(func, out, shape, dt, gq.device, name=name)
         if go.strides[3] != 1:
             raise ValueError(
-                f"{func}: out's head dim must be contiguous (stride 1), got "
+                f"{func}: {name}'s head dim must be contiguous (stride 1), got "
                 f"strides {tuple(go.strides)}"
             )
         o.set_stride(tuple(max(s, 1) for s in go.strides)).set_alignment(alignment_of(go.ptr))

@@ -200,6 +200,7 @@ def dnn_sdpa(
     training: Literal[False] = ...,
     *,
     out: Out | None = ...,
+    out_stats: DeviceArrayLike | None = ...,
     **options: Unpack[SdpaOptions],
 ) -> Out: ...
 @overload
@@ -215,6 +216,7 @@ def dnn_sdpa(
     training: Literal[True] = ...,
     *,
     out: Out | None = ...,
+    out_stats: DeviceArrayLike | None = ...,
     **options: Unpack[SdpaOptions],
 ) -> tuple[Out, DeviceArray]: ...
 @overload
@@ -230,6 +232,7 @@ def dnn_sdpa(
     training: bool = ...,
     *,
     out: Out | None = ...,
+    out_stats: DeviceArrayLike | None = ...,
     **options: Unpack[SdpaOptions],
 ) -> Out | tuple[Out, DeviceArray]: ...
 def dnn_sdpa(
@@ -251,6 +254,7 @@ def dnn_sdpa(
     alibi: bool = False,
     sink: DeviceArrayLike | None = None,
     out: Out | None = None,
+    out_stats: DeviceArrayLike | None = None,
     check_indices: bool | None = None,
     stream: StreamLike = None,
 ) -> Any:
@@ -295,6 +299,10 @@ def dnn_sdpa(
         with no value (cuDNN 9.13+).
     out : device array, optional
         ``(B, H, S_q, D_v)``, q's dtype, head dim contiguous.
+    out_stats : device array, optional
+        Where to write the statistics (``training=True`` only): float32 ``(B, H, S_q, 1)``,
+        contiguous. With *out* and *out_stats* given, a repeated call launches with no
+        allocation (how a framework binds the call once: ``pycudnn.torch``'s lean path).
     stream : optional
         CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
         handle's stream.
@@ -331,10 +339,13 @@ def dnn_sdpa(
     psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
     pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
     po, ko = (None, None) if out is None else _operand.key_of(out)
+    pst, kst = (None, None) if out_stats is None else _operand.key_of(out_stats)
     if is_causal.__class__ is not bool:  # (the common case skips a call: the hot path)
         is_causal = parse_bool(is_causal, func, "is_causal")
     if training.__class__ is not bool:
         training = parse_bool(training, func, "training")
+    if out_stats is not None and not training:
+        raise ValueError(f"{func}: out_stats is written only with training=True")
     if dropout_p.__class__ is not float or not 0.0 <= dropout_p < 1.0:
         dropout_p = _probability(func, dropout_p)
     seedv = _seed(func, seed, dropout_p) if dropout_p else None
@@ -366,6 +377,7 @@ def dnn_sdpa(
         ksq,
         kskv,
         ko,
+        kst,
         _call.snapshot(),
     )
     args = (
@@ -375,13 +387,13 @@ def dnn_sdpa(
         (attn_mask, is_causal, scale, dropout_p, masks),
         training,
         (seq_lens_q, seq_lens_kv),
-        out,
+        (out, out_stats),
         stream,
     )
     ptrs = (pq, pk, pv) if seq_lens_q is None else (pq, pk, pv, psq, pskv)
     if mptrs:
         ptrs += mptrs
-    outs, pos = ((out, None), (po, None)) if training else ((out,), (po,))
+    outs, pos = ((out, out_stats), (po, pst)) if training else ((out,), (po,))
     if seedv is None:
         result = _call.run_cached(key, _build_forward, args, ptrs, outs, pos, stream)
     else:
@@ -389,9 +401,10 @@ def dnn_sdpa(
     return (result[0], result[1]) if training else result[0]
 
 
-def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.GraphCall:
+def _build_forward(q, k, v, options, training, seq_lens, outs, stream) -> _call.GraphCall:
     """*options*: ``(attn_mask, is_causal, scale, dropout_p, masks)``; *seq_lens*: ``(q's,
-    kv's)``."""
+    kv's)``; *outs*: ``(out, out_stats)`` as given."""
+    out, out_stats = outs
     func = "dnn_sdpa"
     attn_mask, is_causal, scale, dropout_p, masks = options
     seq_lens_q, seq_lens_kv = seq_lens
@@ -428,9 +441,9 @@ def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.G
     allocs, out_spans = [alloc], [so]
     outs = [o]
     if training:
-        sspec = _call.output_spec((b, hq, sq, 1), DataType.FLOAT, device)
+        sspec, sspan = _stats_output(func, stats, out_stats, (b, hq, sq, 1), device)
         allocs.append(sspec)
-        out_spans.append(sspec.nbytes_span)
+        out_spans.append(sspan)
         outs.append(stats)
     g.set_io_order(tq, tk, tv, *extra, *outs)
     in_spans = [gq.nbytes_span, gk.nbytes_span, gv.nbytes_span, *extra_spans]
@@ -441,6 +454,24 @@ def _build_forward(q, k, v, options, training, seq_lens, out, stream) -> _call.G
 
 
 _NO_MASKS = _sdpa_masks.Declared({}, [], [])
+
+
+def _stats_output(
+    func: str, stats: Any, out_stats: Any, shape: tuple[int, ...], device: int
+) -> tuple[_call.OutputSpec | None, int]:
+    """The statistics laid out packed: a new array's spec, or *out_stats* checked (float32,
+    *shape*, contiguous, on *device*); ``(spec or None, byte span)``."""
+    if out_stats is None:
+        spec = _call.output_spec(shape, DataType.FLOAT, device)
+        return spec, spec.nbytes_span
+    g = _checks.out_operand(func, out_stats, shape, DataType.FLOAT, device, name="out_stats")
+    if not _layout.matches(g.shape, g.strides, _layout.packed_strides(shape)):
+        raise ValueError(
+            f"{func}: out_stats must be contiguous {shape}, got strides {tuple(g.strides)}"
+        )
+    _checks.check_aligned(func, "out_stats", g)
+    stats.set_alignment(alignment_of(g.ptr))
+    return None, g.nbytes_span
 
 
 def _declare_masks(func, g, attn_mask, masks, dims, dt, device) -> _sdpa_masks.Declared:
@@ -509,9 +540,10 @@ def dnn_sdpa_grad(
     bias_grad: bool = False,
     sink_grad: bool = False,
     deterministic: bool | None = None,
+    out_grads: tuple[Any, Any, Any] | None = None,
     check_indices: bool | None = None,
     stream: StreamLike = None,
-) -> tuple[DeviceArray, ...]:
+) -> tuple[Any, ...]:
     """Gradients ``(dq, dk, dv)`` of :func:`dnn_sdpa`.
 
     Parameters
@@ -535,6 +567,10 @@ def dnn_sdpa_grad(
     deterministic : bool, optional
         cuDNN's deterministic variant (no float32 dQ accumulator); default
         ``pycudnn.config.deterministic``.
+    out_grads : (dq, dk, dv) device arrays, optional
+        Where to write the three gradients (shapes and dtype of q, k, v; head dim contiguous);
+        not with *bias_grad* or *sink_grad*. With them given, a repeated call launches with no
+        allocation (``pycudnn.torch``'s lean path binds the call so).
     stream : optional
         CUDA stream.
     check_indices : bool, optional
@@ -552,6 +588,8 @@ def dnn_sdpa_grad(
     if seq_lens_q is not None and _index_checks.enabled(func, check_indices):
         _lens_in_range(func, q, k, (seq_lens_q, seq_lens_kv), stream)
     keys = [_operand.key_of(a) for a in (q, k, v, out, dout, stats)]
+    given = _out_grads(func, out_grads, bias_grad, sink_grad)
+    gkeys = [_operand.key_of(a) for a in given]
     psq, ksq = (0, None) if seq_lens_q is None else _operand.key_of(seq_lens_q)
     pskv, kskv = (0, None) if seq_lens_kv is None else _operand.key_of(seq_lens_kv)
     det = _call.snapshot().deterministic if deterministic is None else deterministic
@@ -592,6 +630,7 @@ def dnn_sdpa_grad(
         ksq,
         kskv,
         det,
+        tuple(kk for _p, kk in gkeys),
         _call.snapshot(),
     )
     args = (
@@ -600,6 +639,7 @@ def dnn_sdpa_grad(
         (seq_lens_q, seq_lens_kv),
         det,
         stream,
+        given,
     )
     ptrs = tuple(p for p, _k in keys)
     if seq_lens_q is not None:
@@ -607,15 +647,29 @@ def dnn_sdpa_grad(
     ptrs += mptrs
     seedv = _seed(func, seed, dropout_p)
     extra = 0 if masks is None else masks.bias_grad + masks.sink_grad
-    none = (None,) * (3 + extra)
+    if given:
+        outs, pos = given, tuple(p for p, _k in gkeys)
+    else:
+        outs = pos = (None,) * (3 + extra)
     if seedv is None:
-        return _call.run_cached(key, _build_backward, args, ptrs, none, none, stream)
-    return _run_seeded(seedv, key, _build_backward, args, ptrs, none, none, stream)
+        return _call.run_cached(key, _build_backward, args, ptrs, outs, pos, stream)
+    return _run_seeded(seedv, key, _build_backward, args, ptrs, outs, pos, stream)
 
 
-def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall:
+def _out_grads(func: str, out_grads: Any, bias_grad: Any, sink_grad: Any) -> tuple:
+    """*out_grads* as a tuple of three arrays, or ``()`` when not given."""
+    if out_grads is None:
+        return ()
+    if not isinstance(out_grads, (tuple, list)) or len(out_grads) != 3:
+        raise TypeError(f"{func}: out_grads must be None or (dq, dk, dv), got {out_grads!r}")
+    if bias_grad is not False or sink_grad is not False:
+        raise ValueError(f"{func}: out_grads is dq, dk, dv only: not with bias_grad/sink_grad")
+    return tuple(out_grads)
+
+
+def _build_backward(operands, options, seq_lens, det, stream, grads=()) -> _call.GraphCall:
     """*operands*: ``(q, k, v, out, dout, stats)``; *options*: ``(attn_mask, is_causal, scale,
-    dropout_p)``; *seq_lens*: ``(q's, kv's)``."""
+    dropout_p)``; *seq_lens*: ``(q's, kv's)``; *grads*: the given ``(dq, dk, dv)`` or ``()``."""
     func = "dnn_sdpa_grad"
     q, k, v, out, dout, stats = operands
     attn_mask, is_causal, scale, dropout_p, masks = options
@@ -688,14 +742,17 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
         dsink=want[1],
         **md.kwargs,
     )
-    allocs = []
-    for t, like, shape in (
-        (dq, gq, (b, hq, sq, d)),
-        (dk, gk, (b, hk, skv, d)),
-        (dv_, gv, (b, hk, skv, dv)),
-    ):
-        spec = _sdpa_operands.spec_like(like, shape, dt)
-        t.set_stride(spec.element_strides)
+    allocs: list = []
+    given_spans = []
+    targets = ((dq, gq, (b, hq, sq, d)), (dk, gk, (b, hk, skv, d)), (dv_, gv, (b, hk, skv, dv)))
+    for i, (t, like, shape) in enumerate(targets):
+        if grads:  # given: laid out as given (checked: shape, dtype, device, head dim)
+            name = f"out_grads[{i}]"
+            spec, span = _sdpa_operands.output(func, t, grads[i], shape, like, name)
+            given_spans.append(span)
+        else:
+            spec = _sdpa_operands.spec_like(like, shape, dt)
+            t.set_stride(spec.element_strides)
         allocs.append(spec)
     for t in more:  # dbias (io type), dsink (float32): packed
         spec = _call.output_spec(t.dim, dt if t.data_type is None else t.data_type, device)
@@ -706,8 +763,8 @@ def _build_backward(operands, options, seq_lens, det, stream) -> _call.GraphCall
     st = _staging.Stage(dt, stage, None, 1.0, 0.0) if stage else None
     kind = "attention backward" + _sdpa_masks.describe(attn_mask, masks)
     what = _describe(kind, dt, gq, gk, causal, gsq is not None, p, False)
-    spans = [*in_spans, *(a.nbytes_span for a in allocs)]
-    return _entry(func, g, device, stream, allocs, spans, what, st, p)
+    out_spans = given_spans or [a.nbytes_span for a in allocs]
+    return _entry(func, g, device, stream, allocs, [*in_spans, *out_spans], what, st, p)
 
 
 def _lens_in_range(func: str, q: Any, k: Any, lens: tuple[Any, Any], stream: Any) -> None:

@@ -28,22 +28,26 @@ def _attn(q, k, v, bias, causal, scale):
 
 
 @cf._bound(hl.dnn_sdpa)
-def fake_sdpa(q, k, v, attn_mask, is_causal, scale, dropout_p, seed, training, out, **_):
+def fake_sdpa(q, k, v, attn_mask, is_causal, scale, dropout_p, seed, training, out, out_stats, **_):
     assert dropout_p == 0.0
     SEEN.append({"fn": "sdpa", "mask": attn_mask})
     out.copy_(_attn(q, k, v, attn_mask, is_causal, scale))
     if not training:
         return out
-    return out, torch.zeros((*q.shape[:3], 1), dtype=torch.float32)  # the fake grad ignores it
+    stats = torch.zeros((*q.shape[:3], 1), dtype=torch.float32)  # the fake grad ignores it
+    return out, stats if out_stats is None else out_stats.copy_(stats)
 
 
 @cf._bound(hl.dnn_sdpa_grad)
-def fake_sdpa_grad(q, k, v, out, dout, stats, attn_mask, is_causal, scale, bias_grad, **_):
+def fake_sdpa_grad(
+    q, k, v, out, dout, stats, attn_mask, is_causal, scale, bias_grad, out_grads, **_
+):
     SEEN.append({"fn": "sdpa_grad", "mask": attn_mask, "bias_grad": bias_grad})
     if bias_grad:
         f = lambda a, b, c, m: _attn(a, b, c, m, is_causal, scale)  # noqa: E731
         return cf._vjp(f, (q, k, v, attn_mask), dout)
-    return cf._vjp(lambda a, b, c: _attn(a, b, c, attn_mask, is_causal, scale), (q, k, v), dout)
+    g = cf._vjp(lambda a, b, c: _attn(a, b, c, attn_mask, is_causal, scale), (q, k, v), dout)
+    return g if out_grads is None else tuple(o.copy_(x) for o, x in zip(out_grads, g, strict=True))
 
 
 @pytest.fixture(autouse=True)

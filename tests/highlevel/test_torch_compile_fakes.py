@@ -146,18 +146,20 @@ def _attn(q, k, v, causal, scale):
 
 
 @_bound(hl.dnn_sdpa)
-def fake_sdpa(q, k, v, attn_mask, is_causal, scale, dropout_p, seed, training, out, **_):
+def fake_sdpa(q, k, v, attn_mask, is_causal, scale, dropout_p, seed, training, out, out_stats, **_):
     assert attn_mask is None and dropout_p == 0.0
     out.copy_(_attn(q, k, v, is_causal, scale))
     if not training:
         return out
     s = q.float() @ k.float().transpose(-1, -2) * (scale or 1 / math.sqrt(q.shape[-1]))
-    return out, torch.logsumexp(s, -1, keepdim=True)
+    stats = torch.logsumexp(s, -1, keepdim=True)
+    return out, stats if out_stats is None else out_stats.copy_(stats)
 
 
 @_bound(hl.dnn_sdpa_grad)
-def fake_sdpa_grad(q, k, v, out, dout, stats, attn_mask, is_causal, scale, **_):
-    return _vjp(lambda a, b, c: _attn(a, b, c, is_causal, scale), (q, k, v), dout)
+def fake_sdpa_grad(q, k, v, out, dout, stats, attn_mask, is_causal, scale, out_grads, **_):
+    g = _vjp(lambda a, b, c: _attn(a, b, c, is_causal, scale), (q, k, v), dout)
+    return g if out_grads is None else tuple(o.copy_(x) for o, x in zip(out_grads, g, strict=True))
 
 
 @_bound(hl.dnn_matmul)

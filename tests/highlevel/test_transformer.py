@@ -21,6 +21,7 @@ from pycudnn import errors
 from pycudnn.enums import DataType
 from pycudnn.graph import Graph
 from pycudnn.highlevel import _graphops
+from pycudnn.highlevel import sdpa as sdpa_module
 
 F16, BF16, F32, F64 = DataType.HALF, DataType.BFLOAT16, DataType.FLOAT, DataType.DOUBLE
 I32, I64 = DataType.INT32, DataType.INT64
@@ -418,6 +419,27 @@ SDPA_BAD = [
         ValueError,
         ("out's head dim must be contiguous (stride 1)",),
     ),
+    (dict(out_stats=Fake((B, H, S, 1), F32)), ValueError, ("out_stats", "training=True")),
+    (
+        dict(training=True, out_stats=Fake((B, H, S, 1), F16)),
+        TypeError,
+        ("out_stats is float16, expected float32",),
+    ),
+    (
+        dict(training=True, out_stats=Fake((B, H, S), F32)),
+        ValueError,
+        ("out_stats has shape (2, 4, 64), expected (2, 4, 64, 1)",),
+    ),
+    (
+        dict(training=True, out_stats=Fake((B, H, S, 1), F32, strides=(1, B, B * H, 1))),
+        ValueError,
+        ("out_stats must be contiguous",),
+    ),
+    (
+        dict(training=True, out_stats=Fake((B, H, S, 1), F32, device=1)),
+        ValueError,
+        ("out_stats is on device 1",),
+    ),
 ]
 
 
@@ -447,6 +469,7 @@ def test_sdpa_needs_sm80(guarded, monkeypatch):
         dict(dropout_p=0.1, seed=7, scale=0.5),
         dict(dropout_p=0.0, seed=-5),  # no dropout: the seed is not used
         dict(out=q4()),
+        dict(training=True, out=q4(), out_stats=Fake((B, H, S, 1), F32)),
     ],
 )
 def test_sdpa_valid_calls_reach_the_graph(guarded, kwargs):
@@ -507,6 +530,24 @@ SDPA_GRAD_BAD = [
         ValueError,
         ("seq_lens_q must have shape (2,)",),
     ),
+    (dict(out_grads=q4()), TypeError, ("out_grads must be None or (dq, dk, dv)",)),
+    (dict(out_grads=(q4(), q4())), TypeError, ("out_grads must be None or (dq, dk, dv)",)),
+    (
+        dict(attn_mask=Fake((1, H, S, S), BF16), bias_grad=True, out_grads=(q4(), q4(), q4())),
+        ValueError,
+        ("out_grads is dq, dk, dv only",),
+    ),
+    (
+        dict(out_grads=(q4(), q4(s=32), q4())),
+        ValueError,
+        ("out_grads[1] has shape (2, 4, 32, 64), expected (2, 4, 64, 64)",),
+    ),
+    (dict(out_grads=(q4(dt=F16), q4(), q4())), TypeError, ("out_grads[0] is float16",)),
+    (
+        dict(out_grads=(q4(), q4(), q4(strides=(S * D * H, 1, H, S * H)))),
+        ValueError,
+        ("out_grads[2]'s head dim must be contiguous",),
+    ),
 ]
 
 
@@ -523,6 +564,8 @@ def test_sdpa_grad_rejects_before_any_c_call(guarded, kwargs, exc, fragments):
         dict(k=q4(h=1), v=q4(h=1)),
         dict(dropout_p=0.2, seed=3),
         dict(seq_lens_q=lens(), seq_lens_kv=lens()),
+        dict(out_grads=(q4(), q4(), q4())),
+        dict(k=q4(h=2), v=q4(h=2), out_grads=(q4(), q4(h=2), q4(h=2))),
     ],
 )
 def test_sdpa_grad_valid_calls_reach_the_graph(guarded, kwargs):
@@ -708,3 +751,23 @@ def test_sdpa_reference_by_finite_differences(hk, causal, lens, dropout):
         if causal:
             s = np.where(np.tril(np.ones((sq, skv), bool)), s, -np.inf)
         np.testing.assert_allclose(lse[..., 0], np.log(np.exp(s).sum(-1)))
+
+
+def test_given_stats_and_gradients_are_the_calls_outputs(no_c, monkeypatch):
+    """``out_stats`` and ``out_grads`` reach the call as its given outputs, in io order (what
+    a caller binding the entry to its own pointers relies on)."""
+    seen = []
+
+    def run_cached(key, build, args, ptrs, outs, out_ptrs, stream, *a, **k):
+        seen.append((outs, out_ptrs))
+        raise CCall("stop")
+
+    monkeypatch.setattr(sdpa_module._call, "run_cached", run_cached)
+    out, st = q4(), Fake((B, H, S, 1), F32)
+    with pytest.raises(CCall):
+        _sdpa(training=True, out=out, out_stats=st)
+    grads = (q4(), q4(), q4())
+    with pytest.raises(CCall):
+        _grad(out_grads=grads)
+    assert seen[0] == ((out, st), (out.ptr, st.ptr))
+    assert seen[1] == (grads, tuple(g.ptr for g in grads))

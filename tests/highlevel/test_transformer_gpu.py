@@ -554,3 +554,30 @@ def test_zz_summary():
     for family, errs in sorted(STATS.items()):
         print(f"\nTRANSFORMER {family}: {len(errs)} cases, max rel err {max(errs):.2e}", end="")
     print()
+
+
+@pytest.mark.parametrize("bshd", [False, True])
+def test_sdpa_given_stats_and_gradients(bshd):
+    """``out_stats`` and ``out_grads`` (NaN-poisoned) are written with the numbers of the
+    allocated outputs, twice (a repeated call runs the cached entry on the same arrays)."""
+    dt, b, h, hk, s, d = "bf16", 2, 4, 2, 128, 64
+    q, q64, k, k64, v, v64 = qkv(dt, b, h, hk, s, s, d, bshd)
+    order = (0, 2, 1, 3) if bshd else None
+    out = poisoned((b, h, s, d), dt, order=order)
+    st = poisoned((b, h, s, 1), "fp32")
+    for _ in range(2):
+        o, stats = pycudnn.dnn_sdpa(q, k, v, is_causal=True, training=True, out=out, out_stats=st)
+        assert o is out and stats is st
+    want, lse = sdpa_ref(q64, k64, v64, True)
+    assert l2_err(host(o), want) < ATTN_FWD[dt]
+    assert float(np.abs(host(st) - lse).max()) < 1e-2
+    do, do64 = dev(rng.standard_normal((b, h, s, d)), dt)
+    grads = tuple(
+        poisoned(shape, dt, order=order) for shape in ((b, h, s, d), (b, hk, s, d), (b, hk, s, d))
+    )
+    for _ in range(2):
+        got = pycudnn.dnn_sdpa_grad(q, k, v, o, do, st, is_causal=True, out_grads=grads)
+        assert all(g is w for g, w in zip(got, grads, strict=True))
+    wq, wk, wv = sdpa_grad_ref(q64, k64, v64, do64, True)
+    errs = [l2_err(host(g), w) for g, w in zip(grads, (wq, wk, wv), strict=True)]
+    assert max(errs) < ATTN_BWD[dt], errs
