@@ -367,22 +367,44 @@ def _fuse_root(root: nn.Module, leaves: tuple[nn.Module, ...]) -> None:
 
 def _group(graph: fx.Graph, fused: dict[str, nn.Module]) -> None:
     """Replace each connected group of fused convolution chains with one :class:`FusedRegion`
-    node (launch programs) placed at the group's first chain: a chain joins the group that
-    produced one of its operands when its other operands are defined before that group."""
+    node (launch programs) placed at the group's first chain. A chain joins (and so merges)
+    the groups that produced its operands when every operand the merged group takes from
+    outside is defined before its first chain (else it joins the one group for which that
+    holds, or starts its own)."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     where: dict[fx.Node, list[fx.Node]] = {}
-    groups: list[list[fx.Node]] = []
+
+    def closed(members: list[fx.Node]) -> bool:
+        first = min(order[m] for m in members)
+        inside = set(members)
+        return all(
+            a in inside or order[a] < first
+            for m in members
+            for a in m.args
+            if isinstance(a, fx.Node)
+        )
+
     for n in list(graph.nodes):
         if n.op != "call_module" or not isinstance(fused.get(n.target), FusedConv):
             continue
         ins = [a for a in n.args if isinstance(a, fx.Node)]
-        cand = next((where[a] for a in reversed(ins) if a in where), None)
-        if cand is not None and all(where.get(a) is cand or order[a] < order[cand[0]] for a in ins):
-            cand.append(n)
-            where[n] = cand
+        cands: list[list[fx.Node]] = []
+        for a in reversed(ins):  # the residual's group first: the block's end joins its start
+            g = where.get(a)
+            if g is not None and all(g is not c for c in cands):
+                cands.append(g)
+        merged = sorted({m for c in cands for m in c} | {n}, key=order.__getitem__)
+        if len(cands) > 1 and closed(merged):
+            group = merged
         else:
-            where[n] = [n]
-            groups.append(where[n])
+            group = next((sorted([*c, n], key=order.__getitem__) for c in cands
+                          if closed([*c, n])), [n])  # fmt: skip
+        for m in group:
+            where[m] = group
+    groups: list[list[fx.Node]] = []
+    for g in where.values():
+        if all(g is not h for h in groups):
+            groups.append(g)
     for group in groups:
         members = set(group)
         inputs: list[fx.Node] = []

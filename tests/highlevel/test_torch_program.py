@@ -316,3 +316,13 @@ def test_autocast_casts_the_weights_once_per_step(monkeypatch):
 
     a = _same_with_and_without_programs(Two, x, prepare)
     assert all("backward program" in w for w in _programs(a)), _programs(a)
+
+
+def test_a_block_with_a_downsample_is_one_region():
+    """torchvision's order (conv1, conv2, then the downsample of the block's input, then the
+    add): the chains merge into one region per connected group (the stem apart: a pooling
+    between)."""
+    model = pt.convert(Two().double(), fuse=True)
+    gm = model.__dict__["forward"].__self__
+    sizes = [len(r.parts) for r in gm.children() if isinstance(r, region.FusedRegion)]
+    assert sizes == [1, 6]
