@@ -540,10 +540,10 @@ def dnn_sdpa_grad(
     bias_grad: bool = False,
     sink_grad: bool = False,
     deterministic: bool | None = None,
-    out_grads: tuple[Any, Any, Any] | None = None,
+    out_grads: tuple[DeviceArrayLike, DeviceArrayLike, DeviceArrayLike] | None = None,
     check_indices: bool | None = None,
     stream: StreamLike = None,
-) -> tuple[Any, ...]:
+) -> tuple[DeviceArray, ...]:
     """Gradients ``(dq, dk, dv)`` of :func:`dnn_sdpa`.
 
     Parameters
