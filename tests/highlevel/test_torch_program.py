@@ -326,3 +326,9 @@ def test_a_block_with_a_downsample_is_one_region():
     gm = model.__dict__["forward"].__self__
     sizes = [len(r.parts) for r in gm.children() if isinstance(r, region.FusedRegion)]
     assert sizes == [1, 6]
+
+
+@pytest.mark.parametrize("bad", [1, 0, "yes", None])
+def test_use_programs_takes_a_bool_only(bad):
+    with pytest.raises(TypeError, match="use_programs: enabled must be a bool"):
+        region.use_programs(bad)
