@@ -103,7 +103,9 @@ def _routed(
     The decision is taken here, not left to pycudnn's function: its fallback looks up
     ``torch.nn.functional.scaled_dot_product_attention``, which is this function now."""
     ops = _cudnn_operands(query, key, value, attn_mask, dropout_p, enable_gqa)
-    if ops is not None:
+    if ops is not None and not (attn_mask is not None and is_causal):
+        # (a mask with is_causal is torch's to answer: pycudnn's function would hand it back to
+        # torch.nn.functional's attribute, which is this function: a RecursionError)
         _count(True)
         return attention.scaled_dot_product_attention(
             *ops, attn_mask, dropout_p, is_causal, scale, enable_gqa

@@ -266,6 +266,27 @@ def test_native_calls_reach_pycudnn(fake_cudnn):
     assert (a["is_causal"], a["scale"], a["enable_gqa"], a["dropout_p"]) == (True, 0.25, True, 0.0)
 
 
+def test_a_mask_with_is_causal_does_what_torch_does_inside_the_scope(monkeypatch):
+    """A mask pycudnn would take, with ``is_causal=True``: torch's answer (its error, or its
+    result where a torch computes it), not a RecursionError through the routed attribute --
+    also when pycudnn's own function is called inside the scope."""
+    monkeypatch.setattr(attention, "_attention_native", lambda *a, **k: True)
+    q, k, v = _qkv()
+    mask = torch.zeros(8, 8)
+    try:
+        want = TORCH_SDPA(q, k, v, attn_mask=mask, is_causal=True)
+    except RuntimeError as exc:
+        want = type(exc)
+    for call in (F.scaled_dot_product_attention, pt.scaled_dot_product_attention):
+        with pt.use_cudnn_attention() as route:
+            if isinstance(want, type):
+                with pytest.raises(want):
+                    call(q, k, v, attn_mask=mask, is_causal=True)
+            else:
+                torch.testing.assert_close(call(q, k, v, attn_mask=mask, is_causal=True), want)
+        assert route.cudnn == 0
+
+
 def test_float64_calls_skip_pycudnn(fake_cudnn):
     q, k, v = (t.double() for t in _qkv())
     with pt.use_cudnn_attention() as route:
