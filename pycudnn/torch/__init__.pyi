@@ -18,6 +18,7 @@ from .activation import (
 )
 from .attention import scaled_dot_product_attention as scaled_dot_product_attention
 from .attention_scope import (
+    AttentionRoute as AttentionRoute,
     register_transformers as register_transformers,
     use_cudnn_attention as use_cudnn_attention,
 )
@@ -38,6 +39,8 @@ from ._convert import (
     unsupported_reason as unsupported_reason,
 )
 from .dropout import Dropout as Dropout
+from .fuse import fusions as fusions, programs as programs
+from .region import use_programs as use_programs
 from .linear import Linear as Linear
 from .loss import CrossEntropyLoss as CrossEntropyLoss
 from .lrn import LocalResponseNorm as LocalResponseNorm
