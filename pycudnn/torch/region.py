@@ -17,6 +17,7 @@ launches; later runs replay them as one program:
   batch norm's fused gradient, then the data gradient accumulated in place where a tensor feeds
   several chains, then the weight gradient).
 
+Programs are per thread (their entries hold the thread's cuDNN handle, as the lean path's do).
 A region whose run cannot become a program (a chain that runs unfused for that signature: hooks,
 a SiLU/GELU, CPU tensors, autocast in training, float32 ``Linear``..., or a torch operation
 between its launches) runs its chains one by one, exactly as before, and says why in
@@ -25,6 +26,7 @@ between its launches) runs its chains one by one, exactly as before, and says wh
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -167,7 +169,8 @@ class FusedRegion(nn.Module):
         if inputs and _lean.current_device() != metas[0][3]:
             return None  # the entries launch on their device: the chains switch by themselves
         rg = tuple(p.requires_grad for p in self._params) if grad else ()
-        return (train, grad, ac, config.snapshot(), tuple(metas), rg)
+        # the thread: bound entries hold the calling thread's handle (the lean path's rule)
+        return (train, grad, ac, config.snapshot(), tuple(metas), rg, threading.get_ident())
 
     def _store(self) -> OrderedDict:
         st = state(self)

@@ -332,3 +332,27 @@ def test_a_block_with_a_downsample_is_one_region():
 def test_use_programs_takes_a_bool_only(bad):
     with pytest.raises(TypeError, match="use_programs: enabled must be a bool"):
         region.use_programs(bad)
+
+
+@pytest.mark.usefixtures("lean")
+def test_programs_are_per_thread():
+    """Another thread records its own program (bound entries hold their thread's handle)."""
+    ref, mine = tf._pair(Two)
+    ref.eval()
+    mine.eval()
+    x = _x(3)
+    with torch.no_grad():
+        mine(x)
+        mine(x)
+
+        def run():
+            with torch.no_grad():  # grad mode is per thread
+                mine(x)
+                mine(x)
+
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+        torch.testing.assert_close(mine(x), ref(x), rtol=1e-9, atol=1e-9)
+    sigs = [sig for _, sig, _ in fuse.programs(mine)]
+    assert len({s[-1] for s in sigs}) == 2  # two threads
