@@ -136,8 +136,8 @@ class FusedRegion(nn.Module):
 
     # -- programs ---------------------------------------------------------------------------------
     def programs(self) -> list[tuple[Any, str]]:
-        """Per recorded signature: ``(signature, what runs)``, e.g. ``'forward program of 53
-        launches, backward program of 159 launches'`` or why the chains run one by one."""
+        """Per recorded signature: ``(signature, what runs)``, e.g. ``'forward program of 104
+        launches, backward program of 156 launches'`` or why the chains run one by one."""
         out = []
         for sig, b in state(self).get("programs", {}).items():
             if b.reason:
