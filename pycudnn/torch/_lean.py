@@ -33,6 +33,8 @@ from ..highlevel import _call
 __all__ = ["Tape", "bound_count", "current_device", "launch", "run", "set_device_getter"]
 
 _local = threading.local()
+_recording = 0  # tapes recording in any thread
+_recording_lock = threading.Lock()
 #: the calling thread's current CUDA device (:mod:`._runtime` installs torch's own getter)
 current_device: Callable[[], int | None] = _cuda.device_now
 
@@ -98,9 +100,10 @@ def launch(tag: Any, tensors: tuple, stream: int, slow: Callable[..., Any], *arg
         ptrs.append(p)
         key.append((t.shape, t.stride(), t.dtype, t.get_device(), p & 15))
     entry = run(tuple(key), tuple(ptrs), stream, slow, *args)
-    tape = getattr(_local, "tape", None)
-    if tape is not None:
-        tape.append((entry, tensors))
+    if _recording:  # a module global: no thread-local lookup while no tape records
+        tape = getattr(_local, "tape", None)
+        if tape is not None:
+            tape.append((entry, tensors))
 
 
 class Tape:
@@ -112,13 +115,19 @@ class Tape:
         self.launches: list[tuple[Any, tuple]] = []
 
     def __enter__(self) -> Tape:
+        global _recording
         if getattr(_local, "tape", None) is not None:
             raise RuntimeError("pycudnn.torch: a launch tape is already recording on this thread")
+        with _recording_lock:
+            _recording += 1
         _local.tape = self.launches
         return self
 
     def __exit__(self, *exc: object) -> None:
+        global _recording
         _local.tape = None
+        with _recording_lock:
+            _recording -= 1
 
 
 def bound_count() -> int:

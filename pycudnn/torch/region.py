@@ -118,11 +118,8 @@ class FusedRegion(nn.Module):
     def _chains(self, inputs: tuple) -> tuple:
         vals: list[torch.Tensor] = []
         for fc, (xr, zr) in zip(self.parts, self.wiring, strict=True):
-            x = vals[xr] if xr >= 0 else inputs[-1 - xr]
-            if zr is None:
-                vals.append(fc(x))
-            else:
-                vals.append(fc(x, vals[zr] if zr >= 0 else inputs[-1 - zr]))
+            x = _ref(xr, vals, inputs)
+            vals.append(fc(x) if zr is None else fc(x, _ref(zr, vals, inputs)))
         return tuple(vals[i] for i in self.outputs)
 
     def forward(self, *inputs: torch.Tensor) -> tuple:
@@ -300,10 +297,11 @@ class FusedRegion(nn.Module):
 
     def _train_nograd(self, b: _Bound, inputs: tuple) -> tuple:
         if b.fwd is None:
-            outs, _recs, prog, _tensors = self.bind_forward(b, inputs)
-            if prog is None:
-                b.reason = _recs
-            b.fwd = prog
+            outs, _, got = self.bind_forward(b, inputs)
+            if isinstance(got, str):
+                b.reason = got
+            else:
+                b.fwd = got[0]
             return tuple(outs)
         outs, _ = self._run_forward(b, inputs)
         return tuple(outs)
@@ -312,32 +310,24 @@ class FusedRegion(nn.Module):
         """This step's cast buffers (one concatenation and one cast each)."""
         return [None if c is None else c.pack() for c in casts]
 
-    def _operands(self, inputs: tuple, casts: tuple, bufs: list) -> list[torch.Tensor]:
-        """The forward's external tensors (binding): the inputs, then per chain the weight,
-        gamma, beta and the running averages the launches read (cast views where cast)."""
-        cw, cg, cr = (None if c is None else c.views(b) for c, b in zip(casts, bufs, strict=True))
-        ext = list(inputs)
+    def _external(self, inputs: tuple, casts: tuple, bufs: list, ptrs: bool) -> list[Any]:
+        """The forward's external operands: the inputs, then per chain the weight, gamma, beta
+        and the running averages the launches read (cast views where cast); as tensors (to
+        record) or, *ptrs*, as their pointers (to replay)."""
+        get = _ptr if ptrs else _same
+        cw, cg, cr = (
+            None if c is None else (c.ptrs(b) if ptrs else c.views(b))
+            for c, b in zip(casts, bufs, strict=True)
+        )
+        ext = [get(t) for t in inputs]
         for i, (fc, bn) in enumerate(zip(self.parts, self._bns, strict=True)):
-            ext.append(fc.parts[0].weight if cw is None else cw[i])
-            ext += [bn.weight, bn.bias] if cg is None else cg[2 * i : 2 * i + 2]
-            ext += [bn.running_mean, bn.running_var] if cr is None else cr[2 * i : 2 * i + 2]
-        return ext
-
-    def _pointers(self, inputs: tuple, casts: tuple, bufs: list) -> list[int]:
-        """:meth:`_operands`' pointers for a replay."""
-        cw, cg, cr = (None if c is None else c.ptrs(b) for c, b in zip(casts, bufs, strict=True))
-        ptrs = [t.data_ptr() for t in inputs]
-        for i, (fc, bn) in enumerate(zip(self.parts, self._bns, strict=True)):
-            ptrs.append(fc.parts[0].weight.data_ptr() if cw is None else cw[i])
-            if cg is None:
-                ptrs += [bn.weight.data_ptr(), bn.bias.data_ptr()]
-            else:
-                ptrs += cg[2 * i : 2 * i + 2]
+            ext.append(get(fc.parts[0].weight) if cw is None else cw[i])
+            ext += [get(bn.weight), get(bn.bias)] if cg is None else cg[2 * i : 2 * i + 2]
             if cr is None:
-                ptrs += [bn.running_mean.data_ptr(), bn.running_var.data_ptr()]
+                ext += [get(bn.running_mean), get(bn.running_var)]
             else:
-                ptrs += cr[2 * i : 2 * i + 2]
-        return ptrs
+                ext += cr[2 * i : 2 * i + 2]
+        return ext
 
     def _write_back(self, casts: tuple, bufs: list) -> None:
         """Running averages updated in float32 copies: back into the modules' buffers."""
@@ -347,7 +337,7 @@ class FusedRegion(nn.Module):
     def _run_forward(self, b: _Bound, inputs: tuple) -> tuple[list, tuple]:
         x = inputs[0]
         bufs = self._cast_bufs(b.casts)
-        ext = self._pointers(inputs, b.casts, bufs)
+        ext = self._external(inputs, b.casts, bufs, ptrs=True)
         torch._foreach_add_(self._counts(), 1)  # as each module counts its batch
         assert b.fwd is not None
         arena, outs, slots = b.fwd.run(ext, x.device, stream_of(x))
@@ -364,21 +354,21 @@ class FusedRegion(nn.Module):
             out += [bn.running_mean, bn.running_var]
         return out
 
-    def bind_forward(self, b: _Bound, inputs: tuple) -> tuple[list, Any, Program | None, list]:
+    def bind_forward(self, b: _Bound, inputs: tuple) -> tuple[list, list, Any]:
         """The first training run of a signature: every chain's own forward (its checks and
-        bindings) under a tape. Returns ``(outputs, records, program, slot tensors)``; where
-        the run cannot be replayed, *program* is None and *records* the reason (the run itself
-        is the chains' own, hence correct)."""
+        bindings) under a tape. Returns ``(outputs, records, recorded)``, *recorded*
+        :func:`~.program.record`'s answer: ``(program, slot tensors)``, or why the run cannot
+        be replayed (the run itself is the chains' own, hence correct)."""
         vals: list[torch.Tensor] = []
         recs = []
         why = ""
         bufs = self._cast_bufs(b.casts)
-        ext = self._operands(inputs, b.casts, bufs)
+        ext = self._external(inputs, b.casts, bufs, ptrs=False)
         n_in = len(inputs)
         with _lean.Tape() as tape:
             for c, (fc, (xr, zr)) in enumerate(zip(self.parts, self.wiring, strict=True)):
-                x = vals[xr] if xr >= 0 else inputs[-1 - xr]
-                z = None if zr is None else (vals[zr] if zr >= 0 else inputs[-1 - zr])
+                x = _ref(xr, vals, inputs)
+                z = None if zr is None else _ref(zr, vals, inputs)
                 args = fc.train_args(x, z)
                 if args is None:  # _train_static said it would run: a bug, not a user error
                     raise RuntimeError(
@@ -399,12 +389,7 @@ class FusedRegion(nn.Module):
         inner = {id(r[0]) for r in recs} | {id(r[4]) for r in recs if r[4] is not None}
         if any(id(o) in inner for o in outs):
             why = why or "an output of the region is also read inside it"
-        if why:
-            return outs, recs, None, [why]
-        got = record(tape.launches, ext, outs, reuse=False)
-        if isinstance(got, str):
-            return outs, recs, None, [got]
-        return outs, recs, got[0], got[1]
+        return outs, recs, why or record(tape.launches, ext, outs, reuse=False)
 
     def bind_backward(self, inputs: tuple, recs: list, douts: tuple, need: tuple) -> tuple:
         """The first backward of a signature: the chains' gradients in reverse order (data
@@ -456,6 +441,19 @@ class FusedRegion(nn.Module):
         return igrads + pgrads, (tape.launches if replayable else None)
 
 
+def _ref(r: int, vals: list, inputs: tuple) -> torch.Tensor:
+    """A wiring reference: chain *r*'s output (``r >= 0``) or the region's input ``-1 - r``."""
+    return vals[r] if r >= 0 else inputs[-1 - r]
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
 def _increment(tensors: list[torch.Tensor]) -> None:
     try:
         torch.autograd.graph.increment_version(tensors)
@@ -476,8 +474,8 @@ class _RegionFn(torch.autograd.Function):
             outs, run = region._run_forward(b, inputs)
             ctx.run, ctx.bind = run, None
         else:
-            outs, recs, prog, tensors = region.bind_forward(b, inputs)
-            ctx.run, ctx.bind = None, (recs, prog, tensors)
+            outs, recs, got = region.bind_forward(b, inputs)
+            ctx.run, ctx.bind = None, (recs, got)
         ctx.out_meta = [(o.stride(), o.dtype) for o in outs]
         ctx.save_for_backward(*flat)
         return tuple(outs)
@@ -494,32 +492,25 @@ class _RegionFn(torch.autograd.Function):
             x = douts[0]
             _, grads, _ = b.bwd.run([d.data_ptr() for d in douts] + slots, x.device, stream_of(x))
             it = iter(grads)
-            # gradients of cast operands (a float32 dgamma, a bfloat16 dw) go back in their
-            # inputs' dtypes: autograd casts what a node returns to its input's dtype
             return (None, None, None, *(next(it) if n else None for n in b.pattern))
-        recs, prog, tensors = ctx.bind
+        recs, got = ctx.bind
         ctx.bind = None
         results, launches = region.bind_backward(flat[:n_in], recs, douts, need)
-        if prog is None:
-            b.reason = tensors[0]
+        # (gradients of cast operands, a float32 dgamma or a bfloat16 dw, go back in their
+        # inputs' dtypes: autograd casts what a node returns to its input's dtype)
+        if isinstance(got, str):
+            b.reason = got
         elif launches is None:
             b.reason = "a torch operation between the backward's launches"
         else:
-            got = record(launches, [*douts, *tensors], results, reuse=True)
-            if isinstance(got, str):
-                b.reason = got
+            prog, tensors = got
+            bwd = record(launches, [*douts, *tensors], results, reuse=True)
+            if isinstance(bwd, str):
+                b.reason = bwd
             else:
-                b.fwd, b.bwd = prog, got[0]
+                b.fwd, b.bwd = prog, bwd[0]
                 b.pattern = [r is not None for r in results]
-        return (None, None, None, *_cast_back(results, flat))
-
-
-def _cast_back(grads: list, flat: tuple) -> list:
-    """Gradients in their inputs' dtypes (the casts the node made once per step, undone)."""
-    return [
-        g if g is None or g.dtype == t.dtype else g.to(t.dtype)
-        for g, t in zip(grads, flat, strict=True)
-    ]
+        return (None, None, None, *results)
 
 
 def _dense(t: torch.Tensor) -> bool:
