@@ -356,3 +356,23 @@ def test_programs_are_per_thread():
         torch.testing.assert_close(mine(x), ref(x), rtol=1e-9, atol=1e-9)
     sigs = [sig for _, sig, _ in fuse.programs(mine)]
     assert len({s[-1] for s in sigs}) == 2  # two threads
+
+
+@pytest.mark.usefixtures("lean")
+@pytest.mark.parametrize("grad", [False, True])
+def test_an_unreplayable_training_run_says_why(grad, monkeypatch):
+    """Without cuDNN's fused batch norm (separate calls: torch adds the residual) a training
+    region cannot be replayed: the chains run, and programs() gives the reason as text."""
+    monkeypatch.setattr(tf.fused_train, "HALVES", ())
+    ref, mine = tf._pair(tf.BasicBlock)
+    for _ in range(2):
+        x = _x(4)
+        if grad:
+            tf._same_step(ref, mine, x)
+        else:
+            with torch.no_grad():
+                torch.testing.assert_close(mine(x), ref(x), rtol=1e-9, atol=1e-9)
+    (what,) = _programs(mine)
+    assert (
+        what == "the chains one by one: a residual added by torch (no fused batch-norm kernel here)"
+    )
