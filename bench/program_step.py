@@ -95,9 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         sides = {
             "torch": make(base, True),
             "programs": make(fused, True),
-            "chains": make(copy.deepcopy(fused), False),
+            "chains": make(pt.convert(copy.deepcopy(base), fuse=True), False),
         }
-        sides["chains"] = make(pt.convert(copy.deepcopy(base), fuse=True), False)
         for fn in sides.values():
             for _ in range(3):
                 fn()
