@@ -13,6 +13,7 @@ from torch.autograd.function import once_differentiable
 from .._config import parse_bool
 from ..highlevel import dnn_sdpa, dnn_sdpa_grad
 from ..highlevel._checks import real
+from . import _lean
 from ._compile import compiling, constant, define
 from ._runtime import (
     HALVES,
@@ -46,6 +47,18 @@ def attention_out(q: torch.Tensor, dv: int) -> torch.Tensor:
     return torch.empty((b, h, s, dv), dtype=q.dtype, device=q.device)
 
 
+_FWD, _BWD = "sdpa", "sdpa_grad"  # the lean path's tags
+
+
+def _forward_slow(q, k, v, causal, scale, out, stats, s) -> None:
+    dnn_sdpa(q, k, v, None, causal, scale, 0.0, None, stats is not None, out=out,
+             out_stats=stats, stream=s)  # fmt: skip
+
+
+def _backward_slow(ops, causal, scale, det, grads, s) -> None:
+    dnn_sdpa_grad(*ops, None, causal, scale, deterministic=det, out_grads=grads, stream=s)
+
+
 class SDPAFn(torch.autograd.Function):
     """``dnn_sdpa`` / ``dnn_sdpa_grad`` on 4-D ``(B, H, S, D)`` operands, with an optional
     additive *mask* ``(B|1, H|1, S_q, S_kv)`` in q's dtype (:func:`attention_bias`; its
@@ -53,17 +66,31 @@ class SDPAFn(torch.autograd.Function):
 
     The forward runs cuDNN's training variant (which also returns the softmax statistics) when
     a gradient is wanted or dropout is on, the inference variant otherwise. With dropout the
-    backward passes the forward's *seed*, so cuDNN regenerates the same mask."""
+    backward passes the forward's *seed*, so cuDNN regenerates the same mask. Without a mask
+    or dropout (a causal LLM's attention) both directions take the lean path (:mod:`._lean`:
+    every output allocated here, the entry bound to the operands' signature), with none the
+    public functions' per-call keying of each operand."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, causal, scale, p, seed, grad):
         ready()
         out = attention_out(q, v.shape[3])
-        r = dnn_sdpa(
-            q, k, v, mask, causal, scale, p, seed, grad or p > 0.0, out=out, stream=stream_of(q)
-        )
+        s = stream_of(q)
+        if mask is None and p == 0.0:
+            stats = None
+            if grad:
+                b, h, sq = q.shape[:3]
+                stats = torch.empty((b, h, sq, 1), dtype=torch.float32, device=q.device)
+                ops: tuple = (q, k, v, out, stats)
+            else:
+                ops = (q, k, v, out)
+            tag = (_FWD, causal, scale, grad)
+            _lean.launch(tag, ops, s, _forward_slow, q, k, v, causal, scale, out, stats, s)
+        else:
+            r = dnn_sdpa(q, k, v, mask, causal, scale, p, seed, grad or p > 0.0, out=out, stream=s)
+            stats = to_torch(r[1]) if grad else None
         if grad:
-            ctx.save_for_backward(q, k, v, out, to_torch(r[1]), mask)
+            ctx.save_for_backward(q, k, v, out, stats, mask)
             ctx.cfg = (causal, scale, p, seed)
         return out
 
@@ -76,6 +103,19 @@ class SDPAFn(torch.autograd.Function):
             dout = torch.empty_like(out).copy_(dout)
         det = True if torch.are_deterministic_algorithms_enabled() else None
         need = ctx.needs_input_grad
+        if mask is None and p == 0.0:
+            grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
+            ops = (q, k, v, out, dout, stats)
+            s = stream_of(dout)
+            tag = (_BWD, causal, scale, det)
+            _lean.launch(tag, ops + grads, s, _backward_slow, ops, causal, scale, det, grads, s)
+            dq, dk, dv = grads
+            return (
+                dq if need[0] else None,
+                dk if need[1] else None,
+                dv if need[2] else None,
+                None, None, None, None, None, None,
+            )  # fmt: skip
         grads = dnn_sdpa_grad(
             q,
             k,
