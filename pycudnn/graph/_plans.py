@@ -93,11 +93,14 @@ from ._execution import EngineInfo, GraphPlan, execute_function, raw_function
 
 __all__ = [
     "BENCHMARK_LIMIT",
+    "PENDING_LIMIT",
     "CacheInfo",
+    "DeviceCache",
     "GraphPlan",
     "cache_info",
     "cached_plan",
     "clear_caches",
+    "device_cache",
     "evict",
     "execute_function",
     "new_lru",
@@ -267,6 +270,100 @@ def cached_plan(p: Any) -> Any:
     return _plan_cache().get(p)
 
 
+# -- device memory that call entries read ---------------------------------------------------------
+#: how many arrays a device cache lets go of before it synchronizes their devices and drops them
+PENDING_LIMIT = 16
+
+
+def _device_sync(rt: Any) -> None:
+    rt.cudaDeviceSynchronize()
+
+
+class DeviceCache(_LRU):
+    """A process-wide cache of small device arrays that launches read by pointer (the
+    attention's ALiBi slopes and packed lengths, the filled vectors of the norms and the paged
+    attention): in the registry, so :func:`clear_caches` empties it and :func:`cache_info`
+    counts it, and bounded by its own *maxsize* (:func:`set_cache_size` bounds the plan and
+    call caches, not these). A value is a device array (``device``, ``nbytes``) or a tuple
+    whose first item is one.
+
+    A launch queued on any stream may still read an array the cache lets go of, and its
+    memory would go back to the allocator at once. So an evicted or cleared value waits:
+    once :data:`PENDING_LIMIT` wait (or at :meth:`clear`), each of their devices is
+    synchronized once (``cudaDeviceSynchronize``: every queued launch has finished), and only
+    then are they dropped. A put happens on a cache miss, which uploads and synchronizes
+    anyway; a hit takes no lock but the cache's own and makes no CUDA call.
+    """
+
+    __slots__ = ("lock", "name", "pending")
+
+    def __init__(self, name: str, maxsize: int):
+        super().__init__(maxsize, owns=False)
+        self.name = name
+        self.lock = threading.Lock()
+        self.pending: list[Any] = []
+
+    def get(self, key: Any) -> Any:
+        with self.lock:
+            return _LRU.get(self, key)
+
+    def put(self, key: Any, value: Any) -> None:
+        with self.lock:
+            data = self.data
+            data[key] = value
+            data.move_to_end(key)
+            while len(data) > self.maxsize > 0:
+                self.pending.append(data.popitem(last=False)[1])
+            full = len(self.pending) >= PENDING_LIMIT
+        if full:
+            self.release()
+
+    def pop(self, key: Any) -> None:
+        with self.lock:
+            value = self.data.pop(key, None)
+            if value is not None:
+                self.pending.append(value)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.pending.extend(self.data.values())
+            self.data.clear()
+        self.release()
+
+    def release(self) -> None:
+        """Drop the values let go of, once every launch queued on their devices finished."""
+        with self.lock:
+            victims, self.pending = self.pending, []
+        for device in sorted({_array(v).device for v in victims}):
+            _cuda.call_on_device(device, _device_sync)  # best effort: never raises
+        del victims
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of device memory held, the values waiting to be dropped included."""
+        with self.lock:
+            held = [*self.data.values(), *self.pending]
+        return sum(_array(v).nbytes for v in held)
+
+
+def _array(value: Any) -> Any:
+    return value[0] if isinstance(value, tuple) else value
+
+
+#: the device caches by name (one each: they are process-wide)
+_device_caches: dict[str, DeviceCache] = {}
+
+
+def device_cache(name: str, maxsize: int) -> DeviceCache:
+    """The registered device cache *name* (made on first use, bounded to *maxsize* values)."""
+    with _registry_lock:
+        cache = _device_caches.get(name)
+        if cache is None:
+            cache = _device_caches[name] = DeviceCache(name, maxsize)
+            _registry.add(cache)
+    return cache
+
+
 class CacheInfo(NamedTuple):
     hits: int
     misses: int
@@ -274,19 +371,33 @@ class CacheInfo(NamedTuple):
     currsize: int
     maxsize: int
     search_seconds: float
+    device_entries: int = 0
+    device_bytes: int = 0
 
 
 def cache_info() -> CacheInfo:
     """Counters of the convolution plan cache (all threads): calls served by a cached plan
     (``hits``), calls that searched (``misses``), plans built, current size (this thread),
-    bound, and total seconds spent searching."""
+    bound, and total seconds spent searching; and the device arrays that launches read from
+    the device caches (:class:`DeviceCache`: ALiBi slopes, packed lengths, filled vectors):
+    how many, and their bytes."""
+    with _registry_lock:
+        caches = list(_device_caches.values())
     return CacheInfo(
-        stats.hits, stats.misses, stats.builds, len(_plan_cache()), _maxsize, stats.search_seconds
+        stats.hits,
+        stats.misses,
+        stats.builds,
+        len(_plan_cache()),
+        _maxsize,
+        stats.search_seconds,
+        sum(len(c) for c in caches),
+        sum(c.nbytes for c in caches),
     )
 
 
 def clear_caches() -> None:
-    """Drop every cached plan, variant pack and call entry in every thread; reset counters."""
+    """Drop every cached plan, variant pack and call entry in every thread, and the device
+    caches' arrays (once their devices finished the work queued on them); reset counters."""
     with _registry_lock:
         lrus = list(_registry)
     for lru in lrus:
@@ -304,6 +415,8 @@ def set_cache_size(maxsize: int) -> None:
     with _registry_lock:
         lrus = list(_registry)
     for lru in lrus:
+        if isinstance(lru, DeviceCache):
+            continue  # bounded by its own size
         lru.maxsize = maxsize
         while maxsize and len(lru.data) > maxsize:
             lru._close(lru.data.popitem(last=False)[1])

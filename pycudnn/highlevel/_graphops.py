@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import errors, memory
+from .._types import numpy_dtype
 from ..enums import DataType
-from ..graph import Graph
+from ..graph import Graph, _plans
 from ..graph._tensor import alignment_of
 from . import _call, _operand, _staging
 
@@ -91,21 +92,21 @@ def _capability(device: int) -> str:
     return "unknown" if cap is None else f"{cap[0]}.{cap[1]}"
 
 
-_FILLED: dict[tuple, Any] = {}
+#: the filled vectors, by (n, dtype, device, value): in the registry (cleared by
+#: ``clear_caches()``, counted by ``cache_info()``), bounded
+FILLED_SIZE = 64
 
 
 def filled(n: int, dt: DataType, device: int, value: float) -> memory.DeviceArray:
     """A cached device vector of *n* elements equal to *value* (a missing scale is ones, a
-    missing bias zeros: cuDNN's norm operations need both)."""
+    missing bias zeros: cuDNN's norm operations need both; the paged attention's default
+    query lengths)."""
+    cache = _plans.device_cache("filled", FILLED_SIZE)
     key = (n, int(dt), device, value)
-    a = _FILLED.get(key)
+    a = cache.get(key)
     if a is None:
-        from .._types import numpy_dtype
-
         a = memory.empty((n,), numpy_dtype(dt), device)
         a.fill_(value)
         a.synchronize()
-        if len(_FILLED) > 64:
-            _FILLED.clear()
-        _FILLED[key] = a
+        cache.put(key, a)
     return a
