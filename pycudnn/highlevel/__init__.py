@@ -22,15 +22,16 @@ and one cache-and-run helper), :mod:`._staging` (descriptors per layout, staged 
 - :mod:`.ctc` -- ``dnn_ctc_loss``;
 - :mod:`.matmul` -- ``dnn_matmul`` (with a fused bias and activation);
 - :mod:`.norms` -- ``dnn_layer_norm``, ``dnn_rms_norm`` and their ``_grad``s;
-- :mod:`.sdpa` -- ``dnn_sdpa``, ``dnn_sdpa_grad`` (cuDNN's fused flash attention);
-- :mod:`.sdpa_varlen` -- ``dnn_sdpa_varlen``, ``dnn_sdpa_varlen_grad`` (packed variable-length
-  sequences);
-- :mod:`.sdpa_paged` -- ``dnn_sdpa_paged`` (attention over a paged KV cache);
+- :mod:`.attention` -- ``dnn_sdpa``, ``dnn_sdpa_grad`` (cuDNN's fused flash attention),
+  ``dnn_sdpa_varlen``, ``dnn_sdpa_varlen_grad`` (packed variable-length sequences) and
+  ``dnn_sdpa_paged`` (attention over a paged KV cache): a package around one frozen request
+  (:mod:`.sdpa`, :mod:`.sdpa_varlen` and :mod:`.sdpa_paged` keep the first module paths);
 - :mod:`.rnn` -- ``RNNBlock`` (the v8 RNN API), with the weight-layout converters of
   :mod:`.rnn_layout` (``rnn_weights_from_torch``, ``rnn_weights_to_torch``,
   ``canonical_rnn_layout``, ``torch_rnn_param_names``).
 
-:func:`clear_caches` empties every cache of the layer (plans, call entries, descriptors).
+:func:`clear_caches` empties every cache of the layer (plans, call entries, descriptors, and the
+device arrays launches read: ALiBi slopes, packed lengths, filled vectors).
 """
 
 from __future__ import annotations
@@ -45,5 +46,6 @@ _exports.attach_stub(globals(), eager=True)  # also sets __all__
 
 def clear_caches() -> None:
     """Drop every cached plan, variant pack, call entry and descriptor of the high-level layer
-    (all threads). The next call of each operation validates and searches again."""
+    (all threads), and the device arrays its launches read (once the work queued on their
+    devices finished). The next call of each operation validates and searches again."""
     _plans.clear_caches()

@@ -3,6 +3,13 @@
 # imports each name from the module named here (``pycudnn._exports``). Add a public name here only.
 
 from .activation import dnn_activation as dnn_activation, dnn_activation_grad as dnn_activation_grad
+from .attention import (
+    dnn_sdpa as dnn_sdpa,
+    dnn_sdpa_grad as dnn_sdpa_grad,
+    dnn_sdpa_paged as dnn_sdpa_paged,
+    dnn_sdpa_varlen as dnn_sdpa_varlen,
+    dnn_sdpa_varlen_grad as dnn_sdpa_varlen_grad,
+)
 from .batchnorm import (
     dnn_batch_normalization_grad as dnn_batch_normalization_grad,
     dnn_batch_normalization_test as dnn_batch_normalization_test,
@@ -44,12 +51,6 @@ from .rnn_layout import (
     rnn_weights_to_torch as rnn_weights_to_torch,
     torch_rnn_param_names as torch_rnn_param_names,
 )
-from .sdpa import dnn_sdpa as dnn_sdpa, dnn_sdpa_grad as dnn_sdpa_grad
-from .sdpa_varlen import (
-    dnn_sdpa_varlen as dnn_sdpa_varlen,
-    dnn_sdpa_varlen_grad as dnn_sdpa_varlen_grad,
-)
-from .sdpa_paged import dnn_sdpa_paged as dnn_sdpa_paged
 from .softmax import dnn_softmax as dnn_softmax, dnn_softmax_grad as dnn_softmax_grad
 from .spatialtf import (
     dnn_spatialtf as dnn_spatialtf,

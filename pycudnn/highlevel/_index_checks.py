@@ -28,7 +28,7 @@ from .._config import parse_bool
 from ..enums import DataType
 from . import _call, _operand
 
-__all__ = ["enabled", "check_lengths", "check_paged"]
+__all__ = ["check_dense", "check_lengths", "check_paged", "enabled"]
 
 
 def enabled(func: str, value: Any) -> bool:
@@ -71,6 +71,30 @@ def check_lengths(
     return lens
 
 
+def _four_dims(q: Any, k: Any) -> tuple | None:
+    """q's and k's operands when both read as 4-D arrays, else None (the call's own checks
+    name the problem)."""
+    try:
+        gq, gk = _operand.operand(q), _operand.operand(k)
+    except (TypeError, ValueError):
+        return None
+    if len(gq.shape) != 4 or len(gk.shape) != 4:
+        return None
+    return gq, gk
+
+
+def check_dense(func: str, q: Any, k: Any, lens: tuple[Any, Any], stream: Any) -> None:
+    """A dense attention's padding lengths (``seq_lens_q`` within S_q, ``seq_lens_kv`` within
+    S_kv), read back to the host (shapes and dtypes are the call's own checks)."""
+    both = _four_dims(q, k)
+    if both is None:
+        return
+    gq, gk = both
+    b, sq, skv = gq.shape[0], gq.shape[2], gk.shape[2]
+    check_lengths(func, "seq_lens_q", lens[0], b, sq, f"S_q = {sq}", stream)
+    check_lengths(func, "seq_lens_kv", lens[1], b, skv, f"S_kv = {skv}", stream)
+
+
 def check_paged(
     func: str,
     q: Any,
@@ -83,12 +107,10 @@ def check_paged(
     """A paged attention's lengths (``seq_lens_q`` within S_q, ``seq_lens_kv`` within the
     cache a sequence can address) and the pages they use, in each of *tables* (``(name,
     array)``), within the cache's blocks."""
-    try:
-        gq, gk = _operand.operand(q), _operand.operand(k_cache)
-    except (TypeError, ValueError):
+    both = _four_dims(q, k_cache)
+    if both is None:
         return
-    if len(gq.shape) != 4 or len(gk.shape) != 4:
-        return
+    gq, gk = both
     b, sq = gq.shape[0], gq.shape[2]
     num_blocks, block = gk.shape[0], gk.shape[2]
     widths = []

@@ -13,7 +13,8 @@ from test_transformer import BF16, F32, I32, B, H, S, _grad, _raises, _sdpa, gua
 from pycudnn import errors
 from pycudnn.enums import DataType, PointwiseMode
 from pycudnn.graph import Graph
-from pycudnn.highlevel import _graphops, _sdpa_masks
+from pycudnn.highlevel import _graphops
+from pycudnn.highlevel.attention import _masks as _sdpa_masks
 
 __all__ = ["guarded", "no_c"]  # fixtures, re-exported for pytest
 

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 import pycudnn  # noqa: E402
 from pycudnn import errors  # noqa: E402
-from pycudnn.highlevel._sdpa_masks import alibi_slopes  # noqa: E402
+from pycudnn.highlevel.attention._masks import alibi_slopes  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 NEG = float("-inf")

@@ -21,7 +21,8 @@ import pycudnn
 from pycudnn import errors
 from pycudnn.enums import DataType
 from pycudnn.graph import Graph
-from pycudnn.highlevel import _call, _graphops, sdpa_paged
+from pycudnn.highlevel import _call, _graphops
+from pycudnn.highlevel.attention import _calls
 
 F16, BF16, F32, F64 = DataType.HALF, DataType.BFLOAT16, DataType.FLOAT, DataType.DOUBLE
 I32, I64 = DataType.INT32, DataType.INT64
@@ -271,12 +272,12 @@ def test_graph_of_a_decode_call(captured):
     assert sum(n.kind == "paged_cache_load" for n in key.nodes) == 2
     assert [n.kind for n in key.nodes].count("matmul") == 2
     # no seq_lens_q: the entry puts in its own array of S_q's at the launch
-    assert kind is sdpa_paged._FixedLensQ
+    assert kind is _calls.FixedLensQ
     names = [t.name for t in g._order] if g._order else None
     tables = ["page_table_k", "page_table_v"]
     assert names[:7] == ["q", "k_cache", "v_cache", *tables, "seq_len_q", "seq_len_kv"]
-    assert names[sdpa_paged._LENS_Q_AT] == "seq_len_q"
-    assert spans[sdpa_paged._LENS_Q_AT] == 0
+    assert names[_calls.LENS_Q_AT] == "seq_len_q"
+    assert spans[_calls.LENS_Q_AT] == 0
     (alloc,) = allocs
     assert alloc.shape == (B, H, 1, D)
     # no mask beyond the padding lengths
@@ -287,7 +288,7 @@ def test_graph_of_a_causal_prefill(captured):
     with pytest.raises(CCall):
         _paged(q=q4(s=32), is_causal=True, seq_lens_q=lens(), page_table_v=table())
     _func, g, _allocs, spans, what, _stage, kind = captured[-1]
-    assert kind is _call.GraphCall and spans[sdpa_paged._LENS_Q_AT] == B * 4
+    assert kind is _call.GraphCall and spans[_calls.LENS_Q_AT] == B * 4
     assert what.endswith("(block size 16, max_seqlen_kv 96, causal)")
     assert _tensor(g, "page_table_k").dim == (B, 1, W, 1)
     # bottom-right: the band's row is shifted by seq_len_kv - seq_len_q
@@ -332,7 +333,7 @@ def test_fixed_lens_entry_puts_in_its_array():
     """The default ``seq_lens_q``: the launch replaces the caller's 0 by the entry's array."""
     seen = []
 
-    class Base(sdpa_paged._FixedLensQ):
+    class Base(_calls.FixedLensQ):
         __slots__ = ()
 
     entry = object.__new__(Base)

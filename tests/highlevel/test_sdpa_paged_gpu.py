@@ -162,11 +162,11 @@ def test_paged_against_contiguous_and_float32(dtype, b, h, hk, sq, d, bs, max_s,
 def test_paged_call_is_cached_and_reads_new_pages(monkeypatch):
     """The second call reuses the entry and reads what the table says now (a new table, new
     lengths: the values live on the device, the graph stays)."""
-    from pycudnn.highlevel import sdpa_paged
+    from pycudnn.highlevel.attention import _graph
 
     builds = []
-    real = sdpa_paged._build
-    monkeypatch.setattr(sdpa_paged, "_build", lambda *a: builds.append(1) or real(*a))
+    real = _graph.build
+    monkeypatch.setattr(_graph, "build", lambda *a: builds.append(1) or real(*a))
     pycudnn.clear_caches()
     dt = torch.float16
     gen = torch.Generator(device="cuda").manual_seed(7)

@@ -21,7 +21,8 @@ from test_transformer import BF16, F16, F32, I32, I64, _raises, guarded, no_c
 import pycudnn
 from pycudnn import errors, memory
 from pycudnn.enums import DataType
-from pycudnn.highlevel import _call, _cu_seqlens, _graphops, sdpa_varlen
+from pycudnn.highlevel import _call, _graphops, sdpa_varlen
+from pycudnn.highlevel.attention import _cu_seqlens
 
 __all__ = ["guarded", "no_c"]  # fixtures, re-exported for pytest
 
@@ -204,7 +205,7 @@ def test_upload_lays_out_lengths_and_offsets(monkeypatch):
 
     monkeypatch.setattr(memory, "to_device", to_device)
     monkeypatch.setattr(Fake, "synchronize", lambda self: None, raising=False)
-    _cu_seqlens._AUX.clear()
+    pycudnn.clear_caches()
     p = _cu_seqlens.packing("f", (CU, [0, 3, 4, 9]), (T, 9), (8, 8), (0, None))
     pairs = ((0, H * D), (1, 2 * D), (0, H))
     ptrs = _cu_seqlens.upload(p, pairs, 0, None)
@@ -226,7 +227,7 @@ def test_upload_lays_out_lengths_and_offsets(monkeypatch):
     assert _cu_seqlens.upload(p, pairs, 0, None) == ptrs and len(sent) == 1
     p2 = _cu_seqlens.packing("f", ([0, 6, 12, 13], [0, 3, 4, 9]), (T, 9), (8, 8), (0, None))
     assert _cu_seqlens.upload(p2, pairs, 0, None) != ptrs and len(sent) == 2
-    _cu_seqlens._AUX.clear()
+    pycudnn.clear_caches()
 
 
 def test_offsets_are_int64_only_when_int32_overflows():

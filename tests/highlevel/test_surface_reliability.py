@@ -18,7 +18,8 @@ import pycudnn
 from pycudnn import _config
 from pycudnn.enums import DataType, PointwiseMode
 from pycudnn.graph import Graph
-from pycudnn.highlevel import _graphops, sdpa
+from pycudnn.highlevel import _graphops
+from pycudnn.highlevel.attention import _calls
 
 BF16, F32, I32 = DataType.BFLOAT16, DataType.FLOAT, DataType.INT32
 no_c = fd.no_c
@@ -179,8 +180,8 @@ def _sdpa(**kw):
 def test_sdpa_dropout_of_any_real_type_passes_the_seed_pointers(served, monkeypatch, p):
     seen = []
     monkeypatch.setattr(
-        sdpa,
-        "_run_seeded",
+        _calls,
+        "run",
         lambda seed, key, build, args, *rest: seen.append((seed, args)) or ("o", "s"),
     )
     pycudnn.dnn_sdpa(q4(), q4(), q4(), dropout_p=p, seed=1, training=True)
@@ -204,13 +205,13 @@ def test_sdpa_dropout_seed_is_a_by_value_scalar_written_by_the_launch(served):
         def launch(self, ptrs, scratch=()):
             launched.append(seed_c.value)
 
-    call = object.__new__(sdpa._Seeded)
+    call = object.__new__(_calls.Seeded)
     seed_c = by_name["seed"]._value
     call.seed, call.plan, call.key, call.consts, call.scratch = seed_c, Plan(), key, (), ()
     for value in (7, 2**62):
-        sdpa._RUN.seed = value
+        _calls._RUN.seed = value
         call.launch((1, 2, 3))
-    sdpa._RUN.seed = None
+    _calls._RUN.seed = None
     assert launched == [7, 2**62]
 
 

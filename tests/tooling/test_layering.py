@@ -163,18 +163,20 @@ def conv_imports(path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("name", CONV_ORDER)
-def test_conv_package_modules_import_only_those_below(name):
-    below = set(CONV_ORDER[: CONV_ORDER.index(name)])
-    imported = conv_imports(CONV / f"{name}.py")
-    assert imported <= below, f"conv/{name}.py imports {imported - below}"
-    assert {p.stem for p in CONV.glob("*.py")} == set(CONV_ORDER)
+def test_conv_package_modules_import_only_those_below(name, order=CONV_ORDER, package=CONV):
+    below = set(order[: order.index(name)])
+    imported = conv_imports(package / f"{name}.py")
+    assert imported <= below, f"{package.name}/{name}.py imports {imported - below}"
+    assert {p.stem for p in package.glob("*.py")} == set(order)
 
 
-def test_conv_package_has_no_imports_in_functions_and_short_signatures():
+@pytest.mark.parametrize("package", ["conv", "attention"])
+def test_conv_package_has_no_imports_in_functions_and_short_signatures(package):
     """Imports at module level only (an import inside a function hides a circle); private
-    functions take at most 8 parameters (the public ones keep Theano's signatures)."""
+    functions take at most 8 parameters (the public ones keep Theano's and cudnn-frontend's
+    signatures). The attention package follows the convolution package's rules."""
     bad = []
-    for path in sorted(CONV.glob("*.py")):
+    for path in sorted((PKG / "highlevel" / package).glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -187,6 +189,27 @@ def test_conv_package_has_no_imports_in_functions_and_short_signatures():
             if n > 8 and not (path.name == "__init__.py" and not node.name.startswith("_")):
                 bad.append(f"{path.name}:{node.lineno} {node.name} takes {n} parameters")
     assert not bad, bad
+
+
+# the attention package, lowest first (the same rules as the convolution package's): a call goes
+# one way (public function -> key -> graph builders -> operand reader -> request)
+ATTENTION_ORDER = (
+    "_request",
+    "_options",
+    "_masks",
+    "_cu_seqlens",
+    "_operands",
+    "_calls",
+    "_graph",
+    "_key",
+    "__init__",
+)
+ATTENTION = PKG / "highlevel" / "attention"
+
+
+@pytest.mark.parametrize("name", ATTENTION_ORDER)
+def test_attention_package_modules_import_only_those_below(name):
+    test_conv_package_modules_import_only_those_below(name, ATTENTION_ORDER, ATTENTION)
 
 
 # the optional torch adapter's modules (all of pycudnn.torch but its lazy __init__): imported only

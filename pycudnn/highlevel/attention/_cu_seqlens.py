@@ -1,6 +1,6 @@
-"""The cumulative sequence lengths of packed attention (:mod:`.sdpa_varlen`): checked on the
-host before any C call, then the sequence lengths and the element offsets cuDNN reads uploaded
-once per content.
+"""The cumulative sequence lengths of packed attention (the ragged layout): checked on the host
+before any C call, then the sequence lengths and the element offsets cuDNN reads uploaded once
+per content.
 
 ``cu_seqlens`` are ``B + 1`` token counts ``[0, s_0, s_0 + s_1, ..., total]``; cuDNN wants the
 lengths ``s_b`` (int32, the padding mask) and, per packed tensor, the *element* offset of each
@@ -17,12 +17,24 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import errors, memory
-from .._types import dtype_name
-from ..enums import DataType
-from . import _operand
+from ... import errors, memory
+from ..._types import dtype_name
+from ...enums import DataType
+from ...graph import _plans
+from .. import _operand
 
-__all__ = ["Packing", "max_len", "offsets_dtype", "packing", "upload"]
+__all__ = [
+    "UPLOADS_SIZE",
+    "Packing",
+    "distinct",
+    "max_len",
+    "offsets_dtype",
+    "offsets_type",
+    "packing",
+    "shapes",
+    "token_strides",
+    "upload",
+]
 
 
 # ==================================================================================================
@@ -148,8 +160,9 @@ def _checked(func: str, cu: tuple[Any, Any], totals: tuple, maxes: tuple, where:
     return Packing(cu_q, cu_kv, (cu_q.tobytes(), cu_kv.tobytes()))
 
 
-#: the uploaded lengths and offsets, by device and content (the graph reads them)
-_AUX: dict[tuple, tuple[memory.DeviceArray, tuple[int, ...]]] = {}
+#: the uploaded lengths and offsets, by device and content (the graph reads them): in the registry
+#: (cleared by ``clear_caches()``, counted by ``cache_info()``), bounded
+UPLOADS_SIZE = 256
 
 
 def offsets_dtype(strides: Sequence[tuple[int, int]], totals: tuple[int, int]) -> type:
@@ -165,7 +178,8 @@ def upload(p: Packing, strides: tuple, device: int, stream: Any) -> tuple[int, .
     totals = (int(p.cu_q[-1]), int(p.cu_kv[-1]))
     odt = offsets_dtype(strides, totals)
     key = (device, p.content, strides, odt)
-    hit = _AUX.get(key)
+    cache = _plans.device_cache("cu_seqlens", UPLOADS_SIZE)
+    hit = cache.get(key)
     if hit is not None:
         return hit[1]
     cus = (p.cu_q, p.cu_kv)
@@ -180,7 +194,35 @@ def upload(p: Packing, strides: tuple, device: int, stream: Any) -> tuple[int, .
     buf = memory.to_device(np.frombuffer(bytes(blob), np.uint8), stream, device=device)
     buf.synchronize()  # the host bytes are temporary; the graph reads them on any stream
     ptrs = tuple(buf.ptr + w for w in where)
-    if len(_AUX) > 256:
-        _AUX.clear()
-    _AUX[key] = (buf, ptrs)
+    cache.put(key, (buf, ptrs))
     return ptrs
+
+
+def offsets_type(pairs: tuple, totals: tuple[int, int]) -> DataType:
+    """The graph's data type of the offsets :func:`upload` lays out for *pairs*."""
+    return DataType.INT32 if offsets_dtype(pairs, totals) is np.int32 else DataType.INT64
+
+
+# -- the call key's part (the hot path) ------------------------------------------------------------
+def shapes(func: str, named: Sequence[tuple[str, tuple]]) -> list[tuple[int, ...]]:
+    """The shapes of packed operands from their call keys, each 3-D (the full checks come
+    with the build)."""
+    out = []
+    for name, k in named:
+        if len(k[0]) != 3:
+            raise ValueError(
+                f"{func}: {name} must have 3 dims (total tokens, heads, head dim), got shape "
+                f"{tuple(k[0])}"
+            )
+        out.append(tuple(k[0]))
+    return out
+
+
+def token_strides(keys: Sequence[tuple], sides: Sequence[int]) -> tuple:
+    """``(side, token stride)`` of each ragged operand, in order, as its key says."""
+    return tuple((side, int(k[1][0])) for k, side in zip(keys, sides, strict=True))
+
+
+def distinct(roles: tuple) -> tuple:
+    """The distinct ``(side, token stride)`` pairs of *roles*, in first-seen order."""
+    return tuple(dict.fromkeys(roles))

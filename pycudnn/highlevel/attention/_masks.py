@@ -1,6 +1,6 @@
-"""The attention's masks and scores for :mod:`.sdpa`: the options checked before any C call,
-their part of the call key, and the device operands they add to the graph (an additive bias,
-ALiBi slopes, sink logits).
+"""The attention's masks and scores (dense and padded layouts): the options checked before any C
+call, their part of the call key, and the device operands they add to the graph (an additive
+bias, ALiBi slopes, sink logits).
 
 A boolean ``attn_mask`` is not converted here: the high level takes the additive form (0 to
 attend, ``-inf`` to mask, in q's dtype), which is the one mechanism cuDNN's engines run; a
@@ -15,15 +15,29 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import errors, memory
-from .._config import parse_bool
-from .._types import dtype_name
-from ..enums import DataType
-from ..graph.nodes import sdpa_masks as _graph_masks
-from ..graph.nodes.sdpa_masks import ALIGNMENTS
-from . import _checks, _graphops, _operand
+from ... import errors, memory
+from ..._config import parse_bool
+from ..._types import dtype_name
+from ...enums import DataType
+from ...graph import _plans
+from ...graph._tensor import alignment_of
+from ...graph.nodes import sdpa_masks as _graph_masks
+from ...graph.nodes.sdpa_masks import ALIGNMENTS
+from .. import _checks, _graphops, _operand
 
-__all__ = ["Spec", "declare", "describe", "key", "spec", "unused_sink"]
+__all__ = [
+    "NONE",
+    "SLOPES_SIZE",
+    "Declared",
+    "Spec",
+    "alibi_slopes",
+    "declare",
+    "describe",
+    "key",
+    "slopes_array",
+    "spec",
+    "unused_sink",
+]
 
 
 class Spec(NamedTuple):
@@ -94,7 +108,9 @@ def key(attn_mask: Any, s: Spec, qkey: tuple) -> tuple[tuple, tuple]:
     return tuple(ptrs), tuple(keys)
 
 
-_SLOPES: dict[tuple[int, int], memory.DeviceArray] = {}
+#: the ALiBi slopes, by (device, heads): in the registry (cleared by ``clear_caches()``,
+#: counted by ``cache_info()``), bounded
+SLOPES_SIZE = 64
 
 
 def alibi_slopes(h: int) -> np.ndarray:
@@ -108,12 +124,13 @@ def alibi_slopes(h: int) -> np.ndarray:
 
 def slopes_array(h: int, device: int) -> memory.DeviceArray:
     """The float32 (1, H, 1, 1) ALiBi slopes on *device* (cached: the graph reads them)."""
+    cache = _plans.device_cache("alibi_slopes", SLOPES_SIZE)
     k = (device, h)
-    a = _SLOPES.get(k)
+    a = cache.get(k)
     if a is None:
         a = memory.to_device(alibi_slopes(h), device=device)
         a.synchronize()
-        _SLOPES[k] = a
+        cache.put(k, a)
     return a
 
 
@@ -188,9 +205,13 @@ class Declared(NamedTuple):
     spans: list
 
 
-def declare(func: str, g: Any, attn_mask: Any, s: Spec, dims: tuple, dt: DataType, device: int):
+def declare(
+    func: str, g: Any, attn_mask: Any, s: Spec | None, dims: tuple, dt: DataType, device: int
+) -> Declared:
     """The masks' operands checked and declared on *g* (the bias, the sink, the ALiBi slopes,
-    in that pointer order)."""
+    in that pointer order); nothing for the unmasked call (*s* None)."""
+    if s is None:
+        return NONE
     h = dims[1]
     kw: dict = {"diagonal_alignment": s.alignment}
     kw["left_bound"], kw["right_bound"] = s.left_bound, s.right_bound
@@ -204,7 +225,7 @@ def declare(func: str, g: Any, attn_mask: Any, s: Spec, dims: tuple, dt: DataTyp
     if s.sink is not None:
         gs = _sink(func, s.sink, h, device)
         kw["sink"] = g.tensor((1, h, 1, 1), (h, 1, 1, 1), DataType.FLOAT, name="sink")
-        kw["sink"].set_alignment(_alignment(gs.ptr))
+        kw["sink"].set_alignment(alignment_of(gs.ptr))
         inputs.append(kw["sink"])
         spans.append(gs.nbytes_span)
     if s.alibi:
@@ -214,10 +235,8 @@ def declare(func: str, g: Any, attn_mask: Any, s: Spec, dims: tuple, dt: DataTyp
     return Declared(kw, inputs, spans)
 
 
-def _alignment(ptr: int) -> int:
-    from ..graph._tensor import alignment_of
-
-    return alignment_of(ptr)
+#: what an unmasked call declares: nothing
+NONE = Declared({}, [], [])
 
 
 def describe(attn_mask: Any, s: Spec | None) -> str:
