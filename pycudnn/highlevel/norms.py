@@ -163,6 +163,23 @@ def _stat_out(g: Graph, t: Any) -> None:
     t.set_output(True).set_data_type(DataType.FLOAT)
 
 
+def _output(
+    func: str, name: str, t: Any, a: Any, shape: tuple[int, ...], dt: DataType, device: int
+) -> tuple[_call.OutputSpec | None, int]:
+    """Graph output *t* of *shape* and *dt*, packed: a new array's spec, or the given array *a*
+    checked (shape, dtype, device, contiguous, aligned) with *t* aligned to it; ``(spec or
+    None, byte span)``."""
+    if a is None:
+        spec = _call.output_spec(shape, dt, device)
+        return spec, spec.nbytes_span
+    o = _checks.out_operand(func, a, shape, dt, device, name=name)
+    if not _layout.matches(o.shape, o.strides, _layout.packed_strides(shape)):
+        raise ValueError(f"{func}: {name} must be contiguous {shape}, got strides {o.strides}")
+    _checks.check_aligned(func, name, o)
+    t.set_alignment(alignment_of(o.ptr))
+    return None, o.nbytes_span
+
+
 class _Norm(_call.GraphCall):
     """A norm graph whose missing gamma/beta are stand-ins (ones, zeros): the caller passes
     pointer 0 for them and :meth:`launch` puts the stand-ins' pointers in."""
@@ -194,15 +211,21 @@ def _forward(
     beta: Any,
     epsilon: Any,
     training: bool,
-    out: Any,
+    outs: tuple,
     stream: Any,
 ) -> tuple:
+    """*outs*: ``(out, out_mean, out_invstd)`` (layer) or ``(out, out_invrms)`` (RMS), as given."""
+    out, stats = outs[0], outs[1:]
     px, kx = _operand.key_of(x)
     pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
     pb, kb = (0, None) if beta is None else _operand.key_of(beta)
     po, ko = (None, None) if out is None else _operand.key_of(out)
     if training.__class__ is not bool:
         training = parse_bool(training, func, "training")
+    skeys = [(None, None) if a is None else _operand.key_of(a) for a in stats]
+    if not training and any(a is not None for a in stats):
+        names = "out_invrms" if rms else "out_mean and out_invstd"
+        raise ValueError(f"{func}: {names} are written only with training=True")
     key = (
         func,
         kx,
@@ -213,14 +236,16 @@ def _forward(
         epsilon.__class__,  # epsilon=True equals 1.0: the type keeps it from a valid entry
         training,
         ko,
+        tuple(k for _p, k in skeys),
         _call.snapshot(),
     )
-    args = (func, rms, x, normalized_shape, gamma, beta, epsilon, training, out, stream)
+    args = (func, rms, x, normalized_shape, gamma, beta, epsilon, training, outs, stream)
     ptrs = (px, pg) if rms else (px, pg, pb)  # 0: a stand-in (_Norm)
-    n_out = 1 + (0 if not training else (1 if rms else 2))
-    outs = (out,) + (None,) * (n_out - 1)
-    pos = (po,) + (None,) * (n_out - 1)
-    result = _call.run_cached(key, _build_forward, args, ptrs, outs, pos, stream)
+    if training:
+        given, pos = outs, (po, *(p for p, _k in skeys))
+    else:
+        given, pos = (out,), (po,)
+    result = _call.run_cached(key, _build_forward, args, ptrs, given, pos, stream)
     if rms:
         return (result[0], result[1] if training else None)
     return (result[0], result[1], result[2]) if training else (result[0], None, None)
@@ -235,9 +260,10 @@ def _build_forward(
     beta: Any,
     epsilon: Any,
     training: bool,
-    out: Any,
+    outs: tuple,
     stream: Any,
 ) -> _call.GraphCall:
+    out, given = outs[0], outs[1:]
     gx = _operand.operand(x)
     dt, device = _checks.same_dtype_and_device(func, (("x", gx),), _TYPES)
     _checks.check_strides(func, "x", gx)
@@ -288,11 +314,12 @@ def _build_forward(
     allocs = [alloc]
     out_spans = [so]
     sshape = _stat_shape(gx, nn)
-    for t in stats:
+    names = ("out_invrms",) if rms else ("out_mean", "out_invstd")
+    for t, a, name in zip(stats, given, names, strict=False):
         _stat_out(g, t)
-        spec = _call.output_spec(sshape, DataType.FLOAT, device)
+        spec, span = _output(func, name, t, a, sshape, DataType.FLOAT, device)
         allocs.append(spec)
-        out_spans.append(spec.nbytes_span)
+        out_spans.append(span)
     inputs = [tx, tg] + ([] if rms else [tb])
     g.set_io_order(*inputs, y, *stats)
     # a stand-in's pointer is 0 in the call's pointers, so its span is 0 (it overlaps nothing)
@@ -323,6 +350,8 @@ def dnn_layer_norm(
     *,
     training: Literal[True] = ...,
     out: Out | None = ...,
+    out_mean: DeviceArrayLike | None = ...,
+    out_invstd: DeviceArrayLike | None = ...,
     stream: StreamLike = ...,
 ) -> tuple[Out, DeviceArray, DeviceArray]: ...
 @overload
@@ -335,6 +364,8 @@ def dnn_layer_norm(
     *,
     training: Literal[False] = ...,
     out: Out | None = ...,
+    out_mean: DeviceArrayLike | None = ...,
+    out_invstd: DeviceArrayLike | None = ...,
     stream: StreamLike = ...,
 ) -> tuple[Out, None, None]: ...
 @overload
@@ -347,6 +378,8 @@ def dnn_layer_norm(
     *,
     training: bool = ...,
     out: Out | None = ...,
+    out_mean: DeviceArrayLike | None = ...,
+    out_invstd: DeviceArrayLike | None = ...,
     stream: StreamLike = ...,
 ) -> tuple[Out, DeviceArray | None, DeviceArray | None]: ...
 def dnn_layer_norm(
@@ -358,6 +391,8 @@ def dnn_layer_norm(
     *,
     training: bool = True,
     out: Out | None = None,
+    out_mean: DeviceArrayLike | None = None,
+    out_invstd: DeviceArrayLike | None = None,
     stream: StreamLike = None,
 ) -> tuple[Any, ...]:
     """Layer normalization over the trailing ``normalized_shape`` dims (``F.layer_norm``).
@@ -380,6 +415,10 @@ def dnn_layer_norm(
         inference phase and returns ``(y, None, None)``.
     out : device array, optional
         ``y``'s storage: x's shape and dtype, packed rows.
+    out_mean, out_invstd : device array, optional
+        Where to write the statistics (``training=True`` only): float32 of their shape,
+        contiguous. With every output given, a repeated call launches with no allocation (how a
+        framework binds the call once: ``pycudnn.torch``'s lean path).
     stream : optional
         CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
         handle's stream.
@@ -401,8 +440,9 @@ def dnn_layer_norm(
     """
     if stream is None:  # the operands' framework's current stream (torch, CuPy)
         stream = _operand.producer_stream(x)
+    outs = (out, out_mean, out_invstd)
     return _forward(
-        "dnn_layer_norm", False, x, normalized_shape, gamma, beta, epsilon, training, out, stream
+        "dnn_layer_norm", False, x, normalized_shape, gamma, beta, epsilon, training, outs, stream
     )
 
 
@@ -416,6 +456,7 @@ def dnn_rms_norm(
     *,
     training: Literal[True] = ...,
     out: Out | None = ...,
+    out_invrms: DeviceArrayLike | None = ...,
     stream: StreamLike = ...,
 ) -> tuple[Out, DeviceArray]: ...
 @overload
@@ -427,6 +468,7 @@ def dnn_rms_norm(
     *,
     training: Literal[False] = ...,
     out: Out | None = ...,
+    out_invrms: DeviceArrayLike | None = ...,
     stream: StreamLike = ...,
 ) -> tuple[Out, None]: ...
 @overload
@@ -438,6 +480,7 @@ def dnn_rms_norm(
     *,
     training: bool = ...,
     out: Out | None = ...,
+    out_invrms: DeviceArrayLike | None = ...,
     stream: StreamLike = ...,
 ) -> tuple[Out, DeviceArray | None]: ...
 def dnn_rms_norm(
@@ -448,13 +491,15 @@ def dnn_rms_norm(
     *,
     training: bool = True,
     out: Out | None = None,
+    out_invrms: DeviceArrayLike | None = None,
     stream: StreamLike = None,
 ) -> tuple[Any, ...]:
     """RMS normalization over the trailing ``normalized_shape`` dims (``F.rms_norm``).
 
     ``y = x * inv_rms * gamma`` with ``inv_rms = 1 / sqrt(mean(x**2) + epsilon)`` per row.
 
-    Parameters and errors as :func:`dnn_layer_norm` (no *beta*).
+    Parameters and errors as :func:`dnn_layer_norm` (no *beta*; *out_invrms* where it has
+    *out_mean* and *out_invstd*).
 
     Returns
     -------
@@ -463,8 +508,9 @@ def dnn_rms_norm(
     """
     if stream is None:  # the operands' framework's current stream (torch, CuPy)
         stream = _operand.producer_stream(x)
+    outs = (out, out_invrms)
     return _forward(
-        "dnn_rms_norm", True, x, normalized_shape, gamma, None, epsilon, training, out, stream
+        "dnn_rms_norm", True, x, normalized_shape, gamma, None, epsilon, training, outs, stream
     )
 
 
@@ -480,23 +526,46 @@ def _backward(
     inv: Any,
     normalized_shape: Any,
     gamma: Any,
+    out_grads: Any,
     stream: Any,
 ) -> tuple:
+    n_out = 2 if rms else 3
+    given = _out_grads(func, out_grads, gamma, n_out)
+    gkeys = [_operand.key_of(a) for a in given]
     pdy, kdy = _operand.key_of(dy)
     px, kx = _operand.key_of(x)
     pm, km = (0, None) if mean is None else _operand.key_of(mean)
     pi, ki = _operand.key_of(inv)
     pg, kg = (0, None) if gamma is None else _operand.key_of(gamma)
-    key = (func, kdy, kx, km, ki, _shape_key(normalized_shape), kg, _call.snapshot())
-    args = (func, rms, dy, x, mean, inv, normalized_shape, gamma, stream)
+    key = (
+        func, kdy, kx, km, ki, _shape_key(normalized_shape), kg,
+        tuple(k for _p, k in gkeys), _call.snapshot(),
+    )  # fmt: skip
+    args = (func, rms, dy, x, mean, inv, normalized_shape, gamma, given, stream)
     ptrs = (pdy, px, pg, pi) if rms else (pdy, px, pg, pm, pi)  # pg 0: a stand-in (_Norm)
-    n_out = 2 if rms else 3
-    result = _call.run_cached(
-        key, _build_backward, args, ptrs, (None,) * n_out, (None,) * n_out, stream
-    )
+    if given:
+        outs, pos = given, tuple(p for p, _k in gkeys)
+    else:
+        outs = pos = (None,) * n_out
+    result = _call.run_cached(key, _build_backward, args, ptrs, outs, pos, stream)
     if gamma is None:
         return (result[0], None) if rms else (result[0], None, None)
     return tuple(result)
+
+
+def _out_grads(func: str, out_grads: Any, gamma: Any, n: int) -> tuple:
+    """*out_grads* as a tuple of *n* arrays, or ``()`` when not given."""
+    if out_grads is None:
+        return ()
+    want = "(dx, dgamma)" if n == 2 else "(dx, dgamma, dbeta)"
+    if not isinstance(out_grads, (tuple, list)) or len(out_grads) != n:
+        raise TypeError(f"{func}: out_grads must be None or {want}, got {out_grads!r}")
+    if gamma is None:
+        raise ValueError(f"{func}: out_grads needs gamma (without it the stand-in's gradients stay"
+                         " pycudnn's)")  # fmt: skip
+    if any(a is None for a in out_grads):
+        raise TypeError(f"{func}: out_grads must be {want} arrays, got {out_grads!r}")
+    return tuple(out_grads)
 
 
 def _build_backward(
@@ -508,6 +577,7 @@ def _build_backward(
     inv: Any,
     normalized_shape: Any,
     gamma: Any,
+    given: tuple,
     stream: Any,
 ) -> _call.GraphCall:
     gdy, gx = _operand.operand(dy), _operand.operand(x)
@@ -544,10 +614,14 @@ def _build_backward(
         dx, dgamma, dbeta = g.layernorm_backward(tdy, tx, tg, tm, ti, name="layernorm_backward")
         grads = [dgamma, dbeta]
     dx.set_output(True).set_data_type(dt).set_stride((n, 1, n, n)).set_name("dx")
-    allocs = [_call.output_spec(tuple(gx.shape), dt, device)]
-    for t in grads:
+    given = given or (None,) * (1 + len(grads))
+    spec, span = _output(func, "out_grads[0]", dx, given[0], tuple(gx.shape), dt, device)
+    allocs, out_spans = [spec], [span]
+    for i, t in enumerate(grads, 1):
         t.set_output(True).set_data_type(pdt).set_stride((n, 1, n, n))
-        allocs.append(_call.output_spec(ns, pdt, device))
+        spec, span = _output(func, f"out_grads[{i}]", t, given[i], ns, pdt, device)
+        allocs.append(spec)
+        out_spans.append(span)
     inputs = [tdy, tx, tg] + ([] if rms else [tm]) + [ti]
     g.set_io_order(*inputs, dx, *grads)
     in_spans = [gdy.nbytes_span, gx.nbytes_span, 0 if gg is None else gg.nbytes_span]
@@ -556,7 +630,7 @@ def _build_backward(
     in_spans.append(gi.nbytes_span)
     st = _staging.Stage(dt, stage, None, 1.0, 0.0) if stage else None
     what = f"{'RMS' if rms else 'layer'} norm backward of {m} rows x {n} {dtype_name(dt)} features"
-    spans = [*in_spans, *(a.nbytes_span for a in allocs)]
+    spans = [*in_spans, *out_spans]
     call = _graphops.entry(func, g, device, stream, allocs, spans, what=what, stage=st, kind=_Norm)
     call.stand_in((2, None if gg is not None else _graphops.filled(n, pdt, device, 1.0)))
     return call
@@ -570,6 +644,7 @@ def dnn_layer_norm_grad(
     normalized_shape: int | Sequence[int],
     gamma: DeviceArrayLike | None = None,
     *,
+    out_grads: tuple[DeviceArrayLike, DeviceArrayLike, DeviceArrayLike] | None = None,
     stream: StreamLike = None,
 ) -> tuple[DeviceArray, DeviceArray | None, DeviceArray | None]:
     """Gradients of :func:`dnn_layer_norm` from its saved statistics.
@@ -582,17 +657,25 @@ def dnn_layer_norm_grad(
         The forward's statistics (float32, ``(*lead, 1, ..., 1)``).
     normalized_shape, gamma
         As in the forward.
+    out_grads : (dx, dgamma, dbeta) device arrays, optional
+        Where to write the gradients (dx: x's shape and dtype, contiguous; dgamma and dbeta:
+        gamma's shape and dtype, contiguous); needs *gamma*. With them given, a repeated call
+        launches with no allocation (``pycudnn.torch``'s lean path binds the call so).
+    stream : optional
+        CUDA stream.
 
     Returns
     -------
     (dx, dgamma, dbeta)
-        ``dgamma``/``dbeta`` in gamma's dtype (None when *gamma* is None).
+        ``dgamma``/``dbeta`` in gamma's dtype (None when *gamma* is None); the given arrays
+        with *out_grads*.
     """
     if stream is None:  # the operands' framework's current stream (torch, CuPy)
         stream = _operand.producer_stream(dy)
     return _backward(
-        "dnn_layer_norm_grad", False, dy, x, mean, inv_std, normalized_shape, gamma, stream
-    )
+        "dnn_layer_norm_grad", False, dy, x, mean, inv_std, normalized_shape, gamma, out_grads,
+        stream,
+    )  # fmt: skip
 
 
 def dnn_rms_norm_grad(
@@ -602,11 +685,13 @@ def dnn_rms_norm_grad(
     normalized_shape: int | Sequence[int],
     gamma: DeviceArrayLike | None = None,
     *,
+    out_grads: tuple[DeviceArrayLike, DeviceArrayLike] | None = None,
     stream: StreamLike = None,
 ) -> tuple[DeviceArray, DeviceArray | None]:
-    """Gradients of :func:`dnn_rms_norm`: ``(dx, dgamma)`` (dgamma None without gamma)."""
+    """Gradients of :func:`dnn_rms_norm`: ``(dx, dgamma)`` (dgamma None without gamma);
+    *out_grads* ``(dx, dgamma)`` as :func:`dnn_layer_norm_grad`'s."""
     if stream is None:  # the operands' framework's current stream (torch, CuPy)
         stream = _operand.producer_stream(dy)
     return _backward(
-        "dnn_rms_norm_grad", True, dy, x, None, inv_rms, normalized_shape, gamma, stream
+        "dnn_rms_norm_grad", True, dy, x, None, inv_rms, normalized_shape, gamma, out_grads, stream
     )

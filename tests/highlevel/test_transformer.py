@@ -243,7 +243,7 @@ def test_norm_forward_valid_calls_reach_the_graph(guarded, kwargs, rms):
 STAT = (4, 6, 1)
 
 
-def _ln_grad(dy=None, x=None, mean="ok", inv=None, ns=64, gamma=None):
+def _ln_grad(dy=None, x=None, mean="ok", inv=None, ns=64, gamma=None, **kw):
     return pycudnn.dnn_layer_norm_grad(
         Fake(X) if dy is None else dy,
         Fake(X) if x is None else x,
@@ -251,16 +251,18 @@ def _ln_grad(dy=None, x=None, mean="ok", inv=None, ns=64, gamma=None):
         Fake(STAT) if inv is None else inv,
         ns,
         gamma,
+        **kw,
     )
 
 
-def _rms_grad(dy=None, x=None, mean=None, inv=None, ns=64, gamma=None):
+def _rms_grad(dy=None, x=None, mean=None, inv=None, ns=64, gamma=None, **kw):
     return pycudnn.dnn_rms_norm_grad(
         Fake(X) if dy is None else dy,
         Fake(X) if x is None else x,
         Fake(STAT) if inv is None else inv,
         ns,
         gamma,
+        **kw,
     )
 
 
@@ -313,6 +315,76 @@ def test_norm_backward_valid_calls_reach_the_graph(guarded, rms):
             kw.pop("mean", None)
         with pytest.raises(CCall):
             (_rms_grad if rms else _ln_grad)(**kw)
+
+
+def _stats_kw(rms, *arrays):
+    names = ("out_invrms",) if rms else ("out_mean", "out_invstd")
+    return dict(zip(names, arrays, strict=False))
+
+
+NORM_STATS_BAD = [
+    (dict(training=False), ValueError, "written only with training=True"),
+    (dict(dt=F16), TypeError, "is float16, expected float32"),
+    (dict(shape=(4, 6)), ValueError, "has shape (4, 6), expected (4, 6, 1)"),
+    (dict(strides=(1, 4, 1)), ValueError, "must be contiguous (4, 6, 1)"),
+    (dict(device=1), ValueError, "is on device 1"),
+]
+
+
+@pytest.mark.parametrize(("bad", "exc", "fragment"), NORM_STATS_BAD)
+@pytest.mark.parametrize("rms", [False, True], ids=["layer", "rms"])
+def test_norm_given_statistics_are_checked_by_name(guarded, bad, exc, fragment, rms):
+    """``out_mean`` / ``out_invstd`` / ``out_invrms``: float32, the statistics' shape,
+    contiguous, on x's device, and only when training."""
+    bad = dict(bad)
+    training = bad.pop("training", True)
+    shape = bad.pop("shape", STAT)
+    stat = Fake(shape, bad.pop("dt", F32), **bad)
+    kw = _stats_kw(rms, stat, Fake(STAT)) if not rms else _stats_kw(rms, stat)
+    func, call = ("dnn_rms_norm", _rms) if rms else ("dnn_layer_norm", _ln)
+    e = _raises(exc, (func, fragment), call, gamma=Fake((64,)), training=training, **kw)
+    if "training" not in fragment:
+        assert ("out_invrms" if rms else "out_mean") in str(e)
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layer", "rms"])
+def test_norm_given_statistics_reach_the_graph(guarded, rms):
+    kw = _stats_kw(rms, Fake(STAT), Fake(STAT))
+    with pytest.raises(CCall):
+        (_rms if rms else _ln)(gamma=Fake((64,)), out=Fake(X), **kw)
+
+
+def _grads(rms, dx=None, dg=None, db=None):
+    out = (Fake(X) if dx is None else dx, Fake((64,)) if dg is None else dg)
+    return out if rms else (*out, Fake((64,)) if db is None else db)
+
+
+NORM_GRADS_BAD = [
+    (dict(out_grads=Fake(X)), TypeError, "out_grads must be None or (dx, dgamma"),
+    (dict(gamma=None), ValueError, "out_grads needs gamma"),
+    (dict(dx=Fake((4, 6, 63))), ValueError, "out_grads[0] has shape (4, 6, 63)"),
+    (dict(dx=Fake(X, F16)), TypeError, "out_grads[0] is float16, expected float32"),
+    (dict(dx=Fake(X, strides=(1, 4, 24))), ValueError, "out_grads[0] must be contiguous"),
+    (dict(dg=Fake((64,), BF16)), TypeError, "out_grads[1] is bfloat16, expected float32"),
+    (dict(dg=Fake((64,), device=1)), ValueError, "out_grads[1] is on device 1"),
+]
+
+
+@pytest.mark.parametrize(("bad", "exc", "fragment"), NORM_GRADS_BAD)
+@pytest.mark.parametrize("rms", [False, True], ids=["layer", "rms"])
+def test_norm_given_gradients_are_checked_by_name(guarded, bad, exc, fragment, rms):
+    """``out_grads``: (dx, dgamma[, dbeta]) with gamma given, each checked by its place."""
+    bad = dict(bad)
+    gamma = bad.pop("gamma", Fake((64,)))
+    grads = bad.pop("out_grads", None) or _grads(rms, **bad)
+    func = "dnn_rms_norm_grad" if rms else "dnn_layer_norm_grad"
+    _raises(exc, (func, fragment), _rms_grad if rms else _ln_grad, gamma=gamma, out_grads=grads)
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layer", "rms"])
+def test_norm_given_gradients_reach_the_graph(guarded, rms):
+    with pytest.raises(CCall):
+        (_rms_grad if rms else _ln_grad)(gamma=Fake((64,)), out_grads=_grads(rms))
 
 
 # ==================================================================================================

@@ -310,6 +310,44 @@ def test_rms_norm_forward_backward(dt, shape, nn, layout, params):
 
 
 @pytest.mark.parametrize("dt", ["bf16", "fp32"])
+@pytest.mark.parametrize("rms", [False, True], ids=["layer", "rms"])
+def test_norms_given_statistics_and_gradients(dt, rms):
+    """``out_mean``/``out_invstd``/``out_invrms`` and ``out_grads`` (NaN-poisoned) are written
+    with the references' numbers, twice (a repeated call runs the cached entry on them)."""
+    shape, nn, eps = (3, 40, 256), 1, 1e-5
+    ns = shape[-1:]
+    x, x64 = dev(rng.standard_normal(shape) * 2 + 0.5, dt)
+    gamma, g64 = dev(rng.standard_normal(ns), dt)
+    beta, b64 = dev(rng.standard_normal(ns), dt)
+    out = poisoned(shape, dt)
+    stats = tuple(poisoned((3, 40, 1), "fp32") for _ in range(1 if rms else 2))
+    for _ in range(2):
+        if rms:
+            got = pycudnn.dnn_rms_norm(x, ns, gamma, eps, out=out, out_invrms=stats[0])
+        else:
+            got = pycudnn.dnn_layer_norm(
+                x, ns, gamma, beta, eps, out=out, out_mean=stats[0], out_invstd=stats[1]
+            )
+        assert got[0] is out and all(g is s for g, s in zip(got[1:], stats, strict=True))
+    want = rms_norm_ref(x64, nn, g64, eps) if rms else layer_norm_ref(x64, nn, g64, b64, eps)
+    assert max_err(host(out), want[0]) <= TOL[dt]
+    for s, w in zip(stats, want[1:], strict=True):
+        assert max_err(host(s), w) <= 1e-4
+    dy, dy64 = dev(rng.standard_normal(shape), dt)
+    grads = (poisoned(shape, dt), *(poisoned(ns, dt) for _ in range(1 if rms else 2)))
+    for _ in range(2):
+        if rms:
+            got = pycudnn.dnn_rms_norm_grad(dy, x, stats[0], ns, gamma, out_grads=grads)
+        else:
+            got = pycudnn.dnn_layer_norm_grad(dy, x, *stats, ns, gamma, out_grads=grads)
+        assert all(g is w for g, w in zip(got, grads, strict=True))
+    ref = rms_norm_grad_ref(dy64, x64, nn, g64, eps) if rms else layer_norm_grad_ref(
+        dy64, x64, nn, g64, eps)  # fmt: skip
+    for g, w in zip(grads, ref, strict=True):
+        assert max_err(host(g), w) <= 2 * TOL[dt]
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
 def test_norms_against_torch(dt):
     torch = _torch()
     if torch is None:
