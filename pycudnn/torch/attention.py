@@ -32,6 +32,7 @@ __all__ = [
     "op_sdpa",
     "op_sdpa_grad",
     "scaled_dot_product_attention",
+    "sdpa_run",
 ]
 
 
@@ -59,36 +60,42 @@ def _backward_slow(ops, causal, scale, det, grads, s) -> None:
     dnn_sdpa_grad(*ops, None, causal, scale, deterministic=det, out_grads=grads, stream=s)
 
 
+def sdpa_run(q, k, v, mask, causal, scale, p, seed, grad) -> tuple[torch.Tensor, Any]:
+    """``(out, stats)`` of ``dnn_sdpa`` (stats None unless *grad*): cuDNN's training variant
+    when a gradient is wanted or dropout is on, else the inference variant. Without a mask or
+    dropout (a causal LLM's attention) the call takes the lean path (:mod:`._lean`: every
+    output allocated here, the entry bound to the operands' signature)."""
+    ready()
+    out = attention_out(q, v.shape[3])
+    s = stream_of(q)
+    if mask is None and p == 0.0:
+        stats = None
+        if grad:
+            b, h, sq = q.shape[:3]
+            stats = torch.empty((b, h, sq, 1), dtype=torch.float32, device=q.device)
+            ops: tuple = (q, k, v, out, stats)
+        else:
+            ops = (q, k, v, out)
+        tag = (_FWD, causal, scale, grad)
+        _lean.launch(tag, ops, s, _forward_slow, q, k, v, causal, scale, out, stats, s)
+        return out, stats
+    r = dnn_sdpa(q, k, v, mask, causal, scale, p, seed, grad or p > 0.0, out=out, stream=s)
+    return out, (to_torch(r[1]) if grad else None)
+
+
 class SDPAFn(torch.autograd.Function):
     """``dnn_sdpa`` / ``dnn_sdpa_grad`` on 4-D ``(B, H, S, D)`` operands, with an optional
     additive *mask* ``(B|1, H|1, S_q, S_kv)`` in q's dtype (:func:`attention_bias`; its
     gradient only for a ``(1, H, S_q, S_kv)`` one, the shape cuDNN computes it for).
 
-    The forward runs cuDNN's training variant (which also returns the softmax statistics) when
-    a gradient is wanted or dropout is on, the inference variant otherwise. With dropout the
-    backward passes the forward's *seed*, so cuDNN regenerates the same mask. Without a mask
-    or dropout (a causal LLM's attention) both directions take the lean path (:mod:`._lean`:
-    every output allocated here, the entry bound to the operands' signature), with none the
-    public functions' per-call keying of each operand."""
+    The forward is :func:`sdpa_run`. With dropout the backward passes the forward's *seed*, so
+    cuDNN regenerates the same mask. Without a mask or dropout (a causal LLM's attention) the
+    backward takes the lean path too, with none of the public function's per-call keying of
+    each operand."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, causal, scale, p, seed, grad):
-        ready()
-        out = attention_out(q, v.shape[3])
-        s = stream_of(q)
-        if mask is None and p == 0.0:
-            stats = None
-            if grad:
-                b, h, sq = q.shape[:3]
-                stats = torch.empty((b, h, sq, 1), dtype=torch.float32, device=q.device)
-                ops: tuple = (q, k, v, out, stats)
-            else:
-                ops = (q, k, v, out)
-            tag = (_FWD, causal, scale, grad)
-            _lean.launch(tag, ops, s, _forward_slow, q, k, v, causal, scale, out, stats, s)
-        else:
-            r = dnn_sdpa(q, k, v, mask, causal, scale, p, seed, grad or p > 0.0, out=out, stream=s)
-            stats = to_torch(r[1]) if grad else None
+        out, stats = sdpa_run(q, k, v, mask, causal, scale, p, seed, grad)
         if grad:
             ctx.save_for_backward(q, k, v, out, stats, mask)
             ctx.cfg = (causal, scale, p, seed)
@@ -468,7 +475,10 @@ def scaled_dot_product_attention(
     else:
         seed = int(torch.randint(0, 2**62, (1,)).item()) if p > 0.0 else None
         mask, rows = (None, None) if attn_mask is None else attention_bias(attn_mask, q, k)
-        out = SDPAFn.apply(q, k, v, mask, causal, sc, p, seed, grad)
+        if grad:
+            out = SDPAFn.apply(q, k, v, mask, causal, sc, p, seed, True)
+        else:  # no autograd node: the launch alone
+            out = sdpa_run(q, k, v, mask, causal, sc, p, seed, False)[0]
         if rows is not None:  # fully masked rows: 0, as torch's function gives them
             out = out * rows
     if len(lead) != 1:

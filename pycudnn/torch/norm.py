@@ -12,6 +12,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_layer_norm, dnn_layer_norm_grad, dnn_rms_norm, dnn_rms_norm_grad
+from . import _lean
 from ._compile import compiling, define
 from ._module import Converted, float_params
 from ._runtime import (
@@ -30,29 +31,90 @@ __all__ = [
     "LayerNormFn",
     "RMSNorm",
     "RMSNormFn",
+    "layer_norm_run",
     "norm_forward",
     "op_layer_norm",
     "op_layer_norm_grad",
     "op_rms_norm",
     "op_rms_norm_grad",
+    "rms_norm_run",
 ]
 
 
+_LN, _LN_GRAD, _RMS, _RMS_GRAD = "layer_norm", "layer_norm_grad", "rms_norm", "rms_norm_grad"
+
+
+def _stat(x: torch.Tensor, nn_: int) -> torch.Tensor:
+    """An empty float32 statistic of *x* normalized over its last *nn_* dims:
+    ``(*lead, 1, ..., 1)``, as the high level lays it out."""
+    return torch.empty(
+        (*x.shape[: x.dim() - nn_], *(1,) * nn_), dtype=torch.float32, device=x.device
+    )
+
+
+def _ln_slow(x, shape, w, b, eps, grad, y, mean, inv, s) -> None:
+    dnn_layer_norm(x, shape, w, b, eps, training=grad, out=y, out_mean=mean, out_invstd=inv,
+                   stream=s)  # fmt: skip
+
+
+def _ln_grad_slow(dy, x, mean, inv, shape, w, grads, s) -> None:
+    dnn_layer_norm_grad(dy, x, mean, inv, shape, w, out_grads=grads, stream=s)
+
+
+def _rms_slow(x, shape, w, eps, grad, y, inv, s) -> None:
+    dnn_rms_norm(x, shape, w, eps, training=grad, out=y, out_invrms=inv, stream=s)
+
+
+def _rms_grad_slow(dy, x, inv, shape, w, grads, s) -> None:
+    dnn_rms_norm_grad(dy, x, inv, shape, w, out_grads=grads, stream=s)
+
+
+def layer_norm_run(x, w, b, shape, eps, grad) -> tuple[torch.Tensor, Any, Any]:
+    """``(y, mean, invstd)`` of ``dnn_layer_norm`` (the statistics None unless *grad*). With
+    both parameters given every output is allocated here and the call is bound to its
+    signature (:mod:`._lean`); without one, the public function's stand-ins run it."""
+    ready()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    s = stream_of(x)
+    if w is None or b is None:
+        _, mean, inv = dnn_layer_norm(x, shape, w, b, eps, training=grad, out=y, stream=s)
+        return y, (to_torch(mean) if grad else None), (to_torch(inv) if grad else None)
+    mean = inv = None
+    if grad:
+        mean, inv = _stat(x, len(shape)), _stat(x, len(shape))
+        ops: tuple = (x, w, b, y, mean, inv)
+    else:
+        ops = (x, w, b, y)
+    _lean.launch((_LN, shape, eps, grad), ops, s, _ln_slow, x, shape, w, b, eps, grad, y, mean,
+                 inv, s)  # fmt: skip
+    return y, mean, inv
+
+
+def rms_norm_run(x, w, shape, eps, grad) -> tuple[torch.Tensor, Any]:
+    """``(y, invrms)`` of ``dnn_rms_norm`` (invrms None unless *grad*), bound to its signature
+    as :func:`layer_norm_run` (with a weight)."""
+    ready()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    s = stream_of(x)
+    if w is None:
+        _, inv = dnn_rms_norm(x, shape, w, eps, training=grad, out=y, stream=s)
+        return y, (to_torch(inv) if grad else None)
+    inv = _stat(x, len(shape)) if grad else None
+    ops = (x, w, y, inv) if grad else (x, w, y)
+    _lean.launch((_RMS, shape, eps, grad), ops, s, _rms_slow, x, shape, w, eps, grad, y, inv, s)
+    return y, inv
+
+
 class LayerNormFn(torch.autograd.Function):
-    """``dnn_layer_norm`` (cuDNN's training phase when a gradient is wanted, else its inference
-    phase, which keeps no statistics) and ``dnn_layer_norm_grad``. *w* and *b* may be None
-    (``elementwise_affine=False``, ``bias=False``)."""
+    """``dnn_layer_norm`` (cuDNN's training phase) and ``dnn_layer_norm_grad``, through
+    :func:`layer_norm_run`. *w* and *b* may be None (``elementwise_affine=False``,
+    ``bias=False``)."""
 
     @staticmethod
-    def forward(ctx, x, w, b, shape, eps, grad):
-        ready()
-        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        _, mean, invstd = dnn_layer_norm(
-            x, shape, w, b, eps, training=grad, out=y, stream=stream_of(x)
-        )
-        if grad:
-            ctx.save_for_backward(x, w, to_torch(mean), to_torch(invstd))
-            ctx.cfg = (shape, b is not None)
+    def forward(ctx, x, w, b, shape, eps):
+        y, mean, invstd = layer_norm_run(x, w, b, shape, eps, True)
+        ctx.save_for_backward(x, w, mean, invstd)
+        ctx.cfg = (shape, b is not None)
         return y
 
     @staticmethod
@@ -61,30 +123,38 @@ class LayerNormFn(torch.autograd.Function):
         x, w, mean, invstd = ctx.saved_tensors
         shape, has_bias = ctx.cfg
         dy = dense(dy)
-        dx, dw, db = dnn_layer_norm_grad(dy, x, mean, invstd, shape, w, stream=stream_of(dy))
         need = ctx.needs_input_grad
+        s = stream_of(dy)
+        if w is not None and has_bias:
+            grads = (torch.empty(x.shape, dtype=x.dtype, device=x.device),
+                     torch.empty_like(w), torch.empty_like(w))  # fmt: skip
+            ops = (dy, x, w, mean, invstd, *grads)
+            _lean.launch((_LN_GRAD, shape), ops, s, _ln_grad_slow, dy, x, mean, invstd, shape, w,
+                         grads, s)  # fmt: skip
+            dx, dw, db = grads
+        else:
+            dx, dw, db = (
+                None if a is None else to_torch(a)
+                for a in dnn_layer_norm_grad(dy, x, mean, invstd, shape, w, stream=s)
+            )
         return (
-            to_torch(dx) if need[0] else None,
-            to_torch(dw) if need[1] and dw is not None else None,
-            to_torch(db) if need[2] and has_bias and db is not None else None,
-            None,
+            dx if need[0] else None,
+            dw if need[1] else None,
+            db if need[2] and has_bias else None,
             None,
             None,
         )
 
 
 class RMSNormFn(torch.autograd.Function):
-    """``dnn_rms_norm`` (training phase when a gradient is wanted) and ``dnn_rms_norm_grad``;
-    *w* may be None."""
+    """``dnn_rms_norm`` (training phase) and ``dnn_rms_norm_grad``, through
+    :func:`rms_norm_run`; *w* may be None."""
 
     @staticmethod
-    def forward(ctx, x, w, shape, eps, grad):
-        ready()
-        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        _, invrms = dnn_rms_norm(x, shape, w, eps, training=grad, out=y, stream=stream_of(x))
-        if grad:
-            ctx.save_for_backward(x, w, to_torch(invrms))
-            ctx.shape = shape
+    def forward(ctx, x, w, shape, eps):
+        y, invrms = rms_norm_run(x, w, shape, eps, True)
+        ctx.save_for_backward(x, w, invrms)
+        ctx.shape = shape
         return y
 
     @staticmethod
@@ -92,15 +162,17 @@ class RMSNormFn(torch.autograd.Function):
     def backward(ctx, dy):
         x, w, invrms = ctx.saved_tensors
         dy = dense(dy)
-        dx, dw = dnn_rms_norm_grad(dy, x, invrms, ctx.shape, w, stream=stream_of(dy))
+        s = stream_of(dy)
+        if w is not None:
+            grads = (torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty_like(w))
+            ops = (dy, x, w, invrms, *grads)
+            _lean.launch((_RMS_GRAD, ctx.shape), ops, s, _rms_grad_slow, dy, x, invrms,
+                         ctx.shape, w, grads, s)  # fmt: skip
+            dx, dw = grads
+        else:
+            dx, dw = to_torch(dnn_rms_norm_grad(dy, x, invrms, ctx.shape, w, stream=s)[0]), None
         need = ctx.needs_input_grad
-        return (
-            to_torch(dx) if need[0] else None,
-            to_torch(dw) if need[1] and dw is not None else None,
-            None,
-            None,
-            None,
-        )
+        return dx if need[0] else None, dw if need[1] else None, None, None
 
 
 # -- torch.compile: the four calls as pycudnn:: custom ops -----------------------------------------
@@ -279,9 +351,13 @@ def norm_forward(m: nn.Module, x: torch.Tensor, rms: bool, fallback: Callable) -
             return op_rms_norm(x, w, list(ns), float(eps), grad)[0]
         bc = None if b is None else b.contiguous()
         return op_layer_norm(x, w, bc, list(ns), float(eps), grad)[0]
+    b = None if b is None else b.contiguous()
+    if not grad:  # no autograd node: the launch alone
+        return rms_norm_run(x, w, ns, float(eps), False)[0] if rms else (
+            layer_norm_run(x, w, b, ns, float(eps), False)[0])  # fmt: skip
     if rms:
-        return RMSNormFn.apply(x, w, ns, float(eps), grad)
-    return LayerNormFn.apply(x, w, None if b is None else b.contiguous(), ns, float(eps), grad)
+        return RMSNormFn.apply(x, w, ns, float(eps))
+    return LayerNormFn.apply(x, w, b, ns, float(eps))
 
 
 class _NormRule(Converted):

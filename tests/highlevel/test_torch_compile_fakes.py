@@ -61,7 +61,9 @@ def _rows(x, shape):
 
 
 @_bound(hl.dnn_layer_norm)
-def fake_layer_norm(x, normalized_shape, gamma, beta, epsilon, training, out, **_):
+def fake_layer_norm(
+    x, normalized_shape, gamma, beta, epsilon, training, out, out_mean, out_invstd, **_
+):
     dims = _rows(x, normalized_shape)
     xf = x.float()
     mean = xf.mean(dims, keepdim=True)
@@ -70,11 +72,18 @@ def fake_layer_norm(x, normalized_shape, gamma, beta, epsilon, training, out, **
     y = y if gamma is None else y * gamma.float()
     y = y if beta is None else y + beta.float()
     out.copy_(y.to(x.dtype))
+    mean = mean if out_mean is None else out_mean.copy_(mean)
+    invstd = invstd if out_invstd is None else out_invstd.copy_(invstd)
     return (out, mean, invstd) if training else (out, None, None)
 
 
 @_bound(hl.dnn_layer_norm_grad)
-def fake_layer_norm_grad(dy, x, mean, inv_std, normalized_shape, gamma, **_):
+def fake_layer_norm_grad(dy, x, mean, inv_std, normalized_shape, gamma, out_grads, **_):
+    got = _layer_norm_grad(dy, x, normalized_shape, gamma)
+    return _given(got, out_grads)
+
+
+def _layer_norm_grad(dy, x, normalized_shape, gamma):
     ns = tuple(normalized_shape)
     if gamma is None:
         (dx,) = _vjp(lambda t: F.layer_norm(t.float(), ns, None, None, 1e-5), (x,), dy.float())
@@ -89,9 +98,10 @@ def fake_layer_norm_grad(dy, x, mean, inv_std, normalized_shape, gamma, **_):
 
 
 @_bound(hl.dnn_rms_norm)
-def fake_rms_norm(x, normalized_shape, gamma, epsilon, training, out, **_):
+def fake_rms_norm(x, normalized_shape, gamma, epsilon, training, out, out_invrms, **_):
     dims = _rows(x, normalized_shape)
     inv = torch.rsqrt(x.float().pow(2).mean(dims, keepdim=True) + epsilon)
+    inv = inv if out_invrms is None else out_invrms.copy_(inv)
     y = x.float() * inv
     out.copy_((y if gamma is None else y * gamma.float()).to(x.dtype))
     return (out, inv) if training else (out, None)
@@ -104,11 +114,19 @@ def _rms(t, ns, g):
 
 
 @_bound(hl.dnn_rms_norm_grad)
-def fake_rms_norm_grad(dy, x, inv_rms, normalized_shape, gamma, **_):
+def fake_rms_norm_grad(dy, x, inv_rms, normalized_shape, gamma, out_grads, **_):
     ns = tuple(normalized_shape)
     if gamma is None:
         return _vjp(lambda t: _rms(t, ns, None), (x,), dy)[0], None
-    return _vjp(lambda t, g: _rms(t, ns, g), (x, gamma), dy)
+    got = _vjp(lambda t, g: _rms(t, ns, g), (x, gamma), dy)
+    return _given(got, out_grads)
+
+
+def _given(got, out_grads):
+    """*got* written into *out_grads* when given (the functions' ``out_grads=``)."""
+    if out_grads is None:
+        return got
+    return tuple(o.copy_(g) for o, g in zip(out_grads, got, strict=True))
 
 
 def _vjp(f, primals, ct):
@@ -459,6 +477,52 @@ def test_eager_never_calls_the_ops(monkeypatch):
     model = pt.convert(CNN().double(), strict=True)
     _step(model, torch.randn(8, 3, 16, 16, dtype=torch.float64))
     assert not entered and "dnn_conv" in base.CALLS
+
+
+@pytest.mark.parametrize(
+    ("make", "given"),
+    [
+        (lambda: nn.LayerNorm(16), True),  # both parameters: every output given (lean path)
+        (lambda: nn.LayerNorm(16, bias=False), False),
+        (lambda: nn.LayerNorm((4, 16), elementwise_affine=False), False),
+        (lambda: nn.RMSNorm(16), True),
+        (lambda: nn.RMSNorm(16, elementwise_affine=False), False),
+    ],
+    ids=["ln", "ln-nobias", "ln-noaffine", "rms", "rms-noaffine"],
+)
+def test_eager_norms_match_torch_and_give_every_output(monkeypatch, make, given):
+    """Eager norms (forward, then backward, twice) equal torch's; with every parameter the
+    adapter allocates the statistics and gradients itself (``out_mean``/``out_invstd``/
+    ``out_invrms`` and ``out_grads``), which is what binds the call to its signature."""
+    if not hasattr(nn, "RMSNorm") and make().__class__.__name__ == "RMSNorm":
+        pytest.skip("torch.nn.RMSNorm needs torch >= 2.4")
+    seen = []
+    for name in ("dnn_layer_norm", "dnn_layer_norm_grad", "dnn_rms_norm", "dnn_rms_norm_grad"):
+        fake = getattr(norm, name)
+        keys = ("out_grads",) if name.endswith("grad") else ("out_mean", "out_invrms")
+
+        def spy(*a, _f=fake, _n=name, _k=keys, **kw):
+            if kw.get("training", True):  # (an inference phase keeps no statistics)
+                seen.append((_n, any(kw.get(k) is not None for k in _k)))
+            return _f(*a, **kw)
+
+        monkeypatch.setattr(norm, name, spy)
+    torch.manual_seed(0)
+    ref = make()  # float32: a dtype the norms take
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.normal_()
+    mine = pt.convert(copy.deepcopy(ref), strict=True)
+    for _ in range(2):
+        x = torch.randn(3, 4, 16, requires_grad=True)
+        dy = torch.randn(3, 4, 16)
+        want = torch.autograd.grad(ref(x), (x, *ref.parameters()), dy)
+        got = torch.autograd.grad(mine(x), (x, *mine.parameters()), dy)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+        with torch.no_grad():
+            torch.testing.assert_close(mine(x), ref(x), rtol=1e-5, atol=1e-5)
+    assert len(seen) == 4 and all(g == given for _n, g in seen), seen
 
 
 def test_eager_only_modules_still_compile():
