@@ -18,7 +18,9 @@ from .activation import (
 )
 from .attention import scaled_dot_product_attention as scaled_dot_product_attention
 from .attention_scope import (
+    AttentionCalls as AttentionCalls,
     AttentionRoute as AttentionRoute,
+    attention_calls as attention_calls,
     register_transformers as register_transformers,
     use_cudnn_attention as use_cudnn_attention,
 )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,7 +32,9 @@ from torch.nn import functional as F
 from . import attention
 
 __all__ = [
+    "AttentionCalls",
     "AttentionRoute",
+    "attention_calls",
     "register_transformers",
     "transformers_attention",
     "use_cudnn_attention",
@@ -45,18 +48,124 @@ _compiling: Callable[[], bool] = getattr(torch.compiler, "is_compiling", lambda:
 
 
 class AttentionRoute:
-    """The calls of ``torch.nn.functional.scaled_dot_product_attention`` made while a
-    :func:`use_cudnn_attention` scope was active: ``cudnn`` ran pycudnn's fused attention,
-    ``torch`` torch's own function. Calls inside ``torch.compile``'d code are not counted."""
+    """Counts of attention calls by where they ran: ``cudnn`` (pycudnn's fused attention) and
+    ``torch`` (torch's own function).
+
+    What :func:`use_cudnn_attention` yields: the calls of
+    ``torch.nn.functional.scaled_dot_product_attention`` made while that scope was active (from
+    any thread). :func:`attention_calls` gives one per route, process-wide. Calls inside
+    ``torch.compile``'d code are not counted (a traced increment would count compilations).
+
+    Parameters
+    ----------
+    cudnn, torch : int
+        The starting counts.
+
+    Attributes
+    ----------
+    cudnn : int
+        Calls pycudnn ran on cuDNN.
+    torch : int
+        Calls handed to torch's own function (what pycudnn does not run: see
+        :func:`~pycudnn.torch.scaled_dot_product_attention`).
+    """
 
     __slots__ = ("cudnn", "torch")
 
-    def __init__(self) -> None:
-        self.cudnn = 0
-        self.torch = 0
+    def __init__(self, cudnn: int = 0, torch: int = 0) -> None:
+        self.cudnn = cudnn
+        self.torch = torch
 
     def __repr__(self) -> str:
         return f"AttentionRoute(cudnn={self.cudnn}, torch={self.torch})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AttentionRoute):
+            return NotImplemented
+        return (self.cudnn, self.torch) == (other.cudnn, other.torch)
+
+
+#: the process-wide counts per route (module globals: one attribute increment per call, no lock;
+#: threads counting at the same moment may lose an increment)
+_SCOPE = AttentionRoute()
+_TRANSFORMERS = AttentionRoute()
+
+
+@dataclass(frozen=True, repr=False)
+class AttentionCalls:
+    """Attention calls per route since the process began (or the last
+    ``attention_calls(reset=True)``): a snapshot, from :func:`attention_calls`.
+    ``str(calls)`` is a table.
+
+    Attributes
+    ----------
+    scope : AttentionRoute
+        Calls of ``torch.nn.functional.scaled_dot_product_attention`` inside
+        :func:`use_cudnn_attention` scopes (each call once, however many scopes are active).
+    transformers : AttentionRoute
+        Calls of transformers' ``attn_implementation="pycudnn"``
+        (:func:`register_transformers`). Such a call that runs torch's function inside a
+        scope is counted by the scope too (its fallback is the routed attribute).
+    """
+
+    scope: AttentionRoute
+    transformers: AttentionRoute
+
+    def __repr__(self) -> str:
+        return f"AttentionCalls(scope={self.scope!r}, transformers={self.transformers!r})"
+
+    def __str__(self) -> str:
+        rows = [
+            ("route", "cudnn", "torch"),
+            ("use_cudnn_attention()", str(self.scope.cudnn), str(self.scope.torch)),
+            (
+                f'attn_implementation="{NAME}"',
+                str(self.transformers.cudnn),
+                str(self.transformers.torch),
+            ),
+        ]
+        w = [max(len(r[i]) for r in rows) for i in range(3)]
+        return "\n".join(f"{a:<{w[0]}}  {b:>{w[1]}}  {c:>{w[2]}}" for a, b, c in rows)
+
+
+def attention_calls(*, reset: bool = False) -> AttentionCalls:
+    """How many attention calls each of the adapter's routes sent to cuDNN and to torch's
+    function, process-wide.
+
+    The routes are :func:`use_cudnn_attention` (the calls of
+    ``torch.nn.functional.scaled_dot_product_attention`` while a scope is active; each scope
+    also counts its own, in the :class:`AttentionRoute` it yields) and transformers'
+    ``attn_implementation="pycudnn"`` (:func:`register_transformers`). The counters are plain
+    increments on the call path (no lock: threads counting at the same moment may lose one);
+    calls inside ``torch.compile``'d code are not counted.
+
+    Parameters
+    ----------
+    reset : bool
+        Zero the counters after reading them.
+
+    Returns
+    -------
+    AttentionCalls
+        A snapshot: ``calls.scope`` and ``calls.transformers``, each an
+        :class:`AttentionRoute` (``cudnn``, ``torch``); ``print(calls)`` shows a table.
+
+    Examples
+    --------
+    >>> out = model.generate(**inputs, max_new_tokens=8)  # doctest: +SKIP
+    >>> print(pycudnn.torch.attention_calls(reset=True))  # doctest: +SKIP
+    route                          cudnn  torch
+    use_cudnn_attention()              0      0
+    attn_implementation="pycudnn"    192      0
+    """
+    calls = AttentionCalls(
+        AttentionRoute(_SCOPE.cudnn, _SCOPE.torch),
+        AttentionRoute(_TRANSFORMERS.cudnn, _TRANSFORMERS.torch),
+    )
+    if reset:
+        for r in (_SCOPE, _TRANSFORMERS):
+            r.cudnn = r.torch = 0
+    return calls
 
 
 # The patch's state, changed only under _LOCK when a scope begins or ends (never per call):
@@ -70,10 +179,13 @@ _TORCH_SDPA: Callable[..., torch.Tensor] = F.scaled_dot_product_attention
 def _count(cudnn: bool) -> None:
     if _compiling():  # a traced increment would count compilations, not calls
         return
-    for r in _ROUTES:
-        if cudnn:
+    if cudnn:
+        _SCOPE.cudnn += 1
+        for r in _ROUTES:
             r.cudnn += 1
-        else:
+    else:
+        _SCOPE.torch += 1
+        for r in _ROUTES:
             r.torch += 1
 
 
@@ -150,7 +262,8 @@ def use_cudnn_attention() -> Iterator[AttentionRoute]:
     ------
     AttentionRoute
         Counters of this scope's calls: ``route.cudnn`` (pycudnn ran them) and ``route.torch``
-        (torch's function did). Calls traced by ``torch.compile`` are not counted.
+        (torch's function did). Calls traced by ``torch.compile`` are not counted. The
+        process-wide count of every scope's calls is :func:`attention_calls`.
 
     Notes
     -----
@@ -221,6 +334,11 @@ def transformers_attention(
     -------
     tuple of (torch.Tensor, None)
         The attention output ``(B, S_q, H_q, Dv)``, contiguous, and no attention weights.
+
+    Notes
+    -----
+    Each call is counted, as run on cuDNN or by torch's function, in
+    ``attention_calls().transformers`` (:func:`attention_calls`).
     """
     groups = int(getattr(module, "num_key_value_groups", 1))
     gqa = groups > 1 and attention_mask is None and _TORCH_GQA
@@ -228,6 +346,14 @@ def transformers_attention(
         key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
+    ops = _cudnn_operands(query, key, value, attention_mask, dropout, gqa)
+    if ops is not None:
+        query, key, value = ops  # autocast's casts made once
+    if not _compiling():
+        if ops is None:
+            _TRANSFORMERS.torch += 1
+        else:
+            _TRANSFORMERS.cudnn += 1
     out = attention.scaled_dot_product_attention(
         query, key, value, attention_mask, dropout, causal, scaling, gqa
     )
