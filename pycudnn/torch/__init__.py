@@ -32,6 +32,10 @@ Design decisions
 * **Attention for unmodified models**: :func:`use_cudnn_attention` routes
   ``torch.nn.functional.scaled_dot_product_attention`` to pycudnn's; :func:`register_transformers`
   adds ``attn_implementation="pycudnn"`` to HuggingFace transformers.
+* **What it did is public**: :func:`conversion_report` (per module: converted, fused into which
+  chain, or left alone and why), :func:`fusions` and :func:`programs` (the chains found, and what
+  each fused region runs per input signature), :func:`attention_calls` (per attention route, the
+  calls that ran cuDNN and those handed to torch).
 * **torch's current stream, torch's memory.** Every call passes torch's current stream (no
   synchronisation is added). On first use the adapter installs :class:`TorchMemoryResource` as
   pycudnn's memory resource (unless another non-default resource is installed, or
@@ -59,10 +63,10 @@ rule for what cuDNN can run: :mod:`.conv`, :mod:`.linear`, :mod:`.pool`, :mod:`.
 :mod:`.activation`, :mod:`.softmax`, :mod:`.dropout`, :mod:`.lrn`, :mod:`.norm`, :mod:`.rnn`,
 :mod:`.attention`, :mod:`.conv_transpose`, :mod:`.loss`; each also registers its custom ops
 through :mod:`._compile`. :mod:`.fuse` (the fx pass) and :mod:`.fused` (the fused modules),
-:mod:`.attention_scope` (the routing scope, the transformers registration), :mod:`._lean` (the
-lean call path). :mod:`._convert` asks those classes (private: a submodule named ``convert``
-would be bound over the function :func:`convert` once imported); :mod:`._runtime` holds torch's
-stream and memory.
+:mod:`.attention_scope` (the routing scope, the transformers registration, the attention
+counters), :mod:`.report` (the conversion report), :mod:`._lean` (the lean call path).
+:mod:`._convert` asks those classes (private: a submodule named ``convert`` would be bound over
+the function :func:`convert` once imported); :mod:`._runtime` holds torch's stream and memory.
 The public names are declared once, in ``__init__.pyi``.
 """
 

@@ -43,6 +43,11 @@ from ._convert import (
 from .dropout import Dropout as Dropout
 from .fuse import fusions as fusions, programs as programs
 from .region import use_programs as use_programs
+from .report import (
+    ConversionReport as ConversionReport,
+    ModuleConversion as ModuleConversion,
+    conversion_report as conversion_report,
+)
 from .linear import Linear as Linear
 from .loss import CrossEntropyLoss as CrossEntropyLoss
 from .lrn import LocalResponseNorm as LocalResponseNorm

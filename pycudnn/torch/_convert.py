@@ -10,6 +10,7 @@ families below and asks them.
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -62,6 +63,40 @@ _CLASSES: dict[type[nn.Module], type[Converted]] = {
 }
 _BACK = {twin: base for base, twin in _CLASSES.items()}
 
+# the modules convert's *exclude* kept as they are (conversion_report says so), until they are
+# converted or converted back
+EXCLUDED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+_ADAPTIVE = (
+    "adaptive pooling: its windows follow the input's size, cuDNN's pooling takes fixed ones"
+)
+_NO_MODE = "cuDNN's activation modes (relu, sigmoid, tanh, clipped relu, elu, swish) lack it"
+# why convert leaves a class it does not replace alone: torch.nn's by name, others by
+# "module.qualname" (no import of the library that defines them)
+_NOT_CONVERTED = {
+    **dict.fromkeys((f"Adaptive{k}Pool{d}d" for k in ("Avg", "Max") for d in (1, 2, 3)), _ADAPTIVE),
+    "MaxPool1d": "pycudnn.torch converts 2-D and 3-D pooling",
+    "AvgPool1d": "pycudnn.torch converts 2-D and 3-D pooling",
+    "GELU": (
+        f"{_NO_MODE} (a fused Linear or convolution chain takes a GELU as its epilogue: "
+        "convert(model, fuse=True))"
+    ),
+    **dict.fromkeys(
+        ("LeakyReLU", "PReLU", "Hardswish", "Hardsigmoid", "Mish", "Softplus", "GLU"), _NO_MODE
+    ),
+    "Embedding": "a table lookup, no cuDNN operation",
+    "Flatten": "a reshape, no cuDNN operation",
+    "MultiheadAttention": (
+        "its attention runs pycudnn's inside use_cudnn_attention() (not on torch's inference "
+        "fast path); its projections are torch's"
+    ),
+    "SyncBatchNorm": "its statistics are exchanged across ranks by torch's own NCCL calls",
+    "transformers.pytorch_utils.Conv1D": (
+        "transformers' Conv1D (GPT-2) stores its weight transposed, (in, out), and computes "
+        "with torch.addmm; only torch.nn.Linear converts"
+    ),
+}
+
 
 def supported_modules() -> dict[type, type]:
     """``{torch.nn class: pycudnn.torch class}`` of every module :func:`convert` replaces."""
@@ -72,21 +107,43 @@ def unsupported_reason(module: nn.Module) -> str | None:
     """Why :func:`convert` would leave *module* unconverted (None: it converts it).
 
     Each pycudnn module class carries its own rule (``unsupported``); this asks the class that
-    replaces *module*'s, or *module*'s own class when it is a pycudnn one.
+    replaces *module*'s, or *module*'s own class when it is a pycudnn one. For a class
+    ``convert`` does not replace it says so, and why where pycudnn knows (a subclass of a
+    converted class, adaptive pooling, an activation cuDNN lacks, transformers' ``Conv1D``).
 
     Parameters
     ----------
     module : torch.nn.Module
-        A module of a class :func:`supported_modules` lists (or its pycudnn twin).
+        Any module.
 
     Returns
     -------
     str or None
+        None for a module ``convert`` converts (or has converted).
+
+    Examples
+    --------
+    >>> conv = torch.nn.Conv2d(3, 8, 3, padding_mode="reflect")
+    >>> pycudnn.torch.unsupported_reason(conv)  # doctest: +SKIP
+    "padding_mode='reflect' (cuDNN pads with zeros only)"
+    >>> pycudnn.torch.unsupported_reason(torch.nn.AdaptiveAvgPool2d(1))  # doctest: +SKIP
+    "AdaptiveAvgPool2d is not a module pycudnn.torch converts: adaptive pooling: ..."
     """
-    cls = _CLASSES.get(type(module)) or (type(module) if type(module) in _BACK else None)
-    if cls is None:
-        return f"{type(module).__name__} is not a module pycudnn.torch converts"
-    return cls.unsupported(module)
+    t = type(module)
+    cls = _CLASSES.get(t) or (t if t in _BACK else None)
+    if cls is not None:
+        return cls.unsupported(module)
+    base = next((b for b in _CLASSES if isinstance(module, b)), None)
+    if base is not None:
+        return (
+            f"{t.__name__} is a subclass of torch.nn.{base.__name__}: convert replaces exact "
+            "classes only (a subclass may override forward)"
+        )
+    why = _NOT_CONVERTED.get(
+        t.__name__ if t.__module__.startswith("torch.nn.") else f"{t.__module__}.{t.__qualname__}"
+    )
+    name = t.__name__
+    return f"{name} is not a module pycudnn.torch converts" + (f": {why}" if why else "")
 
 
 def convert(
@@ -148,14 +205,19 @@ def convert(
     for name, m in model.named_modules():
         where = name or "the model"
         if back:
+            EXCLUDED.discard(m)
             base = _BACK.get(type(m))
             if base is not None:
                 m.__class__ = base
                 STATE.pop(m, None)
             continue
         cls = _CLASSES.get(type(m))
-        if cls is None or (exclude is not None and exclude(m)):
+        if cls is None:
             continue
+        if exclude is not None and exclude(m):
+            EXCLUDED.add(m)
+            continue
+        EXCLUDED.discard(m)
         reason = cls.unsupported(m)
         if reason is not None:
             msg = f"pycudnn.torch.convert: {where} ({m!r}) stays a torch module: {reason}"

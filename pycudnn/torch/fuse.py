@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import operator
 import warnings
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import torch
@@ -80,12 +81,15 @@ _LINEAR_ACTS = ("relu", "gelu", "gelu_tanh", "silu")
 @dataclass(frozen=True)
 class Match:
     """One chain the matcher found: its *pattern*, the names of its graph nodes in order,
-    whether it is *fused* and why not (or when it runs unfused) in *reason*."""
+    whether it is *fused* and why not (or when it runs unfused) in *reason*, and per node the
+    module it calls in *modules* (its qualified name in the traced module; ``""`` for a
+    function, a method or the residual addition)."""
 
     pattern: str
     nodes: tuple[str, ...]
     fused: bool
     reason: str = ""
+    modules: tuple[str, ...] = ()
 
 
 class _Plan(NamedTuple):
@@ -285,7 +289,11 @@ def _find(graph: fx.Graph, modules: dict) -> list[tuple[Match, _Plan | None]]:
             found.append(r)
             if r[1] is not None:
                 taken.update(r[1].nodes)
-    return found
+    targets = {n.name: str(n.target) for n in graph.nodes if n.op == "call_module"}
+    return [
+        (replace(rec, modules=tuple(targets.get(n, "") for n in rec.nodes)), plan)
+        for rec, plan in found
+    ]
 
 
 def match(graph: fx.Graph, modules: dict[str, nn.Module]) -> tuple[Match, ...]:
@@ -305,6 +313,10 @@ def match(graph: fx.Graph, modules: dict[str, nn.Module]) -> tuple[Match, ...]:
         In graph order: each chain's pattern, node names, whether it fuses and why not.
     """
     return tuple(rec for rec, _ in _find(graph, modules))
+
+
+# the chains found in traced modules where none fused (the others keep theirs in FusedGraph)
+_UNFUSED: weakref.WeakKeyDictionary[nn.Module, tuple[Match, ...]] = weakref.WeakKeyDictionary()
 
 
 class FusedGraph(fx.GraphModule):
@@ -341,6 +353,8 @@ def _fuse_root(root: nn.Module, leaves: tuple[nn.Module, ...]) -> None:
     found = _find(graph, modules)
     plans = [(rec, plan) for rec, plan in found if plan is not None]
     if not plans:
+        if found:  # near misses only: fusions() still lists them
+            _UNFUSED[root] = tuple(rec for rec, _ in found)
         return
     fused: dict[str, nn.Module] = {}
     now: dict[fx.Node, fx.Node] = {}  # a chain's last node -> the fused node replacing it
@@ -468,6 +482,7 @@ def _fuse_tree(m: nn.Module, path: str) -> None:
 def unfuse_model(model: nn.Module) -> nn.Module:
     """Remove the fused ``forward`` of every module of *model* (``convert(..., back=True)``)."""
     for m in model.modules():
+        _UNFUSED.pop(m, None)
         fwd = m.__dict__.get("forward")
         if isinstance(getattr(fwd, "__self__", None), FusedGraph):
             del m.__dict__["forward"]
@@ -481,28 +496,89 @@ def fuse_model(model: nn.Module) -> nn.Module:
     return model
 
 
-def programs(model: nn.Module) -> list[tuple[str, Any, str]]:
-    """``(path of the traced module, signature, what runs)`` of every fused region of *model*
-    and every input signature it has seen (:meth:`FusedRegion.programs`): the launch programs
-    that replay it, or why its chains run one by one (diagnostics)."""
+def _fused_graphs(model: nn.Module) -> list[tuple[str, FusedGraph]]:
+    """``(path, FusedGraph)`` of every traced module of *model* that runs fused code."""
     out = []
     for path, m in model.named_modules():
-        fwd = m.__dict__.get("forward")
-        gm = getattr(fwd, "__self__", None)
+        gm = getattr(m.__dict__.get("forward"), "__self__", None)
         if isinstance(gm, FusedGraph):
-            for name, sub in gm.named_children():
-                if isinstance(sub, FusedRegion):
-                    where = f"{path}.{name}" if path else name
-                    out.extend((where, sig, what) for sig, what in sub.programs())
+            out.append((path, gm))
+    return out
+
+
+def programs(model: nn.Module) -> list[tuple[str, Any, str]]:
+    """What each fused region of *model* runs, per input signature it has seen.
+
+    A region is a group of connected fused convolution chains (a ResNet's blocks) that
+    ``convert(model, fuse=True)`` runs as one module; from its second run with a signature on,
+    it replays the launches its first run recorded (a launch program), or says why it runs its
+    chains one by one instead.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A model passed to ``convert(..., fuse=True)`` (any module: one without fused regions
+        gives an empty list).
+
+    Returns
+    -------
+    list of (str, tuple, str)
+        ``(path, signature, what runs)``: the region's path (the traced module's path, then
+        ``region_<first chain>``), the input signature (the inputs' shapes, strides, dtypes,
+        devices and alignments, training or eval, gradient or not, autocast's dtype,
+        ``pycudnn.config``) and what runs for it, e.g. ``'forward program of 104 launches,
+        backward program of 156 launches'`` or ``'the chains one by one: <reason>'``.
+        Empty before a region's first run.
+
+    Notes
+    -----
+    :func:`fusions` lists the chains the pass found; ``use_programs(False)`` turns replays
+    off (the chains then run one by one).
+    """
+    out = []
+    for path, gm in _fused_graphs(model):
+        for name, sub in gm.named_children():
+            if isinstance(sub, FusedRegion):
+                where = f"{path}.{name}" if path else name
+                out.extend((where, sig, what) for sig, what in sub.programs())
     return out
 
 
 def fusions(model: nn.Module) -> list[tuple[str, Match]]:
-    """``(path of the traced module, Match)`` of every chain found in *model* (diagnostics)."""
+    """The chains ``convert(model, fuse=True)`` found in *model*: fused, and the near misses
+    with the reason they did not fuse.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A model passed to ``convert(..., fuse=True)`` (any module: an unfused one gives an
+        empty list).
+
+    Returns
+    -------
+    list of (str, Match)
+        ``(path of the traced module, Match)`` in model then graph order. A
+        :class:`Match` has the chain's ``pattern`` (``'conv_bn'``, ``'conv_bn_act'``,
+        ``'conv_bn_add_act'``, ``'linear_act'``), its graph ``nodes``, the ``modules`` they call
+        (qualified names inside the traced module; ``''`` for a function or the addition),
+        whether it is ``fused``, and ``reason``: when a fused chain still runs its modules one
+        by one (training with some activations, a gradient in eval, CPU tensors), or why a
+        chain did not fuse.
+
+    Notes
+    -----
+    :func:`programs` says what each fused region runs per input signature;
+    ``conversion_report(model)`` lists every module with what ``convert`` did to it.
+
+    Examples
+    --------
+    >>> for path, m in pycudnn.torch.fusions(model):  # doctest: +SKIP
+    ...     print(path or "(model)", m.pattern, m.modules, m.fused)
+    (model) conv_bn_act ('0', '1', '2') True
+    """
     out = []
     for path, m in model.named_modules():
-        fwd = m.__dict__.get("forward")
-        gm = getattr(fwd, "__self__", None)
-        if isinstance(gm, FusedGraph):
-            out.extend((path, rec) for rec in gm.matches)
+        gm = getattr(m.__dict__.get("forward"), "__self__", None)
+        recs = gm.matches if isinstance(gm, FusedGraph) else _UNFUSED.get(m, ())
+        out.extend((path, rec) for rec in recs)
     return out
