@@ -29,6 +29,7 @@ from ._runtime import (
 __all__ = [
     "SDPAFn",
     "attention_out",
+    "cudnn_attention",
     "op_sdpa",
     "op_sdpa_grad",
     "scaled_dot_product_attention",
@@ -450,14 +451,32 @@ def scaled_dot_product_attention(
     ``torch.are_deterministic_algorithms_enabled()``.
     """
     ops = cudnn_operands(query, key, value, attn_mask, dropout_p, enable_gqa)
-    if ops is None:
+    if ops is not None:
+        is_causal = parse_bool(is_causal, _FUNC, "is_causal")
+    if ops is None or (attn_mask is not None and is_causal):  # torch's (it refuses both)
         kw: dict[str, Any] = {"scale": scale}
         if enable_gqa:  # torch >= 2.5
             kw["enable_gqa"] = True
         return nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask, dropout_p, is_causal, **kw
         )
-    q, k, v, grad = ops
+    return cudnn_attention(*ops, attn_mask, dropout_p, is_causal, scale)
+
+
+def cudnn_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grad: bool,
+    attn_mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+) -> torch.Tensor:
+    """The attention on cuDNN for operands :func:`cudnn_operands` answered (``(q, k, v,
+    grad)``, its casts made; not with both *attn_mask* and *is_causal*): what
+    :func:`scaled_dot_product_attention` runs once it decided, and what the routes that take
+    the decision themselves (:mod:`.attention_scope`) call, so no call decides twice."""
     lead = q.shape[:-3]
     if len(lead) != 1:
         q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (q, k, v))
@@ -465,10 +484,6 @@ def scaled_dot_product_attention(
     p = real(dropout_p, "dropout_p", _FUNC, lo=0.0, hi=1.0, hi_open=True)
     sc = None if scale is None else real(scale, "scale", _FUNC)
     causal = parse_bool(is_causal, _FUNC, "is_causal")
-    if attn_mask is not None and causal:  # torch refuses both: its error
-        return nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask, dropout_p, is_causal, scale=scale
-        )
     if compiling():  # the seed stays a CPU tensor in the graph (no .item() there)
         seed_t = torch.randint(0, 2**62, (1,)) if p > 0.0 else None
         out = op_sdpa(q, k, v, causal, sc, p, seed_t, grad)[0]

@@ -189,15 +189,6 @@ def _count(cudnn: bool) -> None:
             r.torch += 1
 
 
-def _cudnn_operands(
-    q: Any, k: Any, v: Any, attn_mask: Any, dropout_p: Any, enable_gqa: bool
-) -> tuple[Any, Any, Any] | None:
-    """The operands pycudnn's function would run cuDNN on (autocast's casts applied), or None
-    where it would call torch's function."""
-    ops = attention.cudnn_operands(q, k, v, attn_mask, dropout_p, enable_gqa)
-    return None if ops is None else ops[:3]
-
-
 def _routed(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -214,14 +205,12 @@ def _routed(
 
     The decision is taken here, not left to pycudnn's function: its fallback looks up
     ``torch.nn.functional.scaled_dot_product_attention``, which is this function now."""
-    ops = _cudnn_operands(query, key, value, attn_mask, dropout_p, enable_gqa)
+    ops = attention.cudnn_operands(query, key, value, attn_mask, dropout_p, enable_gqa)
     if ops is not None and not (attn_mask is not None and is_causal):
         # (a mask with is_causal is torch's to answer: pycudnn's function would hand it back to
         # torch.nn.functional's attribute, which is this function: a RecursionError)
         _count(True)
-        return attention.scaled_dot_product_attention(
-            *ops, attn_mask, dropout_p, is_causal, scale, enable_gqa
-        )
+        return attention.cudnn_attention(*ops, attn_mask, dropout_p, is_causal, scale)
     _count(False)
     kw: dict[str, Any] = {"scale": scale}
     if enable_gqa:  # torch >= 2.5 knows the argument
@@ -346,17 +335,17 @@ def transformers_attention(
         key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
-    ops = _cudnn_operands(query, key, value, attention_mask, dropout, gqa)
-    if ops is not None:
-        query, key, value = ops  # autocast's casts made once
-    if not _compiling():
-        if ops is None:
+    ops = attention.cudnn_operands(query, key, value, attention_mask, dropout, gqa)
+    if ops is None:
+        if not _compiling():
             _TRANSFORMERS.torch += 1
-        else:
+        out = attention.scaled_dot_product_attention(
+            query, key, value, attention_mask, dropout, causal, scaling, gqa
+        )
+    else:  # decided once: cuDNN on the operands as decided (autocast's casts made)
+        if not _compiling():
             _TRANSFORMERS.cudnn += 1
-    out = attention.scaled_dot_product_attention(
-        query, key, value, attention_mask, dropout, causal, scaling, gqa
-    )
+        out = attention.cudnn_attention(*ops, attention_mask, dropout, causal, scaling)
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -46,8 +46,12 @@ def fake_cudnn(monkeypatch):
         kw = {"enable_gqa": True} if gqa else {}
         return TORCH_SDPA(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, **kw)
 
+    def run(q, k, v, grad, attn_mask, dropout_p, is_causal, scale):  # the routes' cuDNN step
+        return sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, q.shape[1] != k.shape[1])
+
     monkeypatch.setattr(attention, "_attention_native", native)
     monkeypatch.setattr(attention, "scaled_dot_product_attention", sdpa)
+    monkeypatch.setattr(attention, "cudnn_attention", run)
 
 
 def _qkv(dtype=torch.float32, hk=4):

@@ -209,6 +209,7 @@ def test_no_provider_registered():
 
 # -- the cuDNN route, faked ----------------------------------------------------------------------
 SPY: list[dict] = []
+_PYCUDNN_SDPA = attention.scaled_dot_product_attention  # (the fixtures replace the attribute)
 
 
 def _fake_sdpa(real):
@@ -230,6 +231,14 @@ def _fake_sdpa(real):
     return fake
 
 
+def _fake_cudnn_attention(q, k, v, grad, attn_mask, dropout_p, is_causal, scale):
+    """pycudnn's run-on-cuDNN step (``attention.cudnn_attention``, the routes' call once they
+    decided), computed by torch's function; recorded as the function's arguments (grouped
+    heads: a key with fewer heads)."""
+    gqa = q.shape[-3] != k.shape[-3]
+    return _fake_sdpa(_PYCUDNN_SDPA)(q, k, v, attn_mask, dropout_p, is_causal, scale, gqa)
+
+
 @pytest.fixture
 def fake_cudnn(monkeypatch):
     """CPU float32 calls without a mask count as ones pycudnn runs (its decision's real
@@ -247,6 +256,7 @@ def fake_cudnn(monkeypatch):
         "scaled_dot_product_attention",
         _fake_sdpa(attention.scaled_dot_product_attention),
     )
+    monkeypatch.setattr(attention, "cudnn_attention", _fake_cudnn_attention)
     SPY.clear()
     yield SPY
     SPY.clear()
