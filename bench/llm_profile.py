@@ -9,7 +9,8 @@ rest on cuDNN). Per side and mode -- a training step (batch 4x1024 tokens) and a
 (batch 4, prompt 128, 32 new tokens, KV cache) -- the median wall time over interleaved rounds,
 its IQR, and from ``torch.profiler`` the GPU kernel time, the host self time and the number of
 pycudnn ``SDPAFn`` calls; for training also the host time to enqueue one step with the GPU kept
-busy (``bench/launch_floor.py``'s ``enqueue_time``: the step's host cost without its GPU time).
+busy (``bench/launch_floor.py``'s ``enqueue_time``: the step's host cost without its GPU time)
+where the step has fewer than 900 launches (more fill CUDA's queue, which then blocks).
 ``--tables`` adds the profiler's top host operations per side. ``--calls`` first times, per call,
 the host cost of the operations a decoder runs (Linear, attention, layer norm; the decode and the
 training shapes; forward alone and forward plus backward), torch's and the converted module's,
@@ -34,6 +35,7 @@ from typing import Any
 from launch_floor import enqueue_time, per_launch  # bench/ is the script's directory
 
 BATCH, SEQ = 4, 1024  # training tokens per step
+_LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC")
 PROMPT, NEW = 128, 32  # decode
 
 
@@ -129,7 +131,12 @@ def _measure(sides: dict[str, Any], step: Any, rounds: int, tables: bool) -> lis
         med = statistics.median(times[k])
         q = statistics.quantiles(times[k], n=4)
         same = bool(torch.equal(outs[k], outs["sdpa"])) if outs[k].dtype == torch.long else None
-        enq = None if same is not None else enqueue_time(lambda m=m: step(m), warm=2, reps=7) * 1e3
+        launches = sum(e.count for e in ka if e.key in _LAUNCHES)
+        # a step of more launches than CUDA's queue holds (about a thousand) blocks on the
+        # queue while the GPU is kept busy: its enqueue time would be the spin's
+        enq = None
+        if same is None and launches < 900:
+            enq = enqueue_time(lambda m=m: step(m), warm=2, reps=7) * 1e3
         row = {
             "side": k,
             "ms": round(med, 3),
@@ -138,13 +145,15 @@ def _measure(sides: dict[str, Any], step: Any, rounds: int, tables: bool) -> lis
             "sdpafn_calls": sum(e.count for e in ka if e.key == "SDPAFn"),
             "gpu_kernel_ms": round(sum(e.self_device_time_total for e in ka) / 1e3, 3),
             "host_self_ms": round(sum(e.self_cpu_time_total for e in ka) / 1e3, 3),
+            "launches": launches,
             "enqueue_ms": None if enq is None else round(enq, 3),
             "tokens_equal_sdpa": same,
         }
         rows.append(row)
         print(
             f"  {k:16s} {med:8.2f} ms ({med / base:.2f}x, IQR {row['iqr_ms']:.2f}) | SDPAFn "
-            f"{row['sdpafn_calls']:3d} | GPU kernels {row['gpu_kernel_ms']:7.2f} ms | host self "
+            f"{row['sdpafn_calls']:3d} | launches {launches:5d} | GPU kernels "
+            f"{row['gpu_kernel_ms']:7.2f} ms | host self "
             f"{row['host_self_ms']:7.2f} ms"
             + ("" if same is None else f" | tokens = sdpa: {same}")
             + ("" if enq is None else f" | enqueue {enq:6.2f} ms"),

@@ -43,7 +43,9 @@ __all__ = [
 TF32_DTYPES = (*HALVES, torch.float32)
 
 
-_MM = "matmul"  # the lean path's tag
+# the lean path's tags: a product of 2-D operands as given, and the three products of a Linear
+# keyed on its tensors as the module sees them (contiguous; the 2-D views made on a miss only)
+_MM, _FWD, _DX, _DW = "matmul", "linear", "linear_dx", "linear_dw"
 
 
 def _matrix(t: torch.Tensor) -> torch.Tensor:
@@ -67,13 +69,34 @@ def matmul_run(a: torch.Tensor, b: torch.Tensor, bias: Any, out: torch.Tensor) -
     _lean.launch(_MM, ops, s, _mm_slow, a, b, bias, out, s)
 
 
+# The contiguous case's slow functions: the 2-D views the product reads. Their pointers are the
+# tensors' own and their shapes and strides follow from the tensors', which the key pins.
+def _fwd_slow(x, w, b, y, s) -> None:
+    k = w.shape[1]
+    dnn_matmul(x.reshape(-1, k), w.t(), bias=b, out=y.view(-1, w.shape[0]), stream=s)
+
+
+def _dx_slow(dy, w, dx, s) -> None:
+    dnn_matmul(dy.reshape(-1, w.shape[0]), w, out=dx.view(-1, w.shape[1]), stream=s)
+
+
+def _dw_slow(dy, x, dw, s) -> None:
+    n, k = dw.shape
+    dnn_matmul(dy.reshape(-1, n).t(), x.reshape(-1, k), out=dw, stream=s)
+
+
 def linear_run(x: torch.Tensor, w: torch.Tensor, b: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """``y = x @ w.T + b`` (bias fused) for *x* of any leading dims; returns *y* and *x* as the
-    rows the product read (a view where the leading dims allow one)."""
+    rows the product read (*x* itself when contiguous, else a view or a copy)."""
     ready()
     n, k = w.shape
-    x2 = _matrix(x.reshape(-1, k))
     y = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
+    if x.is_contiguous() and w.is_contiguous():  # the common case: no view made per call
+        s = stream_of(x)
+        ops = (x, w, y) if b is None else (x, w, b, y)
+        _lean.launch(_FWD, ops, s, _fwd_slow, x, w, b, y, s)
+        return y, x
+    x2 = _matrix(x.reshape(-1, k))
     matmul_run(x2, _matrix(w).t(), b, y.view(-1, n))
     return y, x2
 
@@ -107,9 +130,14 @@ class LinearFn(torch.autograd.Function):
     def backward(ctx, dy):
         x2, w = ctx.saved_tensors
         need = ctx.needs_input_grad
+        if dy.is_contiguous() and x2.is_contiguous() and w.is_contiguous():
+            dx = _dx(dy, w, ctx.x_shape) if need[0] else None
+            dw = _dw(dy, x2) if need[1] else None
+            db = _bias_grad(dy.view(-1, w.shape[0])) if need[2] else None
+            return dx, dw, db
         dy2 = _matrix(dy.reshape(-1, w.shape[0]))
         dx = linear_dx(dy2, w, ctx.x_shape) if need[0] else None
-        dw = linear_dw(dy2, x2) if need[1] else None
+        dw = linear_dw(dy2, _matrix(x2.reshape(-1, w.shape[1]))) if need[1] else None
         db = _bias_grad(dy2) if need[2] else None
         return dx, dw, db
 
@@ -120,6 +148,30 @@ def _tf32(dy: torch.Tensor) -> Any:
     return (
         config.override(allow_tf32=True) if dy.dtype == torch.float32 else contextlib.nullcontext()
     )
+
+
+def _dx(dy: torch.Tensor, w: torch.Tensor, x_shape: Any) -> torch.Tensor:
+    """:func:`linear_dx` for contiguous *dy* and *w* (keyed on them as they are)."""
+    dx = torch.empty(x_shape, dtype=dy.dtype, device=dy.device)
+    s = stream_of(dy)
+    if dy.dtype is torch.float32:
+        with _tf32(dy):
+            _lean.launch(_DX, (dy, w, dx), s, _dx_slow, dy, w, dx, s)
+    else:
+        _lean.launch(_DX, (dy, w, dx), s, _dx_slow, dy, w, dx, s)
+    return dx
+
+
+def _dw(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """:func:`linear_dw` for contiguous *dy* and *x* (keyed on them as they are)."""
+    dw = torch.empty((dy.shape[-1], x.shape[-1]), dtype=dy.dtype, device=dy.device)
+    s = stream_of(dy)
+    if dy.dtype is torch.float32:
+        with _tf32(dy):
+            _lean.launch(_DW, (dy, x, dw), s, _dw_slow, dy, x, dw, s)
+    else:
+        _lean.launch(_DW, (dy, x, dw), s, _dw_slow, dy, x, dw, s)
+    return dw
 
 
 def linear_dx(dy2: torch.Tensor, w: torch.Tensor, x_shape: Any) -> torch.Tensor:
