@@ -343,15 +343,21 @@ def norm_forward(m: nn.Module, x: torch.Tensor, rms: bool, fallback: Callable) -
             return fallback(x)
     if w is not None and b is not None and b.dtype != w.dtype:
         return fallback(x)
-    x = no_broadcast(x)
-    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, b))
-    w = None if w is None else w.contiguous()
+    x = x if x.is_contiguous() else no_broadcast(x)
+    grad = torch.is_grad_enabled() and (
+        x.requires_grad
+        or (w is not None and w.requires_grad)
+        or (b is not None and b.requires_grad)
+    )
+    # (parameters are contiguous nearly always: is_contiguous is the cheap question)
+    if w is not None and not w.is_contiguous():
+        w = w.contiguous()
+    if b is not None and not b.is_contiguous():
+        b = b.contiguous()
     if compiling():
         if rms:
             return op_rms_norm(x, w, list(ns), float(eps), grad)[0]
-        bc = None if b is None else b.contiguous()
-        return op_layer_norm(x, w, bc, list(ns), float(eps), grad)[0]
-    b = None if b is None else b.contiguous()
+        return op_layer_norm(x, w, b, list(ns), float(eps), grad)[0]
     if not grad:  # no autograd node: the launch alone
         return rms_norm_run(x, w, ns, float(eps), False)[0] if rms else (
             layer_norm_run(x, w, b, ns, float(eps), False)[0])  # fmt: skip
