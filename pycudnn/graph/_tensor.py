@@ -7,11 +7,12 @@ The bottom of the builder: the node families build on this module, and
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import numbers
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal, overload
 
 from .. import _layout, memory
@@ -20,6 +21,7 @@ from .._types import as_data_type, dtype_name
 from ..enums import DataType
 
 __all__ = [
+    "NODE_PROTOCOL",
     "GraphBase",
     "Tensor",
     "alignment_of",
@@ -521,7 +523,7 @@ def check_ragged(t: Tensor, offset: Any) -> None:
 
 def is_transposed(t: Tensor) -> bool:
     """Whether *t*'s graph describes it to cuDNN with its last two dims swapped (attention's
-    K^T: the same memory; :meth:`GraphBase._read_transposed`). The tensor object itself is
+    K^T: the same memory; :meth:`GraphBase._reading_transposed`). The tensor object itself is
     never changed: its dims and strides stay the ones it was declared with."""
     return t._index in t._graph._transposed
 
@@ -583,10 +585,25 @@ def check_array(graph: str, t: Tensor, obj: Any, spec: Any, device: int) -> int:
 Node = tuple[str, str, dict[str, Any], list[tuple[str, Tensor]]]
 
 
+#: the graph's members the node families (:mod:`.nodes`) use: :class:`GraphBase`'s protocol
+NODE_PROTOCOL = frozenset(
+    {"name", "_check", "_compute", "_constant", "_new", "_node", "_out", "_uses"}
+    | {"_reading_transposed", "_to_scratch"}
+)
+
+
 class GraphBase:
     """What a graph records -- its tensors and its nodes -- and the primitives the node families
     (:mod:`.nodes`) add them with: check an argument, make an output, record a node.
-    :class:`~pycudnn.graph.Graph` is the public face."""
+    :class:`~pycudnn.graph.Graph` is the public face.
+
+    The node protocol (:data:`NODE_PROTOCOL`, held by ``tests/graph/test_node_protocol.py``): a
+    family reads the graph's ``name`` and calls :meth:`_check` (an argument is a tensor of this
+    graph), :meth:`_compute` (an operation's compute type), :meth:`_new`, :meth:`_out` and
+    :meth:`_constant` (a tensor, an operation's virtual output, a constant), :meth:`_node` (record
+    an operation), :meth:`_uses`, :meth:`_reading_transposed` (an attention's scope) and
+    :meth:`_to_scratch`: private to the package, not to this class.
+    """
 
     def __init__(
         self, io_data_type: Any, intermediate_data_type: Any, compute_data_type: Any, name: str
@@ -662,14 +679,16 @@ class GraphBase:
                 )
         self._nodes.append((kind, name or f"{kind}{len(self._nodes)}", settings, roles))
 
-    def _read_transposed(
+    @contextlib.contextmanager
+    def _reading_transposed(
         self, op: str, owner: str, swapped: dict[str, Tensor], others: dict[str, Tensor | None]
-    ) -> None:
-        """Let the attention *owner* read the tensors *swapped* (``{argument: tensor}``) as K^T
-        while it records its nodes (:meth:`_attention_reads`), after checking that none of them
-        is also one of its *others* operands or an input of an operation recorded before, and
-        that no other operand is read transposed by another attention. Nothing is marked when
-        a check fails."""
+    ) -> Iterator[None]:
+        """The scope in which the attention *owner* records its nodes, reading the tensors
+        *swapped* (``{argument: tensor}``) as K^T: checked first that none of them is also one of
+        its *others* operands or an input of an operation recorded before, and that no other
+        operand is read transposed by another attention (nothing is marked when a check fails).
+        The tensors stay marked as transposed; only nodes recorded inside the scope may read
+        them."""
         where = f"{self.name}.{op}"
         for nm, t in swapped.items():
             for other, u in others.items():
@@ -698,6 +717,10 @@ class GraphBase:
         for t in swapped.values():
             self._transposed.setdefault(t._index, owner)
         self._attention_reads = frozenset(t._index for t in swapped.values())
+        try:
+            yield
+        finally:
+            self._attention_reads = frozenset()
 
     def _uses(self, t: Tensor) -> bool:
         """Whether a recorded operation refers to *t*."""
@@ -742,3 +765,13 @@ class GraphBase:
         t = self._new(name, (dim, _layout.packed_strides(dim), dtype), False)
         t._scratch = fill or "keep"
         return t
+
+    def _to_scratch(self, t: Tensor, dtype: DataType, fill: str | None) -> None:
+        """Make the operation output *t* a real tensor of *dtype*, packed, that the graph keeps
+        in its own workspace (*fill* as :meth:`_scratch`'s), e.g. an accumulator an engine
+        writes."""
+        self._mutable()
+        t._virtual = False
+        t._scratch = fill or "keep"
+        t._dtype = dtype
+        t._stride = _layout.packed_strides(t._dim)

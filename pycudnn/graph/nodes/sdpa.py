@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from ... import _layout, errors
+from ... import errors
 from ..._config import parse_bool
 from ..._types import dtype_name
 from ...enums import DataType
@@ -271,13 +271,10 @@ def forward(
     is_inference = parse_bool(is_inference, f"{g.name}.sdpa", "is_inference")
     # bmm1 reads K^T: the same memory with the last two dims swapped (the graph records it;
     # the tensor k is left as declared)
-    g._read_transposed("sdpa", name, {"k": k}, _operands(o, q=q, v=v))
-    try:
+    with g._reading_transposed("sdpa", name, {"k": k}, _operands(o, q=q, v=v)):
         return _forward(
             g, (q, k, v), (seq_q, seq_kv, dropout, scale, io, masks), loads, is_inference, name
         )
-    finally:
-        g._attention_reads = frozenset()
 
 
 def _operands(opts: SdpaOptions, /, **given: Tensor) -> dict[str, Tensor | None]:
@@ -371,8 +368,7 @@ def backward(
     sdpa_masks.check_backward(where, masks, dims, seq_q is not None, dropout is not None)
     deterministic = parse_bool(deterministic, where, "use_deterministic_algorithm")
     others = _operands(o, q=q, o=out, dO=do, stats=stats)
-    g._read_transposed("sdpa_backward", name, {"k": k, "v": v}, others)
-    try:
+    with g._reading_transposed("sdpa_backward", name, {"k": k, "v": v}, others):
         return _backward(
             g,
             (q, k, v, out, do, stats),
@@ -380,8 +376,6 @@ def backward(
             (grads, deterministic, where),
             name,
         )
-    finally:
-        g._attention_reads = frozenset()
 
 
 def _backward(
@@ -410,7 +404,7 @@ def _backward(
     if grads[1]:
         dsink = sdpa_masks.dsink_of(g, masks.sink, stats, r, name)
     softmax_sum = _pw(g, P.MUL, r, keep, name=f"{name}::softmax_sum")
-    _to_scratch(softmax_sum, None)
+    g._to_scratch(softmax_sum, DataType.FLOAT, None)
     s = _mm(g, q, k, (seq_q, seq_kv, None), f"{name}::Q_KT")
     s = _pw(g, P.MUL, s, scale, name=f"{name}::attn_scale")
 
@@ -450,7 +444,7 @@ def _backward(
         dq = dq_acc
     else:
         # cuDNN >= 9.6 initialises the accumulator itself (cudnn-frontend zeroes it before)
-        _to_scratch(dq_acc, "zero" if cudnn_version() < 90600 else None)
+        g._to_scratch(dq_acc, DataType.FLOAT, "zero" if cudnn_version() < 90600 else None)
         dq_acc.set_data_type(DataType.FLOAT)
         dq = _pw(g, P.IDENTITY, dq_acc, name=f"{name}::dQ")
     dq._stride = like_strides(dq.dim, q.dim, q.stride)
@@ -477,14 +471,6 @@ def _grad_flags(where: str, masks: sdpa_masks.Masks, want: tuple) -> tuple[bool,
             "read it back unwritten); pass dsink=False (the sink still shapes dq, dk and dv)",
         )
     return flags[0], flags[1]
-
-
-def _to_scratch(t: Tensor, fill: str | None) -> None:
-    """An operation output the graph keeps in its workspace (float32, packed)."""
-    t._virtual = False
-    t._scratch = fill or "keep"
-    t._dtype = DataType.FLOAT
-    t._stride = _layout.packed_strides(t.dim)
 
 
 def _head_sum(
