@@ -3,7 +3,7 @@ refuse (issue 29, item 7).
 
 The cases are read from ``tests/device/test_interop_untrusted.py`` (its tables of lying
 ``__cuda_array_interface__`` records and hand-built DLPack capsules, and its valid records) so
-the probe follows the tests; a few more come from ``tests/device/test_memory.py`` (untyped and
+the probe follows the tests; a few more come from ``tests/memory/test_memory.py`` (untyped and
 big-endian typestrs, CAI version 1, host arrays, managed memory, a consumed capsule). Each case
 runs in its own subprocess, which reads the input with pycudnn (``asarray(..., check=False)``,
 as the tests do) and then with ``StridedMemoryView.from_any_interface(obj, stream_ptr=-1)`` (the

@@ -6,7 +6,8 @@ marked ``slow`` (leak soaks, fuzzing in child processes: minutes) are opt-in: ``
 to a run, ``-m slow`` runs them alone (CI does, as a step of its own).
 
 The tests are grouped by layer: ``raw/`` (generated bindings, errors, loader, versions, logging),
-``descriptors/``, ``device/`` (CUDA runtime, handles, memory, config), ``highlevel/`` (one file per
+``descriptors/``, ``device/`` (CUDA runtime, handles, config), ``memory/`` (device arrays,
+interop), ``highlevel/`` (one file per
 operation family, ``*_gpu.py`` beside each), ``graph/`` (the graph builder), ``torch/`` (the
 PyTorch adapter ``pycudnn.torch``: fakes, models, compile, fusion, programs) and ``tooling/``
 (layering, generator, packaging, docs, benchmark harness, examples). ``support/`` holds what several of them share: the child-process
