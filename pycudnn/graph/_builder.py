@@ -12,12 +12,15 @@ The vocabulary follows cudnn-frontend's ``pygraph``: ``tensor``/``tensor_like``,
 ``conv_dgrad``, ``conv_wgrad``, ``matmul``, the pointwise operations by name (``add``, ``relu``,
 ``gelu``, ``cmp_gt``, ``binary_select``, ...), ``reduction``, ``layernorm``/``rmsnorm``/
 ``instancenorm``/``batchnorm`` and their ``_backward``, ``sdpa``/``sdpa_backward``, the conv-BN
-training fusion's ``genstats``/``bn_finalize``/``dbn_weight`` (:class:`.nodes.bn_fusion.
-ConvBnOperations`, a base of :class:`Graph`); tensors have
-``set_output``, ``set_data_type``, ``set_dim``, ``set_stride``, ``set_name``, ``set_uid``. Each
-operation method is a short delegate to its family in :mod:`.nodes` (checks, shape inference,
-encoding); this module keeps the graph itself: tensors, pointer order, freezing, build, execute
-and JSON.
+training fusion's ``genstats``/``bn_finalize``/``dbn_weight``; tensors have ``set_output``,
+``set_data_type``, ``set_dim``, ``set_stride``, ``set_name``, ``set_uid``.
+
+The operations attach one way: each family of :mod:`.nodes` has one ``...Operations`` class
+(:class:`~.nodes.conv.ConvOperations`, :class:`~.nodes.matmul.MatmulOperations`, ...), a
+subclass of :class:`~._tensor.GraphBase` holding its methods next to its checks, shape
+inference and encoding, and :class:`Graph` subclasses them all. A family uses the graph through
+:class:`~._tensor.GraphBase`'s node protocol alone. This module keeps the graph itself: tensors,
+pointer order, freezing, build, execute and JSON.
 """
 
 from __future__ import annotations
@@ -25,17 +28,14 @@ from __future__ import annotations
 import ctypes
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .. import _config, _cuda, _layout, memory
 from .. import handle as _handle
 from .._types import dtype_name
 from ..enums import BackendAttributeName as A
 from ..enums import BackendAttributeType as T
-from ..enums import (
-    BackendNormFwdPhase,
-)
 from . import _args, _plans, _scratch, _variant
 from ._args import load_plan as load_plan  # public: pycudnn.graph.load_plan
 from ._key import (
@@ -58,15 +58,30 @@ from ._tensor import (
     like_layout,
 )
 from ._tensor import like_strides as like_strides  # also the high level's (sdpa)
-from .nodes import conv, matmul, norm, pointwise, reduction, rng_reshape, sdpa
 from .nodes._base import cudnn_version as cudnn_version  # also the high level's
 from .nodes.bn_fusion import ConvBnOperations
+from .nodes.conv import ConvOperations
+from .nodes.matmul import MatmulOperations
+from .nodes.norm import NormOperations
 from .nodes.pointwise import POINTWISE_NAMES
+from .nodes.pointwise_methods import PointwiseOperations
+from .nodes.reduction import ReductionOperations
+from .nodes.rng_reshape import RngReshapeOperations
+from .nodes.sdpa import SdpaOperations
 
 __all__ = ["POINTWISE_NAMES", "Graph", "Tensor", "load_plan"]
 
 
-class Graph(ConvBnOperations):
+class Graph(
+    ConvOperations,
+    MatmulOperations,
+    RngReshapeOperations,
+    PointwiseOperations,
+    ReductionOperations,
+    NormOperations,
+    SdpaOperations,
+    ConvBnOperations,
+):
     """A cuDNN operation graph built from Python, then planned, cached and executed.
 
     Parameters
@@ -122,10 +137,6 @@ class Graph(ConvBnOperations):
             f"Graph({self.name!r}, io={dt[0]}, intermediate={dt[1]}, compute={dt[2]}, "
             f"{len(self._tensors)} tensors, ops=[{shown}], {state})"
         )
-
-    if TYPE_CHECKING:  # the pointwise operations by name (add, relu, gelu...) are set below
-
-        def __getattr__(self, name: str) -> Callable[..., Tensor]: ...
 
     # -- tensors -------------------------------------------------------------------------------
     def tensor(
@@ -187,357 +198,6 @@ class Graph(ConvBnOperations):
             raise TypeError(f"{self.name}: scalar value must be a real number, got {value!r}")
         dt = as_dtype(data_type, f"{self.name}: scalar data_type")
         return self._constant(value, dt, name)
-
-    # -- convolutions (nodes/conv.py) ----------------------------------------------------------
-    def conv_fprop(
-        self,
-        image: Tensor,
-        weight: Tensor,
-        padding: Any = 0,
-        stride: Any = 1,
-        dilation: Any = 1,
-        *,
-        post_padding: Any = None,
-        mode: str = "cross_correlation",
-        compute_data_type: Any = None,
-        alpha: float = 1.0,
-        beta: float = 0.0,
-        name: str | None = None,
-    ) -> Tensor:
-        """Convolution forward: ``y = alpha * conv(image, weight) + beta * y``; image
-        (N, C, *spatial), weight (K, C/groups, *kernel) -> y (N, K, *out)."""
-        o = conv.ConvOptions(
-            padding, stride, dilation, post_padding, mode, compute_data_type, alpha, beta
-        )
-        return conv.fprop(self, image, weight, o, name)
-
-    def conv_dgrad(
-        self,
-        loss: Tensor,
-        filter: Tensor,
-        padding: Any = 0,
-        stride: Any = 1,
-        dilation: Any = 1,
-        *,
-        image_dim: Sequence[int] | None = None,
-        post_padding: Any = None,
-        mode: str = "cross_correlation",
-        compute_data_type: Any = None,
-        alpha: float = 1.0,
-        beta: float = 0.0,
-        name: str | None = None,
-    ) -> Tensor:
-        """Convolution backward-data: the gradient of the image from ``loss`` (dy) and
-        ``filter``; *image_dim* gives dx's shape where the stride makes it ambiguous."""
-        o = conv.ConvOptions(
-            padding, stride, dilation, post_padding, mode, compute_data_type, alpha, beta
-        )
-        return conv.dgrad(self, loss, filter, o, image_dim, name)
-
-    def conv_wgrad(
-        self,
-        image: Tensor,
-        loss: Tensor,
-        padding: Any = 0,
-        stride: Any = 1,
-        dilation: Any = 1,
-        *,
-        filter_dim: Sequence[int] | None = None,
-        post_padding: Any = None,
-        mode: str = "cross_correlation",
-        compute_data_type: Any = None,
-        alpha: float = 1.0,
-        beta: float = 0.0,
-        name: str | None = None,
-    ) -> Tensor:
-        """Convolution backward-filter: the filter's gradient from ``image`` (x) and ``loss``
-        (dy); *filter_dim* gives dw's shape where it is ambiguous."""
-        o = conv.ConvOptions(
-            padding, stride, dilation, post_padding, mode, compute_data_type, alpha, beta
-        )
-        return conv.wgrad(self, image, loss, o, filter_dim, name)
-
-    # -- matmul, reshape, pointwise, reduction -------------------------------------------------
-    def matmul(
-        self,
-        A: Tensor,
-        B: Tensor,
-        *,
-        compute_data_type: Any = None,
-        padding_value: float | None = None,
-        m_override: Tensor | None = None,
-        n_override: Tensor | None = None,
-        k_override: Tensor | None = None,
-        name: str | None = None,
-    ) -> Tensor:
-        """Batched matrix product ``C = A @ B``: A (*batch, M, K), B (*batch, K, N) ->
-        C (*batch, M, N); a batch dim of 1 in one operand broadcasts against the other's.
-        Transposed operands are strides (a K-major B is B with swapped strides).
-        *m_override*/*n_override*/*k_override*: int32 (batch..., 1, 1) tensors of per-batch
-        valid sizes (variable lengths)."""
-        overrides = (m_override, n_override, k_override)
-        return matmul.matmul(self, A, B, compute_data_type, padding_value, overrides, name)
-
-    def reshape(
-        self,
-        input: Tensor,
-        dim: Sequence[int],
-        stride: Sequence[int],
-        *,
-        data_type: Any = None,
-        name: str | None = None,
-    ) -> Tensor:
-        """A view of *input* with other dims/strides (cuDNN's reshape operation, view only)."""
-        return rng_reshape.reshape(self, input, dim, stride, data_type, name)
-
-    def pointwise(
-        self,
-        mode: Any,
-        input0: Tensor,
-        input1: Tensor | None = None,
-        input2: Tensor | None = None,
-        *,
-        compute_data_type: Any = None,
-        alpha1: float = 1.0,
-        alpha2: float = 1.0,
-        name: str | None = None,
-        **params: float,
-    ) -> Tensor:
-        """Any cuDNN pointwise mode (a ``PointwiseMode`` or its name, ``"add"``,
-        ``"relu_fwd"``...): ``y = op(alpha1 * input0[, alpha2 * input1[, input2]])``. The
-        backward modes (``*_bwd``) take ``input0=dy`` (the loss) and ``input1=x`` and give dx.
-        *params*: ``relu_lower_clip``, ``relu_upper_clip``, ``relu_lower_clip_slope``,
-        ``elu_alpha``, ``softplus_beta``, ``swish_beta``, ``axis`` (``gen_index``)."""
-        inputs = (input0, input1, input2)
-        alphas = (alpha1, alpha2)
-        return pointwise.pointwise(self, mode, inputs, compute_data_type, alphas, name, params)
-
-    def reduction(
-        self,
-        input: Tensor,
-        mode: Any = "add",
-        *,
-        dim: Sequence[int],
-        compute_data_type: Any = None,
-        deterministic: bool | None = None,
-        name: str | None = None,
-    ) -> Tensor:
-        """Reduce *input* to the output shape *dim* (1 where a dim is reduced, the input's size
-        where it is kept, a divisor to reduce consecutive groups): ``mode`` ``'add'``,
-        ``'mul'``, ``'min'``, ``'max'``, ``'amax'``, ``'avg'``,
-        ``'norm1'``, ``'norm2'``, ``'mul_no_zeros'``."""
-        return reduction.reduction(self, input, mode, dim, compute_data_type, deterministic, name)
-
-    # -- normalization (nodes/norm.py) ---------------------------------------------------------
-    def layernorm(
-        self,
-        input: Tensor,
-        scale: Tensor,
-        bias: Tensor,
-        epsilon: Tensor,
-        norm_forward_phase: Any = "training",
-        *,
-        name: str | None = None,
-    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """Layer norm over every dim but the first: ``(y, mean, inv_variance)`` (the
-        statistics are None in inference). *scale*/*bias* are shaped like one sample
-        (1, *input.dim[1:]); *epsilon* a scalar tensor (:meth:`scalar`)."""
-        inputs = (input, scale, bias, epsilon)
-        return norm.forward(self, "layernorm", norm_forward_phase, inputs, name)  # type: ignore[return-value]
-
-    def rmsnorm(
-        self,
-        input: Tensor,
-        scale: Tensor,
-        bias: Tensor | None = None,
-        epsilon: Tensor | None = None,
-        norm_forward_phase: Any = "training",
-        *,
-        name: str | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
-        """RMS norm over every dim but the first: ``(y, inv_variance)`` (None in inference)."""
-        outs = norm.forward(
-            self, "rmsnorm", norm_forward_phase, (input, scale, bias, epsilon), name
-        )
-        return outs[0], (outs[1] if len(outs) > 1 else None)
-
-    def instancenorm(
-        self,
-        input: Tensor,
-        scale: Tensor,
-        bias: Tensor,
-        epsilon: Tensor,
-        norm_forward_phase: Any = "training",
-        *,
-        name: str | None = None,
-    ) -> tuple:
-        """Instance norm (per sample and channel): ``(y, mean, inv_variance)``."""
-        return norm.forward(
-            self, "instancenorm", norm_forward_phase, (input, scale, bias, epsilon), name
-        )
-
-    def batchnorm(
-        self,
-        input: Tensor,
-        scale: Tensor,
-        bias: Tensor,
-        epsilon: Tensor,
-        *,
-        in_running_mean: Tensor | None = None,
-        in_running_var: Tensor | None = None,
-        momentum: Tensor | None = None,
-        norm_forward_phase: Any = "training",
-        name: str | None = None,
-    ) -> tuple:
-        """Batch norm (per channel) in training: ``(y, mean, inv_variance[,
-        next_running_mean, next_running_var])`` -- the running statistics when
-        *in_running_mean*, *in_running_var* and *momentum* (a scalar) are given."""
-        if norm.phase(norm_forward_phase, f"{self.name}.batchnorm") != BackendNormFwdPhase.TRAINING:
-            raise ValueError(
-                f"{self.name}.batchnorm: only the training phase is built here (an "
-                "inference batch norm is a scale and shift: use mul/add)"
-            )
-        running = None
-        if any(v is not None for v in (in_running_mean, in_running_var, momentum)):
-            running = (
-                self._check("batchnorm", "in_running_mean", in_running_mean),
-                self._check("batchnorm", "in_running_var", in_running_var),
-                self._check("batchnorm", "momentum", momentum),
-            )
-        inputs = (input, scale, bias, epsilon)
-        return norm.forward(self, "batchnorm", norm_forward_phase, inputs, name, running)
-
-    def layernorm_backward(
-        self,
-        grad: Tensor,
-        input: Tensor,
-        scale: Tensor,
-        mean: Tensor,
-        inv_variance: Tensor,
-        *,
-        name: str | None = None,
-    ) -> tuple:
-        """``(dx, dscale, dbias)`` of :meth:`layernorm` from its saved statistics."""
-        return norm.backward(self, "layernorm", (grad, input, scale), (mean, inv_variance), name)
-
-    def rmsnorm_backward(
-        self,
-        grad: Tensor,
-        input: Tensor,
-        scale: Tensor,
-        inv_variance: Tensor,
-        has_dbias: bool = False,
-        *,
-        name: str | None = None,
-    ) -> tuple:
-        """``(dx, dscale, dbias)`` of :meth:`rmsnorm` (dbias None unless *has_dbias*)."""
-        inputs = (grad, input, scale)
-        return norm.backward(self, "rmsnorm", inputs, (None, inv_variance), name, has_dbias)
-
-    def instancenorm_backward(
-        self,
-        grad: Tensor,
-        input: Tensor,
-        scale: Tensor,
-        mean: Tensor,
-        inv_variance: Tensor,
-        *,
-        name: str | None = None,
-    ) -> tuple:
-        """``(dx, dscale, dbias)`` of :meth:`instancenorm`."""
-        inputs = (grad, input, scale)
-        return norm.backward(self, "instancenorm", inputs, (mean, inv_variance), name)
-
-    def batchnorm_backward(
-        self,
-        grad: Tensor,
-        input: Tensor,
-        scale: Tensor,
-        mean: Tensor,
-        inv_variance: Tensor,
-        *,
-        name: str | None = None,
-    ) -> tuple:
-        """``(dx, dscale, dbias)`` of :meth:`batchnorm`."""
-        return norm.backward(self, "batchnorm", (grad, input, scale), (mean, inv_variance), name)
-
-    # -- attention (composite graphs, nodes/sdpa.py) -------------------------------------------
-    def sdpa(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        attn_scale: float | Tensor | None = None,
-        is_inference: bool = True,
-        use_causal_mask: bool = False,
-        seq_len_q: Tensor | None = None,
-        seq_len_kv: Tensor | None = None,
-        dropout: tuple[float, Tensor, Tensor] | None = None,
-        diagonal_alignment: str = "top_left",
-        left_bound: int | None = None,
-        right_bound: int | None = None,
-        bias: Tensor | None = None,
-        alibi_slopes: Tensor | None = None,
-        sink: Tensor | None = None,
-        paged_attention_k_table: Tensor | None = None,
-        paged_attention_v_table: Tensor | None = None,
-        paged_attention_max_seq_len_kv: int | None = None,
-        name: str | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Scaled dot-product attention ``softmax(scale * q k^T + mask) v``: q (B, H, S_q, D),
-        k (B, H_k, S_kv, D), v (B, H_k, S_kv, D_v), H a multiple of H_k, any strides. Returns
-        ``(o, stats)``; *stats* float32 (B, H, S_q, 1) log-sum-exp, only in training. Options
-        (``docs/graph.md``): int32 (B, 1, 1, 1) *seq_len_q*/*seq_len_kv* (padding); *dropout*
-        ``(probability, seed, offset)``, int64 (1, 1, 1, 1) seed and offset; the diagonal's
-        alignment and the band's bounds (causal: ``right_bound=0``; a sliding window:
-        *left_bound*); an additive (B|1, H|1, S_q, S_kv) *bias*; float32 (1, H, 1, 1)
-        *alibi_slopes* and *sink* logits; a paged KV cache (k/v (num_blocks, H_k, block_size,
-        D) read through int32 page tables)."""
-        o = sdpa.SdpaOptions(attn_scale, use_causal_mask, seq_len_q, seq_len_kv, dropout)
-        masks = (diagonal_alignment, left_bound, right_bound, bias, alibi_slopes, sink)
-        o = o._replace(**dict(zip(sdpa.MASK_FIELDS, masks, strict=True)))
-        tables = (paged_attention_k_table, paged_attention_v_table)
-        o = o._replace(paged=(*tables, paged_attention_max_seq_len_kv))
-        return sdpa.forward(self, (q, k, v), o, is_inference, name or "sdpa")
-
-    def sdpa_backward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        o: Tensor,
-        dO: Tensor,
-        stats: Tensor,
-        *,
-        attn_scale: float | Tensor | None = None,
-        use_causal_mask: bool = False,
-        seq_len_q: Tensor | None = None,
-        seq_len_kv: Tensor | None = None,
-        dropout: tuple[float, Tensor, Tensor] | None = None,
-        use_deterministic_algorithm: bool = False,
-        diagonal_alignment: str = "top_left",
-        left_bound: int | None = None,
-        right_bound: int | None = None,
-        bias: Tensor | None = None,
-        alibi_slopes: Tensor | None = None,
-        sink: Tensor | None = None,
-        dbias: bool = False,
-        dsink: bool = False,
-        name: str | None = None,
-    ) -> tuple[Tensor, ...]:
-        """Gradients ``(dq, dk, dv)`` of :meth:`sdpa` from its output, its statistics and the
-        output's gradient *dO* (the same options as the forward), then ``dbias`` when *dbias*
-        (a (1, H, S_q, S_kv) bias only) and ``dsink`` (float32 (1, H, 1, 1)) when *dsink*.
-        The default form accumulates dQ in a float32 tensor the graph keeps in its workspace;
-        ``use_deterministic_algorithm=True`` writes dQ directly (cuDNN's deterministic form)."""
-        opts = sdpa.SdpaOptions(attn_scale, use_causal_mask, seq_len_q, seq_len_kv, dropout)
-        masks = (diagonal_alignment, left_bound, right_bound, bias, alibi_slopes, sink)
-        opts = opts._replace(**dict(zip(sdpa.MASK_FIELDS, masks, strict=True)))
-        det = use_deterministic_algorithm
-        saved = (o, dO, stats)
-        name = name or "sdpa_backward"
-        return sdpa.backward(self, (q, k, v), saved, opts, name, det, (dbias, dsink))
 
     # -- freeze, plan, execute ------------------------------------------------------------------
     def set_io_order(self, *tensors: Tensor) -> Graph:
@@ -784,10 +444,3 @@ class Graph(ConvBnOperations):
         _plans.remember(key, gp)
         self._key, self._handle, self._plan = key, h, gp
         return self
-
-
-for _name, _method in pointwise.methods().items():
-    setattr(Graph, _name, _method)
-# cudnn-frontend's spellings of two common ones
-Graph.bias = Graph.add  # type: ignore[attr-defined]
-Graph.scale = Graph.mul  # type: ignore[attr-defined]

@@ -1,5 +1,5 @@
 """A builder graph's tensors: :class:`Tensor`, and :class:`GraphBase`, the record of tensors and
-nodes that every node family (:mod:`.nodes`) adds to.
+nodes that every node family (:mod:`.nodes`) adds to through its node protocol.
 
 The bottom of the builder: the node families build on this module, and
 :class:`~pycudnn.graph._builder.Graph` (the public face) builds on both.
@@ -594,8 +594,9 @@ NODE_PROTOCOL = frozenset(
 
 class GraphBase:
     """What a graph records -- its tensors and its nodes -- and the primitives the node families
-    (:mod:`.nodes`) add them with: check an argument, make an output, record a node.
-    :class:`~pycudnn.graph.Graph` is the public face.
+    (:mod:`.nodes`) add them with: check an argument, make an output, record a node. Each family's
+    methods are a subclass of it (its ``...Operations`` class); :class:`~pycudnn.graph.Graph`
+    subclasses them all.
 
     The node protocol (:data:`NODE_PROTOCOL`, held by ``tests/graph/test_node_protocol.py``): a
     family reads the graph's ``name`` and calls :meth:`_check` (an argument is a tensor of this

@@ -1,9 +1,12 @@
 """The builder's operations by family, in cudnn-frontend's ``node/`` shape: each module holds
-its family's checks, output-shape inference and descriptor encoding.
+its family's checks, output-shape inference and descriptor encoding, and its ``...Operations``
+class: the graph methods users call, which :class:`pycudnn.graph.Graph` subclasses (one way for
+every family; a family uses the graph through ``GraphBase``'s node protocol alone).
 
-- :mod:`.conv` -- ``conv_fprop``, ``conv_dgrad``, ``conv_wgrad``
-- :mod:`.pointwise` -- every pointwise mode and the methods named after them
-- :mod:`.matmul`, :mod:`.reduction`, :mod:`.rng_reshape`
+- :mod:`.conv` -- ``conv_fprop``, ``conv_dgrad``, ``conv_wgrad`` (:class:`.conv.ConvOperations`)
+- :mod:`.pointwise` -- every pointwise mode; :mod:`.pointwise_methods` -- ``pointwise`` and the
+  methods named after the modes (:class:`.pointwise_methods.PointwiseOperations`)
+- :mod:`.matmul`, :mod:`.reduction`, :mod:`.rng_reshape` (``reshape``)
 - :mod:`.norm` -- layer, RMS, instance and batch norm, forward and backward
 - :mod:`.sdpa` -- scaled dot-product attention as composite graphs of the nodes above
 - :mod:`.paged` -- the paged cache load (a paged KV cache in front of the attention)

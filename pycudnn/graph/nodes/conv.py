@@ -19,7 +19,7 @@ from ...enums import ConvolutionMode, DataType
 from .._tensor import GraphBase, Tensor, as_dims, finite
 from ._base import SCALING, NodeKind, Scalar
 
-__all__ = ["KINDS", "ConvOptions", "dgrad", "fprop", "wgrad"]
+__all__ = ["KINDS", "ConvOperations", "ConvOptions", "dgrad", "fprop", "wgrad"]
 
 #: node kind -> the convolution operation it records
 _OPERATION = {
@@ -234,3 +234,75 @@ def _kind(operation: str) -> NodeKind:
 
 
 KINDS = {kind: _kind(operation) for kind, operation in _OPERATION.items()}
+
+
+class ConvOperations(GraphBase):
+    """The graph's convolution methods (a base of :class:`~pycudnn.graph.Graph`)."""
+
+    def conv_fprop(
+        self,
+        image: Tensor,
+        weight: Tensor,
+        padding: Any = 0,
+        stride: Any = 1,
+        dilation: Any = 1,
+        *,
+        post_padding: Any = None,
+        mode: str = "cross_correlation",
+        compute_data_type: Any = None,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        name: str | None = None,
+    ) -> Tensor:
+        """Convolution forward: ``y = alpha * conv(image, weight) + beta * y``; image
+        (N, C, *spatial), weight (K, C/groups, *kernel) -> y (N, K, *out)."""
+        o = ConvOptions(
+            padding, stride, dilation, post_padding, mode, compute_data_type, alpha, beta
+        )
+        return fprop(self, image, weight, o, name)
+
+    def conv_dgrad(
+        self,
+        loss: Tensor,
+        filter: Tensor,
+        padding: Any = 0,
+        stride: Any = 1,
+        dilation: Any = 1,
+        *,
+        image_dim: Sequence[int] | None = None,
+        post_padding: Any = None,
+        mode: str = "cross_correlation",
+        compute_data_type: Any = None,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        name: str | None = None,
+    ) -> Tensor:
+        """Convolution backward-data: the gradient of the image from ``loss`` (dy) and
+        ``filter``; *image_dim* gives dx's shape where the stride makes it ambiguous."""
+        o = ConvOptions(
+            padding, stride, dilation, post_padding, mode, compute_data_type, alpha, beta
+        )
+        return dgrad(self, loss, filter, o, image_dim, name)
+
+    def conv_wgrad(
+        self,
+        image: Tensor,
+        loss: Tensor,
+        padding: Any = 0,
+        stride: Any = 1,
+        dilation: Any = 1,
+        *,
+        filter_dim: Sequence[int] | None = None,
+        post_padding: Any = None,
+        mode: str = "cross_correlation",
+        compute_data_type: Any = None,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        name: str | None = None,
+    ) -> Tensor:
+        """Convolution backward-filter: the filter's gradient from ``image`` (x) and ``loss``
+        (dy); *filter_dim* gives dw's shape where it is ambiguous."""
+        o = ConvOptions(
+            padding, stride, dilation, post_padding, mode, compute_data_type, alpha, beta
+        )
+        return wgrad(self, image, loss, o, filter_dim, name)

@@ -14,7 +14,7 @@ from ...enums import DataType
 from .._tensor import GraphBase, Tensor, check_type, described_dim, finite
 from ._base import NodeKind
 
-__all__ = ["KINDS", "matmul"]
+__all__ = ["KINDS", "MatmulOperations", "matmul"]
 
 
 def matmul(
@@ -104,3 +104,27 @@ def _matmul_desc(s: dict[str, Any]) -> BackendDescriptor:
 
 
 KINDS = {"matmul": NodeKind(D.OPERATION_MATMUL_DESCRIPTOR, (A.OPERATION_MATMUL_DESC, _matmul_desc))}
+
+
+class MatmulOperations(GraphBase):
+    """The graph's matrix product method (a base of :class:`~pycudnn.graph.Graph`)."""
+
+    def matmul(
+        self,
+        A: Tensor,
+        B: Tensor,
+        *,
+        compute_data_type: Any = None,
+        padding_value: float | None = None,
+        m_override: Tensor | None = None,
+        n_override: Tensor | None = None,
+        k_override: Tensor | None = None,
+        name: str | None = None,
+    ) -> Tensor:
+        """Batched matrix product ``C = A @ B``: A (*batch, M, K), B (*batch, K, N) ->
+        C (*batch, M, N); a batch dim of 1 in one operand broadcasts against the other's.
+        Transposed operands are strides (a K-major B is B with swapped strides).
+        *m_override*/*n_override*/*k_override*: int32 (batch..., 1, 1) tensors of per-batch
+        valid sizes (variable lengths)."""
+        overrides = (m_override, n_override, k_override)
+        return matmul(self, A, B, compute_data_type, padding_value, overrides, name)

@@ -15,7 +15,7 @@ from ...enums import BackendNormFwdPhase, BackendNormMode, DataType
 from .._tensor import GraphBase, Tensor
 from ._base import NodeKind, Scalar
 
-__all__ = ["KINDS", "MODES", "backward", "forward", "phase"]
+__all__ = ["KINDS", "MODES", "NormOperations", "backward", "forward", "phase"]
 
 _RMS = BackendNormMode.RMS_NORM
 #: the graph's norm methods -> the mode they record
@@ -209,3 +209,138 @@ KINDS = {
         (Scalar(A.OPERATION_NORM_BWD_MODE, "mode", T.NORM_MODE, BackendNormMode),),
     ),
 }
+
+
+class NormOperations(GraphBase):
+    """The graph's normalization methods, forward and backward (a base of
+    :class:`~pycudnn.graph.Graph`)."""
+
+    def layernorm(
+        self,
+        input: Tensor,
+        scale: Tensor,
+        bias: Tensor,
+        epsilon: Tensor,
+        norm_forward_phase: Any = "training",
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Layer norm over every dim but the first: ``(y, mean, inv_variance)`` (the
+        statistics are None in inference). *scale*/*bias* are shaped like one sample
+        (1, *input.dim[1:]); *epsilon* a scalar tensor (:meth:`scalar`)."""
+        inputs = (input, scale, bias, epsilon)
+        return forward(self, "layernorm", norm_forward_phase, inputs, name)  # type: ignore[return-value]
+
+    def rmsnorm(
+        self,
+        input: Tensor,
+        scale: Tensor,
+        bias: Tensor | None = None,
+        epsilon: Tensor | None = None,
+        norm_forward_phase: Any = "training",
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """RMS norm over every dim but the first: ``(y, inv_variance)`` (None in inference)."""
+        outs = forward(self, "rmsnorm", norm_forward_phase, (input, scale, bias, epsilon), name)
+        return outs[0], (outs[1] if len(outs) > 1 else None)
+
+    def instancenorm(
+        self,
+        input: Tensor,
+        scale: Tensor,
+        bias: Tensor,
+        epsilon: Tensor,
+        norm_forward_phase: Any = "training",
+        *,
+        name: str | None = None,
+    ) -> tuple:
+        """Instance norm (per sample and channel): ``(y, mean, inv_variance)``."""
+        return forward(
+            self, "instancenorm", norm_forward_phase, (input, scale, bias, epsilon), name
+        )
+
+    def batchnorm(
+        self,
+        input: Tensor,
+        scale: Tensor,
+        bias: Tensor,
+        epsilon: Tensor,
+        *,
+        in_running_mean: Tensor | None = None,
+        in_running_var: Tensor | None = None,
+        momentum: Tensor | None = None,
+        norm_forward_phase: Any = "training",
+        name: str | None = None,
+    ) -> tuple:
+        """Batch norm (per channel) in training: ``(y, mean, inv_variance[,
+        next_running_mean, next_running_var])`` -- the running statistics when
+        *in_running_mean*, *in_running_var* and *momentum* (a scalar) are given."""
+        if phase(norm_forward_phase, f"{self.name}.batchnorm") != BackendNormFwdPhase.TRAINING:
+            raise ValueError(
+                f"{self.name}.batchnorm: only the training phase is built here (an "
+                "inference batch norm is a scale and shift: use mul/add)"
+            )
+        running = None
+        if any(v is not None for v in (in_running_mean, in_running_var, momentum)):
+            running = (
+                self._check("batchnorm", "in_running_mean", in_running_mean),
+                self._check("batchnorm", "in_running_var", in_running_var),
+                self._check("batchnorm", "momentum", momentum),
+            )
+        inputs = (input, scale, bias, epsilon)
+        return forward(self, "batchnorm", norm_forward_phase, inputs, name, running)
+
+    def layernorm_backward(
+        self,
+        grad: Tensor,
+        input: Tensor,
+        scale: Tensor,
+        mean: Tensor,
+        inv_variance: Tensor,
+        *,
+        name: str | None = None,
+    ) -> tuple:
+        """``(dx, dscale, dbias)`` of :meth:`layernorm` from its saved statistics."""
+        return backward(self, "layernorm", (grad, input, scale), (mean, inv_variance), name)
+
+    def rmsnorm_backward(
+        self,
+        grad: Tensor,
+        input: Tensor,
+        scale: Tensor,
+        inv_variance: Tensor,
+        has_dbias: bool = False,
+        *,
+        name: str | None = None,
+    ) -> tuple:
+        """``(dx, dscale, dbias)`` of :meth:`rmsnorm` (dbias None unless *has_dbias*)."""
+        inputs = (grad, input, scale)
+        return backward(self, "rmsnorm", inputs, (None, inv_variance), name, has_dbias)
+
+    def instancenorm_backward(
+        self,
+        grad: Tensor,
+        input: Tensor,
+        scale: Tensor,
+        mean: Tensor,
+        inv_variance: Tensor,
+        *,
+        name: str | None = None,
+    ) -> tuple:
+        """``(dx, dscale, dbias)`` of :meth:`instancenorm`."""
+        inputs = (grad, input, scale)
+        return backward(self, "instancenorm", inputs, (mean, inv_variance), name)
+
+    def batchnorm_backward(
+        self,
+        grad: Tensor,
+        input: Tensor,
+        scale: Tensor,
+        mean: Tensor,
+        inv_variance: Tensor,
+        *,
+        name: str | None = None,
+    ) -> tuple:
+        """``(dx, dscale, dbias)`` of :meth:`batchnorm`."""
+        return backward(self, "batchnorm", (grad, input, scale), (mean, inv_variance), name)

@@ -1,11 +1,10 @@
-"""Pointwise nodes: any cuDNN pointwise mode, and the graph's methods named after them
-(pygraph's ``add``, ``relu``, ``gelu``, ``cmp_gt``, ``binary_select``...; :data:`POINTWISE_NAMES`)
--- arity, parameters, broadcasting, output types and encoding."""
+"""Pointwise nodes: any cuDNN pointwise mode, and pygraph's names for them (``add``, ``relu``,
+``gelu``, ``cmp_gt``, ``binary_select``...; :data:`POINTWISE_NAMES`) -- arity, parameters,
+broadcasting, output types and encoding. The graph's methods are :mod:`.pointwise_methods`'."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 from ... import errors
@@ -17,7 +16,7 @@ from ...enums import DataType, PointwiseMode
 from .._tensor import GraphBase, Tensor, check_type, finite
 from ._base import SCALING, NodeKind, Scalar
 
-__all__ = ["KINDS", "PARAM_NAMES", "POINTWISE_NAMES", "apply", "arity", "methods", "pointwise"]
+__all__ = ["KINDS", "PARAM_NAMES", "POINTWISE_NAMES", "apply", "arity", "pointwise"]
 
 #: the optional parameters of a pointwise operation (``axis``: ``gen_index``'s)
 PARAM_NAMES = (
@@ -276,61 +275,6 @@ def pointwise(
 ) -> Tensor:
     """:func:`apply` for a mode given as a ``PointwiseMode`` or its name."""
     return apply(g, coerce_enum(mode, PointwiseMode, "mode"), inputs, compute, alphas, name, params)
-
-
-def _named(mode: PointwiseMode, doc: str) -> Callable[..., Tensor]:
-    n = arity(mode)
-    if n == 1:
-
-        def op(
-            self: GraphBase,
-            input: Tensor,
-            *,
-            compute_data_type: Any = None,
-            name: str | None = None,
-            **params: float,
-        ) -> Tensor:
-            return apply(self, mode, (input,), compute_data_type, (1.0, 1.0), name, params)
-
-    elif n == 2:
-
-        def op(  # type: ignore[misc]
-            self: GraphBase,
-            a: Tensor,
-            b: Tensor,
-            *,
-            compute_data_type: Any = None,
-            alpha1: float = 1.0,
-            alpha2: float = 1.0,
-            name: str | None = None,
-            **params: float,
-        ) -> Tensor:
-            return apply(self, mode, (a, b), compute_data_type, (alpha1, alpha2), name, params)
-
-    else:
-
-        def op(  # type: ignore[misc]
-            self: GraphBase,
-            input0: Tensor,
-            input1: Tensor,
-            mask: Tensor,
-            *,
-            compute_data_type: Any = None,
-            name: str | None = None,
-        ) -> Tensor:
-            return apply(self, mode, (input0, input1, mask), compute_data_type, name=name)
-
-    op.__doc__ = doc
-    return op
-
-
-def methods() -> dict[str, Callable[..., Tensor]]:
-    """The graph's pointwise methods by pygraph name (:data:`POINTWISE_NAMES`)."""
-    out = {}
-    for name, m in POINTWISE_NAMES.items():
-        kind = "backward (loss, input) -> dx" if _backward(m) else f"{arity(m)}-input"
-        out[name] = _named(m, f"Pointwise ``{m.name}`` ({kind}); see :meth:`pointwise`.")
-    return out
 
 
 def _pointwise_desc(s: dict[str, Any]) -> BackendDescriptor:

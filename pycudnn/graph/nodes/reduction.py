@@ -16,7 +16,7 @@ from ...enums import DataType, ReduceTensorOp
 from .._tensor import GraphBase, Tensor, as_dims
 from ._base import NodeKind
 
-__all__ = ["KINDS", "reduction"]
+__all__ = ["KINDS", "ReductionOperations", "reduction"]
 
 
 def reduction(
@@ -65,3 +65,23 @@ KINDS = {
         D.OPERATION_REDUCTION_DESCRIPTOR, (A.OPERATION_REDUCTION_DESC, _reduction_desc)
     )
 }
+
+
+class ReductionOperations(GraphBase):
+    """The graph's reduction method (a base of :class:`~pycudnn.graph.Graph`)."""
+
+    def reduction(
+        self,
+        input: Tensor,
+        mode: Any = "add",
+        *,
+        dim: Sequence[int],
+        compute_data_type: Any = None,
+        deterministic: bool | None = None,
+        name: str | None = None,
+    ) -> Tensor:
+        """Reduce *input* to the output shape *dim* (1 where a dim is reduced, the input's size
+        where it is kept, a divisor to reduce consecutive groups): ``mode`` ``'add'``,
+        ``'mul'``, ``'min'``, ``'max'``, ``'amax'``, ``'avg'``,
+        ``'norm1'``, ``'norm2'``, ``'mul_no_zeros'``."""
+        return reduction(self, input, mode, dim, compute_data_type, deterministic, name)

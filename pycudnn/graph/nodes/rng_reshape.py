@@ -15,7 +15,7 @@ from ...enums import RngDistribution
 from .._tensor import GraphBase, Tensor, as_dims, as_dtype, finite
 from ._base import NodeKind, Scalar
 
-__all__ = ["KINDS", "reshape", "rng"]
+__all__ = ["KINDS", "RngReshapeOperations", "reshape", "rng"]
 
 
 def rng(
@@ -86,3 +86,20 @@ KINDS = {
     ),
     "reshape": NodeKind(D.OPERATION_RESHAPE_DESCRIPTOR, None),
 }
+
+
+class RngReshapeOperations(GraphBase):
+    """The graph's reshape method (a base of :class:`~pycudnn.graph.Graph`; the RNG node is
+    the attention's dropout's, :mod:`.sdpa`)."""
+
+    def reshape(
+        self,
+        input: Tensor,
+        dim: Sequence[int],
+        stride: Sequence[int],
+        *,
+        data_type: Any = None,
+        name: str | None = None,
+    ) -> Tensor:
+        """A view of *input* with other dims/strides (cuDNN's reshape operation, view only)."""
+        return reshape(self, input, dim, stride, data_type, name)

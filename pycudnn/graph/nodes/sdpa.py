@@ -42,7 +42,7 @@ from .matmul import matmul
 from .reduction import reduction
 from .rng_reshape import reshape, rng
 
-__all__ = ["MASK_FIELDS", "SdpaOptions", "backward", "forward"]
+__all__ = ["MASK_FIELDS", "SdpaOperations", "SdpaOptions", "backward", "forward"]
 
 
 class SdpaOptions(NamedTuple):
@@ -487,3 +487,84 @@ def _head_sum(
     if io is not None:
         full.set_data_type(io)
     return full
+
+
+class SdpaOperations(GraphBase):
+    """The graph's attention methods (a base of :class:`~pycudnn.graph.Graph`)."""
+
+    def sdpa(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        attn_scale: float | Tensor | None = None,
+        is_inference: bool = True,
+        use_causal_mask: bool = False,
+        seq_len_q: Tensor | None = None,
+        seq_len_kv: Tensor | None = None,
+        dropout: tuple[float, Tensor, Tensor] | None = None,
+        diagonal_alignment: str = "top_left",
+        left_bound: int | None = None,
+        right_bound: int | None = None,
+        bias: Tensor | None = None,
+        alibi_slopes: Tensor | None = None,
+        sink: Tensor | None = None,
+        paged_attention_k_table: Tensor | None = None,
+        paged_attention_v_table: Tensor | None = None,
+        paged_attention_max_seq_len_kv: int | None = None,
+        name: str | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Scaled dot-product attention ``softmax(scale * q k^T + mask) v``: q (B, H, S_q, D),
+        k (B, H_k, S_kv, D), v (B, H_k, S_kv, D_v), H a multiple of H_k, any strides. Returns
+        ``(o, stats)``; *stats* float32 (B, H, S_q, 1) log-sum-exp, only in training. Options
+        (``docs/graph.md``): int32 (B, 1, 1, 1) *seq_len_q*/*seq_len_kv* (padding); *dropout*
+        ``(probability, seed, offset)``, int64 (1, 1, 1, 1) seed and offset; the diagonal's
+        alignment and the band's bounds (causal: ``right_bound=0``; a sliding window:
+        *left_bound*); an additive (B|1, H|1, S_q, S_kv) *bias*; float32 (1, H, 1, 1)
+        *alibi_slopes* and *sink* logits; a paged KV cache (k/v (num_blocks, H_k, block_size,
+        D) read through int32 page tables)."""
+        o = SdpaOptions(attn_scale, use_causal_mask, seq_len_q, seq_len_kv, dropout)
+        masks = (diagonal_alignment, left_bound, right_bound, bias, alibi_slopes, sink)
+        o = o._replace(**dict(zip(MASK_FIELDS, masks, strict=True)))
+        tables = (paged_attention_k_table, paged_attention_v_table)
+        o = o._replace(paged=(*tables, paged_attention_max_seq_len_kv))
+        return forward(self, (q, k, v), o, is_inference, name or "sdpa")
+
+    def sdpa_backward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        o: Tensor,
+        dO: Tensor,
+        stats: Tensor,
+        *,
+        attn_scale: float | Tensor | None = None,
+        use_causal_mask: bool = False,
+        seq_len_q: Tensor | None = None,
+        seq_len_kv: Tensor | None = None,
+        dropout: tuple[float, Tensor, Tensor] | None = None,
+        use_deterministic_algorithm: bool = False,
+        diagonal_alignment: str = "top_left",
+        left_bound: int | None = None,
+        right_bound: int | None = None,
+        bias: Tensor | None = None,
+        alibi_slopes: Tensor | None = None,
+        sink: Tensor | None = None,
+        dbias: bool = False,
+        dsink: bool = False,
+        name: str | None = None,
+    ) -> tuple[Tensor, ...]:
+        """Gradients ``(dq, dk, dv)`` of :meth:`sdpa` from its output, its statistics and the
+        output's gradient *dO* (the same options as the forward), then ``dbias`` when *dbias*
+        (a (1, H, S_q, S_kv) bias only) and ``dsink`` (float32 (1, H, 1, 1)) when *dsink*.
+        The default form accumulates dQ in a float32 tensor the graph keeps in its workspace;
+        ``use_deterministic_algorithm=True`` writes dQ directly (cuDNN's deterministic form)."""
+        opts = SdpaOptions(attn_scale, use_causal_mask, seq_len_q, seq_len_kv, dropout)
+        masks = (diagonal_alignment, left_bound, right_bound, bias, alibi_slopes, sink)
+        opts = opts._replace(**dict(zip(MASK_FIELDS, masks, strict=True)))
+        det = use_deterministic_algorithm
+        saved = (o, dO, stats)
+        name = name or "sdpa_backward"
+        return backward(self, (q, k, v), saved, opts, name, det, (dbias, dsink))
