@@ -7,6 +7,7 @@ lists: it runs in the input's dtype with float32 parameters, as torch's."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from .. import errors
+from ..graph import _plans
 from ..highlevel import (
     batch_normalization_act_reserve_size,
     dnn_batch_normalization_act_grad,
@@ -138,7 +140,12 @@ def _act_grad_slow(ops, eps, residual, outs, s) -> None:
     )  # fmt: skip
 
 
-_RESERVE: dict[tuple, int | None] = {}  # (shape, dtype, device, residual) -> bytes, None: refused
+# (shape, dtype, device, residual) -> reserve bytes, or _REFUSED: grows with the input shapes, so
+# it is an LRU of the one registry (bounded by the configured cache size, emptied by
+# pycudnn.clear_caches()); one for the process, its puts under a lock
+_RESERVE = _plans.new_lru(owns=False)
+_RESERVE_LOCK = threading.Lock()
+_REFUSED = -1
 
 
 def reserve_bytes(shape: tuple, dtype: torch.dtype, device: int, residual: bool) -> int | None:
@@ -146,16 +153,15 @@ def reserve_bytes(shape: tuple, dtype: torch.dtype, device: int, residual: bool)
     *dtype* (``batch_normalization_act_reserve_size``, remembered), or None where cuDNN's size
     query refuses the fused kernel."""
     key = (shape, dtype, device, residual)
-    try:
-        return _RESERVE[key]
-    except KeyError:
-        pass
-    try:
-        n = batch_normalization_act_reserve_size(shape, dtype, residual, device)
-    except errors.NotSupportedError:
-        n = None
-    _RESERVE[key] = n
-    return n
+    n = _RESERVE.data.get(key)
+    if n is None:
+        try:
+            n = batch_normalization_act_reserve_size(shape, dtype, residual, device)
+        except errors.NotSupportedError:
+            n = _REFUSED
+        with _RESERVE_LOCK:
+            _RESERVE.put(key, n)
+    return None if n == _REFUSED else n
 
 
 def bn_act_train_run(x, w, b, z, running, eps, factor, n: int) -> tuple[torch.Tensor, ...]:

@@ -23,6 +23,7 @@ import test_torch_adapter_fakes as base  # noqa: E402  (tests/torch is on sys.pa
 import pycudnn  # noqa: E402
 from pycudnn import highlevel as hl  # noqa: E402
 from pycudnn import torch as pt  # noqa: E402
+from pycudnn.graph import _plans  # noqa: E402
 from pycudnn.torch import (  # noqa: E402
     _runtime,
     activation,
@@ -528,7 +529,7 @@ def bn_act(fakes, monkeypatch):
     monkeypatch.setattr(batchnorm, "dnn_batch_normalization_act_grad", fake_bn_act_grad)
     monkeypatch.setattr(batchnorm, "batch_normalization_act_reserve_size", _reserve_size)
     monkeypatch.setattr(fused_train, "HALVES", (torch.float64,))
-    monkeypatch.setattr(batchnorm, "_RESERVE", {})
+    monkeypatch.setattr(batchnorm, "_RESERVE", _plans.new_lru(owns=False))
 
 
 @pytest.mark.usefixtures("bn_act")
@@ -711,3 +712,31 @@ def test_float64_linear_falls_back():
 def test_add_helper_keeps_operand_order():
     add = fused.Add("call_function", operator.sub, bn_first=False)
     assert add(torch.tensor(1.0), torch.tensor(3.0)) == 2.0
+
+
+def test_the_reserve_sizes_are_a_registry_cache(monkeypatch):
+    """The fused batch norm's reserve sizes (a cache that grows with the input shapes): asked
+    once per signature, refusals remembered too, bounded by the configured size and emptied by
+    ``pycudnn.clear_caches()`` (issue 39, item 2)."""
+    asked = []
+
+    def size(shape, dtype, residual=False, device=None):
+        asked.append(shape)
+        if shape[0] == 3:
+            raise pycudnn.errors.NotSupportedError(9, "batch_normalization_act_reserve_size")
+        return 64
+
+    monkeypatch.setattr(batchnorm, "batch_normalization_act_reserve_size", size)
+    monkeypatch.setattr(batchnorm, "_RESERVE", _plans.new_lru(owns=False))
+    monkeypatch.setattr(batchnorm._RESERVE, "maxsize", 4)
+    for _ in range(2):
+        assert batchnorm.reserve_bytes((2, 8, 4, 4), torch.float16, 0, False) == 64
+        assert batchnorm.reserve_bytes((3, 8, 4, 4), torch.float16, 0, False) is None
+    assert asked == [(2, 8, 4, 4), (3, 8, 4, 4)]
+    for n in range(4, 10):
+        batchnorm.reserve_bytes((n, 8, 4, 4), torch.float16, 0, False)
+    assert len(batchnorm._RESERVE.data) == 4
+    pycudnn.clear_caches()
+    assert not batchnorm._RESERVE.data
+    batchnorm.reserve_bytes((2, 8, 4, 4), torch.float16, 0, False)
+    assert asked.count((2, 8, 4, 4)) == 2
