@@ -14,10 +14,12 @@ See ``docs/graph.md``.
 Internals
 ---------
 - :class:`Graph` / :class:`Tensor` -- the public builder (:mod:`._builder`).
-- :mod:`._tensor` -- :class:`Tensor` and the record of tensors and nodes every family adds to.
+- :mod:`._tensor` -- :class:`Tensor` and ``GraphBase``, the record of tensors and nodes every
+  family adds to through its node protocol (``NODE_PROTOCOL``).
 - :mod:`.nodes` -- the operations by family (convolutions, pointwise, matmul, reduction,
   norms, RNG and reshape, and the composite attention graphs cuDNN's fused flash-attention
-  engines run), each with its checks, output shapes and descriptor encoding.
+  engines run), each with its checks, output shapes, descriptor encoding and its
+  ``...Operations`` class: the methods :class:`Graph` inherits.
 - :mod:`._key` -- the frozen graph (:class:`GraphKey`): what plans are cached under.
 - :mod:`._plans` -- the engine, one entry ``plan(key, handle)``: heuristics search, numerics
   filters, timing, the per-thread plan LRU, variant packs. The high level's convolutions (fused

@@ -4,8 +4,8 @@
   :class:`~pycudnn.graph._tensor.GraphBase` holding the methods users call; ``Graph`` is all of
   them (its own body: tensors, build, execute, JSON). No method is set on ``Graph`` from outside.
 * The node protocol: the node modules use a graph only through the members
-  :data:`~pycudnn.graph._tensor.NODE_PROTOCOL` names (read from the source: ``g.X`` and
-  ``self.X``), each one a member of ``GraphBase``, none of them unused.
+  :data:`~pycudnn.graph._tensor.NODE_PROTOCOL` names (read from the source: ``g.X``,
+  ``self.X``, ``t._graph.X``), each one a member of ``GraphBase``, none of them unused.
 * The pointwise methods: one per :data:`~pycudnn.graph.POINTWISE_NAMES` entry, with its mode's
   arity's signature and docstring; ``bias`` is ``add`` and ``scale`` is ``mul``.
 """
@@ -27,10 +27,15 @@ NODES = Path(pointwise.__file__).resolve().parent
 
 
 def _graph_members(path: Path) -> set[str]:
-    """The attributes a node module reads, calls or writes on a graph (``g.X``, ``self.X``)."""
+    """The attributes a node module reads, calls or writes on a graph (``g.X``, ``self.X``,
+    ``t._graph.X``)."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) in ("g", "self"):
+        if not isinstance(node, ast.Attribute):
+            continue
+        if getattr(node.value, "id", None) in ("g", "self") or (
+            getattr(node.value, "attr", None) == "_graph"
+        ):
             out.add(node.attr)
     return out
 
