@@ -364,6 +364,46 @@ def device_cache(name: str, maxsize: int) -> DeviceCache:
     return cache
 
 
+class HostCache(_LRU):
+    """A process-wide cache of host values that grows with the inputs (the packed attention's
+    checked lengths, the fused batch norm's reserve sizes): in the registry, so
+    :func:`clear_caches` empties it and :func:`cache_info` counts it (``host_entries``), and
+    bounded by its own *maxsize*. Reads are one dict lookup (:meth:`lookup`, no reordering);
+    puts and clears take the cache's lock."""
+
+    __slots__ = ("lock", "name")
+
+    def __init__(self, name: str, maxsize: int):
+        super().__init__(maxsize, owns=False)
+        self.name = name
+        self.lock = threading.Lock()
+
+    def lookup(self, key: Any, default: Any = None) -> Any:
+        """The value of *key*, else *default* (the LRU order is left as is)."""
+        return self.data.get(key, default)
+
+    def put(self, key: Any, value: Any) -> None:
+        with self.lock:
+            _LRU.put(self, key, value)
+
+    def clear(self) -> None:
+        with self.lock:
+            _LRU.clear(self)
+
+
+_host_caches: dict[str, HostCache] = {}
+
+
+def host_cache(name: str, maxsize: int) -> HostCache:
+    """The registered host cache *name* (made on first use, bounded to *maxsize* values)."""
+    with _registry_lock:
+        cache = _host_caches.get(name)
+        if cache is None:
+            cache = _host_caches[name] = HostCache(name, maxsize)
+            _registry.add(cache)
+    return cache
+
+
 class CacheInfo(NamedTuple):
     hits: int
     misses: int
@@ -373,6 +413,7 @@ class CacheInfo(NamedTuple):
     search_seconds: float
     device_entries: int = 0
     device_bytes: int = 0
+    host_entries: int = 0
 
 
 def cache_info() -> CacheInfo:
@@ -380,9 +421,11 @@ def cache_info() -> CacheInfo:
     (``hits``), calls that searched (``misses``), plans built, current size (this thread),
     bound, and total seconds spent searching; and the device arrays that launches read from
     the device caches (:class:`DeviceCache`: ALiBi slopes, packed lengths, filled vectors):
-    how many, and their bytes."""
+    how many, and their bytes; and the values of the host caches that grow with the inputs
+    (:class:`HostCache`)."""
     with _registry_lock:
         caches = list(_device_caches.values())
+        hosts = list(_host_caches.values())
     return CacheInfo(
         stats.hits,
         stats.misses,
@@ -392,6 +435,7 @@ def cache_info() -> CacheInfo:
         stats.search_seconds,
         sum(len(c) for c in caches),
         sum(c.nbytes for c in caches),
+        sum(len(c.data) for c in hosts),
     )
 
 
@@ -415,7 +459,7 @@ def set_cache_size(maxsize: int) -> None:
     with _registry_lock:
         lrus = list(_registry)
     for lru in lrus:
-        if isinstance(lru, DeviceCache):
+        if isinstance(lru, (DeviceCache, HostCache)):
             continue  # bounded by its own size
         lru.maxsize = maxsize
         while maxsize and len(lru.data) > maxsize:

@@ -15,7 +15,6 @@ averages are updated in place, as a training framework keeps them.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -25,6 +24,7 @@ from .. import _cuda, _layout
 from .._types import as_data_type, dtype_name
 from ..descriptors.ops import ActivationDescriptor
 from ..enums import DataType
+from ..graph import _plans
 from . import _bn_checks as bc
 from . import _call, _checks, _operand, _staging
 from ._bn_calls import ActBackwardCall, ActTrainCall, act_sizes
@@ -152,10 +152,19 @@ def batch_normalization_act_reserve_size(
     return _reserve_bytes(dims, dt, residual, device)
 
 
-@functools.lru_cache(maxsize=256)
+#: cuDNN's answers by (shape, dtype, residual, device): a host cache of the registry (bounded,
+#: emptied by clear_caches(), counted by cache_info())
+_RESERVES = _plans.host_cache("bn_act_reserve_bytes", 256)
+
+
 def _reserve_bytes(shape: tuple[int, ...], dt: DataType, residual: bool, device: int) -> int:
-    h = _call.handle_for(device, None, "batch_normalization_act_reserve_size")
-    return act_sizes(h, *_descs(shape, dt), residual).reserve
+    key = (shape, dt, residual, device)
+    n = _RESERVES.lookup(key)
+    if n is None:
+        h = _call.handle_for(device, None, "batch_normalization_act_reserve_size")
+        n = act_sizes(h, *_descs(shape, dt), residual).reserve
+        _RESERVES.put(key, n)
+    return n
 
 
 def dnn_batch_normalization_act_train(

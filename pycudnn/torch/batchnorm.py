@@ -7,7 +7,6 @@ lists: it runs in the input's dtype with float32 parameters, as torch's."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -141,10 +140,8 @@ def _act_grad_slow(ops, eps, residual, outs, s) -> None:
 
 
 # (shape, dtype, device, residual) -> reserve bytes, or _REFUSED: grows with the input shapes, so
-# it is an LRU of the one registry (bounded by the configured cache size, emptied by
-# pycudnn.clear_caches()); one for the process, its puts under a lock
-_RESERVE = _plans.new_lru(owns=False)
-_RESERVE_LOCK = threading.Lock()
+# a host cache of the one registry (bounded, emptied by pycudnn.clear_caches())
+_RESERVE = _plans.host_cache("torch_bn_act_reserve_bytes", 256)
 _REFUSED = -1
 
 
@@ -153,14 +150,13 @@ def reserve_bytes(shape: tuple, dtype: torch.dtype, device: int, residual: bool)
     *dtype* (``batch_normalization_act_reserve_size``, remembered), or None where cuDNN's size
     query refuses the fused kernel."""
     key = (shape, dtype, device, residual)
-    n = _RESERVE.data.get(key)
+    n = _RESERVE.lookup(key)
     if n is None:
         try:
             n = batch_normalization_act_reserve_size(shape, dtype, residual, device)
         except errors.NotSupportedError:
             n = _REFUSED
-        with _RESERVE_LOCK:
-            _RESERVE.put(key, n)
+        _RESERVE.put(key, n)
     return None if n == _REFUSED else n
 
 

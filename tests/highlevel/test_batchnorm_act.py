@@ -108,11 +108,11 @@ def test_reserve_size_asks_cudnn_once_per_shape(rec, monkeypatch):
     monkeypatch.setattr(
         batchnorm_act, "act_sizes", lambda h, xd, pd, ad, res: asked.append(xd) or ActSizes(8, 0, 0)
     )
-    batchnorm_act._reserve_bytes.cache_clear()
+    batchnorm_act._RESERVES.clear()
     for dt in ("bfloat16", BF16, "bfloat16"):
         assert batch_normalization_act_reserve_size(SHAPE, dt, True, 0) == 8
     assert len(asked) == 1 and asked[0].strides == (C * 30, 1, C * 6, C)
-    batchnorm_act._reserve_bytes.cache_clear()
+    batchnorm_act._RESERVES.clear()
 
 
 @pytest.fixture

@@ -148,3 +148,27 @@ def test_no_module_keeps_device_memory_outside_the_registry():
     ):
         assert not hasattr(mod, name), f"{mod.__name__}.{name}"
     assert attention.dnn_sdpa is pycudnn.dnn_sdpa
+
+
+def test_host_caches_are_registered_bounded_and_counted():
+    """The caches of host values that grow with the inputs (checked packed lengths, reserve
+    sizes) are registry caches: bounded by their own size (set_cache_size leaves it), counted
+    by cache_info().host_entries and emptied by clear_caches()."""
+    from pycudnn.highlevel import batchnorm_act
+
+    for cache in (_cu_seqlens._CHECKED, batchnorm_act._RESERVES):
+        assert isinstance(cache, _plans.HostCache)
+    cache = _plans.host_cache("test_host", 3)
+    assert _plans.host_cache("test_host", 99) is cache
+    for i in range(5):
+        cache.put(i, i)
+    assert list(cache.data) == [2, 3, 4] and cache.lookup(0) is None and cache.lookup(4) == 4
+    before = _plans._maxsize
+    _plans.set_cache_size(1)
+    try:
+        assert len(cache.data) == 3
+    finally:
+        _plans.set_cache_size(before)
+    assert pycudnn.highlevel.conv.cache_info().host_entries >= 3
+    pycudnn.clear_caches()
+    assert not cache.data and pycudnn.highlevel.conv.cache_info().host_entries == 0

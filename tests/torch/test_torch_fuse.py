@@ -529,7 +529,7 @@ def bn_act(fakes, monkeypatch):
     monkeypatch.setattr(batchnorm, "dnn_batch_normalization_act_grad", fake_bn_act_grad)
     monkeypatch.setattr(batchnorm, "batch_normalization_act_reserve_size", _reserve_size)
     monkeypatch.setattr(fused_train, "HALVES", (torch.float64,))
-    monkeypatch.setattr(batchnorm, "_RESERVE", _plans.new_lru(owns=False))
+    monkeypatch.setattr(batchnorm, "_RESERVE", _plans.HostCache("test", 256))
 
 
 @pytest.mark.usefixtures("bn_act")
@@ -727,8 +727,8 @@ def test_the_reserve_sizes_are_a_registry_cache(monkeypatch):
         return 64
 
     monkeypatch.setattr(batchnorm, "batch_normalization_act_reserve_size", size)
-    monkeypatch.setattr(batchnorm, "_RESERVE", _plans.new_lru(owns=False))
-    monkeypatch.setattr(batchnorm._RESERVE, "maxsize", 4)
+    monkeypatch.setattr(batchnorm, "_RESERVE", _plans.host_cache("test_reserve_sizes", 4))
+    batchnorm._RESERVE.clear()
     for _ in range(2):
         assert batchnorm.reserve_bytes((2, 8, 4, 4), torch.float16, 0, False) == 64
         assert batchnorm.reserve_bytes((3, 8, 4, 4), torch.float16, 0, False) is None
@@ -736,6 +736,7 @@ def test_the_reserve_sizes_are_a_registry_cache(monkeypatch):
     for n in range(4, 10):
         batchnorm.reserve_bytes((n, 8, 4, 4), torch.float16, 0, False)
     assert len(batchnorm._RESERVE.data) == 4
+    assert pycudnn.highlevel.conv.cache_info().host_entries >= 4
     pycudnn.clear_caches()
     assert not batchnorm._RESERVE.data
     batchnorm.reserve_bytes((2, 8, 4, 4), torch.float16, 0, False)

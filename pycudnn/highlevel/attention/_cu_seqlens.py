@@ -117,8 +117,10 @@ def max_len(func: str, name: str, value: Any) -> int:
 
 _INT = {int}
 #: checked lengths given as lists or tuples of ints, by content: a training loop that repeats
-#: its batches' lengths skips the checks (tens of microseconds of NumPy calls)
-_CHECKED: dict[tuple, Packing] = {}
+#: its batches' lengths skips the checks (tens of microseconds of NumPy calls); a host cache of
+#: the registry (bounded, emptied by clear_caches(), counted by cache_info())
+CHECKED_SIZE = 256
+_CHECKED = _plans.host_cache("checked_lengths", CHECKED_SIZE)
 
 
 def _plain(seq: Any) -> tuple | None:
@@ -136,14 +138,12 @@ def packing(func: str, cu: tuple[Any, Any], totals: tuple, maxes: tuple, where: 
     tq, tkv = _plain(cu[0]), _plain(cu[1])
     memo = None if tq is None or tkv is None else (tq, tkv, totals, maxes)
     if memo is not None:
-        hit = _CHECKED.get(memo)
+        hit = _CHECKED.lookup(memo)
         if hit is not None:
             return hit
     p = _checked(func, cu, totals, maxes, where)
     if memo is not None:
-        if len(_CHECKED) > 256:
-            _CHECKED.clear()
-        _CHECKED[memo] = p
+        _CHECKED.put(memo, p)
     return p
 
 
