@@ -131,6 +131,11 @@ OPTIONS = """    options:
 """
 
 
+# classes whose page lists the members they inherit: the builder's Graph takes its operation
+# methods from one ...Operations class per family (pycudnn/graph/nodes/)
+INHERITED = {"pycudnn.graph._builder.Graph"}
+
+
 def python_page(m: surface.PublicModule) -> str:
     display = m.name
     lines = [f"# `{display}`", ""]
@@ -167,7 +172,10 @@ def python_page(m: surface.PublicModule) -> str:
         obj = by_id[id(getattr(m.module, name))]
         # every public spelling links here: [x][pycudnn.TensorDescriptor] whatever file defines it
         lines += [f"[](){{#{alias}}}" for alias in spellings[id(obj.obj)] if alias != obj.canonical]
-        lines += [f"::: {obj.canonical}", OPTIONS]
+        options = OPTIONS
+        if obj.canonical in INHERITED:  # its methods live in base classes of their own
+            options += "      inherited_members: true\n"
+        lines += [f"::: {obj.canonical}", options]
     return "\n".join(lines)
 
 
