@@ -19,7 +19,7 @@ cuDNN's graph-API conv-BN training fusions (convolution with statistics generati
 the next convolution's scale-bias-ReLU prologue) are not used: on the GPUs measured here
 (H100/H200, cuDNN 9.19) bfloat16 has no engines for the prologue and the backward patterns, and
 BN finalize writes 1 of C channels of its saved and running statistics (float16 too: the chain
-cannot be built in any dtype; ``tests/graph/test_bn_fusion_gpu.py``, ``docs/graph.md``).
+cannot be built in any dtype; ``tests/graph/nodes/test_bn_fusion_gpu.py``, ``docs/graph.md``).
 """
 
 from __future__ import annotations

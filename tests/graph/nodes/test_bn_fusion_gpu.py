@@ -2,7 +2,7 @@
 without torch), torch as the oracle.
 
 Run on the GPU machine:
-``PYTHONPATH=. python3 -m pytest -m gpu -q -s tests/graph/test_bn_fusion_gpu.py``.
+``PYTHONPATH=. python3 -m pytest -m gpu -q -s tests/graph/nodes/test_bn_fusion_gpu.py``.
 
 NVIDIA's ResNet training fusion, pattern by pattern, NHWC (channels-last) float16 and bfloat16,
 N=8, C=K=64, 16x16, 3x3 convolutions with padding 1:
