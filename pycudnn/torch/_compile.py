@@ -17,8 +17,19 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.autograd.function import once_differentiable
 
-__all__ = ["NAMESPACE", "OPS", "compiling", "constant", "define", "dynamo_loaded", "eager_only"]
+__all__ = [
+    "NAMESPACE",
+    "OPS",
+    "compiling",
+    "constant",
+    "define",
+    "differentiable",
+    "dynamo_loaded",
+    "eager_only",
+    "gradient",
+]
 
 NAMESPACE = "pycudnn"
 _CUSTOM_OP: Any = getattr(torch.library, "custom_op", None)
@@ -68,6 +79,55 @@ def define(
         op.register_autograd(autograd[0], setup_context=autograd[1])
     OPS[name] = op._opoverload
     return op._opoverload
+
+
+def differentiable(
+    name: str,
+    run: Callable[..., Any],
+    fake: Callable[..., Any],
+    setup: Callable[..., None],
+    backward: Callable[..., Any],
+    mutates: tuple[str, ...] = (),
+) -> tuple[type[torch.autograd.Function], Any]:
+    """One differentiable operation of a family, defined once: *run* (the forward, the op's
+    real implementation), *setup* (``setup(ctx, inputs, output)``: what the backward keeps) and
+    *backward* (``backward(ctx, *grads)``). From them come both the eager
+    ``autograd.Function`` (its forward runs *run* then *setup*; its backward is *backward*) and
+    ``pycudnn::<name>`` (:func:`define`, the same *setup* and *backward* registered as its
+    autograd), so the two routes cannot drift apart. Returns ``(Function, op)`` (op None on a
+    torch without custom ops).
+
+    *backward* reaches its gradient operations through :func:`gradient`, which runs their
+    eager function on plain tensors and their custom op where the backward is being traced."""
+
+    class Fn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *args: Any) -> Any:
+            out = run(*args)
+            setup(ctx, args, out)
+            return out
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx: Any, *grads: Any) -> Any:
+            return backward(ctx, *grads)
+
+    Fn.__name__ = Fn.__qualname__ = "".join(p.title() for p in name.split("_")) + "Fn"
+    Fn.__module__ = getattr(run, "__module__", __name__)
+    return Fn, define(name, run, fake, mutates, autograd=(backward, setup))
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def gradient(op: Any, eager: Callable[..., Any], t: torch.Tensor, *args: Any) -> Any:
+    """A backward's call of a gradient operation on *t* (and *args*): ``eager(t, *args)`` for a
+    plain tensor (an eager backward, or the op's own backward run outside ``torch.compile``),
+    the custom op *op* where the backward is being traced (``torch.compile``'s fake and
+    functional tensors are subclasses), so the traced graph holds the op."""
+    if type(t) in _PLAIN or op is None:
+        return eager(t, *args)
+    return op(t, *args)
 
 
 def dynamo_loaded() -> bool:

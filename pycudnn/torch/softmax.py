@@ -8,10 +8,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_softmax, dnn_softmax_grad
-from ._compile import compiling, define
+from ._compile import compiling, define, differentiable, gradient
 from ._module import Converted
 from ._runtime import HALVES, autocast_dtype, cuda_ok, dense, ready, stream_of
 
@@ -42,24 +41,7 @@ def softmax_grad_run(dy: torch.Tensor, y: torch.Tensor, algo: str) -> torch.Tens
     return dnn_softmax_grad(dy, y, algo, "channel", out=torch.empty_like(y), stream=stream_of(dy))
 
 
-class SoftmaxFn(torch.autograd.Function):
-    """``dnn_softmax`` / ``dnn_softmax_grad`` over dim 1 (``algo`` ``'accurate'`` or ``'log'``)."""
-
-    @staticmethod
-    def forward(ctx, x, algo):
-        y = softmax_run(x, algo)
-        ctx.save_for_backward(y)
-        ctx.algo = algo
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        return softmax_grad_run(dy, y, ctx.algo), None
-
-
-# -- torch.compile: pycudnn::softmax and pycudnn::softmax_grad -------------------------------------
+# -- the operation, defined once: the eager Function and pycudnn::softmax ------------------------
 def _op_softmax(x: torch.Tensor, algo: str) -> torch.Tensor:
     return softmax_run(dense(x), algo)
 
@@ -84,11 +66,12 @@ def _setup(ctx, inputs, output) -> None:
 
 def _backward(ctx, dy):
     (y,) = ctx.saved_tensors
-    return op_softmax_grad(dy, y, ctx.algo), None
+    return gradient(op_softmax_grad, softmax_grad_run, dy, y, ctx.algo), None
 
 
-#: ``pycudnn::softmax(x, algo)``: :func:`softmax_run` (``algo`` ``'accurate'`` or ``'log'``)
-op_softmax = define("softmax", _op_softmax, _op_softmax_fake, autograd=(_backward, _setup))
+#: ``SoftmaxFn.apply(x, algo)`` (eager) and ``pycudnn::softmax(x, algo)``: :func:`softmax_run`
+#: over dim 1 (``algo`` ``'accurate'`` or ``'log'``), one backward
+SoftmaxFn, op_softmax = differentiable("softmax", _op_softmax, _op_softmax_fake, _setup, _backward)
 #: ``pycudnn::softmax_grad(dy, y, algo)``: :func:`softmax_grad_run`
 op_softmax_grad = define("softmax_grad", _op_grad, _op_grad_fake)
 
