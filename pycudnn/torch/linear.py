@@ -150,27 +150,28 @@ def _tf32(dy: torch.Tensor) -> Any:
     )
 
 
+def _grad_launch(tag: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, slow: Any) -> None:
+    """A gradient product on contiguous operands keyed as they are, float32 under TF32 (the
+    forward's choice, :func:`_tf32`)."""
+    s = stream_of(a)
+    if a.dtype is torch.float32:
+        with _tf32(a):
+            _lean.launch(tag, (a, b, out), s, slow, a, b, out, s)
+    else:
+        _lean.launch(tag, (a, b, out), s, slow, a, b, out, s)
+
+
 def _dx(dy: torch.Tensor, w: torch.Tensor, x_shape: Any) -> torch.Tensor:
     """:func:`linear_dx` for contiguous *dy* and *w* (keyed on them as they are)."""
     dx = torch.empty(x_shape, dtype=dy.dtype, device=dy.device)
-    s = stream_of(dy)
-    if dy.dtype is torch.float32:
-        with _tf32(dy):
-            _lean.launch(_DX, (dy, w, dx), s, _dx_slow, dy, w, dx, s)
-    else:
-        _lean.launch(_DX, (dy, w, dx), s, _dx_slow, dy, w, dx, s)
+    _grad_launch(_DX, dy, w, dx, _dx_slow)
     return dx
 
 
 def _dw(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """:func:`linear_dw` for contiguous *dy* and *x* (keyed on them as they are)."""
     dw = torch.empty((dy.shape[-1], x.shape[-1]), dtype=dy.dtype, device=dy.device)
-    s = stream_of(dy)
-    if dy.dtype is torch.float32:
-        with _tf32(dy):
-            _lean.launch(_DW, (dy, x, dw), s, _dw_slow, dy, x, dw, s)
-    else:
-        _lean.launch(_DW, (dy, x, dw), s, _dw_slow, dy, x, dw, s)
+    _grad_launch(_DW, dy, x, dw, _dw_slow)
     return dw
 
 
