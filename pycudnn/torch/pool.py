@@ -8,11 +8,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_pool, dnn_pool_grad
 from . import _lean
-from ._compile import compiling, define
+from ._compile import compiling, define, differentiable, gradient
 from ._module import Converted
 from ._runtime import as_tuple, cuda_ok, dense, like, ready, stream_of
 
@@ -53,24 +52,6 @@ def pool_run(x: torch.Tensor, cfg: tuple) -> torch.Tensor:
     s = stream_of(x)
     _lean.launch((_FWD, cfg), (x, y), s, _forward_slow, x, cfg, y, s)
     return y
-
-
-class PoolFn(torch.autograd.Function):
-    """``dnn_pool`` / ``dnn_pool_grad`` on the lean path; *cfg* is ``(window, stride, pad,
-    mode)``."""
-
-    @staticmethod
-    def forward(ctx, x, cfg):
-        y = pool_run(x, cfg)
-        ctx.save_for_backward(x, y)
-        ctx.cfg = cfg
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        x, y = ctx.saved_tensors
-        return pool_grad_run(x, y, dy, ctx.cfg), None
 
 
 def pool_grad_run(x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor, cfg: tuple) -> torch.Tensor:
@@ -127,11 +108,12 @@ def _pool_setup(ctx, inputs, output) -> None:
 
 def _pool_backward(ctx, dy):
     x, y = ctx.saved_tensors
-    return op_pool_grad(x, y, dy, *ctx.cfg), None, None, None, None
+    return gradient(op_pool_grad, _op_grad, x, y, dy, *ctx.cfg), None, None, None, None
 
 
-#: ``pycudnn::pool(x, window, stride, pad, mode)``: :func:`pool_run`
-op_pool = define("pool", _op_pool, _op_pool_fake, autograd=(_pool_backward, _pool_setup))
+#: ``PoolFn.apply(x, window, stride, pad, mode)`` (eager) and ``pycudnn::pool(...)``:
+#: :func:`pool_run`, one backward
+PoolFn, op_pool = differentiable("pool", _op_pool, _op_pool_fake, _pool_setup, _pool_backward)
 #: ``pycudnn::pool_grad(x, y, dy, window, stride, pad, mode)``: :func:`pool_grad_run`
 op_pool_grad = define("pool_grad", _op_grad, _op_grad_fake)
 
@@ -155,7 +137,7 @@ def pool_forward(m: nn.Module, x: torch.Tensor, nd: int, mode: str, fallback: Ca
     if traced:
         y = op_pool(x, ws, stride, pad, mode)
     elif torch.is_grad_enabled() and x.requires_grad:
-        y = PoolFn.apply(x, cfg)
+        y = PoolFn.apply(x, ws, stride, pad, mode)
     else:
         y = pool_run(x, cfg)
     return y.squeeze(0) if unbatched else y
