@@ -9,11 +9,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_layer_norm, dnn_layer_norm_grad, dnn_rms_norm, dnn_rms_norm_grad
 from . import _lean
-from ._compile import compiling, define
+from ._compile import compiling, define, differentiable, gradient
 from ._module import Converted, float_params
 from ._runtime import (
     NORM_FLOATS,
@@ -105,76 +104,6 @@ def rms_norm_run(x, w, shape, eps, grad) -> tuple[torch.Tensor, Any]:
     return y, inv
 
 
-class LayerNormFn(torch.autograd.Function):
-    """``dnn_layer_norm`` (cuDNN's training phase) and ``dnn_layer_norm_grad``, through
-    :func:`layer_norm_run`. *w* and *b* may be None (``elementwise_affine=False``,
-    ``bias=False``)."""
-
-    @staticmethod
-    def forward(ctx, x, w, b, shape, eps):
-        y, mean, invstd = layer_norm_run(x, w, b, shape, eps, True)
-        ctx.save_for_backward(x, w, mean, invstd)
-        ctx.cfg = (shape, b is not None)
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        x, w, mean, invstd = ctx.saved_tensors
-        shape, has_bias = ctx.cfg
-        dy = dense(dy)
-        need = ctx.needs_input_grad
-        s = stream_of(dy)
-        if w is not None and has_bias:
-            grads = (torch.empty(x.shape, dtype=x.dtype, device=x.device),
-                     torch.empty_like(w), torch.empty_like(w))  # fmt: skip
-            ops = (dy, x, w, mean, invstd, *grads)
-            _lean.launch((_LN_GRAD, shape), ops, s, _ln_grad_slow, dy, x, mean, invstd, shape, w,
-                         grads, s)  # fmt: skip
-            dx, dw, db = grads
-        else:
-            dx, dw, db = (
-                None if a is None else to_torch(a)
-                for a in dnn_layer_norm_grad(dy, x, mean, invstd, shape, w, stream=s)
-            )
-        return (
-            dx if need[0] else None,
-            dw if need[1] else None,
-            db if need[2] and has_bias else None,
-            None,
-            None,
-        )
-
-
-class RMSNormFn(torch.autograd.Function):
-    """``dnn_rms_norm`` (training phase) and ``dnn_rms_norm_grad``, through
-    :func:`rms_norm_run`; *w* may be None."""
-
-    @staticmethod
-    def forward(ctx, x, w, shape, eps):
-        y, invrms = rms_norm_run(x, w, shape, eps, True)
-        ctx.save_for_backward(x, w, invrms)
-        ctx.shape = shape
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        x, w, invrms = ctx.saved_tensors
-        dy = dense(dy)
-        s = stream_of(dy)
-        if w is not None:
-            grads = (torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty_like(w))
-            ops = (dy, x, w, invrms, *grads)
-            _lean.launch((_RMS_GRAD, ctx.shape), ops, s, _rms_grad_slow, dy, x, invrms,
-                         ctx.shape, w, grads, s)  # fmt: skip
-            dx, dw = grads
-        else:
-            dx, dw = to_torch(dnn_rms_norm_grad(dy, x, invrms, ctx.shape, w, stream=s)[0]), None
-        need = ctx.needs_input_grad
-        return dx if need[0] else None, dw if need[1] else None, None, None
-
-
 # -- torch.compile: the four calls as pycudnn:: custom ops -----------------------------------------
 _NONE = (0,)  # the shape standing for an absent output (the schema has no optional outputs)
 
@@ -209,12 +138,10 @@ def _op_ln(
     eps: float,
     training: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    ready()
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    _, mean, invstd = dnn_layer_norm(
-        x, tuple(shape), w, b, eps, training=training, out=y, stream=stream_of(x)
-    )
-    return y, _tt(mean, x), _tt(invstd, x)
+    y, mean, invstd = layer_norm_run(x, w, b, tuple(shape), eps, training)
+    if mean is None:  # the inference phase keeps no statistics
+        mean, invstd = _stats(x, shape, False), _stats(x, shape, False)
+    return y, mean, invstd
 
 
 def _op_ln_fake(x, w, b, shape, eps, training):
@@ -232,9 +159,16 @@ def _op_ln_grad(
     b: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     ready()
-    dx, dw, db = dnn_layer_norm_grad(
-        dense(dy), x, mean, invstd, tuple(shape), w, stream=stream_of(dy)
-    )
+    dy, shape = dense(dy), tuple(shape)
+    s = stream_of(dy)
+    if w is not None and b is not None:  # every output given: bound to its signature
+        grads = (torch.empty(x.shape, dtype=x.dtype, device=x.device),
+                 torch.empty_like(w), torch.empty_like(w))  # fmt: skip
+        ops = (dy, x, w, mean, invstd, *grads)
+        _lean.launch((_LN_GRAD, shape), ops, s, _ln_grad_slow, dy, x, mean, invstd, shape, w,
+                     grads, s)  # fmt: skip
+        return grads
+    dx, dw, db = dnn_layer_norm_grad(dy, x, mean, invstd, shape, w, stream=s)
     return _tt(dx), _tt(dw if w is not None else None, x), _tt(db if b is not None else None, x)
 
 
@@ -252,7 +186,7 @@ def _ln_setup(ctx, inputs, output) -> None:
 
 def _ln_backward(ctx, dy, _dmean, _dinvstd):
     x, w, b, mean, invstd = ctx.saved_tensors
-    dx, dw, db = op_layer_norm_grad(dy, x, mean, invstd, ctx.shape, w, b)
+    dx, dw, db = gradient(op_layer_norm_grad, _op_ln_grad, dy, x, mean, invstd, ctx.shape, w, b)
     need = ctx.needs_input_grad
     dw = dw if need[1] and w is not None else None
     db = db if need[2] and b is not None else None
@@ -262,10 +196,8 @@ def _ln_backward(ctx, dy, _dmean, _dinvstd):
 def _op_rms(
     x: torch.Tensor, w: torch.Tensor | None, shape: list[int], eps: float, training: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    ready()
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    _, invrms = dnn_rms_norm(x, tuple(shape), w, eps, training=training, out=y, stream=stream_of(x))
-    return y, _tt(invrms, x)
+    y, invrms = rms_norm_run(x, w, tuple(shape), eps, training)
+    return y, (_stats(x, shape, False) if invrms is None else invrms)
 
 
 def _op_rms_fake(x, w, shape, eps, training):
@@ -280,8 +212,16 @@ def _op_rms_grad(
     w: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     ready()
-    dx, dw = dnn_rms_norm_grad(dense(dy), x, invrms, tuple(shape), w, stream=stream_of(dy))
-    return _tt(dx), _tt(dw if w is not None else None, x)
+    dy, shape = dense(dy), tuple(shape)
+    s = stream_of(dy)
+    if w is not None:  # every output given: bound to its signature
+        grads = (torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty_like(w))
+        ops = (dy, x, w, invrms, *grads)
+        _lean.launch((_RMS_GRAD, shape), ops, s, _rms_grad_slow, dy, x, invrms, shape, w, grads,
+                     s)  # fmt: skip
+        return grads
+    dx, _ = dnn_rms_norm_grad(dy, x, invrms, shape, w, stream=s)
+    return _tt(dx), _tt(None, x)
 
 
 def _op_rms_grad_fake(dy, x, invrms, shape, w):
@@ -297,19 +237,24 @@ def _rms_setup(ctx, inputs, output) -> None:
 
 def _rms_backward(ctx, dy, _dinvrms):
     x, w, invrms = ctx.saved_tensors
-    dx, dw = op_rms_norm_grad(dy, x, invrms, ctx.shape, w)
+    dx, dw = gradient(op_rms_norm_grad, _op_rms_grad, dy, x, invrms, ctx.shape, w)
     need = ctx.needs_input_grad
     return dx if need[0] else None, dw if need[1] and w is not None else None, None, None, None
 
 
-#: ``pycudnn::layer_norm(x, w?, b?, shape, eps, training) -> (y, mean, invstd)`` (the
-#: statistics empty unless *training*)
-op_layer_norm = define("layer_norm", _op_ln, _op_ln_fake, autograd=(_ln_backward, _ln_setup))
+#: ``LayerNormFn.apply`` (eager) and ``pycudnn::layer_norm(x, w?, b?, shape, eps, training)
+#: -> (y, mean, invstd)`` (the statistics empty unless *training*): one backward
+LayerNormFn, op_layer_norm = differentiable(
+    "layer_norm", _op_ln, _op_ln_fake, _ln_setup, _ln_backward
+)
 #: ``pycudnn::layer_norm_grad(dy, x, mean, invstd, shape, w?, b?) -> (dx, dw, db)`` (empty for
 #: an absent parameter)
 op_layer_norm_grad = define("layer_norm_grad", _op_ln_grad, _op_ln_grad_fake)
-#: ``pycudnn::rms_norm(x, w?, shape, eps, training) -> (y, invrms)``
-op_rms_norm = define("rms_norm", _op_rms, _op_rms_fake, autograd=(_rms_backward, _rms_setup))
+#: ``RMSNormFn.apply`` (eager) and ``pycudnn::rms_norm(x, w?, shape, eps, training) -> (y,
+#: invrms)``: one backward
+RMSNormFn, op_rms_norm = differentiable(
+    "rms_norm", _op_rms, _op_rms_fake, _rms_setup, _rms_backward
+)
 #: ``pycudnn::rms_norm_grad(dy, x, invrms, shape, w?) -> (dx, dw)``
 op_rms_norm_grad = define("rms_norm_grad", _op_rms_grad, _op_rms_grad_fake)
 
@@ -362,8 +307,8 @@ def norm_forward(m: nn.Module, x: torch.Tensor, rms: bool, fallback: Callable) -
         return rms_norm_run(x, w, ns, float(eps), False)[0] if rms else (
             layer_norm_run(x, w, b, ns, float(eps), False)[0])  # fmt: skip
     if rms:
-        return RMSNormFn.apply(x, w, ns, float(eps))
-    return LayerNormFn.apply(x, w, b, ns, float(eps))
+        return RMSNormFn.apply(x, w, ns, float(eps), True)[0]
+    return LayerNormFn.apply(x, w, b, ns, float(eps), True)[0]
 
 
 class _NormRule(Converted):
