@@ -13,13 +13,12 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from .._config import config
 from ..highlevel import dnn_matmul
 from . import _lean
-from ._compile import compiling, constant, define
+from ._compile import compiling, constant, define, differentiable, gradient
 from ._module import Converted, float_params
 from ._runtime import HALVES, NORM_FLOATS, autocast_dtype, cuda_ok, ready, stream_of
 
@@ -113,35 +112,6 @@ def _apply(x: torch.Tensor, w: torch.Tensor, b: Any) -> torch.Tensor:
     return linear_run(x, w, b)[0]
 
 
-class LinearFn(torch.autograd.Function):
-    """``y = x @ w.T + b`` on ``dnn_matmul`` (bias fused) for *x* of any leading dims, with
-    ``dx = dy @ w``, ``dw = dy.T @ x`` (``dnn_matmul`` on a transposed view) and ``db = dy``
-    summed over the rows; *b* may be None."""
-
-    @staticmethod
-    def forward(ctx, x, w, b):
-        y, x2 = linear_run(x, w, b)
-        ctx.save_for_backward(x2, w)
-        ctx.x_shape = x.shape
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        x2, w = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        if dy.is_contiguous() and x2.is_contiguous() and w.is_contiguous():
-            dx = _dx(dy, w, ctx.x_shape) if need[0] else None
-            dw = _dw(dy, x2) if need[1] else None
-            db = _bias_grad(dy.view(-1, w.shape[0])) if need[2] else None
-            return dx, dw, db
-        dy2 = _matrix(dy.reshape(-1, w.shape[0]))
-        dx = linear_dx(dy2, w, ctx.x_shape) if need[0] else None
-        dw = linear_dw(dy2, _matrix(x2.reshape(-1, w.shape[1]))) if need[1] else None
-        db = _bias_grad(dy2) if need[2] else None
-        return dx, dw, db
-
-
 def _tf32(dy: torch.Tensor) -> Any:
     """float32 reached the forward only with allow_tf32; the backward keeps that choice
     (autograd may run it on another thread, which the caller's config.override misses)."""
@@ -207,6 +177,8 @@ def _op_linear_fake(x, w, b):
 
 def _op_dx(dy: torch.Tensor, w: torch.Tensor, x_shape: list[int]) -> torch.Tensor:
     ready()
+    if dy.is_contiguous() and w.is_contiguous():  # keyed as they are: no view per call
+        return _dx(dy, w, x_shape)
     return linear_dx(_matrix(dy.reshape(-1, w.shape[0])), w, x_shape)
 
 
@@ -216,6 +188,8 @@ def _op_dx_fake(dy, w, x_shape):
 
 def _op_dw(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     ready()
+    if dy.is_contiguous() and x.is_contiguous():  # keyed as they are: no view per call
+        return _dw(dy, x)
     n = dy.shape[-1]
     return linear_dw(_matrix(dy.reshape(-1, n)), _matrix(x.reshape(-1, x.shape[-1])))
 
@@ -233,14 +207,16 @@ def _setup(ctx, inputs, output) -> None:
 def _backward(ctx, dy):
     x, w = ctx.saved_tensors
     need = ctx.needs_input_grad
-    dx = op_linear_dx(dy, w, list(x.shape)) if need[0] else None
-    dw = op_linear_dw(dy, x) if need[1] else None
-    db = dy.reshape(-1, w.shape[0]).sum(0, dtype=dy.dtype) if ctx.has_bias and need[2] else None
+    dx = gradient(op_linear_dx, _op_dx, dy, w, list(x.shape)) if need[0] else None
+    dw = gradient(op_linear_dw, _op_dw, dy, x) if need[1] else None
+    db = _bias_grad(dy.reshape(-1, w.shape[0])) if ctx.has_bias and need[2] else None
     return dx, dw, db
 
 
-#: ``pycudnn::linear(x, w, b?)``: :func:`linear_run` (``x @ w.T + b``, any leading dims)
-op_linear = define("linear", _op_linear, _op_linear_fake, autograd=(_backward, _setup))
+#: ``LinearFn.apply(x, w, b)`` (eager) and ``pycudnn::linear(x, w, b?)``: :func:`linear_run`
+#: (``x @ w.T + b``, any leading dims), one backward (``dx = dy @ w``, ``dw = dy.T @ x``,
+#: ``db = dy`` summed over the rows)
+LinearFn, op_linear = differentiable("linear", _op_linear, _op_linear_fake, _setup, _backward)
 #: ``pycudnn::linear_dx(dy, w, x_shape)``: :func:`linear_dx`
 op_linear_dx = define("linear_dx", _op_dx, _op_dx_fake)
 #: ``pycudnn::linear_dw(dy, x)``: :func:`linear_dw`
