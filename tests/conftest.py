@@ -8,11 +8,14 @@ to a run, ``-m slow`` runs them alone (CI does, as a step of its own).
 The tests are grouped by layer: ``raw/`` (generated bindings, errors, loader, versions, logging),
 ``descriptors/``, ``device/`` (CUDA runtime, handles, config), ``memory/`` (device arrays,
 interop), ``highlevel/`` (one file per operation family, ``*_gpu.py`` beside each), ``graph/``
-(the graph builder; ``nodes/`` its operation families), ``torch/`` (the PyTorch adapter
+(the graph builder; ``nodes/`` its operation families), ``torch_adapter/`` (the PyTorch adapter
 ``pycudnn.torch``: fakes, models, compile, fusion, programs) and ``tooling/`` (layering,
 generator, packaging, docs, benchmark harness, examples). ``support/`` holds what several of
 them share: the child-process scripts, the C-call counting shim, the fake device arrays, the
 mini header fixture; it is put on ``sys.path`` here, so tests import those modules by name.
+No folder here is named after a package the tests import (``torch``, ``jax``, ...): pytest puts
+``tests/`` on ``sys.path``, and where the package is not installed the folder would be imported
+in its place, as an empty namespace package.
 """
 
 from __future__ import annotations

@@ -91,3 +91,26 @@ def test_internal_functions_of_the_top_floors_take_at_most_10_parameters():
             if n > MAX_PARAMS:
                 bad.append(f"{path.relative_to(PKG)}:{fn.lineno} {qual} ({n})")
     assert not bad, "functions with more than 10 parameters:\n" + "\n".join(bad)
+
+
+TESTS = PKG.parent / "tests"
+
+
+def test_no_test_folder_is_named_after_a_package_the_tests_import():
+    """pytest puts ``tests/`` on ``sys.path`` (the rootdir conftest's folder): a folder there
+    named ``torch`` or ``jax`` would be imported as an empty namespace package wherever the real
+    package is missing (CI's first venv has no torch), and ``pytest.importorskip`` would hand
+    it back instead of skipping."""
+    imported: set[str] = set()
+    for path in TESTS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "importorskip":
+                arg = node.args[0] if node.args else None
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    imported.add(arg.value.split(".")[0])
+    clash = sorted(d.name for d in TESTS.rglob("*") if d.is_dir() and d.name in imported)
+    assert not clash, f"test folders named after imported packages: {clash}"

@@ -2,7 +2,7 @@
 device or without torch).
 
 Run on the GPU machine:
-``PYTHONPATH=. python3 -m pytest -m gpu -q tests/torch/test_torch_compile_gpu.py``.
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/torch_adapter/test_torch_compile_gpu.py``.
 
 ``torch.library.opcheck`` of every ``pycudnn::`` op on random CUDA inputs (float32 and bfloat16,
 NCHW and channels-last; attention in float16/bfloat16), which runs cuDNN and compares the fakes'

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-import test_torch_fuse as tf  # noqa: E402  (tests/torch is on sys.path)
+import test_torch_fuse as tf  # noqa: E402  (tests/torch_adapter is on sys.path)
 from test_torch_fuse import bn_act, fakes  # noqa: E402, F401  (fixtures)
 
 import pycudnn.torch as pt  # noqa: E402

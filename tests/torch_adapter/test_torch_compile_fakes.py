@@ -24,7 +24,7 @@ if not hasattr(torch.library, "custom_op") or not hasattr(torch, "compiler"):
 nn = torch.nn
 F = torch.nn.functional
 
-import test_torch_adapter_fakes as base  # noqa: E402  (tests/torch is on sys.path)
+import test_torch_adapter_fakes as base  # noqa: E402  (tests/torch_adapter is on sys.path)
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch_compile_models import CNN, Block  # noqa: E402  (tests/support)
 

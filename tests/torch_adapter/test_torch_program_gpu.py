@@ -2,7 +2,7 @@
 or torchvision).
 
 Run on the GPU machine:
-``PYTHONPATH=. python3 -m pytest -m gpu -q tests/torch/test_torch_program_gpu.py``.
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/torch_adapter/test_torch_program_gpu.py``.
 
 torchvision's resnet18 and resnet50 (random init) converted with ``fuse=True`` in bfloat16
 channels-last with float32 batch norms: several training steps (the first records the
@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
 nn = torch.nn
 
-import test_torch_fuse_gpu as fg  # noqa: E402  (tests/torch)
+import test_torch_fuse_gpu as fg  # noqa: E402  (tests/torch_adapter)
 
 import pycudnn.torch as pt  # noqa: E402
 from pycudnn.torch import fuse, region  # noqa: E402

@@ -2,7 +2,7 @@
 torchvision or transformers as each test needs).
 
 Run on the GPU machine:
-``PYTHONPATH=. python3 -m pytest -m gpu -q tests/torch/test_torch_fuse_gpu.py``.
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/torch_adapter/test_torch_fuse_gpu.py``.
 
 The fused model against the unfused torch model (a deep copy: the same parameters) for every
 pattern, in eval (``torch.no_grad``: the fused calls) and in training (one step: outputs, input
@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-import test_torch_fuse as toys  # noqa: E402  (tests/torch: the CPU file's toy models)
+import test_torch_fuse as toys  # noqa: E402  (tests/torch_adapter: the CPU file's toy models)
 import torch_gpu  # noqa: E402  (tests/support)
 
 import pycudnn  # noqa: E402

@@ -2,7 +2,7 @@
 or without torch).
 
 Run on the GPU machine:
-``PYTHONPATH=. python3 -m pytest -m gpu -q tests/torch/test_torch_linear_gpu.py``.
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/torch_adapter/test_torch_linear_gpu.py``.
 
 * The converted twin (a deep copy: the same parameters) against ``torch.nn.Linear``: the output
   and the input, weight and bias gradients as max errors relative to max |torch's| (float16

@@ -2,7 +2,7 @@
 skipped without a device or without torch).
 
 Run on the GPU machine:
-``PYTHONPATH=. python3 -m pytest -m gpu -q tests/torch/test_torch_modules_gpu.py``.
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/torch_adapter/test_torch_modules_gpu.py``.
 
 Each converted module against its ``torch.nn`` twin (a deep copy, so the same parameters): the
 forward, the input gradient and the weight and bias gradients, in float32 (TF32 off on both

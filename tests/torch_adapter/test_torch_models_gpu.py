@@ -5,7 +5,7 @@ channels-last batch norm on cuDNN's NHWC kernels against torch, every converted 
 unconverted ones.
 
 Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q
-tests/torch/test_torch_models_gpu.py``.
+tests/torch_adapter/test_torch_models_gpu.py``.
 
 Half-precision models are compared through a float32 copy: a random network's bf16 forward and
 backward amplify rounding (a ResNet's step is chaotic at bf16), so each side's distance to the

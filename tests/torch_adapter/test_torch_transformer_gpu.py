@@ -2,7 +2,7 @@
 skipped without a device or without torch).
 
 Run on the GPU machine:
-``PYTHONPATH=. python3 -m pytest -m gpu -q -s tests/torch/test_torch_transformer_gpu.py``.
+``PYTHONPATH=. python3 -m pytest -m gpu -q -s tests/torch_adapter/test_torch_transformer_gpu.py``.
 
 * ``pt.scaled_dot_product_attention`` (``dnn_sdpa`` / ``dnn_sdpa_grad``) against torch's
   ``F.scaled_dot_product_attention`` on its MATH backend in float32 (the inputs cast to float32):

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-import test_torch_compile_fakes as cf  # noqa: E402  (tests/torch is on sys.path)
+import test_torch_compile_fakes as cf  # noqa: E402  (tests/torch_adapter is on sys.path)
 from test_torch_compile_fakes import fakes  # noqa: E402, F401  (autouse: the fakes tier)
 
 from pycudnn import highlevel as hl  # noqa: E402

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-import test_torch_adapter_fakes as base  # noqa: E402  (tests/torch is on sys.path)
+import test_torch_adapter_fakes as base  # noqa: E402  (tests/torch_adapter is on sys.path)
 
 import pycudnn  # noqa: E402
 from pycudnn import highlevel as hl  # noqa: E402

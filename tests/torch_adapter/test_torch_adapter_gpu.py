@@ -2,7 +2,7 @@
 or without torch).
 
 Run on the GPU machine:
-``PYTHONPATH=. python3 -m pytest -m gpu -q tests/torch/test_torch_adapter_gpu.py``.
+``PYTHONPATH=. python3 -m pytest -m gpu -q tests/torch_adapter/test_torch_adapter_gpu.py``.
 
 Every converted module against its ``torch.nn`` twin (a deep copy, so the same parameters): the
 forward, the input and parameter gradients and the running statistics, in float32 (TF32 off on
