@@ -88,6 +88,7 @@ def differentiable(
     setup: Callable[..., None],
     backward: Callable[..., Any],
     mutates: tuple[str, ...] = (),
+    eager_run: Callable[..., Any] | None = None,
 ) -> tuple[type[torch.autograd.Function], Any]:
     """One differentiable operation of a family, defined once: *run* (the forward, the op's
     real implementation), *setup* (``setup(ctx, inputs, output)``: what the backward keeps) and
@@ -98,12 +99,16 @@ def differentiable(
     torch without custom ops).
 
     *backward* reaches its gradient operations through :func:`gradient`, which runs their
-    eager function on plain tensors and their custom op where the backward is being traced."""
+    eager function on plain tensors and their custom op where the backward is being traced.
+    *eager_run*, when given, is the eager forward instead of *run*: *run*'s arguments and, after
+    them, what only eager calls can do (an in-place activation: a custom op returns no alias of
+    its input), which *setup* reads from the extra inputs it then gets."""
+    forward_run = run if eager_run is None else eager_run
 
     class Fn(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, *args: Any) -> Any:
-            out = run(*args)
+            out = forward_run(*args)
             setup(ctx, args, out)
             return out
 

@@ -9,11 +9,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from ..highlevel import dnn_activation, dnn_activation_grad
 from . import _lean
-from ._compile import compiling, define
+from ._compile import compiling, define, differentiable, gradient
 from ._module import Converted
 from ._runtime import cuda_ok, dense, format_of, ready, stream_of
 
@@ -76,28 +75,6 @@ def _torch_grad(mode: str, coef: float, x: Any, y: Any, dy: Any) -> Any:
     return dy
 
 
-class ActFn(torch.autograd.Function):
-    """``dnn_activation`` / ``dnn_activation_grad`` on the lean path; in place (``out=x``) for
-    the modes whose gradient needs only the output."""
-
-    @staticmethod
-    def forward(ctx, x, mode, coef, inplace):
-        y = act_run(x, mode, coef, inplace)
-        if inplace:
-            ctx.mark_dirty(x)
-            ctx.save_for_backward(x, x)
-        else:
-            ctx.save_for_backward(x, y)
-        ctx.cfg = (mode, coef, inplace)
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        x, y = ctx.saved_tensors
-        return act_grad_run(x, y, dy, ctx.cfg), None, None, None
-
-
 def act_grad_run(x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor, cfg: tuple) -> torch.Tensor:
     """The activation's input gradient from the forward's *x* and *y* and the gradient *dy*,
     *cfg* ``(mode, coef, inplace)``: ``dnn_activation_grad`` on the lean path, or torch's
@@ -145,8 +122,15 @@ def _op_grad_fake(x, y, dy, mode, coef, y_only):
     return torch.empty_like(y)
 
 
+def _act_eager(x: torch.Tensor, mode: str, coef: float, inplace: bool) -> torch.Tensor:
+    """The eager forward: :func:`act_run`, in place (into *x*) where *inplace*."""
+    return act_run(x, mode, coef, inplace)
+
+
 def _act_setup(ctx, inputs, output) -> None:
-    x, mode, coef = inputs
+    x, mode, coef = inputs[:3]
+    if inputs[3:] and inputs[3]:  # an eager in-place forward: x is the output now
+        ctx.mark_dirty(x)
     # the modes whose gradient reads y alone keep y only: the forward's input may then be
     # overwritten (an in-place module copies the output into it)
     y_only = mode in Y_ONLY
@@ -156,11 +140,15 @@ def _act_setup(ctx, inputs, output) -> None:
 
 def _act_backward(ctx, dy):
     x, y = ctx.saved_tensors
-    return op_act_grad(x, y, dy, *ctx.cfg), None, None
+    grads = (gradient(op_act_grad, _op_grad, x, y, dy, *ctx.cfg), None, None)
+    return grads + (None,) * (len(ctx.needs_input_grad) - 3)  # (an eager call's inplace flag)
 
 
-#: ``pycudnn::act(x, mode, coef)``: :func:`act_run` out of place
-op_act = define("act", _op_act, _op_act_fake, autograd=(_act_backward, _act_setup))
+#: ``ActFn.apply(x, mode, coef, inplace)`` (eager; in place where *inplace*) and
+#: ``pycudnn::act(x, mode, coef)`` (:func:`act_run` out of place): one backward
+ActFn, op_act = differentiable(
+    "act", _op_act, _op_act_fake, _act_setup, _act_backward, eager_run=_act_eager
+)
 #: ``pycudnn::act_grad(x, y, dy, mode, coef, y_only)``: :func:`act_grad_run`
 op_act_grad = define("act_grad", _op_grad, _op_grad_fake)
 
