@@ -25,7 +25,7 @@ from ..highlevel import (
     dnn_batch_normalization_train,
 )
 from . import _lean
-from ._compile import compiling, define
+from ._compile import compiling, define, differentiable
 from ._module import Converted, float_params, state
 from ._runtime import cuda_ok, dense, ready, stream_of
 
@@ -216,26 +216,10 @@ class BNTrainFn(torch.autograd.Function):
         return dx, dw, db, None, None, None
 
 
-class BNEvalFn(torch.autograd.Function):
-    """``dnn_batch_normalization_test``; its gradient (cuDNN has none for inference) is an
-    affine map's: ``dx = dy * w * invstd``, ``dw = sum(dy * xhat)``, ``db = sum(dy)``."""
-
-    @staticmethod
-    def forward(ctx, x, w, b, mean, var, eps):
-        y = bn_eval_run(x, w, b, mean, var, eps)
-        ctx.save_for_backward(x, w, mean, var)
-        ctx.eps = eps
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        return _eval_grad(ctx, dy)
-
-
 def _eval_grad(ctx, dy):
-    """Evaluation batch norm's gradient (torch computations; :class:`BNEvalFn` and the custom
-    op share it): ``(dx, dw, db, None, None, None)``."""
+    """Evaluation batch norm's gradient (torch computations: cuDNN has none for inference):
+    ``dx = dy * w * invstd``, ``dw = sum(dy * xhat)``, ``db = sum(dy)``; ``(dx, dw, db, None,
+    None, None)``."""
     x, w, mean, var = ctx.saved_tensors
     shape = (1, -1) + (1,) * (x.dim() - 2)
     dims = (0, *range(2, x.dim()))
@@ -337,8 +321,9 @@ op_bn_train = define(
     _op_train_fake,
     mutates=("running_mean", "running_var"),
 )
-#: ``pycudnn::bn_eval(x, w, b, mean, var, eps)``: :func:`bn_eval_run`
-op_bn_eval = define("bn_eval", _op_eval, _op_eval_fake, autograd=(_eval_grad, _eval_setup))
+#: ``BNEvalFn.apply(x, w, b, mean, var, eps)`` (eager) and ``pycudnn::bn_eval(...)``:
+#: :func:`bn_eval_run`, one backward (:func:`_eval_grad`)
+BNEvalFn, op_bn_eval = differentiable("bn_eval", _op_eval, _op_eval_fake, _eval_setup, _eval_grad)
 #: ``pycudnn::bn_grad(x, dy, w, mean, invstd, eps) -> (dx, dw, db)``
 op_bn_grad = define("bn_grad", _op_grad, _op_grad_fake)
 
