@@ -12,11 +12,13 @@ over several repeats, in microseconds.
 from __future__ import annotations
 
 import argparse
+import platform
 import statistics
 import time
 
 import jax
 import jax.numpy as jnp
+import jaxlib
 import numpy as np
 
 import pycudnn.jax as pj
@@ -61,9 +63,6 @@ def main() -> None:
         "handler, numpy ReLU": lambda v: pj.ffi_call(relu, out)(v),
     }
     r = {k: _per_step_us(_loop(s, a.steps), x, a.steps, a.repeats) for k, s in sides.items()}
-    import jaxlib
-    import platform
-
     print(
         f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, Python {platform.python_version()}, "
         f"{platform.processor() or platform.machine()}; {a.steps} steps x {a.repeats} repeats, "

@@ -273,3 +273,14 @@ def test_an_exception_in_the_function_is_reported_with_its_message():
             "pycudnn.jax target 'fake': ValueError: scale must be positive",
         )
     ]
+
+
+def test_a_keyboard_interrupt_is_reported_as_cancelled():
+    xla = FakeXla()
+
+    def interrupted(call):
+        raise KeyboardInterrupt
+
+    frame = xla.frame([np.ones(2, np.float32)], [np.ones(2, np.float32)])
+    assert _handler_for(interrupted)(ctypes.addressof(frame)) == 0xE001
+    assert xla.messages[0][0] == _capi.ErrorCode.CANCELLED

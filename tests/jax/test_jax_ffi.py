@@ -175,6 +175,8 @@ def test_an_exception_becomes_a_jax_error_with_its_message_and_the_process_goes_
         (RuntimeError("cuDNN said no"), "INTERNAL"),
         (KeyError("scale"), "INTERNAL"),
         (TypeError("bad dtype"), "INVALID_ARGUMENT"),
+        (MemoryError("no workspace"), "RESOURCE_EXHAUSTED"),
+        (IndexError("no operand 3"), "OUT_OF_RANGE"),
     ],
 )
 def test_exception_types_map_to_xla_error_codes(exc, code):
