@@ -4,7 +4,6 @@ on XLA's host buffers, registered through ``pycudnn.jax.register_handler`` and c
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import subprocess
 import sys
@@ -13,11 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-if getattr(importlib.util.find_spec("jax"), "origin", None) is None:  # tests/jax is no JAX
-    pytest.skip("needs JAX, which is not installed", allow_module_level=True)
-import jax
+jax = pytest.importorskip("jax")
 
-from pycudnn.jax import (
+from pycudnn.jax import (  # noqa: E402
     Call,
     FfiTarget,
     HostBuffer,

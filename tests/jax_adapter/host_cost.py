@@ -6,7 +6,7 @@ nothing (the handler's own path: frame read, Call built, Python entered and left
 computes the ReLU in numpy on XLA's host buffers. Prints the median per-step time of each side
 over several repeats, in microseconds.
 
-    python tests/jax/host_cost.py [--steps 20000] [--size 256] [--repeats 7]
+    python tests/jax_adapter/host_cost.py [--steps 20000] [--size 256] [--repeats 7]
 """
 
 from __future__ import annotations

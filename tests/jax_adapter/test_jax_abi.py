@@ -5,18 +5,15 @@ the API table's stream and error functions."""
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-if getattr(importlib.util.find_spec("jax"), "origin", None) is None:  # tests/jax is no JAX
-    pytest.skip("needs JAX, which is not installed", allow_module_level=True)
-import jax
+jax = pytest.importorskip("jax")
 
-from pycudnn.jax import (
+from pycudnn.jax import (  # noqa: E402
     UnsupportedJaxlibError,
     _capi,
     _frame,

@@ -4,15 +4,12 @@ CUDA). Not run on the CPU machine this was written on: see docs/jax.md."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 
 import numpy as np
 import pytest
 
-if getattr(importlib.util.find_spec("jax"), "origin", None) is None:  # tests/jax is no JAX
-    pytest.skip("needs JAX, which is not installed", allow_module_level=True)
-import jax
+jax = pytest.importorskip("jax")
 
 pytestmark = [pytest.mark.gpu, pytest.mark.jax]
 _names = itertools.count()
