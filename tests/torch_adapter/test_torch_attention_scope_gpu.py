@@ -2,7 +2,8 @@
 ``gpu``; skipped without a device or torch; the HuggingFace tests also without transformers).
 
 Run on the GPU machine:
-``PYTHONPATH=. python3 -m pytest -m gpu -q -s tests/torch_adapter/test_torch_attention_scope_gpu.py``.
+``PYTHONPATH=. python3 -m pytest -m gpu -q -s
+tests/torch_adapter/test_torch_attention_scope_gpu.py``.
 
 Each model is built from a tiny config (no weights; ``torch.manual_seed(0)``), in bfloat16, with
 ``attn_implementation="sdpa"``, and its float32 copy is the reference: the logits and every

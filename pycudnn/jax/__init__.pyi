@@ -1,0 +1,20 @@
+# The public names of ``pycudnn.jax``, declared once. Type checkers read this stub;
+# ``pycudnn/jax/__init__.py`` derives its lazy table, ``__all__`` and ``dir()`` from it
+# (``pycudnn._exports``), checking on the first use of a name that JAX is installed.
+
+from ._frame import (
+    Buffer as Buffer,
+    Call as Call,
+    DeviceBuffer as DeviceBuffer,
+    HostBuffer as HostBuffer,
+)
+from ._handler import (
+    FfiTarget as FfiTarget,
+    check_abi as check_abi,
+    ffi_call as ffi_call,
+    register_handler as register_handler,
+    registered_targets as registered_targets,
+)
+from ._header import AbiReport as AbiReport, UnsupportedJaxlibError as UnsupportedJaxlibError
+
+def is_available() -> bool: ...

@@ -1,0 +1,317 @@
+"""A call frame read into Python: buffers with dtypes and dims, attributes, the stream.
+
+XLA hands a handler an ``XLA_FFI_CallFrame*`` (:mod:`._capi`); :func:`read` turns its arguments
+and results into :class:`HostBuffer` (the CPU platform) or :class:`DeviceBuffer` records and its
+attributes into Python values, and :class:`Call` carries them to the Python function. The
+frame's memory is XLA's and lives for the call only: buffers are views (their data pointer),
+attributes are copies.
+
+Stdlib and numpy only (no JAX).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import struct
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import _capi
+
+__all__ = [
+    "Buffer",
+    "Call",
+    "DeviceBuffer",
+    "HostBuffer",
+    "numpy_dtype",
+    "read_attrs",
+    "read_buffers",
+    "unpacker",
+    "take_error",
+]
+
+# XLA_FFI_DataType -> numpy dtype name (bfloat16 and the float8s: ml_dtypes', which JAX needs)
+_NAMES = {
+    _capi.DataType.PRED: "bool",
+    _capi.DataType.S8: "int8",
+    _capi.DataType.S16: "int16",
+    _capi.DataType.S32: "int32",
+    _capi.DataType.S64: "int64",
+    _capi.DataType.U8: "uint8",
+    _capi.DataType.U16: "uint16",
+    _capi.DataType.U32: "uint32",
+    _capi.DataType.U64: "uint64",
+    _capi.DataType.F16: "float16",
+    _capi.DataType.F32: "float32",
+    _capi.DataType.F64: "float64",
+    _capi.DataType.C64: "complex64",
+    _capi.DataType.C128: "complex128",
+    _capi.DataType.BF16: "bfloat16",
+    _capi.DataType.F8E5M2: "float8_e5m2",
+    _capi.DataType.F8E4M3FN: "float8_e4m3fn",
+}
+_DTYPES: dict[int, np.dtype | None] = {}
+
+
+def numpy_dtype(code: int) -> np.dtype | None:
+    """The numpy dtype of an ``XLA_FFI_DataType`` (None when numpy has none, e.g. a token)."""
+    try:
+        return _DTYPES[code]
+    except KeyError:
+        pass
+    name = _NAMES.get(code)  # type: ignore[call-overload]
+    dt = None
+    if name is not None:
+        try:
+            dt = np.dtype(name)
+        except TypeError:
+            try:
+                import ml_dtypes
+
+                dt = np.dtype(getattr(ml_dtypes, name))
+            except (ImportError, AttributeError):
+                dt = None
+    _DTYPES[code] = dt
+    return dt
+
+
+class Buffer(NamedTuple):
+    """An argument or result of an FFI call: XLA's memory, dense and row-major (the layouts
+    ``jax.ffi.ffi_call`` gives by default), valid during the call only.
+
+    Attributes
+    ----------
+    ptr : int
+        Address of the first element (0 for an empty buffer).
+    shape : tuple of int
+        The dims XLA passed.
+    dtype : numpy.dtype or None
+        None for a type numpy has no dtype for (see ``ffi_dtype``).
+    ffi_dtype : int
+        The ``XLA_FFI_DataType`` code.
+    """
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype | None
+    ffi_dtype: int
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the buffer (0 when its dtype is unknown)."""
+        if self.dtype is None:
+            return 0
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+class HostBuffer(Buffer):
+    """A :class:`Buffer` in host memory (a handler registered for the ``"cpu"`` platform)."""
+
+    __slots__ = ()
+
+    def numpy(self) -> np.ndarray:
+        """A writable numpy view of the buffer (no copy; valid during the call only)."""
+        if self.dtype is None:
+            raise TypeError(f"XLA data type {self.ffi_dtype} has no numpy dtype")
+        n = self.nbytes
+        if n == 0 or not self.ptr:
+            return np.empty(self.shape, self.dtype)
+        flat = np.frombuffer((ctypes.c_char * n).from_address(self.ptr), self.dtype)
+        return flat if len(self.shape) == 1 else flat.reshape(self.shape)
+
+
+class DeviceBuffer(Buffer):
+    """A :class:`Buffer` in device memory (a handler registered for a GPU platform); exposes
+    ``__cuda_array_interface__`` (v3, no stream to wait for: the call runs on XLA's), so
+    pycudnn's functions take it as an operand or an ``out=``."""
+
+    __slots__ = ()
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        if self.dtype is None:
+            raise TypeError(f"XLA data type {self.ffi_dtype} has no numpy dtype")
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "strides": None,
+            "version": 3,
+            "stream": None,
+        }
+
+
+def _scalar(addr: int) -> Any:
+    s = _capi.Scalar.from_address(addr)
+    dt = numpy_dtype(s.dtype)
+    if dt is None:
+        raise TypeError(f"a scalar attribute of XLA data type {s.dtype} has no numpy dtype")
+    value = np.frombuffer(ctypes.string_at(s.value, dt.itemsize), dt)[0]
+    return value if dt.kind == "f" and dt.itemsize <= 2 else value.item()
+
+
+def _array(addr: int) -> np.ndarray:
+    a = _capi.Array.from_address(addr)
+    dt = numpy_dtype(a.dtype)
+    if dt is None:
+        raise TypeError(f"an array attribute of XLA data type {a.dtype} has no numpy dtype")
+    if not a.size:
+        return np.empty(0, dt)
+    return np.frombuffer(ctypes.string_at(a.data, a.size * dt.itemsize), dt).copy()
+
+
+def _span(addr: int) -> bytes:
+    s = _capi.ByteSpan.from_address(addr)
+    return ctypes.string_at(s.ptr, s.len) if s.len else b""
+
+
+def read_attrs(attrs: _capi.Attrs) -> dict[str, Any]:
+    """The attributes of a call (``XLA_FFI_Attrs``) as a dict: scalars as Python ``bool``,
+    ``int`` and ``float`` (float16/bfloat16 as numpy scalars), strings as ``str``, arrays as
+    one-dimensional numpy arrays (copies), dictionaries as dicts."""
+    n = attrs.size
+    if not n:
+        return {}
+    types, names, values = attrs.types[:n], attrs.names[:n], attrs.attrs[:n]
+    out: dict[str, Any] = {}
+    for kind, name, addr in zip(types, names, values, strict=True):
+        key = ctypes.string_at(name.contents.ptr, name.contents.len).decode()
+        if kind == _capi.AttrType.SCALAR:
+            out[key] = _scalar(addr)
+        elif kind == _capi.AttrType.STRING:
+            out[key] = _span(addr).decode("utf-8", "replace")
+        elif kind == _capi.AttrType.ARRAY:
+            out[key] = _array(addr)
+        elif kind == _capi.AttrType.DICTIONARY:
+            out[key] = read_attrs(_capi.Attrs.from_address(addr))
+        else:
+            raise TypeError(f"attribute {key!r} has the XLA attribute type {kind}, unknown here")
+    return out
+
+
+def unpacker(cls: type[ctypes.Structure], paths: list[str]) -> struct.Struct:
+    """A ``struct.Struct`` reading the fields *paths* (``"args.size"``: a nested field) of the
+    mirror *cls* from its raw bytes, in that order, at the mirror's offsets (one ``unpack`` is
+    cheaper than a ctypes attribute per field)."""
+    codes = {ctypes.c_int: "i", ctypes.c_int64: "q", ctypes.c_size_t: "Q", ctypes.c_uint32: "I"}
+    found = []
+    for path in paths:
+        owner, offset = cls, 0
+        for part in path.split("."):
+            desc = getattr(owner, part)
+            offset += desc.offset
+            ctype = dict(owner._fields_)[part]
+            owner = ctype
+        code = codes.get(ctype, "Q")  # pointers and function pointers: an address
+        if code == "Q" and ctypes.sizeof(ctype) != 8:
+            raise TypeError(f"{cls.__name__}.{path}: only 64-bit addresses are read")
+        found.append((offset, code))
+    fmt, at = "=", 0
+    for offset, code in sorted(found):
+        if offset < at:
+            raise ValueError(f"{cls.__name__}: overlapping fields {paths}")
+        fmt += "x" * (offset - at) + code
+        at = offset + struct.calcsize("=" + code)
+    order = [sorted(found).index(f) for f in found]
+    if order != list(range(len(found))):
+        raise ValueError(f"{cls.__name__}: give the fields {paths} in memory order")
+    return struct.Struct(fmt)
+
+
+#: an XLA_FFI_Buffer's dtype, data, rank, dims
+_BUFFER = unpacker(_capi.Buffer, ["dtype", "data", "rank", "dims"])
+_BUFFER_SIZE = _BUFFER.size
+_ADDRESSES: dict[int, struct.Struct] = {}  # count -> "=nQ"
+_string_at = ctypes.string_at
+_new = tuple.__new__
+
+
+def _addresses(addr: int, count: int) -> tuple[int, ...]:
+    """*count* 64-bit words at *addr*."""
+    s = _ADDRESSES.get(count)
+    if s is None:
+        s = _ADDRESSES[count] = struct.Struct(f"={count}q")
+    return s.unpack(_string_at(addr, s.size))
+
+
+def read_buffers(count: int, pointers: int, kind: type[Buffer]) -> tuple[Buffer, ...]:
+    """The *count* ``XLA_FFI_Buffer*`` of an args or rets array at address *pointers*, as *kind*
+    records."""
+    if not count:
+        return ()
+    out = []
+    for addr in _addresses(pointers, count):
+        code, data, rank, dims = _BUFFER.unpack(_string_at(addr, _BUFFER_SIZE))
+        shape = _addresses(dims, rank) if rank else ()
+        out.append(_new(kind, (data, shape, _DTYPES.get(code) or numpy_dtype(code), code)))
+    return tuple(out)
+
+
+class Call:
+    """One execution of a registered handler, as its Python function sees it.
+
+    Attributes
+    ----------
+    target : str
+        The FFI target's name.
+    args : tuple of Buffer
+        The operands, in ``ffi_call`` order (:class:`HostBuffer` on the CPU platform,
+        :class:`DeviceBuffer` on a GPU).
+    rets : tuple of Buffer
+        The results, to be written.
+    attrs : dict
+        The keyword attributes given to the ``ffi_call``'d function.
+    """
+
+    __slots__ = ("_api", "_ctx", "_stream", "args", "attrs", "rets", "target")
+
+    def __init__(
+        self,
+        target: str,
+        args: tuple[Buffer, ...],
+        rets: tuple[Buffer, ...],
+        attrs: dict[str, Any],
+        api: _capi.Api,
+        ctx: int | None,
+    ):
+        self.target = target
+        self.args = args
+        self.rets = rets
+        self.attrs = attrs
+        self._api = api
+        self._ctx = ctx
+        self._stream: int | None = None
+
+    @property
+    def stream(self) -> int:
+        """XLA's stream for this call (a ``cudaStream_t`` as an int on CUDA), asked of XLA's API
+        table on first use; a ``RuntimeError`` carrying XLA's message where it has none (the
+        CPU platform)."""
+        if self._stream is None:
+            args = _capi.StreamGetArgs(_STREAM_ARGS_SIZE, None, self._ctx, None)
+            error = self._api.XLA_FFI_Stream_Get(ctypes.byref(args))
+            if error:
+                raise RuntimeError(
+                    f"XLA has no stream for {self.target}: {take_error(self._api, error)}"
+                )
+            self._stream = args.stream or 0
+        return self._stream
+
+    def __repr__(self) -> str:
+        return f"Call({self.target!r}, args={self.args}, rets={self.rets}, attrs={self.attrs})"
+
+
+_STREAM_ARGS_SIZE = _capi.struct_size(_capi.StreamGetArgs)
+
+
+def take_error(api: _capi.Api, error: int) -> str:
+    """The message of an ``XLA_FFI_Error*`` returned by an API function; destroys the error."""
+    get = _capi.ErrorGetMessageArgs(_capi.struct_size(_capi.ErrorGetMessageArgs), None, error, None)
+    api.XLA_FFI_Error_GetMessage(ctypes.byref(get))
+    message = (get.message or b"").decode("utf-8", "replace")
+    api.XLA_FFI_Error_Destroy(
+        ctypes.byref(_capi.ErrorDestroyArgs(_capi.struct_size(_capi.ErrorDestroyArgs), None, error))
+    )
+    return message

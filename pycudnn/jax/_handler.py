@@ -1,0 +1,357 @@
+"""The one XLA FFI handler: a ctypes callback ``XLA_FFI_Error* handler(XLA_FFI_CallFrame*)``.
+
+Every target registered through :func:`register_handler` is one :class:`_Handler`: a ctypes
+function pointer (kept alive for the process, as XLA keeps calling it) around a Python function.
+On each call the handler
+
+1. answers XLA's metadata request (a frame carrying the metadata extension): the API version the
+   handler was checked against and its traits, nothing else;
+2. checks the API table the frame points to (major version, size) the first time it sees it;
+3. returns at once for the stages before execution (instantiate, prepare, initialize);
+4. reads the frame (:mod:`._frame`) and calls the Python function with a :class:`~._frame.Call`;
+5. turns any Python exception into an ``XLA_FFI_Error`` carrying the exception's type and
+   message, made through the API table's ``XLA_FFI_Error_Create`` (XLA raises it in the caller
+   as a ``JaxRuntimeError``). An exception never crosses the C boundary.
+
+JAX is imported only by :func:`register_handler`, :func:`ffi_call` and :func:`check_abi`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _capi, _frame, _header
+from ._header import AbiReport, UnsupportedJaxlibError
+
+__all__ = [
+    "HANDLER",
+    "FfiTarget",
+    "check_abi",
+    "error_code",
+    "ffi_call",
+    "register_handler",
+    "registered_targets",
+]
+
+#: ``XLA_FFI_Handler``: the C type of the callback
+HANDLER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+
+_FRAME_SIZE = _capi.struct_size(_capi.CallFrame)
+_API_SIZE = _capi.struct_size(_capi.Api)
+_METADATA_SIZE = _capi.struct_size(_capi.Metadata)
+_VERSION_SIZE = _capi.struct_size(_capi.ApiVersion)
+_ERROR_ARGS_SIZE = _capi.struct_size(_capi.ErrorCreateArgs)
+_EXECUTE = int(_capi.Stage.EXECUTE)
+# what a call reads of its frame, in one unpack of its bytes
+_FRAME = _frame.unpacker(
+    _capi.CallFrame,
+    [
+        "extension_start",
+        "api",
+        "ctx",
+        "stage",
+        "args.size",
+        "args.args",
+        "rets.size",
+        "rets.rets",
+        "attrs.size",
+    ],
+)
+_string_at = ctypes.string_at
+_METADATA = int(_capi.ExtensionType.METADATA)
+
+# Python exception -> XLA error code (the first base class found; otherwise INTERNAL)
+_CODES: tuple[tuple[type[BaseException], _capi.ErrorCode], ...] = (
+    (NotImplementedError, _capi.ErrorCode.UNIMPLEMENTED),
+    (MemoryError, _capi.ErrorCode.RESOURCE_EXHAUSTED),
+    (ValueError, _capi.ErrorCode.INVALID_ARGUMENT),
+    (TypeError, _capi.ErrorCode.INVALID_ARGUMENT),
+    (IndexError, _capi.ErrorCode.OUT_OF_RANGE),
+    (KeyboardInterrupt, _capi.ErrorCode.CANCELLED),
+)
+
+
+def error_code(exc: BaseException) -> _capi.ErrorCode:
+    """The XLA error code a Python exception is reported with."""
+    for cls, code in _CODES:
+        if isinstance(exc, cls):
+            return code
+    return _capi.ErrorCode.INTERNAL
+
+
+class _Handler:
+    """The ctypes callback of one target (see the module's docstring for what a call does)."""
+
+    def __init__(
+        self,
+        target: str,
+        fn: Callable[[_frame.Call], object],
+        buffer: type[_frame.Buffer],
+        version: tuple[int, int],
+        traits: int,
+    ):
+        self.target = target
+        self.fn = fn
+        self.buffer = buffer
+        self.version = version
+        self.traits = traits
+        self._api_addr: int | None = None  # the API table checked last
+        self._api: _capi.Api | None = None
+        self.c_function = HANDLER(self)
+        self.address: int = ctypes.cast(self.c_function, ctypes.c_void_p).value or 0
+
+    def __call__(self, frame_addr: int) -> int | None:
+        try:
+            return self._run(frame_addr)
+        except BaseException as exc:
+            return self._error(frame_addr, exc)
+
+    def _run(self, frame_addr: int) -> int | None:
+        ext, api_addr, ctx, stage, n_args, args, n_rets, rets, n_attrs = _FRAME.unpack(
+            _string_at(frame_addr, _FRAME.size)
+        )
+        if ext:
+            return self._metadata(ext)
+        api = self._api if api_addr == self._api_addr else self._check_api(frame_addr, api_addr)
+        if stage != _EXECUTE:
+            return None
+        kind = self.buffer
+        call = _frame.Call(
+            self.target,
+            _frame.read_buffers(n_args, args, kind),
+            _frame.read_buffers(n_rets, rets, kind),
+            _frame.read_attrs(_capi.CallFrame.from_address(frame_addr).attrs) if n_attrs else {},
+            api,
+            ctx,
+        )
+        self.fn(call)
+        return None
+
+    def _check_api(self, frame_addr: int, api_addr: int) -> _capi.Api:
+        frame = _capi.CallFrame.from_address(frame_addr)
+        if not api_addr:
+            raise UnsupportedJaxlibError(f"{self.target}: the call frame has no XLA_FFI_Api")
+        api = _capi.Api.from_address(api_addr)
+        major, minor = api.api_version.major_version, api.api_version.minor_version
+        self._api = api  # the error path reports through this table (when it has the entry)
+        if major != _capi.SUPPORTED_MAJOR:
+            raise UnsupportedJaxlibError(
+                f"{self.target}: XLA's FFI API is version {major}.{minor}; pycudnn.jax supports "
+                f"major version {_capi.SUPPORTED_MAJOR} only"
+            )
+        if api.struct_size < _API_SIZE or frame.struct_size < _FRAME_SIZE:
+            raise UnsupportedJaxlibError(
+                f"{self.target}: XLA's FFI structs are smaller than pycudnn.jax's mirrors "
+                f"(XLA_FFI_Api {api.struct_size} < {_API_SIZE} bytes or XLA_FFI_CallFrame "
+                f"{frame.struct_size} < {_FRAME_SIZE} bytes; API version {major}.{minor})"
+            )
+        self._api_addr = api_addr
+        return api
+
+    def _metadata(self, ext_addr: int) -> int | None:
+        base = _capi.ExtensionBase.from_address(ext_addr)
+        if base.type != _METADATA:
+            raise UnsupportedJaxlibError(
+                f"{self.target}: XLA called with an unknown extension (type {base.type})"
+            )
+        metadata = _capi.MetadataExtension.from_address(ext_addr).metadata.contents
+        if metadata.struct_size < _METADATA_SIZE:
+            raise UnsupportedJaxlibError(
+                f"{self.target}: XLA's XLA_FFI_Metadata has {metadata.struct_size} bytes, "
+                f"fewer than the {_METADATA_SIZE} pycudnn.jax writes"
+            )
+        metadata.api_version.struct_size = _VERSION_SIZE
+        metadata.api_version.major_version, metadata.api_version.minor_version = self.version
+        metadata.traits = self.traits
+        return None
+
+    def _error(self, frame_addr: int, exc: BaseException) -> int | None:
+        """An ``XLA_FFI_Error*`` carrying *exc*; never raises (a failure to make one is written
+        to stderr, and the call then returns success: the only answer left)."""
+        try:
+            addr = _capi.CallFrame.from_address(frame_addr).api if frame_addr else None
+            if not addr:
+                raise RuntimeError("the call frame has no XLA_FFI_Api to report it through")
+            text = f"pycudnn.jax target {self.target!r}: {type(exc).__name__}: {exc}"
+            args = _capi.ErrorCreateArgs(
+                _ERROR_ARGS_SIZE, None, text.encode("utf-8", "replace"), int(error_code(exc))
+            )
+            return _capi.Api.from_address(addr).XLA_FFI_Error_Create(ctypes.byref(args))
+        except BaseException as inner:
+            try:
+                sys.stderr.write(
+                    f"pycudnn.jax target {self.target!r}: {type(exc).__name__}: {exc} could not "
+                    f"be reported to XLA ({type(inner).__name__}: {inner})\n"
+                )
+            except BaseException:
+                pass
+            return None
+
+
+@dataclass(frozen=True)
+class FfiTarget:
+    """An XLA FFI target registered by :func:`register_handler`.
+
+    Attributes
+    ----------
+    name : str
+        The target's name (what ``jax.ffi.ffi_call`` names).
+    platform : str
+        The platform it was registered for (``"cpu"``, ``"CUDA"``, ...).
+    function : callable
+        The Python function each execution calls with a :class:`Call`.
+    address : int
+        The C function pointer XLA calls.
+    api_version : tuple of int
+        The XLA FFI API version the handler was checked against and reports to XLA.
+    """
+
+    name: str
+    platform: str
+    function: Callable[[_frame.Call], object]
+    address: int
+    api_version: tuple[int, int]
+    _handler: _Handler = field(repr=False, compare=False)
+
+
+_LOCK = threading.Lock()
+_TARGETS: dict[tuple[str, str], FfiTarget] = {}  # (name, platform) -> target: alive for good
+
+
+def check_abi() -> AbiReport:
+    """Check the XLA FFI of the installed jaxlib against ``pycudnn.jax``'s struct mirrors.
+
+    Reads ``jax.ffi.include_dir()``'s ``xla/ffi/api/c_api.h``: the API's major version must be
+    the one mirrored, and every mirrored struct must have the mirror's fields first, at the same
+    offsets, with the same sizes (:func:`register_handler` runs this check first).
+
+    Returns
+    -------
+    AbiReport
+        The jaxlib version, the header, its API version and the checked structs' sizes.
+
+    Raises
+    ------
+    UnsupportedJaxlibError
+        On any difference, naming the jaxlib version and the struct.
+    """
+    import jax
+    import jaxlib
+
+    return _header.check(jax.ffi.include_dir(), jaxlib.__version__)
+
+
+def _is_cpu(platform: str) -> bool:
+    return platform.lower() in ("cpu", "host")
+
+
+def register_handler(
+    name: str,
+    function: Callable[[_frame.Call], object],
+    *,
+    platform: str = "CUDA",
+    command_buffer_compatible: bool = False,
+) -> FfiTarget:
+    """Register *function* as the XLA FFI target *name*, through pycudnn's one ctypes handler.
+
+    Each execution of a ``jax.ffi.ffi_call(name, ...)`` (jitted or not) calls
+    ``function(call)`` with a :class:`Call`: the operand and result buffers (dtypes, dims,
+    pointers), the attributes, and XLA's stream on a GPU. The function writes the results; an
+    exception it raises fails the JAX computation with a ``JaxRuntimeError`` carrying the
+    exception's type and message (the process goes on).
+
+    Parameters
+    ----------
+    name : str
+        The target's name, unique per platform in the process.
+    function : callable
+        ``function(call) -> None``; it runs on the thread XLA executes on.
+    platform : str
+        ``"CUDA"`` (default), or ``"cpu"`` (buffers are then host memory: :class:`HostBuffer`).
+    command_buffer_compatible : bool
+        Tell XLA the function always launches the same device work for the same attributes, so
+        XLA may capture it in a CUDA graph. Default False.
+
+    Returns
+    -------
+    FfiTarget
+        The target (kept alive for the process: XLA keeps the function pointer).
+
+    Raises
+    ------
+    UnsupportedJaxlibError
+        The installed jaxlib's XLA FFI is not the one mirrored (:func:`check_abi`).
+    ValueError
+        *name* is already registered by ``pycudnn.jax`` for *platform*.
+    """
+    if not callable(function):
+        raise TypeError(f"register_handler: function must be callable, got {function!r}")
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"register_handler: name must be a non-empty str, got {name!r}")
+    report = check_abi()
+    import jax
+
+    key = (name, platform.lower())
+    with _LOCK:
+        if key in _TARGETS:
+            raise ValueError(
+                f"register_handler: {name!r} is already registered for platform {platform!r} "
+                "(XLA keeps the first handler of a name: register another name)"
+            )
+        buffer = _frame.HostBuffer if _is_cpu(platform) else _frame.DeviceBuffer
+        traits = 1 if command_buffer_compatible else 0
+        handler = _Handler(name, function, buffer, report.api_version, traits)
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler.c_function), platform=platform)
+        target = FfiTarget(name, platform, function, handler.address, report.api_version, handler)
+        _TARGETS[key] = target
+    return target
+
+
+def registered_targets() -> tuple[FfiTarget, ...]:
+    """The targets :func:`register_handler` registered in this process, oldest first."""
+    with _LOCK:
+        return tuple(_TARGETS.values())
+
+
+def ffi_call(
+    target: FfiTarget | str,
+    result_shape_dtypes: Any | Sequence[Any],
+    **kwargs: Any,
+) -> Callable[..., Any]:
+    """``jax.ffi.ffi_call`` of a target registered by :func:`register_handler`.
+
+    Parameters
+    ----------
+    target : FfiTarget or str
+        The target, or its name.
+    result_shape_dtypes
+        As ``jax.ffi.ffi_call``'s: a ``jax.ShapeDtypeStruct`` (one result) or a sequence.
+    **kwargs
+        ``jax.ffi.ffi_call``'s keywords (``vmap_method``, ``input_output_aliases``, ...).
+
+    Returns
+    -------
+    callable
+        ``f(*operands, **attributes)``: the attributes reach the function as ``call.attrs``.
+
+    Raises
+    ------
+    ValueError
+        *target* names no target registered by ``pycudnn.jax``.
+    """
+    name = target.name if isinstance(target, FfiTarget) else target
+    with _LOCK:
+        known = any(n == name for n, _ in _TARGETS)
+    if not known:
+        raise ValueError(
+            f"ffi_call: {name!r} is not a target registered by pycudnn.jax.register_handler "
+            f"(registered: {sorted({n for n, _ in _TARGETS})})"
+        )
+    import jax
+
+    return jax.ffi.ffi_call(name, result_shape_dtypes, **kwargs)
