@@ -21,10 +21,15 @@ in its place, as an empty namespace package.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# JAX preallocates most of a GPU's memory when its CUDA backend starts: on the GPU machine that
+# would starve the other tests of the process (the JAX adapter's tests, tests/jax_adapter)
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 SUPPORT = Path(__file__).resolve().parent / "support"
 if str(SUPPORT) not in sys.path:

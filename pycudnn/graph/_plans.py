@@ -72,7 +72,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from .. import _config, _cuda, errors
 from ..descriptors import BackendDescriptor
@@ -350,18 +350,27 @@ def _array(value: Any) -> Any:
     return value[0] if isinstance(value, tuple) else value
 
 
+_Cache = TypeVar("_Cache", bound=_LRU)
+
 #: the device caches by name (one each: they are process-wide)
 _device_caches: dict[str, DeviceCache] = {}
 
 
-def device_cache(name: str, maxsize: int) -> DeviceCache:
-    """The registered device cache *name* (made on first use, bounded to *maxsize* values)."""
+def _named(
+    table: dict[str, _Cache], cls: Callable[[str, int], _Cache], name: str, maxsize: int
+) -> _Cache:
+    """*table*'s cache *name*, a *cls* made and registered on first use."""
     with _registry_lock:
-        cache = _device_caches.get(name)
+        cache = table.get(name)
         if cache is None:
-            cache = _device_caches[name] = DeviceCache(name, maxsize)
+            cache = table[name] = cls(name, maxsize)
             _registry.add(cache)
     return cache
+
+
+def device_cache(name: str, maxsize: int) -> DeviceCache:
+    """The registered device cache *name* (made on first use, bounded to *maxsize* values)."""
+    return _named(_device_caches, DeviceCache, name, maxsize)
 
 
 class HostCache(_LRU):
@@ -396,12 +405,7 @@ _host_caches: dict[str, HostCache] = {}
 
 def host_cache(name: str, maxsize: int) -> HostCache:
     """The registered host cache *name* (made on first use, bounded to *maxsize* values)."""
-    with _registry_lock:
-        cache = _host_caches.get(name)
-        if cache is None:
-            cache = _host_caches[name] = HostCache(name, maxsize)
-            _registry.add(cache)
-    return cache
+    return _named(_host_caches, HostCache, name, maxsize)
 
 
 class CacheInfo(NamedTuple):

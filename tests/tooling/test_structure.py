@@ -114,3 +114,11 @@ def test_no_test_folder_is_named_after_a_package_the_tests_import():
                     imported.add(arg.value.split(".")[0])
     clash = sorted(d.name for d in TESTS.rglob("*") if d.is_dir() and d.name in imported)
     assert not clash, f"test folders named after imported packages: {clash}"
+
+
+def test_one_conftest():
+    """Tests import the root conftest by name (``from conftest import gpu_unavailable_reason``):
+    a second ``conftest.py`` in a subfolder is imported under the same module name and shadows
+    it for every test collected after it."""
+    found = sorted(str(p.relative_to(TESTS)) for p in TESTS.rglob("conftest.py"))
+    assert found == ["conftest.py"], found
