@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from ..highlevel import (
     dnn_conv,
@@ -25,7 +24,7 @@ from ..highlevel import (
     dnn_gradweight3d,
 )
 from . import _lean
-from ._compile import compiling, define
+from ._compile import compiling, define, differentiable, gradient
 from ._module import Converted, float_params
 from ._runtime import autocast_dtype, cuda_ok, dense, format_of, like, ready, stream_of
 
@@ -136,34 +135,6 @@ def conv_wgrad(x: torch.Tensor, dy: torch.Tensor, w: torch.Tensor, cfg: tuple) -
     return dw
 
 
-class ConvFn(torch.autograd.Function):
-    """``dnn_conv`` (cross-correlation, PyTorch's convolution) with its two gradients, on the
-    lean path; *cfg* is ``(nd, pad, stride, dilation, groups)`` with *nd* 2 or 3. The bias is
-    fused into the forward; its gradient is ``dy`` summed over N and space."""
-
-    @staticmethod
-    def forward(ctx, x, w, b, cfg):
-        y = conv_run(x, w, b, cfg)
-        ctx.save_for_backward(x, w)
-        ctx.cfg = cfg
-        ctx.has_bias = b is not None
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        x, w = ctx.saved_tensors
-        cfg = ctx.cfg
-        dy = dense(dy)
-        need = ctx.needs_input_grad
-        dx = conv_dgrad(w, dy, torch.empty_like(x), cfg) if need[0] else None
-        dw = conv_wgrad(x, dy, w, cfg) if need[1] else None
-        db = None
-        if ctx.has_bias and need[2]:
-            db = dy.sum(dim=(0, *range(2, dy.dim())))
-        return dx, dw, db, None
-
-
 # -- torch.compile: the same three directions as pycudnn:: custom ops ------------------------------
 def _cfg(nd: int, pad: Any, stride: Any, dil: Any, groups: int) -> tuple:
     return (nd, tuple(pad), tuple(stride), tuple(dil), groups)
@@ -243,8 +214,10 @@ def _conv_setup(ctx, inputs, output) -> None:
 def _conv_backward(ctx, dy):
     x, w = ctx.saved_tensors
     need, cfg = ctx.needs_input_grad, ctx.cfg
-    dx = op_conv_dgrad(w, dy, list(x.shape), _last(x), *cfg) if need[0] else None
-    dw = op_conv_wgrad(x, dy, w, *cfg) if need[1] else None
+    dx = None
+    if need[0]:
+        dx = gradient(op_conv_dgrad, _op_dgrad, w, dy, list(x.shape), _last(x), *cfg)
+    dw = gradient(op_conv_wgrad, _op_wgrad, x, dy, w, *cfg) if need[1] else None
     db = dy.sum(dim=(0, *range(2, dy.dim()))) if ctx.has_bias and need[2] else None
     return dx, dw, db, None, None, None, None
 
@@ -265,8 +238,10 @@ def _dgrad_backward(ctx, g):
     return dw, ddy, None, None, None, None, None, None
 
 
-#: ``pycudnn::conv(x, w, b, pad, stride, dilation, groups)``: :func:`conv_run`
-op_conv = define("conv", _op_conv, _op_conv_fake, autograd=(_conv_backward, _conv_setup))
+#: ``ConvFn.apply(x, w, b, pad, stride, dilation, groups)`` (eager) and
+#: ``pycudnn::conv(...)``: :func:`conv_run` (cross-correlation, PyTorch's convolution; the bias
+#: fused), one backward: the two gradient convolutions and ``db = dy`` summed over N and space
+ConvFn, op_conv = differentiable("conv", _op_conv, _op_conv_fake, _conv_setup, _conv_backward)
 #: ``pycudnn::conv_dgrad(w, dy, shape, channels_last, ...)``: :func:`conv_dgrad` into a new
 #: tensor of *shape* (a transposed convolution's forward)
 op_conv_dgrad = define(
@@ -326,7 +301,7 @@ def conv_forward(m: nn.modules.conv._ConvNd, x: torch.Tensor, nd: int) -> torch.
     if traced:  # torch.compile: the custom op (its autograd registered with it)
         y = op_conv(x, w, b, *cfg[1:])
     elif _grad_wanted(x, w, b):
-        y = ConvFn.apply(x, w, b, cfg)
+        y = ConvFn.apply(x, w, b, *cfg[1:])
     else:
         y = conv_run(x, w, b, cfg)
     if nd == 1:
