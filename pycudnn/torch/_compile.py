@@ -128,11 +128,12 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 def gradient(op: Any, eager: Callable[..., Any], t: torch.Tensor, *args: Any) -> Any:
     """A backward's call of a gradient operation on *t* (and *args*): ``eager(t, *args)`` for a
     plain tensor (an eager backward, or the op's own backward run outside ``torch.compile``),
-    the custom op *op* where the backward is being traced (``torch.compile``'s fake and
-    functional tensors are subclasses), so the traced graph holds the op."""
-    if type(t) in _PLAIN or op is None:
+    the custom op *op* where the backward is being traced: by dynamo (:func:`compiling`) or by
+    AOTAutograd (its fake and functional tensors are subclasses), so the traced graph holds the
+    op."""
+    if op is None or (type(t) in _PLAIN and not compiling()):
         return eager(t, *args)
-    return op(t, *args)
+    return op(t, *args)  # (dynamo sees plain tensor types while it traces a Function)
 
 
 def dynamo_loaded() -> bool:

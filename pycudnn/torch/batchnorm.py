@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from .. import errors
 from ..graph import _plans
@@ -25,7 +24,7 @@ from ..highlevel import (
     dnn_batch_normalization_train,
 )
 from . import _lean
-from ._compile import compiling, define, differentiable
+from ._compile import compiling, define, differentiable, gradient
 from ._module import Converted, float_params, state
 from ._runtime import cuda_ok, dense, ready, stream_of
 
@@ -193,29 +192,6 @@ def bn_act_grad_run(x, y, dy, w, b, mean, invstd, reserve, eps, residual: bool) 
     return dx, dw, db, dz
 
 
-class BNTrainFn(torch.autograd.Function):
-    """``dnn_batch_normalization_train`` (running averages updated in place) and
-    ``dnn_batch_normalization_grad``, on the lean path. *running* is ``(mean, var)`` or None: a
-    tuple, so autograd does not take the buffers for inputs."""
-
-    @staticmethod
-    def forward(ctx, x, w, b, running, eps, factor):
-        y, mean, invstd = bn_train_run(x, w, b, running, eps, factor)
-        ctx.save_for_backward(x, w, mean, invstd)
-        ctx.eps = eps
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        x, w, mean, invstd = ctx.saved_tensors
-        dy = dense(dy)
-        if dy.dtype != x.dtype:
-            dy = dy.to(x.dtype)
-        dx, dw, db = bn_grad_run(x, dy, w, mean, invstd, ctx.eps)
-        return dx, dw, db, None, None, None
-
-
 def _eval_grad(ctx, dy):
     """Evaluation batch norm's gradient (torch computations: cuDNN has none for inference):
     ``dx = dy * w * invstd``, ``dw = sum(dy * xhat)``, ``db = sum(dy)``; ``(dx, dw, db, None,
@@ -254,13 +230,20 @@ def _op_train_fake(x, w, b, running_mean, running_var, eps, factor):
     return torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
 
 
-class _TracedTrainFn(torch.autograd.Function):
-    """Under ``torch.compile``: ``pycudnn::bn_train`` (a mutating op, which ``torch.library``
-    gives no autograd formula) with ``pycudnn::bn_grad`` as its backward; dynamo traces both."""
+class BNTrainFn(torch.autograd.Function):
+    """Training batch norm, eager and under ``torch.compile`` alike: ``pycudnn::bn_train`` (a
+    mutating op, which ``torch.library`` gives no autograd formula, so dynamo traces this
+    Function around it) or, in eager, :func:`bn_train_run` on the lean path; the running
+    averages (None, or both) updated in place. Its one backward is ``dnn_batch_normalization_
+    grad`` through :func:`~._compile.gradient` (``pycudnn::bn_grad`` where it is traced)."""
 
     @staticmethod
     def forward(ctx, x, w, b, running_mean, running_var, eps, factor):
-        y, mean, invstd = op_bn_train(x, w, b, running_mean, running_var, eps, factor)
+        if compiling():
+            y, mean, invstd = op_bn_train(x, w, b, running_mean, running_var, eps, factor)
+        else:
+            running = None if running_mean is None else (running_mean, running_var)
+            y, mean, invstd = bn_train_run(x, w, b, running, eps, factor)
         ctx.save_for_backward(x, w, mean, invstd)
         ctx.eps = eps
         return y
@@ -270,7 +253,7 @@ class _TracedTrainFn(torch.autograd.Function):
         x, w, mean, invstd = ctx.saved_tensors
         if dy.dtype != x.dtype:
             dy = dy.to(x.dtype)
-        dx, dw, db = op_bn_grad(x, dy, w, mean, invstd, ctx.eps)
+        dx, dw, db = gradient(op_bn_grad, _op_grad, x, dy, w, mean, invstd, ctx.eps)
         return dx, dw, db, None, None, None, None
 
 
@@ -314,7 +297,7 @@ def _op_grad_fake(x, dy, w, mean, invstd, eps):
 
 #: ``pycudnn::bn_train(x, w, b, running_mean?, running_var?, eps, factor) -> (y, mean,
 #: invstd)``: :func:`bn_train_run`, the running averages updated in place (its gradient:
-#: :class:`_TracedTrainFn`)
+#: :class:`BNTrainFn`)
 op_bn_train = define(
     "bn_train",
     _op_train,
@@ -383,11 +366,9 @@ def bn_forward(m: nn.modules.batchnorm._BatchNorm, x: torch.Tensor, fallback: Ca
     x = dense(x)
     if m.training or m.running_mean is None:
         running, factor, copy_back = train_running(m, w.dtype)
-        if traced:
+        if traced or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
             rmean, rvar = (None, None) if running is None else running
-            y = _TracedTrainFn.apply(x, w, b, rmean, rvar, m.eps, factor)
-        elif torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
-            y = BNTrainFn.apply(x, w, b, running, m.eps, factor)
+            y = BNTrainFn.apply(x, w, b, rmean, rvar, m.eps, factor)
         else:
             y = bn_train_run(x, w, b, running, m.eps, factor)[0]
         if copy_back:
