@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import errors, memory
+from .. import _layout, errors, memory
 from .._types import numpy_dtype
 from ..enums import DataType
 from ..graph import Graph, _plans
 from ..graph._tensor import alignment_of
-from . import _call, _operand, _staging
+from . import _call, _checks, _operand, _staging
 
-__all__ = ["capability", "column", "declare", "entry", "filled"]
+__all__ = ["capability", "column", "declare", "entry", "filled", "packed_output"]
 
 
 def declare(
@@ -42,6 +42,25 @@ def column(g: Graph, name: str, rows: int, dt: DataType, ptr: int) -> Any:
     """A graph input of one value per row at *ptr*: a packed ``(rows, 1, 1, 1)`` tensor of *dt*
     (the norms' saved statistics, the attention's sequence lengths)."""
     return g.tensor((rows, 1, 1, 1), (1, 1, 1, 1), dt, name=name, alignment=alignment_of(ptr))
+
+
+def packed_output(
+    func: str, name: str, t: Any, a: Any, shape: tuple[int, ...], dt: DataType, device: int
+) -> tuple[_call.OutputSpec | None, int]:
+    """Graph output *t* of *shape* and *dt*, packed: a new array's spec, or the given array *a*
+    (an ``out_*`` argument named *name*) checked -- shape, dtype, device, contiguous, aligned --
+    with *t* aligned to it; ``(spec or None, byte span)``."""
+    if a is None:
+        spec = _call.output_spec(shape, dt, device)
+        return spec, spec.nbytes_span
+    o = _checks.out_operand(func, a, shape, dt, device, name=name)
+    if not _layout.matches(o.shape, o.strides, _layout.packed_strides(shape)):
+        raise ValueError(
+            f"{func}: {name} must be contiguous {shape}, got strides {tuple(o.strides)}"
+        )
+    _checks.check_aligned(func, name, o)
+    t.set_alignment(alignment_of(o.ptr))
+    return None, o.nbytes_span
 
 
 def entry(

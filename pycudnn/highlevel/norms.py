@@ -163,23 +163,6 @@ def _stat_out(g: Graph, t: Any) -> None:
     t.set_output(True).set_data_type(DataType.FLOAT)
 
 
-def _output(
-    func: str, name: str, t: Any, a: Any, shape: tuple[int, ...], dt: DataType, device: int
-) -> tuple[_call.OutputSpec | None, int]:
-    """Graph output *t* of *shape* and *dt*, packed: a new array's spec, or the given array *a*
-    checked (shape, dtype, device, contiguous, aligned) with *t* aligned to it; ``(spec or
-    None, byte span)``."""
-    if a is None:
-        spec = _call.output_spec(shape, dt, device)
-        return spec, spec.nbytes_span
-    o = _checks.out_operand(func, a, shape, dt, device, name=name)
-    if not _layout.matches(o.shape, o.strides, _layout.packed_strides(shape)):
-        raise ValueError(f"{func}: {name} must be contiguous {shape}, got strides {o.strides}")
-    _checks.check_aligned(func, name, o)
-    t.set_alignment(alignment_of(o.ptr))
-    return None, o.nbytes_span
-
-
 class _Norm(_call.GraphCall):
     """A norm graph whose missing gamma/beta are stand-ins (ones, zeros): the caller passes
     pointer 0 for them and :meth:`launch` puts the stand-ins' pointers in."""
@@ -317,7 +300,7 @@ def _build_forward(
     names = ("out_invrms",) if rms else ("out_mean", "out_invstd")
     for t, a, name in zip(stats, given, names, strict=False):
         _stat_out(g, t)
-        spec, span = _output(func, name, t, a, sshape, DataType.FLOAT, device)
+        spec, span = _graphops.packed_output(func, name, t, a, sshape, DataType.FLOAT, device)
         allocs.append(spec)
         out_spans.append(span)
     inputs = [tx, tg] + ([] if rms else [tb])
@@ -615,11 +598,13 @@ def _build_backward(
         grads = [dgamma, dbeta]
     dx.set_output(True).set_data_type(dt).set_stride((n, 1, n, n)).set_name("dx")
     given = given or (None,) * (1 + len(grads))
-    spec, span = _output(func, "out_grads[0]", dx, given[0], tuple(gx.shape), dt, device)
+    spec, span = _graphops.packed_output(
+        func, "out_grads[0]", dx, given[0], tuple(gx.shape), dt, device
+    )
     allocs, out_spans = [spec], [span]
     for i, t in enumerate(grads, 1):
         t.set_output(True).set_data_type(pdt).set_stride((n, 1, n, n))
-        spec, span = _output(func, f"out_grads[{i}]", t, given[i], ns, pdt, device)
+        spec, span = _graphops.packed_output(func, f"out_grads[{i}]", t, given[i], ns, pdt, device)
         allocs.append(spec)
         out_spans.append(span)
     inputs = [tdy, tx, tg] + ([] if rms else [tm]) + [ti]

@@ -43,14 +43,6 @@ __all__ = [
 _LN, _LN_GRAD, _RMS, _RMS_GRAD = "layer_norm", "layer_norm_grad", "rms_norm", "rms_norm_grad"
 
 
-def _stat(x: torch.Tensor, nn_: int) -> torch.Tensor:
-    """An empty float32 statistic of *x* normalized over its last *nn_* dims:
-    ``(*lead, 1, ..., 1)``, as the high level lays it out."""
-    return torch.empty(
-        (*x.shape[: x.dim() - nn_], *(1,) * nn_), dtype=torch.float32, device=x.device
-    )
-
-
 def _ln_slow(x, shape, w, b, eps, grad, y, mean, inv, s) -> None:
     dnn_layer_norm(x, shape, w, b, eps, training=grad, out=y, out_mean=mean, out_invstd=inv,
                    stream=s)  # fmt: skip
@@ -80,7 +72,7 @@ def layer_norm_run(x, w, b, shape, eps, grad) -> tuple[torch.Tensor, Any, Any]:
         return y, (to_torch(mean) if grad else None), (to_torch(inv) if grad else None)
     mean = inv = None
     if grad:
-        mean, inv = _stat(x, len(shape)), _stat(x, len(shape))
+        mean, inv = _stats(x, shape, True), _stats(x, shape, True)
         ops: tuple = (x, w, b, y, mean, inv)
     else:
         ops = (x, w, b, y)
@@ -98,7 +90,7 @@ def rms_norm_run(x, w, shape, eps, grad) -> tuple[torch.Tensor, Any]:
     if w is None:
         _, inv = dnn_rms_norm(x, shape, w, eps, training=grad, out=y, stream=s)
         return y, (to_torch(inv) if grad else None)
-    inv = _stat(x, len(shape)) if grad else None
+    inv = _stats(x, shape, True) if grad else None
     ops = (x, w, y, inv) if grad else (x, w, y)
     _lean.launch((_RMS, shape, eps, grad), ops, s, _rms_slow, x, shape, w, eps, grad, y, inv, s)
     return y, inv
@@ -119,6 +111,9 @@ def _tt(a: Any, like_t: torch.Tensor | None = None) -> torch.Tensor:
 
 
 def _stats(x: torch.Tensor, shape: Any, training: bool) -> torch.Tensor:
+    """An empty float32 statistic of *x* normalized over its trailing ``len(shape)`` dims:
+    ``(*lead, 1, ..., 1)`` as the high level lays it out (``(0,)``, an absent output, unless
+    *training*)."""
     n = len(shape)
     dims = (*x.shape[: x.dim() - n], *(1,) * n) if training else _NONE
     return torch.empty(dims, dtype=torch.float32, device=x.device)

@@ -177,7 +177,7 @@ def fake_sdpa(q, k, v, attn_mask, is_causal, scale, dropout_p, seed, training, o
 @_bound(hl.dnn_sdpa_grad)
 def fake_sdpa_grad(q, k, v, out, dout, stats, attn_mask, is_causal, scale, out_grads, **_):
     g = _vjp(lambda a, b, c: _attn(a, b, c, is_causal, scale), (q, k, v), dout)
-    return g if out_grads is None else tuple(o.copy_(x) for o, x in zip(out_grads, g, strict=True))
+    return _given(g, out_grads)
 
 
 @_bound(hl.dnn_matmul)

@@ -225,7 +225,9 @@ def _forward_outputs(c: Checked, r: Ragged | None, o: Any, stats: Any) -> tuple:
     alloc, span = _operands.output(req.func, o, given, (b, hq, sq, c.gv.shape[3]), gq)
     if not req.training:
         return [o], [alloc], [span]
-    sspec, sspan = _operands.stats_output(req.func, stats, req.outs[1], (b, hq, sq, 1), device)
+    sspec, sspan = _graphops.packed_output(
+        req.func, "out_stats", stats, req.outs[1], (b, hq, sq, 1), DataType.FLOAT, device
+    )
     return [o, stats], [alloc, sspec], [span, sspan]
 
 

@@ -25,7 +25,6 @@ __all__ = [
     "output",
     "read",
     "spec_like",
-    "stats_output",
 ]
 
 #: packed attention needs Hopper (sm90) before cuDNN 9.18.1 (cudnn-frontend's check)
@@ -142,24 +141,6 @@ def output(
     alloc = spec_like(gq, shape, dt)
     o.set_stride(alloc.element_strides)
     return alloc, alloc.nbytes_span
-
-
-def stats_output(
-    func: str, stats: Any, out_stats: Any, shape: tuple[int, ...], device: int
-) -> tuple[_call.OutputSpec | None, int]:
-    """The statistics laid out packed: a new array's spec, or *out_stats* checked (float32,
-    *shape*, contiguous, on *device*); ``(spec or None, byte span)``."""
-    if out_stats is None:
-        spec = _call.output_spec(shape, DataType.FLOAT, device)
-        return spec, spec.nbytes_span
-    g = _checks.out_operand(func, out_stats, shape, DataType.FLOAT, device, name="out_stats")
-    if not _layout.matches(g.shape, g.strides, _layout.packed_strides(shape)):
-        raise ValueError(
-            f"{func}: out_stats must be contiguous {shape}, got strides {tuple(g.strides)}"
-        )
-    _checks.check_aligned(func, "out_stats", g)
-    stats.set_alignment(alignment_of(g.ptr))
-    return None, g.nbytes_span
 
 
 # ==================================================================================================
