@@ -33,6 +33,7 @@ from .dropout import (
     DropoutState as DropoutState,
     dnn_dropout as dnn_dropout,
     dnn_dropout_grad as dnn_dropout_grad,
+    dropout_mask_bytes as dropout_mask_bytes,
 )
 from .lrn import dnn_lrn as dnn_lrn, dnn_lrn_grad as dnn_lrn_grad
 from .matmul import dnn_matmul as dnn_matmul

@@ -42,11 +42,12 @@ from __future__ import annotations
 
 import secrets
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import memory
+from .. import _layout, memory
 from ..descriptors import DropoutDescriptor
 from ..enums import DataType
 from . import _call, _checks, _operand, _staging
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
     from ..typing import DeviceArrayLike, StreamLike
     from ._annotations import Out
 
-__all__ = ["DropoutState", "dnn_dropout", "dnn_dropout_grad"]
+__all__ = ["DropoutState", "dnn_dropout", "dnn_dropout_grad", "dropout_mask_bytes"]
 
 _TYPES = (DataType.HALF, DataType.FLOAT, DataType.DOUBLE)
 _FWD, _BWD = "dropout", "dropout_grad"
@@ -198,9 +199,8 @@ class DropoutState:
                 f"dnn_dropout input, of shape {self._mask}"
             )
 
-    def _acquire(self, h: Any, p: float, seed: int | None, nbytes: int) -> tuple[Any, int, int]:
-        """Bind/seed/restore as the call asks and grow the reserve space to *nbytes*; returns
-        ``(descriptor, reserve pointer, reserve bytes)``."""
+    def _bind(self, h: Any, p: float, seed: int | None) -> Any:
+        """Bind/seed/restore as the call asks; returns the descriptor."""
         if self._desc is None:
             if seed is not None:
                 self._seed = seed
@@ -214,14 +214,21 @@ class DropoutState:
         elif p != self._p:
             self._desc.restore(h, p, self._states, self._states.nbytes, self._seed)
             self._p = p
+        return self._desc
+
+    def _acquire(self, h: Any, p: float, seed: int | None, nbytes: int) -> tuple[Any, int, int]:
+        """:meth:`_bind`, and the reserve space grown to *nbytes*; returns ``(descriptor,
+        reserve pointer, reserve bytes)``."""
+        desc = self._bind(h, p, seed)
         if self._reserve is None or self._reserve.nbytes < nbytes:
             self._reserve = None  # the old one is freed stream-ordered
             self._reserve = memory.empty((nbytes,), np.uint8, h.device, h.stream)
-        return self._desc, self._reserve.ptr, self._reserve.nbytes
+        return desc, self._reserve.ptr, self._reserve.nbytes
 
 
-#: the per-call arguments that are not in the key: ``(func, state, p, seed)`` (pure Python; read
-#: by launch, set around each run, so the cached entry never keeps a state alive)
+#: the per-call arguments that are not in the key: ``(func, state, p, seed, mask)``, *mask* a
+#: given mask's ``(pointer, bytes)`` or None (pure Python; read by launch, set around each run, so
+#: the cached entry never keeps a state alive)
 _RUN = threading.local()
 
 
@@ -250,45 +257,116 @@ class _Forward(_Dropout):
         self.nbytes = nbytes
 
     def launch(self, ptrs):
-        func, state, p, seed = _RUN.args
+        func, state, p, seed, mask = _RUN.args
         state._check(func, self.handle.device)
         if not self.empty:
-            desc, rp, rs = state._acquire(self.handle, p, seed, self.nbytes)
+            if mask is None:
+                desc, rp, rs = state._acquire(self.handle, p, seed, self.nbytes)
+            else:  # the caller's mask array: the state keeps none
+                _mask_size(func, mask, self.nbytes)
+                desc, (rp, rs) = state._bind(self.handle, p, seed), mask
             self.fn(self.hp, desc, self.in_desc, ptrs[0], self.out_desc, ptrs[1], rp, rs)
             state._fresh = False
-        state._mask = self.shape
+        state._mask = self.shape if mask is None else None
 
 
 class _Backward(_Dropout):
-    """``cudnnDropoutBackward``: dy, then dx, with the mask of the state's last forward."""
+    """``cudnnDropoutBackward``: dy, then dx, with the mask of the state's last forward (or the
+    caller's, of *nbytes* at least)."""
 
-    __slots__ = ()
+    __slots__ = ("nbytes",)
 
     def launch(self, ptrs):
-        func, state, _p, _seed = _RUN.args
-        state._check_mask(func, self.shape, self.handle.device)
-        if self.empty:
-            return
-        res = state._reserve
-        self.fn(
-            self.hp, state._desc, self.in_desc, ptrs[0], self.out_desc, ptrs[1], res.ptr, res.nbytes
-        )
+        func, state, p, _seed, mask = _RUN.args
+        if mask is None:
+            state._check_mask(func, self.shape, self.handle.device)
+            if self.empty:
+                return
+            desc, res = state._desc, state._reserve
+            rp, rs = res.ptr, res.nbytes
+        else:  # the caller's mask and p: the state lends its descriptor
+            state._check(func, self.handle.device)
+            if self.empty:
+                return
+            _mask_size(func, mask, self.nbytes)
+            desc, (rp, rs) = state._bind(self.handle, p, None), mask
+        self.fn(self.hp, desc, self.in_desc, ptrs[0], self.out_desc, ptrs[1], rp, rs)
 
 
-def _run(tag: str, build: Any, x: Any, out: Any, stream: Any, context: tuple) -> Any:
-    """Key the call on *x* and *out*, check the state, and :func:`._call.run_cached` it with
-    *context* ``(func, state, p, seed)`` for the launch (*tag*: ``_FWD`` or ``_BWD``)."""
+def _run(
+    tag: str, build: Any, x: Any, out: Any, stream: Any, context: tuple, mask: Any = None
+) -> Any:
+    """Key the call on *x* and *out*, check the state and the caller's *mask* (for the launch:
+    its pointer and bytes), and :func:`._call.run_cached` the call with *context* ``(func,
+    state, p, seed)`` for the launch (*tag*: ``_FWD`` or ``_BWD``)."""
     func, state = context[0], context[1]
     px, kx = _operand.key_of(x)
     po, ko = (None, None) if out is None else _operand.key_of(out)
     state._check(func, kx[3])  # a state bound to another device: before any C call
-    _RUN.args = context
+    m = None if mask is None else _mask_of(func, mask, kx[3])
+    _RUN.args = (*context, m)
     try:
         return _call.run_cached(
             (tag, kx, ko), build, (x, out, stream), (px,), (out,), (po,), stream
         )[0]
     finally:
         _RUN.args = None  # the cache must not keep the state alive
+
+
+#: reserve-space bytes by the input's (shape, dtype): a descriptor query, no GPU
+_MASK_BYTES: dict[tuple, int] = {}
+
+
+def dropout_mask_bytes(shape: Sequence[int], dtype: Any) -> int:
+    """Bytes of the mask cuDNN's dropout keeps for an input of *shape* and *dtype* (its reserve
+    space, ``cudnnDropoutGetReserveSpaceSize``; no GPU needed): the size of an ``out_mask`` for
+    :func:`dnn_dropout`.
+
+    Parameters
+    ----------
+    shape : sequence of int
+        The input's shape (1 to 8 dims, sizes >= 0; an empty input needs 0 bytes).
+    dtype : dtype
+        The input's (numpy's or torch's): float16, float32 or float64.
+    """
+    func = "dropout_mask_bytes"
+    dims = tuple(shape)
+    key = (dims, dtype)
+    n = _MASK_BYTES.get(key)
+    if n is not None:
+        return n
+    if not 1 <= len(dims) <= 8 or any(
+        isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in dims
+    ):
+        raise ValueError(f"{func}: shape must be 1 to 8 ints >= 0, got {dims!r}")
+    dt = _operand.data_type(dtype)
+    if dt not in _TYPES:
+        raise TypeError(f"{func}: dtype must be float16, float32 or float64, got {dtype!r}")
+    if 0 in dims:
+        return 0
+    desc = _staging.tensor_descriptor(*_staging.padded(dims, _layout.packed_strides(dims)), dt)
+    n = _MASK_BYTES[key] = DropoutDescriptor.reserve_space_size(desc)
+    return n
+
+
+def _mask_of(func: str, mask: Any, device: int) -> tuple[int, int]:
+    """A caller's mask array checked (a contiguous uint8 device array on *device*): ``(pointer,
+    bytes)``; the call's entry checks the size against its input's before launching."""
+    g = _operand.operand(mask)
+    if g.dtype != DataType.UINT8:
+        raise TypeError(f"{func}: the mask must be a uint8 device array, got {g.dtype}")
+    if g.device != device:
+        raise ValueError(f"{func}: the mask is on device {g.device}, the operands on {device}")
+    if not _layout.matches(g.shape, g.strides, _layout.packed_strides(g.shape)):
+        raise ValueError(f"{func}: the mask must be contiguous, got strides {g.strides}")
+    return g.ptr, g.nbytes_span
+
+
+def _mask_size(func: str, mask: tuple[int, int], need: int) -> None:
+    if mask[1] < need:
+        raise ValueError(
+            f"{func}: the mask has {mask[1]} bytes; the input needs {need} (dropout_mask_bytes)"
+        )
 
 
 def _operands(func: str, name: str, g: _operand.Operand, out: Any, stream: Any):
@@ -322,6 +400,7 @@ def dnn_dropout(
     state: DropoutState | None = None,
     *,
     out: Out | None = None,
+    out_mask: DeviceArrayLike | None = None,
     stream: StreamLike = None,
 ) -> tuple[Out, DropoutState]:
     """Dropout (``cudnnDropoutForward``): each element of *x* is zeroed with probability *p*,
@@ -340,6 +419,12 @@ def dnn_dropout(
         The RNG states and mask to (re)use; default a new one.
     out : device array, optional
         Same shape and dtype as *x*; may be *x* itself (in place).
+    out_mask : device array, optional
+        Where cuDNN writes the mask instead of the state: a contiguous uint8 array on *x*'s
+        device of at least :func:`dropout_mask_bytes` bytes. The state then holds no mask (its
+        random stream still advances): pass the array to :func:`dnn_dropout_grad` (``mask=``,
+        with ``p=``), and the state is free for other calls meanwhile (how a framework keeps
+        the mask with the output, not with a state object).
     stream : optional
         CUDA stream; default the operands' framework's current stream (torch, CuPy), else the
         handle's stream.
@@ -373,7 +458,7 @@ def dnn_dropout(
         state, sv = DropoutState(sv), None
     elif not isinstance(state, DropoutState):
         raise TypeError(f"{func}: state must be a DropoutState or None, got {type(state).__name__}")
-    y = _run(_FWD, _build_forward, x, out, stream, (func, state, pv, sv))
+    y = _run(_FWD, _build_forward, x, out, stream, (func, state, pv, sv), out_mask)
     return y, state
 
 
@@ -386,7 +471,13 @@ def _build_forward(x, out, stream) -> _Forward:
 
 
 def dnn_dropout_grad(
-    dy: DeviceArrayLike, state: DropoutState, *, out: Out | None = None, stream: StreamLike = None
+    dy: DeviceArrayLike,
+    state: DropoutState,
+    *,
+    mask: DeviceArrayLike | None = None,
+    p: float | None = None,
+    out: Out | None = None,
+    stream: StreamLike = None,
 ) -> Out:
     """Gradient of :func:`dnn_dropout` (``cudnnDropoutBackward``): ``dx = mask * dy / (1 - p)``
     with the mask and *p* of *state*'s last forward call.
@@ -397,7 +488,13 @@ def dnn_dropout_grad(
         Gradient w.r.t. ``y``: the shape of that forward call's input (any layout and dtype
         cuDNN supports: the mask follows the logical element order).
     state : DropoutState
-        The state returned by (or passed to) :func:`dnn_dropout`.
+        The state returned by (or passed to) :func:`dnn_dropout`; with *mask*, any state bound
+        to dy's device (it lends its descriptor).
+    mask : device array, optional
+        The ``out_mask`` a :func:`dnn_dropout` wrote (with *p*, that call's probability): the
+        gradient uses it instead of the state's mask.
+    p : float, optional
+        The forward's probability, with *mask* only.
     out : device array, optional
         ``dx``, same shape and dtype as *dy*; may be *dy* itself (in place).
     stream : optional
@@ -426,7 +523,10 @@ def dnn_dropout_grad(
     func = "dnn_dropout_grad"
     if not isinstance(state, DropoutState):
         raise TypeError(f"{func}: state must be a DropoutState, got {type(state).__name__}")
-    return _run(_BWD, _build_backward, dy, out, stream, (func, state, None, None))
+    if (mask is None) != (p is None):
+        raise ValueError(f"{func}: mask and p go together (the forward's out_mask and its p)")
+    pv = None if p is None else _p(func, p)
+    return _run(_BWD, _build_backward, dy, out, stream, (func, state, pv, None), mask)
 
 
 def _build_backward(dy, out, stream) -> _Backward:
@@ -434,4 +534,6 @@ def _build_backward(dy, out, stream) -> _Backward:
     g = _operand.operand(dy)
     h, spec, spans, inplace, dyd, dxd, empty = _operands(func, "dy", g, out, stream)
     name = "cudnnDropoutBackward"
-    return _Backward(func, h, spec, spans, inplace, (dyd, dxd), tuple(g.shape), empty, name)
+    call = _Backward(func, h, spec, spans, inplace, (dyd, dxd), tuple(g.shape), empty, name)
+    call.nbytes = 0 if empty else DropoutDescriptor.reserve_space_size(dyd)
+    return call

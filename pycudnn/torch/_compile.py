@@ -105,21 +105,21 @@ def differentiable(
     its input), which *setup* reads from the extra inputs it then gets."""
     forward_run = run if eager_run is None else eager_run
 
-    class Fn(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, *args: Any) -> Any:
-            out = forward_run(*args)
-            setup(ctx, args, out)
-            return out
+    def forward(ctx: Any, *args: Any) -> Any:
+        out = forward_run(*args)
+        setup(ctx, args, out)
+        return out
 
-        @staticmethod
-        @once_differentiable
-        def backward(ctx: Any, *grads: Any) -> Any:
-            return backward(ctx, *grads)
+    @once_differentiable
+    def eager_backward(ctx: Any, *grads: Any) -> Any:
+        return backward(ctx, *grads)
 
-    Fn.__name__ = Fn.__qualname__ = "".join(p.title() for p in name.split("_")) + "Fn"
-    Fn.__module__ = getattr(run, "__module__", __name__)
-    return Fn, define(name, run, fake, mutates, autograd=(backward, setup))
+    # made by type() so that autograd's node class is named after it (``SoftmaxFnBackward``)
+    cls = "".join(p.title() for p in name.split("_")) + "Fn"
+    body = {"forward": staticmethod(forward), "backward": staticmethod(eager_backward)}
+    fn: type[torch.autograd.Function] = type(cls, (torch.autograd.Function,), body)
+    fn.__module__ = getattr(run, "__module__", __name__)
+    return fn, define(name, run, fake, mutates, autograd=(backward, setup))
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)

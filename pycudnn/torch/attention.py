@@ -8,13 +8,12 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from .._config import parse_bool
 from ..highlevel import dnn_sdpa, dnn_sdpa_grad
 from ..highlevel._checks import real
 from . import _lean
-from ._compile import compiling, constant, define
+from ._compile import compiling, constant, define, differentiable, gradient
 from ._runtime import (
     HALVES,
     NORM_FLOATS,
@@ -84,76 +83,6 @@ def sdpa_run(q, k, v, mask, causal, scale, p, seed, grad) -> tuple[torch.Tensor,
     return out, (to_torch(r[1]) if grad else None)
 
 
-class SDPAFn(torch.autograd.Function):
-    """``dnn_sdpa`` / ``dnn_sdpa_grad`` on 4-D ``(B, H, S, D)`` operands, with an optional
-    additive *mask* ``(B|1, H|1, S_q, S_kv)`` in q's dtype (:func:`attention_bias`; its
-    gradient only for a ``(1, H, S_q, S_kv)`` one, the shape cuDNN computes it for).
-
-    The forward is :func:`sdpa_run`. With dropout the backward passes the forward's *seed*, so
-    cuDNN regenerates the same mask. Without a mask or dropout (a causal LLM's attention) the
-    backward takes the lean path too, with none of the public function's per-call keying of
-    each operand."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, mask, causal, scale, p, seed, grad):
-        out, stats = sdpa_run(q, k, v, mask, causal, scale, p, seed, grad)
-        if grad:
-            ctx.save_for_backward(q, k, v, out, stats, mask)
-            ctx.cfg = (causal, scale, p, seed)
-        return out
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dout):
-        q, k, v, out, stats, mask = ctx.saved_tensors
-        causal, scale, p, seed = ctx.cfg
-        if dout.stride() != out.stride():  # an expanded or otherwise laid-out gradient
-            dout = torch.empty_like(out).copy_(dout)
-        det = True if torch.are_deterministic_algorithms_enabled() else None
-        need = ctx.needs_input_grad
-        if mask is None and p == 0.0:
-            grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
-            ops = (q, k, v, out, dout, stats)
-            s = stream_of(dout)
-            tag = (_BWD, causal, scale, det)
-            _lean.launch(tag, ops + grads, s, _backward_slow, ops, causal, scale, det, grads, s)
-            dq, dk, dv = grads
-            return (
-                dq if need[0] else None,
-                dk if need[1] else None,
-                dv if need[2] else None,
-                None, None, None, None, None, None,
-            )  # fmt: skip
-        grads = dnn_sdpa_grad(
-            q,
-            k,
-            v,
-            out,
-            dout,
-            stats,
-            mask,
-            causal,
-            scale,
-            p,
-            seed,
-            deterministic=det,
-            bias_grad=bool(need[3]),
-            stream=stream_of(dout),
-        )
-        dq, dk, dv = grads[:3]
-        return (
-            to_torch(dq) if need[0] else None,
-            to_torch(dk) if need[1] else None,
-            to_torch(dv) if need[2] else None,
-            to_torch(grads[3]) if need[3] else None,
-            None,
-            None,
-            None,
-            None,
-            None,
-        )
-
-
 def _mask_dims(m: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[int, ...] | None:
     """*m*'s dims as ``(B|1, H|1, S_q, S_kv)`` for 4-D *q*, or None when cuDNN's bias cannot
     take it (it broadcasts over batch and heads only)."""
@@ -208,37 +137,40 @@ def attention_bias(
     return m, None
 
 
-# -- torch.compile: pycudnn::sdpa and pycudnn::sdpa_grad -------------------------------------------
+# -- one definition: SDPAFn (eager) and pycudnn::sdpa / pycudnn::sdpa_grad (torch.compile) -------
 def _like(r: Any, t: torch.Tensor) -> torch.Tensor:
     """Gradient *r* as a torch tensor laid out as *t* (the fake's layout: ``empty_like``)."""
     r = to_torch(r)
     return r if r.stride() == t.stride() else torch.empty_like(t).copy_(r)
 
 
+def _seed_of(seed: torch.Tensor | None) -> int | None:
+    return None if seed is None else int(seed.item())  # a CPU tensor: no device read
+
+
 def _op_sdpa(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
+    mask: torch.Tensor | None,
     causal: bool,
     scale: float | None,
     p: float,
     seed: torch.Tensor | None,
     training: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    ready()
-    out = attention_out(q, v.shape[3])
-    sd = None if seed is None else int(seed.item())  # a CPU tensor: no device read
-    train = training or p > 0.0
-    r = dnn_sdpa(q, k, v, None, causal, scale, p, sd, train, out=out, stream=stream_of(q))
-    if not train:
+    """:func:`sdpa_run` with the seed as a CPU tensor (a graph has no Python ints drawn per
+    call) and the statistics empty unless *training*."""
+    out, stats = sdpa_run(q, k, v, mask, causal, scale, p, _seed_of(seed), training)
+    if stats is None:
         return out, torch.empty((0,), dtype=torch.float32, device=q.device)
-    return out, to_torch(r[1]).contiguous()
+    return out, stats
 
 
-def _op_sdpa_fake(q, k, v, causal, scale, p, seed, training):
+def _op_sdpa_fake(q, k, v, mask, causal, scale, p, seed, training):
     out = attention_out(q, v.shape[3])
     b, h, s, _ = q.shape
-    dims = (b, h, s, 1) if training or p > 0.0 else (0,)
+    dims = (b, h, s, 1) if training else (0,)
     return out, torch.empty(dims, dtype=torch.float32, device=q.device)
 
 
@@ -249,63 +181,75 @@ def _op_grad(
     out: torch.Tensor,
     dout: torch.Tensor,
     stats: torch.Tensor,
+    mask: torch.Tensor | None,
     causal: bool,
     scale: float | None,
     p: float,
     seed: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    bias_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv, dbias)`` (dbias empty unless *bias_grad*). Without a mask or dropout (a
+    causal LLM's attention) the lean path, with none of the public function's per-call keying
+    of each operand; with dropout, the forward's *seed*, so cuDNN regenerates its mask."""
     ready()
     if dout.stride() != out.stride():  # an expanded or otherwise laid-out gradient
         dout = torch.empty_like(out).copy_(dout)
-    sd = None if seed is None else int(seed.item())
     det = True if torch.are_deterministic_algorithms_enabled() else None
-    dq, dk, dv = dnn_sdpa_grad(
-        q,
-        k,
-        v,
-        out,
-        dout,
-        stats,
-        None,
-        causal,
-        scale,
-        p,
-        sd,
-        deterministic=det,
-        stream=stream_of(dout),
-    )
-    return _like(dq, q), _like(dk, k), _like(dv, v)
+    s = stream_of(dout)
+    if mask is None and p == 0.0:
+        grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
+        ops = (q, k, v, out, dout, stats)
+        tag = (_BWD, causal, scale, det)
+        _lean.launch(tag, ops + grads, s, _backward_slow, ops, causal, scale, det, grads, s)
+        return (*grads, q.new_empty(0))
+    r = dnn_sdpa_grad(q, k, v, out, dout, stats, mask, causal, scale, p, _seed_of(seed),
+                      deterministic=det, bias_grad=bias_grad, stream=s)  # fmt: skip
+    dbias = _like(r[3], mask) if bias_grad else q.new_empty(0)
+    return _like(r[0], q), _like(r[1], k), _like(r[2], v), dbias
 
 
-def _op_grad_fake(q, k, v, out, dout, stats, causal, scale, p, seed):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _op_grad_fake(q, k, v, out, dout, stats, mask, causal, scale, p, seed, bias_grad):
+    dbias = torch.empty_like(mask) if bias_grad else q.new_empty(0)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dbias
 
 
 def _setup(ctx, inputs, output) -> None:
-    q, k, v, causal, scale, p, seed, _ = inputs
+    q, k, v, mask, causal, scale, p, seed, _ = inputs
     out, stats = output
     ctx.mark_non_differentiable(stats)
-    ctx.save_for_backward(q, k, v, out, stats, seed)
+    ctx.save_for_backward(q, k, v, out, stats, mask, seed)
     ctx.cfg = (causal, scale, p)
 
 
 def _backward(ctx, dout, _dstats):
-    q, k, v, out, stats, seed = ctx.saved_tensors
+    q, k, v, out, stats, mask, seed = ctx.saved_tensors
     if not stats.numel():  # the inference variant keeps no softmax statistics
         raise RuntimeError(
             "pycudnn::sdpa ran with training=False (no softmax statistics): its output has "
             "no gradient; pass training=True"
         )
-    dq, dk, dv = op_sdpa_grad(q, k, v, out, dout, stats, *ctx.cfg, seed)
     need = ctx.needs_input_grad
-    grads = (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None)
-    return (*grads, None, None, None, None, None)
+    bias_grad = bool(need[3])
+    dq, dk, dv, dbias = gradient(
+        op_sdpa_grad, _op_grad, q, k, v, out, dout, stats, mask, *ctx.cfg, seed, bias_grad
+    )
+    return (
+        dq if need[0] else None,
+        dk if need[1] else None,
+        dv if need[2] else None,
+        dbias if bias_grad else None,
+        None, None, None, None, None,
+    )  # fmt: skip
 
 
-#: ``pycudnn::sdpa(q, k, v, causal, scale?, p, seed?, training) -> (out, stats)``: ``dnn_sdpa``
-#: (*seed* a CPU int64 tensor of one element when *p* > 0; stats empty unless trained)
-op_sdpa = define("sdpa", _op_sdpa, _op_sdpa_fake, autograd=(_backward, _setup))
-#: ``pycudnn::sdpa_grad(q, k, v, out, dout, stats, causal, scale?, p, seed?) -> (dq, dk, dv)``
+#: ``SDPAFn.apply(q, k, v, mask?, causal, scale?, p, seed?, training) -> (out, stats)`` (eager)
+#: and ``pycudnn::sdpa(...)`` (compiled): :func:`sdpa_run` on 4-D ``(B, H, S, D)`` operands with
+#: an optional additive *mask* ``(B|1, H|1, S_q, S_kv)`` in q's dtype (:func:`attention_bias`;
+#: its gradient only for a ``(1, H, S_q, S_kv)`` one, the shape cuDNN computes it for), *seed* a
+#: CPU int64 tensor of one element when *p* > 0, stats empty unless *training*; one backward
+SDPAFn, op_sdpa = differentiable("sdpa", _op_sdpa, _op_sdpa_fake, _setup, _backward)
+#: ``pycudnn::sdpa_grad(q, k, v, out, dout, stats, mask?, causal, scale?, p, seed?, bias_grad)
+#: -> (dq, dk, dv, dbias)``
 op_sdpa_grad = define("sdpa_grad", _op_grad, _op_grad_fake)
 
 
@@ -335,8 +279,8 @@ def _attention_native(
     """The call is one pycudnn's ``dnn_sdpa`` runs (else torch's function runs)."""
     if not isinstance(dropout_p, (int, float)):
         return False
-    if attn_mask is not None and (compiling() or not _mask_runs(attn_mask, q, k)):
-        return False  # the compiled op takes no mask
+    if attn_mask is not None and not _mask_runs(attn_mask, q, k):
+        return False
     if not 0.0 <= dropout_p < 1.0:
         return False
     if not (cuda_ok(q, HALVES) and cuda_ok(k, HALVES) and cuda_ok(v, HALVES)):
@@ -406,7 +350,7 @@ def scaled_dot_product_attention(
     out the same way (a ``(B, S, H, Ev)`` tensor's view). Everything else -- float32/float64,
     other head dims, CPU tensors, tensor subclasses, ``H_q != H_k`` without ``enable_gqa``
     (torch raises), a backward through ``S_q = S_kv = 1``, masks cuDNN's bias cannot take (see
-    *attn_mask*), a mask under ``torch.compile`` -- calls
+    *attn_mask*) -- calls
     ``torch.nn.functional.scaled_dot_product_attention``.
 
     Parameters
@@ -484,18 +428,17 @@ def cudnn_attention(
     p = real(dropout_p, "dropout_p", _FUNC, lo=0.0, hi=1.0, hi_open=True)
     sc = None if scale is None else real(scale, "scale", _FUNC)
     causal = parse_bool(is_causal, _FUNC, "is_causal")
-    if compiling():  # the seed stays a CPU tensor in the graph (no .item() there)
-        seed_t = torch.randint(0, 2**62, (1,)) if p > 0.0 else None
-        out = op_sdpa(q, k, v, causal, sc, p, seed_t, grad)[0]
-    else:
-        seed = int(torch.randint(0, 2**62, (1,)).item()) if p > 0.0 else None
-        mask, rows = (None, None) if attn_mask is None else attention_bias(attn_mask, q, k)
-        if grad:
-            out = SDPAFn.apply(q, k, v, mask, causal, sc, p, seed, True)
-        else:  # no autograd node: the launch alone
-            out = sdpa_run(q, k, v, mask, causal, sc, p, seed, False)[0]
-        if rows is not None:  # fully masked rows: 0, as torch's function gives them
-            out = out * rows
+    # the seed a CPU tensor: a traced graph holds no Python int drawn per call
+    seed = torch.randint(0, 2**62, (1,)) if p > 0.0 else None
+    mask, rows = (None, None) if attn_mask is None else attention_bias(attn_mask, q, k)
+    if compiling():  # the op (its autograd is SDPAFn's setup and backward)
+        out = op_sdpa(q, k, v, mask, causal, sc, p, seed, grad)[0]
+    elif grad:
+        out = SDPAFn.apply(q, k, v, mask, causal, sc, p, seed, True)[0]
+    else:  # no autograd node: the launch alone
+        out = sdpa_run(q, k, v, mask, causal, sc, p, _seed_of(seed), False)[0]
+    if rows is not None:  # fully masked rows: 0, as torch's function gives them
+        out = out * rows
     if len(lead) != 1:
         out = out.reshape(*lead, *out.shape[1:])
     return out

@@ -44,11 +44,11 @@ from .batchnorm import bn_affine, train_running
 from .conv import conv_options, conv_out_shape, conv_pad
 from .fused_train import (
     TRAIN_ACTS,
-    TracedTrainFn,
     TrainBlock,
     cfg_list,
     cfg_of,
     op_block_train,
+    op_lists,
     train_block,
 )
 from .linear import TF32_DTYPES, linear_native, linear_operands
@@ -285,20 +285,14 @@ class FusedConv(nn.Module):
         """The chain with the batch's statistics as one training node, or None: unfused (an
         activation whose gradient needs its input, hooks on the modules, operands cuDNN does
         not take; while compiling, a convolution with a bias). Compiled, the node is the custom
-        ops of :class:`~.fused_train.TracedTrainFn`."""
+        ops (:class:`~.fused_train.TrainFn`)."""
         traced = compiling()
         args = self.train_args(x, z, traced)
         if args is None:
             return None
         x, w, cb, gamma, beta, z, running, blk, copy_back = args
-        if traced:
-            bn, act = self.parts[1], self.act
-            rm, rv = (None, None) if running is None else running
-            name, coef = ("", 0.0) if act is None else (act.name, act.coef or 0.0)
-            params = [float(bn.eps), float(blk.factor), float(coef)]
-            y = TracedTrainFn.apply(x, w, gamma, beta, z, rm, rv, cfg_list(blk.cfg), params, name)
-        else:
-            y = train_block(x, w, cb, gamma, beta, z, running, blk)
+        lists = op_lists(blk) if traced else None
+        y = train_block(x, w, cb, gamma, beta, z, running, blk, lists)
         if copy_back:
             bn = self.parts[1]
             bn.running_mean.copy_(running[0])

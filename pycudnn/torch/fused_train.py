@@ -24,13 +24,13 @@ cannot be built in any dtype; ``tests/graph/nodes/test_bn_fusion_gpu.py``, ``doc
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, NamedTuple
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from .. import errors
-from ._compile import define
+from ._compile import define, gradient
 from ._runtime import HALVES, dense, like, ready
 from .activation import Y_ONLY, act_grad_run, act_run
 from .batchnorm import (
@@ -44,8 +44,8 @@ from .conv import conv_dgrad, conv_out_shape, conv_run, conv_wgrad
 
 __all__ = [
     "TRAIN_ACTS",
-    "TracedTrainFn",
     "TrainBlock",
+    "TrainFn",
     "block_backward",
     "block_forward",
     "cfg_list",
@@ -53,6 +53,7 @@ __all__ = [
     "fused_reserve",
     "op_block_grad",
     "op_block_train",
+    "op_lists",
     "train_block",
 ]
 
@@ -133,39 +134,19 @@ def block_backward(dy, saved: tuple, blk: TrainBlock, fused: bool, need: tuple) 
     return dx, dw, dyc, dgamma, dbeta, dz
 
 
-class _TrainFn(torch.autograd.Function):
-    """The chain as one autograd node (see the module docstring)."""
-
-    @staticmethod
-    def forward(ctx, x, w, cb, gamma, beta, z, running, blk):
-        out, (fused, yc, mean, invstd, y, reserve) = block_forward(
-            x, w, cb, gamma, beta, z, running, blk
-        )
-        ctx.save_for_backward(x, w, yc, gamma, beta, mean, invstd, y, reserve)
-        ctx.blk, ctx.fused = blk, fused
-        ctx.has_z, ctx.has_cb = z is not None, cb is not None
-        return out
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        need = ctx.needs_input_grad
-        dx, dw, dyc, dgamma, dbeta, dz = block_backward(
-            dy, ctx.saved_tensors, ctx.blk, ctx.fused, (need[0], need[1], ctx.has_z)
-        )
-        dcb = dyc.sum(dim=(0, *range(2, dyc.dim()))) if ctx.has_cb and need[2] else None
-        return dx, dw, dcb, dgamma, dbeta, dz, None, None
-
-
-def train_block(x, w, cb, gamma, beta, z, running, blk: TrainBlock) -> Any:
-    """``act(bn(conv(x)) [+ z])`` in training mode: one autograd node when a gradient is
-    wanted, the bare forward otherwise. Every tensor dense, CUDA, of one dtype (*gamma*, *beta*
-    and *running* float32 or float64 as batch norm takes them)."""
+def train_block(x, w, cb, gamma, beta, z, running, blk: TrainBlock, lists=None) -> Any:
+    """``act(bn(conv(x)) [+ z])`` in training mode: one autograd node (:class:`TrainFn`) when a
+    gradient is wanted, the bare forward otherwise. Every tensor dense, CUDA, of one dtype
+    (*gamma*, *beta* and *running* float32 or float64 as batch norm takes them). *lists*: the
+    custom ops' ``(conv, params, act)`` (:func:`op_lists`) where the call is being traced, so
+    the node runs :data:`op_block_train`; None in eager."""
     wanted = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, w, cb, gamma, beta, z)
     )
-    if wanted:
-        return _TrainFn.apply(x, w, cb, gamma, beta, z, running, blk)
+    rm, rv = (None, None) if running is None else running
+    if wanted or lists is not None:
+        # (traced, the block stays out of the graph: dynamo would guard on its set)
+        return TrainFn.apply(x, w, cb, gamma, beta, z, rm, rv, None if lists else blk, lists)
     return block_forward(x, w, cb, gamma, beta, z, running, blk)[0]
 
 
@@ -229,10 +210,10 @@ def _op_grad(
     params: list[float],
     act: str,
     flags: list[int],
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     ready()
     blk = _block(conv, params, act)
-    has_z, need_dx, need_dw = (bool(f) for f in flags)
+    has_z, need_dx, need_dw = (bool(f) for f in flags[:3])
     yc = saved[2]
     fused = fused_reserve(yc, blk.act, has_z) is not None  # as the forward decided
     dx, dw, _dyc, dgamma, dbeta, dz = block_backward(
@@ -243,6 +224,7 @@ def _op_grad(
     return (
         yc.new_empty(0) if dx is None else dx,  # one new empty each: outputs may not alias
         yc.new_empty(0) if dw is None else dw,
+        yc.new_empty(0),  # the traced chains have no convolution bias
         dgamma,
         dbeta,
         yc.new_empty(0) if dz is None else dz,
@@ -254,6 +236,7 @@ def _op_grad_fake(dy, saved, conv, params, act, flags):
     return (
         torch.empty_like(x) if flags[1] else yc.new_empty(0),
         torch.empty_like(w) if flags[2] else yc.new_empty(0),
+        yc.new_empty(0),
         torch.empty_like(gamma),
         torch.empty_like(gamma),
         torch.empty_like(yc) if flags[0] else yc.new_empty(0),
@@ -262,45 +245,75 @@ def _op_grad_fake(dy, saved, conv, params, act, flags):
 
 #: ``pycudnn::conv_bn_train(x, w, gamma, beta, z?, running_mean?, running_var?, conv, [eps,
 #: factor, coef], act) -> (out, conv_out, mean, invstd, reserve)``: :func:`block_forward`
-#: (the running averages updated in place; its gradient: :class:`TracedTrainFn`)
+#: (the running averages updated in place; its gradient: :class:`TrainFn`)
 op_block_train = define(
     "conv_bn_train", _op_train, _op_train_fake, mutates=("running_mean", "running_var")
 )
-#: ``pycudnn::conv_bn_train_grad(dy, saved, conv, params, act, [has_z, need_dx, need_dw]) ->
-#: (dx, dw, dgamma, dbeta, dz)`` (empty tensors for what was not wanted): :func:`block_backward`
+#: ``pycudnn::conv_bn_train_grad(dy, saved, conv, params, act, [has_z, need_dx, need_dw, 0]) ->
+#: (dx, dw, dcb, dgamma, dbeta, dz)`` (empty tensors for what was not wanted; dcb always, as the
+#: traced chains have no convolution bias): :func:`block_backward`
 op_block_grad = define("conv_bn_train_grad", _op_grad, _op_grad_fake)
 
 
-class TracedTrainFn(torch.autograd.Function):
-    """Under ``torch.compile``: :data:`op_block_train` (a mutating op, which ``torch.library``
-    gives no autograd formula) with :data:`op_block_grad` as its backward; dynamo traces both.
-    The convolution has no bias here (the chains of ``convert(fuse=True)`` that have one run
-    unfused while compiling)."""
+def op_lists(blk: TrainBlock) -> tuple[list[int], list[float], str]:
+    """*blk* as the custom ops' ``(conv, params, act)`` arguments."""
+    name, coef = ("", 0.0) if blk.act is None else blk.act
+    return cfg_list(blk.cfg), [float(blk.eps), float(blk.factor), float(coef or 0.0)], name
+
+
+def _eager_grad(fused: bool, blk: TrainBlock, dy, saved, _conv, _params, _act, flags) -> tuple:
+    """:data:`op_block_grad`'s eager twin for a node that ran eagerly: the fused/separate choice
+    its forward made (*fused*) and its *blk* kept, instead of their list forms."""
+    has_z, need_dx, need_dw, need_dcb = (bool(f) for f in flags)
+    dx, dw, dyc, dgamma, dbeta, dz = block_backward(
+        dy, tuple(saved), blk, fused, (need_dx, need_dw, has_z)
+    )
+    dcb = dyc.sum(dim=(0, *range(2, dyc.dim()))) if need_dcb else None
+    return dx, dw, dcb, dgamma, dbeta, dz
+
+
+class TrainFn(torch.autograd.Function):
+    """The chain as one autograd node, eager and under ``torch.compile`` alike. Eager, the
+    forward is :func:`block_forward`; traced (*lists* given), :data:`op_block_train` (a mutating
+    op, which ``torch.library`` gives no autograd formula, so dynamo traces this Function around
+    it). Its one backward is :func:`block_backward` through :func:`~._compile.gradient`
+    (:data:`op_block_grad` where it is traced)."""
 
     @staticmethod
-    def forward(ctx, x, w, gamma, beta, z, running_mean, running_var, conv, params, act):
-        out, yc, mean, invstd, reserve = op_block_train(
-            x, w, gamma, beta, z, running_mean, running_var, conv, params, act
-        )
-        ctx.save_for_backward(x, w, yc, gamma, beta, mean, invstd, out, reserve)
-        ctx.meta = (conv, params, act, z is not None)
+    def forward(ctx, x, w, cb, gamma, beta, z, running_mean, running_var, blk, lists):
+        if lists is None:
+            running = None if running_mean is None else (running_mean, running_var)
+            out, (fused, yc, mean, invstd, y, reserve) = block_forward(
+                x, w, cb, gamma, beta, z, running, blk
+            )
+            ctx.lists = (None, None, None)
+        else:  # (the traced chains have no convolution bias)
+            out, yc, mean, invstd, reserve = op_block_train(
+                x, w, gamma, beta, z, running_mean, running_var, *lists
+            )
+            fused, y, ctx.lists = False, out, lists
+        ctx.save_for_backward(x, w, yc, gamma, beta, mean, invstd, y, reserve)
+        ctx.blk, ctx.fused = blk, fused
+        ctx.has_z, ctx.has_cb = z is not None, cb is not None
         return out
 
     @staticmethod
     def backward(ctx, dy):
-        conv, params, act, has_z = ctx.meta
         need = ctx.needs_input_grad
-        flags = [int(has_z), int(need[0]), int(need[1])]
-        dx, dw, dgamma, dbeta, dz = op_block_grad(
-            dy, list(ctx.saved_tensors), conv, params, act, flags
+        flags = [int(ctx.has_z), int(need[0]), int(need[1]), int(ctx.has_cb and need[2])]
+        # a node that ran the ops (traced, or applied so in a test) has no block: the op's body
+        eager = _op_grad if ctx.blk is None else partial(_eager_grad, ctx.fused, ctx.blk)
+        saved = list(ctx.saved_tensors)
+        dx, dw, dcb, dgamma, dbeta, dz = gradient(
+            op_block_grad, eager, dy, saved, *ctx.lists, flags
         )
         return (
             dx if need[0] else None,
             dw if need[1] else None,
+            dcb if flags[3] else None,
             dgamma,
             dbeta,
-            dz if has_z else None,
-            None,
+            dz if ctx.has_z else None,
             None,
             None,
             None,

@@ -9,7 +9,7 @@ from typing import ClassVar
 import _fake_device as fd
 import numpy as np
 import pytest
-from _fake_device import BF16, F16, F64, I32, DummyHandle, Fake
+from _fake_device import BF16, F16, F64, I32, U8, DummyHandle, Fake
 
 import pycudnn
 from pycudnn.descriptors import DropoutDescriptor
@@ -243,5 +243,54 @@ def test_stream_argument_binds_the_handle(fake):
     assert fake.handle.stream == 5
 
 
+def test_a_given_mask_holds_the_mask_instead_of_the_state(fake):
+    """out_mask: cuDNN's reserve is the caller's array (the state keeps none and lends only its
+    descriptor); the gradient takes it with p; a small, mistyped or strided mask is refused
+    before the launch."""
+    st = DropoutState(0)
+    need = pycudnn.dropout_mask_bytes(X, np.float32)
+    assert need == pycudnn.dropout_mask_bytes(list(X), "float32") > 0
+    mask = Fake((need,), U8)
+    dnn_dropout(Fake(X), 0.25, state=st, out_mask=mask)
+    (args,) = fake.of("cudnnDropoutForward")
+    assert args[6:8] == (mask.ptr, need) and st.mask_shape is None and st.nbytes == 4096
+    with pytest.raises(ValueError, match="holds no mask yet"):
+        dnn_dropout_grad(Fake(X), st)
+    other = DropoutState(1)
+    dnn_dropout(Fake((2, 2)), 0.5, state=other)  # bound, with another p
+    dnn_dropout_grad(Fake(X), other, mask=mask, p=0.25)
+    (args,) = fake.of("cudnnDropoutBackward")
+    assert args[6:8] == (mask.ptr, need) and ("restore", 0.25, 1, 4096) in args[1].log
+    n = len(fake.calls)
+    for kw, exc, frag in (
+        ({"mask": mask}, ValueError, "mask and p go together"),
+        ({"p": 0.25}, ValueError, "mask and p go together"),
+        ({"mask": Fake((need - 1,), U8), "p": 0.25}, ValueError, f"needs {need}"),
+        ({"mask": Fake((need,), F16), "p": 0.25}, TypeError, "uint8"),
+        ({"mask": Fake((need,), U8, device=1), "p": 0.25}, ValueError, "device 1"),
+        ({"mask": Fake((need,), U8, strides=(2,)), "p": 0.25}, ValueError, "contiguous"),
+    ):
+        with pytest.raises(exc, match=frag):
+            dnn_dropout_grad(Fake(X), other, **kw)
+    with pytest.raises(ValueError, match=f"needs {need}"):
+        dnn_dropout(Fake(X), 0.25, state=st, out_mask=Fake((8,), U8))
+    assert len(fake.calls) == n  # nothing launched
+
+
+def test_mask_bytes_checks_its_arguments():
+    assert pycudnn.dropout_mask_bytes((3, 0), np.float16) == 0
+    for shape, exc in (((), ValueError), ((1,) * 9, ValueError), ((2, -1), ValueError),
+                       ((2.0,), ValueError), ((True,), ValueError)):  # fmt: skip
+        with pytest.raises(exc, match="dropout_mask_bytes: shape"):
+            pycudnn.dropout_mask_bytes(shape, np.float32)
+    with pytest.raises(TypeError, match="float16, float32 or float64"):
+        pycudnn.dropout_mask_bytes((4,), np.int32)
+
+
 def test_exports():
-    assert dropout.__all__ == ["DropoutState", "dnn_dropout", "dnn_dropout_grad"]
+    assert dropout.__all__ == [
+        "DropoutState",
+        "dnn_dropout",
+        "dnn_dropout_grad",
+        "dropout_mask_bytes",
+    ]

@@ -177,3 +177,28 @@ def test_empty_and_torch_operands():
     keep = check_mask(out.double().cpu().numpy(), t.double().cpu().numpy(), 0.25, "float32")
     dx = torch.as_tensor(dnn_dropout_grad(torch.ones_like(t), st), device="cuda")
     np.testing.assert_array_equal(dx.cpu().numpy() != 0, keep)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_given_mask_gives_the_states_mask(dtype):
+    """``out_mask``: the same seed gives the same output as the state's own reserve, and the
+    gradient through the given mask (another state lending its descriptor, with another p until
+    restored) equals the state's, element for element."""
+    shape = (6, 10, 9, 7)
+    x, x64 = dev(positive(shape), dtype)
+    dy, _ = dev(positive(shape), dtype, "nhwc")
+    y_ref, st = dnn_dropout(x, 0.3, seed=99)
+    dx_ref = dnn_dropout_grad(dy, st).get()
+    mask = pycudnn.empty((pycudnn.dropout_mask_bytes(shape, dtype),), "uint8")
+    y = poisoned(shape, dtype)
+    st2 = DropoutState(seed=99)
+    dnn_dropout(x, 0.3, state=st2, out=y, out_mask=mask)
+    np.testing.assert_array_equal(y.get(), y_ref.get())
+    check_mask(y.get().astype(np.float64), x64, 0.3, dtype)
+    lender = DropoutState(seed=5)
+    dnn_dropout(x, 0.6, state=lender)  # bound, with another p
+    out = poisoned(shape, dtype)
+    dnn_dropout_grad(dy, lender, mask=mask, p=0.3, out=out)
+    np.testing.assert_array_equal(out.get(), dx_ref)
+    for s in (st, st2, lender):
+        s.close()

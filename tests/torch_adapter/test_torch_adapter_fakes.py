@@ -241,17 +241,38 @@ class FakeDropoutState:
         self.seed, self.mask, self.p = seed, None, None
 
 
+_BITS = 2 ** torch.arange(8)
+
+
+def _pack(keep: torch.Tensor, mask: torch.Tensor) -> None:
+    """*keep*'s elements as bits into the uint8 *mask* (as cuDNN's reserve holds one a bit)."""
+    bits = keep.flatten().bool()
+    bits = torch.cat([bits, bits.new_zeros(-bits.numel() % 8)]).view(-1, 8)
+    mask.zero_()[: bits.shape[0]] = (bits.to(torch.int64) * _BITS).sum(-1).to(torch.uint8)
+
+
+def _unpack(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    bits = (mask.to(torch.int64)[:, None] // _BITS) % 2
+    return bits.flatten()[: like.numel()].view(like.shape).to(like.dtype)
+
+
 @_bound(hl.dnn_dropout)
-def fake_dropout(x, p, seed, state, out, **_):
+def fake_dropout(x, p, seed, state, out, out_mask, **_):
     assert isinstance(state, FakeDropoutState) and seed is None
-    state.mask, state.p = (torch.rand_like(x) >= p).to(x.dtype), p
-    return _out(out, x * state.mask / (1 - p)), state
+    keep = (torch.rand_like(x) >= p).to(x.dtype)
+    if out_mask is None:
+        state.mask, state.p = keep, p
+    else:  # the caller keeps the mask (cuDNN's size: a bit per element, at least)
+        assert out_mask.dtype == torch.uint8 and out_mask.numel() * 8 >= x.numel()
+        _pack(keep, out_mask)
+    return _out(out, x * keep / (1 - p)), state
 
 
 @_bound(hl.dnn_dropout_grad)
-def fake_dropout_grad(dy, state, out, **_):
-    assert state.mask.shape == dy.shape
-    return _out(out, dy * state.mask / (1 - state.p))
+def fake_dropout_grad(dy, state, mask, p, out, **_):
+    keep, p = (state.mask, state.p) if mask is None else (_unpack(mask, dy), p)
+    assert keep.shape == dy.shape
+    return _out(out, dy * keep / (1 - p))
 
 
 @_bound(hl.dnn_lrn)
@@ -418,6 +439,7 @@ def fakes(monkeypatch):
     monkeypatch.setattr(_runtime, "_raw_stream", lambda device: 0)
     monkeypatch.setattr(_runtime, "_AUTO", [False])  # no allocator to install on the CPU
     CALLS.clear()
+    dropout._POOLS.clear()  # states of the fake DropoutState only
     yield
 
 
@@ -552,20 +574,23 @@ def test_batchnorm_half_parameters_are_cast_and_copied_back():
     torch.testing.assert_close(mine.running_var.float(), ref.running_var, rtol=1e-3, atol=1e-3)
 
 
-def test_dropout_keeps_a_mask_per_pending_backward_and_reuses_states():
+def test_dropout_masks_travel_with_the_outputs_and_one_state_serves():
+    """Two forwards pending their backward: each output's mask is its own tensor (the node's), so
+    the device's one generator state is lent per launch and is back in the pool at once."""
     torch.manual_seed(0)
     drop = pt.Dropout(0.5)
     a = torch.rand(200, requires_grad=True)
     ya, yb = drop(a), drop(a * 1)
+    pool = dropout._POOLS[a.get_device()]
+    assert len(pool.free) == 1  # one state, lent twice
     (ya.sum() + 2 * yb.sum()).backward()
     torch.testing.assert_close(a.grad, ((ya != 0) * 1.0 + 2 * (yb != 0)) / 0.5)
-    pool = _module.STATE[drop][("dropout", a.device)]
-    assert len(pool.free) == 2  # both states back, reused from now on
-    with torch.no_grad():
-        drop(a)
-    assert len(pool.free) == 2
+    assert len(pool.free) == 1
     b = torch.rand(50)
     assert drop.__class__(0.5, inplace=True)(b).data_ptr() == b.data_ptr()
+    c = torch.rand(50).requires_grad_() * 1  # in place on a non-leaf: the node marks it dirty
+    assert drop.__class__(0.5, inplace=True)(c) is c and c._version > 0
+    assert type(c.grad_fn).__name__ == "DropoutFnBackward"
 
 
 RNNS = [

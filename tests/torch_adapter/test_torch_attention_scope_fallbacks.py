@@ -97,10 +97,6 @@ def _halves_only(monkeypatch):
     monkeypatch.setattr(attention, "HALVES", _runtime.HALVES)  # float64 is not run
 
 
-def _compiling(monkeypatch):
-    monkeypatch.setattr(attention, "compiling", lambda: True)
-
-
 # name -> (q, k, v, keyword arguments, patch or None, requires_grad): one reason each
 CASES = {
     "dropout_p_a_tensor": (*_qkv(), {"dropout_p": torch.tensor(0.0)}, None, False),
@@ -137,7 +133,6 @@ CASES = {
         False,
     ),
     "mask_with_is_causal": (*_qkv(), {"attn_mask": _t(S, S), "is_causal": True}, None, False),
-    "mask_under_torch_compile": (*_qkv(), {"attn_mask": _t(S, S)}, _compiling, False),
 }
 
 
@@ -191,7 +186,7 @@ def test_every_branch_of_the_decision_has_a_case():
 
     src = inspect.getsource(attention._attention_native)
     returns = src.count("return False") + src.count("return _attention_capable")
-    # dropout type, mask (compile / not taken), dropout range, dtype or subclass, dtypes or
+    # dropout type, mask not taken, dropout range, dtype or subclass, dtypes or
     # devices, ranks, leading dims, head dims or lengths, heads, head dim sizes, empties,
     # backward of 1 x 1, the GPU's capability
     assert returns == 13, src

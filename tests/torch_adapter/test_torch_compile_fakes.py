@@ -159,24 +159,32 @@ def fake_lrn_grad(y, dy, x, n, alpha, beta, k, out, **_):
     return out
 
 
-def _attn(q, k, v, causal, scale):
-    return F.scaled_dot_product_attention(q, k, v, None, 0.0, causal, scale=scale)
+def _attn(q, k, v, causal, scale, mask=None):
+    return F.scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale=scale)
 
 
 @_bound(hl.dnn_sdpa)
 def fake_sdpa(q, k, v, attn_mask, is_causal, scale, dropout_p, seed, training, out, out_stats, **_):
-    assert attn_mask is None and dropout_p == 0.0
-    out.copy_(_attn(q, k, v, is_causal, scale))
+    assert dropout_p == 0.0
+    out.copy_(_attn(q, k, v, is_causal, scale, attn_mask))
     if not training:
         return out
     s = q.float() @ k.float().transpose(-1, -2) * (scale or 1 / math.sqrt(q.shape[-1]))
+    if attn_mask is not None:
+        s = s + attn_mask.float()
     stats = torch.logsumexp(s, -1, keepdim=True)
     return out, stats if out_stats is None else out_stats.copy_(stats)
 
 
 @_bound(hl.dnn_sdpa_grad)
-def fake_sdpa_grad(q, k, v, out, dout, stats, attn_mask, is_causal, scale, out_grads, **_):
-    g = _vjp(lambda a, b, c: _attn(a, b, c, is_causal, scale), (q, k, v), dout)
+def fake_sdpa_grad(
+    q, k, v, out, dout, stats, attn_mask, is_causal, scale, bias_grad, out_grads, **_
+):
+    if bias_grad:  # (q, k, v and the mask's gradients)
+        return _vjp(
+            lambda a, b, c, m: _attn(a, b, c, is_causal, scale, m), (q, k, v, attn_mask), dout
+        )
+    g = _vjp(lambda a, b, c: _attn(a, b, c, is_causal, scale, attn_mask), (q, k, v), dout)
     return _given(g, out_grads)
 
 
@@ -310,9 +318,11 @@ def _cases():
     q = _t(2, 3, 5, 8, grad=True)
     kv = _t(2, 5, 3, 8).transpose(1, 2).requires_grad_()  # (B, S, H, E) projections' view
     cases += [
-        ("sdpa", (q, kv, kv, False, None, 0.0, None, True)),
+        ("sdpa", (q, kv, kv, None, False, None, 0.0, None, True)),
+        # an additive mask, its gradient (the (1, H, S_q, S_kv) shape cuDNN differentiates)
+        ("sdpa", (q, kv, kv, _t(1, 3, 5, 5, grad=True), False, None, 0.0, None, True)),
         # the inference variant keeps no statistics: its inputs want no gradient
-        ("sdpa", (q.detach(), kv.detach(), kv.detach(), True, 0.3, 0.0, None, False)),
+        ("sdpa", (q.detach(), kv.detach(), kv.detach(), None, True, 0.3, 0.0, None, False)),
     ]
     return cases
 
@@ -338,6 +348,7 @@ def test_every_op_has_a_case_and_a_schema():
         "layer_norm_grad",
         "rms_norm_grad",
         "sdpa_grad",
+        "dropout_grad",
         "conv_fused",  # the fused modules' ops: opcheck in test_torch_fuse.py
         "linear_fused",
         "conv_bn_train",
@@ -391,17 +402,18 @@ def test_fakes_on_cuda_fake_tensors(nd, last):
         assert mean.shape == invstd.shape == (4,) and mean.dtype == torch.float32
         a = OPS["act"](x, "relu", 0.0)
         assert a.stride() == x.stride() and a.device.type == "cuda"
-        y2, scale = OPS["dropout"](x, 0.5)
-        assert y2.stride() == scale.stride() == x.stride()
+        y2, mask = OPS["dropout"](x, 0.5)
+        assert y2.stride() == x.stride() and mask.dtype == torch.uint8
+        assert mask.shape == (pycudnn.dropout_mask_bytes(tuple(x.shape), x.dtype),)
 
 
 def test_attention_and_norm_fakes_on_cuda_fake_tensors():
     with FakeTensorMode():
         q = torch.empty((2, 7, 4, 64), dtype=torch.bfloat16, device="cuda").transpose(1, 2)
-        out, stats = OPS["sdpa"](q, q, q, True, None, 0.0, None, True)
+        out, stats = OPS["sdpa"](q, q, q, None, True, None, 0.0, None, True)
         assert out.shape == (2, 4, 7, 64) and out.stride() == q.stride()
         assert stats.shape == (2, 4, 7, 1) and stats.dtype == torch.float32
-        _, none = OPS["sdpa"](q, q, q, False, None, 0.0, None, False)
+        _, none = OPS["sdpa"](q, q, q, None, False, None, 0.0, None, False)
         assert none.shape == (0,)
         x = torch.empty((3, 5, 16), dtype=torch.float16, device="cuda")
         w = torch.empty(16, dtype=torch.float32, device="cuda")

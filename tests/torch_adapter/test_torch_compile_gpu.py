@@ -92,8 +92,9 @@ def test_opcheck_softmax_dropout(dtype, last):
     x = _t(4, 6, 5, 5, dtype=dtype, last=last, grad=True)
     torch.library.opcheck(OPS["softmax"], (x, "accurate"))
     torch.library.opcheck(OPS["softmax"], (x, "log"))
-    torch.library.opcheck(OPS["dropout"], (x.detach(), 0.0))
-    # a mask of cuDNN's generator differs between runs: no AOT comparison of values
+    # a mask of cuDNN's generator differs between runs, and its reserve bytes are cuDNN's: no AOT
+    # comparison of values
+    torch.library.opcheck(OPS["dropout"], (x.detach(), 0.0), test_utils=NO_AOT)
     torch.library.opcheck(OPS["dropout"], (x, 0.3), test_utils=NO_AOT)
 
 
@@ -109,13 +110,49 @@ def test_opcheck_linear_norms_attention(dtype):
     torch.library.opcheck(OPS["rms_norm"], (x, _t(64, dtype=dtype, grad=True), [64], 1e-6, True))
     q = _t(2, 4, 16, 64, dtype=dtype, grad=True)
     kv = _t(2, 16, 4, 64, dtype=dtype).transpose(1, 2).requires_grad_()
-    torch.library.opcheck(OPS["sdpa"], (q, kv, kv, True, None, 0.0, None, True))
+    torch.library.opcheck(OPS["sdpa"], (q, kv, kv, None, True, None, 0.0, None, True))
     # the inference variant (no statistics): inputs that want no gradient
     torch.library.opcheck(
-        OPS["sdpa"], (q.detach(), kv.detach(), kv.detach(), False, 0.2, 0.0, None, False)
+        OPS["sdpa"], (q.detach(), kv.detach(), kv.detach(), None, False, 0.2, 0.0, None, False)
     )
     seed = torch.tensor([1234])
-    torch.library.opcheck(OPS["sdpa"], (q, kv, kv, False, None, 0.1, seed, True))
+    torch.library.opcheck(OPS["sdpa"], (q, kv, kv, None, False, None, 0.1, seed, True))
+    bias = _t(1, 4, 16, 16, dtype=dtype, grad=True)  # an additive mask and its gradient
+    torch.library.opcheck(OPS["sdpa"], (q, kv, kv, bias, False, None, 0.0, None, True))
+
+
+@pytest.mark.parametrize("kind", ["bool", "bias"])
+def test_compiled_attention_with_a_mask_runs_cudnn(kind):
+    """A mask under torch.compile takes pycudnn::sdpa (the bias, and its gradient for a
+    (1, H, S_q, S_kv) one) with eager's outputs and gradients, and torch's within tolerance."""
+    dt = torch.bfloat16
+    q, k, v = (_t(2, 4, 32, 64, dtype=dt, grad=True) for _ in range(3))
+    if kind == "bool":
+        m = torch.rand(32, 32, device=DEV) > 0.3
+        m[:, 0] = True
+    else:
+        m = _t(1, 4, 32, 32, dtype=dt, grad=True)
+    seen: list[str] = []
+
+    def backend(gm, inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes)
+        return gm.forward
+
+    def f(q, k, v, m):
+        return pt.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    leaves = (q, k, v) + ((m,) if kind == "bias" else ())
+    dy = torch.randn(2, 4, 32, 64, device=DEV, dtype=dt)
+    got = []
+    compiled = torch.compile(f, backend=backend, fullgraph=True)
+    for fn in (compiled, f, F.scaled_dot_product_attention):
+        y = fn(q, k, v, m)
+        got.append((y, torch.autograd.grad(y, leaves, dy)))
+    assert any("pycudnn.sdpa" in t for t in seen), seen
+    for (y, g), (ye, ge) in ((got[0], got[1]), (got[0], got[2])):
+        _close(y, ye, 2e-2)
+        for a, b in zip(g, ge, strict=True):
+            _close(a, b, 5e-2)
 
 
 # -- torch.compile over converted models -------------------------------------------------------

@@ -478,8 +478,8 @@ def test_fused_training_is_one_node_and_exact(make):
     x = torch.randn(2, 8 if make is Bottleneck else 4 if make is BasicBlock else 3, 8, 8).double()
     yr, ym = _same_step(ref, mine, x)
     if make is not Net:  # the block's last chain (conv, bn, add, relu) is one autograd node
-        assert type(ym.grad_fn).__name__ == "_TrainFnBackward"
-        assert type(yr.grad_fn).__name__ != "_TrainFnBackward"
+        assert type(ym.grad_fn).__name__ == "TrainFnBackward"
+        assert type(yr.grad_fn).__name__ != "TrainFnBackward"
     assert "dnn_batch_normalization_act_train" not in base.CALLS  # float64: separate calls
     assert all(c[1] is None and not c[2] for c in CALLS if c[0] == "conv")
     # back in eval: the fold is recomputed from the running statistics training updated
@@ -604,16 +604,15 @@ def test_training_ops_opcheck(residual, kernel, monkeypatch):
 @pytest.mark.usefixtures("bn_act")
 @pytest.mark.parametrize("residual", [False, True], ids=["bn_relu", "bn_add_relu"])
 def test_traced_training_node_equals_the_eager_one(residual):
-    """TracedTrainFn (the ops compile traces) against the eager node: output, gradients of the
-    input, weight, scale, shift and residual, and the running statistics."""
+    """The training node's traced form (the ops compile traces) against its eager one: output,
+    gradients of the input, weight, scale, shift and residual, and the running statistics."""
     got = []
     for traced in (False, True):
         x, w, gamma, beta, z, rm, rv = _block_args(residual)
         leaves = [t.requires_grad_() for t in (x, w, gamma, beta) + ((z,) if residual else ())]
         if traced:
-            y = fused_train.TracedTrainFn.apply(
-                x, w, gamma, beta, z, rm, rv, CONV, [1e-5, 0.1, 0.0], "relu"
-            )
+            lists = (CONV, [1e-5, 0.1, 0.0], "relu")
+            y = fused_train.TrainFn.apply(x, w, None, gamma, beta, z, rm, rv, None, lists)
         else:
             blk = fused_train.TrainBlock(fused_train.cfg_of(CONV), 1e-5, 0.1, ("relu", 0.0), set())
             y = fused_train.train_block(x, w, None, gamma, beta, z, (rm, rv), blk)
@@ -645,7 +644,7 @@ def test_compiled_training_traces_the_training_ops():
 def test_training_with_hooks_or_gelu_runs_the_modules():
     ref, mine = _pair(lambda: ConvBNAct(nn.GELU()))
     x = torch.randn(2, 3, 8, 8).double().requires_grad_()
-    assert type(mine(x).grad_fn).__name__ != "_TrainFnBackward"  # GELU's backward needs its input
+    assert type(mine(x).grad_fn).__name__ != "TrainFnBackward"  # GELU's backward needs its input
     ref, mine = _pair(lambda: ConvBNAct(nn.ReLU()))
     seen = []
     mine.bn.register_forward_hook(lambda m, i, o: seen.append(1))
