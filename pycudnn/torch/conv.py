@@ -35,6 +35,7 @@ __all__ = [
     "Conv2d",
     "Conv3d",
     "ConvFn",
+    "DgradFn",
     "conv_forward",
     "conv_pad",
     "conv_dgrad",
@@ -233,8 +234,8 @@ def _dgrad_backward(ctx, g):
     forward): its gradients are the forward convolution of *g* and the backward-filter one."""
     w, dy = ctx.saved_tensors
     need, cfg = ctx.needs_input_grad, ctx.cfg
-    dw = op_conv_wgrad(g, dy, w, *cfg) if need[0] else None
-    ddy = op_conv(g, w, None, *cfg) if need[1] else None
+    ddy = gradient(op_conv, _op_conv, g, w, None, *cfg) if need[1] else None
+    dw = gradient(op_conv_wgrad, _op_wgrad, g, dy, w, *cfg) if need[0] else None
     return dw, ddy, None, None, None, None, None, None
 
 
@@ -242,10 +243,11 @@ def _dgrad_backward(ctx, g):
 #: ``pycudnn::conv(...)``: :func:`conv_run` (cross-correlation, PyTorch's convolution; the bias
 #: fused), one backward: the two gradient convolutions and ``db = dy`` summed over N and space
 ConvFn, op_conv = differentiable("conv", _op_conv, _op_conv_fake, _conv_setup, _conv_backward)
-#: ``pycudnn::conv_dgrad(w, dy, shape, channels_last, ...)``: :func:`conv_dgrad` into a new
-#: tensor of *shape* (a transposed convolution's forward)
-op_conv_dgrad = define(
-    "conv_dgrad", _op_dgrad, _op_dgrad_fake, autograd=(_dgrad_backward, _dgrad_setup)
+#: ``DgradFn.apply(w, dy, shape, channels_last, ...)`` (eager) and ``pycudnn::conv_dgrad(...)``:
+#: :func:`conv_dgrad` into a new tensor of *shape* (a transposed convolution's forward; the
+#: convolution's data gradient), one backward: the forward and backward-filter convolutions
+DgradFn, op_conv_dgrad = differentiable(
+    "conv_dgrad", _op_dgrad, _op_dgrad_fake, _dgrad_setup, _dgrad_backward
 )
 #: ``pycudnn::conv_wgrad(x, dy, w, ...)``: :func:`conv_wgrad`
 op_conv_wgrad = define("conv_wgrad", _op_wgrad, _op_wgrad_fake)

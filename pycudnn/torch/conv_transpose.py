@@ -20,18 +20,16 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from ._compile import compiling
 from ._module import Converted, float_params
-from ._runtime import autocast_dtype, cuda_ok, dense, ready
-from .conv import conv_dgrad, conv_into, conv_wgrad, op_conv_dgrad
+from ._runtime import autocast_dtype, cuda_ok, dense
+from .conv import DgradFn, op_conv_dgrad
 
 __all__ = [
     "ConvTranspose1d",
     "ConvTranspose2d",
     "ConvTranspose3d",
-    "ConvTransposeFn",
     "conv_transpose_forward",
 ]
 
@@ -47,58 +45,14 @@ def _is_last(shape: tuple[int, ...], x: torch.Tensor, w: torch.Tensor) -> bool:
     )
 
 
-def _output(shape: tuple[int, ...], x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """The output buffer, channels-last when *x* or *w* is (the layout pycudnn then computes
-    in, so the output is not staged)."""
-    fmt = _LAST.get(len(shape))
-    last = _is_last(shape, x, w)
-    return torch.empty(
-        shape,
-        dtype=x.dtype,
-        device=x.device,
-        memory_format=fmt if last else torch.contiguous_format,
-    )
-
-
-class ConvTransposeFn(torch.autograd.Function):
+def _run(x, w, b, y_shape, cfg) -> torch.Tensor:
     """The transposed convolution: the backward-data convolution of *x* with *w* into the full
-    output shape *y_shape* (``output_padding`` included), with its two gradients, the forward
-    convolution of ``dy`` and the backward-filter convolution of ``dy`` (as the image) and *x*,
-    all on the convolutions' lean path; *cfg* is ``(nd, pad, stride, dilation, groups)`` with
-    *nd* 2 or 3. The bias is added to the output; its gradient is ``dy`` summed over N and
-    space."""
-
-    @staticmethod
-    def forward(ctx, x, w, b, y_shape, cfg):
-        ready()
-        y = conv_dgrad(w, x, _output(y_shape, x, w), cfg)
-        if b is not None:
-            y.add_(b.view((1, -1) + (1,) * cfg[0]))
-        ctx.save_for_backward(x, w)
-        ctx.cfg = cfg
-        ctx.has_bias = b is not None
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        x, w = ctx.saved_tensors
-        cfg = ctx.cfg
-        dy = dense(dy)
-        dx = dw = db = None
-        if ctx.needs_input_grad[0]:
-            dx = conv_into(dy, w, None, torch.empty_like(x), cfg)
-        if ctx.needs_input_grad[1]:
-            dw = conv_wgrad(dy, x, w, cfg)
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = dy.sum(dim=(0, *range(2, dy.dim())))
-        return dx, dw, db, None, None
-
-
-def _traced(x, w, b, y_shape, cfg) -> torch.Tensor:
-    """Under ``torch.compile``: ``pycudnn::conv_dgrad`` (whose autograd is this module's
-    backward: the forward and backward-filter convolutions) and the bias added after it."""
-    y = op_conv_dgrad(w, x, list(y_shape), _is_last(y_shape, x, w), *cfg[1:])
+    output shape *y_shape* (``output_padding`` included) -- ``pycudnn::conv_dgrad`` while
+    compiling, its eager Function (:data:`~.conv.DgradFn`, the same definition and backward:
+    the forward and backward-filter convolutions) otherwise -- and the bias added after it;
+    *cfg* is ``(nd, pad, stride, dilation, groups)`` with *nd* 2 or 3."""
+    args = (w, x, list(y_shape), _is_last(y_shape, x, w), *cfg[1:])
+    y = op_conv_dgrad(*args) if compiling() else DgradFn.apply(*args)
     return y if b is None else y + b.view((1, -1) + (1,) * cfg[0])
 
 
@@ -142,12 +96,10 @@ def conv_transpose_forward(
         x2, w2 = dense(xc).unsqueeze(2), w.unsqueeze(2)
         y4 = (*y_shape[:2], 1, *spatial)
         cfg = (2, (0, *pad), (1, *stride), (1, *dil), m.groups)
-        fn = _traced if compiling() else ConvTransposeFn.apply
-        y = fn(x2, w2, b, y4, cfg).squeeze(2)
+        y = _run(x2, w2, b, y4, cfg).squeeze(2)
     else:
         cfg = (nd, pad, stride, dil, m.groups)
-        fn = _traced if compiling() else ConvTransposeFn.apply
-        y = fn(dense(xc), w, b, y_shape, cfg)
+        y = _run(dense(xc), w, b, y_shape, cfg)
     return y.squeeze(0) if unbatched else y
 
 
