@@ -12,7 +12,9 @@ bias, ALiBi, padding lengths -- three ways in the same process, alternating:
   wheel is importable and runs on torch's cuDNN (``bench/frontend.py``).
 
 pycudnn's output is checked against torch's (max relative error <= 2e-2) before timing; a case
-that fails the check is reported, not timed. The sliding window case also times pycudnn's full
+that fails the check is reported, not timed. GPU ms per call is nvbench's cold measurement
+(``cuda-bench``, ``bench/timing.py``): every case's calls are queued and timed in one nvbench
+run at the end, then the ratios are computed. The sliding window case also times pycudnn's full
 causal call at the same size, for the window's speedup. Run from the repository root::
 
     PYTHONPATH=. python bench/attention_options.py [--quick] [--no-frontend] [--json PATH]
@@ -37,6 +39,7 @@ if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import ratio
+from bench.timing import NvbenchMissing
 from bench.transformer import Bench, _err_text, _f, log
 
 TOL = 2e-2
@@ -268,18 +271,20 @@ def run_case(b: Any, c: Case) -> dict[str, Any]:
             fns["frontend"] = fe_run
         except Exception as exc:
             item["sides"]["frontend"] = {"error": _err_text(exc, 200)}
-    timed = b.time_sides(fns, host_calls=1)
-    for name, r in timed.items():
-        item["sides"][name] = r
-    mine = timed["pycudnn"]["gpu_ms"]
-    torch_fwd = [r["gpu_ms"] for n, r in timed.items() if n.startswith("torch") and "+" not in n]
-    torch_fb = [r["gpu_ms"] for n, r in timed.items() if n.startswith("torch") and "+" in n]
-    item["ratio_torch_best_fwd"] = ratio(mine, min(torch_fwd)) if torch_fwd else None
-    item["ratio_torch_best_fwdbwd"] = (
-        ratio(timed["pycudnn fwd+bwd"]["gpu_ms"], min(torch_fb)) if torch_fb else None
-    )
-    fe = timed.get("frontend")
-    item["ratio_frontend_fwd"] = ratio(mine, fe["gpu_ms"]) if fe else None
+
+    def got(timed: dict[str, dict[str, Any]]) -> None:  # after the one nvbench run
+        item["sides"].update(timed)
+        ms = {n: r["gpu_ms"] for n, r in timed.items() if "gpu_ms" in r}
+        mine = ms.get("pycudnn")
+        torch_fwd = [t for n, t in ms.items() if n.startswith("torch") and "+" not in n]
+        torch_fb = [t for n, t in ms.items() if n.startswith("torch") and "+" in n]
+        item["ratio_torch_best_fwd"] = ratio(mine, min(torch_fwd)) if torch_fwd else None
+        item["ratio_torch_best_fwdbwd"] = (
+            ratio(ms.get("pycudnn fwd+bwd"), min(torch_fb)) if torch_fb else None
+        )
+        item["ratio_frontend_fwd"] = ratio(mine, ms.get("frontend"))
+
+    b.time_sides(fns, c.name, got, host_calls=1)
     b.done_case()
     return item
 
@@ -346,12 +351,16 @@ def run_varlen(b: Any, quick: bool) -> dict[str, Any]:
     torch.cuda.synchronize()
     got = torch.cat([op_[i, :, : lens[i]].transpose(0, 1) for i in range(B)])
     item["relerr_varlen_vs_padded"] = _relerr(b, ov, got, None)
-    item["sides"].update(b.time_sides(fns, host_calls=1))
-    sd = item["sides"]
-    for ph in ("fwd", "fwd+bwd"):
-        item[f"ratio_varlen_padded_{ph}"] = ratio(
-            sd[f"varlen {ph}"]["gpu_ms"], sd[f"padded {ph}"]["gpu_ms"]
-        )
+
+    def timed(sides: dict[str, dict[str, Any]]) -> None:  # after the one nvbench run
+        sd = item["sides"]
+        sd.update(sides)
+        for ph in ("fwd", "fwd+bwd"):
+            item[f"ratio_varlen_padded_{ph}"] = ratio(
+                sd[f"varlen {ph}"].get("gpu_ms"), sd[f"padded {ph}"].get("gpu_ms")
+            )
+
+    b.time_sides(fns, "varlen", timed, host_calls=1)
     b.done_case()
     return item
 
@@ -404,10 +413,16 @@ def run_paged(b: Any, quick: bool) -> dict[str, Any]:
         fn()
     torch.cuda.synchronize()
     item["relerr_paged_vs_contiguous"] = _relerr(b, o1, o2, None)
-    item["sides"].update(b.time_sides(fns, host_calls=1))
-    sd = item["sides"]
-    item["tokens_per_s"] = {n: B / (r["gpu_ms"] / 1e3) for n, r in sd.items() if "gpu_ms" in r}
-    item["ratio_paged_contiguous"] = ratio(sd["paged"]["gpu_ms"], sd["contiguous"]["gpu_ms"])
+
+    def timed(sides: dict[str, dict[str, Any]]) -> None:  # after the one nvbench run
+        sd = item["sides"]
+        sd.update(sides)
+        item["tokens_per_s"] = {n: B / (r["gpu_ms"] / 1e3) for n, r in sd.items() if "gpu_ms" in r}
+        item["ratio_paged_contiguous"] = ratio(
+            sd["paged"].get("gpu_ms"), sd["contiguous"].get("gpu_ms")
+        )
+
+    b.time_sides(fns, "paged", timed, host_calls=1)
     b.done_case()
     return item
 
@@ -493,7 +508,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-frontend", action="store_true", help="skip the cudnn-frontend column")
     p.add_argument("--json", default=None, help="write all numbers here")
     args = p.parse_args(argv)
-    b = Bench(args.quick, not args.no_frontend)
+    try:
+        b = Bench(args.quick, not args.no_frontend)
+    except NvbenchMissing as exc:
+        print(f"[attention_options] {exc}", file=sys.stderr, flush=True)
+        return 2
     items = []
     runs: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         (c.name, lambda c=c: run_case(b, c)) for c in cases(b, args.quick)
@@ -508,7 +527,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:
             items.append({"case": name, "sides": {"pycudnn": {"error": _err_text(exc)}}})
             log(f"{name}: ERROR {_err_text(exc)}\n{traceback.format_exc(limit=4)}")
-        log(f"{name}: done")
+        log(f"{name}: built, checked, queued")
+    log(f"GPU time of {len(b.queue.jobs)} calls: {b.queue.info['tool']}")
+    b.queue.run()
     lines = summary(b, items)
     text = json.dumps({"meta": b.meta, "items": items, "summary": lines}, indent=1, default=str)
     for path in filter(

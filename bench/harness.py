@@ -20,8 +20,9 @@ from typing import Any, Protocol
 @dataclass(frozen=True)
 class Stats:
     """Median, quartiles, minimum and maximum of repeated measurements (one value per
-    repetition); the spread reported is the IQR (``q3 - q1``, quartiles by the stdlib's
-    inclusive method, as torch.utils.benchmark's ``Measurement.iqr`` and nvbench report)."""
+    repetition, or per nvbench sample for GPU times); the spread reported is the IQR
+    (``q3 - q1``: the stdlib's inclusive quartiles, as torch.utils.benchmark's
+    ``Measurement.iqr``; nvbench's own for GPU times, ``bench.timing.cold_stats``)."""
 
     median: float
     min: float
@@ -205,24 +206,21 @@ class ConvGeom:
 
 
 class TimingBackend(Protocol):
-    """What the measurement loop needs from the device side (torch on the GPU, fakes in tests)."""
-
-    def gpu_ms_per_call(self, fn: Callable[[], object], calls: int, host_us_hint: float) -> float:
-        """Device time per call (ms) of *calls* back-to-back calls, timed with events."""
-        ...
+    """What the measurement loop needs from the device side (``bench.timing.TorchBackend`` on
+    the GPU, fakes in tests)."""
 
     def host_us_per_call(self, fn: Callable[[], object], calls: int) -> float:
         """Host time per call (µs) of *calls* back-to-back calls, no synchronisation inside."""
         ...
 
+    def queue_gpu(
+        self, sides: Sequence[tuple[str, Callable[[], object], SideResult]], context: Any
+    ) -> None:
+        """Queue the GPU time per call of each ``(name, call, side)``: ``side.gpu_ms`` is set
+        when the queue runs (once, at the end: nvbench runs once per process)."""
+        ...
+
     def sync(self) -> None: ...
-
-
-def calls_for(per_call_ms: float, target_ms: float = 3.0, lo: int = 5, hi: int = 200) -> int:
-    """Back-to-back calls so one timed block lasts about *target_ms* (clamped to [lo, hi])."""
-    if not per_call_ms > 0 or not math.isfinite(per_call_ms):
-        return hi
-    return max(lo, min(hi, math.ceil(target_ms / per_call_ms)))
 
 
 @dataclass
@@ -282,19 +280,19 @@ def measure_pair(
     *,
     reps: int = 5,
     host_calls: int = 30,
-    target_ms: float = 3.0,
-    max_calls: int = 200,
     gpu: bool = True,
+    names: Sequence[str] = ("a", "b"),
+    context: Any = None,
 ) -> tuple[SideResult, SideResult]:
-    """Host time and GPU time of A and B, alternating; the callables must already be warm."""
+    """``measure_sides`` of two sides."""
     a, b = measure_sides(
         backend,
         [fn_a, fn_b],
         reps=reps,
         host_calls=host_calls,
-        target_ms=target_ms,
-        max_calls=max_calls,
         gpu=gpu,
+        names=names,
+        context=context,
     )
     return a, b
 
@@ -305,30 +303,25 @@ def measure_sides(
     *,
     reps: int = 5,
     host_calls: int = 30,
-    target_ms: float = 3.0,
-    max_calls: int = 200,
     gpu: bool = True,
+    names: Sequence[str] | None = None,
+    context: Any = None,
+    sides: Sequence[SideResult] | None = None,
 ) -> list[SideResult]:
-    """Host time and GPU time of every side, alternating (``alternate_many``); the callables
-    must already be warm. The GPU blocks are sized from a short probe of the slowest side."""
-    sides = [SideResult() for _ in fns]
+    """Host time of every side now, alternating (``alternate_many``); GPU time queued on the
+    backend (*names* label the calls, *context* is entered around their timing), so
+    ``gpu_ms`` is set when the backend's queue runs. Fills *sides* if given, else new ones.
+    The callables must already be warm."""
+    sides = list(sides) if sides is not None else [SideResult() for _ in fns]
     host = alternate_many(
         [(lambda fn=fn: backend.host_us_per_call(fn, host_calls)) for fn in fns], reps
     )
     backend.sync()
     for side, vals in zip(sides, host, strict=True):
         side.host_us = Stats.of(vals)
-    if not gpu:
-        return sides
-    host_hint = max(side.host_us.median for side in sides if side.host_us)
-    probe = max(backend.gpu_ms_per_call(fn, 3, host_hint) for fn in fns)
-    calls = calls_for(probe, target_ms, hi=max_calls)
-    dev = alternate_many(
-        [(lambda fn=fn: backend.gpu_ms_per_call(fn, calls, host_hint)) for fn in fns], reps
-    )
-    for side, vals in zip(sides, dev, strict=True):
-        side.gpu_ms = Stats.of(vals)
-        side.extra["calls_per_block"] = calls
+    if gpu:
+        labels = list(names) if names is not None else [f"side {i}" for i in range(len(fns))]
+        backend.queue_gpu(list(zip(labels, fns, sides, strict=True)), context)
     return sides
 
 
@@ -565,6 +558,28 @@ def format_table(
     return "\n".join(line.rstrip() for line in lines)
 
 
+def _gpu_cell(d: dict[str, Any] | None) -> str:
+    """A GPU ms cell: the median and, where the run kept quartiles, the IQR in brackets."""
+    if not d:
+        return "-"
+    iqr = Stats.from_dict(d).iqr  # type: ignore[union-attr]
+    return format(d["median"], ".4f") + ("" if iqr is None else f" ({iqr:.4f})")
+
+
+def gpu_method(results: dict[str, Any]) -> str:
+    """How a results dict's GPU ms were measured: nvbench since bench.timing, events behind a
+    spin kernel before (the committed older runs)."""
+    metas = [results.get("meta") or {}]
+    metas += [r.get("meta") or {} for r in (results.get("modes") or {}).values()]
+    timer = next((m["gpu_timer"] for m in metas if m.get("gpu_timer")), None)
+    if timer:
+        return f"GPU ms = median (IQR) per call by {timer.get('tool', 'nvbench')}"
+    return (
+        "GPU ms = median per call by CUDA events over back-to-back calls queued behind a spin "
+        "kernel"
+    )
+
+
 def _stat(d: dict[str, Any] | None, key: str = "median", spec: str = ".4f") -> str:
     if not d:
         return "-"
@@ -620,9 +635,9 @@ def item_rows(
                 it["case"],
                 it["op"],
                 it["label"],
-                _stat(py.get("gpu_ms")),
-                _stat(th.get("gpu_ms")),
-                _stat(fe.get("gpu_ms")),
+                _gpu_cell(py.get("gpu_ms")),
+                _gpu_cell(th.get("gpu_ms")),
+                _gpu_cell(fe.get("gpu_ms")),
                 _fmt(it.get("ratio"), ".3f"),
                 _fmt(it.get("ratio_frontend"), ".3f"),
                 _fmt(it.get("pct_peak_pycudnn"), ".0f"),
@@ -648,8 +663,8 @@ def item_rows(
             it["case"],
             it["op"],
             it["label"],
-            _stat(py.get("gpu_ms")),
-            _stat(th.get("gpu_ms")),
+            _gpu_cell(py.get("gpu_ms")),
+            _gpu_cell(th.get("gpu_ms")),
             _fmt(it.get("ratio"), ".3f"),
             _fmt(it.get("tflops_pycudnn"), ".0f"),
             _fmt(it.get("pct_peak_pycudnn"), ".0f"),
@@ -727,9 +742,9 @@ def fusion_rows(mode_result: dict[str, Any]) -> list[list[str]]:
             [
                 it["case"],
                 it["label"],
-                _stat(py.get("gpu_ms")),
-                _stat(th.get("gpu_ms")),
-                _stat(fe.get("gpu_ms")),
+                _gpu_cell(py.get("gpu_ms")),
+                _gpu_cell(th.get("gpu_ms")),
+                _gpu_cell(fe.get("gpu_ms")),
                 _fmt(it.get("ratio"), ".3f"),
                 _fmt(it.get("ratio_frontend"), ".3f"),
                 _yes_no(py.get("fused")),
@@ -791,17 +806,17 @@ def render_report(results: dict[str, Any], markdown: bool = False) -> str:
             out.append(f"mode failed: {res['error']}")
         if fe_cols:
             out.append(
-                "GPU ms = median per call by CUDA events over back-to-back calls; py/th, fe/th "
-                "= pycudnn/torch and frontend/torch medians; %pk = % of dense peak for the "
-                "dtype; relerr = ||side - torch|| / ||torch|| in fp64"
+                f"{gpu_method(results)}; py/th, fe/th = pycudnn/torch and frontend/torch "
+                "medians; %pk = % of dense peak for the dtype; relerr = ||side - torch|| / "
+                "||torch|| in fp64"
             )
             out.append(
                 blank + format_table(ITEM_HEADERS_FE, item_rows(res, frontend=True), markdown)
             )
         else:
             out.append(
-                "GPU ms = median per call by CUDA events over back-to-back calls; ratio = "
-                "pycudnn/torch medians; %pk = % of dense peak for the dtype"
+                f"{gpu_method(results)}; ratio = pycudnn/torch medians; %pk = % of dense "
+                "peak for the dtype"
             )
             out.append(blank + format_table(ITEM_HEADERS, item_rows(res), markdown))
         tiny = res.get("tiny") or {}
@@ -871,7 +886,7 @@ def render_report(results: dict[str, Any], markdown: bool = False) -> str:
             out.append(
                 "fusion: y = relu(conv(x, w) + bias [+ z]); torch eager F.relu(F.conv2d(x, w, b) "
                 "[+ z]); pycudnn one dnn_conv(bias=, activation='relu', z=, out=); frontend "
-                "conv_fprop -> bias [-> add] -> relu graph. GPU ms medians; relerr vs float64; "
+                "conv_fprop -> bias [-> add] -> relu graph. GPU ms as above; relerr vs float64; "
                 "fused = pycudnn's plan says so; kernels = per call, from the profiler"
             )
             out.append(blank + format_table(FUSION_HEADERS, fusion_rows(res), markdown))

@@ -6,11 +6,12 @@ Run on the GPU machine from the repository root::
     PYTHONPATH=. python3 bench/ops.py [--only pool,bn,...] [--quick] [--json FILE]
 
 Each case builds its inputs once, checks that pycudnn's result equals torch's (relative max
-error printed), then times both with the harness of ``bench/harness.py``: host microseconds per
-call (back-to-back calls, no synchronisation) and GPU milliseconds per call (CUDA events around
-calls queued behind a spin kernel, so only GPU work is timed), alternating the two libraries.
-Both use torch's current stream and the same libcudnn. GB/s counts the bytes each call must read
-and write once (inputs + outputs); % is of the datasheet memory bandwidth.
+error printed), then times both as ``bench/timing.py`` does: host microseconds per call
+(back-to-back calls, no synchronisation, the two libraries alternating) now, and GPU
+milliseconds per call (median and IQR of nvbench's cold measurement, ``cuda-bench``) for every
+case in one nvbench run at the end. Both use torch's current stream and the same libcudnn. GB/s
+counts the bytes each call must read and write once (inputs + outputs); % is of the datasheet
+memory bandwidth.
 
 Host-time cases (``host-*``) are tiny (1x8x8x8 fp32): they measure the per-call overhead, with
 a new output each call (what torch's functional API does) and, for pycudnn, also with ``out=``.
@@ -19,6 +20,7 @@ a new output each call (what torch's functional API does) and, for pycudnn, also
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -33,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.harness import measure_pair, peaks_for, ratio  # noqa: E402
-from bench.runner import TorchBackend  # noqa: E402
+from bench.harness import GpuPeaks, SideResult, measure_pair, peaks_for, ratio  # noqa: E402
+from bench.timing import GpuQueue, NvbenchMissing, TorchBackend  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -479,10 +481,12 @@ def run(only: set[str] | None, quick: bool) -> dict[str, Any]:
     torch.backends.cuda.matmul.allow_tf32 = False
     import pycudnn
 
-    backend = TorchBackend(torch)
+    queue = GpuQueue(torch, quick=quick)
+    backend = TorchBackend(torch, queue)
     gpu = torch.cuda.get_device_name()
     peaks, how = peaks_for(gpu)
     meta = {
+        "gpu_timer": queue.info,
         "gpu": gpu,
         "peaks": how,
         "mem_tbs": peaks.mem_tbs,
@@ -515,27 +519,42 @@ def run(only: set[str] | None, quick: bool) -> dict[str, Any]:
                 reps=3 if quick else 7,
                 host_calls=50 if case.host else 20,
                 gpu=not case.host,
+                names=(f"{case.id} pycudnn", f"{case.id} torch"),
             )
             item["pycudnn"] = {"host_us": a.host_us.median}
             item["torch"] = {"host_us": b.host_us.median}
             item["host_ratio"] = ratio(a.host_us.median, b.host_us.median)
-            if not case.host:
-                item["pycudnn"]["gpu_ms"] = a.gpu_ms.median
-                item["torch"]["gpu_ms"] = b.gpu_ms.median
-                item["gpu_ratio"] = ratio(a.gpu_ms.median, b.gpu_ms.median)
-                for side, r in (("pycudnn", a), ("torch", b)):
-                    if not nbytes:
-                        continue
-                    gbs = nbytes / (r.gpu_ms.median * 1e-3) / 1e9
-                    item[side]["GBs"] = gbs
-                    item[side]["pct_bw"] = 100 * gbs / (peaks.mem_tbs * 1e3)
-            log(_line(item))
+            if case.host:
+                log(_line(item))
+            else:
+                queue.then(functools.partial(_gpu_numbers, item, a, b, nbytes, peaks))
         except Exception as exc:  # one failing case must not hide the others
             item["error"] = f"{type(exc).__name__}: {exc}"
             log(f"{case.id}: ERROR {item['error']}")
         items.append(item)
-        del case
+    log(f"GPU time of {len(queue.jobs)} calls: {queue.info['tool']}")
+    queue.run()
     return {"meta": meta, "items": items}
+
+
+def _gpu_numbers(
+    item: dict[str, Any], a: SideResult, b: SideResult, nbytes: int, peaks: GpuPeaks
+) -> None:
+    """An item's GPU numbers once the queue ran: median and IQR per side, ratio, GB/s."""
+    if a.gpu_ms is None or b.gpu_ms is None:
+        why = a.extra.get("gpu_error") or b.extra.get("gpu_error")
+        item["error"] = f"no GPU time: {why}"
+        log(f"{item['id']}: ERROR {item['error']}")
+        return
+    for side, r in (("pycudnn", a), ("torch", b)):
+        item[side]["gpu_ms"] = r.gpu_ms.median
+        item[side]["gpu_iqr_ms"] = r.gpu_ms.iqr
+        if nbytes:
+            gbs = nbytes / (r.gpu_ms.median * 1e-3) / 1e9
+            item[side]["GBs"] = gbs
+            item[side]["pct_bw"] = 100 * gbs / (peaks.mem_tbs * 1e3)
+    item["gpu_ratio"] = ratio(a.gpu_ms.median, b.gpu_ms.median)
+    log(_line(item))
 
 
 def _line(it: dict[str, Any]) -> str:
@@ -546,8 +565,8 @@ def _line(it: dict[str, Any]) -> str:
         return f"{head}  {host} (x{it.get('host_ratio') or float('nan'):.2f})"
     bw = f", {p['GBs']:.0f} GB/s {p['pct_bw']:.0f}%" if "GBs" in p else ""
     return (
-        f"{head}  gpu {p['gpu_ms']:.4f} vs {t['gpu_ms']:.4f} ms (x{it['gpu_ratio']:.3f}){bw}"
-        f"  {host}"
+        f"{head}  gpu {p['gpu_ms']:.4f} (IQR {p['gpu_iqr_ms']:.4f}) vs {t['gpu_ms']:.4f} "
+        f"(IQR {t['gpu_iqr_ms']:.4f}) ms (x{it['gpu_ratio']:.3f}){bw}  {host}"
     )
 
 
@@ -588,7 +607,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="write the results here (also $OUT/ops.json)")
     args = p.parse_args(argv)
     only = set(args.only.split(",")) if args.only else None
-    res = run(only, args.quick)
+    try:
+        res = run(only, args.quick)
+    except NvbenchMissing as exc:
+        print(f"[ops] {exc}", file=sys.stderr, flush=True)
+        return 2
     res["summary"] = summary(res)
     text = json.dumps(res, indent=1)
     for path in filter(

@@ -11,7 +11,9 @@ conv+bias(+z)+relu call with torch eager and the frontend's fused graph.
 
 Each mode (heuristic vs heuristic, autotuned vs autotuned) runs in its own process (torch keeps
 one cuDNN plan per problem regardless of ``cudnn.benchmark``). Both libraries use the same
-libcudnn (asserted), torch's current stream, and TF32 off unless a case says otherwise. The
+libcudnn (asserted), torch's current stream, and TF32 off unless a case says otherwise. GPU
+time is nvbench's (``cuda-bench``, see ``bench/timing.py``): without it the script stops at once,
+naming the install line. The
 summary tables are printed last; the merged JSON goes to ``results/bench-<UTC time>.json`` (and
 ``$OUT`` when set), with the text and Markdown reports beside it.
 """
@@ -33,6 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.harness import evaluate_targets, render_report, summary_lines  # noqa: E402
+from bench.timing import missing_reason  # noqa: E402
 
 MODES = ("heuristic", "autotune")
 
@@ -134,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             args.only,
             not args.no_frontend,
         )
+    why = missing_reason()  # before any child spends its budget
+    if why:
+        print(f"[bench] {why}", file=sys.stderr, flush=True)
+        return 2
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     outdir = Path(args.results)
     outdir.mkdir(parents=True, exist_ok=True)

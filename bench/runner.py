@@ -3,11 +3,15 @@
 ``run.py`` starts this once per mode (``heuristic``, ``autotune``) in a fresh process, because
 torch keeps one plan per problem whatever ``cudnn.benchmark`` says (its v8 plan cache key has no
 benchmark flag), so the two modes cannot share a process. The child writes its results as JSON
-after every section, so a timeout still leaves what was measured.
+after every section, so a timeout still leaves what was measured. Each item is built, checked
+and host-timed in turn; its GPU time is queued, and every queued call is timed in one nvbench
+run after the last section (``bench/timing.py``: nvbench runs once per process), which fills in
+the GPU times, ratios and throughput, before the engine capture.
 """
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import json
 import math
@@ -17,6 +21,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from .cases import FUSION_CASES, GPU_CASES, Case, FusionCase, Selection
@@ -28,7 +33,6 @@ from .harness import (
     alternate,
     alternate_many,
     math_mode,
-    measure_pair,
     measure_sides,
     peak_tflops,
     peaks_for,
@@ -36,47 +40,13 @@ from .harness import (
     split_by_marker,
     summarize_kernels,
 )
+from .timing import GpuQueue, TorchBackend
 
 PY_ALGO = {"heuristic": "guess_once", "autotune": "time_once"}
-SLEEP_CYCLES_PER_US = 2000  # spin_kernel counts SM cycles; <= 2 GHz on H100/H200
 
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-class TorchBackend:
-    """Timing on torch's current stream: host clock without sync, CUDA events for the GPU."""
-
-    def __init__(self, torch: Any) -> None:
-        self.torch = torch
-        self.e0 = torch.cuda.Event(enable_timing=True)
-        self.e1 = torch.cuda.Event(enable_timing=True)
-
-    def sync(self) -> None:
-        self.torch.cuda.synchronize()
-
-    def host_us_per_call(self, fn: Callable[[], object], calls: int) -> float:
-        self.sync()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        self.sync()
-        return (t1 - t0) / calls * 1e6
-
-    def gpu_ms_per_call(self, fn: Callable[[], object], calls: int, host_us_hint: float) -> float:
-        # Queue the calls behind a spin kernel long enough to cover their host time, so the
-        # events time back-to-back GPU work only, even for host-bound calls.
-        self.sync()
-        sleep_us = min(host_us_hint * calls * 1.5 + 200.0, 200_000.0)
-        self.torch.cuda._sleep(int(sleep_us * SLEEP_CYCLES_PER_US))
-        self.e0.record()
-        for _ in range(calls):
-            fn()
-        self.e1.record()
-        self.e1.synchronize()
-        return self.e0.elapsed_time(self.e1) / calls
 
 
 class Child:
@@ -122,7 +92,8 @@ class Child:
         torch.backends.cudnn.allow_tf32 = False
         self.stream = torch.cuda.current_stream()
         self.stream_int = int(self.stream.cuda_stream)
-        self.backend = TorchBackend(torch)
+        self.gpu = GpuQueue(torch, quick=self.quick)  # no cuda-bench: NvbenchMissing, here
+        self.backend = TorchBackend(torch, self.gpu)
         props = torch.cuda.get_device_properties(0)
         gpu = torch.cuda.get_device_name(0)
         self.peaks, peaks_source = peaks_for(gpu)
@@ -143,6 +114,7 @@ class Child:
             "peaks": self.peaks.__dict__,
             "stream": self.stream_int,
             "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING", "(default)"),
+            "gpu_timer": self.gpu.info,
         }
         self.result["meta"] = self.meta
         log(f"{self.mode}: {gpu}, cuDNN {tv} at {files[0]} ({info.found_via})")
@@ -175,6 +147,10 @@ class Child:
 
     def time_left(self) -> float:
         return self.deadline - time.monotonic()
+
+    def out_of_time(self, margin: float) -> bool:
+        """Whether less than *margin* seconds are left besides what the queued GPU timing needs."""
+        return self.time_left() < margin + self.gpu.seconds()
 
     # -- tensors and calls ----------------------------------------------------------------------
     def tensor(self, shape: tuple[int, ...], dtype: str, channels_last: bool, empty: bool = False):
@@ -249,30 +225,6 @@ class Child:
             return py, th, lambda: dw, lambda: th()[1]
         raise ValueError(op)
 
-    def try_time_once(self, case: Case, op: str, th: Callable[[], object]) -> dict[str, Any]:
-        """For a heuristic-mode item slower than torch: would pycudnn's autotuning find a
-        faster engine among cuDNN's candidates? (explicit algo='time_once', a new call key)"""
-        try:
-            py2, _th, _o1, _o2 = self.build(
-                case.geom, case.dtype, case.channels_last, op, algo="time_once"
-            )
-            first = self.first_call_ms(py2)
-            plan = self.pc_last_plan()
-            for _ in range(3):
-                py2()
-            a, b = measure_pair(self.backend, py2, th, reps=5, host_calls=10)
-            out = {
-                "gpu_ms": a.gpu_ms.to_dict() if a.gpu_ms else None,
-                "torch_gpu_ms": b.gpu_ms.to_dict() if b.gpu_ms else None,
-                "ratio": ratio(a.gpu_ms.median, b.gpu_ms.median),
-                "first_call_ms": first,
-                "plan": plan,
-            }
-            log(f"   time_once retry: ratio {fmt(out['ratio'])} with {plan}")
-            return out
-        except Exception as exc:
-            return {"error": f"{type(exc).__name__}: {exc}"}
-
     def pc_last_plan(self) -> str | None:
         """pycudnn's most recently used plan in this thread (engine index, workspace)."""
         try:
@@ -295,6 +247,21 @@ class Child:
         a64, b64 = a.double(), b.double()
         return float((a64 - b64).norm() / max(float(b64.norm()), 1e-30))
 
+    def math(self, tf32: bool) -> Callable[[], AbstractContextManager[None]]:
+        """The math mode an item was built under, for its calls run again later (GPU timing,
+        engine capture): the call caches of both libraries key on it."""
+
+        @contextlib.contextmanager
+        def ctx():
+            self.torch.backends.cudnn.allow_tf32 = tf32
+            try:
+                with self.pc.config.override(allow_tf32=tf32):
+                    yield
+            finally:
+                self.torch.backends.cudnn.allow_tf32 = False
+
+        return ctx
+
     def first_call_ms(self, fn: Callable[[], object]) -> float:
         self.backend.sync()
         t0 = time.perf_counter()
@@ -304,10 +271,9 @@ class Child:
 
     # -- GPU-bound cases ------------------------------------------------------------------------
     def run_case(self, case: Case) -> None:
-        torch = self.torch
         for op in case.ops:
             label = f"case {case.id} {op}"
-            if self.time_left() < 20:
+            if self.out_of_time(20):
                 self.result["skipped"].append(f"{label}: out of time")
                 log(f"SKIP {label}: out of time")
                 continue
@@ -325,8 +291,7 @@ class Child:
             py_side, th_side = SideResult(), SideResult()
             fe_side = SideResult() if self.fe is not None else None
             try:
-                torch.backends.cudnn.allow_tf32 = case.tf32
-                with self.pc.config.override(allow_tf32=case.tf32):
+                with self.math(case.tf32)():
                     built = self.build(case.geom, case.dtype, case.channels_last, op)
                     py, th, py_out, th_out = built
                     # first calls build (heuristic) or autotune the plans
@@ -344,71 +309,89 @@ class Child:
                     fns = [py if py_side.error is None else None, th]
                     if fe_call is not None:
                         fns.append(fe_call.run)
-                    live = [fn for fn in fns if fn is not None]
+                    sides = [py_side, th_side] + ([fe_side] if fe_call is not None else [])
+                    names = [f"{case.id} {op} {n}" for n in ("pycudnn", "torch", "frontend")]
+                    named = zip(names[: len(fns)], fns, sides, strict=True)
+                    live = [(n, fn, sd) for n, fn, sd in named if fn is not None]
                     for _ in range(3):
-                        for fn in live:
+                        for _n, fn, _sd in live:
                             fn()
                     reps = 3 if self.quick else 7
-                    measured = measure_sides(
-                        self.backend, live, reps=reps, host_calls=20, target_ms=5.0
+                    measure_sides(
+                        self.backend,
+                        [fn for _n, fn, _sd in live],
+                        reps=reps,
+                        host_calls=20,
+                        names=[n for n, _fn, _sd in live],
+                        context=self.math(case.tf32),
+                        sides=[sd for _n, _fn, sd in live],
                     )
-                    by_fn = dict(zip(map(id, live), measured, strict=True))
-                    sides = [py_side, th_side] + ([fe_side] if fe_call is not None else [])
-                    for fn, side in zip(fns, sides, strict=True):
-                        if fn is not None:
-                            side.gpu_ms, side.host_us = by_fn[id(fn)].gpu_ms, by_fn[id(fn)].host_us
-                    item["calls_per_block"] = measured[0].extra.get("calls_per_block")
                     keep = [fn if fn is not None else _noop for fn in fns]
                     keep += [_noop] * (3 - len(keep))
                     self.keep.append((f"{case.id} {op}", keep, case.tf32))
                     if py_side.error is None:
                         py_side.extra["plan"] = self.pc_last_plan()
-                        r = ratio(py_side.gpu_ms.median, th_side.gpu_ms.median)
-                        if self.mode == "heuristic" and r is not None and r > 1.05:
-                            item["pycudnn_time_once"] = self.try_time_once(case, op, th)
             except Exception as exc:
                 th_side.error = th_side.error or f"{type(exc).__name__}: {exc}"
                 log(f"{label}: failed: {traceback.format_exc(limit=3)}")
-            finally:
-                torch.backends.cudnn.allow_tf32 = False
-            item["pycudnn"], item["torch"] = py_side.to_dict(), th_side.to_dict()
-            if fe_side is not None:
-                item["frontend"] = fe_side.to_dict()
-            peak = peak_tflops(self.peaks, item["math"])
-            for side, res in (("pycudnn", py_side), ("torch", th_side), ("frontend", fe_side)):
-                if res is not None and res.gpu_ms:
-                    tf = item["flops"] / (res.gpu_ms.median * 1e-3) / 1e12
-                    item[f"tflops_{side}"] = tf
-                    item[f"pct_peak_{side}"] = 100.0 * tf / peak
-                    item[f"gbs_{side}"] = item["min_bytes"] / (res.gpu_ms.median * 1e-3) / 1e9
-            th_ms = th_side.gpu_ms
-            item["ratio"] = ratio(
-                py_side.gpu_ms.median if py_side.gpu_ms else None,
-                th_ms.median if th_ms else None,
-            )
-            item["ratio_min"] = ratio(
-                py_side.gpu_ms.min if py_side.gpu_ms else None,
-                th_ms.min if th_ms else None,
-            )
-            if fe_side is not None:
-                item["ratio_frontend"] = ratio(
-                    fe_side.gpu_ms.median if fe_side.gpu_ms else None,
-                    th_ms.median if th_ms else None,
-                )
             item["seconds"] = round(time.perf_counter() - t_item, 2)
             self.result["items"].append(item)
-            self.flush()
-            fe_txt = ""
-            if fe_side is not None:
-                fe_txt = (
-                    f" frontend {fmt_ms(fe_side.gpu_ms)} ({fmt(item.get('ratio_frontend'))}x, "
-                    f"relerr {fmt(item.get('relerr_frontend'), '.1e')})"
-                )
+            sides3 = (py_side, th_side, fe_side)
+            self.finish_item(item, *sides3, log_it=False)  # the host numbers, saved now
             log(
-                f"{label} {case.title()}: pycudnn {fmt_ms(py_side.gpu_ms)} torch "
-                f"{fmt_ms(th_side.gpu_ms)} ratio {fmt(item['ratio'])} relerr "
-                f"{fmt(item.get('relerr'), '.1e')}{fe_txt} ({item['seconds']} s)"
+                f"{label} {case.title()}: relerr {fmt(item.get('relerr'), '.1e')}, host us "
+                f"pycudnn {fmt_stat(py_side.host_us)} torch {fmt_stat(th_side.host_us)}; GPU "
+                f"time queued ({item['seconds']} s)"
             )
+            self.gpu.then(lambda item=item, sides3=sides3: self.finish_item(item, *sides3))
+
+    def finish_item(
+        self,
+        item: dict[str, Any],
+        py_side: SideResult,
+        th_side: SideResult,
+        fe_side: SideResult | None,
+        log_it: bool = True,
+    ) -> None:
+        """The item's sides and what follows from their GPU times (throughput, ratios)."""
+        item["pycudnn"], item["torch"] = py_side.to_dict(), th_side.to_dict()
+        if fe_side is not None:
+            item["frontend"] = fe_side.to_dict()
+        peak = peak_tflops(self.peaks, item["math"])
+        for side, res in (("pycudnn", py_side), ("torch", th_side), ("frontend", fe_side)):
+            if res is not None and res.gpu_ms:
+                tf = item["flops"] / (res.gpu_ms.median * 1e-3) / 1e12
+                item[f"tflops_{side}"] = tf
+                item[f"pct_peak_{side}"] = 100.0 * tf / peak
+                item[f"gbs_{side}"] = item["min_bytes"] / (res.gpu_ms.median * 1e-3) / 1e9
+        th_ms = th_side.gpu_ms
+        item["ratio"] = ratio(
+            py_side.gpu_ms.median if py_side.gpu_ms else None,
+            th_ms.median if th_ms else None,
+        )
+        item["ratio_min"] = ratio(
+            py_side.gpu_ms.min if py_side.gpu_ms else None,
+            th_ms.min if th_ms else None,
+        )
+        if fe_side is not None:
+            item["ratio_frontend"] = ratio(
+                fe_side.gpu_ms.median if fe_side.gpu_ms else None,
+                th_ms.median if th_ms else None,
+            )
+        self.flush()
+        if not log_it:
+            return
+        fe_txt = ""
+        if fe_side is not None:
+            fe_txt = (
+                f" frontend {fmt_ms(fe_side.gpu_ms)} ({fmt(item.get('ratio_frontend'))}x, "
+                f"relerr {fmt(item.get('relerr_frontend'), '.1e')})"
+            )
+        log(
+            f"case {item['case']} {item['op']} {item['label']}: pycudnn {fmt_ms(py_side.gpu_ms)} "
+            f"torch {fmt_ms(th_side.gpu_ms)} ratio {fmt(item['ratio'])} relerr "
+            f"{fmt(item.get('relerr'), '.1e')}{fe_txt}"
+        )
 
     def frontend_conv(self, case: Case, op: str, side: SideResult | None, label: str):
         """The frontend's graph for one op on the tensors of the last build(), with its own
@@ -532,11 +515,14 @@ class Child:
             self.backend.sync()
             wall[name] = (time.perf_counter() - t0) / 2000 * 1e6
         tiny["wall_us"] = wall
-        try:
-            a, b = measure_pair(self.backend, py_reuse, th_reuse, reps=3, host_calls=300)
-            tiny["gpu_us"] = {"pycudnn": a.gpu_ms.median * 1e3, "torch": b.gpu_ms.median * 1e3}
-        except Exception as exc:
-            tiny["gpu_us"] = {"error": str(exc)}
+        a, b = SideResult(), SideResult()
+        self.gpu.add([("tiny pycudnn", py_reuse, a), ("tiny torch", th_reuse, b)], None)
+
+        def gpu_us() -> None:
+            us = {n: s.gpu_ms.median * 1e3 for n, s in (("pycudnn", a), ("torch", b)) if s.gpu_ms}
+            tiny["gpu_us"] = us or {"error": str(a.extra.get("gpu_error"))}
+
+        self.gpu.then(gpu_us)
         self.interop_costs(x, tiny)
         self.profile_tiny(py_reuse, tiny)
         self.flush()
@@ -920,7 +906,7 @@ class Child:
         for case in FUSION_CASES:
             if not sel.wants(case.id):
                 continue
-            if self.time_left() < 20:
+            if self.out_of_time(20):
                 self.result["skipped"].append(f"fusion {case.id}: out of time")
                 log(f"SKIP fusion {case.id}: out of time")
                 continue
@@ -1023,10 +1009,14 @@ class Child:
                 for fn in live:
                     fn()
             reps = 3 if self.quick else 7
-            measured = measure_sides(self.backend, live, reps=reps, host_calls=20, target_ms=5.0)
-            for n, m in zip(order, measured, strict=True):
-                sides[n].gpu_ms, sides[n].host_us = m.gpu_ms, m.host_us
-            item["calls_per_block"] = measured[0].extra.get("calls_per_block")
+            measure_sides(
+                self.backend,
+                live,
+                reps=reps,
+                host_calls=20,
+                names=[f"{case.id} {n}" for n in order],
+                sides=[sides[n] for n in order],
+            )
             self.keep.append(
                 (
                     f"{case.id} fused",
@@ -1037,6 +1027,15 @@ class Child:
         except Exception as exc:
             sides["torch"].error = sides["torch"].error or f"{type(exc).__name__}: {exc}"
             log(f"{label}: failed: {traceback.format_exc(limit=3)}")
+        item["seconds"] = round(time.perf_counter() - t_item, 2)
+        self.result["fusion"].append(item)
+        self.finish_fusion(item, sides, log_it=False)  # the host numbers, saved now
+        self.gpu.then(lambda: self.finish_fusion(item, sides))
+
+    def finish_fusion(
+        self, item: dict[str, Any], sides: dict[str, SideResult], log_it: bool = True
+    ) -> None:
+        """The fusion item's sides and what follows from their GPU times."""
         for n, side in sides.items():
             item[n] = side.to_dict()
             if side.gpu_ms:
@@ -1047,18 +1046,18 @@ class Child:
             if side is not None:
                 key = "ratio" if n == "pycudnn" else "ratio_frontend"
                 item[key] = ratio(side.gpu_ms.median if side.gpu_ms else None, th_ms)
-        item["seconds"] = round(time.perf_counter() - t_item, 2)
-        self.result["fusion"].append(item)
         self.flush()
+        if not log_it:
+            return
         fe = sides.get("frontend")
         fe_txt = ""
         if fe is not None:
             fe_txt = f" frontend {fmt_ms(fe.gpu_ms)} ({fmt(item.get('ratio_frontend'))}x)"
         log(
-            f"{label} {case.title()}: pycudnn {fmt_ms(sides['pycudnn'].gpu_ms)} torch "
-            f"{fmt_ms(sides['torch'].gpu_ms)} ratio {fmt(item.get('ratio'))}{fe_txt} fused "
+            f"fusion {item['case']} {item['label']}: pycudnn {fmt_ms(sides['pycudnn'].gpu_ms)} "
+            f"torch {fmt_ms(sides['torch'].gpu_ms)} ratio {fmt(item.get('ratio'))}{fe_txt} fused "
             f"{sides['pycudnn'].extra.get('fused')} relerr py "
-            f"{fmt(item.get('relerr_pycudnn'), '.1e')} ({item['seconds']} s)"
+            f"{fmt(item.get('relerr_pycudnn'), '.1e')}"
         )
 
     def pc_last_call_info(self) -> dict[str, Any]:
@@ -1096,16 +1095,13 @@ class Child:
             self.backend.sync()
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for _label, fns, tf32 in self.keep:
-                    # the same math mode as when timed (the call caches key on it)
-                    torch.backends.cudnn.allow_tf32 = tf32
-                    with self.pc.config.override(allow_tf32=tf32):
+                    with self.math(tf32)():  # the same math mode as when timed
                         for fn in fns:
-                            torch.cuda._sleep(1)
+                            torch.cuda._sleep(1)  # a marker kernel between the calls, not a timer
                             try:
                                 fn()
                             except Exception:
                                 pass
-                torch.backends.cudnn.allow_tf32 = False
                 torch.cuda._sleep(1)
                 self.backend.sync()
             kernels = _kernel_events(prof)
@@ -1159,14 +1155,16 @@ class Child:
             for case in GPU_CASES:
                 if sel.wants(case.id):
                     self.run_case(case)
+            # every queued GPU time in one nvbench run; before the profiler (CUPTI) attaches
+            self.section("gpu", lambda: self.gpu.run(self.time_left() - 10), reserve=False)
             self.section("engines", self.capture_engines)
         self.result["pycudnn_plan_cache"] = self.pc_cache_info()
         self.result["seconds"] = round(time.perf_counter() - t0, 1)
         self.flush()
         log(f"{self.mode}: done in {self.result['seconds']} s")
 
-    def section(self, name: str, fn: Callable[[], None]) -> None:
-        if self.time_left() < 15:
+    def section(self, name: str, fn: Callable[[], object], reserve: bool = True) -> None:
+        if self.out_of_time(15) if reserve else self.time_left() < 15:
             self.result["skipped"].append(f"{name}: out of time")
             return
         try:
@@ -1209,7 +1207,13 @@ def fmt(v: float | None, spec: str = ".3f") -> str:
 
 
 def fmt_ms(s: Stats | None) -> str:
-    return "n/a" if s is None else f"{s.median:.4f} ms"
+    if s is None:
+        return "n/a"
+    return f"{s.median:.4f} ms" + ("" if s.iqr is None else f" (IQR {s.iqr:.4f})")
+
+
+def fmt_stat(s: Stats | None, spec: str = ".1f") -> str:
+    return "n/a" if s is None else format(s.median, spec)
 
 
 def child_main(

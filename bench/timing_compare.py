@@ -1,4 +1,4 @@
-"""bench/'s own timing loops against maintained tools, on the same cases (GPU machine).
+"""bench/'s timing against other maintained tools, on the same cases (GPU machine).
 
 Two cases, each timed for pycudnn and for torch by every method:
 
@@ -6,12 +6,15 @@ Two cases, each timed for pycudnn and for torch by every method:
   bfloat16, channels-last, forward), GPU ms per call;
 * **host**: the tiny convolution (1x8x8x8 float32, 3x3, ``out=`` reused), host µs per call.
 
-Methods: bench's own (``runner.TorchBackend``: CUDA events behind a spin kernel for GPU time, a
-``perf_counter`` loop for host time, repetitions alternated by ``harness.alternate_many``);
-``torch.utils.benchmark.Timer.blocked_autorange`` (synchronises at each block's edges, so it
-times wall per call); pyperf (host time, worker processes, ``bench_time_func``); NVIDIA's
-nvbench bindings (``cuda-bench``: its batched GPU time and its cold GPU time) when importable.
-Each prints median and IQR (q3 - q1) with the sample count.
+Methods: bench's (``bench/timing.py``: a ``perf_counter`` loop for host time, repetitions
+alternated by ``harness.alternate_many``; nvbench's cold measurement, ``cuda-bench``, for GPU
+time); ``torch.utils.benchmark.Timer.blocked_autorange`` (synchronises at each block's edges, so
+it times wall per call); pyperf (host time, worker processes, ``bench_time_func``). Each prints
+median and IQR (q3 - q1) with the sample count.
+
+The first run (docs/benchmarks/timing-compare.*) also timed bench's former GPU timer, CUDA
+events behind a ``torch.cuda._sleep`` spin kernel: nvbench's cold time matched it with a
+narrower IQR, so bench/ adopted nvbench and removed that timer.
 
 Run: ``PYTHONPATH=. python3 bench/timing_compare.py`` (pyperf and cuda-bench from carried
 wheels when the machine lacks them; see docs/BENCHMARKS.md).
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,21 +34,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import alternate_many
+from bench.harness import Stats, measure_sides
 
 RESULTS: dict[str, Any] = {}
 
 
-def spread(vals: list[float]) -> dict[str, float]:
+def spread(vals: list[float] | Stats) -> dict[str, float]:
     """Median, IQR (q3 - q1), min, max and count of *vals*."""
-    q = statistics.quantiles(vals, n=4, method="inclusive") if len(vals) > 1 else [vals[0]] * 3
-    return {
-        "median": statistics.median(vals),
-        "iqr": q[2] - q[0],
-        "min": min(vals),
-        "max": max(vals),
-        "n": len(vals),
-    }
+    s = vals if isinstance(vals, Stats) else Stats.of(vals)
+    return {"median": s.median, "iqr": s.iqr or 0.0, "min": s.min, "max": s.max, "n": s.n}
 
 
 def show(case: str, method: str, side: str, unit: str, s: dict[str, float]) -> None:
@@ -91,26 +87,36 @@ def setup(case: str) -> tuple[Callable[[], object], Callable[[], object]]:
     return py, th
 
 
-def ours(case: str, fns: dict[str, Callable[[], object]], reps: int) -> None:
-    """bench's own loops: runner.TorchBackend, alternated repetitions."""
+def ours(case: str, fns: dict[str, Callable[[], object]], reps: int, queue: Any | None) -> None:
+    """bench's timing (bench/timing.py): host loops alternated now; with *queue*, the GPU time
+    of each side queued for the one nvbench run at the end."""
     import torch
 
-    from bench.harness import calls_for
-    from bench.runner import TorchBackend
+    from bench.timing import TorchBackend
 
-    be = TorchBackend(torch)
+    be = TorchBackend(torch, queue)
     names = list(fns)
-    host_calls = 300 if case == "host" else 30
-    host = alternate_many(
-        [lambda f=fns[n]: be.host_us_per_call(f, host_calls) for n in names], reps
+    sides = measure_sides(
+        be,
+        list(fns.values()),
+        reps=reps,
+        host_calls=300 if case == "host" else 30,
+        gpu=queue is not None,
+        names=[f"{case} {n}" for n in names],
     )
-    for n, vals in zip(names, host, strict=True):
-        show(case, "bench TorchBackend host", n, "us", spread(vals))
-    hint = max(statistics.median(v) for v in host)
-    calls = calls_for(max(be.gpu_ms_per_call(fns[n], 3, hint) for n in names), 3.0, hi=200)
-    dev = alternate_many([lambda f=fns[n]: be.gpu_ms_per_call(f, calls, hint) for n in names], reps)
-    for n, vals in zip(names, dev, strict=True):
-        show(case, f"bench TorchBackend gpu x{calls}", n, "ms", spread(vals))
+    for n, side in zip(names, sides, strict=True):
+        if side.host_us is not None:
+            show(case, "bench host loop", n, "us", spread(side.host_us))
+    if queue is not None:
+
+        def gpu() -> None:
+            for n, side in zip(names, sides, strict=True):
+                if side.gpu_ms is None:
+                    print(f"{case:5} bench gpu {n}: {side.extra.get('gpu_error')}", flush=True)
+                else:
+                    show(case, "bench gpu (nvbench cold)", n, "ms", spread(side.gpu_ms))
+
+        queue.then(gpu)
 
 
 def timer(case: str, fns: dict[str, Callable[[], object]], min_run_time: float) -> None:
@@ -177,64 +183,6 @@ def pyperf_case(processes: int, values: int, loops: int) -> None:
             show("host", f"pyperf p{processes}xn{values}xl{loops}", side, "us", spread(vals))
 
 
-# -- cuda-bench (nvbench): GPU time on its own stream ----------------------------------------------
-def nvbench_case(case: str, fns_on_stream: dict[str, Callable[[Any], object]]) -> None:
-    import cuda.bench as nvb
-    import torch
-
-    for side, fn in fns_on_stream.items():
-
-        def bench(state: Any, fn: Callable[[Any], object] = fn) -> None:
-            def launch(lch: Any) -> None:
-                s = torch.cuda.ExternalStream(lch.get_stream().addressof())
-                with torch.cuda.stream(s):
-                    fn(s)
-
-            state.exec(launch)
-
-        nvb.register(bench).set_name(f"{case}-{side}")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "nvbench.json"
-        argv = ["nvbench", "--json", str(out), "--timeout", "4", "--quiet"]
-        try:
-            nvb.run_all_benchmarks(argv)
-        except SystemExit:
-            pass
-        data = json.loads(out.read_text())
-    for b in data.get("benchmarks", []):
-        for st in b.get("states", []):
-            for summ in st.get("summaries", []):
-                tag = summ.get("tag", "")
-                if "time" not in tag and "sample_size" not in tag:
-                    continue
-                vals = {d.get("name"): d.get("value") for d in summ.get("data", [])}
-                print(f"{case:5} cuda-bench {b.get('name'):12} {tag:40} {vals}", flush=True)
-                RESULTS.setdefault(case, {}).setdefault("cuda-bench", {}).setdefault(
-                    b.get("name"), {}
-                )[tag] = vals
-
-
-def on_stream(case: str) -> dict[str, Callable[[Any], object]]:
-    """The case's two calls, issued on the stream nvbench gives."""
-    import torch
-    import torch.nn.functional as F
-
-    import pycudnn
-
-    setup(case)  # warm (plans cached) and checked
-    x = torch.randn(256, 64, 56, 56, device="cuda", dtype=torch.bfloat16)
-    x = x.to(memory_format=torch.channels_last)
-    w = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.bfloat16)
-    w = w.to(memory_format=torch.channels_last)
-    y = torch.empty_like(x)
-    return {
-        "pycudnn": lambda s: pycudnn.dnn_conv(
-            x, w, border_mode=(1, 1), conv_mode="cross", out=y, stream=s.cuda_stream
-        ),
-        "torch": lambda s: F.conv2d(x, w, None, 1, 1),
-    }
-
-
 def main(argv: list[str]) -> int:
     if "--pyperf-run" in argv:
         sys.argv = [sys.argv[0], *[a for a in argv if a != "--pyperf-run"]]
@@ -242,22 +190,22 @@ def main(argv: list[str]) -> int:
         return 0
     import torch
 
+    from bench.timing import GpuQueue
+
     t0 = time.time()
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}", flush=True)
+    queue = GpuQueue(torch)  # no cuda-bench: NvbenchMissing names the install line
     for case, reps, min_run in (("gpu", 9, 1.0), ("host", 9, 1.0)):
         py, th = setup(case)
         fns = {"pycudnn": py, "torch": th}
-        ours(case, fns, reps)
+        ours(case, fns, reps, queue if case == "gpu" else None)
         timer(case, fns, min_run)
-        ours(case, fns, reps)  # again after the Timer: drift shows as a change between the two
-    for name, step in (
-        ("pyperf", lambda: pyperf_case(processes=4, values=5, loops=2000)),
-        ("cuda-bench", lambda: nvbench_case("gpu", on_stream("gpu"))),
-    ):
-        try:
-            step()
-        except Exception as exc:
-            print(f"{name}: not measured: {type(exc).__name__}: {exc}", flush=True)
+        ours(case, fns, reps, None)  # again after the Timer: drift shows as a change
+    try:
+        pyperf_case(processes=4, values=5, loops=2000)
+    except Exception as exc:
+        print(f"pyperf: not measured: {type(exc).__name__}: {exc}", flush=True)
+    queue.run()
     out = os.environ.get("OUT")
     if out:
         Path(out, "timing_compare.json").write_text(json.dumps(RESULTS, indent=1))

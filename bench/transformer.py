@@ -13,9 +13,9 @@ is set to it) and on the one libcudnn torch loaded. Method, as in ``bench/ops.py
   max |ref|, printed); a failing check marks the case FAIL (it is still timed, but left out of
   the target ratios) and the run goes on. Every case is wrapped, so an exception prints its text
   and the next case runs.
-* GPU ms = median over repetitions of CUDA-event time per call of back-to-back calls queued
-  behind a spin kernel (``bench/harness.py`` ``measure_sides`` with ``bench/runner.py``'s
-  ``TorchBackend``), the sides alternating (A,B,C, C,B,A, ...).
+* GPU ms = median (and IQR) per call of nvbench's cold measurement (``cuda-bench``, see
+  ``bench/timing.py``): every case's calls are queued and timed in one nvbench run at the end,
+  after which the ratios and each case's line are printed.
 * Host us per call = wall time of n back-to-back calls / n with the GPU idle at start
   (``TorchBackend.host_us_per_call``), repetitions alternating between the sides.
 
@@ -71,7 +71,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.harness import Stats, alternate_many, measure_sides, peaks_for, ratio  # noqa: E402
-from bench.runner import TorchBackend  # noqa: E402
+from bench.timing import GpuQueue, NvbenchMissing, TorchBackend  # noqa: E402
 
 GROUPS = ("sdpa", "host", "matmul", "norm")
 _null = contextlib.nullcontext
@@ -131,7 +131,8 @@ class Bench:
         self.pc = pycudnn
         self.quick = quick
         self.reps = 3 if quick else 5
-        self.backend = TorchBackend(torch)
+        self.queue = GpuQueue(torch, quick=quick)
+        self.backend = TorchBackend(torch, self.queue)
         self.s = int(torch.cuda.current_stream().cuda_stream)
         gpu = torch.cuda.get_device_name()
         self.peaks, how = peaks_for(gpu)
@@ -147,6 +148,7 @@ class Bench:
             "pycudnn": getattr(pycudnn, "__version__", "?"),
             "stream": self.s,
             "quick": quick,
+            "gpu_timer": self.queue.info,
             "matmul_bf16_reduced_precision_reduction": bool(
                 torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
             ),
@@ -201,25 +203,45 @@ class Bench:
         return max(self.relerr(m, r) for m, r in zip(mine, refs, strict=True))
 
     def time_sides(
-        self, fns: dict[str, Callable[[], object]], host_calls: int = 3, warm: int = 2
-    ) -> dict[str, dict[str, float]]:
-        """GPU ms (and host us) per call of every side, alternating; {} sides raise through."""
+        self,
+        fns: dict[str, Callable[[], object]],
+        label: str,
+        then: Callable[[dict[str, dict[str, Any]]], None],
+        host_calls: int = 3,
+        warm: int = 2,
+    ) -> None:
+        """Host us per call of every side now, alternating; GPU ms queued. After the queue's
+        one nvbench run, *then* gets {side: {"gpu_ms", "gpu_iqr_ms", "gpu_ms_min", "host_us"}}
+        (a side without a GPU time: {"gpu_error"}). Errors before the queue raise through."""
         if not fns:
-            return {}
+            return
         for fn in fns.values():
             for _ in range(warm):
                 fn()
         self.backend.sync()
-        res = measure_sides(self.backend, list(fns.values()), reps=self.reps, host_calls=host_calls)
-        out = {}
-        for name, r in zip(fns, res, strict=True):
-            out[name] = {
-                "gpu_ms": r.gpu_ms.median,
-                "gpu_ms_min": r.gpu_ms.min,
-                "host_us": r.host_us.median,
-                "calls_per_block": r.extra.get("calls_per_block"),
-            }
-        return out
+        res = measure_sides(
+            self.backend,
+            list(fns.values()),
+            reps=self.reps,
+            host_calls=host_calls,
+            names=[f"{label} {n}" for n in fns],
+        )
+
+        def done() -> None:
+            out: dict[str, dict[str, Any]] = {}
+            for name, r in zip(fns, res, strict=True):
+                if r.gpu_ms is None:
+                    out[name] = {"gpu_error": str(r.extra.get("gpu_error"))}
+                    continue
+                out[name] = {
+                    "gpu_ms": r.gpu_ms.median,
+                    "gpu_iqr_ms": r.gpu_ms.iqr,
+                    "gpu_ms_min": r.gpu_ms.min,
+                    "host_us": r.host_us.median if r.host_us else None,
+                }
+            then(out)
+
+        self.queue.then(done)
 
     def done_case(self) -> None:
         self.backend.sync()
@@ -424,19 +446,32 @@ class Bench:
         item["check"] = "ok" if ok else "FAIL"
         self.backend.sync()
 
-        # -- time -----------------------------------------------------------------------------
+        # -- time: host now, GPU in the one nvbench run at the end; ratios and the line after
         for phase, fns in (("fwd", fwd_fns), ("fwdbwd", fb_fns)):
+            fl = item["flops_fwd"] if phase == "fwd" else item["flops_fwdbwd"]
+
+            def got(timed: dict[str, dict[str, Any]], phase: str = phase, fl: float = fl) -> None:
+                for name, r in timed.items():
+                    if "gpu_ms" not in r:
+                        sides[name]["time_error"] = r["gpu_error"]
+                        continue
+                    sides[name][f"{phase}_ms"] = r["gpu_ms"]
+                    sides[name][f"{phase}_iqr_ms"] = r["gpu_iqr_ms"]
+                    sides[name][f"{phase}_ms_min"] = r["gpu_ms_min"]
+                    sides[name][f"{phase}_tflops"] = fl / (r["gpu_ms"] * 1e-3) / 1e12
+
             try:
-                timed = self.time_sides(fns)
+                self.time_sides(fns, f"{label} {phase}", got)
             except Exception as exc:
                 item[f"time_error_{phase}"] = _err_text(exc)
                 log(f"{label} {phase}: timing failed: {traceback.format_exc(limit=3)}")
-                continue
-            fl = item["flops_fwd"] if phase == "fwd" else item["flops_fwdbwd"]
-            for name, r in timed.items():
-                sides[name][f"{phase}_ms"] = r["gpu_ms"]
-                sides[name][f"{phase}_ms_min"] = r["gpu_ms_min"]
-                sides[name][f"{phase}_tflops"] = fl / (r["gpu_ms"] * 1e-3) / 1e12
+        self.queue.then(lambda: self.sdpa_ratios(item))
+        return item
+
+    def sdpa_ratios(self, item: dict[str, Any]) -> None:
+        """An SDPA case's ratios from its GPU times, and its line."""
+        sides = item["sides"]
+        py, fe_side = sides["pycudnn"], sides["frontend"]
         for phase in ("fwd", "fwdbwd"):
             mine = py.get(f"{phase}_ms")
             torch_ms = [sides[n].get(f"{phase}_ms") for n in TORCH_SDPA]
@@ -448,7 +483,7 @@ class Bench:
             item[f"ratio_cudnn_{phase}"] = ratio(mine, sides["cudnn"].get(f"{phase}_ms"))
             if phase == "fwd":
                 item["ratio_frontend_fwd"] = ratio(mine, fe_side.get("fwd_ms"))
-        return item
+        log(self.sdpa_line(item))
 
     @staticmethod
     def sdpa_line(it: dict[str, Any]) -> str:
@@ -459,9 +494,15 @@ class Bench:
                 why = sd.get("error") or sd.get("time_error") or it.get("time_error_fwd") or "?"
                 parts.append(f"| {name} n/a ({why[:160]})")
                 continue
-            txt = f"| {name} fwd {sd['fwd_ms']:.3f} ms ({sd['fwd_tflops']:.0f} TF/s)"
+            txt = (
+                f"| {name} fwd {sd['fwd_ms']:.3f} ms (IQR {sd['fwd_iqr_ms']:.3f}, "
+                f"{sd['fwd_tflops']:.0f} TF/s)"
+            )
             if "fwdbwd_ms" in sd:
-                txt += f" fwd+bwd {sd['fwdbwd_ms']:.3f} ms ({sd['fwdbwd_tflops']:.0f} TF/s)"
+                txt += (
+                    f" fwd+bwd {sd['fwdbwd_ms']:.3f} ms (IQR {sd['fwdbwd_iqr_ms']:.3f}, "
+                    f"{sd['fwdbwd_tflops']:.0f} TF/s)"
+                )
             elif name != "frontend":
                 why = sd.get("error_bwd") or it.get("time_error_fwdbwd") or "?"
                 txt += f" fwd+bwd n/a ({why[:120]})"
@@ -485,9 +526,8 @@ class Bench:
             for shape in shapes:
                 for causal in (False, True):
                     label = f"SDPA {dtype} {shape} causal={int(causal)}"
-                    try:
+                    try:  # its line is printed once the GPU times are in
                         it = self.sdpa_case(dtype, shape, causal, shape == SDPA_SHAPES[0])
-                        log(self.sdpa_line(it))
                     except Exception as exc:
                         it = {"case": label, "error": _err_text(exc), "check": "FAIL"}
                         log(f"{label}: ERROR {it['error']}\n{traceback.format_exc(limit=4)}")
@@ -667,16 +707,25 @@ class Bench:
                 sub["relerr"] = self.relerr(out, ref)
                 sub["check"] = "ok" if sub["relerr"] <= TOL_MATMUL else "FAIL"
                 del ref
-                timed = self.time_sides({"pycudnn": py, "torch": th})
-                for side, r in timed.items():
-                    sub[f"{side}_ms"] = r["gpu_ms"]
-                    sub[f"{side}_tflops"] = flops / (r["gpu_ms"] * 1e-3) / 1e12
-                    sub[f"{side}_pct_peak"] = 100 * sub[f"{side}_tflops"] / self.peaks.bf16
-                sub["ratio"] = ratio(sub["pycudnn_ms"], sub["torch_ms"])
+
+                def got(timed: dict[str, dict[str, Any]], sub: dict[str, Any] = sub) -> None:
+                    for side, r in timed.items():
+                        if "gpu_ms" not in r:
+                            sub["error"] = f"{side}: no GPU time: {r['gpu_error']}"
+                            continue
+                        sub[f"{side}_ms"] = r["gpu_ms"]
+                        sub[f"{side}_iqr_ms"] = r["gpu_iqr_ms"]
+                        sub[f"{side}_tflops"] = flops / (r["gpu_ms"] * 1e-3) / 1e12
+                        sub[f"{side}_pct_peak"] = 100 * sub[f"{side}_tflops"] / self.peaks.bf16
+                    if "error" not in sub:
+                        sub["ratio"] = ratio(sub["pycudnn_ms"], sub["torch_ms"])
+
+                self.time_sides({"pycudnn": py, "torch": th}, f"{item['case']} {key}", got)
             except Exception as exc:
                 sub["error"] = _err_text(exc)
                 sub["check"] = "FAIL"
                 log(f"{item['case']} {key}: ERROR {traceback.format_exc(limit=4)}")
+        self.queue.then(lambda: log(self.matmul_line(item)))
         return item
 
     @staticmethod
@@ -688,18 +737,18 @@ class Bench:
                 parts.append(f"| {what} n/a ({str(sub.get('error'))[:200]})")
                 continue
             parts.append(
-                f"| {what} py {sub['pycudnn_ms']:.3f} ms ({sub['pycudnn_tflops']:.0f} TF/s, "
-                f"{sub['pycudnn_pct_peak']:.0f}%) torch {sub['torch_ms']:.3f} ms "
-                f"({sub['torch_tflops']:.0f} TF/s) x{sub['ratio']:.3f} err {sub['relerr']:.1e} "
+                f"| {what} py {sub['pycudnn_ms']:.3f} ms (IQR {sub['pycudnn_iqr_ms']:.3f}, "
+                f"{sub['pycudnn_tflops']:.0f} TF/s, {sub['pycudnn_pct_peak']:.0f}%) torch "
+                f"{sub['torch_ms']:.3f} ms (IQR {sub['torch_iqr_ms']:.3f}, "
+                f"{sub['torch_tflops']:.0f} TF/s) x{sub['ratio']:.3f} err {sub['relerr']:.1e} "
                 f"{sub['check']}"
             )
         return " ".join(parts)
 
     def run_matmul(self) -> None:
         for shape in MATMUL_SHAPES:
-            try:
+            try:  # its line is printed once the GPU times are in
                 it = self.matmul_case(shape)
-                log(self.matmul_line(it))
             except Exception as exc:
                 it = {"case": f"matmul bf16 {shape}", "error": _err_text(exc)}
                 log(f"{it['case']}: ERROR {it['error']}\n{traceback.format_exc(limit=4)}")
@@ -774,7 +823,7 @@ class Bench:
             fwd["relerr"] = self.relerr(y_py, ref)
             fwd["check"] = "ok" if fwd["relerr"] <= TOL_NORM else "FAIL"
             del ref
-            self.time_norm(fwd, py_fwd, th_fwd, bytes_fwd)
+            self.time_norm(fwd, py_fwd, th_fwd, bytes_fwd, f"{item['case']} fwd")
         except Exception as exc:
             fwd["error"] = _err_text(exc)
             fwd["check"] = "FAIL"
@@ -802,22 +851,33 @@ class Bench:
             bwd["relerr"] = max(errs)
             bwd["check"] = "ok" if bwd["relerr"] <= TOL_NORM_BWD else "FAIL"
             del ref_g, got
-            self.time_norm(bwd, py_bwd, th_bwd, bytes_bwd)
+            self.time_norm(bwd, py_bwd, th_bwd, bytes_bwd, f"{item['case']} bwd")
         except Exception as exc:
             bwd["error"] = _err_text(exc)
             bwd["check"] = "FAIL"
             log(f"{item['case']} bwd: ERROR {traceback.format_exc(limit=4)}")
+        self.queue.then(lambda: log(self.norm_line(item)))
         return item
 
-    def time_norm(self, sub: dict[str, Any], py: Callable, th: Callable, nbytes: int) -> None:
-        timed = self.time_sides({"pycudnn": py, "torch": th})
+    def time_norm(
+        self, sub: dict[str, Any], py: Callable, th: Callable, nbytes: int, label: str
+    ) -> None:
         peak_gbs = self.peaks.mem_tbs * 1e3
-        for side, r in timed.items():
-            gbs = nbytes / (r["gpu_ms"] * 1e-3) / 1e9
-            sub[f"{side}_ms"] = r["gpu_ms"]
-            sub[f"{side}_GBs"] = gbs
-            sub[f"{side}_pct_bw"] = 100 * gbs / peak_gbs
-        sub["ratio"] = ratio(sub["pycudnn_ms"], sub["torch_ms"])
+
+        def got(timed: dict[str, dict[str, Any]]) -> None:
+            for side, r in timed.items():
+                if "gpu_ms" not in r:
+                    sub["error"] = f"{side}: no GPU time: {r['gpu_error']}"
+                    continue
+                gbs = nbytes / (r["gpu_ms"] * 1e-3) / 1e9
+                sub[f"{side}_ms"] = r["gpu_ms"]
+                sub[f"{side}_iqr_ms"] = r["gpu_iqr_ms"]
+                sub[f"{side}_GBs"] = gbs
+                sub[f"{side}_pct_bw"] = 100 * gbs / peak_gbs
+            if "error" not in sub:
+                sub["ratio"] = ratio(sub["pycudnn_ms"], sub["torch_ms"])
+
+        self.time_sides({"pycudnn": py, "torch": th}, label, got)
 
     @staticmethod
     def norm_line(it: dict[str, Any]) -> str:
@@ -828,9 +888,10 @@ class Bench:
                 parts.append(f"| {key} n/a ({str(sub.get('error'))[:200]})")
                 continue
             parts.append(
-                f"| {key} py {sub['pycudnn_ms']:.4f} ms ({sub['pycudnn_GBs']:.0f} GB/s "
-                f"{sub['pycudnn_pct_bw']:.0f}%) torch {sub['torch_ms']:.4f} ms "
-                f"({sub['torch_GBs']:.0f} GB/s {sub['torch_pct_bw']:.0f}%) x{sub['ratio']:.3f} "
+                f"| {key} py {sub['pycudnn_ms']:.4f} ms (IQR {sub['pycudnn_iqr_ms']:.4f}, "
+                f"{sub['pycudnn_GBs']:.0f} GB/s {sub['pycudnn_pct_bw']:.0f}%) torch "
+                f"{sub['torch_ms']:.4f} ms (IQR {sub['torch_iqr_ms']:.4f}, "
+                f"{sub['torch_GBs']:.0f} GB/s {sub['torch_pct_bw']:.0f}%) x{sub['ratio']:.3f} "
                 f"err {sub['relerr']:.1e} {sub['check']}"
             )
         return " ".join(parts)
@@ -838,9 +899,8 @@ class Bench:
     def run_norm(self) -> None:
         for shape in NORM_SHAPES:
             for kind in ("layer_norm", "rms_norm"):
-                try:
+                try:  # its line is printed once the GPU times are in
                     it = self.norm_case(kind, shape)
-                    log(self.norm_line(it))
                 except Exception as exc:
                     it = {"case": f"{kind} bf16 {shape}", "error": _err_text(exc)}
                     log(f"{it['case']}: ERROR {it['error']}\n{traceback.format_exc(limit=4)}")
@@ -977,7 +1037,7 @@ def summary(res: dict[str, Any]) -> list[str]:
 
 
 def run(only: set[str] | None, quick: bool, frontend: bool) -> dict[str, Any]:
-    bench = Bench(quick, frontend)
+    bench = Bench(quick, frontend)  # no cuda-bench: NvbenchMissing before any case
     t0 = time.perf_counter()
     for group, fn in (
         ("sdpa", bench.run_sdpa),
@@ -993,7 +1053,9 @@ def run(only: set[str] | None, quick: bool, frontend: bool) -> dict[str, Any]:
         except Exception as exc:  # a whole group failing must not hide the others
             bench.results[f"{group}_error"] = _err_text(exc)
             log(f"{group}: ERROR {traceback.format_exc(limit=6)}")
-        log(f"{group} done in {time.perf_counter() - g0:.1f} s")
+        log(f"{group} built and host-timed in {time.perf_counter() - g0:.1f} s")
+    log(f"GPU time of {len(bench.queue.jobs)} calls: {bench.queue.info['tool']}")
+    bench.queue.run()
     bench.meta["total_s"] = time.perf_counter() - t0
     return bench.results
 
@@ -1014,7 +1076,11 @@ def main(argv: list[str] | None = None) -> int:
     only = {g.strip() for g in args.only.split(",") if g.strip()} if args.only else None
     if only and not only <= set(GROUPS):
         p.error(f"unknown group(s) {sorted(only - set(GROUPS))}; choose from {', '.join(GROUPS)}")
-    res = run(only, args.quick, not args.no_frontend)
+    try:
+        res = run(only, args.quick, not args.no_frontend)
+    except NvbenchMissing as exc:
+        print(f"[transformer] {exc}", file=sys.stderr, flush=True)
+        return 2
     res["summary"] = summary(res)
     text = json.dumps(res, indent=1, default=str)
     for path in filter(

@@ -40,6 +40,7 @@ ON_INDEX = frozenset(
         "transformers",
         "pyperf",
         "matplotlib",
+        "cuda-bench",  # bench/'s GPU timer (NVIDIA's nvbench bindings)
     }
 )
 # every place that tells a user what to install

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
+import sys
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -28,8 +29,9 @@ __all__ = [
     "numpy_dtype",
     "read_attrs",
     "read_buffers",
-    "unpacker",
+    "signature",
     "take_error",
+    "unpacker",
 ]
 
 # XLA_FFI_DataType -> numpy dtype name (bfloat16 and the float8s: ml_dtypes', which JAX needs)
@@ -224,8 +226,12 @@ def unpacker(cls: type[ctypes.Structure], paths: list[str]) -> struct.Struct:
 _BUFFER = unpacker(_capi.Buffer, ["dtype", "data", "rank", "dims"])
 _BUFFER_SIZE = _BUFFER.size
 _ADDRESSES: dict[int, struct.Struct] = {}  # count -> "=nQ"
-_string_at = ctypes.string_at
 _new = tuple.__new__
+
+#: the process's memory as one read-only-by-use buffer: ``struct.unpack_from(MEMORY, address)``
+#: reads a frame's fields at a quarter of ``ctypes.string_at``'s cost (a foreign call each), on
+#: the per-call path; like ``string_at`` it trusts the address XLA passed
+MEMORY = memoryview((ctypes.c_char * sys.maxsize).from_address(0))
 
 
 def _addresses(addr: int, count: int) -> tuple[int, ...]:
@@ -233,7 +239,7 @@ def _addresses(addr: int, count: int) -> tuple[int, ...]:
     s = _ADDRESSES.get(count)
     if s is None:
         s = _ADDRESSES[count] = struct.Struct(f"={count}q")
-    return s.unpack(_string_at(addr, s.size))
+    return s.unpack_from(MEMORY, addr)
 
 
 def read_buffers(count: int, pointers: int, kind: type[Buffer]) -> tuple[Buffer, ...]:
@@ -243,46 +249,145 @@ def read_buffers(count: int, pointers: int, kind: type[Buffer]) -> tuple[Buffer,
         return ()
     out = []
     for addr in _addresses(pointers, count):
-        code, data, rank, dims = _BUFFER.unpack(_string_at(addr, _BUFFER_SIZE))
+        code, data, rank, dims = _BUFFER.unpack_from(MEMORY, addr)
         shape = _addresses(dims, rank) if rank else ()
         out.append(_new(kind, (data, shape, _DTYPES.get(code) or numpy_dtype(code), code)))
     return tuple(out)
 
 
+#: an XLA_FFI_Attrs' size and its three arrays (types, names, values)
+_ATTRS = unpacker(_capi.Attrs, ["size", "types", "names", "attrs"])
+_SPAN = unpacker(_capi.ByteSpan, ["ptr", "len"])
+_STRING = int(_capi.AttrType.STRING)
+
+
+def signature(count: int, pointers: int, ptrs: list[int], sig: list[Any]) -> None:
+    """Append the data pointers of the *count* ``XLA_FFI_Buffer*`` at *pointers* to *ptrs*, and
+    to *sig* what a call specialized on them depends on: per buffer its dtype code, its dims
+    (raw bytes: hashable, no unpack) and its pointer's residue mod 16 (the alignment cuDNN's
+    plans are built for)."""
+    if not count:
+        return
+    for addr in _addresses(pointers, count):
+        code, data, rank, dims = _BUFFER.unpack_from(MEMORY, addr)
+        ptrs.append(data)
+        sig.append(code)
+        sig.append(MEMORY[dims : dims + 8 * rank].tobytes())
+        sig.append(data & 15)
+
+
 class Call:
     """One execution of a registered handler, as its Python function sees it.
+
+    What the frame holds is read when first asked for (an operation that needs only its
+    pointers pays for nothing else), and only while the call runs: a read after the function
+    returned raises ``RuntimeError`` (XLA's frame is gone by then).
 
     Attributes
     ----------
     target : str
         The FFI target's name.
-    args : tuple of Buffer
-        The operands, in ``ffi_call`` order (:class:`HostBuffer` on the CPU platform,
-        :class:`DeviceBuffer` on a GPU).
-    rets : tuple of Buffer
-        The results, to be written.
-    attrs : dict
-        The keyword attributes given to the ``ffi_call``'d function.
     """
 
-    __slots__ = ("_api", "_ctx", "_stream", "args", "attrs", "rets", "target")
+    __slots__ = (
+        "_api",
+        "_args",
+        "_attrs",
+        "_ctx",
+        "_frame",
+        "_kind",
+        "_live",
+        "_rets",
+        "_stream",
+        "target",
+    )
 
     def __init__(
         self,
         target: str,
-        args: tuple[Buffer, ...],
-        rets: tuple[Buffer, ...],
-        attrs: dict[str, Any],
+        frame: tuple[int, int, int, int, int],
+        kind: type[Buffer],
         api: _capi.Api,
         ctx: int | None,
     ):
         self.target = target
-        self.args = args
-        self.rets = rets
-        self.attrs = attrs
+        self._frame = frame  # n_args, args, n_rets, rets, the address of XLA_FFI_Attrs
+        self._kind = kind
         self._api = api
         self._ctx = ctx
+        self._args: tuple[Buffer, ...] | None = None
+        self._rets: tuple[Buffer, ...] | None = None
+        self._attrs: dict[str, Any] | None = None
         self._stream: int | None = None
+        self._live = True
+
+    def finish(self) -> None:
+        """Mark the call returned: the frame is XLA's no longer (the handler calls this)."""
+        self._live = False
+
+    def _check_live(self) -> None:
+        if not self._live:
+            raise RuntimeError(
+                f"{self.target}: the call frame was read after the call returned (XLA's frame "
+                "lives for the call only: read what is needed inside the function)"
+            )
+
+    @property
+    def args(self) -> tuple[Buffer, ...]:
+        """The operands, in ``ffi_call`` order (:class:`HostBuffer` on the CPU platform,
+        :class:`DeviceBuffer` on a GPU)."""
+        if self._args is None:
+            self._check_live()
+            self._args = read_buffers(self._frame[0], self._frame[1], self._kind)
+        return self._args
+
+    @property
+    def rets(self) -> tuple[Buffer, ...]:
+        """The results, to be written."""
+        if self._rets is None:
+            self._check_live()
+            self._rets = read_buffers(self._frame[2], self._frame[3], self._kind)
+        return self._rets
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The keyword attributes given to the ``ffi_call``'d function (copies)."""
+        if self._attrs is None:
+            self._check_live()
+            self._attrs = read_attrs(_capi.Attrs.from_address(self._frame[4]))
+        return self._attrs
+
+    def signature(self) -> tuple[tuple[int, ...], tuple]:
+        """``(pointers, signature)``: the data pointers of the operands then the results, and a
+        hashable record of their dtypes, dims and pointer residues mod 16 (:func:`signature`),
+        read without building buffer records."""
+        self._check_live()
+        n_args, args, n_rets, rets, _attrs = self._frame
+        ptrs: list[int] = []
+        sig: list[Any] = []
+        signature(n_args, args, ptrs, sig)
+        signature(n_rets, rets, ptrs, sig)
+        return tuple(ptrs), tuple(sig)
+
+    def string_attr(self, name: str) -> bytes:
+        """The string attribute *name*, as bytes, read alone (the other attributes are not
+        decoded); a ``KeyError`` when the call has none of that name, a ``TypeError`` when it
+        is not a string."""
+        self._check_live()
+        n, types, names, values = _ATTRS.unpack_from(MEMORY, self._frame[4])
+        want = name.encode()
+        for i in range(n):
+            ptr, length = _SPAN.unpack_from(MEMORY, _addresses(names + 8 * i, 1)[0])
+            if MEMORY[ptr : ptr + length].tobytes() == want:
+                kind = _INT32.unpack_from(MEMORY, types + 4 * i)[0]
+                if kind != _STRING:
+                    raise TypeError(
+                        f"{self.target}: attribute {name!r} has XLA attribute type {kind}, "
+                        "not a string"
+                    )
+                ptr, length = _SPAN.unpack_from(MEMORY, _addresses(values + 8 * i, 1)[0])
+                return MEMORY[ptr : ptr + length].tobytes()
+        raise KeyError(f"{self.target}: the call has no attribute {name!r}")
 
     @property
     def stream(self) -> int:
@@ -290,6 +395,7 @@ class Call:
         table on first use; a ``RuntimeError`` carrying XLA's message where it has none (the
         CPU platform)."""
         if self._stream is None:
+            self._check_live()
             args = _capi.StreamGetArgs(_STREAM_ARGS_SIZE, None, self._ctx, None)
             error = self._api.XLA_FFI_Stream_Get(ctypes.byref(args))
             if error:
@@ -300,9 +406,12 @@ class Call:
         return self._stream
 
     def __repr__(self) -> str:
+        if not self._live:
+            return f"Call({self.target!r}, returned)"
         return f"Call({self.target!r}, args={self.args}, rets={self.rets}, attrs={self.attrs})"
 
 
+_INT32 = struct.Struct("=i")
 _STREAM_ARGS_SIZE = _capi.struct_size(_capi.StreamGetArgs)
 
 

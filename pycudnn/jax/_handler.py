@@ -8,7 +8,8 @@ On each call the handler
    handler was checked against and its traits, nothing else;
 2. checks the API table the frame points to (major version, size) the first time it sees it;
 3. returns at once for the stages before execution (instantiate, prepare, initialize);
-4. reads the frame (:mod:`._frame`) and calls the Python function with a :class:`~._frame.Call`;
+4. calls the Python function with a :class:`~._frame.Call`, which reads the frame
+   (:mod:`._frame`) as the function asks for its parts, while the call lasts;
 5. turns any Python exception into an ``XLA_FFI_Error`` carrying the exception's type and
    message, made through the API table's ``XLA_FFI_Error_Create`` (XLA raises it in the caller
    as a ``JaxRuntimeError``). An exception never crosses the C boundary.
@@ -59,10 +60,10 @@ _FRAME = _frame.unpacker(
         "args.args",
         "rets.size",
         "rets.rets",
-        "attrs.size",
     ],
 )
-_string_at = ctypes.string_at
+_ATTRS_OFFSET = _capi.CallFrame.attrs.offset
+_MEMORY = _frame.MEMORY
 _METADATA = int(_capi.ExtensionType.METADATA)
 
 # Python exception -> XLA error code (the first base class found; otherwise INTERNAL)
@@ -112,24 +113,20 @@ class _Handler:
             return self._error(frame_addr, exc)
 
     def _run(self, frame_addr: int) -> int | None:
-        ext, api_addr, ctx, stage, n_args, args, n_rets, rets, n_attrs = _FRAME.unpack(
-            _string_at(frame_addr, _FRAME.size)
+        ext, api_addr, ctx, stage, n_args, args, n_rets, rets = _FRAME.unpack_from(
+            _MEMORY, frame_addr
         )
         if ext:
             return self._metadata(ext)
         api = self._api if api_addr == self._api_addr else self._check_api(frame_addr, api_addr)
         if stage != _EXECUTE:
             return None
-        kind = self.buffer
-        call = _frame.Call(
-            self.target,
-            _frame.read_buffers(n_args, args, kind),
-            _frame.read_buffers(n_rets, rets, kind),
-            _frame.read_attrs(_capi.CallFrame.from_address(frame_addr).attrs) if n_attrs else {},
-            api,
-            ctx,
-        )
-        self.fn(call)
+        frame = (n_args, args, n_rets, rets, frame_addr + _ATTRS_OFFSET)
+        call = _frame.Call(self.target, frame, self.buffer, api, ctx)
+        try:
+            self.fn(call)
+        finally:
+            call.finish()
         return None
 
     def _check_api(self, frame_addr: int, api_addr: int) -> _capi.Api:
