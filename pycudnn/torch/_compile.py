@@ -27,6 +27,7 @@ __all__ = [
     "define",
     "differentiable",
     "dynamo_loaded",
+    "eager_gradient",
     "eager_only",
     "gradient",
 ]
@@ -98,8 +99,10 @@ def differentiable(
     autograd), so the two routes cannot drift apart. Returns ``(Function, op)`` (op None on a
     torch without custom ops).
 
-    *backward* reaches its gradient operations through :func:`gradient`, which runs their
-    eager function on plain tensors and their custom op where the backward is being traced.
+    *backward* reaches its gradient operations through ``ctx.gradient`` (:func:`gradient`,
+    or :func:`eager_gradient` after an eager forward: the same choice without asking whether
+    dynamo traces), which runs their eager function on plain tensors and their custom op where
+    the backward is being traced.
     *eager_run*, when given, is the eager forward instead of *run*: *run*'s arguments and, after
     them, what only eager calls can do (an in-place activation: a custom op returns no alias of
     its input), which *setup* reads from the extra inputs it then gets."""
@@ -108,7 +111,12 @@ def differentiable(
     def forward(ctx: Any, *args: Any) -> Any:
         out = forward_run(*args)
         setup(ctx, args, out)
+        ctx.gradient = eager_gradient
         return out
+
+    def op_setup(ctx: Any, inputs: Any, output: Any) -> None:
+        setup(ctx, inputs, output)
+        ctx.gradient = gradient
 
     @once_differentiable
     def eager_backward(ctx: Any, *grads: Any) -> Any:
@@ -119,7 +127,7 @@ def differentiable(
     body = {"forward": staticmethod(forward), "backward": staticmethod(eager_backward)}
     fn: type[torch.autograd.Function] = type(cls, (torch.autograd.Function,), body)
     fn.__module__ = getattr(run, "__module__", __name__)
-    return fn, define(name, run, fake, mutates, autograd=(backward, setup))
+    return fn, define(name, run, fake, mutates, autograd=(backward, op_setup))
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -134,6 +142,14 @@ def gradient(op: Any, eager: Callable[..., Any], t: torch.Tensor, *args: Any) ->
     if op is None or (type(t) in _PLAIN and not compiling()):
         return eager(t, *args)
     return op(t, *args)  # (dynamo sees plain tensor types while it traces a Function)
+
+
+def eager_gradient(op: Any, eager: Callable[..., Any], t: torch.Tensor, *args: Any) -> Any:
+    """:func:`gradient` for a backward whose forward ran eagerly (``ctx.gradient`` there): no
+    tracing can be under way but compiled autograd's, whose tensors are not plain."""
+    if type(t) in _PLAIN:
+        return eager(t, *args)
+    return gradient(op, eager, t, *args)
 
 
 def dynamo_loaded() -> bool:

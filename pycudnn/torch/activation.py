@@ -12,9 +12,9 @@ from torch import nn
 
 from ..highlevel import dnn_activation, dnn_activation_grad
 from . import _lean
-from ._compile import compiling, define, differentiable, gradient
+from ._compile import compiling, define, differentiable
 from ._module import Converted
-from ._runtime import cuda_ok, dense, format_of, ready, stream_of
+from ._runtime import _AUTO, cuda_ok, dense, format_of, ready, stream_of
 
 __all__ = [
     "ELU",
@@ -111,7 +111,8 @@ def _op_grad(
 ) -> torch.Tensor:
     """*y_only*: *x* is the output too (the modes whose gradient reads only y, as after an
     in-place forward)."""
-    ready()
+    if _AUTO[0]:  # the first use only (no call on the hot path)
+        ready()
     dx = act_grad_run(x, y, dy, (mode, coef, y_only))
     if dx.dtype != y.dtype or dx.stride() != y.stride():  # torch's gradient: the fake's layout
         dx = torch.empty_like(y).copy_(dx)
@@ -120,6 +121,11 @@ def _op_grad(
 
 def _op_grad_fake(x, y, dy, mode, coef, y_only):
     return torch.empty_like(y)
+
+
+def _grad(x, y, dy, mode, coef, y_only) -> torch.Tensor:
+    """The gradient's eager function: :func:`act_grad_run` (autograd takes its layout)."""
+    return act_grad_run(x, y, dy, (mode, coef, y_only))
 
 
 def _act_eager(x: torch.Tensor, mode: str, coef: float, inplace: bool) -> torch.Tensor:
@@ -140,7 +146,7 @@ def _act_setup(ctx, inputs, output) -> None:
 
 def _act_backward(ctx, dy):
     x, y = ctx.saved_tensors
-    grads = (gradient(op_act_grad, _op_grad, x, y, dy, *ctx.cfg), None, None)
+    grads = (ctx.gradient(op_act_grad, _grad, x, y, dy, *ctx.cfg), None, None)
     return grads + (None,) * (len(ctx.needs_input_grad) - 3)  # (an eager call's inplace flag)
 
 

@@ -13,8 +13,9 @@ from .._config import parse_bool
 from ..highlevel import dnn_sdpa, dnn_sdpa_grad
 from ..highlevel._checks import real
 from . import _lean
-from ._compile import compiling, constant, define, differentiable, gradient
+from ._compile import compiling, constant, define, differentiable
 from ._runtime import (
+    _AUTO,
     HALVES,
     NORM_FLOATS,
     autocast_dtype,
@@ -191,7 +192,8 @@ def _op_grad(
     """``(dq, dk, dv, dbias)`` (dbias empty unless *bias_grad*). Without a mask or dropout (a
     causal LLM's attention) the lean path, with none of the public function's per-call keying
     of each operand; with dropout, the forward's *seed*, so cuDNN regenerates its mask."""
-    ready()
+    if _AUTO[0]:  # the first use only (no call on the hot path)
+        ready()
     if dout.stride() != out.stride():  # an expanded or otherwise laid-out gradient
         dout = torch.empty_like(out).copy_(dout)
     det = True if torch.are_deterministic_algorithms_enabled() else None
@@ -230,7 +232,7 @@ def _backward(ctx, dout, _dstats):
         )
     need = ctx.needs_input_grad
     bias_grad = bool(need[3])
-    dq, dk, dv, dbias = gradient(
+    dq, dk, dv, dbias = ctx.gradient(
         op_sdpa_grad, _op_grad, q, k, v, out, dout, stats, mask, *ctx.cfg, seed, bias_grad
     )
     return (

@@ -24,9 +24,9 @@ from ..highlevel import (
     dnn_batch_normalization_train,
 )
 from . import _lean
-from ._compile import compiling, define, differentiable, gradient
+from ._compile import compiling, define, differentiable, eager_gradient, gradient
 from ._module import Converted, float_params, state
-from ._runtime import cuda_ok, dense, ready, stream_of
+from ._runtime import _AUTO, cuda_ok, dense, ready, stream_of
 
 __all__ = [
     "BNEvalFn",
@@ -239,13 +239,14 @@ class BNTrainFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w, b, running_mean, running_var, eps, factor):
-        if compiling():
+        traced = compiling()
+        if traced:
             y, mean, invstd = op_bn_train(x, w, b, running_mean, running_var, eps, factor)
         else:
             running = None if running_mean is None else (running_mean, running_var)
             y, mean, invstd = bn_train_run(x, w, b, running, eps, factor)
         ctx.save_for_backward(x, w, mean, invstd)
-        ctx.eps = eps
+        ctx.eps, ctx.eager = eps, not traced
         return y
 
     @staticmethod
@@ -253,7 +254,8 @@ class BNTrainFn(torch.autograd.Function):
         x, w, mean, invstd = ctx.saved_tensors
         if dy.dtype != x.dtype:
             dy = dy.to(x.dtype)
-        dx, dw, db = gradient(op_bn_grad, _op_grad, x, dy, w, mean, invstd, ctx.eps)
+        grad = eager_gradient if ctx.eager else gradient
+        dx, dw, db = grad(op_bn_grad, _op_grad, x, dy, w, mean, invstd, ctx.eps)
         return dx, dw, db, None, None, None, None
 
 
@@ -287,7 +289,8 @@ def _op_grad(
     invstd: torch.Tensor,
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    ready()
+    if _AUTO[0]:  # the first use only (no call on the hot path)
+        ready()
     return bn_grad_run(x, dense(dy), w, mean, invstd, eps)
 
 
@@ -304,9 +307,11 @@ op_bn_train = define(
     _op_train_fake,
     mutates=("running_mean", "running_var"),
 )
-#: ``BNEvalFn.apply(x, w, b, mean, var, eps)`` (eager) and ``pycudnn::bn_eval(...)``:
-#: :func:`bn_eval_run`, one backward (:func:`_eval_grad`)
-BNEvalFn, op_bn_eval = differentiable("bn_eval", _op_eval, _op_eval_fake, _eval_setup, _eval_grad)
+#: ``BNEvalFn.apply(x, w, b, mean, var, eps)`` (eager; *x* dense already) and
+#: ``pycudnn::bn_eval(...)``: :func:`bn_eval_run`, one backward (:func:`_eval_grad`)
+BNEvalFn, op_bn_eval = differentiable(
+    "bn_eval", _op_eval, _op_eval_fake, _eval_setup, _eval_grad, eager_run=bn_eval_run
+)
 #: ``pycudnn::bn_grad(x, dy, w, mean, invstd, eps) -> (dx, dw, db)``
 op_bn_grad = define("bn_grad", _op_grad, _op_grad_fake)
 

@@ -24,9 +24,9 @@ from ..highlevel import (
     dnn_gradweight3d,
 )
 from . import _lean
-from ._compile import compiling, define, differentiable, gradient
+from ._compile import compiling, define, differentiable
 from ._module import Converted, float_params
-from ._runtime import autocast_dtype, cuda_ok, dense, format_of, like, ready, stream_of
+from ._runtime import _AUTO, autocast_dtype, cuda_ok, dense, format_of, like, ready, stream_of
 
 __all__ = [
     "conv_options",
@@ -170,6 +170,12 @@ def _op_conv_fake(x, w, b, pad, stride, dil, groups):
     return like(conv_out_shape(x, w, _cfg(x.dim() - 2, pad, stride, dil, groups)), x)
 
 
+def _dgrad(w, dy, shape, last, pad, stride, dil, groups) -> torch.Tensor:
+    """The data gradient's eager function: *dy* dense, the options tuples (a backward's)."""
+    cfg = (len(pad), pad, stride, dil, groups)
+    return conv_dgrad(w, dy, _empty(shape, dy, last), cfg)
+
+
 def _op_dgrad(
     w: torch.Tensor,
     dy: torch.Tensor,
@@ -180,13 +186,18 @@ def _op_dgrad(
     dil: list[int],
     groups: int,
 ) -> torch.Tensor:
-    ready()
-    cfg = _cfg(dy.dim() - 2, pad, stride, dil, groups)
-    return conv_dgrad(w, dense(dy), _empty(shape, dy, last), cfg)
+    if _AUTO[0]:  # the first use only (no call on the hot path)
+        ready()
+    return _dgrad(w, dense(dy), shape, last, tuple(pad), tuple(stride), tuple(dil), groups)
 
 
 def _op_dgrad_fake(w, dy, shape, last, pad, stride, dil, groups):
     return _empty(shape, dy, last)
+
+
+def _wgrad(x, dy, w, pad, stride, dil, groups) -> torch.Tensor:
+    """The weight gradient's eager function: *dy* dense, the options tuples (a backward's)."""
+    return conv_wgrad(x, dy, w, (len(pad), pad, stride, dil, groups))
 
 
 def _op_wgrad(
@@ -198,35 +209,49 @@ def _op_wgrad(
     dil: list[int],
     groups: int,
 ) -> torch.Tensor:
-    ready()
-    return conv_wgrad(dense(x), dense(dy), w, _cfg(x.dim() - 2, pad, stride, dil, groups))
+    if _AUTO[0]:  # the first use only (no call on the hot path)
+        ready()
+    return _wgrad(dense(x), dense(dy), w, tuple(pad), tuple(stride), tuple(dil), groups)
 
 
 def _op_wgrad_fake(x, dy, w, pad, stride, dil, groups):
     return torch.empty_like(w)
 
 
+def _conv_eager(x, w, b, pad, stride, dil, groups, cfg) -> torch.Tensor:
+    """The eager forward: :func:`conv_run` with the module's *cfg* (*x* dense already)."""
+    return conv_run(x, w, b, cfg)
+
+
 def _conv_setup(ctx, inputs, output) -> None:
-    x, w, b, *cfg = inputs
-    ctx.save_for_backward(x, w)
-    ctx.cfg, ctx.has_bias = tuple(cfg), b is not None
+    ctx.save_for_backward(inputs[0], inputs[1])
+    # an eager call's options are the module's tuples (its cfg last); the op's are lists
+    ctx.cfg = inputs[3:7] if len(inputs) > 7 else _cfg(0, *inputs[3:7])[1:]
+    ctx.has_bias = inputs[2] is not None
 
 
 def _conv_backward(ctx, dy):
     x, w = ctx.saved_tensors
     need, cfg = ctx.needs_input_grad, ctx.cfg
-    dx = None
-    if need[0]:
-        dx = gradient(op_conv_dgrad, _op_dgrad, w, dy, list(x.shape), _last(x), *cfg)
-    dw = gradient(op_conv_wgrad, _op_wgrad, x, dy, w, *cfg) if need[1] else None
+    dy = dense(dy)
+    dx = ctx.gradient(op_conv_dgrad, _dgrad, w, dy, x.shape, _last(x), *cfg) if need[0] else None
+    dw = ctx.gradient(op_conv_wgrad, _wgrad, x, dy, w, *cfg) if need[1] else None
     db = dy.sum(dim=(0, *range(2, dy.dim()))) if ctx.has_bias and need[2] else None
-    return dx, dw, db, None, None, None, None
+    return (dx, dw, db) + _NONES[len(need) - 3]  # (an eager call's cfg too)
+
+
+#: the trailing Nones of a backward's gradients, by count
+_NONES = tuple((None,) * n for n in range(16))
 
 
 def _dgrad_setup(ctx, inputs, output) -> None:
-    w, dy, _, _, *cfg = inputs
-    ctx.save_for_backward(w, dy)
-    ctx.cfg = tuple(cfg)
+    ctx.save_for_backward(inputs[0], inputs[1])
+    ctx.cfg = _cfg(0, *inputs[4:8])[1:]
+
+
+def _conv_fwd(g, w, b, pad, stride, dil, groups) -> torch.Tensor:
+    """The forward convolution's eager function for a backward: *g* dense, tuples."""
+    return conv_run(g, w, b, (len(pad), pad, stride, dil, groups))
 
 
 def _dgrad_backward(ctx, g):
@@ -234,15 +259,18 @@ def _dgrad_backward(ctx, g):
     forward): its gradients are the forward convolution of *g* and the backward-filter one."""
     w, dy = ctx.saved_tensors
     need, cfg = ctx.needs_input_grad, ctx.cfg
-    ddy = gradient(op_conv, _op_conv, g, w, None, *cfg) if need[1] else None
-    dw = gradient(op_conv_wgrad, _op_wgrad, g, dy, w, *cfg) if need[0] else None
+    g = dense(g)
+    ddy = ctx.gradient(op_conv, _conv_fwd, g, w, None, *cfg) if need[1] else None
+    dw = ctx.gradient(op_conv_wgrad, _wgrad, g, dy, w, *cfg) if need[0] else None
     return dw, ddy, None, None, None, None, None, None
 
 
-#: ``ConvFn.apply(x, w, b, pad, stride, dilation, groups)`` (eager) and
+#: ``ConvFn.apply(x, w, b, pad, stride, dilation, groups, cfg)`` (eager) and
 #: ``pycudnn::conv(...)``: :func:`conv_run` (cross-correlation, PyTorch's convolution; the bias
 #: fused), one backward: the two gradient convolutions and ``db = dy`` summed over N and space
-ConvFn, op_conv = differentiable("conv", _op_conv, _op_conv_fake, _conv_setup, _conv_backward)
+ConvFn, op_conv = differentiable(
+    "conv", _op_conv, _op_conv_fake, _conv_setup, _conv_backward, eager_run=_conv_eager
+)
 #: ``DgradFn.apply(w, dy, shape, channels_last, ...)`` (eager) and ``pycudnn::conv_dgrad(...)``:
 #: :func:`conv_dgrad` into a new tensor of *shape* (a transposed convolution's forward; the
 #: convolution's data gradient), one backward: the forward and backward-filter convolutions
@@ -303,7 +331,7 @@ def conv_forward(m: nn.modules.conv._ConvNd, x: torch.Tensor, nd: int) -> torch.
     if traced:  # torch.compile: the custom op (its autograd registered with it)
         y = op_conv(x, w, b, *cfg[1:])
     elif _grad_wanted(x, w, b):
-        y = ConvFn.apply(x, w, b, *cfg[1:])
+        y = ConvFn.apply(x, w, b, *cfg[1:], cfg)
     else:
         y = conv_run(x, w, b, cfg)
     if nd == 1:

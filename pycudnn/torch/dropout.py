@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from ..highlevel import DropoutState, dnn_dropout, dnn_dropout_grad, dropout_mask_bytes
-from ._compile import compiling, define, differentiable, gradient
+from ._compile import compiling, define, differentiable
 from ._module import Converted
-from ._runtime import NO_BF16, cuda_ok, dense, ready, stream_of
+from ._runtime import _AUTO, NO_BF16, cuda_ok, dense, ready, stream_of
 
 __all__ = ["Dropout", "DropoutFn", "DropoutPool", "op_dropout", "op_dropout_grad"]
 
@@ -96,7 +96,8 @@ def _setup(ctx, inputs, output) -> None:
 def _op_grad(dy: torch.Tensor, mask: torch.Tensor, p: float) -> torch.Tensor:
     """``dnn_dropout_grad`` with the forward's *mask* and *p* (a state of the device's pool
     lends its descriptor)."""
-    ready()
+    if _AUTO[0]:  # the first use only (no call on the hot path)
+        ready()
     dy = dense(dy)
     pool = _pool(dy.get_device())
     st = pool.take()
@@ -114,7 +115,7 @@ def _op_grad_fake(dy, mask, p):
 
 def _backward(ctx, dy, _dmask):
     (mask,) = ctx.saved_tensors
-    dx = gradient(op_dropout_grad, _op_grad, dy, mask, ctx.p)
+    dx = ctx.gradient(op_dropout_grad, _op_grad, dy, mask, ctx.p)
     return (dx, None) + (None,) * (len(ctx.needs_input_grad) - 2)  # (an eager call's inplace)
 
 

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import errors
-from ._compile import define, gradient
+from ._compile import define, eager_gradient, gradient
 from ._runtime import HALVES, dense, like, ready
 from .activation import Y_ONLY, act_grad_run, act_run
 from .batchnorm import (
@@ -302,11 +302,12 @@ class TrainFn(torch.autograd.Function):
         need = ctx.needs_input_grad
         flags = [int(ctx.has_z), int(need[0]), int(need[1]), int(ctx.has_cb and need[2])]
         # a node that ran the ops (traced, or applied so in a test) has no block: the op's body
-        eager = _op_grad if ctx.blk is None else partial(_eager_grad, ctx.fused, ctx.blk)
+        if ctx.blk is None:
+            eager, grad = _op_grad, gradient
+        else:
+            eager, grad = partial(_eager_grad, ctx.fused, ctx.blk), eager_gradient
         saved = list(ctx.saved_tensors)
-        dx, dw, dcb, dgamma, dbeta, dz = gradient(
-            op_block_grad, eager, dy, saved, *ctx.lists, flags
-        )
+        dx, dw, dcb, dgamma, dbeta, dz = grad(op_block_grad, eager, dy, saved, *ctx.lists, flags)
         return (
             dx if need[0] else None,
             dw if need[1] else None,

@@ -18,9 +18,9 @@ from torch.nn import functional as F
 from .._config import config
 from ..highlevel import dnn_matmul
 from . import _lean
-from ._compile import compiling, constant, define, differentiable, gradient
+from ._compile import compiling, constant, define, differentiable
 from ._module import Converted, float_params
-from ._runtime import HALVES, NORM_FLOATS, autocast_dtype, cuda_ok, ready, stream_of
+from ._runtime import _AUTO, HALVES, NORM_FLOATS, autocast_dtype, cuda_ok, ready, stream_of
 
 __all__ = [
     "TF32_DTYPES",
@@ -176,7 +176,8 @@ def _op_linear_fake(x, w, b):
 
 
 def _op_dx(dy: torch.Tensor, w: torch.Tensor, x_shape: list[int]) -> torch.Tensor:
-    ready()
+    if _AUTO[0]:  # the first use only (no call on the hot path)
+        ready()
     if dy.is_contiguous() and w.is_contiguous():  # keyed as they are: no view per call
         return _dx(dy, w, x_shape)
     return linear_dx(_matrix(dy.reshape(-1, w.shape[0])), w, x_shape)
@@ -187,7 +188,8 @@ def _op_dx_fake(dy, w, x_shape):
 
 
 def _op_dw(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    ready()
+    if _AUTO[0]:  # the first use only (no call on the hot path)
+        ready()
     if dy.is_contiguous() and x.is_contiguous():  # keyed as they are: no view per call
         return _dw(dy, x)
     n = dy.shape[-1]
@@ -207,8 +209,8 @@ def _setup(ctx, inputs, output) -> None:
 def _backward(ctx, dy):
     x, w = ctx.saved_tensors
     need = ctx.needs_input_grad
-    dx = gradient(op_linear_dx, _op_dx, dy, w, list(x.shape)) if need[0] else None
-    dw = gradient(op_linear_dw, _op_dw, dy, x) if need[1] else None
+    dx = ctx.gradient(op_linear_dx, _op_dx, dy, w, list(x.shape)) if need[0] else None
+    dw = ctx.gradient(op_linear_dw, _op_dw, dy, x) if need[1] else None
     db = _bias_grad(dy.reshape(-1, w.shape[0])) if ctx.has_bias and need[2] else None
     return dx, dw, db
 

@@ -12,9 +12,10 @@ from torch import nn
 
 from ..highlevel import dnn_layer_norm, dnn_layer_norm_grad, dnn_rms_norm, dnn_rms_norm_grad
 from . import _lean
-from ._compile import compiling, define, differentiable, gradient
+from ._compile import compiling, define, differentiable
 from ._module import Converted, float_params
 from ._runtime import (
+    _AUTO,
     NORM_FLOATS,
     autocast_dtype,
     cuda_ok,
@@ -153,7 +154,8 @@ def _op_ln_grad(
     w: torch.Tensor | None,
     b: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    ready()
+    if _AUTO[0]:  # the first use only (no call on the hot path)
+        ready()
     dy, shape = dense(dy), tuple(shape)
     s = stream_of(dy)
     if w is not None and b is not None:  # every output given: bound to its signature
@@ -181,7 +183,7 @@ def _ln_setup(ctx, inputs, output) -> None:
 
 def _ln_backward(ctx, dy, _dmean, _dinvstd):
     x, w, b, mean, invstd = ctx.saved_tensors
-    dx, dw, db = gradient(op_layer_norm_grad, _op_ln_grad, dy, x, mean, invstd, ctx.shape, w, b)
+    dx, dw, db = ctx.gradient(op_layer_norm_grad, _op_ln_grad, dy, x, mean, invstd, ctx.shape, w, b)
     need = ctx.needs_input_grad
     dw = dw if need[1] and w is not None else None
     db = db if need[2] and b is not None else None
@@ -206,7 +208,8 @@ def _op_rms_grad(
     shape: list[int],
     w: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    ready()
+    if _AUTO[0]:  # the first use only (no call on the hot path)
+        ready()
     dy, shape = dense(dy), tuple(shape)
     s = stream_of(dy)
     if w is not None:  # every output given: bound to its signature
@@ -232,7 +235,7 @@ def _rms_setup(ctx, inputs, output) -> None:
 
 def _rms_backward(ctx, dy, _dinvrms):
     x, w, invrms = ctx.saved_tensors
-    dx, dw = gradient(op_rms_norm_grad, _op_rms_grad, dy, x, invrms, ctx.shape, w)
+    dx, dw = ctx.gradient(op_rms_norm_grad, _op_rms_grad, dy, x, invrms, ctx.shape, w)
     need = ctx.needs_input_grad
     return dx if need[0] else None, dw if need[1] and w is not None else None, None, None, None
 

@@ -11,9 +11,9 @@ from torch import nn
 
 from ..highlevel import dnn_pool, dnn_pool_grad
 from . import _lean
-from ._compile import compiling, define, differentiable, gradient
+from ._compile import compiling, define, differentiable
 from ._module import Converted
-from ._runtime import as_tuple, cuda_ok, dense, like, ready, stream_of
+from ._runtime import _AUTO, as_tuple, cuda_ok, dense, like, ready, stream_of
 
 __all__ = [
     "AvgPool2d",
@@ -83,6 +83,11 @@ def _op_pool_fake(x, ws, stride, pad, mode):
     return like((x.shape[0], x.shape[1], *spatial), x)
 
 
+def _grad(x, y, dy, ws, stride, pad, mode) -> torch.Tensor:
+    """The gradient's eager function (a backward's: the options tuples)."""
+    return pool_grad_run(x, y, dy, (ws, stride, pad, mode))
+
+
 def _op_grad(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -92,7 +97,8 @@ def _op_grad(
     pad: list[int],
     mode: str,
 ) -> torch.Tensor:
-    ready()
+    if _AUTO[0]:  # the first use only (no call on the hot path)
+        ready()
     return pool_grad_run(x, y, dy, _cfg(ws, stride, pad, mode))
 
 
@@ -100,20 +106,29 @@ def _op_grad_fake(x, y, dy, ws, stride, pad, mode):
     return torch.empty_like(x)
 
 
+def _pool_eager(x, ws, stride, pad, mode, cfg) -> torch.Tensor:
+    """The eager forward: :func:`pool_run` with the module's *cfg* (*x* dense already)."""
+    return pool_run(x, cfg)
+
+
 def _pool_setup(ctx, inputs, output) -> None:
-    x, *cfg = inputs
-    ctx.save_for_backward(x, output)
-    ctx.cfg = cfg
+    ctx.save_for_backward(inputs[0], output)
+    # an eager call's options are tuples (its cfg last); the op's lists
+    ctx.cfg = inputs[5] if len(inputs) > 5 else _cfg(*inputs[1:5])
+    ctx.n = len(inputs)
 
 
 def _pool_backward(ctx, dy):
     x, y = ctx.saved_tensors
-    return gradient(op_pool_grad, _op_grad, x, y, dy, *ctx.cfg), None, None, None, None
+    dx = ctx.gradient(op_pool_grad, _grad, x, y, dy, *ctx.cfg)
+    return (dx, None, None, None, None, None)[: ctx.n]
 
 
-#: ``PoolFn.apply(x, window, stride, pad, mode)`` (eager) and ``pycudnn::pool(...)``:
+#: ``PoolFn.apply(x, window, stride, pad, mode, cfg)`` (eager) and ``pycudnn::pool(...)``:
 #: :func:`pool_run`, one backward
-PoolFn, op_pool = differentiable("pool", _op_pool, _op_pool_fake, _pool_setup, _pool_backward)
+PoolFn, op_pool = differentiable(
+    "pool", _op_pool, _op_pool_fake, _pool_setup, _pool_backward, eager_run=_pool_eager
+)
 #: ``pycudnn::pool_grad(x, y, dy, window, stride, pad, mode)``: :func:`pool_grad_run`
 op_pool_grad = define("pool_grad", _op_grad, _op_grad_fake)
 
@@ -137,7 +152,7 @@ def pool_forward(m: nn.Module, x: torch.Tensor, nd: int, mode: str, fallback: Ca
     if traced:
         y = op_pool(x, ws, stride, pad, mode)
     elif torch.is_grad_enabled() and x.requires_grad:
-        y = PoolFn.apply(x, ws, stride, pad, mode)
+        y = PoolFn.apply(x, ws, stride, pad, mode, cfg)
     else:
         y = pool_run(x, cfg)
     return y.squeeze(0) if unbatched else y

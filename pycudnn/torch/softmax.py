@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from ..highlevel import dnn_softmax, dnn_softmax_grad
-from ._compile import compiling, define, differentiable, gradient
+from ._compile import compiling, define, differentiable
 from ._module import Converted
-from ._runtime import HALVES, autocast_dtype, cuda_ok, dense, ready, stream_of
+from ._runtime import _AUTO, HALVES, autocast_dtype, cuda_ok, dense, ready, stream_of
 
 __all__ = [
     "LogSoftmax",
@@ -51,7 +51,8 @@ def _op_softmax_fake(x, algo):
 
 
 def _op_grad(dy: torch.Tensor, y: torch.Tensor, algo: str) -> torch.Tensor:
-    ready()
+    if _AUTO[0]:  # the first use only (no call on the hot path)
+        ready()
     return softmax_grad_run(dy, y, algo)
 
 
@@ -66,7 +67,7 @@ def _setup(ctx, inputs, output) -> None:
 
 def _backward(ctx, dy):
     (y,) = ctx.saved_tensors
-    return gradient(op_softmax_grad, softmax_grad_run, dy, y, ctx.algo), None
+    return ctx.gradient(op_softmax_grad, softmax_grad_run, dy, y, ctx.algo), None
 
 
 #: ``SoftmaxFn.apply(x, algo)`` (eager) and ``pycudnn::softmax(x, algo)``: :func:`softmax_run`

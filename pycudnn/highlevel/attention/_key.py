@@ -65,7 +65,10 @@ def dense_forward(
     pq, kq = _operand.key_of(q)
     pk, kk = _operand.key_of(k)
     pv, kv = _operand.key_of(v)
-    (psq, ksq), (pskv, kskv) = _lens_keys(lens)
+    if lens[0] is None and lens[1] is None:  # (the hot path: no call)
+        psq, ksq, pskv, kskv = 0, None, 0, None
+    else:
+        (psq, ksq), (pskv, kskv) = _lens_keys(lens)
     out, out_stats = outs
     po, ko = (None, None) if out is None else _operand.key_of(out)
     pst, kst = (None, None) if out_stats is None else _operand.key_of(out_stats)
@@ -78,8 +81,19 @@ def dense_forward(
     if dropout_p.__class__ is not float or not 0.0 <= dropout_p < 1.0:
         dropout_p = _options.probability(func, dropout_p)
     seedv = _options.seed(func, seed, dropout_p) if dropout_p else None
-    spec = _masks_of(func, attn_mask, masks)
-    mptrs, mkey = ((), None) if spec is None else _masks.key(attn_mask, spec, kq)
+    # the defaults (identity checks: alibi=0 is not False, a sink array never compared)
+    if (
+        attn_mask is None
+        and masks[1] is None
+        and masks[2] is None
+        and masks[4] is None
+        and (masks[3] is False and masks[0] == "top_left")
+    ):
+        spec = None
+        mptrs, mkey = (), None
+    else:
+        spec = _masks_of(func, attn_mask, masks)
+        mptrs, mkey = ((), None) if spec is None else _masks.key(attn_mask, spec, kq)
     key = (
         func,
         kq,
@@ -104,7 +118,10 @@ def dense_forward(
     if mptrs:
         ptrs += mptrs
     given, pos = ((out, out_stats), (po, pst)) if training else ((out,), (po,))
-    result = _calls.run(seedv, key, _graph.build, fields, ptrs, given, pos, stream)
+    if seedv is None:  # (the hot path: one call less)
+        result = _call.run_cached(key, _graph.build, fields, ptrs, given, pos, stream)
+    else:
+        result = _calls.run(seedv, key, _graph.build, fields, ptrs, given, pos, stream)
     return (result[0], result[1]) if training else result[0]
 
 
@@ -125,14 +142,28 @@ def dense_backward(
     keys = [_operand.key_of(a) for a in operands]
     outs = _options.out_grads(func, given, *grads)
     gkeys = [_operand.key_of(a) for a in outs]
-    (psq, ksq), (pskv, kskv) = _lens_keys(lens)
+    if lens[0] is None and lens[1] is None:  # (the hot path: no call)
+        psq, ksq, pskv, kskv = 0, None, 0, None
+    else:
+        (psq, ksq), (pskv, kskv) = _lens_keys(lens)
     det = _call.snapshot().deterministic if deterministic is None else deterministic
     det = parse_bool(det, func, "deterministic")
     is_causal = parse_bool(is_causal, func, "is_causal")
     dropout_p = _options.probability(func, dropout_p)
     _options.needs_seed(func, dropout_p, seed)
     mptrs, mkey = (), None
-    spec = _masks_of(func, attn_mask, masks, grads)
+    spec = None
+    if not (
+        attn_mask is None
+        and masks[1] is None
+        and masks[2] is None
+        and masks[4] is None
+        and masks[3] is False
+        and masks[0] == "top_left"
+        and grads[0] is False
+        and grads[1] is False
+    ):
+        spec = _masks_of(func, attn_mask, masks, grads)
     if spec is not None:
         if spec.sink is not None and not spec.sink_grad:
             spec = _masks.unused_sink(func, spec, q)
@@ -165,6 +196,8 @@ def dense_backward(
         pos = tuple(p for p, _k in gkeys)
     else:
         outs = pos = (None,) * (3 + (0 if spec is None else spec.bias_grad + spec.sink_grad))
+    if seedv is None:  # (the hot path: one call less)
+        return _call.run_cached(key, _graph.build, fields, ptrs, outs, pos, stream)
     return _calls.run(seedv, key, _graph.build, fields, ptrs, outs, pos, stream)
 
 
