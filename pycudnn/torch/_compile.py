@@ -103,9 +103,11 @@ def differentiable(
     or :func:`eager_gradient` after an eager forward: the same choice without asking whether
     dynamo traces), which runs their eager function on plain tensors and their custom op where
     the backward is being traced.
-    *eager_run*, when given, is the eager forward instead of *run*: *run*'s arguments and, after
-    them, what only eager calls can do (an in-place activation: a custom op returns no alias of
-    its input), which *setup* reads from the extra inputs it then gets."""
+    *eager_run*, when given, is the eager forward instead of *run*, with the eager Function's
+    own arguments, which *setup* (and the backward's count of gradients) then reads too: what
+    only eager calls can do (an in-place activation: a custom op returns no alias of its
+    input), or the module's options passed whole (each argument of ``Function.apply`` costs
+    Python steps; the op takes them one by one, as lists)."""
     forward_run = run if eager_run is None else eager_run
 
     def forward(ctx: Any, *args: Any) -> Any:

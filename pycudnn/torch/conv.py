@@ -218,15 +218,10 @@ def _op_wgrad_fake(x, dy, w, pad, stride, dil, groups):
     return torch.empty_like(w)
 
 
-def _conv_eager(x, w, b, pad, stride, dil, groups, cfg) -> torch.Tensor:
-    """The eager forward: :func:`conv_run` with the module's *cfg* (*x* dense already)."""
-    return conv_run(x, w, b, cfg)
-
-
 def _conv_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(inputs[0], inputs[1])
-    # an eager call's options are the module's tuples (its cfg last); the op's are lists
-    ctx.cfg = inputs[3:7] if len(inputs) > 7 else _cfg(0, *inputs[3:7])[1:]
+    # an eager call passes the module's cfg (tuples) whole; the op its lists
+    ctx.cfg = inputs[3][1:] if len(inputs) == 4 else _cfg(0, *inputs[3:7])[1:]
     ctx.has_bias = inputs[2] is not None
 
 
@@ -237,7 +232,7 @@ def _conv_backward(ctx, dy):
     dx = ctx.gradient(op_conv_dgrad, _dgrad, w, dy, x.shape, _last(x), *cfg) if need[0] else None
     dw = ctx.gradient(op_conv_wgrad, _wgrad, x, dy, w, *cfg) if need[1] else None
     db = dy.sum(dim=(0, *range(2, dy.dim()))) if ctx.has_bias and need[2] else None
-    return (dx, dw, db) + _NONES[len(need) - 3]  # (an eager call's cfg too)
+    return (dx, dw, db) + _NONES[len(need) - 3]  # (an eager call's cfg, or the op's options)
 
 
 #: the trailing Nones of a backward's gradients, by count
@@ -265,11 +260,11 @@ def _dgrad_backward(ctx, g):
     return dw, ddy, None, None, None, None, None, None
 
 
-#: ``ConvFn.apply(x, w, b, pad, stride, dilation, groups, cfg)`` (eager) and
+#: ``ConvFn.apply(x, w, b, cfg)`` (eager; *x* dense, *cfg* the module's) and
 #: ``pycudnn::conv(...)``: :func:`conv_run` (cross-correlation, PyTorch's convolution; the bias
 #: fused), one backward: the two gradient convolutions and ``db = dy`` summed over N and space
 ConvFn, op_conv = differentiable(
-    "conv", _op_conv, _op_conv_fake, _conv_setup, _conv_backward, eager_run=_conv_eager
+    "conv", _op_conv, _op_conv_fake, _conv_setup, _conv_backward, eager_run=conv_run
 )
 #: ``DgradFn.apply(w, dy, shape, channels_last, ...)`` (eager) and ``pycudnn::conv_dgrad(...)``:
 #: :func:`conv_dgrad` into a new tensor of *shape* (a transposed convolution's forward; the
@@ -331,7 +326,7 @@ def conv_forward(m: nn.modules.conv._ConvNd, x: torch.Tensor, nd: int) -> torch.
     if traced:  # torch.compile: the custom op (its autograd registered with it)
         y = op_conv(x, w, b, *cfg[1:])
     elif _grad_wanted(x, w, b):
-        y = ConvFn.apply(x, w, b, *cfg[1:], cfg)
+        y = ConvFn.apply(x, w, b, cfg)
     else:
         y = conv_run(x, w, b, cfg)
     if nd == 1:

@@ -106,15 +106,10 @@ def _op_grad_fake(x, y, dy, ws, stride, pad, mode):
     return torch.empty_like(x)
 
 
-def _pool_eager(x, ws, stride, pad, mode, cfg) -> torch.Tensor:
-    """The eager forward: :func:`pool_run` with the module's *cfg* (*x* dense already)."""
-    return pool_run(x, cfg)
-
-
 def _pool_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(inputs[0], output)
-    # an eager call's options are tuples (its cfg last); the op's lists
-    ctx.cfg = inputs[5] if len(inputs) > 5 else _cfg(*inputs[1:5])
+    # an eager call passes the module's cfg (tuples) whole; the op its lists
+    ctx.cfg = inputs[1] if len(inputs) == 2 else _cfg(*inputs[1:5])
     ctx.n = len(inputs)
 
 
@@ -124,10 +119,10 @@ def _pool_backward(ctx, dy):
     return (dx, None, None, None, None, None)[: ctx.n]
 
 
-#: ``PoolFn.apply(x, window, stride, pad, mode, cfg)`` (eager) and ``pycudnn::pool(...)``:
+#: ``PoolFn.apply(x, cfg)`` (eager; *x* dense, *cfg* the module's) and ``pycudnn::pool(...)``:
 #: :func:`pool_run`, one backward
 PoolFn, op_pool = differentiable(
-    "pool", _op_pool, _op_pool_fake, _pool_setup, _pool_backward, eager_run=_pool_eager
+    "pool", _op_pool, _op_pool_fake, _pool_setup, _pool_backward, eager_run=pool_run
 )
 #: ``pycudnn::pool_grad(x, y, dy, window, stride, pad, mode)``: :func:`pool_grad_run`
 op_pool_grad = define("pool_grad", _op_grad, _op_grad_fake)
@@ -152,7 +147,7 @@ def pool_forward(m: nn.Module, x: torch.Tensor, nd: int, mode: str, fallback: Ca
     if traced:
         y = op_pool(x, ws, stride, pad, mode)
     elif torch.is_grad_enabled() and x.requires_grad:
-        y = PoolFn.apply(x, ws, stride, pad, mode, cfg)
+        y = PoolFn.apply(x, cfg)
     else:
         y = pool_run(x, cfg)
     return y.squeeze(0) if unbatched else y
