@@ -4,15 +4,25 @@ Optional: this module imports without JAX (``import pycudnn`` never imports eith
 imported on the first use of any of its names; without JAX that use raises an ``ImportError``
 saying what to install.
 
-What exists today is the foundation (issue 41, build item 1): **one generic XLA FFI handler**,
-a ctypes callback ``XLA_FFI_Error* handler(XLA_FFI_CallFrame*)`` that XLA calls like any C
-handler. :func:`register_handler` registers a Python function under a target name for a
-platform; ``jax.ffi.ffi_call`` (or :func:`ffi_call`) calls it from JAX code, jitted or not. The
-function receives a :class:`Call`: the operands and results as :class:`Buffer` records (pointer,
-dims, dtype; host memory on the CPU platform, device memory with ``__cuda_array_interface__`` on
-a GPU), the attributes as Python values, and XLA's stream (``call.stream``) on a GPU. Operations
-as JAX functions (convolution, pooling, norms, attention, ... with ``jax.custom_vjp``), Flax
-modules and the framework modes are not written yet.
+**Operations** (issue 41, build item 2, a first slice): :func:`activation` (and :func:`relu`,
+:func:`sigmoid`, :func:`tanh`, :func:`elu`, :func:`silu`, :func:`relu6`), :func:`softmax` and
+:func:`log_softmax` over any axis, :func:`max_pool` and :func:`avg_pool` (2-D and 3-D),
+:func:`layer_norm` and :func:`rms_norm`, and :func:`conv` (2-D and 3-D, strides, padding,
+dilation, groups, channels-last, a fused ``activation(conv + residual + bias)`` epilogue) are JAX
+functions: jittable, differentiable through ``jax.custom_vjp`` (the backward is pycudnn's
+backward calls), vmappable (a batch folds into cuDNN's leading dim where it can) and
+shape-polymorphic (``jax.export`` with symbolic dims). Each runs pycudnn's high level on XLA's
+buffers and stream; a call site's first run binds the high level's ready call entry, and later
+runs launch it directly (:mod:`._bound`).
+
+**The foundation** (build item 1): **one generic XLA FFI handler**, a ctypes callback
+``XLA_FFI_Error* handler(XLA_FFI_CallFrame*)`` that XLA calls like any C handler.
+:func:`register_handler` registers a Python function under a target name for a platform;
+``jax.ffi.ffi_call`` (or :func:`ffi_call`) calls it from JAX code, jitted or not. The function
+receives a :class:`Call`: the operands and results as :class:`Buffer` records (pointer, dims,
+dtype; host memory on the CPU platform, device memory with ``__cuda_array_interface__`` on a
+GPU), the attributes as Python values, and XLA's stream (``call.stream``) on a GPU. Flax modules
+and the other operations of the issue are not written yet.
 
 Design decisions
 ----------------
@@ -33,10 +43,17 @@ Design decisions
 
 Internals
 ---------
-:mod:`._capi` holds the ctypes mirrors and the FFI enums, :mod:`._header` parses the header and
-compares, :mod:`._frame` reads a call frame (buffers, attributes, stream), :mod:`._handler` is
-the callback, the registration and the ``ffi_call`` wrapper. Only :mod:`._handler`'s public
-functions import JAX. The public names are declared once, in ``__init__.pyi``.
+The foundation: :mod:`._capi` holds the ctypes mirrors and the FFI enums, :mod:`._header` parses
+the header and compares, :mod:`._frame` reads a call frame (buffers, attributes, stream, as the
+function asks), :mod:`._handler` is the callback, the registration and the ``ffi_call`` wrapper.
+The operations, one way up: :mod:`._request` (a call's static options as one frozen request,
+carried as the call's one string attribute), :mod:`._operands` (XLA's buffers as the high
+level's operands), :mod:`._bound` (the per-call path: bound launches per call signature),
+:mod:`._ops` (the one mechanism: registration, the batching-aware call, ``custom_vjp``), then
+one module per family (:mod:`._activation`, :mod:`._softmax`, :mod:`._pooling`,
+:mod:`._norms`, :mod:`._conv`). Only :mod:`._ops` and the family modules import JAX at their
+top (they are imported when one of their names is first used); :mod:`._handler` imports it in
+its public functions. The public names are declared once, in ``__init__.pyi``.
 """
 
 from __future__ import annotations

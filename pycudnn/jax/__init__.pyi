@@ -2,6 +2,16 @@
 # ``pycudnn/jax/__init__.py`` derives its lazy table, ``__all__`` and ``dir()`` from it
 # (``pycudnn._exports``), checking on the first use of a name that JAX is installed.
 
+from ._activation import (
+    activation as activation,
+    elu as elu,
+    relu as relu,
+    relu6 as relu6,
+    sigmoid as sigmoid,
+    silu as silu,
+    tanh as tanh,
+)
+from ._conv import conv as conv
 from ._frame import (
     Buffer as Buffer,
     Call as Call,
@@ -16,5 +26,8 @@ from ._handler import (
     registered_targets as registered_targets,
 )
 from ._header import AbiReport as AbiReport, UnsupportedJaxlibError as UnsupportedJaxlibError
+from ._norms import layer_norm as layer_norm, rms_norm as rms_norm
+from ._pooling import avg_pool as avg_pool, max_pool as max_pool
+from ._softmax import log_softmax as log_softmax, softmax as softmax
 
 def is_available() -> bool: ...

@@ -231,7 +231,7 @@ _new = tuple.__new__
 #: the process's memory as one read-only-by-use buffer: ``struct.unpack_from(MEMORY, address)``
 #: reads a frame's fields at a quarter of ``ctypes.string_at``'s cost (a foreign call each), on
 #: the per-call path; like ``string_at`` it trusts the address XLA passed
-MEMORY = memoryview((ctypes.c_char * sys.maxsize).from_address(0))
+MEMORY = memoryview((ctypes.c_char * sys.maxsize).from_address(0)).cast("B")
 
 
 def _addresses(addr: int, count: int) -> tuple[int, ...]:
@@ -360,7 +360,8 @@ class Call:
     def signature(self) -> tuple[tuple[int, ...], tuple]:
         """``(pointers, signature)``: the data pointers of the operands then the results, and a
         hashable record of their dtypes, dims and pointer residues mod 16 (:func:`signature`),
-        read without building buffer records."""
+        read without building buffer records (an operation's per-call path reads these, the
+        one attribute's text (:meth:`sole_string`) and the stream, and nothing else)."""
         self._check_live()
         n_args, args, n_rets, rets, _attrs = self._frame
         ptrs: list[int] = []
@@ -369,25 +370,19 @@ class Call:
         signature(n_rets, rets, ptrs, sig)
         return tuple(ptrs), tuple(sig)
 
-    def string_attr(self, name: str) -> bytes:
-        """The string attribute *name*, as bytes, read alone (the other attributes are not
-        decoded); a ``KeyError`` when the call has none of that name, a ``TypeError`` when it
-        is not a string."""
+    def sole_string(self) -> bytes:
+        """The value of the call's one attribute, a string, as bytes, read alone (its name is
+        not read: one string attribute is how ``pycudnn.jax``'s operations carry their static
+        options); a ``TypeError`` when the call has other attributes or a non-string one."""
         self._check_live()
-        n, types, names, values = _ATTRS.unpack_from(MEMORY, self._frame[4])
-        want = name.encode()
-        for i in range(n):
-            ptr, length = _SPAN.unpack_from(MEMORY, _addresses(names + 8 * i, 1)[0])
-            if MEMORY[ptr : ptr + length].tobytes() == want:
-                kind = _INT32.unpack_from(MEMORY, types + 4 * i)[0]
-                if kind != _STRING:
-                    raise TypeError(
-                        f"{self.target}: attribute {name!r} has XLA attribute type {kind}, "
-                        "not a string"
-                    )
-                ptr, length = _SPAN.unpack_from(MEMORY, _addresses(values + 8 * i, 1)[0])
-                return MEMORY[ptr : ptr + length].tobytes()
-        raise KeyError(f"{self.target}: the call has no attribute {name!r}")
+        n, types, _names, values = _ATTRS.unpack_from(MEMORY, self._frame[4])
+        if n != 1 or _INT32.unpack_from(MEMORY, types)[0] != _STRING:
+            raise TypeError(
+                f"{self.target}: expected one string attribute, got the attributes "
+                f"{sorted(self.attrs)}"
+            )
+        ptr, length = _SPAN.unpack_from(MEMORY, _ADDRESS.unpack_from(MEMORY, values)[0])
+        return MEMORY[ptr : ptr + length].tobytes()
 
     @property
     def stream(self) -> int:
@@ -412,6 +407,7 @@ class Call:
 
 
 _INT32 = struct.Struct("=i")
+_ADDRESS = struct.Struct("=Q")
 _STREAM_ARGS_SIZE = _capi.struct_size(_capi.StreamGetArgs)
 
 

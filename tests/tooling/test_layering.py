@@ -219,12 +219,31 @@ TORCH_ONLY = tuple(
 )
 
 
+def _imports_jax_at_top(path: Path) -> bool:
+    for node in ast.parse(path.read_text()).body:
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        if any(n == "jax" or n.startswith("jax.") for n in names):
+            return True
+    return False
+
+
+# the optional JAX adapter's modules that import JAX at their top (its operations; the handler
+# and the run side import it lazily or not at all): imported only where JAX is installed
+JAX_ONLY = tuple(
+    f"pycudnn.jax.{p.stem}" for p in sorted((PKG / "jax").glob("*.py")) if _imports_jax_at_top(p)
+)
+
+
 def test_no_import_cycles_at_package_import():
     code = (
         "import pycudnn, importlib, importlib.util, pkgutil\n"
         "skip = {'pycudnn.__main__'}\n"
         "if importlib.util.find_spec('torch') is None:\n"
         f"    skip.update({TORCH_ONLY!r})\n"
+        "if importlib.util.find_spec('jax') is None:\n"
+        f"    skip.update({JAX_ONLY!r})\n"
         "for m in pkgutil.walk_packages(pycudnn.__path__, 'pycudnn.'):\n"
         "    if m.name not in skip:\n"
         "        importlib.import_module(m.name)\n"

@@ -1,0 +1,152 @@
+"""The one mechanism that turns a request into a JAX operation (imports JAX).
+
+Three pieces, one each:
+
+* **Registration** (:func:`target`): one FFI target per operation family,
+  ``pycudnn_jax_<family>``, registered for the CUDA platform through the one handler
+  (:func:`~._handler.register_handler`) with an :class:`~._bound.Executor` as its function,
+  the first time a request of the family is traced.
+* **The call** (:func:`call`): ``jax.ffi.ffi_call`` of the family's target with the request's
+  text as the ``op`` attribute and the result shapes the request computes (or the caller
+  gives), wrapped in ``jax.custom_batching.custom_vmap``: under ``vmap`` a batch that lands on
+  the operands' leading dims (:meth:`~._request.Request.batch_operands`) is folded into them
+  -- ``(B, N, ...)`` is ``(B * N, ...)`` in row-major memory, a free reshape -- and the call
+  runs once; any other batch (a batched parameter, a parameter gradient among the results)
+  runs example by example (``ffi_call``'s ``vmap_method="sequential"``).
+* **Differentiation** (:func:`differentiable`): ``jax.custom_vjp`` over a family's forward
+  (results and residuals) and backward (cotangents from residuals), the request as its static
+  first argument.
+
+A family module (:mod:`._activation`, :mod:`._softmax`, ...) is then its request classes, its
+forward and backward as calls, and its public functions' argument checks.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import custom_batching
+
+from . import _bound, _handler, _request
+
+__all__ = ["Results", "call", "differentiable", "register_twin", "target", "target_name"]
+
+_LOCK = threading.Lock()
+_TARGETS: dict[str, str] = {}  # family -> target name, registered for CUDA
+
+
+def target_name(family: str) -> str:
+    """The FFI target of an operation family."""
+    return f"pycudnn_jax_{family}"
+
+
+def target(family: str) -> str:
+    """The FFI target of *family*, registered for the CUDA platform on first use."""
+    name = _TARGETS.get(family)
+    if name is not None:
+        return name
+    with _LOCK:
+        if family not in _TARGETS:
+            name = target_name(family)
+            _handler.register_handler(name, _bound.Executor(), platform="CUDA")
+            _TARGETS[family] = name
+    return _TARGETS[family]
+
+
+def register_twin(
+    family: str,
+    run: Callable[[_request.Request, Any, int], None],
+    platform: str = "cpu",
+) -> _handler.FfiTarget:
+    """Register *family*'s target for another platform (JAX's CPU: the tests' host twins) with
+    ``run(request, call, stream)`` as the slow path's computation and no stream, so the same
+    calls, attributes, batching and gradients run there."""
+    return _handler.register_handler(
+        target_name(family), _bound.Executor(run, _no_stream), platform=platform
+    )
+
+
+def _no_stream(call: Any) -> int:
+    return 0
+
+
+Results = tuple[tuple[tuple[Any, ...], Any], ...]
+
+
+def call(request: _request.Request, *operands: Any, results: Results | None = None) -> tuple:
+    """Run *request* on *operands* through its family's FFI target; returns its results.
+
+    *results* (``(shape, dtype)`` of each, for one example when vmapped) is given by callers
+    whose result shapes the operands do not fix (a convolution's input gradient); by default
+    the request computes them (:meth:`~._request.Request.results`, which checks the operands).
+    """
+    return _primitive(request, results)(*operands)
+
+
+@functools.lru_cache(maxsize=4096)
+def _primitive(request: _request.Request, results: Results | None) -> Callable[..., tuple]:
+    """The batching-aware call of *request* (one per request and given results: JAX caches
+    traces by function)."""
+    name = target(request.family)
+    text = request.encode()
+
+    def shapes(operands: Sequence[Any]) -> Results:
+        return results if results is not None else request.results(*operands)
+
+    def raw(*operands: Any) -> tuple:
+        out = [jax.ShapeDtypeStruct(s, d) for s, d in shapes(operands)]
+        ffi = jax.ffi.ffi_call(name, out, vmap_method="sequential")
+        return tuple(ffi(*operands, **{_bound.ATTR: text}))
+
+    prim = custom_batching.custom_vmap(raw)
+
+    def rule(axis_size: int, in_batched: Sequence[bool], *operands: Any) -> tuple[tuple, tuple]:
+        lead = request.batch_operands()
+        fold = request.batch_results and all(b <= f for b, f in zip(in_batched, lead, strict=True))
+        if not fold:  # one call per example: ffi_call's own sequential rule
+            axes = [0 if b else None for b in in_batched]
+            out = jax.vmap(raw, in_axes=axes)(*operands)
+            return out, (True,) * len(out)
+        one = [
+            jax.ShapeDtypeStruct(x.shape[1:] if b else x.shape, x.dtype)
+            for x, b in zip(operands, in_batched, strict=True)
+        ]
+        folded = []
+        for x, b, f in zip(operands, in_batched, lead, strict=True):
+            if f:
+                if not b:  # an unbatched batch operand (say dy of a batched x): one per example
+                    x = jnp.broadcast_to(x, (axis_size, *x.shape))
+                x = x.reshape((axis_size * x.shape[1], *x.shape[2:]))
+            folded.append(x)
+        per = shapes(one)
+        if results is None:
+            out = prim(*folded)  # under an outer vmap, this rule folds again
+        else:  # the given shapes, for the folded batch
+            grown = tuple(((axis_size * s[0], *s[1:]), d) for s, d in per)
+            out = _primitive(request, grown)(*folded)
+        out = tuple(y.reshape((axis_size, *s)) for y, (s, _d) in zip(out, per, strict=True))
+        return out, (True,) * len(out)
+
+    prim.def_vmap(rule)
+    return prim
+
+
+def differentiable(
+    forward: Callable[..., tuple[Any, Any]],
+    backward: Callable[[Any, Any, Any], tuple],
+) -> Callable[..., Any]:
+    """``jax.custom_vjp`` of ``f(request, *operands)``: ``forward(request, *operands)`` returns
+    ``(result, residuals)``, ``backward(request, residuals, cotangent)`` one cotangent per
+    operand. The request is static (hashable, never differentiated)."""
+
+    def primal(request: _request.Request, *operands: Any) -> Any:
+        return forward(request, *operands)[0]
+
+    f = jax.custom_vjp(primal, nondiff_argnums=(0,))
+    f.defvjp(forward, backward)
+    return f
