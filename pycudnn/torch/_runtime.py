@@ -19,6 +19,7 @@ from ..memory import allocator
 from . import _lean
 
 __all__ = [
+    "FIRST_USE",
     "FLOATS",
     "HALVES",
     "NORM_FLOATS",
@@ -126,6 +127,9 @@ class TorchMemoryResource:
 
 _RESOURCE = TorchMemoryResource()
 _AUTO = [True]  # install the resource on first use (until use_torch_allocator decides)
+#: the same list, for the ops' hot paths: ``if FIRST_USE[0]: ready()`` skips the call after the
+#: first use (ready() reads ``_AUTO`` itself, so a test that replaces it stays consistent)
+FIRST_USE = _AUTO
 
 
 def use_torch_allocator(enabled: bool = True) -> None:

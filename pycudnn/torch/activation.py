@@ -14,7 +14,7 @@ from ..highlevel import dnn_activation, dnn_activation_grad
 from . import _lean
 from ._compile import compiling, define, differentiable
 from ._module import Converted
-from ._runtime import _AUTO, cuda_ok, dense, format_of, ready, stream_of
+from ._runtime import FIRST_USE, cuda_ok, dense, format_of, ready, stream_of
 
 __all__ = [
     "ELU",
@@ -111,7 +111,7 @@ def _op_grad(
 ) -> torch.Tensor:
     """*y_only*: *x* is the output too (the modes whose gradient reads only y, as after an
     in-place forward)."""
-    if _AUTO[0]:  # the first use only (no call on the hot path)
+    if FIRST_USE[0]:  # the first use only (no call on the hot path)
         ready()
     dx = act_grad_run(x, y, dy, (mode, coef, y_only))
     if dx.dtype != y.dtype or dx.stride() != y.stride():  # torch's gradient: the fake's layout

@@ -15,7 +15,7 @@ from ..highlevel._checks import real
 from . import _lean
 from ._compile import compiling, constant, define, differentiable
 from ._runtime import (
-    _AUTO,
+    FIRST_USE,
     HALVES,
     NORM_FLOATS,
     autocast_dtype,
@@ -192,7 +192,7 @@ def _op_grad(
     """``(dq, dk, dv, dbias)`` (dbias empty unless *bias_grad*). Without a mask or dropout (a
     causal LLM's attention) the lean path, with none of the public function's per-call keying
     of each operand; with dropout, the forward's *seed*, so cuDNN regenerates its mask."""
-    if _AUTO[0]:  # the first use only (no call on the hot path)
+    if FIRST_USE[0]:  # the first use only (no call on the hot path)
         ready()
     if dout.stride() != out.stride():  # an expanded or otherwise laid-out gradient
         dout = torch.empty_like(out).copy_(dout)

@@ -26,7 +26,7 @@ from ..highlevel import (
 from . import _lean
 from ._compile import compiling, define, differentiable, eager_gradient, gradient
 from ._module import Converted, float_params, state
-from ._runtime import _AUTO, cuda_ok, dense, ready, stream_of
+from ._runtime import FIRST_USE, cuda_ok, dense, ready, stream_of
 
 __all__ = [
     "BNEvalFn",
@@ -289,7 +289,7 @@ def _op_grad(
     invstd: torch.Tensor,
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if _AUTO[0]:  # the first use only (no call on the hot path)
+    if FIRST_USE[0]:  # the first use only (no call on the hot path)
         ready()
     return bn_grad_run(x, dense(dy), w, mean, invstd, eps)
 

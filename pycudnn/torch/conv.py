@@ -26,7 +26,7 @@ from ..highlevel import (
 from . import _lean
 from ._compile import compiling, define, differentiable
 from ._module import Converted, float_params
-from ._runtime import _AUTO, autocast_dtype, cuda_ok, dense, format_of, like, ready, stream_of
+from ._runtime import FIRST_USE, autocast_dtype, cuda_ok, dense, format_of, like, ready, stream_of
 
 __all__ = [
     "conv_options",
@@ -186,7 +186,7 @@ def _op_dgrad(
     dil: list[int],
     groups: int,
 ) -> torch.Tensor:
-    if _AUTO[0]:  # the first use only (no call on the hot path)
+    if FIRST_USE[0]:  # the first use only (no call on the hot path)
         ready()
     return _dgrad(w, dense(dy), shape, last, tuple(pad), tuple(stride), tuple(dil), groups)
 
@@ -209,7 +209,7 @@ def _op_wgrad(
     dil: list[int],
     groups: int,
 ) -> torch.Tensor:
-    if _AUTO[0]:  # the first use only (no call on the hot path)
+    if FIRST_USE[0]:  # the first use only (no call on the hot path)
         ready()
     return _wgrad(dense(x), dense(dy), w, tuple(pad), tuple(stride), tuple(dil), groups)
 

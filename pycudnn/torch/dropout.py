@@ -12,7 +12,7 @@ from torch import nn
 from ..highlevel import DropoutState, dnn_dropout, dnn_dropout_grad, dropout_mask_bytes
 from ._compile import compiling, define, differentiable
 from ._module import Converted
-from ._runtime import _AUTO, NO_BF16, cuda_ok, dense, ready, stream_of
+from ._runtime import FIRST_USE, NO_BF16, cuda_ok, dense, ready, stream_of
 
 __all__ = ["Dropout", "DropoutFn", "DropoutPool", "op_dropout", "op_dropout_grad"]
 
@@ -96,7 +96,7 @@ def _setup(ctx, inputs, output) -> None:
 def _op_grad(dy: torch.Tensor, mask: torch.Tensor, p: float) -> torch.Tensor:
     """``dnn_dropout_grad`` with the forward's *mask* and *p* (a state of the device's pool
     lends its descriptor)."""
-    if _AUTO[0]:  # the first use only (no call on the hot path)
+    if FIRST_USE[0]:  # the first use only (no call on the hot path)
         ready()
     dy = dense(dy)
     pool = _pool(dy.get_device())

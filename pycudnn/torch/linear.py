@@ -20,7 +20,7 @@ from ..highlevel import dnn_matmul
 from . import _lean
 from ._compile import compiling, constant, define, differentiable
 from ._module import Converted, float_params
-from ._runtime import _AUTO, HALVES, NORM_FLOATS, autocast_dtype, cuda_ok, ready, stream_of
+from ._runtime import FIRST_USE, HALVES, NORM_FLOATS, autocast_dtype, cuda_ok, ready, stream_of
 
 __all__ = [
     "TF32_DTYPES",
@@ -176,7 +176,7 @@ def _op_linear_fake(x, w, b):
 
 
 def _op_dx(dy: torch.Tensor, w: torch.Tensor, x_shape: list[int]) -> torch.Tensor:
-    if _AUTO[0]:  # the first use only (no call on the hot path)
+    if FIRST_USE[0]:  # the first use only (no call on the hot path)
         ready()
     if dy.is_contiguous() and w.is_contiguous():  # keyed as they are: no view per call
         return _dx(dy, w, x_shape)
@@ -188,7 +188,7 @@ def _op_dx_fake(dy, w, x_shape):
 
 
 def _op_dw(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    if _AUTO[0]:  # the first use only (no call on the hot path)
+    if FIRST_USE[0]:  # the first use only (no call on the hot path)
         ready()
     if dy.is_contiguous() and x.is_contiguous():  # keyed as they are: no view per call
         return _dw(dy, x)

@@ -15,7 +15,7 @@ from . import _lean
 from ._compile import compiling, define, differentiable
 from ._module import Converted, float_params
 from ._runtime import (
-    _AUTO,
+    FIRST_USE,
     NORM_FLOATS,
     autocast_dtype,
     cuda_ok,
@@ -154,7 +154,7 @@ def _op_ln_grad(
     w: torch.Tensor | None,
     b: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if _AUTO[0]:  # the first use only (no call on the hot path)
+    if FIRST_USE[0]:  # the first use only (no call on the hot path)
         ready()
     dy, shape = dense(dy), tuple(shape)
     s = stream_of(dy)
@@ -208,7 +208,7 @@ def _op_rms_grad(
     shape: list[int],
     w: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    if _AUTO[0]:  # the first use only (no call on the hot path)
+    if FIRST_USE[0]:  # the first use only (no call on the hot path)
         ready()
     dy, shape = dense(dy), tuple(shape)
     s = stream_of(dy)

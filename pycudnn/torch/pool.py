@@ -13,7 +13,7 @@ from ..highlevel import dnn_pool, dnn_pool_grad
 from . import _lean
 from ._compile import compiling, define, differentiable
 from ._module import Converted
-from ._runtime import _AUTO, as_tuple, cuda_ok, dense, like, ready, stream_of
+from ._runtime import FIRST_USE, as_tuple, cuda_ok, dense, like, ready, stream_of
 
 __all__ = [
     "AvgPool2d",
@@ -97,7 +97,7 @@ def _op_grad(
     pad: list[int],
     mode: str,
 ) -> torch.Tensor:
-    if _AUTO[0]:  # the first use only (no call on the hot path)
+    if FIRST_USE[0]:  # the first use only (no call on the hot path)
         ready()
     return pool_grad_run(x, y, dy, _cfg(ws, stride, pad, mode))
 

@@ -12,7 +12,7 @@ from torch import nn
 from ..highlevel import dnn_softmax, dnn_softmax_grad
 from ._compile import compiling, define, differentiable
 from ._module import Converted
-from ._runtime import _AUTO, HALVES, autocast_dtype, cuda_ok, dense, ready, stream_of
+from ._runtime import FIRST_USE, HALVES, autocast_dtype, cuda_ok, dense, ready, stream_of
 
 __all__ = [
     "LogSoftmax",
@@ -51,7 +51,7 @@ def _op_softmax_fake(x, algo):
 
 
 def _op_grad(dy: torch.Tensor, y: torch.Tensor, algo: str) -> torch.Tensor:
-    if _AUTO[0]:  # the first use only (no call on the hot path)
+    if FIRST_USE[0]:  # the first use only (no call on the hot path)
         ready()
     return softmax_grad_run(dy, y, algo)
 
