@@ -19,9 +19,11 @@ JAX is imported only by :func:`register_handler`, :func:`ffi_call` and :func:`ch
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,12 +103,14 @@ class _Handler:
         self.buffer = buffer
         self.version = version
         self.traits = traits
+        self.calls = 0  # invocations, stages and metadata requests included
         self._api_addr: int | None = None  # the API table checked last
         self._api: _capi.Api | None = None
         self.c_function = HANDLER(self)
         self.address: int = ctypes.cast(self.c_function, ctypes.c_void_p).value or 0
 
     def __call__(self, frame_addr: int) -> int | None:
+        self.calls += 1  # (read at exit: see _drain_at_exit)
         try:
             return self._run(frame_addr)
         except BaseException as exc:
@@ -220,6 +224,46 @@ _LOCK = threading.Lock()
 _TARGETS: dict[tuple[str, str], FfiTarget] = {}  # (name, platform) -> target: alive for good
 
 
+def _drain_at_exit() -> None:
+    """Before JAX's own exit handlers (registered after them, it runs first): wait for the work
+    that computes the live arrays. A computation still in flight may yet call a registered
+    handler, which needs the interpreter's lock, while JAX's exit handler tears the backends
+    down holding that lock: the process would hang at exit (seen on the CPU platform)."""
+    try:
+        import jax
+
+        platforms = {d.platform for d in jax.devices()} | {"cpu"}
+    except Exception:  # no backend: nothing in flight
+        return
+    for platform in platforms:
+        try:
+            arrays = jax.live_arrays(platform)
+        except Exception:
+            continue
+        for a in arrays:
+            try:
+                a.block_until_ready()
+            except Exception:  # deleted meanwhile, or its computation failed: not in flight
+                pass
+    # a computation whose results were all dropped is in no live array: wait (the lock released)
+    # until the handlers have been called no more for a while, at most _SETTLE_MAX seconds
+    seen, quiet, waited = _call_count(), 0.0, 0.0
+    while quiet < _SETTLE_QUIET and waited < _SETTLE_MAX:
+        time.sleep(_SETTLE_STEP)
+        waited += _SETTLE_STEP
+        now = _call_count()
+        quiet = quiet + _SETTLE_STEP if now == seen else 0.0
+        seen = now
+
+
+_SETTLE_STEP, _SETTLE_QUIET, _SETTLE_MAX = 0.01, 0.05, 2.0
+
+
+def _call_count() -> int:
+    with _LOCK:
+        return sum(t._handler.calls for t in _TARGETS.values())
+
+
 def check_abi() -> AbiReport:
     """Check the XLA FFI of the installed jaxlib against ``pycudnn.jax``'s struct mirrors.
 
@@ -305,6 +349,8 @@ def register_handler(
         handler = _Handler(name, function, buffer, report.api_version, traits)
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler.c_function), platform=platform)
         target = FfiTarget(name, platform, function, handler.address, report.api_version, handler)
+        if not _TARGETS:
+            atexit.register(_drain_at_exit)
         _TARGETS[key] = target
     return target
 

@@ -591,3 +591,33 @@ def test_the_call_frame_is_not_read_after_the_call_returned():
     with pytest.raises(RuntimeError, match="read after the call returned"):
         kept[0].args  # noqa: B018
     assert "returned" in repr(kept[0])
+
+
+def test_a_process_exits_with_calls_still_in_flight():
+    """A computation still running at exit calls its handler, which needs the interpreter's
+    lock, while JAX's exit handler tears the backends down holding it: pycudnn.jax's own exit
+    handler waits for the live arrays' work and for the handlers to go quiet first (the process
+    hung before)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    code = (
+        "import sys, jax\n"
+        f"sys.path.insert(0, {str(here)!r})\n"
+        "import jax_op_references as R\n"
+        "import pycudnn.jax as pj\n"
+        "from pycudnn.jax import _ops\n"
+        "_ops.register_twin('conv', R.twin)\n"
+        "x = jax.random.normal(jax.random.key(0), (8, 3, 32, 32))\n"
+        "w = jax.random.normal(jax.random.key(1), (16, 3, 3, 3))\n"
+        "f = jax.jit(lambda x: pj.conv(x, w, 1, 1).sum())\n"
+        "kept = f(x)\n"
+        "f(x * 2)  # dropped at once\n"
+        "print('dispatched')\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert r.returncode == 0 and "dispatched" in r.stdout, r.stderr[-2000:]

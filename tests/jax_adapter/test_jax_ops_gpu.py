@@ -39,9 +39,14 @@ def gpu():
 
 @pytest.fixture(scope="module", autouse=True)
 def float64():
-    jax.config.update("jax_enable_x64", True)  # float64 operands (the tests give every dtype)
-    yield
-    jax.config.update("jax_enable_x64", False)
+    """float64 operands allowed (the tests give every array its dtype)."""
+    if hasattr(jax, "enable_x64"):  # the context manager (jax 0.10+)
+        with jax.enable_x64(True):
+            yield
+    else:
+        jax.config.update("jax_enable_x64", True)
+        yield
+        jax.config.update("jax_enable_x64", False)
 
 
 def _rand(gpu, shape, dtype="float32", scale=1.0):
@@ -436,12 +441,13 @@ def test_vmap_folded_and_per_example(gpu):
 # -- the bound launches ----------------------------------------------------------------------------
 def test_each_call_site_binds_once_and_then_launches(gpu, monkeypatch):
     """After a call site's first run every later run with its signature is the bound launch:
-    the slow path runs once per call site and signature (counted across XLA's threads)."""
-    slow = []  # the threads that ran the slow path (bound entries are per thread)
+    the slow path runs once per call site, signature and thread (bound entries are per
+    thread), forward and backward calls alike."""
+    slow = []  # (thread, op text, signature) of each slow run
     original = _bound.Executor._slow
 
     def counted(self, key, call, stream, n):
-        slow.append(threading.get_ident())
+        slow.append((threading.get_ident(), key[0], key[1]))
         return original(self, key, call, stream, n)
 
     monkeypatch.setattr(_bound.Executor, "_slow", counted)
@@ -455,24 +461,28 @@ def test_each_call_site_binds_once_and_then_launches(gpu, monkeypatch):
         "conv": lambda x: pj.conv(x, w, 1, 1),
         "conv_epilogue": lambda x: pj.conv(x, w, 1, 1, bias=x[0, :, 0, 0], activation="relu"),
     }
-    unbound = []
+    for name, op in list(ops.items()):  # and the backward calls
+        ops[name + "_grad"] = jax.grad(lambda x, op=op: (op(x) * x[..., :1, :1].sum()).sum())
+    unbound, lines = [], []
     for name, op in ops.items():
         g = jax.jit(op)
         slow.clear()
-        for _ in range(4):
+        for _ in range(6):
             jax.block_until_ready(g(x))
-        if len(slow) != len(set(slow)) or len(slow) == 4:
-            unbound.append(
-                f"{name}: the slow path ran {len(slow)} times in 4 runs, on "
-                f"{len(set(slow))} threads"
-            )
-    assert not unbound, "not bound (each run went through the public function):\n" + "\n".join(
-        unbound
-    )
+        sites = len({k for _t, k, _s in slow})
+        threads = len({t for t, _k, _s in slow})
+        lines.append(
+            f"BOUND {name:18s} {len(slow)} slow runs in 6 runs of {sites} call sites, on "
+            f"{threads} threads"
+        )
+        if len(slow) != len(set(slow)):  # a call site ran slow twice on a thread: not bound
+            unbound.append(lines[-1])
+    print("\n" + "\n".join(lines), flush=True)
+    assert not unbound, "not bound (runs went through the public function):\n" + "\n".join(unbound)
 
 
 # -- host cost per call (printed, not asserted) ----------------------------------------------------
-def _per_step_us(f, x, steps, repeats=5):
+def _per_step_us(f, x, steps, repeats=3):
     jax.block_until_ready(f(x))
     times = []
     for _ in range(repeats):
@@ -485,8 +495,8 @@ def _per_step_us(f, x, steps, repeats=5):
 def test_host_cost_per_call_in_a_jitted_loop(gpu):
     """A jitted ``lax.fori_loop`` of N steps, each one call, against the same loop over XLA's
     own operation; and an unrolled chain of N calls (no loop), against XLA's operation with an
-    optimization barrier between steps (so XLA cannot fuse them). Per step, median of 5."""
-    steps = 2000
+    optimization barrier between steps (so XLA cannot fuse them). Per step, median of 3."""
+    steps = 1000
     x = _rand(gpu, (1, 8, 16, 16))
     w = _rand(gpu, (8, 8, 3, 3), scale=0.01)  # the loop decays to 0, never overflows
     sides = {
@@ -505,7 +515,7 @@ def test_host_cost_per_call_in_a_jitted_loop(gpu):
         ),
     }
     lines = []
-    chain_n = 200
+    chain_n = 100
     for name, (ours, theirs) in sides.items():
         row = {}
         for side, op in (("pycudnn", ours), ("xla", theirs)):
