@@ -26,12 +26,15 @@ and the other operations of the issue are not written yet.
 
 Design decisions
 ----------------
-* **Checked against the installed jaxlib, not trusted.** The C structs are mirrored in ctypes;
-  before any registration, :func:`check_abi` reads the XLA FFI header jaxlib ships
-  (``jax.ffi.include_dir()``) and compares every mirrored field's position, name, offset and
-  size, and the API's major version. Any difference refuses the registration with
-  :class:`UnsupportedJaxlibError` naming the jaxlib version. At the first call the API table XLA
-  passes is checked the same way (major version, sizes).
+* **Checked against the installed jaxlib, not trusted.** The C structs are mirrored in ctypes,
+  for each layout generation of XLA's header known (API 0.3, jaxlib 0.10.x; API 0.4, jaxlib
+  0.11.x: renamed extension struct and error getter); before any registration,
+  :func:`check_abi` reads the XLA FFI header jaxlib ships (``jax.ffi.include_dir()``), selects
+  the generation by the structs it declares, and compares every mirrored field's position,
+  name, offset and size, the enum values the handler uses, and the API's major version. Any
+  difference, or a header of no known generation, refuses the registration with
+  :class:`UnsupportedJaxlibError` naming the jaxlib version and the struct. At the first call
+  the API table XLA passes is checked the same way (major version, sizes).
 * **An exception never crosses into C.** Whatever the Python function raises becomes an XLA FFI
   error carrying the exception's type and message (``ValueError``/``TypeError`` as
   ``INVALID_ARGUMENT``, ``NotImplementedError`` as ``UNIMPLEMENTED``, others ``INTERNAL``): JAX

@@ -295,6 +295,7 @@ class Call:
         "_attrs",
         "_ctx",
         "_frame",
+        "_generation",
         "_kind",
         "_live",
         "_rets",
@@ -307,14 +308,16 @@ class Call:
         target: str,
         frame: tuple[int, int, int, int, int],
         kind: type[Buffer],
-        api: _capi.Api,
+        api: ctypes.Structure,
         ctx: int | None,
+        generation: _capi.Generation,
     ):
         self.target = target
         self._frame = frame  # n_args, args, n_rets, rets, the address of XLA_FFI_Attrs
         self._kind = kind
-        self._api = api
+        self._api = api  # the generation's XLA_FFI_Api mirror over XLA's table
         self._ctx = ctx
+        self._generation = generation
         self._args: tuple[Buffer, ...] | None = None
         self._rets: tuple[Buffer, ...] | None = None
         self._attrs: dict[str, Any] | None = None
@@ -392,11 +395,10 @@ class Call:
         if self._stream is None:
             self._check_live()
             args = _capi.StreamGetArgs(_STREAM_ARGS_SIZE, None, self._ctx, None)
-            error = self._api.XLA_FFI_Stream_Get(ctypes.byref(args))
+            error = self._api.XLA_FFI_Stream_Get(ctypes.byref(args))  # type: ignore[attr-defined]
             if error:
-                raise RuntimeError(
-                    f"XLA has no stream for {self.target}: {take_error(self._api, error)}"
-                )
+                message = take_error(self._api, error, self._generation)
+                raise RuntimeError(f"XLA has no stream for {self.target}: {message}")
             self._stream = args.stream or 0
         return self._stream
 
@@ -411,12 +413,21 @@ _ADDRESS = struct.Struct("=Q")
 _STREAM_ARGS_SIZE = _capi.struct_size(_capi.StreamGetArgs)
 
 
-def take_error(api: _capi.Api, error: int) -> str:
-    """The message of an ``XLA_FFI_Error*`` returned by an API function; destroys the error."""
-    get = _capi.ErrorGetMessageArgs(_capi.struct_size(_capi.ErrorGetMessageArgs), None, error, None)
-    api.XLA_FFI_Error_GetMessage(ctypes.byref(get))
-    message = (get.message or b"").decode("utf-8", "replace")
-    api.XLA_FFI_Error_Destroy(
-        ctypes.byref(_capi.ErrorDestroyArgs(_capi.struct_size(_capi.ErrorDestroyArgs), None, error))
-    )
+def take_error(api: ctypes.Structure, error: int, generation: _capi.Generation) -> str:
+    """The message of an ``XLA_FFI_Error*`` returned by an API function, read through the
+    table *api* with *generation*'s getter (API 0.4's also gives the code, appended as
+    `` [CODE]``); destroys the error."""
+    try:
+        message, code = generation.error_details(api, error)
+    finally:
+        api.XLA_FFI_Error_Destroy(  # type: ignore[attr-defined]
+            ctypes.byref(
+                _capi.ErrorDestroyArgs(_capi.struct_size(_capi.ErrorDestroyArgs), None, error)
+            )
+        )
+    if code is not None:
+        try:
+            message += f" [{_capi.ErrorCode(code).name}]"
+        except ValueError:
+            message += f" [code {code}]"
     return message

@@ -4,15 +4,23 @@ Every target registered through :func:`register_handler` is one :class:`_Handler
 function pointer (kept alive for the process, as XLA keeps calling it) around a Python function.
 On each call the handler
 
-1. answers XLA's metadata request (a frame carrying the metadata extension): the API version the
-   handler was checked against and its traits, nothing else;
+1. answers XLA's metadata request (a frame whose ``extension_start`` chain holds the metadata
+   extension): the API version of the header the handler was checked against and its traits,
+   nothing else; other extensions on the chain are passed over, as XLA's own handlers do;
 2. checks the API table the frame points to (major version, size) the first time it sees it;
-3. returns at once for the stages before execution (instantiate, prepare, initialize);
+3. returns at once for the stages other than execution (instantiate, prepare, initialize; API
+   0.4's record stage is called for a bundle's record handler only, which is not registered);
 4. calls the Python function with a :class:`~._frame.Call`, which reads the frame
    (:mod:`._frame`) as the function asks for its parts, while the call lasts;
 5. turns any Python exception into an ``XLA_FFI_Error`` carrying the exception's type and
    message, made through the API table's ``XLA_FFI_Error_Create`` (XLA raises it in the caller
    as a ``JaxRuntimeError``). An exception never crosses the C boundary.
+
+The structs are read through the mirrors of the layout generation :func:`check_abi` selected
+for the installed header (:data:`._capi.GENERATIONS`): API 0.3 (jaxlib 0.10.x) or API 0.4
+(jaxlib 0.11.x). What a call does is the same in both; the API table's error getter differs
+(``XLA_FFI_Error_GetMessage`` or ``XLA_FFI_Error_GetDetails``), read where the stream getter
+fails (:func:`._frame.take_error`).
 
 JAX is imported only by :func:`register_handler`, :func:`ffi_call` and :func:`check_abi`.
 """
@@ -45,8 +53,8 @@ __all__ = [
 HANDLER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 
 _FRAME_SIZE = _capi.struct_size(_capi.CallFrame)
-_API_SIZE = _capi.struct_size(_capi.Api)
 _METADATA_SIZE = _capi.struct_size(_capi.Metadata)
+_METADATA_EXTENSION_SIZE = _capi.struct_size(_capi.MetadataExtension)
 _VERSION_SIZE = _capi.struct_size(_capi.ApiVersion)
 _ERROR_ARGS_SIZE = _capi.struct_size(_capi.ErrorCreateArgs)
 _EXECUTE = int(_capi.Stage.EXECUTE)
@@ -67,6 +75,7 @@ _FRAME = _frame.unpacker(
 _ATTRS_OFFSET = _capi.CallFrame.attrs.offset
 _MEMORY = _frame.MEMORY
 _METADATA = int(_capi.ExtensionType.METADATA)
+_MAX_EXTENSIONS = 16  # the longest extension chain followed (XLA's has one entry)
 
 # Python exception -> XLA error code (the first base class found; otherwise INTERNAL)
 _CODES: tuple[tuple[type[BaseException], _capi.ErrorCode], ...] = (
@@ -97,15 +106,18 @@ class _Handler:
         buffer: type[_frame.Buffer],
         version: tuple[int, int],
         traits: int,
+        generation: _capi.Generation,
     ):
         self.target = target
         self.fn = fn
         self.buffer = buffer
         self.version = version
         self.traits = traits
+        self.generation = generation
         self.calls = 0  # invocations, stages and metadata requests included
         self._api_addr: int | None = None  # the API table checked last
-        self._api: _capi.Api | None = None
+        self._api: ctypes.Structure | None = None
+        self._api_size = _capi.struct_size(generation.api)
         self.c_function = HANDLER(self)
         self.address: int = ctypes.cast(self.c_function, ctypes.c_void_p).value or 0
 
@@ -121,23 +133,25 @@ class _Handler:
             _MEMORY, frame_addr
         )
         if ext:
-            return self._metadata(ext)
+            metadata = self._find_metadata(ext)
+            if metadata:
+                return self._metadata(metadata)
         api = self._api if api_addr == self._api_addr else self._check_api(frame_addr, api_addr)
         if stage != _EXECUTE:
             return None
         frame = (n_args, args, n_rets, rets, frame_addr + _ATTRS_OFFSET)
-        call = _frame.Call(self.target, frame, self.buffer, api, ctx)
+        call = _frame.Call(self.target, frame, self.buffer, api, ctx, self.generation)
         try:
             self.fn(call)
         finally:
             call.finish()
         return None
 
-    def _check_api(self, frame_addr: int, api_addr: int) -> _capi.Api:
+    def _check_api(self, frame_addr: int, api_addr: int) -> ctypes.Structure:
         frame = _capi.CallFrame.from_address(frame_addr)
         if not api_addr:
             raise UnsupportedJaxlibError(f"{self.target}: the call frame has no XLA_FFI_Api")
-        api = _capi.Api.from_address(api_addr)
+        api = self.generation.api.from_address(api_addr)
         major, minor = api.api_version.major_version, api.api_version.minor_version
         self._api = api  # the error path reports through this table (when it has the entry)
         if major != _capi.SUPPORTED_MAJOR:
@@ -145,22 +159,39 @@ class _Handler:
                 f"{self.target}: XLA's FFI API is version {major}.{minor}; pycudnn.jax supports "
                 f"major version {_capi.SUPPORTED_MAJOR} only"
             )
-        if api.struct_size < _API_SIZE or frame.struct_size < _FRAME_SIZE:
+        if api.struct_size < self._api_size or frame.struct_size < _FRAME_SIZE:
             raise UnsupportedJaxlibError(
                 f"{self.target}: XLA's FFI structs are smaller than pycudnn.jax's mirrors "
-                f"(XLA_FFI_Api {api.struct_size} < {_API_SIZE} bytes or XLA_FFI_CallFrame "
+                f"(XLA_FFI_Api {api.struct_size} < {self._api_size} bytes or XLA_FFI_CallFrame "
                 f"{frame.struct_size} < {_FRAME_SIZE} bytes; API version {major}.{minor})"
             )
         self._api_addr = api_addr
         return api
 
+    def _find_metadata(self, ext_addr: int) -> int | None:
+        """The address of the metadata extension on the chain starting at *ext_addr* (an
+        ``XLA_FFI_Extension_Base*`` or ``XLA_FFI_InternalExtension*``: the same head), or None:
+        the call is then an ordinary one, its other extensions passed over."""
+        for _ in range(_MAX_EXTENSIONS):
+            if not ext_addr:
+                return None
+            ext = _capi.Extension.from_address(ext_addr)
+            if ext.type == _METADATA:
+                return ext_addr
+            ext_addr = ctypes.cast(ext.next, ctypes.c_void_p).value or 0
+        raise UnsupportedJaxlibError(
+            f"{self.target}: the call frame's extension chain is longer than {_MAX_EXTENSIONS}"
+        )
+
     def _metadata(self, ext_addr: int) -> int | None:
-        base = _capi.ExtensionBase.from_address(ext_addr)
-        if base.type != _METADATA:
+        ext = _capi.MetadataExtension.from_address(ext_addr)
+        if ext.extension_base.struct_size < _METADATA_EXTENSION_SIZE or not ext.metadata:
             raise UnsupportedJaxlibError(
-                f"{self.target}: XLA called with an unknown extension (type {base.type})"
+                f"{self.target}: XLA's XLA_FFI_Metadata_Extension has "
+                f"{ext.extension_base.struct_size} bytes, fewer than the "
+                f"{_METADATA_EXTENSION_SIZE} pycudnn.jax reads, or no XLA_FFI_Metadata"
             )
-        metadata = _capi.MetadataExtension.from_address(ext_addr).metadata.contents
+        metadata = ext.metadata.contents
         if metadata.struct_size < _METADATA_SIZE:
             raise UnsupportedJaxlibError(
                 f"{self.target}: XLA's XLA_FFI_Metadata has {metadata.struct_size} bytes, "
@@ -182,7 +213,8 @@ class _Handler:
             args = _capi.ErrorCreateArgs(
                 _ERROR_ARGS_SIZE, None, text.encode("utf-8", "replace"), int(error_code(exc))
             )
-            return _capi.Api.from_address(addr).XLA_FFI_Error_Create(ctypes.byref(args))
+            api = self.generation.api.from_address(addr)
+            return api.XLA_FFI_Error_Create(ctypes.byref(args))  # type: ignore[attr-defined]
         except BaseException as inner:
             try:
                 sys.stderr.write(
@@ -268,13 +300,18 @@ def check_abi() -> AbiReport:
     """Check the XLA FFI of the installed jaxlib against ``pycudnn.jax``'s struct mirrors.
 
     Reads ``jax.ffi.include_dir()``'s ``xla/ffi/api/c_api.h``: the API's major version must be
-    the one mirrored, and every mirrored struct must have the mirror's fields first, at the same
-    offsets, with the same sizes (:func:`register_handler` runs this check first).
+    the one mirrored; the header's layout generation is selected by the structs it declares
+    (API 0.3, jaxlib 0.10.x: ``XLA_FFI_Extension_Base`` and ``XLA_FFI_Error_GetMessage``; API
+    0.4, jaxlib 0.11.x: ``XLA_FFI_InternalExtension`` and ``XLA_FFI_Error_GetDetails``); every
+    struct of that generation the handler reads or writes must have the mirror's fields first,
+    at the same offsets, with the same sizes, and the enum values the handler uses must be the
+    header's (:func:`register_handler` runs this check first).
 
     Returns
     -------
     AbiReport
-        The jaxlib version, the header, its API version and the checked structs' sizes.
+        The jaxlib version, the header, its API version, the checked structs' sizes and the
+        layout generation selected.
 
     Raises
     ------
@@ -346,7 +383,8 @@ def register_handler(
             )
         buffer = _frame.HostBuffer if _is_cpu(platform) else _frame.DeviceBuffer
         traits = 1 if command_buffer_compatible else 0
-        handler = _Handler(name, function, buffer, report.api_version, traits)
+        generation = _capi.generation(report.generation)
+        handler = _Handler(name, function, buffer, report.api_version, traits, generation)
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler.c_function), platform=platform)
         target = FfiTarget(name, platform, function, handler.address, report.api_version, handler)
         if not _TARGETS:

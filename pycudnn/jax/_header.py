@@ -1,16 +1,21 @@
 """The installed jaxlib's XLA FFI header, read and held against the mirrors of :mod:`._capi`.
 
 ``jax.ffi.include_dir()/xla/ffi/api/c_api.h`` declares the structs XLA passes a handler. This
-module parses the parts it needs -- the API version macros, the enums' and typedefs' names, each
-``struct``'s fields and each ``XLA_FFI_DEFINE_STRUCT_TRAITS`` size -- lays every struct out as a
-ctypes ``Structure`` (so the C layout rules are ctypes', the same as the mirrors'), and compares:
+module parses the parts it needs -- the API version macros, the enums' names and the values of
+their constants, the typedefs' names, each ``struct``'s fields and each
+``XLA_FFI_DEFINE_STRUCT_TRAITS`` size -- lays every struct out as a ctypes ``Structure`` (so the
+C layout rules are ctypes', the same as the mirrors'), selects the layout generation
+(:data:`._capi.GENERATIONS`) whose distinguishing structs the header declares, and compares:
 
 * ``XLA_FFI_API_MAJOR`` must be :data:`._capi.SUPPORTED_MAJOR`;
-* every field of a mirror must be the header struct's field at the same position, with the same
-  name, offset and size (the header may declare more fields after them);
-* a struct the handler writes must end where the header's declared size ends.
+* every field of each of the generation's mirrors must be the header struct's field at the
+  same position, with the same name, offset and size (the header may declare more fields after
+  them);
+* a struct the handler writes must end where the header's declared size ends;
+* every enum constant the handler sends or compares must have the handler's value.
 
-Any difference refuses with the jaxlib version and the struct named. Stdlib only.
+A header that declares no generation's structs, or differs from the selected generation's
+mirrors anywhere, is refused with the jaxlib version and the struct named. Stdlib only.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass
 
 from . import _capi
 
-__all__ = ["HEADER", "AbiReport", "UnsupportedJaxlibError", "check", "parse"]
+__all__ = ["HEADER", "AbiReport", "UnsupportedJaxlibError", "check", "parse", "read", "select"]
 
 #: the header's path below ``jax.ffi.include_dir()``
 HEADER = os.path.join("xla", "ffi", "api", "c_api.h")
@@ -47,12 +52,18 @@ class AbiReport:
         ``(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR)`` of that header.
     structs : dict
         Struct name -> its ``struct_size`` in the header, for each struct mirrored.
+    generation : str
+        The layout generation the header was found to be, by the API version that introduced
+        it: ``"0.3"`` (jaxlib 0.10.x: ``XLA_FFI_Extension_Base``, ``XLA_FFI_Error_GetMessage``)
+        or ``"0.4"`` (jaxlib 0.11.x: ``XLA_FFI_InternalExtension``,
+        ``XLA_FFI_Error_GetDetails``); the handler uses that generation's mirrors.
     """
 
     jaxlib_version: str
     header: str
     api_version: tuple[int, int]
     structs: dict[str, int]
+    generation: str
 
 
 _C_TYPES: dict[str, type] = {
@@ -71,6 +82,8 @@ _TYPEDEF = re.compile(r"typedef\s+(\w+)\s+(\w+)\s*;")
 _TRAITS = re.compile(r"XLA_FFI_DEFINE_STRUCT_TRAITS\(\s*(\w+)\s*,\s*(\w+)\s*\)\s*;")
 _API_FIELD = re.compile(r"_XLA_FFI_API_STRUCT_FIELD\((\w+)\)")
 _FN_POINTER = re.compile(r"\(\s*\*\s*(\w+)\s*\)\s*\(.*\)$", re.S)
+_ENUM_BODY = re.compile(r"\benum\s*\w*\s*\{(.*?)\}", re.S)
+_CONSTANT = re.compile(r"\b(XLA_FFI_\w+)\s*=\s*(\d+)u?(?:\s*<<\s*(\d+))?\s*(?:,|$)")
 
 
 @dataclass(frozen=True)
@@ -78,6 +91,7 @@ class _Header:
     version: tuple[int, int]
     structs: dict[str, type[ctypes.Structure]]
     sizes: dict[str, int]  # XLA_FFI_DEFINE_STRUCT_TRAITS: struct -> declared struct_size
+    constants: dict[str, int]  # enum constant -> value (those given as a number or 1u << n)
 
 
 def _field(decl: str, known: dict[str, type]) -> tuple[str, type]:
@@ -98,7 +112,8 @@ def _field(decl: str, known: dict[str, type]) -> tuple[str, type]:
 
 
 def parse(text: str) -> _Header:
-    """The API version, the structs (as ctypes types) and their declared sizes of a header."""
+    """The API version, the structs (as ctypes types), their declared sizes and the enum
+    constants of a header's text."""
     text = _COMMENT.sub("", text)
     version = []
     for part in ("MAJOR", "MINOR"):
@@ -126,17 +141,29 @@ def parse(text: str) -> _Header:
             sizes[sname] = getattr(structs[sname], last).offset + ctypes.sizeof(
                 dict(structs[sname]._fields_)[last]
             )
-    return _Header((version[0], version[1]), structs, sizes)
+    constants = {}
+    for m in _ENUM_BODY.finditer(text):
+        for item in m.group(1).split(","):
+            c = _CONSTANT.search(item.strip())
+            if c:
+                constants[c.group(1)] = int(c.group(2)) << int(c.group(3) or 0)
+    return _Header((version[0], version[1]), structs, sizes, constants)
+
+
+def read(path: str) -> _Header:
+    """:func:`parse` of the header file *path*."""
+    with open(path, encoding="utf-8") as f:
+        return parse(f.read())
 
 
 def _layout(cls: type[ctypes.Structure]) -> list[tuple[str, int, int]]:
     return [(name, getattr(cls, name).offset, getattr(cls, name).size) for name, *_ in cls._fields_]
 
 
-def _differences(header: _Header) -> list[str]:
-    """What the mirrors of :mod:`._capi` get wrong against *header* (empty: nothing)."""
+def _differences(header: _Header, generation: _capi.Generation) -> list[str]:
+    """What *generation*'s mirrors get wrong against *header* (empty: nothing)."""
     found = []
-    for name, mirror in _capi.MIRRORS.items():
+    for name, mirror in generation.mirrors.items():
         theirs = header.structs.get(name)
         if theirs is None:
             found.append(f"{name} is not declared")
@@ -153,43 +180,80 @@ def _differences(header: _Header) -> list[str]:
                     f"({want[i][2]} bytes)"
                 )
                 break
-        if name in _capi.WRITTEN and name in header.sizes:
+        if name in generation.written and name in header.sizes:
             size = _capi.struct_size(mirror)
             if size != header.sizes[name]:
                 found.append(
                     f"{name} is written with struct_size {size}, the header declares "
                     f"{header.sizes[name]}"
                 )
+    for name, value in generation.constants.items():
+        theirs_value = header.constants.get(name)
+        if theirs_value is None:
+            found.append(f"the enum constant {name} is not declared")
+        elif theirs_value != value:
+            found.append(f"the enum constant {name} is {theirs_value}, pycudnn.jax's is {value}")
     return found
 
 
-def check(include_dir: str, jaxlib_version: str) -> AbiReport:
-    """Hold the mirrors against ``include_dir/xla/ffi/api/c_api.h``; raise
-    :class:`UnsupportedJaxlibError` (naming *jaxlib_version*) on any difference."""
-    path = os.path.join(include_dir, HEADER)
-    where = f"jaxlib {jaxlib_version} ({path})"
+def select(header: _Header) -> tuple[_capi.Generation | None, list[str]]:
+    """The layout generation of *header*, and an empty list; or None and why none fits.
+
+    A generation is a candidate when the header declares its distinguishing structs (its
+    ``markers``: the extension header's and the error getter's argument struct's names); the
+    first candidate (newest first) whose every mirror, written size and constant matches the
+    header is selected. Without a candidate, the reasons name each generation's missing
+    structs; with candidates that all differ, each candidate's differences."""
+    missing_by_generation, wrong_by_candidate = [], []
+    for g in _capi.GENERATIONS:
+        missing = [m for m in g.markers if m not in header.structs]
+        if missing:
+            missing_by_generation.append(
+                f"not API {g.name}'s layout ({g.written_from}): "
+                + ", ".join(f"{m} is not declared" for m in missing)
+            )
+            continue
+        wrong = _differences(header, g)
+        if not wrong:
+            return g, []
+        wrong_by_candidate.append(
+            f"as API {g.name}'s layout ({g.written_from}): " + "; ".join(wrong)
+        )
+    return None, wrong_by_candidate or missing_by_generation
+
+
+def check(where: str, jaxlib_version: str) -> AbiReport:
+    """Hold the mirrors against the header ``where/xla/ffi/api/c_api.h`` (*where* an include
+    directory, as ``jax.ffi.include_dir()``), or against the header file *where* itself (a path
+    ending in ``.h``); select its layout generation and raise :class:`UnsupportedJaxlibError`
+    (naming *jaxlib_version*) when it has none or differs from it."""
+    path = where if where.endswith(".h") else os.path.join(where, HEADER)
+    where_text = f"jaxlib {jaxlib_version} ({path})"
     try:
-        with open(path, encoding="utf-8") as f:
-            header = parse(f.read())
+        header = read(path)
     except OSError as exc:
         raise UnsupportedJaxlibError(
-            f"{where}: the XLA FFI header cannot be read ({exc}); pycudnn.jax checks the "
+            f"{where_text}: the XLA FFI header cannot be read ({exc}); pycudnn.jax checks the "
             "struct layouts against it before registering a handler"
         ) from exc
     except ValueError as exc:
         raise UnsupportedJaxlibError(
-            f"{where}: the XLA FFI header cannot be parsed: {exc}"
+            f"{where_text}: the XLA FFI header cannot be parsed: {exc}"
         ) from exc
     major, minor = header.version
     if major != _capi.SUPPORTED_MAJOR:
         raise UnsupportedJaxlibError(
-            f"{where} has XLA FFI API version {major}.{minor}; pycudnn.jax supports major "
+            f"{where_text} has XLA FFI API version {major}.{minor}; pycudnn.jax supports major "
             f"version {_capi.SUPPORTED_MAJOR} only"
         )
-    wrong = _differences(header)
-    if wrong:
+    generation, wrong = select(header)
+    if generation is None:
         raise UnsupportedJaxlibError(
-            f"{where}: the XLA FFI structs differ from pycudnn.jax's mirrors: " + "; ".join(wrong)
+            f"{where_text} (XLA FFI API version {major}.{minor}): the XLA FFI structs differ "
+            "from pycudnn.jax's mirrors of every layout it knows ("
+            + ", ".join(f"API {g.name}: {g.written_from}" for g in _capi.GENERATIONS)
+            + "): "
+            + " | ".join(wrong)
         )
     return AbiReport(
         jaxlib_version,
@@ -197,6 +261,7 @@ def check(include_dir: str, jaxlib_version: str) -> AbiReport:
         header.version,
         {
             name: header.sizes.get(name, ctypes.sizeof(header.structs[name]))
-            for name in _capi.MIRRORS
+            for name in generation.mirrors
         },
+        generation.name,
     )

@@ -253,6 +253,7 @@ def test_check_abi_reads_the_installed_header():
     assert report.api_version[0] == 0
     assert report.header.endswith("c_api.h")
     assert report.structs["XLA_FFI_CallFrame"] >= 168
+    assert report.generation == ("0.3" if report.api_version <= (0, 3) else "0.4")
 
 
 def test_an_unsupported_major_version_is_refused_naming_jaxlib(monkeypatch):

@@ -58,19 +58,22 @@ def test_undeclared_names_raise_attribute_error():
     assert "ffi_call" in pycudnn.jax.__all__
 
 
-def test_the_mirrors_have_the_sizes_of_api_version_0_3_on_64_bit():
-    """The sizes XLA declares for jaxlib 0.10.2's header (API 0.3), computed as XLA does
-    (``XLA_FFI_STRUCT_SIZE``: the end of the last field); the header check repeats this against
-    whatever jaxlib is installed."""
+def test_the_mirrors_have_the_sizes_of_api_versions_0_3_and_0_4_on_64_bit():
+    """The sizes XLA declares for jaxlib 0.10.2's header (API 0.3) and jaxlib 0.11.2's (API
+    0.4), computed as XLA does (``XLA_FFI_STRUCT_SIZE``: the end of the last field); the header
+    check repeats this against whatever jaxlib is installed."""
     from pycudnn.jax import _capi
 
     if ctypes.sizeof(ctypes.c_void_p) != 8:
         pytest.skip("the expected sizes are those of a 64-bit ABI")
-    sizes = {name: _capi.struct_size(cls) for name, cls in _capi.MIRRORS.items()}
-    assert sizes["XLA_FFI_CallFrame"] == 168  # the frame's struct_size ends at attrs
-    assert sizes["XLA_FFI_Buffer"] == 48
-    assert sizes["XLA_FFI_Error_Create_Args"] == 28
-    assert sizes["XLA_FFI_Stream_Get_Args"] == 32
-    assert sizes["XLA_FFI_Metadata"] == 36
-    assert sizes["XLA_FFI_Api_Version"] == 24
-    assert _capi.Api.XLA_FFI_Stream_Get.offset == 80
+    for gen, getter_size in ((_capi.API_0_3, 32), (_capi.API_0_4, 36)):
+        sizes = {name: _capi.struct_size(cls) for name, cls in gen.mirrors.items()}
+        assert sizes["XLA_FFI_CallFrame"] == 168  # the frame's struct_size ends at attrs
+        assert sizes["XLA_FFI_Buffer"] == 48
+        assert sizes["XLA_FFI_Error_Create_Args"] == 28
+        assert sizes[gen.error_getter + "_Args"] == getter_size
+        assert sizes["XLA_FFI_Stream_Get_Args"] == 32
+        assert sizes["XLA_FFI_Metadata"] == 36
+        assert sizes["XLA_FFI_Api_Version"] == 24
+        assert gen.api.XLA_FFI_Stream_Get.offset == 80
+        assert getattr(gen.api, gen.error_getter).offset == 56
