@@ -8,7 +8,8 @@ Every family's FFI target calls one :class:`Executor`. A call reads, from XLA's 
 * XLA's stream,
 
 and looks ``(text, signature, stream, pycudnn.config snapshot)`` up in the calling thread's
-store of bound launches. A hit is the whole call: the entry's handle bound to the stream (no C
+store of bound launches (:mod:`pycudnn.highlevel._bound`, the one ``pycudnn.torch``'s lean path
+uses too). A hit is the whole call: the entry's handle bound to the stream (no C
 call when it is already), then :meth:`~pycudnn.highlevel._call.Call.launch` on the pointers --
 the high level's lean path (its plan, descriptors and scaling factors ready), with no request
 decoded, no operand read, no output made and no check repeated. The key pins everything the
@@ -33,13 +34,9 @@ No JAX here: this runs inside XLA's call.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from typing import Any
 
-from .. import _cuda
-from ..graph import _plans
-from ..highlevel import _call
+from ..highlevel import _bound, _call
 from . import _request
 from ._frame import Call
 
@@ -47,24 +44,12 @@ __all__ = ["ATTR", "Executor", "bound_count", "run_request", "xla_stream"]
 
 #: the one attribute of every operation's FFI call: the request's text
 ATTR = "op"
-
-_local = threading.local()
 _snapshot = _call.snapshot
-_device_now = _cuda.device_now
-
-
-def _store() -> Any:
-    try:
-        return _local.store
-    except AttributeError:
-        # owns=False: the entries belong to the high level's call cache; this only refers to them
-        store = _local.store = _plans.new_lru(owns=False)
-        return store
 
 
 def bound_count() -> int:
     """How many call signatures the calling thread has bound (tests and diagnostics)."""
-    return len(_store())
+    return _bound.bound_count()
 
 
 def xla_stream(call: Call) -> int:
@@ -104,29 +89,9 @@ class Executor:
         text = call.sole_string()
         ptrs, sig = call.signature()
         stream = self.stream(call)
-        key = (text, sig, stream, _snapshot())
-        try:
-            store = _local.store
-        except AttributeError:
-            store = _store()
-        entry = store.data.get(key)
-        if entry is not None:
-            h = entry.handle
-            if _call.one_device or _device_now() == h.device:
-                h.set_stream(stream)  # no C call when it is bound to it already
-                try:
-                    entry.launch(ptrs)
-                    return
-                except Exception:
-                    store.pop(key)  # the slow path rebuilds it, or raises the public error
-        self._slow(key, call, stream, len(ptrs))
+        # the high level's one store of bound launches (pycudnn.torch's lean path's too): a hit
+        # launches; a miss decodes the request and runs it, and binds its entry when lean
+        _bound.run((text, sig, stream, _snapshot()), ptrs, stream, self._slow, text, call, stream)
 
-    def _slow(self, key: tuple, call: Call, stream: int, n_ptrs: int) -> None:
-        request = _request.decode(key[0])
-        _call.take_last_entry()  # forget an earlier call's entry
-        self.run(request, call, stream)
-        entry = _call.take_last_entry()
-        # the entry's pointers are the inputs' then the outputs', in the public function's
-        # order, which each request keeps as its operands' order: the count is checked here
-        if entry is not None and entry.lean and len(entry.spans) == n_ptrs:
-            _store().put(key, entry)
+    def _slow(self, text: bytes, call: Call, stream: int) -> None:
+        self.run(_request.decode(text), call, stream)

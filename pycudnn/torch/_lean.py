@@ -26,66 +26,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .. import _cuda
-from ..graph import _plans
-from ..highlevel import _call
+from ..highlevel import _bound, _call
 
-__all__ = ["Tape", "bound_count", "current_device", "launch", "run", "set_device_getter"]
+__all__ = ["Tape", "bound_count", "launch", "run", "set_device_getter"]
 
-_local = threading.local()
+_local = threading.local()  # the calling thread's tape
 _recording = 0  # tapes recording in any thread
 _recording_lock = threading.Lock()
-#: the calling thread's current CUDA device (:mod:`._runtime` installs torch's own getter)
-current_device: Callable[[], int | None] = _cuda.device_now
-
-
-def set_device_getter(getter: Callable[[], int | None]) -> None:
-    """Read the current device with *getter* (torch's, ~0.2 us, instead of ``cudaGetDevice``)."""
-    global current_device
-    current_device = getter
-
-
-def _store() -> Any:
-    try:
-        return _local.store
-    except AttributeError:
-        # owns=False: entries belong to the high level's call cache; this only references them
-        store = _local.store = _plans.new_lru(owns=False)
-        return store
-
-
-def run(
-    key: tuple, ptrs: tuple[int, ...], stream: int, slow: Callable[..., Any], *args: Any
-) -> Any:
-    """Launch the entry bound to *key* on *ptrs* (the inputs', then the outputs' pointers, as
-    the high-level function orders them) on *stream*; on a miss run ``slow(*args)`` -- the
-    public function with every output given -- and bind the entry it ran when that is lean.
-
-    A bound entry whose launch fails (say its workspace no longer fits) is unbound and the call
-    goes through *slow*, which rebuilds or raises the public function's error. Returns the
-    entry that ran when it is lean (bound now or before), else None.
-    """
-    try:
-        store = _local.store
-    except AttributeError:
-        store = _store()
-    entry = store.data.get(key)
-    if entry is not None:
-        h = entry.handle
-        if _call.one_device or current_device() == h.device:
-            h.set_stream(stream)  # no C call when it is bound to it already
-            try:
-                entry.launch(ptrs)
-                return entry
-            except Exception:
-                store.pop(key)
-    _call.take_last_entry()  # forget an earlier call's entry
-    slow(*args)
-    entry = _call.take_last_entry()
-    if entry is not None and entry.lean:
-        store.put(key, entry)
-        return entry
-    return None
+#: the store of bound launches (:mod:`pycudnn.highlevel._bound`, which pycudnn.jax shares)
+run = _bound.run
+bound_count = _bound.bound_count
+set_device_getter = _bound.set_device_getter
 
 
 def launch(tag: Any, tensors: tuple, stream: int, slow: Callable[..., Any], *args: Any) -> None:
@@ -128,8 +79,3 @@ class Tape:
         _local.tape = None
         with _recording_lock:
             _recording -= 1
-
-
-def bound_count() -> int:
-    """How many signatures the calling thread has bound (tests and diagnostics)."""
-    return len(_store())

@@ -35,6 +35,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from .._config import config
+from ..highlevel import _bound
 from . import _lean
 from ._compile import compiling
 from ._module import state
@@ -163,7 +164,7 @@ class FusedRegion(nn.Module):
             if not cuda_ok(t):
                 return None
             metas.append((t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15))
-        if inputs and _lean.current_device() != metas[0][3]:
+        if inputs and _bound.current_device() != metas[0][3]:
             return None  # the entries launch on their device: the chains switch by themselves
         rg = tuple(p.requires_grad for p in self._params) if grad else ()
         # the thread: bound entries hold the calling thread's handle (the lean path's rule)

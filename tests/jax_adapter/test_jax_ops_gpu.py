@@ -446,9 +446,9 @@ def test_each_call_site_binds_once_and_then_launches(gpu, monkeypatch):
     slow = []  # (thread, op text, signature) of each slow run
     original = _bound.Executor._slow
 
-    def counted(self, key, call, stream, n):
-        slow.append((threading.get_ident(), key[0], key[1]))
-        return original(self, key, call, stream, n)
+    def counted(self, text, call, stream):
+        slow.append((threading.get_ident(), text, call.signature()[1]))
+        return original(self, text, call, stream)
 
     monkeypatch.setattr(_bound.Executor, "_slow", counted)
     x = _rand(gpu, (2, 4, 8, 8))

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import pycudnn
-from pycudnn.highlevel import _call
+from pycudnn.highlevel import _bound, _call
 from pycudnn.torch import _lean
 
 
@@ -27,9 +27,10 @@ class _Handle:
 
 
 class _Entry:
-    def __init__(self, lean: bool = True, fail: bool = False) -> None:
+    def __init__(self, lean: bool = True, fail: bool = False, n: int = 3) -> None:
         self.lean = lean
         self.fail = fail
+        self.spans = (0,) * n  # the pointers it takes (three, as most tests' calls pass)
         self.handle = _Handle()
         self.launched: list[tuple] = []
 
@@ -104,6 +105,15 @@ def test_an_entry_that_is_not_lean_is_never_bound():
     assert public.calls == 3 and _lean.bound_count() == 0
 
 
+def test_an_entry_taking_another_pointer_count_is_never_bound():
+    """The call's pointers must be the entry's (inputs then outputs): a count that differs is
+    a caller's mistake the bound launch would not see, so it keeps the public function."""
+    public = _Public()
+    for _ in range(2):
+        _lean.run(_key(), (1, 2), 0, public)
+    assert public.calls == 2 and _lean.bound_count() == 0
+
+
 def test_no_entry_left_by_the_call_binds_nothing():
     """A public call that ran no cached entry (say an empty problem, or an unhashable key) must
     not bind the entry of an earlier, unrelated call."""
@@ -129,10 +139,10 @@ def test_another_current_device_goes_through_the_public_function(monkeypatch):
     monkeypatch.setattr(_call, "one_device", False)
     public = _Public()
     _lean.run(_key(), (1, 2, 3), 0, public)
-    monkeypatch.setattr(_lean, "current_device", lambda: 1)  # the entry's handle is device 0
+    monkeypatch.setattr(_bound, "current_device", lambda: 1)  # the entry's handle is device 0
     _lean.run(_key(), (1, 2, 3), 0, public)
     assert public.calls == 2
-    monkeypatch.setattr(_lean, "current_device", lambda: 0)
+    monkeypatch.setattr(_bound, "current_device", lambda: 0)
     _lean.run(_key(), (1, 2, 3), 0, public)
     assert public.calls == 2
 
@@ -182,7 +192,7 @@ class _Tensor:
 
 
 def test_launch_keys_on_every_tensor_property_and_passes_the_pointers_in_order():
-    public = _Public()
+    public = _Public(n=2)
     a, b = _Tensor(4096), _Tensor(8192)
     _lean.launch(("op", 1), (a, b), 0, public)
     _lean.launch(("op", 1), (_Tensor(512), _Tensor(1024)), 0, public)  # same signature

@@ -23,6 +23,7 @@ import test_torch_fuse as tf  # noqa: E402  (tests/torch_adapter is on sys.path)
 from test_torch_fuse import bn_act, fakes  # noqa: E402, F401  (fixtures)
 
 import pycudnn.torch as pt  # noqa: E402
+from pycudnn.highlevel import _bound  # noqa: E402
 from pycudnn.torch import _lean, fuse, program, region  # noqa: E402
 
 # outputs of each lean tag (the operands are the inputs', then these)
@@ -97,7 +98,7 @@ def fake_launch(tag, tensors, stream, slow, *args):
 @pytest.fixture
 def lean(bn_act, monkeypatch):  # noqa: F811
     monkeypatch.setattr(_lean, "launch", fake_launch)
-    monkeypatch.setattr(_lean, "current_device", lambda: -1)  # a CPU tensor's get_device()
+    monkeypatch.setattr(_bound, "current_device", lambda: -1)  # a CPU tensor's get_device()
     monkeypatch.setattr(region, "cuda_ok", tf._ok)
     _STORE.clear()
     LAUNCHES.clear()
@@ -202,7 +203,7 @@ def test_not_lean_calls_run_the_chains_and_say_why(monkeypatch):
     """Without bound entries (the plain fakes) the region records nothing replayable: the
     chains run one by one, with the reason in programs()."""
     monkeypatch.setattr(region, "cuda_ok", tf._ok)
-    monkeypatch.setattr(_lean, "current_device", lambda: -1)
+    monkeypatch.setattr(_bound, "current_device", lambda: -1)
     ref, mine = tf._pair(tf.BasicBlock)
     ref.eval()
     mine.eval()
