@@ -192,6 +192,18 @@ def _given(request: _request.Request) -> _ops.Results:
     raise TypeError(f"{type(request).__name__}: its result's shape is given by the caller")
 
 
+def _gradient(
+    g: _Geometry, fns: tuple[Any, Any], args: Sequence[Any], rets: Sequence[Any], stream: int
+) -> None:
+    """One of the convolution's two gradients (``fns``: its 2-D and 3-D functions, which take
+    ``(a, b, shape, padding, strides, dilation, mode, precision, algo, groups)``) of the two
+    operands *args* into the result."""
+    a, b, out = views(args, rets, (g.channels_last,) * 3)
+    fn = fns[0] if len(g.strides) == 2 else fns[1]
+    fn(a, b, None, g.padding, g.strides, g.dilation, "cross", g.precision, None, g.groups,
+       out=out, stream=stream)  # fmt: skip
+
+
 @dataclasses.dataclass(frozen=True)
 class ConvBackwardData(_Geometry):
     """``dx``: operands ``w``, ``dy`` (``dnn_gradinput``'s order); the result's shape (x's) is
@@ -204,22 +216,7 @@ class ConvBackwardData(_Geometry):
         return _given(self)
 
     def run(self, args: Sequence[Any], rets: Sequence[Any], stream: int) -> None:
-        w, dy, dx = views(args, rets, (self.channels_last,) * 3)
-        fn = dnn_gradinput if len(self.strides) == 2 else dnn_gradinput3d
-        fn(
-            w,
-            dy,
-            None,
-            self.padding,
-            self.strides,
-            self.dilation,
-            "cross",
-            self.precision,
-            None,
-            self.groups,
-            out=dx,
-            stream=stream,
-        )
+        _gradient(self, (dnn_gradinput, dnn_gradinput3d), args, rets, stream)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,22 +233,7 @@ class ConvBackwardFilter(_Geometry):
         return _given(self)
 
     def run(self, args: Sequence[Any], rets: Sequence[Any], stream: int) -> None:
-        x, dy, dw = views(args, rets, (self.channels_last,) * 3)
-        fn = dnn_gradweight if len(self.strides) == 2 else dnn_gradweight3d
-        fn(
-            x,
-            dy,
-            None,
-            self.padding,
-            self.strides,
-            self.dilation,
-            "cross",
-            self.precision,
-            None,
-            self.groups,
-            out=dw,
-            stream=stream,
-        )
+        _gradient(self, (dnn_gradweight, dnn_gradweight3d), args, rets, stream)
 
 
 def _forward(request: ConvForward, *operands: Any) -> tuple[Any, Any]:
