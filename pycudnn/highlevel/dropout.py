@@ -236,13 +236,14 @@ class _Dropout(_call.Call):
     """A dropout call: its two descriptors (input, output), the input's shape (the mask's) and
     whether it is empty (nothing to launch, but the state still records the mask's shape)."""
 
-    __slots__ = ("empty", "fn", "hp", "in_desc", "out_desc", "shape")
+    __slots__ = ("empty", "fn", "hp", "in_desc", "nbytes", "out_desc", "shape")
     lean = False  # launch reads the per-call state
 
-    def __init__(self, func, h, alloc, spans, inplace, descs, shape, empty, name):
+    def __init__(self, func, h, alloc, spans, inplace, descs, shape, empty, nbytes, name):
         super().__init__(func, h, (alloc,), spans, inplace=inplace, keepalive=descs)
         self.in_desc, self.out_desc = descs
         self.shape, self.empty = shape, empty
+        self.nbytes = nbytes  # the mask's (reserve space's) bytes for this input
         self.hp = h.ptr
         self.fn = _call.quiet(name)
 
@@ -250,11 +251,7 @@ class _Dropout(_call.Call):
 class _Forward(_Dropout):
     """``cudnnDropoutForward``: x, then y; the state's reserve space holds the mask."""
 
-    __slots__ = ("nbytes",)
-
-    def __init__(self, func, h, alloc, spans, inplace, descs, shape, empty, nbytes):
-        super().__init__(func, h, alloc, spans, inplace, descs, shape, empty, "cudnnDropoutForward")
-        self.nbytes = nbytes
+    __slots__ = ()
 
     def launch(self, ptrs):
         func, state, p, seed, mask = _RUN.args
@@ -274,7 +271,7 @@ class _Backward(_Dropout):
     """``cudnnDropoutBackward``: dy, then dx, with the mask of the state's last forward (or the
     caller's, of *nbytes* at least)."""
 
-    __slots__ = ("nbytes",)
+    __slots__ = ()
 
     def launch(self, ptrs):
         func, state, p, _seed, mask = _RUN.args
@@ -467,7 +464,8 @@ def _build_forward(x, out, stream) -> _Forward:
     g = _operand.operand(x)
     h, spec, spans, inplace, xd, yd, empty = _operands(func, "x", g, out, stream)
     nbytes = 0 if empty else DropoutDescriptor.reserve_space_size(xd)
-    return _Forward(func, h, spec, spans, inplace, (xd, yd), tuple(g.shape), empty, nbytes)
+    shape, name = tuple(g.shape), "cudnnDropoutForward"
+    return _Forward(func, h, spec, spans, inplace, (xd, yd), shape, empty, nbytes, name)
 
 
 def dnn_dropout_grad(
@@ -533,7 +531,6 @@ def _build_backward(dy, out, stream) -> _Backward:
     func = "dnn_dropout_grad"
     g = _operand.operand(dy)
     h, spec, spans, inplace, dyd, dxd, empty = _operands(func, "dy", g, out, stream)
-    name = "cudnnDropoutBackward"
-    call = _Backward(func, h, spec, spans, inplace, (dyd, dxd), tuple(g.shape), empty, name)
-    call.nbytes = 0 if empty else DropoutDescriptor.reserve_space_size(dyd)
-    return call
+    nbytes = 0 if empty else DropoutDescriptor.reserve_space_size(dyd)
+    shape, name = tuple(g.shape), "cudnnDropoutBackward"
+    return _Backward(func, h, spec, spans, inplace, (dyd, dxd), shape, empty, nbytes, name)

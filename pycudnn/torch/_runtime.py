@@ -20,6 +20,7 @@ from . import _lean
 
 __all__ = [
     "FIRST_USE",
+    "bump_version",
     "FLOATS",
     "HALVES",
     "NORM_FLOATS",
@@ -153,6 +154,13 @@ def use_torch_allocator(enabled: bool = True) -> None:
         allocator.set_memory_resource(_RESOURCE)
     elif allocator.memory_resource() is _RESOURCE:
         allocator.set_memory_resource(None)
+
+
+#: ``bump_version(tensor)``: torch's ``increment_version`` where it exists (2.1+), as an in-place
+#: op bumps its output's version (a saved copy's check then sees the change)
+bump_version: Callable[[torch.Tensor], None] = getattr(
+    torch.autograd.graph, "increment_version", lambda t: None
+)
 
 
 def ready() -> None:

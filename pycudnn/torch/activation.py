@@ -14,7 +14,7 @@ from ..highlevel import dnn_activation, dnn_activation_grad
 from . import _lean
 from ._compile import compiling, define, differentiable
 from ._module import Converted
-from ._runtime import FIRST_USE, cuda_ok, dense, format_of, ready, stream_of
+from ._runtime import FIRST_USE, bump_version, cuda_ok, dense, format_of, ready, stream_of
 
 __all__ = [
     "ELU",
@@ -159,12 +159,6 @@ ActFn, op_act = differentiable(
 op_act_grad = define("act_grad", _op_grad, _op_grad_fake)
 
 
-#: ``increment_version(tensor)``: torch's own, where it exists (2.1+)
-_bump_version: Callable[[torch.Tensor], None] = getattr(
-    torch.autograd.graph, "increment_version", lambda t: None
-)
-
-
 def act_forward(x: torch.Tensor, mode: str, coef: float, inplace: bool, fallback: Callable) -> Any:
     """``dnn_activation`` for CUDA inputs it takes (in place where the gradient allows), else
     *fallback* (torch's). Activations are not on autocast's lists: they run in the input's
@@ -184,7 +178,7 @@ def act_forward(x: torch.Tensor, mode: str, coef: float, inplace: bool, fallback
         return ActFn.apply(x, mode, coef, inplace)  # in place: mark_dirty bumps the version
     y = act_run(x, mode, coef, inplace)
     if inplace and not x.is_inference():
-        _bump_version(x)  # as torch's in-place ops do (a saved copy's check sees it)
+        bump_version(x)  # as torch's in-place ops do (a saved copy's check sees it)
     return y
 
 

@@ -137,8 +137,13 @@ def conv_wgrad(x: torch.Tensor, dy: torch.Tensor, w: torch.Tensor, cfg: tuple) -
 
 
 # -- torch.compile: the same three directions as pycudnn:: custom ops ------------------------------
+def _options(pad: Any, stride: Any, dil: Any, groups: int) -> tuple:
+    """The op's options (lists) as the lean path keys them (tuples)."""
+    return (tuple(pad), tuple(stride), tuple(dil), groups)
+
+
 def _cfg(nd: int, pad: Any, stride: Any, dil: Any, groups: int) -> tuple:
-    return (nd, tuple(pad), tuple(stride), tuple(dil), groups)
+    return (nd, *_options(pad, stride, dil, groups))
 
 
 def _last(t: torch.Tensor) -> bool:
@@ -221,7 +226,7 @@ def _op_wgrad_fake(x, dy, w, pad, stride, dil, groups):
 def _conv_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(inputs[0], inputs[1])
     # an eager call passes the module's cfg (tuples) whole; the op its lists
-    ctx.cfg = inputs[3][1:] if len(inputs) == 4 else _cfg(0, *inputs[3:7])[1:]
+    ctx.cfg = inputs[3][1:] if len(inputs) == 4 else _options(*inputs[3:7])
     ctx.has_bias = inputs[2] is not None
 
 
@@ -241,7 +246,7 @@ _NONES = tuple((None,) * n for n in range(16))
 
 def _dgrad_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(inputs[0], inputs[1])
-    ctx.cfg = _cfg(0, *inputs[4:8])[1:]
+    ctx.cfg = _options(*inputs[4:8])
 
 
 def _conv_fwd(g, w, b, pad, stride, dil, groups) -> torch.Tensor:

@@ -12,7 +12,7 @@ from torch import nn
 from ..highlevel import DropoutState, dnn_dropout, dnn_dropout_grad, dropout_mask_bytes
 from ._compile import compiling, define, differentiable
 from ._module import Converted
-from ._runtime import FIRST_USE, NO_BF16, cuda_ok, dense, ready, stream_of
+from ._runtime import FIRST_USE, NO_BF16, bump_version, cuda_ok, dense, ready, stream_of
 
 __all__ = ["Dropout", "DropoutFn", "DropoutPool", "op_dropout", "op_dropout_grad"]
 
@@ -36,8 +36,6 @@ class DropoutPool:
 
 
 _POOLS: dict[int, DropoutPool] = {}  # the generators' states, per device
-#: ``increment_version(tensor)``: torch's own, where it exists (2.1+)
-_bump_version = getattr(torch.autograd.graph, "increment_version", lambda t: None)
 
 
 def _pool(device: int) -> DropoutPool:
@@ -156,5 +154,5 @@ class Dropout(Converted, nn.Dropout):
             return DropoutFn.apply(input, p, inplace)[0]  # in place: mark_dirty bumps the version
         y = _dropout_eager(input, p, inplace)[0]  # no autograd node: the launch alone
         if inplace and not input.is_inference():
-            _bump_version(input)  # as torch's in-place ops do (a saved copy's check sees it)
+            bump_version(input)  # as torch's in-place ops do (a saved copy's check sees it)
         return y

@@ -110,13 +110,12 @@ def _pool_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(inputs[0], output)
     # an eager call passes the module's cfg (tuples) whole; the op its lists
     ctx.cfg = inputs[1] if len(inputs) == 2 else _cfg(*inputs[1:5])
-    ctx.n = len(inputs)
 
 
 def _pool_backward(ctx, dy):
     x, y = ctx.saved_tensors
     dx = ctx.gradient(op_pool_grad, _grad, x, y, dy, *ctx.cfg)
-    return (dx, None, None, None, None, None)[: ctx.n]
+    return (dx, None, None, None, None)[: len(ctx.needs_input_grad)]
 
 
 #: ``PoolFn.apply(x, cfg)`` (eager; *x* dense, *cfg* the module's) and ``pycudnn::pool(...)``:

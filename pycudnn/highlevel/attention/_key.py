@@ -152,18 +152,7 @@ def dense_backward(
     dropout_p = _options.probability(func, dropout_p)
     _options.needs_seed(func, dropout_p, seed)
     mptrs, mkey = (), None
-    spec = None
-    if not (
-        attn_mask is None
-        and masks[1] is None
-        and masks[2] is None
-        and masks[4] is None
-        and masks[3] is False
-        and masks[0] == "top_left"
-        and grads[0] is False
-        and grads[1] is False
-    ):
-        spec = _masks_of(func, attn_mask, masks, grads)
+    spec = _masks_of(func, attn_mask, masks, grads)
     if spec is not None:
         if spec.sink is not None and not spec.sink_grad:
             spec = _masks.unused_sink(func, spec, q)
