@@ -118,8 +118,13 @@ def checked_dtype(dtype: Any, argument: str = "dtype") -> np.dtype:
 
 
 def is_host_array(obj: Any) -> bool:
-    """numpy arrays and scalars, lists, tuples and Python numbers: data that lives on the host."""
-    return isinstance(obj, np.ndarray | np.generic | list | tuple | int | float)
+    """numpy arrays and scalars, lists, tuples and Python numbers: data that lives on the host.
+
+    A tuple whose type says it is device memory (a record such as ``pycudnn.jax``'s
+    ``DeviceBuffer``, a ``NamedTuple`` with ``__cuda_array_interface__``) is not."""
+    if isinstance(obj, np.ndarray | np.generic | int | float):
+        return True
+    return isinstance(obj, list | tuple) and not hasattr(type(obj), "__cuda_array_interface__")
 
 
 def default_device() -> int:

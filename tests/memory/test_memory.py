@@ -300,6 +300,24 @@ def test_host_arrays_are_refused_naming_to_device(host):
     assert str(info.value).startswith("img")
 
 
+def test_a_device_record_that_is_a_tuple_is_not_host_data():
+    # pycudnn.jax's DeviceBuffer is a NamedTuple with __cuda_array_interface__ (a GPU run found
+    # the reader calling it a host array); a plain tuple still is one
+    from typing import NamedTuple
+
+    from pycudnn.memory._checks import is_host_array
+
+    class Record(NamedTuple):
+        ptr: int
+
+        @property
+        def __cuda_array_interface__(self):
+            return {"shape": (1,), "typestr": "<f4", "data": (self.ptr, False), "version": 3}
+
+    assert not is_host_array(Record(0x1000))
+    assert is_host_array((1.0, 2.0)) and is_host_array([1.0]) and is_host_array(np.float32(1))
+
+
 def test_objects_without_a_protocol():
     with pytest.raises(TypeError, match="__cuda_array_interface__ or __dlpack__"):
         pycudnn.asarray(object())
