@@ -21,8 +21,11 @@ runs launch it directly (:mod:`._bound`).
 ``jax.ffi.ffi_call`` (or :func:`ffi_call`) calls it from JAX code, jitted or not. The function
 receives a :class:`Call`: the operands and results as :class:`Buffer` records (pointer, dims,
 dtype; host memory on the CPU platform, device memory with ``__cuda_array_interface__`` on a
-GPU), the attributes as Python values, and XLA's stream (``call.stream``) on a GPU. Flax modules
-and the other operations of the issue are not written yet.
+GPU), the attributes as Python values, and XLA's stream (``call.stream``) on a GPU.
+
+**Flax layers** (build item 3): :mod:`pycudnn.jax.linen` and :mod:`pycudnn.jax.nnx` are
+subclasses of Flax's own layers (same variables) whose calls run these operations; import them
+explicitly (they need Flax).
 
 Design decisions
 ----------------

@@ -322,3 +322,17 @@ def twin(request, call, stream):
     for r, o in zip(rets, outs, strict=True):
         assert r.shape == o.shape, (request, r.shape, o.shape)
         r[...] = o.astype(r.dtype)
+
+
+_TWINS: set[str] = set()
+
+
+def register_twins(*families):
+    """Register each family's target on JAX's CPU platform with :func:`twin`, once a process
+    (test modules share the families)."""
+    from pycudnn.jax import _ops
+
+    for family in families:
+        if family not in _TWINS:
+            _ops.register_twin(family, twin)
+            _TWINS.add(family)

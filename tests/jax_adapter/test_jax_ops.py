@@ -26,17 +26,12 @@ from pycudnn.jax import _bound, _ops, _request  # noqa: E402
 pytestmark = pytest.mark.jax
 FAMILIES = ("activation", "softmax", "pool", "norm", "conv")
 CPU = jax.devices("cpu")[0]
-_twins_registered = False
 
 
 @pytest.fixture(scope="module", autouse=True)
 def twins():
     """Each family's target on the CPU platform, computed by the numpy twin (once a process)."""
-    global _twins_registered
-    if not _twins_registered:
-        for family in FAMILIES:
-            _ops.register_twin(family, R.twin)
-        _twins_registered = True
+    R.register_twins(*FAMILIES)
 
 
 def _rand(*shape, seed=0, dtype=np.float32):

@@ -1,0 +1,138 @@
+"""Flax's layer semantics on pycudnn's operations (imports JAX, not Flax): what
+:mod:`pycudnn.jax.linen` and :mod:`pycudnn.jax.nnx` share.
+
+Each function takes a layer's options and parameters **in Flax's layouts** (a convolution's
+kernel ``(*kernel_size, in // groups, out)`` and channels-last inputs; a norm's ``scale`` and
+``bias`` of the feature dim), checks what pycudnn does not take with an error naming the
+option, and calls :mod:`pycudnn.jax`'s function; the dtype rules are Flax's
+(``flax.linen.dtypes.promote_dtype``: the computation, and the result, in *dtype* or else the
+promoted dtype of the input and the parameters).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ._conv import conv as _conv
+from ._norms import layer_norm as _layer_norm
+from ._norms import rms_norm as _rms_norm
+
+__all__ = ["check_flags", "conv_layer", "norm_layer"]
+
+
+def check_flags(layer: str, **flags: Any) -> None:
+    """Booleans strictly: ``use_bias=1`` is refused, not read as True."""
+    for name, value in flags.items():
+        if type(value) is not bool:
+            raise TypeError(f"{layer}: {name}={value!r}; expected True or False")
+
+
+def _promote(dtype: Any, *arrays: Any) -> tuple[Any, ...]:
+    dt = jnp.result_type(*(a for a in arrays if a is not None)) if dtype is None else dtype
+    return tuple(None if a is None else jnp.asarray(a, dt) for a in arrays)
+
+
+def _per_dim(layer: str, name: str, value: Any, nd: int) -> tuple[int, ...]:
+    if value is None:
+        value = 1
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,) * nd
+    out = tuple(value)
+    if len(out) != nd or not all(isinstance(v, int) and not isinstance(v, bool) for v in out):
+        raise ValueError(f"{layer}: {name}={value!r}; expected an int or {nd} ints")
+    return out
+
+
+def conv_layer(
+    layer: str,
+    x: Any,
+    kernel: Any,
+    bias: Any,
+    *,
+    strides: Any,
+    padding: Any,
+    input_dilation: Any,
+    kernel_dilation: Any,
+    feature_group_count: int,
+    mask: Any,
+    dtype: Any,
+    activation: str | None = None,
+    residual: Any = None,
+) -> jax.Array:
+    """Flax's ``Conv.__call__`` on :func:`pycudnn.jax.conv`: *x* ``(*batch, *spatial, in)``
+    (any number of batch dims, or none), *kernel* ``(*kernel_size, in // groups, out)``;
+    ``activation(conv + residual + bias)`` fused into the convolution's epilogue."""
+    kernel = jnp.asarray(kernel)
+    nd = kernel.ndim - 2
+    if nd not in (2, 3):
+        raise ValueError(
+            f"{layer}: a kernel of {nd} spatial dims {kernel.shape}; pycudnn's convolution is "
+            "2-D or 3-D (kernel_size a tuple of 2 or 3 ints)"
+        )
+    if mask is not None:
+        raise NotImplementedError(f"{layer}: mask (a masked kernel) is not supported by pycudnn")
+    if _per_dim(layer, "input_dilation", input_dilation, nd) != (1,) * nd:
+        raise NotImplementedError(
+            f"{layer}: input_dilation={input_dilation!r}; pycudnn's convolution has no input "
+            "(lhs) dilation: use 1"
+        )
+    if isinstance(padding, str) and padding.upper() not in ("SAME", "VALID"):
+        raise NotImplementedError(
+            f"{layer}: padding={padding!r}; pycudnn takes 'SAME' (where symmetric), 'VALID', "
+            "ints or symmetric (lo, hi) pairs"
+        )
+    x, kernel, bias, residual = _promote(dtype, x, kernel, bias, residual)
+    if x.ndim < nd + 1:
+        raise ValueError(
+            f"{layer}: input of shape {x.shape}; expected (*batch, {nd} spatial dims, features)"
+        )
+    batch = x.shape[: x.ndim - nd - 1]
+    x = x.reshape((-1, *x.shape[x.ndim - nd - 1 :]))  # Flax's flattening of the batch dims
+    if residual is not None:
+        residual = residual.reshape((-1, *residual.shape[residual.ndim - nd - 1 :]))
+    w = jnp.moveaxis(kernel, -1, 0)  # (*k, in/g, out) -> (out, *k, in/g): channels-last
+    pad = padding.upper() if isinstance(padding, str) else padding
+    y = _conv(
+        x, w, _per_dim(layer, "strides", strides, nd), pad,
+        _per_dim(layer, "kernel_dilation", kernel_dilation, nd), feature_group_count,
+        bias=bias, activation=activation, residual=residual, channels_last=True,
+    )  # fmt: skip
+    return y.reshape((*batch, *y.shape[1:]))
+
+
+def _feature_axes(layer: str, reduction_axes: Any, feature_axes: Any) -> None:
+    for name, value in (("reduction_axes", reduction_axes), ("feature_axes", feature_axes)):
+        if value not in (-1, (-1,)):
+            raise NotImplementedError(
+                f"{layer}: {name}={value!r}; pycudnn normalizes over the last axis (-1) only"
+            )
+
+
+def norm_layer(
+    layer: str,
+    x: Any,
+    scale: Any,
+    bias: Any,
+    *,
+    rms: bool,
+    epsilon: float,
+    dtype: Any,
+    reduction_axes: Any,
+    feature_axes: Any,
+    axis_name: Any,
+) -> jax.Array:
+    """Flax's ``LayerNorm`` (or, *rms*, ``RMSNorm``) over the last axis on
+    :func:`pycudnn.jax.layer_norm` / :func:`~pycudnn.jax.rms_norm`."""
+    _feature_axes(layer, reduction_axes, feature_axes)
+    if axis_name is not None:
+        raise NotImplementedError(
+            f"{layer}: axis_name={axis_name!r}; statistics across devices are not supported"
+        )
+    x, scale, bias = _promote(dtype, x, scale, bias)
+    n = x.shape[-1:]
+    if rms:
+        return _rms_norm(x, n, scale, epsilon)
+    return _layer_norm(x, n, scale, bias, epsilon)

@@ -1,0 +1,176 @@
+"""``flax.linen`` layers on pycudnn: drop-in subclasses of Flax's own (imports Flax).
+
+Each class **is** Flax's class (``isinstance(pycudnn.jax.linen.Conv(...), flax.linen.Conv)``)
+with the same fields, defaults, parameter names, shapes, layouts and initializers -- a model's
+variables load into either unchanged -- and a ``__call__`` that runs pycudnn's operation
+(:mod:`pycudnn.jax`: cuDNN through XLA's FFI, jittable and differentiable) instead of XLA's.
+What cuDNN does not take is refused with an error naming the field (a 1-D convolution,
+``input_dilation``, a ``mask``, circular padding, normalization over other axes than the last):
+use Flax's own class there.
+
+Layers: :class:`Conv` (2-D and 3-D, channels-last as Flax's; the extra field ``activation``
+fuses ``relu``/``sigmoid``/``tanh`` and ``__call__``'s ``residual`` is added in the
+convolution's epilogue), :class:`LayerNorm`, :class:`RMSNorm`; functions :func:`max_pool` and
+:func:`avg_pool` with Flax's signatures.
+
+Needs Flax (``pip install flax``); importing this module without it raises an ``ImportError``
+saying so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+try:
+    from flax import linen as nn
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "pycudnn.jax.linen needs Flax, which is not installed: pip install flax"
+    ) from exc
+
+import jax
+
+from . import _layers
+from ._pooling import avg_pool as _avg_pool
+from ._pooling import max_pool as _max_pool
+
+__all__ = ["Conv", "LayerNorm", "RMSNorm", "avg_pool", "max_pool"]
+
+_PROMOTE = nn.Conv.__dataclass_fields__["promote_dtype"].default
+
+
+def _own_promotion(layer: str, fn: Any) -> None:
+    if fn is not _PROMOTE:  # pycudnn promotes as Flax's default does; a custom rule is refused
+        raise ValueError(f"{layer}: promote_dtype={fn!r}; only Flax's default is supported")
+
+
+class Conv(nn.Conv):
+    """``flax.linen.Conv`` through cuDNN (see the module docstring).
+
+    Attributes
+    ----------
+    activation : {None, 'relu', 'sigmoid', 'tanh'}
+        Applied in the convolution's epilogue, after the bias (pycudnn's addition to Flax's
+        fields; default None).
+    """
+
+    activation: str | None = None
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array, residual: jax.Array | None = None) -> jax.Array:
+        """``activation(conv(inputs) + residual + bias)``; *inputs* ``(*batch, *spatial,
+        in_features)``, *residual* of the result's shape (optional)."""
+        name = type(self).__qualname__
+        _layers.check_flags(name, use_bias=self.use_bias)
+        if not self.shared_weights:
+            raise NotImplementedError(f"{name}: unshared (ConvLocal) kernels are not supported")
+        if self.conv_general_dilated is not None or self.conv_general_dilated_cls is not None:
+            raise ValueError(f"{name}: conv_general_dilated replaces pycudnn's call: use nn.Conv")
+        _own_promotion(name, self.promote_dtype)
+        ks = (self.kernel_size,) if isinstance(self.kernel_size, int) else tuple(self.kernel_size)
+        groups = self.feature_group_count
+        kernel_shape = (*ks, inputs.shape[-1] // groups, self.features)
+        kernel = self.param("kernel", self.kernel_init, kernel_shape, self.param_dtype)
+        bias = None
+        if self.use_bias:
+            bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype)
+        return _layers.conv_layer(
+            name, inputs, kernel, bias, strides=self.strides, padding=self.padding,
+            input_dilation=self.input_dilation, kernel_dilation=self.kernel_dilation,
+            feature_group_count=groups, mask=self.mask, dtype=self.dtype,
+            activation=self.activation, residual=residual,
+        )  # fmt: skip
+
+
+class LayerNorm(nn.LayerNorm):
+    """``flax.linen.LayerNorm`` through cuDNN, over the last axis (see the module docstring)."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
+        """Normalize *x* over its last axis (no *mask*)."""
+        name = type(self).__qualname__
+        _layers.check_flags(name, use_bias=self.use_bias, use_scale=self.use_scale)
+        if mask is not None:
+            raise NotImplementedError(f"{name}: mask is not supported by pycudnn")
+        n = (x.shape[-1],)
+        scale = bias = None
+        if self.use_scale:
+            scale = self.param("scale", self.scale_init, n, self.param_dtype)
+        if self.use_bias:
+            bias = self.param("bias", self.bias_init, n, self.param_dtype)
+        return _layers.norm_layer(
+            name, x, scale, bias, rms=False, epsilon=self.epsilon, dtype=self.dtype,
+            reduction_axes=self.reduction_axes, feature_axes=self.feature_axes,
+            axis_name=self.axis_name,
+        )  # fmt: skip
+
+
+class RMSNorm(nn.RMSNorm):
+    """``flax.linen.RMSNorm`` through cuDNN, over the last axis (see the module docstring)."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
+        """RMS-normalize *x* over its last axis (no *mask*)."""
+        name = type(self).__qualname__
+        _layers.check_flags(name, use_scale=self.use_scale)
+        if mask is not None:
+            raise NotImplementedError(f"{name}: mask is not supported by pycudnn")
+        n = (x.shape[-1],)
+        scale = None
+        if self.use_scale:
+            scale = self.param("scale", self.scale_init, n, self.param_dtype)
+        return _layers.norm_layer(
+            name, x, scale, None, rms=True, epsilon=self.epsilon, dtype=self.dtype,
+            reduction_axes=self.reduction_axes, feature_axes=self.feature_axes,
+            axis_name=self.axis_name,
+        )  # fmt: skip
+
+
+def _pool_args(
+    func: str, x: jax.Array, window_shape: Sequence[int], strides: Any, padding: Any
+) -> tuple[tuple[int, ...], tuple[int, ...], Any]:
+    window = tuple(window_shape)
+    strides = (1,) * len(window) if strides is None else tuple(strides)
+    if isinstance(padding, str):
+        if padding.upper() != "VALID":
+            raise NotImplementedError(
+                f"{func}: padding={padding!r}; pycudnn takes 'VALID' or symmetric (lo, hi) pairs"
+            )
+        padding = 0
+    else:
+        pairs = tuple(tuple(p) for p in padding)
+        if any(lo != hi for lo, hi in pairs):
+            raise NotImplementedError(f"{func}: padding={padding!r} is not symmetric")
+        padding = tuple(lo for lo, _ in pairs)
+    if x.ndim != len(window) + 2:
+        raise ValueError(
+            f"{func}: inputs of shape {x.shape}; expected (batch, {len(window)} spatial dims, "
+            "features)"
+        )
+    return window, strides, padding
+
+
+def max_pool(
+    inputs: jax.Array,
+    window_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    padding: str | Sequence[tuple[int, int]] = "VALID",
+) -> jax.Array:
+    """``flax.linen.max_pool`` through cuDNN: *inputs* ``(batch, *spatial, features)``, 2-D or
+    3-D windows, strides default 1 (Flax's), ``'VALID'`` or symmetric padding pairs."""
+    w, s, p = _pool_args("pycudnn.jax.linen.max_pool", inputs, window_shape, strides, padding)
+    return _max_pool(inputs, w, s, p, channels_last=True)
+
+
+def avg_pool(
+    inputs: jax.Array,
+    window_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    padding: str | Sequence[tuple[int, int]] = "VALID",
+    count_include_pad: bool = True,
+) -> jax.Array:
+    """``flax.linen.avg_pool`` through cuDNN (arguments as :func:`max_pool`)."""
+    _layers.check_flags("pycudnn.jax.linen.avg_pool", count_include_pad=count_include_pad)
+    w, s, p = _pool_args("pycudnn.jax.linen.avg_pool", inputs, window_shape, strides, padding)
+    return _avg_pool(inputs, w, s, p, count_include_pad=count_include_pad, channels_last=True)

@@ -1,0 +1,110 @@
+"""``flax.nnx`` layers on pycudnn: drop-in subclasses of Flax's own (imports Flax).
+
+As :mod:`pycudnn.jax.linen`, for Flax's NNX API: each class is Flax's (same constructor, same
+``nnx.Param`` names, shapes, layouts and initializers: a model's state loads into either) with
+a ``__call__`` that runs :mod:`pycudnn.jax`'s operation; what cuDNN does not take is refused
+with an error naming the argument. Layers: :class:`Conv` (2-D and 3-D; the extra keyword
+``activation`` and ``__call__``'s ``residual`` are fused into the convolution's epilogue),
+:class:`LayerNorm`, :class:`RMSNorm`.
+
+Needs Flax (``pip install flax``); importing this module without it raises an ``ImportError``
+saying so.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+try:
+    from flax import nnx
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "pycudnn.jax.nnx needs Flax, which is not installed: pip install flax"
+    ) from exc
+
+import jax
+
+from . import _layers
+
+__all__ = ["Conv", "LayerNorm", "RMSNorm"]
+
+
+def _default(cls: type, name: str) -> Any:
+    return inspect.signature(cls.__init__).parameters[name].default
+
+
+_PROMOTE = _default(nnx.Conv, "promote_dtype")
+
+
+def _own_promotion(layer: str, fn: Any) -> None:
+    if fn is not _PROMOTE:  # pycudnn promotes as Flax's default does; a custom rule is refused
+        raise ValueError(f"{layer}: promote_dtype={fn!r}; only Flax's default is supported")
+
+
+class Conv(nnx.Conv):
+    """``flax.nnx.Conv`` through cuDNN (see the module docstring).
+
+    Parameters
+    ----------
+    *args, **kwargs
+        ``flax.nnx.Conv``'s.
+    activation : {None, 'relu', 'sigmoid', 'tanh'}, keyword
+        Applied in the convolution's epilogue, after the bias (default None).
+    """
+
+    def __init__(self, *args: Any, activation: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.activation = activation
+
+    def __call__(  # type: ignore[override]
+        self, inputs: jax.Array, residual: jax.Array | None = None, out_sharding: Any = None
+    ) -> jax.Array:
+        """``activation(conv(inputs) + residual + bias)``; *inputs* ``(*batch, *spatial,
+        in_features)``, *residual* of the result's shape (optional)."""
+        name = type(self).__qualname__
+        _layers.check_flags(name, use_bias=self.use_bias)
+        _own_promotion(name, self.promote_dtype)
+        if out_sharding is not None:
+            raise NotImplementedError(f"{name}: out_sharding is not supported by pycudnn")
+        if self.conv_general_dilated is not _default(nnx.Conv, "conv_general_dilated"):
+            raise ValueError(f"{name}: conv_general_dilated replaces pycudnn's call: use nnx.Conv")
+        return _layers.conv_layer(
+            name, inputs, self.kernel[...], None if self.bias is None else self.bias[...],
+            strides=self.strides, padding=self.padding, input_dilation=self.input_dilation,
+            kernel_dilation=self.kernel_dilation, feature_group_count=self.feature_group_count,
+            mask=self.mask, dtype=self.dtype, activation=self.activation, residual=residual,
+        )  # fmt: skip
+
+
+class LayerNorm(nnx.LayerNorm):
+    """``flax.nnx.LayerNorm`` through cuDNN, over the last axis (see the module docstring)."""
+
+    def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
+        """Normalize *x* over its last axis (no *mask*)."""
+        name = type(self).__qualname__
+        _own_promotion(name, self.promote_dtype)
+        if mask is not None:
+            raise NotImplementedError(f"{name}: mask is not supported by pycudnn")
+        return _layers.norm_layer(
+            name, x, None if self.scale is None else self.scale[...],
+            None if self.bias is None else self.bias[...], rms=False, epsilon=self.epsilon,
+            dtype=self.dtype, reduction_axes=self.reduction_axes,
+            feature_axes=self.feature_axes, axis_name=self.axis_name,
+        )  # fmt: skip
+
+
+class RMSNorm(nnx.RMSNorm):
+    """``flax.nnx.RMSNorm`` through cuDNN, over the last axis (see the module docstring)."""
+
+    def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
+        """RMS-normalize *x* over its last axis (no *mask*)."""
+        name = type(self).__qualname__
+        _own_promotion(name, self.promote_dtype)
+        if mask is not None:
+            raise NotImplementedError(f"{name}: mask is not supported by pycudnn")
+        return _layers.norm_layer(
+            name, x, None if self.scale is None else self.scale[...], None, rms=True,
+            epsilon=self.epsilon, dtype=self.dtype, reduction_axes=self.reduction_axes,
+            feature_axes=self.feature_axes, axis_name=self.axis_name,
+        )  # fmt: skip

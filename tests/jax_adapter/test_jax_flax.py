@@ -1,0 +1,166 @@
+"""``pycudnn.jax.linen`` / ``pycudnn.jax.nnx`` on JAX's CPU platform: the layers are Flax's own
+classes (same variables, names, shapes and initial values), their calls equal Flax's own
+layers' (the pycudnn operations' targets registered with the float64 numpy twins of
+``jax_op_references``), gradients included, and what cuDNN does not take is refused naming
+the field. cuDNN itself runs in ``test_jax_flax_gpu.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+pytest.importorskip("flax")
+
+import jax.numpy as jnp  # noqa: E402
+import jax_op_references as R  # noqa: E402
+from flax import linen as fl  # noqa: E402
+from flax import nnx as fx  # noqa: E402
+
+from pycudnn.jax import linen as pl  # noqa: E402
+from pycudnn.jax import nnx as px  # noqa: E402
+
+pytestmark = pytest.mark.jax
+CPU = jax.devices("cpu")[0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def twins():
+    R.register_twins("conv", "norm", "pool")
+    with jax.default_device(CPU):
+        yield
+
+
+def _rand(*shape, seed=0):
+    a = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return jax.device_put(a, CPU)
+
+
+def _close(a, b, tol=1e-4):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+LINEN = [
+    (lambda: pl.Conv(5, (3, 3)), lambda: fl.Conv(5, (3, 3)), (2, 8, 8, 3)),
+    (lambda: pl.Conv(6, (3, 3), strides=2, padding=1, feature_group_count=3),
+     lambda: fl.Conv(6, (3, 3), strides=2, padding=1, feature_group_count=3), (2, 9, 9, 3)),
+    (lambda: pl.Conv(4, (1, 3, 3), padding="VALID", use_bias=False),
+     lambda: fl.Conv(4, (1, 3, 3), padding="VALID", use_bias=False), (1, 2, 6, 6, 2)),
+    (lambda: pl.Conv(4, (3, 3), kernel_dilation=2, padding=2),
+     lambda: fl.Conv(4, (3, 3), kernel_dilation=2, padding=2), (3, 2, 7, 7, 2)),  # 2 batch dims
+    (lambda: pl.LayerNorm(), lambda: fl.LayerNorm(), (4, 6, 10)),
+    (lambda: pl.LayerNorm(use_bias=False, epsilon=1e-3),
+     lambda: fl.LayerNorm(use_bias=False, epsilon=1e-3), (4, 10)),
+    (lambda: pl.RMSNorm(), lambda: fl.RMSNorm(), (4, 6, 10)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("ours", "theirs", "shape"), LINEN)
+def test_linen_layers_are_flaxs_with_flaxs_results(ours, theirs, shape):
+    x = _rand(*shape)
+    m, f = ours(), theirs()
+    assert isinstance(m, type(f))
+    v = m.init(jax.random.key(3), x)
+    ref_v = f.init(jax.random.key(3), x)
+    assert jax.tree.structure(v) == jax.tree.structure(ref_v)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), v, ref_v)
+    _close(jax.jit(m.apply)(v, x), f.apply(v, x))
+    t = _rand(*f.apply(v, x).shape, seed=1)
+    g = jax.grad(lambda v, x: (m.apply(v, x) * t).sum(), argnums=(0, 1))(v, x)
+    ref = jax.grad(lambda v, x: (f.apply(v, x) * t).sum(), argnums=(0, 1))(v, x)
+    jax.tree.map(_close, g, ref)
+
+
+def test_linen_conv_fuses_activation_and_residual():
+    x, z = _rand(2, 8, 8, 3), _rand(2, 8, 8, 4, seed=2)
+    m = pl.Conv(4, (3, 3), activation="relu")
+    v = m.init(jax.random.key(0), x, z)
+    ref = jax.nn.relu(fl.Conv(4, (3, 3)).apply(v, x) + z)
+    _close(m.apply(v, x, z), ref)
+
+
+def test_linen_pools_equal_flaxs():
+    x = _rand(2, 8, 8, 3)
+    _close(pl.max_pool(x, (2, 2), (2, 2)), fl.max_pool(x, (2, 2), (2, 2)))
+    _close(pl.max_pool(x, (3, 3)), fl.max_pool(x, (3, 3)))  # Flax's stride default, 1
+    pad = ((1, 1), (1, 1))
+    _close(pl.avg_pool(x, (3, 3), (1, 1), pad), fl.avg_pool(x, (3, 3), (1, 1), pad))
+    _close(
+        pl.avg_pool(x, (3, 3), (2, 2), pad, count_include_pad=False),
+        fl.avg_pool(x, (3, 3), (2, 2), pad, count_include_pad=False),
+    )
+
+
+def test_bfloat16_inputs_promote_as_flax_does():
+    x = _rand(2, 6, 6, 3).astype(jnp.bfloat16)
+    m = pl.Conv(4, (3, 3))
+    v = m.init(jax.random.key(0), x)
+    assert m.apply(v, x).dtype == fl.Conv(4, (3, 3)).apply(v, x).dtype == jnp.float32
+    m16 = pl.Conv(4, (3, 3), dtype=jnp.bfloat16)
+    assert m16.apply(v, x).dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize(
+    ("layer", "shape", "error", "match"),
+    [
+        (pl.Conv(4, (3, 3), use_bias=1), (2, 8, 8, 3), TypeError, r"use_bias=1; expected True"),
+        (pl.Conv(4, 3), (2, 8, 3), ValueError, r"2-D or 3-D"),
+        (pl.Conv(4, (3, 3), input_dilation=2), (2, 8, 8, 3), NotImplementedError,
+         r"input_dilation=2"),
+        (pl.Conv(4, (3, 3), padding="CIRCULAR"), (2, 8, 8, 3), NotImplementedError,
+         r"padding='CIRCULAR'"),
+        (pl.Conv(4, (3, 3), promote_dtype=lambda *a, **k: a), (2, 8, 8, 3), ValueError,
+         r"promote_dtype="),
+        (pl.LayerNorm(reduction_axes=(1, 2)), (2, 4, 4), NotImplementedError,
+         r"reduction_axes=\(1, 2\)"),
+        (pl.RMSNorm(use_scale="yes"), (2, 4), TypeError, r"use_scale='yes'"),
+    ],
+)  # fmt: skip
+def test_what_cudnn_does_not_take_is_refused_naming_the_field(layer, shape, error, match):
+    with pytest.raises(error, match=match):
+        layer.init(jax.random.key(0), _rand(*shape))
+
+
+def test_pool_padding_refused_naming_it():
+    with pytest.raises(NotImplementedError, match=r"padding='SAME'"):
+        pl.max_pool(_rand(2, 8, 8, 3), (2, 2), padding="SAME")
+    with pytest.raises(NotImplementedError, match=r"not symmetric"):
+        pl.avg_pool(_rand(2, 8, 8, 3), (2, 2), padding=((0, 1), (0, 1)))
+
+
+NNX = [
+    (lambda r: px.Conv(3, 5, (3, 3), rngs=r), lambda r: fx.Conv(3, 5, (3, 3), rngs=r),
+     (2, 8, 8, 3)),
+    (lambda r: px.Conv(4, 4, (3, 3), strides=(2, 1), feature_group_count=2, rngs=r),
+     lambda r: fx.Conv(4, 4, (3, 3), strides=(2, 1), feature_group_count=2, rngs=r),
+     (2, 9, 9, 4)),
+    (lambda r: px.LayerNorm(10, rngs=r), lambda r: fx.LayerNorm(10, rngs=r), (4, 6, 10)),
+    (lambda r: px.RMSNorm(10, rngs=r), lambda r: fx.RMSNorm(10, rngs=r), (4, 10)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("ours", "theirs", "shape"), NNX)
+def test_nnx_layers_are_flaxs_with_flaxs_results(ours, theirs, shape):
+    x = _rand(*shape)
+    m, f = ours(fx.Rngs(5)), theirs(fx.Rngs(5))
+    assert isinstance(m, type(f))
+    s, ref_s = fx.state(m, fx.Param), fx.state(f, fx.Param)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), s, ref_s)
+    _close(fx.jit(lambda m, x: m(x))(m, x), f(x))
+    t = _rand(*f(x).shape, seed=1)
+    g = fx.grad(lambda m: (m(x) * t).sum())(m)
+    ref = fx.grad(lambda m: (m(x) * t).sum())(f)
+    jax.tree.map(_close, fx.state(g), fx.state(ref))
+
+
+def test_nnx_conv_activation_keyword_and_errors():
+    x = _rand(2, 6, 6, 3)
+    m = px.Conv(3, 4, (3, 3), activation="tanh", rngs=fx.Rngs(0))
+    f = fx.Conv(3, 4, (3, 3), rngs=fx.Rngs(0))
+    _close(m(x), jnp.tanh(f(x)))
+    with pytest.raises(NotImplementedError, match=r"input_dilation"):
+        px.Conv(3, 4, (3, 3), input_dilation=2, rngs=fx.Rngs(0))(x)
+    with pytest.raises(TypeError, match=r"use_bias=0"):
+        bad = px.Conv(3, 4, (3, 3), rngs=fx.Rngs(0))
+        bad.use_bias = 0
+        bad(x)
