@@ -30,7 +30,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import custom_batching
+from jax import custom_batching, lax
 
 from . import _bound, _handler, _request
 
@@ -85,7 +85,45 @@ def call(request: _request.Request, *operands: Any, results: Results | None = No
     whose result shapes the operands do not fix (a convolution's input gradient); by default
     the request computes them (:meth:`~._request.Request.results`, which checks the operands).
     """
-    return _primitive(request, results)(*operands)
+    return _varying(_primitive(request, results)(*operands), operands)
+
+
+def _vma(x: Any) -> frozenset:
+    """The mesh axes *x* varies over inside ``shard_map`` (empty elsewhere, or on a JAX whose
+    types carry none)."""
+    if x is None:
+        return frozenset()
+    t = jax.typeof(x)
+    mat = getattr(t, "manual_axis_type", None)  # jax 0.10+: ManualAxisType.varying
+    return frozenset(mat.varying if mat is not None else getattr(t, "vma", ()))
+
+
+def _varying(outs: tuple, operands: Sequence[Any]) -> tuple:
+    """Inside ``shard_map``, a call's results vary over every axis an operand varies over (the
+    FFI call's results carry no such type: without this a result computed from a device's own
+    shard would be typed as the same on every device)."""
+    axes = frozenset().union(*(_vma(o) for o in operands)) if operands else frozenset()
+    if not axes:
+        return outs
+    return tuple(_cast(y, axes - _vma(y)) for y in outs)
+
+
+def _cast(y: Any, missing: frozenset) -> Any:
+    return lax.pcast(y, tuple(sorted(missing)), to="varying") if missing else y
+
+
+def _match(ct: Any, like: Any) -> Any:
+    """A backward's cotangent typed as its primal operand: summed over the axes only the
+    cotangent varies over (an operand the same on every device, e.g. replicated weights, gets
+    the sum of every device's gradient, as JAX's own transposes give), cast to the axes only
+    the operand varies over."""
+    if ct is None:
+        return None
+    want, have = _vma(like), _vma(ct)
+    extra = have - want
+    if extra:
+        ct = lax.psum(ct, tuple(sorted(extra)))
+    return _cast(ct, want - _vma(ct))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -147,6 +185,20 @@ def differentiable(
     def primal(request: _request.Request, *operands: Any) -> Any:
         return forward(request, *operands)[0]
 
+    def fwd(request: _request.Request, *operands: Any) -> tuple[Any, Any]:
+        out, res = forward(request, *operands)
+        if not any(_vma(o) for o in operands):
+            return out, (res, None)
+        # inside shard_map: the operands' types, as zero-size slices, for the cotangents
+        return out, (res, tuple(o.reshape(-1)[:0] for o in operands))
+
+    def bwd(request: _request.Request, saved: Any, ct: Any) -> tuple:
+        res, likes = saved
+        cts = backward(request, res, ct)
+        if likes is None:
+            return cts
+        return tuple(_match(c, o) for c, o in zip(cts, likes, strict=True))
+
     f = jax.custom_vjp(primal, nondiff_argnums=(0,))
-    f.defvjp(forward, backward)
+    f.defvjp(fwd, bwd)
     return f

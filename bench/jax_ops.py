@@ -1,0 +1,186 @@
+"""pycudnn.jax's operations against XLA's own, per jitted step, on the GPU (issue 41's speed
+target: a jitted step per operation at <= 1.10x XLA's own kernel for convolution and attention).
+
+Each case is a jitted ``lax.fori_loop`` of K steps whose carry feeds the next step (so XLA can
+hoist nothing out of the loop), timed by the wall clock around ``block_until_ready`` and divided
+by K: per-step time with the host's enqueue overlapped, as a training loop runs. Both sides of a
+case run the same loop body except the operation (pycudnn's FFI call against ``lax``/``jax.nn``'s
+own), interleaved over the repeats; medians. ``fwd+bwd`` steps take the gradient of
+``sum(op(x) * t)`` and feed ``x - 1e-3 * dx`` (and the weights' gradient where there are
+weights) to the next step.
+
+    PYTHONPATH=. python3 bench/jax_ops.py [--steps 200] [--repeats 7] [--json FILE]
+                                          [--only conv,norm,softmax,attention]
+
+Needs JAX with CUDA; cases whose pycudnn.jax function does not exist in this tree are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import pycudnn
+import pycudnn.jax as pj
+
+Case = tuple[str, Callable[[], tuple[Callable, Callable, tuple]], str]
+
+
+def _rand(shape: tuple[int, ...], dtype: Any, seed: int, scale: float = 1.0) -> jax.Array:
+    a = np.random.default_rng(seed).standard_normal(shape) * scale
+    return jnp.asarray(a.astype(np.float32)).astype(dtype)
+
+
+def _loop(step: Callable, steps: int) -> Callable:
+    return jax.jit(lambda *c: lax.fori_loop(0, steps, lambda i, c: step(*c), c))
+
+
+def _fwd_loop(op: Callable) -> Callable:
+    """A shape-preserving op: the carry is its output."""
+
+    def step(x: jax.Array, *rest: jax.Array) -> tuple:
+        return (op(x, *rest), *rest)
+
+    return step
+
+
+def _train_loop(op: Callable, n_diff: int) -> Callable:
+    """fwd+bwd: the gradients of ``sum(op(x, ...) * t)`` update the first *n_diff* operands."""
+
+    def step(t: jax.Array, *ops: jax.Array) -> tuple:
+        grads = jax.grad(lambda *a: (op(*a) * t).sum().astype(jnp.float32),
+                         argnums=tuple(range(n_diff)))(*ops)  # fmt: skip
+        new = [o - (1e-3 * g).astype(o.dtype) for o, g in zip(ops[:n_diff], grads, strict=True)]
+        return (t, *new, *ops[n_diff:])
+
+    return step
+
+
+def cases(dt: Any) -> list[Case]:
+    out: list[Case] = []
+
+    def conv_case(n: int, hw: int, c: int, k: int) -> Case:
+        def make() -> tuple:
+            x = _rand((n, hw, hw, c), dt, 1)
+            w = _rand((k, k, c, c), dt, 2, 0.05)  # HWIO
+            dn = lax.conv_dimension_numbers(x.shape, w.shape, ("NHWC", "HWIO", "NHWC"))
+            ours = lambda x, w: pj.conv(  # noqa: E731
+                x, jnp.transpose(w, (3, 0, 1, 2)), padding="SAME", channels_last=True
+            )
+            theirs = lambda x, w: lax.conv_general_dilated(  # noqa: E731
+                x, w, (1, 1), "SAME", dimension_numbers=dn
+            )
+            return ours, theirs, (x, w)
+
+        return (f"conv {k}x{k} {c}->{c} {hw}x{hw} b{n}", make, "conv")
+
+    out += [conv_case(32, 56, 64, 3), conv_case(32, 28, 128, 3), conv_case(32, 56, 64, 1)]
+
+    def ln() -> tuple:
+        x = _rand((8192, 1024), dt, 3)
+        g, b = jnp.ones(1024, jnp.float32), jnp.zeros(1024, jnp.float32)
+
+        def theirs(x: jax.Array, g: jax.Array, b: jax.Array) -> jax.Array:
+            xf = x.astype(jnp.float32)
+            m = xf.mean(-1, keepdims=True)
+            v = ((xf - m) ** 2).mean(-1, keepdims=True)
+            return ((xf - m) * lax.rsqrt(v + 1e-5) * g + b).astype(x.dtype)
+
+        return (lambda x, g, b: pj.layer_norm(x, (1024,), g, b)), theirs, (x, g, b)
+
+    out.append(("layer_norm 8192x1024", ln, "norm"))
+
+    def sm() -> tuple:
+        x = _rand((8192, 1024), dt, 4)
+        return (lambda x: pj.softmax(x, -1)), (lambda x: jax.nn.softmax(x, -1)), (x,)
+
+    out.append(("softmax 8192x1024", sm, "softmax"))
+
+    if hasattr(pj, "dot_product_attention"):
+
+        def attn() -> tuple:
+            q = _rand((4, 1024, 16, 64), dt, 5)
+            k = _rand((4, 1024, 16, 64), dt, 6)
+            v = _rand((4, 1024, 16, 64), dt, 7)
+            ours = lambda q, k, v: pj.dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+            theirs = lambda q, k, v: jax.nn.dot_product_attention(  # noqa: E731
+                q, k, v, is_causal=True, implementation="cudnn"
+            )
+            return ours, theirs, (q, k, v)
+
+        out.append(("attention b4 t1024 h16 d64 causal (XLA: jax.nn cudnn)", attn, "attention"))
+    return out
+
+
+def _time(f: Callable, args: tuple, steps: int) -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(f(*args))
+    return (time.perf_counter() - t0) / steps * 1e6
+
+
+def run(steps: int, repeats: int, only: set[str] | None, dt: Any) -> list[dict[str, Any]]:
+    rows = []
+    for name, make, kind in cases(dt):
+        if only and kind not in only:
+            continue
+        ours, theirs, args = make()
+        n_diff = 2 if kind == "conv" else (3 if kind == "attention" else 1)
+        for mode in ("fwd", "fwd+bwd"):
+            if mode == "fwd":  # every case's op keeps its first operand's shape
+                sides = {"pycudnn": _loop(_fwd_loop(ours), steps),
+                         "XLA": _loop(_fwd_loop(theirs), steps)}  # fmt: skip
+                a = args
+            else:
+                t = jnp.ones_like(theirs(*args))
+                sides = {"pycudnn": _loop(_train_loop(ours, n_diff), steps),
+                         "XLA": _loop(_train_loop(theirs, n_diff), steps)}  # fmt: skip
+                a = (t, *args)
+            for f in sides.values():
+                jax.block_until_ready(f(*a))  # compile, bind, warm
+            times: dict[str, list[float]] = {s: [] for s in sides}
+            for _ in range(repeats):
+                for s, f in sides.items():
+                    times[s].append(_time(f, a, steps))
+            us = {s: statistics.median(v) for s, v in times.items()}
+            ratio = us["pycudnn"] / us["XLA"]
+            row = {"case": name, "mode": mode, "pycudnn_us": round(us["pycudnn"], 2),
+                   "xla_us": round(us["XLA"], 2), "ratio": round(ratio, 3)}  # fmt: skip
+            rows.append(row)
+            print(f"JAXOPS {name:52s} {mode:8s} pycudnn {row['pycudnn_us']:9.2f} us  XLA "
+                  f"{row['xla_us']:9.2f} us  {row['ratio']:.3f}x", flush=True)  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--only", default="")
+    p.add_argument("--json", default=None)
+    a = p.parse_args()
+    only = set(a.only.split(",")) if a.only else None
+    dev = jax.devices()[0]
+    print(f"jax {jax.__version__} on {dev.device_kind}; cuDNN {pycudnn.version(raises=False)}; "
+          f"Python {platform.python_version()}; {a.steps} steps x {a.repeats} repeats, "
+          f"{a.dtype}")  # fmt: skip
+    rows = run(a.steps, a.repeats, only, jnp.dtype(a.dtype))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(
+                {"device": dev.device_kind, "jax": jax.__version__, "rows": rows}, f, indent=1
+            )
+
+
+if __name__ == "__main__":
+    main()
