@@ -1,15 +1,15 @@
 """pycudnn.jax's operations against XLA's own, per jitted step, on the GPU (issue 41's speed
 target: a jitted step per operation at <= 1.10x XLA's own kernel for convolution and attention).
 
-Each case is a jitted ``lax.fori_loop`` of K steps whose carry feeds the next step (so XLA can
-hoist nothing out of the loop), timed by the wall clock around ``block_until_ready`` and divided
-by K: per-step time with the host's enqueue overlapped, as a training loop runs. Both sides of a
+Each case is one jitted function of K steps, unrolled, each step's result feeding the next (so
+XLA can hoist nothing), timed by the wall clock around ``block_until_ready`` and divided by K:
+per-step time with the host's enqueue overlapped, as in a jitted training step. Both sides of a
 case run the same loop body except the operation (pycudnn's FFI call against ``lax``/``jax.nn``'s
 own), interleaved over the repeats; medians. ``fwd+bwd`` steps take the gradient of
 ``sum(op(x) * t)`` and feed ``x - 1e-3 * dx`` (and the weights' gradient where there are
 weights) to the next step.
 
-    PYTHONPATH=. python3 bench/jax_ops.py [--steps 200] [--repeats 7] [--json FILE]
+    PYTHONPATH=. python3 bench/jax_ops.py [--steps 50] [--repeats 7] [--json FILE]
                                           [--only conv,norm,softmax,attention]
 
 Needs JAX with CUDA; cases whose pycudnn.jax function does not exist in this tree are skipped.
@@ -42,7 +42,15 @@ def _rand(shape: tuple[int, ...], dtype: Any, seed: int, scale: float = 1.0) -> 
 
 
 def _loop(step: Callable, steps: int) -> Callable:
-    return jax.jit(lambda *c: lax.fori_loop(0, steps, lambda i, c: step(*c), c))
+    """K steps unrolled in one jitted function: straight-line code, as a model's step is (an
+    XLA while loop would copy its predicate to the host every iteration, a sync)."""
+
+    def run(*c: jax.Array) -> tuple:
+        for _ in range(steps):
+            c = step(*c)
+        return c
+
+    return jax.jit(run)
 
 
 def _fwd_loop(op: Callable) -> Callable:
@@ -163,7 +171,7 @@ def run(steps: int, repeats: int, only: set[str] | None, dt: Any) -> list[dict[s
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--steps", type=int, default=50)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--only", default="")
