@@ -521,3 +521,34 @@ def test_check_grads_on_small_cases(tf32):
         (lambda a, w: pj.matmul(a, w, activation="gelu"), (a, w)),
     ]:
         check_grads(f, args, order=1, modes=("rev",), atol=2e-2, rtol=2e-2, eps=1e-2)
+
+
+# -- shape polymorphism ----------------------------------------------------------------------------
+def test_a_shape_polymorphic_export_runs_for_several_batch_and_image_sizes():
+    export = pytest.importorskip("jax.export")
+    checks = [
+        export.DisabledSafetyCheck.custom_call(_ops.target_name(f))
+        for f in ("batchnorm", "lrn", "matmul")
+    ]
+    g, b = _rand(4, seed=1), _rand(4, seed=2)
+    w = _rand(6, 3, seed=3).astype(jnp.float16)
+
+    def model(x):
+        # a symbolic m in the running variance's m / (m - 1)
+        y, _, rv = pj.batch_norm(x, g, b, jnp.zeros(4), jnp.ones(4), training=True)
+        y = pj.lrn(y, 3, 0.5)
+        return pj.matmul(y.astype(jnp.float16), w).astype(jnp.float32).sum() + rv.sum()
+
+    arg = jax.ShapeDtypeStruct(export.symbolic_shape("b, 4, h, 6"), jnp.float32)
+    for f in (model, jax.grad(model)):
+        exp = export.export(jax.jit(f), platforms=["cpu", "cuda"], disabled_checks=checks)(arg)
+        for n, h in ((2, 3), (3, 5)):
+            x = _rand(n, 4, h, 6, seed=n)
+            _close(exp.call(x), f(x), 1e-5)
+
+
+def test_dropout_refuses_symbolic_dims_naming_why():
+    export = pytest.importorskip("jax.export")
+    arg = jax.ShapeDtypeStruct(export.symbolic_shape("b, 4"), jnp.float32)
+    with pytest.raises(ValueError, match=r"dropout needs concrete dims"):
+        export.export(jax.jit(lambda x: pj.dropout(x, 0.5, KEY)), platforms=["cuda"])(arg)
