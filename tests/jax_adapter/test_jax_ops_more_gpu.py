@@ -393,3 +393,33 @@ def test_each_call_site_binds_once_and_then_launches(gpu, monkeypatch, tf32):
             unbound.append(lines[-1])
     print("\n" + "\n".join(lines), flush=True)
     assert not unbound, "not bound (runs went through the public function):\n" + "\n".join(unbound)
+
+
+# -- host cost per call (printed, not asserted) ----------------------------------------------------
+def test_host_cost_per_call_in_a_jitted_loop(gpu, tf32):
+    """As ``test_jax_ops_gpu.py``'s loop: N steps of one call each against the same loop over
+    XLA's own formula; per step, median of 3 (``HOSTCOST`` lines)."""
+    steps = 1000
+    x = _rand(gpu, (1, 8, 16, 16))
+    half = 0.5 * jnp.ones(8, jnp.float32)
+    zeros, ones = jnp.zeros(8, jnp.float32), jnp.ones(8, jnp.float32)
+    h = _rand(gpu, (1, 8, 16, 16), "float16")
+    w = _rand(gpu, (16, 16), "float16", 0.01)  # the loop decays to 0, never overflows
+    sides = {
+        "batch_norm": (
+            lambda v: pj.batch_norm(v, half, zeros, zeros, ones, training=False)[0],
+            lambda v: v * (0.5 * lax.rsqrt(jnp.float32(1 + 1e-5))),
+            x,
+        ),
+        "lrn": (lambda v: pj.lrn(v, 5, 0.1), lambda v: _jnp_lrn(v, 5, 0.1, 0.75, 2.0), x),
+        "matmul": (lambda v: pj.matmul(v, w), lambda v: jnp.matmul(v, w), h),
+    }
+    lines = []
+    for name, (ours, theirs, v0) in sides.items():
+        row = {}
+        for side, op in (("pycudnn", ours), ("xla", theirs)):
+            loop = jax.jit(lambda v, op=op: lax.fori_loop(0, steps, lambda i, u: op(u), v))
+            row[side] = G._per_step_us(loop, v0, steps)
+        ol, xl = row["pycudnn"], row["xla"]
+        lines.append(f"HOSTCOST {name:10s} loop: pycudnn {ol:7.2f} us, XLA {xl:7.2f} us")
+    print("\n" + "\n".join(lines), flush=True)
