@@ -101,7 +101,9 @@ class BatchNorm(_request.Request):
         ps = self.param_shape(shape)
         for name, p in params:
             if tuple(p.shape) != ps or np.dtype(p.dtype) != pdt:
-                raise TypeError(
+                # a wrong dtype is a TypeError (cuDNN's rule: not converted), a shape a ValueError
+                error = TypeError if np.dtype(p.dtype) != pdt else ValueError
+                raise error(
                     f"{_FUNC}: {name} is {np.dtype(p.dtype).name}{list(p.shape)}; expected "
                     f"{pdt.name}{list(ps)} (cuDNN's parameters are float32, float64 for "
                     "float64 data)"

@@ -159,9 +159,14 @@ def _backward(request: Dropout, residuals: Any, dy: Any) -> tuple:
 _dropout = _ops.differentiable(_forward, _backward)
 
 
-def _seed_bits(key: Any) -> jax.Array:
-    """``uint32[2]`` from a JAX key (a typed key or a legacy ``uint32[2]`` one)."""
-    k = key if isinstance(key, jax.Array) else jnp.asarray(key)
+def _key(key: Any) -> jax.Array:
+    """*key* checked: a typed JAX key of shape () or a legacy ``uint32[2]`` one."""
+    if not isinstance(key, (jax.Array, np.ndarray)):
+        raise TypeError(
+            f"{_FUNC}: key={key!r}; expected a JAX key (jax.random.key(...), or a legacy "
+            "uint32[2] jax.random.PRNGKey(...))"
+        )
+    k = jnp.asarray(key)
     typed = jax.dtypes.issubdtype(k.dtype, jax.dtypes.prng_key)
     if typed and k.shape != ():
         raise ValueError(f"{_FUNC}: key has shape {k.shape}; expected one key (shape ())")
@@ -170,7 +175,7 @@ def _seed_bits(key: Any) -> jax.Array:
             f"{_FUNC}: key is {k.dtype}{list(k.shape)}; expected a JAX key "
             "(jax.random.key(...), or a legacy uint32[2] jax.random.PRNGKey(...))"
         )
-    return jax.random.bits(k, (2,), jnp.uint32)
+    return k
 
 
 def dropout(x: Any, rate: float, key: Any, *, deterministic: bool = False) -> jax.Array:
@@ -183,13 +188,13 @@ def dropout(x: Any, rate: float, key: Any, *, deterministic: bool = False) -> ja
     x : jax.Array
         1 to 8 dims, concrete shape; float16, float32 or float64.
     rate : float
-        In ``[0, 1)``; 0 returns *x* (no call).
+        In ``[0, 1)``; 0 returns *x* as given (no call).
     key : jax.Array
         A JAX key; cuDNN's seed is derived from it inside the program
         (``jax.random.bits(key, (2,), uint32)``, ``bits[0] | bits[1] << 32``): the same key
         gives the same mask, another key another one. The bits are cuDNN's RNG's, not JAX's.
     deterministic : bool
-        True returns *x* (inference; Flax's argument). Keyword only.
+        True returns *x* as given (inference; Flax's argument). Keyword only.
 
     Returns
     -------
@@ -200,8 +205,8 @@ def dropout(x: Any, rate: float, key: Any, *, deterministic: bool = False) -> ja
     ------
     TypeError, ValueError
         At trace time: a rate outside ``[0, 1)``, a non-bool *deterministic*, a key that is not
-        a JAX key, a dtype cuDNN's dropout does not take (bfloat16), symbolic dims, more than 8
-        dims.
+        a JAX key; unless *x* is returned as it is: a dtype cuDNN's dropout does not take
+        (bfloat16), symbolic dims, more than 8 dims.
 
     Notes
     -----
@@ -212,9 +217,10 @@ def dropout(x: Any, rate: float, key: Any, *, deterministic: bool = False) -> ja
     if not isinstance(deterministic, bool):
         raise TypeError(f"{_FUNC}: deterministic={deterministic!r}; expected a bool")
     request = Dropout(rate)
-    x = jnp.asarray(x)
-    request.mask_bytes(x)  # the data's checks before the key's work
-    bits = _seed_bits(key)
+    k = _key(key)
     if deterministic or request.rate == 0.0:
         return x
-    return _dropout(request, x, bits)
+    x = jnp.asarray(x)
+    # the seed from the key inside the program (a new key at run time: a new seed); the data's
+    # checks come first in the call's results(), then cuDNN's query of the mask's size
+    return _dropout(request, x, jax.random.bits(k, (2,), jnp.uint32))
