@@ -7,9 +7,9 @@ gradients are products too, on the same call: ``da = dz @ b^T`` and ``db = a^T @
 transposes are strides given to cuDNN, no copies; summed by XLA over the dims an operand was
 broadcast along, or, for a 2-D ``b``, one product over the folded batch), ``dbias`` XLA's sum
 of ``dz``. ``dz``, the gradient before the activation, comes from the output for ``relu``,
-``sigmoid`` and ``tanh``, and for the other activations from the pre-activation, recomputed
-by one more product (cuDNN's fused call does not keep it); XLA computes the activation's
-derivative. Data: float16, bfloat16, float32 (float32 only with
+``sigmoid``, ``tanh`` and the clipped ReLU, and for the other activations from the
+pre-activation, recomputed by one more product (cuDNN's fused call does not keep it); XLA
+computes the activation's derivative. Data: float16, bfloat16, float32 (float32 only with
 ``pycudnn.config.allow_tf32``: cuDNN's float32 matmul engines compute in TF32); the product
 accumulates in float32.
 """
@@ -33,8 +33,8 @@ __all__ = ["Matmul", "matmul"]
 
 _FUNC = "pycudnn.jax.matmul"
 _TYPES = ("float16", "bfloat16", "float32")
-#: the activations whose gradient needs only the output
-_FROM_OUTPUT = ("relu", "sigmoid", "tanh")
+#: the activations whose gradient needs only the output (the clipped ReLU's: 0 < y < clip)
+_FROM_OUTPUT = ("relu", "sigmoid", "tanh", "clipped_relu")
 
 
 def _transposed(op: XlaOperand) -> XlaOperand:
@@ -161,15 +161,15 @@ def _activation_fn(name: str, coef: float | None) -> Callable[[Any], Any]:
         return lambda z: jax.nn.gelu(z, approximate=True)
     if name == "elu":
         return lambda z: jax.nn.elu(z, coef)
-    if name == "clipped_relu":
-        return lambda z: jnp.clip(z, 0.0, coef)
     raise NotImplementedError(name)
 
 
-def _from_output(name: str, y: Any, dy: Any) -> Any:
+def _from_output(name: str, coef: float | None, y: Any, dy: Any) -> Any:
     """The activation's gradient from its output (float32)."""
     if name == "relu":
         return jnp.where(y > 0, dy, 0.0)
+    if name == "clipped_relu":
+        return jnp.where((y > 0) & (y < coef), dy, 0.0)
     if name == "sigmoid":
         return dy * y * (1.0 - y)
     return dy * (1.0 - y * y)  # tanh
@@ -203,7 +203,7 @@ def _backward(request: Matmul, residuals: Any, dy: Any) -> tuple:
     if act is not None:
         acc = jnp.promote_types(y.dtype, jnp.float32)
         if act in _FROM_OUTPUT:
-            dz = _from_output(act, y.astype(acc), dy.astype(acc))
+            dz = _from_output(act, request.coef, y.astype(acc), dy.astype(acc))
         else:  # the pre-activation, recomputed (the fused call did not keep it)
             (z,) = _ops.call(_plain(request.fold, bias=request.bias), *operands)
             _, pull = jax.vjp(_activation_fn(act, request.coef), z.astype(acc))
