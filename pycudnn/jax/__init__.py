@@ -15,6 +15,13 @@ shape-polymorphic (``jax.export`` with symbolic dims). Each runs pycudnn's high 
 buffers and stream; a call site's first run binds the high level's ready call entry, and later
 runs launch it directly (:mod:`._bound`).
 
+Also (build item 2, a second slice): :func:`batch_norm` (training returns the output and new
+running averages, PyTorch's momentum and unbiased variance; inference uses them),
+:func:`dropout` (an explicit JAX key becomes cuDNN's seed inside the program; cuDNN's RNG, not
+JAX's), :func:`lrn` (cross-channel) and :func:`matmul` (batched, with a fused bias and
+activation), in the family modules :mod:`._batchnorm`, :mod:`._dropout`, :mod:`._lrn` and
+:mod:`._matmul`.
+
 **The foundation** (build item 1): **one generic XLA FFI handler**, a ctypes callback
 ``XLA_FFI_Error* handler(XLA_FFI_CallFrame*)`` that XLA calls like any C handler.
 :func:`register_handler` registers a Python function under a target name for a platform;

@@ -11,7 +11,9 @@ from ._activation import (
     silu as silu,
     tanh as tanh,
 )
+from ._batchnorm import batch_norm as batch_norm
 from ._conv import conv as conv
+from ._dropout import dropout as dropout
 from ._frame import (
     Buffer as Buffer,
     Call as Call,
@@ -26,6 +28,8 @@ from ._handler import (
     registered_targets as registered_targets,
 )
 from ._header import AbiReport as AbiReport, UnsupportedJaxlibError as UnsupportedJaxlibError
+from ._lrn import lrn as lrn
+from ._matmul import matmul as matmul
 from ._norms import layer_norm as layer_norm, rms_norm as rms_norm
 from ._pooling import avg_pool as avg_pool, max_pool as max_pool
 from ._softmax import log_softmax as log_softmax, softmax as softmax
