@@ -16,11 +16,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ._batchnorm import BatchNorm, BatchNormInference, _inference, _train
 from ._conv import conv as _conv
 from ._norms import layer_norm as _layer_norm
 from ._norms import rms_norm as _rms_norm
 
-__all__ = ["check_flags", "conv_layer", "norm_layer"]
+__all__ = ["batch_norm_layer", "check_flags", "conv_layer", "norm_layer"]
 
 
 def check_flags(layer: str, **flags: Any) -> None:
@@ -136,3 +137,52 @@ def norm_layer(
     if rms:
         return _rms_norm(x, n, scale, epsilon)
     return _layer_norm(x, n, scale, bias, epsilon)
+
+
+def batch_norm_layer(
+    layer: str,
+    x: Any,
+    scale: Any,
+    bias: Any,
+    mean: Any,
+    var: Any,
+    *,
+    use_running_average: bool,
+    axis: Any,
+    momentum: float,
+    epsilon: float,
+    dtype: Any,
+    axis_name: Any,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Flax's ``BatchNorm`` over every axis but the last (the features) on
+    :func:`pycudnn.jax.batch_norm`'s calls; returns ``(y, new_mean, new_var)`` with Flax's
+    running averages: ``momentum * old + (1 - momentum) * batch`` with the batch's biased
+    variance (cuDNN's own update is PyTorch's, unbiased: so it is computed here, from the mean
+    and inverse std cuDNN saved). The statistics and parameters compute in float32 (cuDNN's
+    rule for half data), x in *dtype* or the promoted dtype."""
+    check_flags(layer, use_running_average=use_running_average)
+    if axis not in (-1, (-1,)):
+        raise NotImplementedError(
+            f"{layer}: axis={axis!r}; pycudnn normalizes per feature of the last axis (-1) only"
+        )
+    if axis_name is not None:
+        raise NotImplementedError(
+            f"{layer}: axis_name={axis_name!r}; statistics across devices are not supported"
+        )
+    x = jnp.asarray(x)
+    (x,) = _promote(dtype if dtype is not None else jnp.result_type(x, mean), x)
+    c = x.shape[-1]
+    f32 = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    gamma = jnp.ones((c,), f32) if scale is None else jnp.asarray(scale, f32)
+    beta = jnp.zeros((c,), f32) if bias is None else jnp.asarray(bias, f32)
+    cl = x.ndim > 2  # (N, ..., C): cuDNN's channels-last; (N, C) is already channels first
+    if use_running_average:
+        request = BatchNormInference("spatial", epsilon, cl)
+        y = _inference(request, x, gamma, beta, jnp.asarray(mean, f32), jnp.asarray(var, f32))
+        return y, mean, var
+    y, bmean, invstd = _train(BatchNorm("spatial", epsilon, cl), x, gamma, beta)
+    bmean, invstd = jax.lax.stop_gradient(bmean), jax.lax.stop_gradient(invstd)
+    bvar = invstd.astype(f32) ** -2 - epsilon  # the biased variance cuDNN normalized with
+    new_mean = momentum * mean + (1 - momentum) * bmean.reshape(c).astype(mean.dtype)
+    new_var = momentum * var + (1 - momentum) * bvar.reshape(c).astype(var.dtype)
+    return y, new_mean, new_var

@@ -10,8 +10,8 @@ use Flax's own class there.
 
 Layers: :class:`Conv` (2-D and 3-D, channels-last as Flax's; the extra field ``activation``
 fuses ``relu``/``sigmoid``/``tanh`` and ``__call__``'s ``residual`` is added in the
-convolution's epilogue), :class:`LayerNorm`, :class:`RMSNorm`; functions :func:`max_pool` and
-:func:`avg_pool` with Flax's signatures.
+convolution's epilogue), :class:`BatchNorm`, :class:`LayerNorm`, :class:`RMSNorm`;
+functions :func:`max_pool` and :func:`avg_pool` with Flax's signatures.
 
 Needs Flax (``pip install flax``); importing this module without it raises an ``ImportError``
 saying so.
@@ -30,12 +30,13 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 import jax
+import jax.numpy as jnp
 
 from . import _layers
 from ._pooling import avg_pool as _avg_pool
 from ._pooling import max_pool as _max_pool
 
-__all__ = ["Conv", "LayerNorm", "RMSNorm", "avg_pool", "max_pool"]
+__all__ = ["BatchNorm", "Conv", "LayerNorm", "RMSNorm", "avg_pool", "max_pool"]
 
 _PROMOTE = nn.Conv.__dataclass_fields__["promote_dtype"].default
 
@@ -125,6 +126,46 @@ class RMSNorm(nn.RMSNorm):
             reduction_axes=self.reduction_axes, feature_axes=self.feature_axes,
             axis_name=self.axis_name,
         )  # fmt: skip
+
+
+class BatchNorm(nn.BatchNorm):
+    """``flax.linen.BatchNorm`` through cuDNN, per feature of the last axis (see the module
+    docstring): the same ``params`` (``scale``, ``bias``) and ``batch_stats`` (``mean``,
+    ``var``), Flax's running averages (biased variance, ``momentum`` the old value's weight)."""
+
+    @nn.compact
+    def __call__(
+        self,
+        x: jax.Array,
+        use_running_average: bool | None = None,
+        *,
+        mask: jax.Array | None = None,
+    ) -> jax.Array:
+        """Normalize *x* (batch statistics unless *use_running_average*; no *mask*)."""
+        name = type(self).__qualname__
+        _layers.check_flags(name, use_bias=self.use_bias, use_scale=self.use_scale)
+        if mask is not None:
+            raise NotImplementedError(f"{name}: mask is not supported by pycudnn")
+        use_ra = nn.module.merge_param(
+            "use_running_average", self.use_running_average, use_running_average
+        )
+        c = x.shape[-1]
+        sdt = jnp.float32 if self.force_float32_reductions else self.param_dtype
+        ra_mean = self.variable("batch_stats", "mean", lambda s: jnp.zeros(s, sdt), (c,))
+        ra_var = self.variable("batch_stats", "var", lambda s: jnp.ones(s, sdt), (c,))
+        scale = bias = None
+        if self.use_scale:
+            scale = self.param("scale", self.scale_init, (c,), self.param_dtype)
+        if self.use_bias:
+            bias = self.param("bias", self.bias_init, (c,), self.param_dtype)
+        y, new_mean, new_var = _layers.batch_norm_layer(
+            name, x, scale, bias, ra_mean.value, ra_var.value, use_running_average=use_ra,
+            axis=self.axis, momentum=self.momentum, epsilon=self.epsilon, dtype=self.dtype,
+            axis_name=self.axis_name,
+        )  # fmt: skip
+        if not use_ra and not self.is_initializing():
+            ra_mean.value, ra_var.value = new_mean, new_var
+        return y
 
 
 def _pool_args(

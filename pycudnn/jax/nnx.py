@@ -5,7 +5,7 @@ As :mod:`pycudnn.jax.linen`, for Flax's NNX API: each class is Flax's (same cons
 a ``__call__`` that runs :mod:`pycudnn.jax`'s operation; what cuDNN does not take is refused
 with an error naming the argument. Layers: :class:`Conv` (2-D and 3-D; the extra keyword
 ``activation`` and ``__call__``'s ``residual`` are fused into the convolution's epilogue),
-:class:`LayerNorm`, :class:`RMSNorm`.
+:class:`BatchNorm`, :class:`LayerNorm`, :class:`RMSNorm`.
 
 Needs Flax (``pip install flax``); importing this module without it raises an ``ImportError``
 saying so.
@@ -27,7 +27,7 @@ import jax
 
 from . import _layers
 
-__all__ = ["Conv", "LayerNorm", "RMSNorm"]
+__all__ = ["BatchNorm", "Conv", "LayerNorm", "RMSNorm"]
 
 
 def _default(cls: type, name: str) -> Any:
@@ -108,3 +108,34 @@ class RMSNorm(nnx.RMSNorm):
             epsilon=self.epsilon, dtype=self.dtype, reduction_axes=self.reduction_axes,
             feature_axes=self.feature_axes, axis_name=self.axis_name,
         )  # fmt: skip
+
+
+class BatchNorm(nnx.BatchNorm):
+    """``flax.nnx.BatchNorm`` through cuDNN, per feature of the last axis (see the module
+    docstring): the same ``Param`` s and ``BatchStat`` s, Flax's running averages."""
+
+    def __call__(
+        self,
+        x: jax.Array,
+        use_running_average: bool | None = None,
+        *,
+        mask: jax.Array | None = None,
+    ) -> jax.Array:
+        """Normalize *x* (batch statistics unless *use_running_average*; no *mask*)."""
+        name = type(self).__qualname__
+        _own_promotion(name, self.promote_dtype)
+        if mask is not None:
+            raise NotImplementedError(f"{name}: mask is not supported by pycudnn")
+        use_ra = self.use_running_average if use_running_average is None else use_running_average
+        if use_ra is None:
+            raise ValueError(f"{name}: use_running_average is None; pass True or False")
+        y, new_mean, new_var = _layers.batch_norm_layer(
+            name, x, None if self.scale is None else self.scale[...],
+            None if self.bias is None else self.bias[...], self.mean[...], self.var[...],
+            use_running_average=use_ra, axis=self.axis, momentum=self.momentum,
+            epsilon=self.epsilon, dtype=self.dtype, axis_name=self.axis_name,
+        )  # fmt: skip
+        if not use_ra:
+            self.mean[...] = new_mean
+            self.var[...] = new_var
+        return y

@@ -327,9 +327,9 @@ def twin(request, call, stream):
 _TWINS: set[str] = set()
 
 
-def register_twins(*families):
-    """Register each family's target on JAX's CPU platform with :func:`twin`, once a process
-    (test modules share the families)."""
+def register_twins(*families, twin=twin):
+    """Register each family's target on JAX's CPU platform with *twin* (this module's
+    :func:`twin` by default), once a process (test modules share the families)."""
     from pycudnn.jax import _ops
 
     for family in families:

@@ -14,6 +14,7 @@ pytest.importorskip("flax")
 
 import jax.numpy as jnp  # noqa: E402
 import jax_op_references as R  # noqa: E402
+import jax_op_references_more as RM  # noqa: E402
 from flax import linen as fl  # noqa: E402
 from flax import nnx as fx  # noqa: E402
 
@@ -27,6 +28,7 @@ CPU = jax.devices("cpu")[0]
 @pytest.fixture(scope="module", autouse=True)
 def twins():
     R.register_twins("conv", "norm", "pool")
+    R.register_twins("batchnorm", twin=RM.twin)
     with jax.default_device(CPU):
         yield
 
@@ -164,3 +166,48 @@ def test_nnx_conv_activation_keyword_and_errors():
         bad = px.Conv(3, 4, (3, 3), rngs=fx.Rngs(0))
         bad.use_bias = 0
         bad(x)
+
+
+@pytest.mark.parametrize("shape", [(4, 6, 6, 5), (16, 5), (2, 3, 4, 4, 5)])
+def test_linen_batch_norm_trains_and_evaluates_as_flaxs(shape):
+    x = _rand(*shape) * 2 + 1
+    m, f = pl.BatchNorm(), fl.BatchNorm()
+    v = m.init(jax.random.key(0), x, False)
+    ref_v = f.init(jax.random.key(0), x, False)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), v, ref_v)
+    y, upd = jax.jit(lambda v, x: m.apply(v, x, False, mutable=["batch_stats"]))(v, x)
+    ref, ref_upd = f.apply(v, x, False, mutable=["batch_stats"])
+    _close(y, ref)
+    jax.tree.map(_close, upd, ref_upd)
+    v2 = {"params": v["params"], **upd}
+    _close(m.apply(v2, x, use_running_average=True), f.apply(v2, x, use_running_average=True))
+    t = _rand(*shape, seed=3)
+
+    def loss(mod):
+        def f(p, x):
+            return (mod.apply({**v, "params": p}, x, False, mutable=["batch_stats"])[0] * t).sum()
+
+        return f
+
+    g = jax.grad(loss(m), argnums=(0, 1))(v["params"], x)
+    gref = jax.grad(loss(f), argnums=(0, 1))(v["params"], x)
+    jax.tree.map(_close, g, gref)
+
+
+def test_nnx_batch_norm_trains_and_evaluates_as_flaxs():
+    x = _rand(8, 4, 4, 6) * 3 - 1
+    m = px.BatchNorm(6, rngs=fx.Rngs(0))
+    f = fx.BatchNorm(6, rngs=fx.Rngs(0))
+    for _ in range(2):
+        _close(m(x), f(x))
+    _close(m.mean[...], f.mean[...])
+    _close(m.var[...], f.var[...])
+    _close(m(x, use_running_average=True), f(x, use_running_average=True))
+
+
+def test_batch_norm_refusals_name_the_field():
+    x = _rand(4, 5, 6)
+    with pytest.raises(NotImplementedError, match=r"axis=1"):
+        pl.BatchNorm(use_running_average=False, axis=1).init(jax.random.key(0), x)
+    with pytest.raises(TypeError, match=r"use_running_average=1"):
+        pl.BatchNorm(use_running_average=1).init(jax.random.key(0), x)

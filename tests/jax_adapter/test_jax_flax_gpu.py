@@ -82,6 +82,20 @@ def test_nnx_layers_equal_flaxs_on_the_gpu(gpu):
         _close(fx.jit(lambda m, x: m(x))(ours, x), theirs(x), 2e-3)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_linen_batch_norm_equals_flaxs_on_the_gpu(gpu, dtype):
+    x = _rand(gpu, 16, 8, 8, 32, dtype=dtype)
+    m, f = pl.BatchNorm(), fl.BatchNorm()
+    v = f.init(jax.random.key(0), x, False)
+    y, upd = jax.jit(lambda v, x: m.apply(v, x, False, mutable=["batch_stats"]))(v, x)
+    ref, ref_upd = jax.jit(lambda v, x: f.apply(v, x, False, mutable=["batch_stats"]))(v, x)
+    tol = 2e-2 if dtype == "bfloat16" else 1e-4
+    _close(y, ref, tol)
+    jax.tree.map(lambda a, b: _close(a, b, 1e-4), upd, ref_upd)
+    v2 = {"params": v["params"], **upd}
+    _close(jax.jit(lambda v, x: m.apply(v, x, True))(v2, x), f.apply(v2, x, True), tol)
+
+
 class _Net(fl.Module):
     """A small CNN, written once over a layer set (pycudnn's or Flax's)."""
 

@@ -13,6 +13,7 @@ import pytest
 jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
+import jax_op_references  # noqa: E402
 import jax_op_references_more as R  # noqa: E402
 from jax import lax  # noqa: E402
 from test_jax_ops import _calls_and_loops, _close, _grads, _lower_cuda, _rand  # noqa: E402
@@ -23,17 +24,12 @@ from pycudnn.jax import _ops, _request  # noqa: E402
 
 pytestmark = pytest.mark.jax
 FAMILIES = ("batchnorm", "dropout", "lrn", "matmul")
-_twins_registered = False
 
 
 @pytest.fixture(scope="module", autouse=True)
 def twins():
     """Each family's target on the CPU platform, computed by the numpy twin (once a process)."""
-    global _twins_registered
-    if not _twins_registered:
-        for family in FAMILIES:
-            _ops.register_twin(family, R.twin)
-        _twins_registered = True
+    jax_op_references.register_twins(*FAMILIES, twin=R.twin)
 
 
 @pytest.fixture
