@@ -83,7 +83,7 @@ def _executor(n: int, platform_name: str) -> Any:
     if platform_name != "cpu":
         return _bound.Executor(_binder(n))
     # a fixed stream where the executor takes one (its fast path), else a getter
-    fixed: Any = 0 if getattr(_bound.Executor, "FIXED_STREAM", False) else (lambda call: 0)
+    fixed: Any = 0 if hasattr(_bound.Executor, "on_frame") else (lambda call: 0)
     return _bound.Executor(_binder(n), fixed)
 
 
