@@ -178,6 +178,128 @@ def _cpu(steps: int, repeats: int) -> None:
     _print(f"CPU platform, float32[256] ({_thread_report('cpu', cpu)})", rows)
 
 
+def _fake_frame(n_args: int, keep: list) -> int:
+    """An XLA_FFI_CallFrame of the execute stage in ctypes memory, as XLA makes one: *n_args*
+    float32[1, 8, 16, 16] operands and one result, the ``op`` attribute of a ReLU, and an
+    API 0.4 table whose ``XLA_FFI_Stream_Get`` is a libc no-op returning 0
+    (``pthread_mutexattr_destroy``); *keep* holds the memory. Returns its address."""
+    import ctypes
+
+    from pycudnn.jax import _capi
+
+    def new(obj: Any) -> Any:
+        keep.append(obj)
+        return obj
+
+    api = new(_capi.Api04())
+    api.struct_size = _capi.struct_size(_capi.Api04)
+    api.api_version.major_version, api.api_version.minor_version = 0, 4
+    noop = ctypes.cast(ctypes.CDLL(None).pthread_mutexattr_destroy, ctypes.c_void_p).value
+    api.XLA_FFI_Stream_Get = _capi.StreamGet(noop)
+    dims = new((ctypes.c_int64 * 4)(1, 8, 16, 16))
+    data = new((ctypes.c_float * 2048 * (n_args + 1))())
+
+    def buffers(first: int, n: int) -> Any:
+        out = new((ctypes.c_void_p * n)())
+        for i in range(n):
+            b = new(_capi.Buffer(_capi.struct_size(_capi.Buffer), None, 11, 0, 4, dims))
+            b.data = ctypes.addressof(data) + 8192 * (first + i)
+            out[i] = ctypes.addressof(b)
+        return out
+
+    text = Activation("relu", 0.0).encode().encode()
+    name = new(_capi.ByteSpan(ctypes.cast(new(ctypes.c_char_p(b"op")), ctypes.c_void_p), 2))
+    value = new(ctypes.create_string_buffer(text, len(text)))
+    span = new(_capi.ByteSpan(ctypes.addressof(value), len(text)))
+    types = new((ctypes.c_int * 1)(int(_capi.AttrType.STRING)))
+    names = new((ctypes.POINTER(_capi.ByteSpan) * 1)(ctypes.pointer(name)))
+    values = new((ctypes.c_void_p * 1)(ctypes.addressof(span)))
+    f = new(_capi.CallFrame())
+    f.struct_size = _capi.struct_size(_capi.CallFrame)
+    f.api = ctypes.addressof(api)
+    f.ctx = 0x5000
+    f.stage = int(_capi.Stage.EXECUTE)
+    f.args.size, f.args.args = (
+        n_args,
+        ctypes.cast(buffers(0, n_args), ctypes.POINTER(ctypes.c_void_p)),
+    )
+    f.rets.size, f.rets.rets = 1, ctypes.cast(buffers(n_args, 1), ctypes.POINTER(ctypes.c_void_p))
+    f.attrs.size, f.attrs.types = 1, types
+    f.attrs.names = names
+    f.attrs.attrs = ctypes.cast(values, ctypes.POINTER(ctypes.c_void_p))
+    return ctypes.addressof(f)
+
+
+def _direct(repeats: int) -> None:
+    """The handler's Python called directly on a fake frame (no XLA, no ctypes callback): the
+    GPU platform's per-call path as it is on the GPU -- the default executor, XLA's stream asked
+    through the table -- up to a bound launch that does nothing. Minimum over repeats (robust to
+    a loaded machine), and cProfile's calls."""
+    import functools
+    import timeit
+
+    from pycudnn.jax import _capi, _frame, _handler
+
+    print(
+        "\nthe handler called directly on a fake GPU call frame (XLA's stream through the table):"
+    )
+    keep: list = []
+    for n_args in (1, 2):
+        exe = _bound.Executor(_binder(n_args + 1))
+        h = _handler._Handler(f"bench{n_args}", exe, _frame.DeviceBuffer, (0, 4), 0, _capi.API_0_4)
+        addr = _fake_frame(n_args, keep)
+        for _ in range(3):  # the table checked, the entry bound
+            assert h(addr) is None
+        assert _bound.bound_count() >= 1
+        n = 20000
+        one = functools.partial(h, addr)
+        us = min(timeit.repeat(one, number=n, repeat=repeats)) / n * 1e6
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(1000):
+            one()
+        prof.disable()
+        calls = pstats.Stats(prof).total_calls / 1000  # type: ignore[attr-defined]
+        print(
+            f"  executor {n_args}->1, no-op launch{us:20.2f} us/call  "
+            f"{calls:6.1f} Python calls/call"
+        )
+
+
+def _stream_getter(repeats: int) -> None:
+    """XLA's stream query as the GPU path makes it, on a fake API table whose
+    ``XLA_FFI_Stream_Get`` is a libc no-op returning 0 (``pthread_mutexattr_destroy``): the
+    handler's getter (when this tree has one) against a Call's (new arguments, the table's
+    entry read, a ctypes call releasing the lock), per query."""
+    import ctypes
+    import functools
+    import timeit
+
+    from pycudnn.jax import _capi, _frame
+
+    noop = ctypes.cast(ctypes.CDLL(None).pthread_mutexattr_destroy, ctypes.c_void_p).value
+    api = _capi.Api04()
+    api.XLA_FFI_Stream_Get = _capi.StreamGet(noop)
+    size = _capi.struct_size(_capi.StreamGetArgs)
+
+    def by_call() -> int:  # what Call.stream does
+        args = _capi.StreamGetArgs(size, None, 12345, None)
+        error = api.XLA_FFI_Stream_Get(ctypes.byref(args))
+        assert not error
+        return args.stream or 0
+
+    sides = {"a Call's query (per call before)": by_call}
+    if hasattr(_frame, "stream_getter"):
+        sides["the handler's getter"] = functools.partial(
+            _frame.stream_getter("bench", api, _capi.API_0_4), 12345
+        )
+    print("\nXLA's stream query on a fake table (a libc no-op), per query:")
+    for name, fn in sides.items():
+        n = 100000
+        t = min(timeit.repeat(fn, number=n, repeat=repeats)) / n * 1e6
+        print(f"  {name:34s} {t:8.2f} us")
+
+
 def _gpu(steps: int, repeats: int) -> None:
     try:
         gpu = jax.devices("cuda")[0]
@@ -228,6 +350,9 @@ def main() -> int:
         f"{platform.python_version()}, {platform.processor() or platform.machine()}; "
         f"{a.steps} steps (CPU), {a.gpu_steps} (CUDA), median of {a.repeats}"
     )
+    _call.one_device = True  # as on a one-GPU machine after its first handle (no device query)
+    _direct(a.repeats)
+    _stream_getter(a.repeats)
     _cpu(a.steps, a.repeats)
     _gpu(a.gpu_steps, a.repeats)
     return 0
