@@ -7,7 +7,7 @@ A call reads, from XLA's memory, only
 * its ``op`` attribute's text (the request: :mod:`._request`), as bytes,
 * the data pointers of its operands and results, with their dtypes, dims and pointer residues
   mod 16 (a straight-line reader per arity: :func:`~._frame.decoder`), and
-* XLA's stream (the handler's getter of XLA's API table: :class:`~._frame.StreamGetter`),
+* XLA's stream (the handler's getter of XLA's API table: :func:`~._frame.stream_getter`),
 
 and looks ``(text, signature, stream, pycudnn.config snapshot)`` up in the calling thread's
 store of bound launches (:mod:`pycudnn.highlevel._bound`, the one ``pycudnn.torch``'s lean path

@@ -8,7 +8,7 @@ attributes are copies.
 
 The operations' per-call path reads less, straight from XLA's memory (:data:`MEMORY`): the one
 string attribute (:func:`sole_string`), the pointers and signature (:func:`decoder`: one reader
-per arity, made once) and the stream (:class:`StreamGetter`); a :class:`FrameFunction` is how a
+per arity, made once) and the stream (:func:`stream_getter`); a :class:`FrameFunction` is how a
 registered function asks the handler for the frame itself.
 
 Stdlib and numpy only (no JAX).
@@ -34,13 +34,13 @@ __all__ = [
     "DeviceBuffer",
     "FrameFunction",
     "HostBuffer",
-    "StreamGetter",
     "decoder",
     "numpy_dtype",
     "read_attrs",
     "read_buffers",
     "signature",
     "sole_string",
+    "stream_getter",
     "take_error",
     "unpacker",
 ]
@@ -347,41 +347,43 @@ def sole_string(n: int, types: int, values: int) -> bytes | None:
     return MEMORY[ptr : ptr + length].tobytes()
 
 
-class StreamGetter:
-    """XLA's stream of a call, through the API table's ``XLA_FFI_Stream_Get``: one per table
-    (the handler makes it when it checks the table), ``getter(ctx) -> int``.
+def stream_getter(
+    target: str, api: ctypes.Structure, generation: _capi.Generation
+) -> Callable[[int | None], int]:
+    """``get(ctx) -> int``: XLA's stream of a call, through the API table *api*'s
+    ``XLA_FFI_Stream_Get`` (the handler makes one per table when it checks the table); a
+    ``RuntimeError`` carrying XLA's message where it has none (the CPU platform).
 
-    The per-call path: the arguments are a per-thread struct filled in place (no allocation),
-    and the function is called without releasing the interpreter's lock (a ``PYFUNCTYPE``: the
-    getter is a lookup in XLA's context, and releasing and retaking the lock costs more).
+    The per-call path: a closure (cheaper to call than an object's ``__call__``); the arguments
+    are a per-thread struct filled in place (no allocation), and the function is called without
+    releasing the interpreter's lock (a ``PYFUNCTYPE``: the getter is a lookup in XLA's context,
+    and releasing and retaking the lock costs more).
     """
+    offset = type(api).XLA_FFI_Stream_Get.offset  # type: ignore[attr-defined]
+    address = ctypes.c_void_p.from_address(ctypes.addressof(api) + offset).value
+    if not address:
+        raise RuntimeError(f"{target}: XLA's API table has no XLA_FFI_Stream_Get")
+    xla_get = _STREAM_GET(address)
+    local = _LOCAL
 
-    __slots__ = ("_api", "_generation", "_get", "target")
-
-    def __init__(self, target: str, api: ctypes.Structure, generation: _capi.Generation):
-        self.target = target
-        self._api = api
-        self._generation = generation
-        offset = type(api).XLA_FFI_Stream_Get.offset  # type: ignore[attr-defined]
-        address = ctypes.c_void_p.from_address(ctypes.addressof(api) + offset).value
-        if not address:
-            raise RuntimeError(f"{target}: XLA's API table has no XLA_FFI_Stream_Get")
-        self._get = _STREAM_GET(address)
-
-    def __call__(self, ctx: int | None) -> int:
+    def get(ctx: int | None) -> int:
         try:
-            args, ref = _LOCAL.stream_args
+            args, ref = local.stream_args
         except AttributeError:
             args, ref = _thread_stream_args()
         args.ctx = ctx
-        error = self._get(ref)
+        error = xla_get(ref)
         if error:
-            message = take_error(self._api, error, self._generation)
-            raise RuntimeError(f"XLA has no stream for {self.target}: {message}")
+            message = take_error(api, error, generation)
+            raise RuntimeError(f"XLA has no stream for {target}: {message}")
         return args.stream or 0
 
+    return get
 
-_STREAM_GET = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(_capi.StreamGetArgs))
+
+# no argtypes: ctypes passes the byref() as it is, at half the cost of checking it against a
+# POINTER argtype (the getter only ever passes its own StreamGetArgs)
+_STREAM_GET = ctypes.PYFUNCTYPE(ctypes.c_void_p)
 _LOCAL = threading.local()
 
 

@@ -127,7 +127,7 @@ class _Handler:
         self._api_addr: int | None = None  # the API table checked last
         self._api: ctypes.Structure | None = None
         #: ``stream_of(ctx) -> int``: XLA's stream of a call, through the table checked last
-        self.stream_of: _frame.StreamGetter | None = None
+        self.stream_of: Callable[[int | None], int] | None = None
         # a function that reads the frame itself is given it (no Call built per call)
         self._on_frame = fn.on_frame if isinstance(fn, _frame.FrameFunction) else None
         self._api_size = _capi.struct_size(generation.api)
@@ -211,7 +211,7 @@ class _Handler:
                 f"(XLA_FFI_Api {api.struct_size} < {self._api_size} bytes or XLA_FFI_CallFrame "
                 f"{frame.struct_size} < {_FRAME_SIZE} bytes; API version {major}.{minor})"
             )
-        self.stream_of = _frame.StreamGetter(self.target, api, self.generation)
+        self.stream_of = _frame.stream_getter(self.target, api, self.generation)
         self._api_addr = api_addr
         return api
 
