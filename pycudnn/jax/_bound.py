@@ -1,11 +1,13 @@
 """The per-call path of ``pycudnn.jax``'s operations: each call site's launches bound once.
 
-Every family's FFI target calls one :class:`Executor`. A call reads, from XLA's frame, only
+Every family's FFI target calls one :class:`Executor`, which the handler hands the call frame
+itself (:meth:`Executor.on_frame`: no :class:`~._frame.Call` is built unless the call misses).
+A call reads, from XLA's memory, only
 
 * its ``op`` attribute's text (the request: :mod:`._request`), as bytes,
 * the data pointers of its operands and results, with their dtypes, dims and pointer residues
-  mod 16 (:meth:`~._frame.Call.signature`), and
-* XLA's stream,
+  mod 16 (a straight-line reader per arity: :func:`~._frame.decoder`), and
+* XLA's stream (the handler's getter of XLA's API table: :func:`~._frame.stream_getter`),
 
 and looks ``(text, signature, stream, pycudnn.config snapshot)`` up in the calling thread's
 store of bound launches (:mod:`pycudnn.highlevel._bound`, the one ``pycudnn.torch``'s lean path
@@ -35,9 +37,10 @@ No JAX here: this runs inside XLA's call.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..highlevel import _bound, _call
-from . import _request
+from . import _frame, _request
 from ._frame import Call
 
 __all__ = ["ATTR", "Executor", "bound_count", "run_request", "xla_stream"]
@@ -45,6 +48,13 @@ __all__ = ["ATTR", "Executor", "bound_count", "run_request", "xla_stream"]
 #: the one attribute of every operation's FFI call: the request's text
 ATTR = "op"
 _snapshot = _call.snapshot
+_DECODERS = _frame._DECODERS  # arity -> signature reader (made by _frame.decoder)
+# the readers of the op text (as _frame.sole_string's, inline on the per-call path)
+_MEMORY = _frame.MEMORY
+_INT32 = _frame._INT32.unpack_from
+_ADDRESS = _frame._ADDRESS.unpack_from
+_SPAN = _frame._SPAN.unpack_from
+_STRING = _frame._STRING
 
 
 def bound_count() -> int:
@@ -62,17 +72,23 @@ def run_request(request: _request.Request, call: Call, stream: int) -> None:
     request.run(call.args, call.rets, stream)
 
 
-class Executor:
-    """The function an operation family's FFI target calls with each :class:`~._frame.Call`.
+class Executor(_frame.FrameFunction):
+    """The function an operation family's FFI target calls with each call.
+
+    The handler gives it the call frame itself (:meth:`on_frame`, the per-call path: no
+    :class:`~._frame.Call` is built unless the call misses); called with a
+    :class:`~._frame.Call`, it does the same through the Call's readers.
 
     Parameters
     ----------
     run : callable, optional
         ``run(request, call, stream)``: the slow path's computation (default
         :func:`run_request`: the request's pycudnn call). Tests give a host computation.
-    stream : callable, optional
-        ``stream(call) -> int``: the call's stream (default :func:`xla_stream`; the CPU
-        platform has none).
+    stream : callable or int, optional
+        ``stream(call) -> int``: the call's stream (default :func:`xla_stream`, read through
+        the handler's getter of XLA's API table); or an int, the stream of every call (the CPU
+        platform has none: 0). A getter other than :func:`xla_stream` is given a
+        :class:`~._frame.Call` built for each call.
     """
 
     __slots__ = ("run", "stream")
@@ -80,7 +96,7 @@ class Executor:
     def __init__(
         self,
         run: Callable[[_request.Request, Call, int], None] = run_request,
-        stream: Callable[[Call], int] = xla_stream,
+        stream: Callable[[Call], int] | int = xla_stream,
     ) -> None:
         self.run = run
         self.stream = stream
@@ -88,10 +104,52 @@ class Executor:
     def __call__(self, call: Call) -> None:
         text = call.sole_string()
         ptrs, sig = call.signature()
-        stream = self.stream(call)
+        stream = self.stream if type(self.stream) is int else self.stream(call)
         # the high level's one store of bound launches (pycudnn.torch's lean path's too): a hit
         # launches; a miss decodes the request and runs it, and binds its entry when lean
         _bound.run((text, sig, stream, _snapshot()), ptrs, stream, self._slow, text, call, stream)
+
+    def on_frame(self, handler: Any, frame_addr: int, f: tuple) -> None:
+        """:meth:`__call__` on the frame's header *f* (the handler's one read of it): the op
+        text, the signature (one straight-line reader per arity) and the stream read from XLA's
+        memory directly; a Call is built only on a miss, or for a missing or other attribute
+        (whose error its reader raises) or a stream getter of a Call's."""
+        stream = self.stream
+        # the op text: the one attribute, a string (_frame.sole_string, inline)
+        if (
+            f[8] != 1
+            or _INT32(_MEMORY, f[9])[0] != _STRING
+            or (stream is not xla_stream and type(stream) is not int)
+        ):
+            handler.run_call(frame_addr, f)  # the Call's reader raises what is wrong
+            return
+        ptr, length = _SPAN(_MEMORY, _ADDRESS(_MEMORY, f[10])[0])
+        text = _MEMORY[ptr : ptr + length].tobytes()
+        try:
+            decode = _DECODERS[f[4], f[6]]
+        except KeyError:
+            decode = _frame.decoder(f[4], f[6])
+        ptrs, sig = decode(f[5], f[7])
+        if stream is xla_stream:
+            stream = handler.stream_of(f[2])
+        _bound.run(
+            (text, sig, stream, _snapshot()),
+            ptrs,
+            stream,
+            self._miss,
+            handler,
+            frame_addr,
+            f,
+            text,
+            stream,
+        )
+
+    def _miss(self, handler: Any, frame_addr: int, f: tuple, text: bytes, stream: int) -> None:
+        call = handler.call(frame_addr, f)
+        try:
+            self._slow(text, call, stream)
+        finally:
+            call.finish()
 
     def _slow(self, text: bytes, call: Call, stream: int) -> None:
         self.run(_request.decode(text), call, stream)

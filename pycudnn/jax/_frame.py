@@ -6,6 +6,11 @@ attributes into Python values, and :class:`Call` carries them to the Python func
 frame's memory is XLA's and lives for the call only: buffers are views (their data pointer),
 attributes are copies.
 
+The operations' per-call path reads less, straight from XLA's memory (:data:`MEMORY`): the one
+string attribute (:func:`sole_string`), the pointers and signature (:func:`decoder`: one reader
+per arity, made once) and the stream (:func:`stream_getter`); a :class:`FrameFunction` is how a
+registered function asks the handler for the frame itself.
+
 Stdlib and numpy only (no JAX).
 """
 
@@ -15,6 +20,8 @@ import ctypes
 import math
 import struct
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -25,11 +32,15 @@ __all__ = [
     "Buffer",
     "Call",
     "DeviceBuffer",
+    "FrameFunction",
     "HostBuffer",
+    "decoder",
     "numpy_dtype",
     "read_attrs",
     "read_buffers",
     "signature",
+    "sole_string",
+    "stream_getter",
     "take_error",
     "unpacker",
 ]
@@ -265,7 +276,7 @@ def signature(count: int, pointers: int, ptrs: list[int], sig: list[Any]) -> Non
     """Append the data pointers of the *count* ``XLA_FFI_Buffer*`` at *pointers* to *ptrs*, and
     to *sig* what a call specialized on them depends on: per buffer its dtype code, its dims
     (raw bytes: hashable, no unpack) and its pointer's residue mod 16 (the alignment cuDNN's
-    plans are built for)."""
+    plans are built for). :func:`decoder`'s functions read the same, faster."""
     if not count:
         return
     for addr in _addresses(pointers, count):
@@ -274,6 +285,130 @@ def signature(count: int, pointers: int, ptrs: list[int], sig: list[Any]) -> Non
         sig.append(code)
         sig.append(MEMORY[dims : dims + 8 * rank].tobytes())
         sig.append(data & 15)
+
+
+_DECODERS: dict[tuple[int, int], Callable[[int, int], tuple[tuple[int, ...], tuple]]] = {}
+_MAX_UNROLLED = 16  # buffers per call: more are read by the loop of signature()
+
+
+def decoder(n_args: int, n_rets: int) -> Callable[[int, int], tuple[tuple[int, ...], tuple]]:
+    """``decode(args, rets) -> (pointers, signature)`` for calls of *n_args* operands and
+    *n_rets* results (the addresses of their ``XLA_FFI_Buffer*`` arrays): what
+    :func:`signature` appends for both, as tuples, read by straight-line code made once per
+    arity (the per-call path: no loop, no list, one ``unpack`` per array and per buffer)."""
+    key = (n_args, n_rets)
+    fn = _DECODERS.get(key)
+    if fn is None:
+        fn = _DECODERS.setdefault(key, _make_decoder(n_args, n_rets))
+    return fn
+
+
+def _make_decoder(n_args: int, n_rets: int) -> Callable[[int, int], tuple[tuple[int, ...], tuple]]:
+    if n_args < 0 or n_rets < 0:
+        raise ValueError(f"a call frame with {n_args} operands and {n_rets} results")
+    if n_args + n_rets > _MAX_UNROLLED:
+
+        def looped(args: int, rets: int) -> tuple[tuple[int, ...], tuple]:
+            ptrs: list[int] = []
+            sig: list[Any] = []
+            signature(n_args, args, ptrs, sig)
+            signature(n_rets, rets, ptrs, sig)
+            return tuple(ptrs), tuple(sig)
+
+        return looped
+    # generated from fixed names only (the counts are ints): e.g. for one operand and one result
+    #   b0, = A1(M, args); b1, = A1(M, rets)
+    #   c0, p0, r0, d0 = B(M, b0); c1, p1, r1, d1 = B(M, b1)
+    #   return (p0, p1), (c0, M[d0:d0 + 8 * r0].tobytes(), p0 & 15, c1, ...)
+    env: dict[str, Any] = {"M": MEMORY, "B": _BUFFER.unpack_from}
+    lines = ["def decode(args, rets):"]
+    names = []
+    for base, count, at in ((0, n_args, "args"), (n_args, n_rets, "rets")):
+        if count:
+            env[f"A{count}"] = struct.Struct(f"={count}Q").unpack_from
+            got = ", ".join(f"b{base + i}" for i in range(count))
+            lines.append(f"    {got}, = A{count}(M, {at})")
+            names += range(base, base + count)
+    for i in names:
+        lines.append(f"    c{i}, p{i}, r{i}, d{i} = B(M, b{i})")
+    ptrs = "".join(f"p{i}, " for i in names)
+    sig = "".join(f"c{i}, M[d{i} : d{i} + 8 * r{i}].tobytes(), p{i} & 15, " for i in names)
+    lines.append(f"    return ({ptrs}), ({sig})")
+    exec("\n".join(lines), env)  # our own text, of fixed names and counts
+    return env["decode"]
+
+
+def sole_string(n: int, types: int, values: int) -> bytes | None:
+    """The value of an ``XLA_FFI_Attrs``' one attribute (*n*, and its ``types`` and ``attrs``
+    arrays' addresses) as bytes when it is a string, else None (other attributes, or none)."""
+    if n != 1 or _INT32.unpack_from(MEMORY, types)[0] != _STRING:
+        return None
+    ptr, length = _SPAN.unpack_from(MEMORY, _ADDRESS.unpack_from(MEMORY, values)[0])
+    return MEMORY[ptr : ptr + length].tobytes()
+
+
+def stream_getter(
+    target: str, api: ctypes.Structure, generation: _capi.Generation
+) -> Callable[[int | None], int]:
+    """``get(ctx) -> int``: XLA's stream of a call, through the API table *api*'s
+    ``XLA_FFI_Stream_Get`` (the handler makes one per table when it checks the table); a
+    ``RuntimeError`` carrying XLA's message where it has none (the CPU platform).
+
+    The per-call path: a closure (cheaper to call than an object's ``__call__``); the arguments
+    are a per-thread struct filled in place (no allocation), and the function is called without
+    releasing the interpreter's lock (a ``PYFUNCTYPE``: the getter is a lookup in XLA's context,
+    and releasing and retaking the lock costs more).
+    """
+    offset = type(api).XLA_FFI_Stream_Get.offset  # type: ignore[attr-defined]
+    address = ctypes.c_void_p.from_address(ctypes.addressof(api) + offset).value
+    if not address:
+        raise RuntimeError(f"{target}: XLA's API table has no XLA_FFI_Stream_Get")
+    xla_get = _STREAM_GET(address)
+    local = _LOCAL
+
+    def get(ctx: int | None) -> int:
+        try:
+            args, ref = local.stream_args
+        except AttributeError:
+            args, ref = _thread_stream_args()
+        args.ctx = ctx
+        error = xla_get(ref)
+        if error:
+            message = take_error(api, error, generation)
+            raise RuntimeError(f"XLA has no stream for {target}: {message}")
+        return args.stream or 0
+
+    return get
+
+
+# no argtypes: ctypes passes the byref() as it is, at half the cost of checking it against a
+# POINTER argtype (the getter only ever passes its own StreamGetArgs)
+_STREAM_GET = ctypes.PYFUNCTYPE(ctypes.c_void_p)
+_LOCAL = threading.local()
+
+
+def _thread_stream_args() -> tuple[ctypes.Structure, Any]:
+    args = _capi.StreamGetArgs(_capi.struct_size(_capi.StreamGetArgs), None, None, None)
+    _LOCAL.stream_args = (args, ctypes.byref(args))
+    return _LOCAL.stream_args
+
+
+class FrameFunction:
+    """A registered function that reads the call frame itself (the operations' executor): the
+    handler calls :meth:`on_frame` instead of building a :class:`Call`, and a function that
+    needs one builds it through the handler (``handler.call(frame_addr, fields)``, or
+    ``handler.run_call(frame_addr, fields)`` to run the function on it)."""
+
+    __slots__ = ()
+
+    def __call__(self, call: Call) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def on_frame(self, handler: Any, frame_addr: int, fields: tuple) -> None:
+        """Run the call whose frame is at *frame_addr*; *fields* are the frame's header as the
+        handler read it (``_handler._FRAME``: extension, API table, context, stage, operand
+        count and array, result count and array, attribute count, types and values)."""
+        raise NotImplementedError
 
 
 class Call:
@@ -367,11 +502,7 @@ class Call:
         one attribute's text (:meth:`sole_string`) and the stream, and nothing else)."""
         self._check_live()
         n_args, args, n_rets, rets, _attrs = self._frame
-        ptrs: list[int] = []
-        sig: list[Any] = []
-        signature(n_args, args, ptrs, sig)
-        signature(n_rets, rets, ptrs, sig)
-        return tuple(ptrs), tuple(sig)
+        return decoder(n_args, n_rets)(args, rets)
 
     def sole_string(self) -> bytes:
         """The value of the call's one attribute, a string, as bytes, read alone (its name is
@@ -379,13 +510,13 @@ class Call:
         options); a ``TypeError`` when the call has other attributes or a non-string one."""
         self._check_live()
         n, types, _names, values = _ATTRS.unpack_from(MEMORY, self._frame[4])
-        if n != 1 or _INT32.unpack_from(MEMORY, types)[0] != _STRING:
+        text = sole_string(n, types, values)
+        if text is None:
             raise TypeError(
                 f"{self.target}: expected one string attribute, got the attributes "
                 f"{sorted(self.attrs)}"
             )
-        ptr, length = _SPAN.unpack_from(MEMORY, _ADDRESS.unpack_from(MEMORY, values)[0])
-        return MEMORY[ptr : ptr + length].tobytes()
+        return text
 
     @property
     def stream(self) -> int:

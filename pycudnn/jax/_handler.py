@@ -11,10 +11,16 @@ On each call the handler
 3. returns at once for the stages other than execution (instantiate, prepare, initialize; API
    0.4's record stage is called for a bundle's record handler only, which is not registered);
 4. calls the Python function with a :class:`~._frame.Call`, which reads the frame
-   (:mod:`._frame`) as the function asks for its parts, while the call lasts;
+   (:mod:`._frame`) as the function asks for its parts, while the call lasts; a
+   :class:`~._frame.FrameFunction` (the operations' executor) is handed the frame's header as
+   read instead (``on_frame``), and builds a Call only when it needs one;
 5. turns any Python exception into an ``XLA_FFI_Error`` carrying the exception's type and
    message, made through the API table's ``XLA_FFI_Error_Create`` (XLA raises it in the caller
    as a ``JaxRuntimeError``). An exception never crosses the C boundary.
+
+The per-call path is one ``unpack`` of the frame's header (:data:`_FRAME`: what both kinds of
+function need, the attributes' arrays included) and three comparisons (no extension, the table
+checked before, the execute stage); anything else takes :meth:`_Handler._other`.
 
 The structs are read through the mirrors of the layout generation :func:`check_abi` selected
 for the installed header (:data:`._capi.GENERATIONS`): API 0.3 (jaxlib 0.10.x) or API 0.4
@@ -58,7 +64,7 @@ _METADATA_EXTENSION_SIZE = _capi.struct_size(_capi.MetadataExtension)
 _VERSION_SIZE = _capi.struct_size(_capi.ApiVersion)
 _ERROR_ARGS_SIZE = _capi.struct_size(_capi.ErrorCreateArgs)
 _EXECUTE = int(_capi.Stage.EXECUTE)
-# what a call reads of its frame, in one unpack of its bytes
+# what a call reads of its frame, in one unpack of its bytes (FrameFunction.on_frame's fields)
 _FRAME = _frame.unpacker(
     _capi.CallFrame,
     [
@@ -70,6 +76,9 @@ _FRAME = _frame.unpacker(
         "args.args",
         "rets.size",
         "rets.rets",
+        "attrs.size",
+        "attrs.types",
+        "attrs.attrs",
     ],
 )
 _ATTRS_OFFSET = _capi.CallFrame.attrs.offset
@@ -117,6 +126,10 @@ class _Handler:
         self.calls = 0  # invocations, stages and metadata requests included
         self._api_addr: int | None = None  # the API table checked last
         self._api: ctypes.Structure | None = None
+        #: ``stream_of(ctx) -> int``: XLA's stream of a call, through the table checked last
+        self.stream_of: Callable[[int | None], int] | None = None
+        # a function that reads the frame itself is given it (no Call built per call)
+        self._on_frame = fn.on_frame if isinstance(fn, _frame.FrameFunction) else None
         self._api_size = _capi.struct_size(generation.api)
         self.c_function = HANDLER(self)
         self.address: int = ctypes.cast(self.c_function, ctypes.c_void_p).value or 0
@@ -124,28 +137,61 @@ class _Handler:
     def __call__(self, frame_addr: int) -> int | None:
         self.calls += 1  # (read at exit: see _drain_at_exit)
         try:
-            return self._run(frame_addr)
+            f = _FRAME.unpack_from(_MEMORY, frame_addr)
+            # the per-call path: no extension, the table checked before, the execute stage
+            if f[0] or f[1] != self._api_addr or f[3] != _EXECUTE:
+                return self._other(frame_addr, f)
+            on_frame = self._on_frame
+            if on_frame is not None:
+                on_frame(self, frame_addr, f)
+                return None
+            call = _frame.Call(
+                self.target,
+                (f[4], f[5], f[6], f[7], frame_addr + _ATTRS_OFFSET),
+                self.buffer,
+                self._api,
+                f[2],
+                self.generation,
+            )
+            try:
+                self.fn(call)
+            finally:
+                call.finish()
+            return None
         except BaseException as exc:
             return self._error(frame_addr, exc)
 
-    def _run(self, frame_addr: int) -> int | None:
-        ext, api_addr, ctx, stage, n_args, args, n_rets, rets = _FRAME.unpack_from(
-            _MEMORY, frame_addr
-        )
+    def _other(self, frame_addr: int, f: tuple) -> int | None:
+        """A metadata request, a table not checked yet, a stage before execution, or an
+        execution whose frame has extensions (passed over)."""
+        ext, api_addr, _ctx, stage = f[:4]
         if ext:
             metadata = self._find_metadata(ext)
             if metadata:
                 return self._metadata(metadata)
-        api = self._api if api_addr == self._api_addr else self._check_api(frame_addr, api_addr)
+        if api_addr != self._api_addr:
+            self._check_api(frame_addr, api_addr)
         if stage != _EXECUTE:
             return None
-        frame = (n_args, args, n_rets, rets, frame_addr + _ATTRS_OFFSET)
-        call = _frame.Call(self.target, frame, self.buffer, api, ctx, self.generation)
+        if self._on_frame is not None:
+            self._on_frame(self, frame_addr, f)
+        else:
+            self.run_call(frame_addr, f)
+        return None
+
+    def call(self, frame_addr: int, f: tuple) -> _frame.Call:
+        """The :class:`~._frame.Call` of the frame at *frame_addr* (*f*: its header as read);
+        its maker calls ``finish()`` when the call returns."""
+        frame = (f[4], f[5], f[6], f[7], frame_addr + _ATTRS_OFFSET)
+        return _frame.Call(self.target, frame, self.buffer, self._api, f[2], self.generation)
+
+    def run_call(self, frame_addr: int, f: tuple) -> None:
+        """Call the function with the frame's :class:`~._frame.Call`."""
+        call = self.call(frame_addr, f)
         try:
             self.fn(call)
         finally:
             call.finish()
-        return None
 
     def _check_api(self, frame_addr: int, api_addr: int) -> ctypes.Structure:
         frame = _capi.CallFrame.from_address(frame_addr)
@@ -165,6 +211,7 @@ class _Handler:
                 f"(XLA_FFI_Api {api.struct_size} < {self._api_size} bytes or XLA_FFI_CallFrame "
                 f"{frame.struct_size} < {_FRAME_SIZE} bytes; API version {major}.{minor})"
             )
+        self.stream_of = _frame.stream_getter(self.target, api, self.generation)
         self._api_addr = api_addr
         return api
 

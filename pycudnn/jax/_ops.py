@@ -67,12 +67,8 @@ def register_twin(
     ``run(request, call, stream)`` as the slow path's computation and no stream, so the same
     calls, attributes, batching and gradients run there."""
     return _handler.register_handler(
-        target_name(family), _bound.Executor(run, _no_stream), platform=platform
+        target_name(family), _bound.Executor(run, 0), platform=platform
     )
-
-
-def _no_stream(call: Any) -> int:
-    return 0
 
 
 Results = tuple[tuple[tuple[Any, ...], Any], ...]

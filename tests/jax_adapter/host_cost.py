@@ -88,7 +88,7 @@ def main() -> None:
     relu = pj.register_handler("pycudnn_host_cost_relu", _relu, platform="cpu")
     _call.one_device = True  # as after the first handle on a one-GPU machine
     bound = pj.register_handler(
-        "pycudnn_host_cost_bound", _bound.Executor(_bind_once, lambda call: 0), platform="cpu"
+        "pycudnn_host_cost_bound", _bound.Executor(_bind_once, 0), platform="cpu"
     )
     op = {_bound.ATTR: Activation("relu", 0.0).encode()}
     sides = {
