@@ -73,17 +73,17 @@ class CtcLoss(_request.Request):
         return (((b,), dt), ((t, b, logits.shape[2]), dt))
 
     def run(self, args: Sequence[Any], rets: Sequence[Any], stream: int) -> None:
-        logits, labels, label_lengths, input_lengths, loss, grad = views(args, rets)
-        # cuDNN reads the concatenated labels: the packed prefix, as long as the lengths add up
-        # to (checked again, with the labels, by dnn_ctc_loss's check_values)
+        logits, loss, grad = views(args[:1], rets)
+        # labels and lengths stay XLA's buffers (``__cuda_array_interface__``): dnn_ctc_loss
+        # copies them to the host to check them. cuDNN reads the concatenated labels: the
+        # packed prefix, as long as the lengths add up to (their sum checked there again)
         lengths = memory.asarray(args[2], stream=stream).get(stream)
-        total = min(int(np.maximum(lengths, 0).sum()), labels.shape[0])
-        labels = labels._replace(shape=(total,))
+        total = min(int(np.maximum(lengths, 0).sum()), args[1].shape[0])
         dnn_ctc_loss(
             logits,
-            labels,
-            label_lengths,
-            input_lengths,
+            args[1]._replace(shape=(total,)),
+            args[2],
+            args[3],
             self.algo,
             check_values=True,
             out=(loss, grad),

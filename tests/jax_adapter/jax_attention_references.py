@@ -94,7 +94,8 @@ def attention_grad(scale, causal, left, right, alibi, q, k, v, out, dout, lens=N
 def _logsumexp(a, axis=None):
     m = np.max(a, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
-    r = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
+    with np.errstate(divide="ignore"):  # every term -inf: -inf
+        r = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
     return np.squeeze(r, axis=axis) if axis is not None else r.item()
 
 

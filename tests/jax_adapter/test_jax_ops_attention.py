@@ -7,6 +7,7 @@ pure-JAX bilinear sampler), vmap. cuDNN itself runs in ``test_jax_ops_attention_
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -497,3 +498,81 @@ def test_affine_grid_and_grid_sample_alone_and_vmapped():
     theirs = _grads(_jax_grid_sample, ct, x[0], grids[0])
     for g, e in zip(ours, theirs, strict=True):
         _close(g, e, 1e-4)
+
+
+def test_the_ctc_call_gives_cudnn_the_packed_labels_prefix_and_checks_values(monkeypatch):
+    """The GPU run's arguments, with the C calls replaced: the labels are XLA's buffer cut to
+    the lengths' sum (read back), and the values are checked (``check_values=True``)."""
+    from pycudnn.jax import _ctc
+    from pycudnn.jax._frame import DeviceBuffer
+
+    i32 = np.dtype("int32")
+    args = [
+        DeviceBuffer(0x1000, (7, 3, 5), np.dtype("float32"), 11),
+        DeviceBuffer(0x2000, (12,), i32, 4),
+        DeviceBuffer(0x3000, (3,), i32, 4),
+        DeviceBuffer(0x4000, (3,), i32, 4),
+    ]
+    rets = [DeviceBuffer(0x5000, (3,), np.dtype("float32"), 11)] * 2
+    seen = {}
+
+    class _Host:
+        def __init__(self, obj, stream=None):
+            seen["read"] = (obj, stream)
+
+        def get(self, stream=None):
+            return np.array([3, 1, 2], np.int32)
+
+    monkeypatch.setattr(_ctc, "views", lambda a, r: ("logits", "loss", "grad"))
+    monkeypatch.setattr(_ctc.memory, "asarray", _Host)
+    monkeypatch.setattr(_ctc, "dnn_ctc_loss", lambda *a, **kw: seen.update(call=(a, kw)))
+    _ctc.CtcLoss("deterministic").run(args, rets, 77)
+    a, kw = seen["call"]
+    assert seen["read"] == (args[2], 77)
+    assert a[0] == "logits" and a[2:] == (args[2], args[3], "deterministic")
+    assert a[1] == DeviceBuffer(0x2000, (6,), i32, 4) and type(a[1]) is DeviceBuffer
+    assert kw == {"check_values": True, "out": ("loss", "grad"), "stream": 77}
+
+
+def test_the_attention_calls_give_cudnn_bnth_views_and_every_output(monkeypatch):
+    """The GPU runs' arguments, with the C calls replaced: (B, T, N, H) buffers as (B, N, T, H)
+    strided views in the high level's pointer order, the statistics packed, every output
+    given."""
+    from pycudnn.jax import _attention
+    from pycudnn.jax._frame import DeviceBuffer
+
+    f16, f32, i32 = np.dtype("float16"), np.dtype("float32"), np.dtype("int32")
+    q = DeviceBuffer(0x100, (2, 5, 4, 8), f16, 10)
+    k = DeviceBuffer(0x200, (2, 6, 2, 8), f16, 10)
+    lq, lk = DeviceBuffer(0x300, (2,), i32, 4), DeviceBuffer(0x400, (2,), i32, 4)
+    bias = DeviceBuffer(0x500, (1, 4, 5, 6), f16, 10)
+    out = DeviceBuffer(0x600, (2, 5, 4, 8), f16, 10)
+    stats = DeviceBuffer(0x700, (2, 4, 5, 1), f32, 11)
+    seen = {}
+    monkeypatch.setattr(_attention, "device_of", lambda buffers: 0)
+    monkeypatch.setattr(_attention, "dnn_sdpa", lambda *a, **kw: seen.update(fwd=(a, kw)))
+    monkeypatch.setattr(_attention, "dnn_sdpa_grad", lambda *a, **kw: seen.update(bwd=(a, kw)))
+    request = _attention.Attention(0.5, True, 3, None, False, True, True, False)
+    request.run([q, k, k, lq, lk, bias], [out, stats], 9)
+    a, kw = seen["fwd"]
+    assert [x.ptr for x in a] == [0x100, 0x200, 0x200]
+    assert a[0].shape == (2, 4, 5, 8) and a[0].strides == (160, 8, 32, 1)
+    assert a[1].shape == (2, 2, 6, 8) and a[1].strides == (96, 8, 16, 1)
+    assert kw["out"].ptr == 0x600 and kw["out"].strides == (160, 8, 32, 1)
+    assert kw["out_stats"].shape == (2, 4, 5, 1) and kw["out_stats"].strides == (20, 5, 1, 1)
+    assert [kw[n].ptr for n in ("seq_lens_q", "seq_lens_kv", "attn_mask")] == [0x300, 0x400, 0x500]
+    assert kw["attn_mask"].shape == (1, 4, 5, 6) and kw["attn_mask"].strides == (120, 30, 6, 1)
+    assert (kw["training"], kw["is_causal"], kw["scale"], kw["left_bound"]) == (True, True, 0.5, 3)
+    assert kw["right_bound"] is None and kw["alibi"] is False and kw["stream"] == 9
+    grad = _attention.AttentionGrad(
+        *(getattr(request, f.name) for f in dataclasses.fields(request))
+    )
+    dq, dk = DeviceBuffer(0x800, q.shape, f16, 10), DeviceBuffer(0x900, k.shape, f16, 10)
+    grad.run([q, k, k, out, out, stats, lq, lk, bias], [dq, dk, dk], 9)
+    a, kw = seen["bwd"]
+    assert [x.ptr for x in a] == [0x100, 0x200, 0x200, 0x600, 0x600, 0x700]
+    assert a[3].strides == a[4].strides == (160, 8, 32, 1) and a[5].strides == (20, 5, 1, 1)
+    assert [x.ptr for x in kw["out_grads"]] == [0x800, 0x900, 0x900]
+    assert kw["out_grads"][0].strides == (160, 8, 32, 1)
+    assert kw["out_grads"][1].shape == (2, 2, 6, 8) and kw["out_grads"][1].strides == (96, 8, 16, 1)
+    assert kw["attn_mask"].ptr == 0x500 and kw["seq_lens_q"].ptr == 0x300
