@@ -57,7 +57,8 @@ carried as the call's one string attribute), :mod:`._operands` (XLA's buffers as
 level's operands), :mod:`._bound` (the per-call path: bound launches per call signature),
 :mod:`._ops` (the one mechanism: registration, the batching-aware call, ``custom_vjp``), then
 one module per family (:mod:`._activation`, :mod:`._softmax`, :mod:`._pooling`,
-:mod:`._norms`, :mod:`._conv`, :mod:`._attention`, :mod:`._ctc`, :mod:`._spatialtf`). Only :mod:`._ops` and the family modules import JAX at their
+:mod:`._norms`, :mod:`._conv`, :mod:`._attention`, :mod:`._ctc`,
+:mod:`._spatialtf`). Only :mod:`._ops` and the family modules import JAX at their
 top (they are imported when one of their names is first used); :mod:`._handler` imports it in
 its public functions. The public names are declared once, in ``__init__.pyi``.
 """

@@ -248,8 +248,15 @@ def _bias_grad(request: Attention, residuals: Any, dout: Any) -> Any:
 
 
 # -- the differentiable function -------------------------------------------------------------------
+def _valid(lengths: Any, n: int) -> Any:
+    """Rows ``< lengths`` of a ``(B, n, ...)`` tensor: bool ``(B, n, 1, 1)``."""
+    return (jnp.arange(n)[None, :] < lengths[:, None])[:, :, None, None]
+
+
 def _forward(request: Attention, *operands: Any) -> tuple[Any, Any]:
     out, stats = _ops.call(request, *operands)
+    if request.lens:  # rows past a query length: 0 (whatever cuDNN leaves there)
+        out = jnp.where(_valid(operands[3], out.shape[1]), out, jnp.zeros((), out.dtype))
     return out, (operands, out, stats)
 
 
@@ -258,8 +265,13 @@ def _backward(request: Attention, residuals: Any, dout: Any) -> tuple:
     q, k, v, *rest = operands
     grad = AttentionGrad(*(getattr(request, f.name) for f in dataclasses.fields(request)))
     dq, dk, dv = _ops.call(grad, q, k, v, out, dout, stats, *rest)
-    grads: list[Any] = [dq, dk, dv]
     lens = (rest[0], rest[1]) if request.lens else None
+    if lens is not None:  # padded positions take no part: their gradients are 0
+        zero = jnp.zeros((), dq.dtype)
+        dq = jnp.where(_valid(lens[0], q.shape[1]), dq, zero)
+        kv = _valid(lens[1], k.shape[1])
+        dk, dv = jnp.where(kv, dk, zero), jnp.where(kv, dv, zero)
+    grads: list[Any] = [dq, dk, dv]
     if request.lens:
         grads += [None, None]  # integer lengths: no cotangent
     if request.bias:
@@ -356,8 +368,10 @@ def dot_product_attention(
         Query ``i`` sees keys ``j <= i`` (top-left aligned, as JAX's).
     query_seq_lengths, key_value_seq_lengths : jax.Array, optional
         int32 ``(B,)`` valid lengths (either alone: the other is the full length). Output rows
-        past a query length are not attention values (cuDNN writes them as it does); their
-        gradients are ignored.
+        past a query length are 0 (JAX's own implementation gives them other values), and the
+        gradients at padded positions are 0. A valid query row that sees no key (a key length
+        of 0, a window past the key length) has no softmax: its values are cuDNN's (the
+        lengths are device values, not checked).
     local_window_size : int or (int, int), optional
         JAX's sliding window ``(left, right)``: query ``i`` sees keys ``i - left <= j <= i +
         right`` (an int is both); with *is_causal* the right side is 0.

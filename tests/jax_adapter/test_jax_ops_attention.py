@@ -322,6 +322,18 @@ def test_attention_with_sequence_lengths_is_jaxs_on_the_valid_rows():
     theirs = _grads(lambda *a: _jax_attention(*a, **kw), ct, q, k, v, bias)
     for g, e in zip(ours, theirs, strict=True):
         _close(g, e, 4e-2)
+    # padded rows are 0, and the gradients at padded positions too: the cotangent there is moot
+    assert not np.asarray(jnp.where(rows, 0, got)).any()
+    ct_full = jnp.where(rows, ct, _rand(3, 10, 2, 16, seed=6))
+    again = _grads(
+        lambda *a: pj.dot_product_attention(*a, **kw).astype(jnp.float32), ct_full, q, k, v, bias
+    )
+    kv_rows = (np.arange(14)[None, :] < np.asarray(kl)[:, None])[:, :, None, None]
+    for g, e in zip(again, ours, strict=True):
+        _close(g, e, 1e-6)
+    assert not np.asarray(jnp.where(rows, 0, again[0])).any()
+    assert not np.asarray(jnp.where(kv_rows, 0, again[1])).any()
+    assert not np.asarray(jnp.where(kv_rows, 0, again[2])).any()
     # either length alone: the other is the full length
     only_q = pj.dot_product_attention(q, k, v, query_seq_lengths=ql)
     _close(
