@@ -588,3 +588,31 @@ def test_the_attention_calls_give_cudnn_bnth_views_and_every_output(monkeypatch)
     assert kw["out_grads"][0].strides == (160, 8, 32, 1)
     assert kw["out_grads"][1].shape == (2, 2, 6, 8) and kw["out_grads"][1].strides == (96, 8, 16, 1)
     assert kw["attn_mask"].ptr == 0x500 and kw["seq_lens_q"].ptr == 0x300
+
+
+def test_a_shape_polymorphic_export_runs_for_several_batch_and_sequence_sizes():
+    export = pytest.importorskip("jax.export")
+    checks = [export.DisabledSafetyCheck.custom_call(_ops.target_name(f)) for f in RA.FAMILIES]
+    theta = _theta(1, 8)
+
+    def model(q, x):
+        a = pj.dot_product_attention(q, q, q, is_causal=True).astype(jnp.float32)
+        t = jnp.broadcast_to(theta, (x.shape[0], 2, 3))
+        return a.sum() + pj.spatial_transformer(t, x, (4, 5)).sum()
+
+    b_, t_, n_, h_ = export.symbolic_shape("b, t, n, h")
+    q_arg = jax.ShapeDtypeStruct((b_, t_, 2, 16), jnp.float16)
+    x_arg = jax.ShapeDtypeStruct((n_, 3, h_, h_), jnp.float32)
+    for f in (model, jax.grad(model, argnums=(0, 1))):
+        exp = export.export(jax.jit(f), platforms=["cpu", "cuda"], disabled_checks=checks)(
+            q_arg, x_arg
+        )
+        for b, t, n, h in ((1, 8, 2, 6), (3, 5, 1, 9)):
+            q = _rand(b, t, 2, 16, seed=b).astype(jnp.float16)
+            x = _rand(n, 3, h, h, seed=t)
+            for g, e in zip(
+                jax.tree_util.tree_leaves(exp.call(q, x)),
+                jax.tree_util.tree_leaves(f(q, x)),
+                strict=True,
+            ):
+                _close(g, e, 1e-3)

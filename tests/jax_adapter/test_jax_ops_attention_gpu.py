@@ -20,6 +20,7 @@ from test_jax_ops_gpu import _check, _rand, _twice, _vjp  # noqa: E402
 from test_jax_ops_gpu import float64 as _float64  # noqa: E402, F401 (autouse: float64 allowed)
 
 import pycudnn.jax as pj  # noqa: E402
+from pycudnn.jax import _bound  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.jax]
 
@@ -243,8 +244,9 @@ def test_spatial_transformer_and_its_gradients(gpu, out_shape, channels_last, dt
         _check("spatial transformer", nchw(y), RA.grid_sample(xf, grid), dtype)
         dxr, dgrid = RA.grid_sample_grad(xf, grid, cf)
         _check("spatial transformer dx", nchw(dx), dxr, dtype, scale=4)
-        # dtheta sums H * W terms: tolerance scaled by them (float16 accumulates in its type)
-        _check("spatial transformer dtheta", dtheta, RA.affine_grid_grad(dgrid), dtype, scale=h * w)
+        # dtheta sums H * W terms of dgrid, which float16 accumulates in its type (atomics)
+        scale = 10 if dtype == "float16" else 4
+        _check("spatial transformer dtheta", dtheta, RA.affine_grid_grad(dgrid), dtype, scale=scale)
         if dtype != "float16":
             theirs = _jax_grid_sample(jnp.asarray(xf), _jax_affine_grid(jnp.asarray(th), h, w))
             _check("spatial transformer vs JAX", nchw(y), theirs, dtype)
@@ -285,3 +287,28 @@ def test_check_grads_on_small_cases(gpu):
             check_grads(f, args, order=1, modes=("rev",), atol=1e-4, rtol=1e-4, eps=1e-6)
         except AssertionError as exc:
             raise AssertionError(f"check_grads {name}: {exc}") from None
+
+
+# -- bound launches (reported, not asserted: which entries are lean is the high level's) -----------
+def test_report_the_bound_launches(gpu):
+    q = _rand(gpu, (2, 32, 4, 64), "float16")
+    x, theta = (
+        _rand(gpu, (2, 3, 9, 9), "float32"),
+        _theta(gpu, 2, "float32", np.random.default_rng(0)),
+    )
+    logits, ipad, labels, lpad, _ = _ctc_args(gpu, "float32", seed=1)
+    cases = {
+        "attention": (lambda q: pj.dot_product_attention(q, q, q, is_causal=True), (q,)),
+        "attention+alibi": (
+            lambda q: pj.dot_product_attention(q, q, q, is_causal=True, alibi=True),
+            (q,),
+        ),
+        "spatial_transformer": (lambda t, x: pj.spatial_transformer(t, x, (5, 6)), (theta, x)),
+        "ctc_loss": (lambda lg: pj.ctc_loss(lg, ipad, labels, lpad), (logits,)),
+    }
+    for name, (f, args) in cases.items():
+        g = jax.jit(jax.value_and_grad(lambda *a, f=f: f(*a).astype(jnp.float32).sum()))
+        before = _bound.bound_count()
+        for _ in range(3):
+            jax.block_until_ready(g(*args))
+        print(f"BOUND {name}: {_bound.bound_count() - before} call signatures bound")
