@@ -1,11 +1,11 @@
 """CTC loss as a JAX function on ``dnn_ctc_loss`` (``cudnnCTCLoss_v8``: labels and lengths in
 device memory), with ``optax.ctc_loss``'s arguments.
 
-Logits ``(B, T, K)``, class 0 the blank, and ``0``/``1`` paddings (1: a padded step or label)
-that pad at the end; the loss per sequence, ``-log p(labels | logits)``. cuDNN normalizes the
-logits itself (a softmax), reads them as ``(T, B, K)`` (XLA transposes them) and writes the
-loss and its gradient w.r.t. the logits in one call: the gradient is a residual, and the
-backward only scales it by the loss' cotangent.
+Logits ``(B, T, K)`` (the blank class 0, or *blank_id*: XLA swaps it with class 0 first), and
+``0``/``1`` paddings (1: a padded step or label) that pad at the end; the loss per sequence,
+``-log p(labels | logits)``. cuDNN normalizes the logits itself (a softmax), reads them as
+``(T, B, K)`` (XLA transposes them) and writes the loss and its gradient w.r.t. the logits in
+one call: the gradient is a residual, and the backward only scales it by the loss' cotangent.
 
 cuDNN takes the label sequences concatenated: XLA packs the padded labels into a ``(B * L,)``
 buffer (the sequences first, one after another), and the call reads the label lengths back to
@@ -13,9 +13,9 @@ the host to take the packed prefix and to check every length and label (a synchr
 per call: cuDNN's CTC reads out of bounds on bad values). Hence its limits, which raise (as a
 ``JaxRuntimeError`` from the call) rather than give optax's values: each label length 1 to 255
 (an empty label sequence is refused), each input length at least 1 and at least its label
-length, labels 1 to ``K - 1``. A sequence whose labels need more steps than it has (repeats
-need a blank between them) gets loss 0 and a zero gradient (cuDNN's ``ZERO_OOB_GRADIENTS``;
-optax gives about ``1e5``).
+length, labels that are classes other than the blank. A sequence whose labels need more steps
+than it has (repeats need a blank between them) gets loss 0 and a zero gradient (cuDNN's
+``ZERO_OOB_GRADIENTS``; optax gives about ``1e5``).
 """
 
 from __future__ import annotations
@@ -130,11 +130,11 @@ def ctc_loss(
     logit_paddings : jax.Array
         ``(B, T)``, 1 at padded steps, 0 elsewhere; the padding at the end of each row.
     labels : jax.Array
-        int32 ``(B, L)``, labels 1 to ``K - 1``.
+        int32 ``(B, L)``, classes 0 to ``K - 1`` other than *blank_id*.
     label_paddings : jax.Array
         ``(B, L)``, 1 at padded labels, 0 elsewhere; the padding at the end of each row.
     blank_id : int
-        0 only (cuDNN's blank is class 0).
+        The blank class (cuDNN's is 0: another is swapped with class 0 by XLA first).
     algo : {'deterministic', 'non_deterministic'}
         cuDNN's algorithm.
 
@@ -146,17 +146,16 @@ def ctc_loss(
     Raises
     ------
     TypeError, ValueError
-        At trace time: dtypes, shapes, *blank_id* other than 0, a bad *algo*. At run time (a
-        ``JaxRuntimeError`` carrying the message): a label length outside 1 to 255, an input
-        length of 0 or shorter than its labels, a label outside 1 to ``K - 1`` (see the
-        module's docstring: the values are checked on the host, a synchronising copy).
+        At trace time: dtypes, shapes, *blank_id* outside the classes, a bad *algo*. At run
+        time (a ``JaxRuntimeError`` carrying the message): a label length outside 1 to 255, an
+        input length of 0 or shorter than its labels, a label outside the classes or the blank
+        (see the module's docstring: the values are checked on the host, a synchronising
+        copy).
     """
     logits = jnp.asarray(logits)
     labels = jnp.asarray(labels)
     if isinstance(blank_id, bool) or not isinstance(blank_id, (int, np.integer)):
-        raise TypeError(f"{_FUNC}: blank_id={blank_id!r}; expected the int 0")
-    if blank_id != 0:
-        raise ValueError(f"{_FUNC}: blank_id={blank_id!r}; cuDNN's blank is class 0")
+        raise TypeError(f"{_FUNC}: blank_id={blank_id!r}; expected an int")
     if algo.__class__ is not str:
         raise TypeError(f"{_FUNC}: algo={algo!r}; expected one of {_ALGOS}")
     _request.check_dtype(_FUNC, "logits", logits, _TYPES)
@@ -169,7 +168,15 @@ def ctc_loss(
         raise ValueError(f"{_FUNC}: logits have shape {logits.shape}; expected K >= 2 classes")
     if labels.ndim != 2 or labels.shape[0] != b:
         raise ValueError(f"{_FUNC}: labels have shape {labels.shape}; expected ({b}, L)")
+    if not 0 <= blank_id < k:
+        raise ValueError(f"{_FUNC}: blank_id={blank_id!r}; expected 0 to K - 1 = {k - 1}")
     n = labels.shape[1]
+    if blank_id:  # cuDNN's blank is class 0: classes 0 and blank_id swap places
+        perm = np.arange(k)
+        perm[[0, blank_id]] = perm[[blank_id, 0]]
+        logits = logits[..., perm]
+        b_id = jnp.int32(blank_id)  # (a label that is the blank becomes 0: refused at run time)
+        labels = jnp.where(labels == 0, b_id, jnp.where(labels == b_id, jnp.int32(0), labels))
     input_lengths = _lengths("logit_paddings", logit_paddings, (b, t))
     label_lengths = _lengths("label_paddings", label_paddings, (b, n))
     # pack the sequences one after another (cuDNN's concatenated labels); the rest stays 0

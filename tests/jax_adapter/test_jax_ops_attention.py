@@ -141,10 +141,10 @@ LOGITS = jax.ShapeDtypeStruct((3, 20, 6), jnp.float32)
         ),
         (
             lambda x: pj.ctc_loss(
-                x, jnp.zeros((3, 20)), jnp.ones((3, 4), jnp.int32), jnp.zeros((3, 4)), 2
+                x, jnp.zeros((3, 20)), jnp.ones((3, 4), jnp.int32), jnp.zeros((3, 4)), 6
             ),
             ValueError,
-            r"blank_id=2; cuDNN's blank is class 0",
+            r"blank_id=6; expected 0 to K - 1 = 5",
         ),
         (
             lambda x: pj.ctc_loss(
@@ -434,6 +434,19 @@ def test_ctc_loss_is_optaxs():
         np.where(np.asarray(ipad)[..., None] == 0, e, 0),
         1e-4,
     )
+
+
+def test_ctc_loss_with_another_blank_is_optaxs():
+    optax = pytest.importorskip("optax")
+    logits, ipad, labels, lpad = _ctc_case(4)
+    labels = jnp.where(labels == 2, 0, labels)  # class 2 is the blank, 0 a label
+    ours = lambda x: pj.ctc_loss(x, ipad, labels, lpad, blank_id=2)  # noqa: E731
+    theirs = lambda x: optax.ctc_loss(x, ipad, labels, lpad, blank_id=2)  # noqa: E731
+    _close(ours(logits), theirs(logits), 1e-4)
+    w = _rand(3, seed=9)
+    valid = np.asarray(ipad)[..., None] == 0
+    (g,), (e,) = _grads(ours, w, logits), _grads(theirs, w, logits)
+    _close(np.where(valid, g, 0), np.where(valid, e, 0), 1e-4)
 
 
 def test_ctc_vmap_runs_per_example():
