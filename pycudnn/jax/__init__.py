@@ -7,8 +7,11 @@ saying what to install.
 **Operations** (issue 41, build item 2, a first slice): :func:`activation` (and :func:`relu`,
 :func:`sigmoid`, :func:`tanh`, :func:`elu`, :func:`silu`, :func:`relu6`), :func:`softmax` and
 :func:`log_softmax` over any axis, :func:`max_pool` and :func:`avg_pool` (2-D and 3-D),
-:func:`layer_norm` and :func:`rms_norm`, and :func:`conv` (2-D and 3-D, strides, padding,
-dilation, groups, channels-last, a fused ``activation(conv + residual + bias)`` epilogue) are JAX
+:func:`layer_norm` and :func:`rms_norm`, :func:`conv` (2-D and 3-D, strides, padding,
+dilation, groups, channels-last, a fused ``activation(conv + residual + bias)`` epilogue),
+:func:`dot_product_attention` (``jax.nn.dot_product_attention``'s layout), :func:`ctc_loss`
+(``optax.ctc_loss``'s arguments), and :func:`affine_grid`, :func:`grid_sample` and
+:func:`spatial_transformer` (cuDNN's spatial transformer) are JAX
 functions: jittable, differentiable through ``jax.custom_vjp`` (the backward is pycudnn's
 backward calls), vmappable (a batch folds into cuDNN's leading dim where it can) and
 shape-polymorphic (``jax.export`` with symbolic dims). Each runs pycudnn's high level on XLA's
@@ -64,7 +67,8 @@ carried as the call's one string attribute), :mod:`._operands` (XLA's buffers as
 level's operands), :mod:`._bound` (the per-call path: bound launches per call signature),
 :mod:`._ops` (the one mechanism: registration, the batching-aware call, ``custom_vjp``), then
 one module per family (:mod:`._activation`, :mod:`._softmax`, :mod:`._pooling`,
-:mod:`._norms`, :mod:`._conv`). Only :mod:`._ops` and the family modules import JAX at their
+:mod:`._norms`, :mod:`._conv`, :mod:`._attention`, :mod:`._ctc`,
+:mod:`._spatialtf`). Only :mod:`._ops` and the family modules import JAX at their
 top (they are imported when one of their names is first used); :mod:`._handler` imports it in
 its public functions. The public names are declared once, in ``__init__.pyi``.
 """

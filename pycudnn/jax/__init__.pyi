@@ -11,8 +11,10 @@ from ._activation import (
     silu as silu,
     tanh as tanh,
 )
+from ._attention import dot_product_attention as dot_product_attention
 from ._batchnorm import batch_norm as batch_norm
 from ._conv import conv as conv
+from ._ctc import ctc_loss as ctc_loss
 from ._dropout import dropout as dropout
 from ._frame import (
     Buffer as Buffer,
@@ -33,5 +35,10 @@ from ._matmul import matmul as matmul
 from ._norms import layer_norm as layer_norm, rms_norm as rms_norm
 from ._pooling import avg_pool as avg_pool, max_pool as max_pool
 from ._softmax import log_softmax as log_softmax, softmax as softmax
+from ._spatialtf import (
+    affine_grid as affine_grid,
+    grid_sample as grid_sample,
+    spatial_transformer as spatial_transformer,
+)
 
 def is_available() -> bool: ...
