@@ -28,6 +28,12 @@ from ._handler import (
 from ._header import AbiReport as AbiReport, UnsupportedJaxlibError as UnsupportedJaxlibError
 from ._norms import layer_norm as layer_norm, rms_norm as rms_norm
 from ._pooling import avg_pool as avg_pool, max_pool as max_pool
+from ._rnn import (
+    rnn as rnn,
+    rnn_pack_weights as rnn_pack_weights,
+    rnn_unpack_weights as rnn_unpack_weights,
+    rnn_weight_size as rnn_weight_size,
+)
 from ._softmax import log_softmax as log_softmax, softmax as softmax
 
 def is_available() -> bool: ...

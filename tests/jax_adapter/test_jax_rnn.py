@@ -1,0 +1,265 @@
+"""``pycudnn.jax.rnn`` on JAX's CPU platform: argument checks at trace time, the packed weights
+(PyTorch's parameters in and out, against the high level's converter), the lowering for CUDA
+(the ``rnn`` target, the reserve space aliased into the backward), and -- with the target
+registered for the CPU platform with a float64 numpy twin in cuDNN's place
+(``jax_rnn_references.twin``) and a fixed reserve size -- outputs, final states and gradients
+against a pure-JAX ``lax.scan`` reference, under jit, vmap (per example) and with padded
+sequences. cuDNN itself runs in ``test_jax_rnn_gpu.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+import jax.numpy as jnp  # noqa: E402
+import jax_rnn_references as RR  # noqa: E402
+
+import pycudnn.jax as pj  # noqa: E402
+from pycudnn.highlevel.rnn_layout import canonical_rnn_layout, rnn_weights_from_torch  # noqa: E402
+from pycudnn.jax import _ops, _rnn  # noqa: E402
+
+pytestmark = pytest.mark.jax
+CPU = jax.devices("cpu")[0]
+_twin_registered = False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def twin():
+    """The ``rnn`` target on the CPU platform (once a process), a fixed reserve size in place of
+    cuDNN's (which needs a GPU), float64 allowed."""
+    global _twin_registered
+    if not _twin_registered:
+        _ops.register_twin("rnn", RR.twin)
+        _twin_registered = True
+    size = _rnn.reserve_size
+    _rnn.reserve_size = lambda request, shape, dtype: 96 + shape[0] * shape[1]
+    with jax.enable_x64(True):
+        yield
+    _rnn.reserve_size = size
+
+
+def _rand(*shape, seed=0, dtype=np.float64, scale=1.0):
+    a = np.random.default_rng(seed).standard_normal(shape) * scale
+    return jax.device_put(a.astype(dtype), CPU)
+
+
+def _close(a, b, tol=1e-9, what=""):
+    np.testing.assert_allclose(
+        np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=tol, atol=tol, err_msg=what
+    )
+
+
+def _params(mode, inp, hidden, layers, bidi, proj, seed=1, dtype=np.float64):
+    """PyTorch-named random parameters (scaled as PyTorch initialises them)."""
+    lay = canonical_rnn_layout(mode, inp, hidden, layers, bidi, proj)
+    flat = np.random.default_rng(seed).uniform(-1, 1, lay.size) / np.sqrt(hidden)
+    kw = {"mode": mode, "input_size": inp, "hidden_size": hidden, "num_layers": layers}
+    kw.update(bidirectional=bidi, proj_size=proj)
+    return pj.rnn_unpack_weights(jnp.asarray(flat.astype(dtype)), **kw), kw
+
+
+# -- argument checks ----------------------------------------------------------------------------
+X = jax.ShapeDtypeStruct((5, 3, 4), jnp.float32)
+W_LSTM = jax.ShapeDtypeStruct((pj.rnn_weight_size("lstm", 4, 6),), jnp.float32)
+W_GRU = jax.ShapeDtypeStruct((pj.rnn_weight_size("gru", 4, 6),), jnp.float32)
+
+
+@pytest.mark.parametrize(
+    ("f", "error", "match"),
+    [
+        (lambda x, w: pj.rnn(x, None, None, w, mode="LSTM", hidden_size=6), ValueError,
+         r"mode='LSTM'; expected one of \('rnn_relu'"),
+        (lambda x, w: pj.rnn(x, None, None, w, mode="lstm", hidden_size=True), TypeError,
+         r"hidden_size=True; expected an int"),
+        (lambda x, w: pj.rnn(x, None, None, w, mode="lstm", hidden_size=6, num_layers=0),
+         ValueError, r"num_layers=0; expected an int >= 1"),
+        (lambda x, w: pj.rnn(x, None, None, w, mode="lstm", hidden_size=6, bidirectional=1),
+         TypeError, r"bidirectional=1; expected True or False"),
+        (lambda x, w: pj.rnn(x, None, None, w, mode="lstm", hidden_size=6, batch_first="no"),
+         TypeError, r"batch_first='no'; expected True or False"),
+        (lambda x, w: pj.rnn(x, None, None, w, mode="lstm", hidden_size=6, proj_size=6),
+         ValueError, r"proj_size=6; expected None, or for mode='lstm' an int < hidden_size"),
+        (lambda x, w: pj.rnn(x, None, None, w, mode="lstm", hidden_size=5), ValueError,
+         r"weights is float32\[\d+\]; expected float32\[\d+\]"),
+        (lambda x, w: pj.rnn(x, jnp.zeros((2, 3, 6), x.dtype), None, w, mode="lstm", hidden_size=6),
+         ValueError, r"h0 is float32\[2, 3, 6\]; expected float32\[1, 3, 6\]"),
+        (lambda x, w: pj.rnn(x, None, jnp.zeros((1, 3, 6), jnp.float64), w, mode="lstm",
+                             hidden_size=6), ValueError, r"c0 is float64\[1, 3, 6\]"),
+        (lambda x, w: pj.rnn(x.astype(jnp.bfloat16), None, None, w, mode="lstm", hidden_size=6),
+         TypeError, r"x has dtype bfloat16; expected one of \('float16', 'float32', 'float64'\)"),
+        (lambda x, w: pj.rnn(x[0], None, None, w, mode="lstm", hidden_size=6), ValueError,
+         r"x has shape \(3, 4\); expected 3 dims \(T, N, input_size\)"),
+        (lambda x, w: pj.rnn(x, None, None, w, mode="lstm", hidden_size=6, seq_lengths=[5, 5]),
+         ValueError, r"seq_lengths has 2 entries; x has N=3"),
+        (lambda x, w: pj.rnn(x, None, None, w, mode="lstm", hidden_size=6,
+                             seq_lengths=[5, 6, 1]), ValueError, r"expected each in \[1, T=5\]"),
+        (lambda x, w: pj.rnn(x, None, None, w, mode="lstm", hidden_size=6,
+                             seq_lengths=[1.5, 2, 3]), TypeError, r"expected a sequence of ints"),
+    ],
+)  # fmt: skip
+def test_arguments_are_checked_at_trace_time(f, error, match):
+    with pytest.raises(error, match=match):
+        jax.eval_shape(f, X, W_LSTM)
+
+
+def test_c0_for_a_gru_and_traced_lengths_are_refused():
+    with pytest.raises(TypeError, match=r"c0 is only for mode='lstm', not 'gru'; pass None"):
+        jax.eval_shape(
+            lambda x, w: pj.rnn(x, None, jnp.zeros((1, 3, 6)), w, mode="gru", hidden_size=6),
+            X,
+            W_GRU,
+        )
+    with pytest.raises(TypeError, match=r"seq_lengths is a traced array; expected host ints"):
+        jax.jit(
+            lambda x, w, s: pj.rnn(x, None, None, w, mode="gru", hidden_size=6, seq_lengths=s)
+        ).trace(X, W_GRU, jnp.ones(3, jnp.int32))
+
+
+def test_result_shapes():
+    w = jax.ShapeDtypeStruct((pj.rnn_weight_size("lstm", 4, 6, 2, True, 3),), jnp.float32)
+    x = jax.ShapeDtypeStruct((3, 5, 4), jnp.float32)
+    y, h, c = jax.eval_shape(
+        lambda x, w: pj.rnn(
+            x, None, None, w, mode="lstm", hidden_size=6, num_layers=2, bidirectional=True,
+            proj_size=3, batch_first=True,
+        ),
+        x,
+        w,
+    )  # fmt: skip
+    assert (y.shape, h.shape, c.shape) == ((3, 5, 6), (4, 3, 3), (4, 3, 6))
+    y, h, c = jax.eval_shape(
+        lambda x, w: pj.rnn(x, None, None, w, mode="gru", hidden_size=6), X, W_GRU
+    )
+    assert (y.shape, h.shape, c) == ((5, 3, 6), (1, 3, 6), None)
+
+
+# -- the packed weights -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("mode", "layers", "bidi", "proj"),
+    [("lstm", 2, True, 3), ("gru", 1, False, None), ("rnn_tanh", 3, True, None)],
+)
+def test_packed_weights_are_the_high_levels_and_round_trip(mode, layers, bidi, proj):
+    params, kw = _params(mode, 4, 5, layers, bidi, proj)
+    packed = pj.rnn_pack_weights(params, **kw)
+    lay = canonical_rnn_layout(mode, 4, 5, layers, bidi, proj)
+    theirs = rnn_weights_from_torch({k: np.asarray(v) for k, v in params.items()}, lay)
+    assert packed.shape == (pj.rnn_weight_size(mode, 4, 5, layers, bidi, proj),)
+    np.testing.assert_array_equal(np.asarray(packed), theirs)
+    back = pj.rnn_unpack_weights(packed, **kw)
+    assert list(back) == list(params)
+    for k in params:
+        np.testing.assert_array_equal(np.asarray(back[k]), np.asarray(params[k]))
+
+
+def test_packing_names_what_is_wrong():
+    params, kw = _params("gru", 4, 5, 1, False, None)
+    with pytest.raises(ValueError, match=r"parameter 'bias_hh_l0' is missing"):
+        pj.rnn_pack_weights({k: v for k, v in params.items() if k != "bias_hh_l0"}, **kw)
+    with pytest.raises(ValueError, match=r"unexpected parameters \['weight_hr_l0'\]"):
+        pj.rnn_pack_weights({**params, "weight_hr_l0": jnp.zeros((2, 5))}, **kw)
+    with pytest.raises(ValueError, match=r"weight_ih_l0 has shape \(15, 3\); expected \(15, 4\)"):
+        pj.rnn_pack_weights({**params, "weight_ih_l0": jnp.zeros((15, 3))}, **kw)
+    with pytest.raises(ValueError, match=r"weights has shape \(7,\); expected \(\d+,\)"):
+        pj.rnn_unpack_weights(jnp.zeros(7), **kw)
+
+
+# -- lowering ------------------------------------------------------------------------------------
+def test_lowering_an_inference_call_and_a_gradient():
+    def f(x, w):
+        return pj.rnn(x, None, None, w, mode="lstm", hidden_size=6)[0]
+
+    text = jax.jit(f).trace(X, W_LSTM).lower(lowering_platforms=("cuda",)).as_text()
+    assert text.count("pycudnn_jax_rnn") == 1 and "'RNN'" in text and "False, 0)" in text
+    grad = jax.jit(jax.grad(lambda x, w: f(x, w).sum(), argnums=(0, 1)))
+    text = grad.trace(X, W_LSTM).lower(lowering_platforms=("cuda",)).as_text()
+    assert "'RNNGrad'" in text and "True, 111)" in text  # the reserve size: 96 + T * N
+    assert "output_operand_alias" in text  # the reserve: updated in place
+
+
+# -- values and gradients against lax.scan (CPU, float64) ---------------------------------------
+CASES = [
+    ("lstm", 1, False, None, False, None),
+    ("lstm", 2, True, None, False, (5, 2, 4)),
+    ("lstm", 2, True, 3, True, None),
+    ("gru", 2, True, None, False, None),
+    ("gru", 1, False, None, True, (1, 5, 3)),
+    ("rnn_tanh", 2, False, None, False, None),
+    ("rnn_relu", 1, True, None, False, (4, 4, 2)),
+]
+
+
+@pytest.mark.parametrize(("mode", "layers", "bidi", "proj", "batch_first", "lengths"), CASES)
+def test_outputs_states_and_gradients_are_a_scans(mode, layers, bidi, proj, batch_first, lengths):
+    t, n, inp, hidden = 5, 3, 4, 6
+    params, kw = _params(mode, inp, hidden, layers, bidi, proj)
+    w = pj.rnn_pack_weights(params, **kw)
+    dirs = 2 if bidi else 1
+    x = _rand(*((n, t, inp) if batch_first else (t, n, inp)), seed=2)
+    h0 = _rand(layers * dirs, n, proj or hidden, seed=3, scale=0.5)
+    c0 = _rand(layers * dirs, n, hidden, seed=4, scale=0.5) if mode == "lstm" else None
+    lstm = mode == "lstm"
+    opts = {k: kw[k] for k in ("num_layers", "bidirectional", "proj_size")}
+
+    def ours(x, h0, c0, w):
+        y, h, c = pj.rnn(
+            x, h0, c0, w, mode=mode, hidden_size=hidden, batch_first=batch_first,
+            seq_lengths=lengths, **opts,
+        )  # fmt: skip
+        return (y, h, c) if lstm else (y, h)
+
+    def theirs(x, h0, c0, w):
+        p = pj.rnn_unpack_weights(w, **kw)
+        xt = jnp.swapaxes(x, 0, 1) if batch_first else x
+        y, h, c = RR.jax_rnn(mode, p, xt, h0, c0, layers, bidi, lengths)
+        y = jnp.swapaxes(y, 0, 1) if batch_first else y
+        return (y, h, c) if lstm else (y, h)
+
+    args = (x, h0, c0, w)
+    got, ref = jax.jit(ours)(*args), theirs(*args)
+    for what, a, b in zip(("y", "h", "c")[: len(ref)], got, ref, strict=True):
+        _close(a, b, what=what)
+    if lengths is not None:  # padded steps are zero
+        for i, ln in enumerate(lengths):
+            pad = got[0][i, ln:] if batch_first else got[0][ln:, i]
+            assert not np.asarray(pad).any()
+    cts = tuple(_rand(*r.shape, seed=10 + i) for i, r in enumerate(ref))
+    argnums = (0, 1, 2, 3) if lstm else (0, 1, 3)
+
+    def loss(f):
+        return lambda *a: sum((o * c).sum() for o, c in zip(f(*a), cts, strict=True))
+
+    g_ours = jax.jit(jax.grad(loss(ours), argnums=argnums))(*args)
+    g_ref = jax.jit(jax.grad(loss(theirs), argnums=argnums))(*args)
+    for i, a, b in zip(argnums, g_ours, g_ref, strict=True):
+        _close(a, b, tol=1e-8, what=f"d{('x', 'h0', 'c0', 'w')[i]}")
+
+
+def test_float32_and_none_states():
+    params, kw = _params("gru", 4, 6, 1, False, None, dtype=np.float32)
+    w = pj.rnn_pack_weights(params, **kw)
+    x = _rand(5, 3, 4, seed=5, dtype=np.float32)
+    y, h, c = jax.jit(lambda x, w: pj.rnn(x, None, None, w, mode="gru", hidden_size=6))(x, w)
+    ry, rh, _ = RR.jax_rnn("gru", pj.rnn_unpack_weights(w, **kw), x, jnp.zeros((1, 3, 6)), None,
+                           1, False)  # fmt: skip
+    assert y.dtype == h.dtype == jnp.float32 and c is None
+    _close(y, ry, tol=1e-5)
+    _close(h, rh, tol=1e-5)
+
+
+def test_vmap_runs_per_example_values_and_gradients():
+    params, kw = _params("lstm", 4, 6, 1, False, None)
+    w = pj.rnn_pack_weights(params, **kw)
+    xs = _rand(2, 5, 3, 4, seed=6)
+
+    def f(x, w):
+        y, h, c = pj.rnn(x, None, None, w, mode="lstm", hidden_size=6)
+        return (y**2).sum() + (h * c).sum()
+
+    batched = jax.jit(jax.vmap(jax.value_and_grad(f, argnums=(0, 1)), in_axes=(0, None)))(xs, w)
+    for i in range(2):
+        v, (dx, dw) = jax.value_and_grad(f, argnums=(0, 1))(xs[i], w)
+        _close(batched[0][i], v)
+        _close(batched[1][0][i], dx)
+        _close(batched[1][1][i], dw)
