@@ -15,6 +15,11 @@ shape-polymorphic (``jax.export`` with symbolic dims). Each runs pycudnn's high 
 buffers and stream; a call site's first run binds the high level's ready call entry, and later
 runs launch it directly (:mod:`._bound`).
 
+**RNNs**: :func:`rnn` (cuDNN's RNN tanh/relu, LSTM and GRU on its packed weights; the training
+forward's reserve space an XLA buffer kept as a ``custom_vjp`` residual; vmap per example) with
+:func:`rnn_weight_size`, :func:`rnn_pack_weights` and :func:`rnn_unpack_weights` (PyTorch's
+parameter names), in :mod:`._rnn`.
+
 **The foundation** (build item 1): **one generic XLA FFI handler**, a ctypes callback
 ``XLA_FFI_Error* handler(XLA_FFI_CallFrame*)`` that XLA calls like any C handler.
 :func:`register_handler` registers a Python function under a target name for a platform;
