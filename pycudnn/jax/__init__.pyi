@@ -18,6 +18,13 @@ from ._frame import (
     DeviceBuffer as DeviceBuffer,
     HostBuffer as HostBuffer,
 )
+from ._graph import (
+    Port as Port,
+    graph_call as graph_call,
+    graph_io as graph_io,
+    register_graph as register_graph,
+    release_graph as release_graph,
+)
 from ._handler import (
     FfiTarget as FfiTarget,
     check_abi as check_abi,
