@@ -20,6 +20,10 @@ forward's reserve space an XLA buffer kept as a ``custom_vjp`` residual; vmap pe
 :func:`rnn_weight_size`, :func:`rnn_pack_weights` and :func:`rnn_unpack_weights` (PyTorch's
 parameter names), in :mod:`._rnn`.
 
+**Graph calls**: :func:`graph_call` runs a :class:`pycudnn.graph.Graph` on JAX arrays inside
+``jax.jit`` (a registry id in the request; the registry holds the graph until
+:func:`release_graph`), with :func:`graph_io` and :func:`register_graph`, in :mod:`._graph`.
+
 **The foundation** (build item 1): **one generic XLA FFI handler**, a ctypes callback
 ``XLA_FFI_Error* handler(XLA_FFI_CallFrame*)`` that XLA calls like any C handler.
 :func:`register_handler` registers a Python function under a target name for a platform;
