@@ -225,24 +225,24 @@ class GraphCall(_request.Request):
         assert entry is not None
         device = device_of((*args, *rets))
         h = _call.handle_for(device, stream, _FUNC)
-        plan, key, ptrs = _planned(self.graph, entry, device, h)
+        plan, key, ptrs, scratch = _planned(self.graph, entry, device, h)
         by_uid = {p.uid: b.ptr for p, b in zip(entry.inputs, args, strict=True)}
         by_uid.update((p.uid, b.ptr) for p, b in zip(entry.outputs, rets, strict=True))
         full = [by_uid.get(uid, ptr) for uid, ptr in zip(key.uids, ptrs, strict=True)]
-        plan.launch(full, key.scratch)
+        plan.launch(full, scratch)
 
 
-def _planned(rid: int, entry: _Entry, device: int, h: Any) -> tuple[Any, Any, list[int]]:
-    """``(plan, key, pointer template)`` of a registered graph on *device* for the calling
-    thread (its handle): planned once per thread, graph and device. The template holds the
-    constants' host addresses and 0 for the scratch tensors (and the arrays' slots)."""
+def _planned(rid: int, entry: _Entry, device: int, h: Any) -> tuple[Any, Any, list[int], tuple]:
+    """``(plan, key, pointer template, scratch tensors)`` of a registered graph on *device* for
+    the calling thread (its handle): planned once per thread, graph and device. The template
+    holds the constants' host addresses and 0 for the scratch tensors (and the arrays' slots)."""
     try:
         plans = _local.plans
     except AttributeError:
         plans = _local.plans = {}
     got = plans.get((rid, device))
-    if got is not None and got[3] is entry.graph:
-        return got[:3]
+    if got is not None and got[4] is entry.graph:
+        return got[:4]
     graph = entry.graph
     key = graph._key
     if key is None or key.device != device:
@@ -260,8 +260,9 @@ def _planned(rid: int, entry: _Entry, device: int, h: Any) -> tuple[Any, Any, li
         t = values[uid]
         spec = key.tensors[t._index]
         template.append(ctypes.addressof(t._value) if spec.is_by_value else 0)
-    plans[(rid, device)] = (plan, key, template, graph)
-    return plan, key, template
+    scratch = tuple(key.scratch)  # a property that builds it: read once
+    plans[(rid, device)] = (plan, key, template, scratch, graph)
+    return plan, key, template, scratch
 
 
 def graph_call(graph: Graph, *operands: Any) -> tuple[jax.Array, ...]:
