@@ -166,3 +166,38 @@ def test_a_custom_vjp_composed_from_a_forward_and_a_backward_graph():
     g = jax.jit(jax.grad(lambda x: (relu(x) * x).sum()))(x)
     xn = np.asarray(x)
     np.testing.assert_allclose(g, np.maximum(xn, 0) + xn * (xn > 0), rtol=1e-6)
+
+
+def test_the_gpu_run_launches_the_plan_on_xlas_pointers_in_uid_order(monkeypatch):
+    import contextlib
+    import ctypes
+
+    launched, planned = [], []
+
+    class Plan:
+        def launch(self, ptrs, scratch):
+            launched.append((list(ptrs), scratch))
+
+    class Buf:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+    monkeypatch.setattr(_graph, "device_of", lambda buffers: 0)
+    monkeypatch.setattr(_graph._call, "handle_for", lambda device, stream, func: "HANDLE")
+    monkeypatch.setattr(_graph._cuda, "DeviceContext", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(
+        _graph._plans, "plan", lambda key, h: planned.append((key.device, h)) or Plan()
+    )
+    g = double_channels_last()  # x (uid 1), the constant 2.0 (uid 2), the output (uid 3)
+    rid = pj.register_graph(g)
+    request = _graph.GraphCall(rid, ())
+    request.run([Buf(100)], [Buf(200)], 7)
+    request.run([Buf(101)], [Buf(201)], 7)
+    assert planned == [(0, "HANDLE")]  # planned once per thread, graph and device
+    const = ctypes.addressof(g._tensors[1]._value)
+    key = g.key(device=0)
+    assert key.uids == (1, 3, 2)  # the real tensors, then the constants
+    assert launched == [([100, 200, const], ()), ([101, 201, const], ())]
+    pj.release_graph(g)
+    with pytest.raises(ValueError, match=r"is not registered"):
+        request.run([Buf(100)], [Buf(200)], 7)

@@ -263,3 +263,78 @@ def test_vmap_runs_per_example_values_and_gradients():
         _close(batched[0][i], v)
         _close(batched[1][0][i], dx)
         _close(batched[1][1][i], dw)
+
+
+# -- the GPU run's plumbing, with cuDNN's functions recorded (no GPU) ---------------------------
+class _Buf:
+    def __init__(self, ptr, shape, dtype):
+        self.ptr, self.shape, self.dtype = ptr, shape, np.dtype(dtype)
+        self.nbytes = int(np.prod(shape)) * self.dtype.itemsize
+
+
+class _Shape:
+    rnn, xdesc, ydesc, hdesc, cdesc, dev_lengths_p = "RNN", "X", "Y", "H", "C", "LEN"
+    ws_train, ws_infer, rs_bytes = 300, 200, 96
+
+    def __init__(self, w_bytes):
+        self.w_bytes = w_bytes
+
+
+def _recording(monkeypatch, w_bytes):
+    calls = []
+
+    class Block:
+        def _device(self, device):
+            return device
+
+        def _shape(self, dev, t, n, inp, lengths):
+            calls.append(("shape", dev, t, n, inp, lengths))
+            return _Shape(w_bytes)
+
+    class Handle:
+        ptr, device, stream = "HANDLE", 0, 77
+
+    monkeypatch.setattr(_rnn, "_block", lambda request, dtype: Block())
+    monkeypatch.setattr(_rnn, "device_of", lambda buffers: 0)
+    monkeypatch.setattr(_rnn._call, "handle_for", lambda device, stream, func: Handle())
+    monkeypatch.setattr(_rnn._call, "workspace", lambda h, n: 5000 + n)
+    monkeypatch.setattr(_rnn._call, "quiet", lambda name: lambda *a: calls.append((name, *a)))
+    monkeypatch.setattr(_rnn._rnn_calls, "zero", lambda *a: calls.append(("zero", *a)))
+    return calls
+
+
+def test_the_gpu_run_gives_cudnn_xlas_pointers_and_the_reserve(monkeypatch):
+    w_bytes = pj.rnn_weight_size("lstm", 4, 6) * 4
+    calls = _recording(monkeypatch, w_bytes)
+    req = _rnn.RNN("lstm", 6, 1, False, None, False, (5, 3, 2), True, 96)
+    args = [_Buf(p, s, "f4") for p, s in ((1, (5, 3, 4)), (2, (1, 3, 6)), (3, (1, 3, 6)))]
+    args.append(_Buf(4, (w_bytes // 4,), "f4"))
+    rets = [_Buf(p, s, "f4") for p, s in ((11, (5, 3, 6)), (12, (1, 3, 6)), (13, (1, 3, 6)))]
+    rets.append(_Buf(14, (96,), "u1"))
+    req.run(args, rets, 77)
+    assert calls[0] == ("shape", 0, 5, 3, 4, (5, 3, 2))
+    name, *a = calls[1]
+    assert name == "cudnnRNNForward"
+    assert a[3:] == ["LEN", "X", 1, "Y", 11, "H", 2, 12, "C", 3, 13, w_bytes, 4, 300, 5300, 96, 14]
+    calls.clear()
+    grad = _rnn.RNNGrad("lstm", 6, 1, False, None, False, (5, 3, 2), True, 96)
+    gargs = [*args, _Buf(21, (5, 3, 6), "f4"), _Buf(22, (5, 3, 6), "f4")]
+    gargs += [_Buf(23, (1, 3, 6), "f4"), _Buf(24, (1, 3, 6), "f4"), _Buf(14, (96,), "u1")]
+    grets = [_Buf(p, b.shape, "f4") for p, b in zip((31, 32, 33, 34), args, strict=True)]
+    grets.append(_Buf(14, (96,), "u1"))  # aliased: the operand's buffer
+    grad.run(gargs, grets, 77)
+    names = [c[0] for c in calls]
+    assert names == ["shape", "cudnnRNNBackwardData_v8", "zero", "cudnnRNNBackwardWeights_v8"]
+    data, zero, weights = calls[1][1:], calls[2][1:], calls[3][1:]
+    assert data[4:] == (21, 22, "X", 31, "H", 2, 23, 32, "C", 3, 24, 33, w_bytes, 4, 300, 5300,
+                        96, 14)  # fmt: skip
+    assert zero == (34, w_bytes, 0, 77)
+    assert weights[4:] == ("X", 1, "H", 2, "Y", 21, w_bytes, 34, 300, 5300, 96, 14)
+    inference = _rnn.RNN("gru", 6, 1, False, None, False, None, False, 0)
+    calls.clear()
+    gw = _Buf(4, (pj.rnn_weight_size("gru", 4, 6),), "f4")
+    with pytest.raises(ValueError, match=r"cuDNN's weight space is \d+ bytes; weights has"):
+        inference.run([args[0], args[1], gw], rets[:2], 77)
+    calls.clear()
+    with pytest.raises(ValueError, match=r"reserve space is 96 bytes here, 64 when the call"):
+        _rnn.RNN("lstm", 6, 1, False, None, False, None, True, 64).run(args, rets, 77)
