@@ -338,3 +338,24 @@ def test_the_gpu_run_gives_cudnn_xlas_pointers_and_the_reserve(monkeypatch):
     calls.clear()
     with pytest.raises(ValueError, match=r"reserve space is 96 bytes here, 64 when the call"):
         _rnn.RNN("lstm", 6, 1, False, None, False, None, True, 64).run(args, rets, 77)
+
+
+def test_an_inference_call_exports_with_symbolic_dims_and_runs_for_several_sizes():
+    from jax import export
+
+    params, kw = _params("gru", 4, 6, 1, False, None)
+    w = pj.rnn_pack_weights(params, **kw)
+    t, n = export.symbolic_shape("t, n")
+    x = jax.ShapeDtypeStruct((t, n, 4), jnp.float64)
+
+    def f(x, w):
+        return pj.rnn(x, None, None, w, mode="gru", hidden_size=6)[0]
+
+    checks = [export.DisabledSafetyCheck.custom_call("pycudnn_jax_rnn")]
+    exp = export.export(jax.jit(f), platforms=("cpu",), disabled_checks=checks)(
+        x, jax.ShapeDtypeStruct(w.shape, w.dtype)
+    )
+    for shape in ((5, 3, 4), (2, 1, 4)):
+        xs = _rand(*shape, seed=8)
+        ref = RR.jax_rnn("gru", params, xs, jnp.zeros((1, shape[1], 6)), None, 1, False)[0]
+        _close(exp.call(xs, w), ref)
