@@ -18,7 +18,7 @@ runs launch it directly (:mod:`._bound`).
 **RNNs**: :func:`rnn` (cuDNN's RNN tanh/relu, LSTM and GRU on its packed weights; the training
 forward's reserve space an XLA buffer kept as a ``custom_vjp`` residual; vmap per example) with
 :func:`rnn_weight_size`, :func:`rnn_pack_weights` and :func:`rnn_unpack_weights` (PyTorch's
-parameter names), in :mod:`._rnn`.
+parameter names) and :func:`rnn_weights_from_flax`, in :mod:`._rnn`.
 
 **Graph calls**: :func:`graph_call` runs a :class:`pycudnn.graph.Graph` on JAX arrays inside
 ``jax.jit`` (a registry id in the request; the registry holds the graph until

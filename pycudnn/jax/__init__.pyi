@@ -40,6 +40,7 @@ from ._rnn import (
     rnn_pack_weights as rnn_pack_weights,
     rnn_unpack_weights as rnn_unpack_weights,
     rnn_weight_size as rnn_weight_size,
+    rnn_weights_from_flax as rnn_weights_from_flax,
 )
 from ._softmax import log_softmax as log_softmax, softmax as softmax
 

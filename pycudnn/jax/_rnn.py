@@ -50,6 +50,7 @@ __all__ = [
     "rnn_pack_weights",
     "rnn_unpack_weights",
     "rnn_weight_size",
+    "rnn_weights_from_flax",
 ]
 
 _FUNC = "pycudnn.jax.rnn"
@@ -645,3 +646,95 @@ def rnn_unpack_weights(
         blocks = [w[s.offset : s.offset + s.size].reshape(s.shape) for s, _row in slots]
         out[name] = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks)
     return out
+
+
+#: Flax's cell parameter names per mode: (input-side Dense layers, hidden-side ones), in the
+#: gate order of cuDNN (flax.linen's LSTMCell/OptimizedLSTMCell, GRUCell, SimpleCell)
+_FLAX = {
+    "lstm": (("ii", "if", "ig", "io"), ("hi", "hf", "hg", "ho")),
+    "gru": (("ir", "iz", "in"), ("hr", "hz", "hn")),
+    "rnn_tanh": (("i",), ("h",)),
+    "rnn_relu": (("i",), ("h",)),
+}
+
+
+def rnn_weights_from_flax(
+    cells: Sequence[Mapping[str, Any]],
+    *,
+    mode: str,
+    input_size: int,
+    hidden_size: int,
+    num_layers: int = 1,
+    bidirectional: bool = False,
+) -> jax.Array:
+    """cuDNN's packed weight buffer from Flax cells' parameters (jittable, differentiable).
+
+    Parameters
+    ----------
+    cells : sequence of mapping
+        One ``params`` dict per pseudo-layer (layer 0 forward, layer 0 reverse, layer 1
+        forward, ...) of ``flax.linen.LSTMCell``/``OptimizedLSTMCell`` (``ii, if, ig, io`` and
+        ``hi, hf, hg, ho``), ``GRUCell`` (``ir, iz, in`` and ``hr, hz, hn``) or ``SimpleCell``
+        (``i`` and ``h``; ``rnn_relu`` is a SimpleCell with ``activation_fn=relu``): each a
+        ``{"kernel": (in, H)[, "bias": (H,)]}``. A bias Flax's cell has not is zero in cuDNN's
+        buffer (the LSTM's input side, the GRU's ``hr``/``hz``, SimpleCell's ``h``); the cells'
+        equations are then cuDNN's. Flax's LSTM carry is ``(c, h)``; :func:`rnn` takes
+        ``h0, c0``.
+    mode, input_size, hidden_size, num_layers, bidirectional
+        The network (no ``proj_size``: Flax's cells have none).
+
+    Returns
+    -------
+    jax.Array
+        1-D, :func:`rnn_weight_size` elements.
+
+    Raises
+    ------
+    ValueError
+        A cell count, a layer name or a shape not the network's (named).
+    """
+    func = "pycudnn.jax.rnn_weights_from_flax"
+    layout = _layout_of(func, mode, input_size, hidden_size, num_layers, bidirectional, None)
+    if isinstance(cells, Mapping) or not isinstance(cells, Sequence):
+        raise TypeError(
+            f"{func}: cells is a {type(cells).__name__}; expected a sequence of per-pseudo-layer "
+            "params dicts"
+        )
+    if len(cells) != layout.num_pseudo_layers:
+        raise ValueError(
+            f"{func}: {len(cells)} cells; expected {layout.num_pseudo_layers} (num_layers * "
+            "num_directions, in pseudo-layer order)"
+        )
+    params: dict[str, Any] = {}
+    h = layout.hidden_size
+    for pl, cell in enumerate(cells):
+        layer, direction = divmod(pl, layout.num_directions)
+        sfx = f"_l{layer}" + ("_reverse" if direction else "")
+        for side, names in zip(("ih", "hh"), _FLAX[mode], strict=True):
+            kernels, biases = [], []
+            for name in names:
+                dense = cell.get(name) if isinstance(cell, Mapping) else None
+                if not isinstance(dense, Mapping) or "kernel" not in dense:
+                    raise ValueError(
+                        f"{func}: cells[{pl}] has no {name!r} Dense parameters (a dict with "
+                        f"'kernel'); expected {list(_FLAX[mode][0] + _FLAX[mode][1])}"
+                    )
+                k = jnp.asarray(dense["kernel"])
+                if k.ndim != 2 or k.shape[1] != h:
+                    raise ValueError(
+                        f"{func}: cells[{pl}][{name!r}]['kernel'] has shape {k.shape}; "
+                        f"expected (inputs, {h})"
+                    )
+                kernels.append(k.T)
+                b = dense.get("bias")
+                biases.append(jnp.zeros((h,), k.dtype) if b is None else jnp.asarray(b))
+            params[f"weight_{side}{sfx}"] = jnp.concatenate(kernels)
+            params[f"bias_{side}{sfx}"] = jnp.concatenate(biases)
+    return rnn_pack_weights(
+        params,
+        mode=mode,
+        input_size=input_size,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        bidirectional=bidirectional,
+    )

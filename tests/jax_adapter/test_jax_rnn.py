@@ -359,3 +359,79 @@ def test_an_inference_call_exports_with_symbolic_dims_and_runs_for_several_sizes
         xs = _rand(*shape, seed=8)
         ref = RR.jax_rnn("gru", params, xs, jnp.zeros((1, shape[1], 6)), None, 1, False)[0]
         _close(exp.call(xs, w), ref)
+
+
+def _flax_cells(mode, inp, hidden, count, seed=20):
+    """Random parameters shaped as flax.linen's cells' (kernels (in, H); biases where Flax's
+    cells have them)."""
+    rng = np.random.default_rng(seed)
+    ins, hids = _rnn._FLAX[mode]
+    biased = {"lstm": ("hi", "hf", "hg", "ho"), "gru": ("ir", "iz", "in", "hn")}
+    cells = []
+    for _ in range(count):
+        cell = {}
+        for name in ins + hids:
+            rows = inp if name in ins else hidden
+            dense = {"kernel": jnp.asarray(rng.uniform(-0.5, 0.5, (rows, hidden)))}
+            if name in biased.get(mode, ("i",)):
+                dense["bias"] = jnp.asarray(rng.uniform(-0.5, 0.5, hidden))
+            cell[name] = dense
+        cells.append(cell)
+    return cells
+
+
+def _flax_step(mode, p, x, h, c):
+    """flax.linen's cell equations (LSTMCell, GRUCell, SimpleCell)."""
+
+    def d(name, v):
+        return v @ p[name]["kernel"] + p[name].get("bias", 0)
+
+    if mode == "lstm":
+        i = jax.nn.sigmoid(d("ii", x) + d("hi", h))
+        f = jax.nn.sigmoid(d("if", x) + d("hf", h))
+        g = jnp.tanh(d("ig", x) + d("hg", h))
+        o = jax.nn.sigmoid(d("io", x) + d("ho", h))
+        c = f * c + i * g
+        return o * jnp.tanh(c), c
+    if mode == "gru":
+        r = jax.nn.sigmoid(d("ir", x) + d("hr", h))
+        z = jax.nn.sigmoid(d("iz", x) + d("hz", h))
+        n = jnp.tanh(d("in", x) + r * d("hn", h))
+        return (1 - z) * n + z * h, c
+    s = d("i", x) + d("h", h)
+    return (jnp.tanh(s) if mode == "rnn_tanh" else jnp.maximum(s, 0)), c
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+def test_weights_from_flax_cells_compute_flaxs_equations(mode):
+    inp, hidden = 3, 5
+    (cell,) = _flax_cells(mode, inp, hidden, 1)
+    w = pj.rnn_weights_from_flax([cell], mode=mode, input_size=inp, hidden_size=hidden)
+    x = _rand(4, 2, inp, seed=21)
+    h0, c0 = _rand(1, 2, hidden, seed=22), _rand(1, 2, hidden, seed=23)
+    lstm = mode == "lstm"
+    y, hy, cy = pj.rnn(x, h0, c0 if lstm else None, w, mode=mode, hidden_size=hidden)
+    h, c, ys = h0[0], c0[0], []
+    for t in range(4):
+        h, c = _flax_step(mode, cell, x[t], h, c)
+        ys.append(h)
+    _close(y, jnp.stack(ys))
+    _close(hy[0], h)
+    if lstm:
+        _close(cy[0], c)
+
+
+def test_weights_from_flax_name_what_is_wrong():
+    cells = _flax_cells("gru", 3, 5, 2)
+    kw = {"mode": "gru", "input_size": 3, "hidden_size": 5}
+    with pytest.raises(ValueError, match=r"2 cells; expected 1 \(num_layers \* num_directions"):
+        pj.rnn_weights_from_flax(cells, **kw)
+    del cells[0]["hn"]
+    with pytest.raises(ValueError, match=r"cells\[0\] has no 'hn' Dense parameters"):
+        pj.rnn_weights_from_flax(cells, **kw, bidirectional=True)
+    with pytest.raises(ValueError, match=r"cells\[1\]\['ir'\]\['kernel'\] has shape \(3, 4\)"):
+        cells[0]["hn"] = cells[1]["hn"]
+        cells[1]["ir"] = {"kernel": jnp.zeros((3, 4))}
+        pj.rnn_weights_from_flax(cells, **kw, bidirectional=True)
+    with pytest.raises(TypeError, match=r"cells is a dict; expected a sequence"):
+        pj.rnn_weights_from_flax(cells[0], **kw)
