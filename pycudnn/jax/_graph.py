@@ -3,8 +3,10 @@ on XLA's buffers and stream, inside ``jax.jit``.
 
 **Identity.** XLA's call carries text, not Python objects: a graph is put in a process-wide
 registry (:func:`register_graph`) and the call's request names its registry id, with the
-signature the graph had then (its inputs' and outputs' shapes and dtypes), so a compiled
-program runs the graph it was traced with. The registry holds the graph **strongly**: a
+signature the graph had then (its inputs' and outputs' shapes and dtypes); a graph whose
+structure (``Graph.to_json()``) changed gets a new id, and one changed after a program was
+traced with it is refused when that program first runs it, so a compiled program runs the
+graph it was traced with. The registry holds the graph **strongly**: a
 registered graph lives as long as it is registered, and a program traced with it runs only
 while it is; :func:`release_graph` drops it (a later run of such a program fails, saying so).
 
@@ -77,10 +79,11 @@ class _Entry(NamedTuple):
     inputs: tuple[Port, ...]
     outputs: tuple[Port, ...]
     uids: tuple[int, ...]  # the plan's pointer order (the graph's real tensors)
+    structure: str  # Graph.to_json() when registered: a graph changed since is refused
 
 
 _REGISTRY: dict[int, _Entry] = {}  # registry id -> entry (holds the graph)
-_BY_GRAPH: dict[tuple[int, tuple], int] = {}  # (id(graph), signature) -> registry id
+_BY_GRAPH: dict[tuple[int, str], int] = {}  # (id(graph), structure) -> registry id
 
 
 def _memory_shape(name: str, dim: Sequence[int], stride: Sequence[int]) -> tuple[int, ...]:
@@ -125,7 +128,8 @@ def _ports(graph: Graph) -> tuple[tuple[Port, ...], tuple[Port, ...], tuple[int,
 
 def register_graph(graph: Graph) -> int:
     """Put *graph* in the registry (strongly held) and return its registry id; the same graph
-    with the same signature keeps its id. :func:`graph_call` registers on its own.
+    with the same structure (``Graph.to_json()``) keeps its id, a changed one gets a new id.
+    :func:`graph_call` registers on its own.
 
     Raises
     ------
@@ -140,13 +144,13 @@ def register_graph(graph: Graph) -> int:
             f"{_FUNC}: graph is a {type(graph).__name__}; expected a pycudnn.graph.Graph"
         )
     inputs, outputs, uids = _ports(graph)
-    sig = (inputs, outputs, uids)
+    structure = graph.to_json()
     with _LOCK:
-        rid = _BY_GRAPH.get((id(graph), sig))
+        rid = _BY_GRAPH.get((id(graph), structure))
         if rid is None or _REGISTRY.get(rid, (None,))[0] is not graph:
             rid = next(_IDS)
-            _REGISTRY[rid] = _Entry(graph, inputs, outputs, uids)
-            _BY_GRAPH[(id(graph), sig)] = rid
+            _REGISTRY[rid] = _Entry(graph, inputs, outputs, uids, structure)
+            _BY_GRAPH[(id(graph), structure)] = rid
     return rid
 
 
@@ -244,14 +248,14 @@ def _planned(rid: int, entry: _Entry, device: int, h: Any) -> tuple[Any, Any, li
     if got is not None and got[4] is entry.graph:
         return got[:4]
     graph = entry.graph
+    if graph.to_json() != entry.structure:  # nodes or tensors changed after tracing
+        raise ValueError(
+            f"{_FUNC}: graph {graph.name!r} changed since it was traced (registry id {rid}); "
+            "trace the call again"
+        )
     key = graph._key
     if key is None or key.device != device:
         key = graph.key(device=device)  # the default policy, this thread's pycudnn.config
-    if tuple(key.uids) != entry.uids:
-        raise ValueError(
-            f"{_FUNC}: graph {graph.name!r} changed since it was traced (its tensors differ); "
-            "trace the call again"
-        )
     with _cuda.DeviceContext(device):
         plan = _plans.plan(key, h)
     values = {s.uid: t for t, s in zip(graph._tensors, key.tensors, strict=True)}

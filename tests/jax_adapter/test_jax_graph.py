@@ -198,6 +198,12 @@ def test_the_gpu_run_launches_the_plan_on_xlas_pointers_in_uid_order(monkeypatch
     key = g.key(device=0)
     assert key.uids == (1, 3, 2)  # the real tensors, then the constants
     assert launched == [([100, 200, const], ()), ([101, 201, const], ())]
+    g2 = double_channels_last()
+    request2 = _graph.GraphCall(pj.register_graph(g2), ())
+    g2.relu(g2._tensors[0]).set_output(True)  # changed after tracing: refused when planned
+    assert pj.register_graph(g2) != request2.graph  # a new structure, a new id
+    with pytest.raises(ValueError, match=r"graph 'double' changed since it was traced"):
+        request2.run([Buf(100)], [Buf(200)], 7)
     pj.release_graph(g)
     with pytest.raises(ValueError, match=r"is not registered"):
         request.run([Buf(100)], [Buf(200)], 7)
