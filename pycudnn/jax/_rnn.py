@@ -400,7 +400,7 @@ def _lengths(seq_lengths: Any, n: Any, t: Any) -> tuple[int, ...] | None:
         )
     try:
         items = np.asarray(seq_lengths)
-    except Exception:  # pragma: no cover - any unreadable object
+    except (TypeError, ValueError):  # ragged or unreadable
         items = None
     if items is None or items.ndim != 1 or items.dtype.kind not in "iu":
         raise TypeError(f"{_FUNC}: seq_lengths={seq_lengths!r}; expected a sequence of ints")
