@@ -104,7 +104,8 @@ def _ports(graph: Graph) -> tuple[tuple[Port, ...], tuple[Port, ...], tuple[int,
     """The graph's inputs and outputs (declaration order) and its pointer order."""
     specs, uids = freeze(graph)
     real = set(uids)
-    inputs, outputs = [], []
+    inputs: list[Port] = []
+    outputs: list[Port] = []
     for t, s in zip(graph._tensors, specs, strict=True):
         if s.is_virtual or s.scratch or s.uid not in real:
             continue
@@ -197,7 +198,7 @@ class GraphCall(_request.Request):
     batch_results = False
 
     graph: int
-    signature: tuple
+    signature: tuple[Any, ...]
 
     def batch_operands(self) -> tuple[bool, ...]:
         return (False,) * len(_REGISTRY[self.graph].inputs) if self.graph in _REGISTRY else ()
@@ -236,7 +237,9 @@ class GraphCall(_request.Request):
         plan.launch(full, scratch)
 
 
-def _planned(rid: int, entry: _Entry, device: int, h: Any) -> tuple[Any, Any, list[int], tuple]:
+def _planned(
+    rid: int, entry: _Entry, device: int, h: Any
+) -> tuple[Any, Any, list[int], tuple[Any, ...]]:
     """``(plan, key, pointer template, scratch tensors)`` of a registered graph on *device* for
     the calling thread (its handle): planned once per thread, graph and device. The template
     holds the constants' host addresses and 0 for the scratch tensors (and the arrays' slots)."""

@@ -58,6 +58,7 @@ _FUNC = "pycudnn.jax.rnn"
 MODES = ("rnn_relu", "rnn_tanh", "lstm", "gru")
 _TYPES = ("float16", "float32", "float64")  # cuDNN's RNN data types
 _local = threading.local()
+Shape = tuple[Any, ...]  # a shape (dims may be symbolic at trace time)
 
 
 def _int(value: Any, name: str, func: str, lo: int = 1) -> int:
@@ -157,7 +158,7 @@ class RNN(_request.Request):
     def batch_operands(self) -> tuple[bool, ...]:
         return (False,) * (4 if self.lstm else 3)
 
-    def check(self, x: Any, h0: Any, c0: Any, w: Any) -> tuple[np.dtype, tuple, tuple, tuple]:
+    def check(self, x: Any, h0: Any, c0: Any, w: Any) -> tuple[np.dtype, Shape, Shape, Shape]:
         """Check the forward's operands; ``(dtype, y shape, h shape, c shape)``."""
         dt = _request.check_dtype(_FUNC, "x", x, _TYPES)
         if len(x.shape) != 3:
@@ -207,7 +208,7 @@ class RNN(_request.Request):
         return tuple(out)
 
     # -- the run side (XLA's call on a GPU) -------------------------------------------------------
-    def _prepare(self, args: Sequence[Any], rets: Sequence[Any], stream: int) -> tuple:
+    def _prepare(self, args: Sequence[Any], rets: Sequence[Any], stream: int) -> tuple[Any, Any]:
         """``(handle, the block's per-shape state)`` on *stream*, the weight size checked."""
         x, w = args[0], args[3 if self.lstm else 2]
         t, n, inp = self.geometry(x.shape)
@@ -327,7 +328,7 @@ def _block(request: RNN, dtype: Any) -> RNNBlock:
         np.dtype(dtype).name,
         tf32,
     )
-    block = blocks.get(key)
+    block: RNNBlock | None = blocks.get(key)
     if block is None:
         block = blocks[key] = RNNBlock(
             np.dtype(dtype).name,
@@ -349,18 +350,19 @@ def reserve_size(request: RNN, x_shape: tuple[int, ...], dtype: Any) -> int:
     return int(block.temp_space_sizes(x_shape, request.seq_lengths)[2])
 
 
-def _split(request: RNN, operands: tuple) -> tuple[Any, Any, Any, Any]:
+def _split(request: RNN, operands: tuple[Any, ...]) -> tuple[Any, Any, Any, Any]:
     if request.lstm:
-        return operands
+        x, h0, c0, w = operands
+        return x, h0, c0, w
     x, h0, w = operands
     return x, h0, None, w
 
 
-def _primal(request: RNN, *operands: Any) -> tuple:
+def _primal(request: RNN, *operands: Any) -> tuple[Any, ...]:
     return tuple(_ops.call(request, *operands))
 
 
-def _forward(request: RNN, *operands: Any) -> tuple[tuple, Any]:
+def _forward(request: RNN, *operands: Any) -> tuple[tuple[Any, ...], Any]:
     x = operands[0]
     for d in x.shape:
         if not _request.known(d):
@@ -374,7 +376,7 @@ def _forward(request: RNN, *operands: Any) -> tuple[tuple, Any]:
     return tuple(outs), (operands, outs[0], reserve)
 
 
-def _backward(request: RNN, residuals: Any, cotangents: tuple) -> tuple:
+def _backward(request: RNN, residuals: Any, cotangents: tuple[Any, ...]) -> tuple[Any, ...]:
     operands, y, reserve = residuals
     fields = {f.name: getattr(request, f.name) for f in dataclasses.fields(RNN)}
     fields.update(training=True, reserve=int(reserve.shape[-1]))  # the size the forward had
@@ -553,7 +555,7 @@ def _torch_parts(layout: RNNLayout) -> dict[str, list[tuple[Any, int]]]:
     return parts
 
 
-def _torch_shape(layout: RNNLayout, name: str, parts: list[tuple[Any, int]]) -> tuple:
+def _torch_shape(layout: RNNLayout, name: str, parts: list[tuple[Any, int]]) -> Shape:
     if name.startswith("weight_hr"):
         return parts[0][0].shape
     rows = len(GATES[layout.mode]) * layout.hidden_size
