@@ -24,6 +24,14 @@ running averages, PyTorch's momentum and unbiased variance; inference uses them)
 JAX's), :func:`lrn` (cross-channel) and :func:`matmul` (batched, with a fused bias and
 activation), in the family modules :mod:`._batchnorm`, :mod:`._dropout`, :mod:`._lrn` and
 :mod:`._matmul`.
+**RNNs**: :func:`rnn` (cuDNN's RNN tanh/relu, LSTM and GRU on its packed weights; the training
+forward's reserve space an XLA buffer kept as a ``custom_vjp`` residual; vmap per example) with
+:func:`rnn_weight_size`, :func:`rnn_pack_weights` and :func:`rnn_unpack_weights` (PyTorch's
+parameter names) and :func:`rnn_weights_from_flax`, in :mod:`._rnn`.
+
+**Graph calls**: :func:`graph_call` runs a :class:`pycudnn.graph.Graph` on JAX arrays inside
+``jax.jit`` (a registry id in the request; the registry holds the graph until
+:func:`release_graph`), with :func:`graph_io` and :func:`register_graph`, in :mod:`._graph`.
 
 **The foundation** (build item 1): **one generic XLA FFI handler**, a ctypes callback
 ``XLA_FFI_Error* handler(XLA_FFI_CallFrame*)`` that XLA calls like any C handler.

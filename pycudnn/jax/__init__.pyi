@@ -22,6 +22,13 @@ from ._frame import (
     DeviceBuffer as DeviceBuffer,
     HostBuffer as HostBuffer,
 )
+from ._graph import (
+    Port as Port,
+    graph_call as graph_call,
+    graph_io as graph_io,
+    register_graph as register_graph,
+    release_graph as release_graph,
+)
 from ._handler import (
     FfiTarget as FfiTarget,
     check_abi as check_abi,
@@ -34,6 +41,13 @@ from ._lrn import lrn as lrn
 from ._matmul import matmul as matmul
 from ._norms import layer_norm as layer_norm, rms_norm as rms_norm
 from ._pooling import avg_pool as avg_pool, max_pool as max_pool
+from ._rnn import (
+    rnn as rnn,
+    rnn_pack_weights as rnn_pack_weights,
+    rnn_unpack_weights as rnn_unpack_weights,
+    rnn_weight_size as rnn_weight_size,
+    rnn_weights_from_flax as rnn_weights_from_flax,
+)
 from ._softmax import log_softmax as log_softmax, softmax as softmax
 from ._spatialtf import (
     affine_grid as affine_grid,

@@ -134,7 +134,8 @@ def _primitive(request: _request.Request, results: Results | None) -> Callable[.
 
     def raw(*operands: Any) -> tuple:
         out = [jax.ShapeDtypeStruct(s, d) for s, d in shapes(operands)]
-        ffi = jax.ffi.ffi_call(name, out, vmap_method="sequential")
+        aliases = dict(request.aliases) or None
+        ffi = jax.ffi.ffi_call(name, out, vmap_method="sequential", input_output_aliases=aliases)
         return tuple(ffi(*operands, **{_bound.ATTR: text}))
 
     prim = custom_batching.custom_vmap(raw)

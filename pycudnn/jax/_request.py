@@ -60,6 +60,10 @@ class Request:
     #: whether every result has the operands' leading batch dim (False: a parameter gradient
     #: is among them, so a vmapped call runs example by example)
     batch_results: ClassVar[bool] = True
+    #: ``(operand index, result index)`` pairs: the result is written in the operand's buffer
+    #: (``ffi_call``'s ``input_output_aliases``; XLA copies the operand first when it is still
+    #: read elsewhere), for a computation that updates an operand in place (an RNN's reserve)
+    aliases: ClassVar[tuple[tuple[int, int], ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
