@@ -11,7 +11,10 @@ use Flax's own class there.
 Layers: :class:`Conv` (2-D and 3-D, channels-last as Flax's; the extra field ``activation``
 fuses ``relu``/``sigmoid``/``tanh`` and ``__call__``'s ``residual`` is added in the
 convolution's epilogue), :class:`BatchNorm`, :class:`LayerNorm`, :class:`RMSNorm`;
-functions :func:`max_pool` and :func:`avg_pool` with Flax's signatures.
+functions :func:`max_pool` and :func:`avg_pool` with Flax's signatures; :class:`LSTM`, Flax's
+``nn.RNN(nn.LSTMCell(features))`` (the same variables) as one cuDNN call over the sequence; and
+:func:`dot_product_attention`, Flax's attention function with cuDNN's fused attention inside
+(``nn.MultiHeadDotProductAttention(..., attention_fn=dot_product_attention)``).
 
 Needs Flax (``pip install flax``); importing this module without it raises an ``ImportError``
 saying so.
@@ -33,10 +36,22 @@ import jax
 import jax.numpy as jnp
 
 from . import _layers
+from ._attention import dot_product_attention as _attention
 from ._pooling import avg_pool as _avg_pool
 from ._pooling import max_pool as _max_pool
+from ._rnn import rnn as _rnn
+from ._rnn import rnn_weights_from_flax
 
-__all__ = ["BatchNorm", "Conv", "LayerNorm", "RMSNorm", "avg_pool", "max_pool"]
+__all__ = [
+    "LSTM",
+    "BatchNorm",
+    "Conv",
+    "LayerNorm",
+    "RMSNorm",
+    "avg_pool",
+    "dot_product_attention",
+    "max_pool",
+]
 
 _PROMOTE = nn.Conv.__dataclass_fields__["promote_dtype"].default
 
@@ -215,3 +230,102 @@ def avg_pool(
     _layers.check_flags("pycudnn.jax.linen.avg_pool", count_include_pad=count_include_pad)
     w, s, p = _pool_args("pycudnn.jax.linen.avg_pool", inputs, window_shape, strides, padding)
     return _avg_pool(inputs, w, s, p, count_include_pad=count_include_pad, channels_last=True)
+
+
+class LSTM(nn.Module):
+    """``flax.linen.RNN(flax.linen.LSTMCell(features))`` as **one** cuDNN call over the whole
+    sequence (:func:`pycudnn.jax.rnn`), where Flax's scans the cell step by step.
+
+    Its variables are ``nn.RNN``'s (``{"cell": {"ii": ..., "hi": ...}}``, Flax's
+    ``LSTMCell`` names, shapes and initializers), so either loads the other's. The cell's
+    equations are Flax's defaults (sigmoid gates, tanh); Flax's cell has no input-side biases,
+    which are zero in cuDNN's packed weights (:func:`pycudnn.jax.rnn_weights_from_flax`).
+
+    Attributes
+    ----------
+    features : int
+        The hidden size.
+    time_major : bool
+        Inputs ``(time, batch, features)`` (default False: ``(batch, time, features)``).
+    return_carry : bool
+        Return ``(carry, outputs)`` with ``carry = (c, h)``, as ``nn.RNN``.
+    """
+
+    features: int
+    time_major: bool = False
+    return_carry: bool = False
+
+    @nn.compact
+    def __call__(
+        self,
+        inputs: jax.Array,
+        *,
+        initial_carry: tuple[jax.Array, jax.Array] | None = None,
+        seq_lengths: Sequence[int] | None = None,
+    ) -> Any:
+        """The outputs ``(batch, time, features)`` (time-major: ``(time, batch, ...)``), and
+        the final carry first with *return_carry*. *seq_lengths*, if given, are concrete ints
+        (cuDNN reads them on the host): steps past a sequence's length give zeros and its
+        carry is its own last step's."""
+        name = type(self).__qualname__
+        _layers.check_flags(name, time_major=self.time_major, return_carry=self.return_carry)
+        cell = nn.LSTMCell(self.features, name="cell")
+        x = jnp.asarray(inputs)
+        if x.ndim != 3:
+            raise ValueError(f"{name}: inputs of shape {x.shape}; expected 3 dims")
+        if self.is_initializing():  # the cell's own parameters (XLA drops the unused step)
+            step = x[0] if self.time_major else x[:, 0]
+            cell(cell.initialize_carry(jax.random.key(0), step.shape), step)
+        params = self.variables["params"]["cell"]
+        w = rnn_weights_from_flax(
+            [params], mode="lstm", input_size=x.shape[-1], hidden_size=self.features
+        ).astype(x.dtype)
+        h0 = c0 = None
+        if initial_carry is not None:
+            c0, h0 = (jnp.asarray(a, x.dtype)[None] for a in initial_carry)
+        lengths = None if seq_lengths is None else tuple(int(v) for v in seq_lengths)
+        y, h, c = _rnn(
+            x, h0, c0, w, mode="lstm", hidden_size=self.features,
+            batch_first=not self.time_major, seq_lengths=lengths,
+        )  # fmt: skip
+        assert c is not None
+        return ((c[0], h[0]), y) if self.return_carry else y
+
+
+def dot_product_attention(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    bias: jax.Array | None = None,
+    mask: jax.Array | None = None,
+    broadcast_dropout: bool = True,
+    dropout_rng: Any = None,
+    dropout_rate: float = 0.0,
+    deterministic: bool = False,
+    dtype: Any = None,
+    precision: Any = None,
+    module: Any = None,
+    **unused: Any,
+) -> jax.Array:
+    """``flax.linen.dot_product_attention``'s signature on cuDNN's fused attention
+    (:func:`pycudnn.jax.dot_product_attention`): pass it as ``attention_fn`` to Flax's
+    attention modules. *query*, *key*, *value* ``(batch, length, heads, head_dim)`` in float16
+    or bfloat16 (give the module ``dtype=jnp.bfloat16``); a boolean *mask* (True: attend)
+    becomes an additive bias; dropout is refused (``dropout_rate`` 0 or ``deterministic``);
+    *precision* and the einsum hooks are XLA's and do not apply."""
+    func = "pycudnn.jax.linen.dot_product_attention"
+    for name, value in unused.items():  # Flax's einsum hooks and float32-softmax flag
+        if value not in (None, False):
+            raise NotImplementedError(f"{func}: {name}={value!r} is XLA's; not supported")
+    if dropout_rate and not deterministic:
+        raise NotImplementedError(
+            f"{func}: dropout_rate={dropout_rate!r}; attention dropout is not supported "
+            "(use 0, or deterministic=True)"
+        )
+    if dtype is not None:
+        query, key, value = (jnp.asarray(a, dtype) for a in (query, key, value))
+    if mask is not None:
+        neg = jnp.finfo(query.dtype).min
+        masked = jnp.where(jnp.asarray(mask, bool), jnp.zeros((), query.dtype), neg)
+        bias = masked if bias is None else jnp.asarray(bias, query.dtype) + masked
+    return _attention(query, key, value, bias)

@@ -13,11 +13,14 @@ jax = pytest.importorskip("jax")
 pytest.importorskip("flax")
 
 import jax.numpy as jnp  # noqa: E402
+import jax_attention_references as RA  # noqa: E402
 import jax_op_references as R  # noqa: E402
 import jax_op_references_more as RM  # noqa: E402
+import jax_rnn_references as RR  # noqa: E402
 from flax import linen as fl  # noqa: E402
 from flax import nnx as fx  # noqa: E402
 
+from pycudnn.jax import _rnn  # noqa: E402
 from pycudnn.jax import linen as pl  # noqa: E402
 from pycudnn.jax import nnx as px  # noqa: E402
 
@@ -29,8 +32,13 @@ CPU = jax.devices("cpu")[0]
 def twins():
     R.register_twins("conv", "norm", "pool")
     R.register_twins("batchnorm", twin=RM.twin)
+    R.register_twins("rnn", twin=RR.twin)
+    R.register_twins(*RA.FAMILIES, twin=RA.twin)
+    size = _rnn.reserve_size  # cuDNN's reserve size needs a GPU: a fixed one for the twin
+    _rnn.reserve_size = lambda request, shape, dtype: 96 + shape[0] * shape[1]
     with jax.default_device(CPU):
         yield
+    _rnn.reserve_size = size
 
 
 def _rand(*shape, seed=0):
@@ -211,3 +219,40 @@ def test_batch_norm_refusals_name_the_field():
         pl.BatchNorm(use_running_average=False, axis=1).init(jax.random.key(0), x)
     with pytest.raises(TypeError, match=r"use_running_average=1"):
         pl.BatchNorm(use_running_average=1).init(jax.random.key(0), x)
+
+
+@pytest.mark.parametrize("time_major", [False, True])
+def test_linen_lstm_is_flaxs_rnn_of_an_lstm_cell(time_major):
+    shape = (7, 3, 5) if time_major else (3, 7, 5)
+    x = _rand(*shape)
+    m = pl.LSTM(6, time_major=time_major, return_carry=True)
+    f = fl.RNN(fl.LSTMCell(6), time_major=time_major, return_carry=True)
+    v = m.init(jax.random.key(2), x)
+    ref_v = f.init(jax.random.key(2), x)
+    assert jax.tree.structure(v) == jax.tree.structure(ref_v)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), v, ref_v)
+    (c, h), y = jax.jit(m.apply)(v, x)
+    (rc, rh), ry = f.apply(v, x)
+    _close(y, ry)
+    _close(c, rc)
+    _close(h, rh)
+    t = _rand(*ry.shape, seed=4)
+    g = jax.grad(lambda v, x: (m.apply(v, x)[1] * t).sum(), argnums=(0, 1))(v, x)
+    gref = jax.grad(lambda v, x: (f.apply(v, x)[1] * t).sum(), argnums=(0, 1))(v, x)
+    jax.tree.map(_close, g, gref)
+
+
+def test_flax_attention_modules_take_pycudnns_attention_fn():
+    x = _rand(2, 8, 32).astype(jnp.bfloat16)
+    kw = dict(num_heads=4, qkv_features=32, dtype=jnp.bfloat16)
+    m = fl.MultiHeadDotProductAttention(attention_fn=pl.dot_product_attention, **kw)
+    f = fl.MultiHeadDotProductAttention(**kw)
+    v = f.init(jax.random.key(0), x)
+    mask = fl.make_causal_mask(jnp.ones((2, 8)))
+    for msk in (None, mask):
+        _close(m.apply(v, x, mask=msk).astype(jnp.float32),
+               f.apply(v, x, mask=msk).astype(jnp.float32), 3e-2)  # fmt: skip
+    with pytest.raises(NotImplementedError, match=r"dropout_rate=0.1"):
+        fl.MultiHeadDotProductAttention(
+            attention_fn=pl.dot_product_attention, dropout_rate=0.1, **kw
+        ).apply(v, x, deterministic=False, rngs={"dropout": jax.random.key(1)})

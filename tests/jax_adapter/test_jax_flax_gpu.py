@@ -169,3 +169,75 @@ def test_a_small_cnn_trains_like_its_pure_flax_twin(gpu):
     assert mine[-1] < 0.5 * mine[0]  # it learns
     assert gap[0] < 1e-3
     assert gap[-20:].max() <= max(spread[-20:].max(), 0.05)
+
+
+class _Seq(fl.Module):
+    """An LSTM regressor, written once over a recurrent layer (pycudnn's or Flax's)."""
+
+    ours: bool
+
+    @fl.compact
+    def __call__(self, x):
+        layer = pl.LSTM(32, name="rnn") if self.ours else fl.RNN(fl.LSTMCell(32), name="rnn")
+        y = layer(x)
+        return fl.Dense(1)(y[:, -1])[:, 0]
+
+
+def _train_seq(net, variables, x, target, steps):
+    import optax
+
+    opt = optax.adam(1e-2)
+    state = opt.init(variables)
+
+    @jax.jit
+    def step(v, s):
+        loss, g = jax.value_and_grad(lambda v: ((net.apply(v, x) - target) ** 2).mean())(v)
+        upd, s = opt.update(g, s, v)
+        return optax.apply_updates(v, upd), s, loss
+
+    losses = []
+    for _ in range(steps):
+        variables, state, loss = step(variables, state)
+        losses.append(float(loss))
+    return np.array(losses)
+
+
+def test_an_lstm_trains_like_its_pure_flax_twin(gpu):
+    pytest.importorskip("optax")
+    rng = np.random.default_rng(1)
+    x = jax.device_put(rng.standard_normal((64, 20, 4)).astype(np.float32), gpu)
+    target = jax.device_put(np.asarray(x).sum(axis=(1, 2)).astype(np.float32) / 4, gpu)
+    ours, flax = _Seq(True), _Seq(False)
+    steps = 150
+    curves = {
+        s: _train_seq(flax, flax.init(jax.random.key(s), x), x, target, steps) for s in (0, 1, 2)
+    }
+    v0 = flax.init(jax.random.key(0), x)
+    v_ours = ours.init(jax.random.key(0), x)
+    assert jax.tree.structure(v0) == jax.tree.structure(v_ours)  # the same variables
+    mine = _train_seq(ours, v0, x, target, steps)
+    twin = curves[0]
+    spread = np.ptp(np.stack(list(curves.values())), axis=0)
+    gap = np.abs(mine - twin)
+    print(
+        f"FLAXTRAIN lstm first loss {twin[0]:.4f} flax / {mine[0]:.4f} pycudnn, after {steps} "
+        f"steps {twin[-1]:.4f} / {mine[-1]:.4f}; max |gap| {gap.max():.4f}, Flax's seed spread "
+        f"at the end {spread[-1]:.4f}"
+    )
+    assert np.isfinite(mine).all()
+    assert mine[-1] < 0.5 * mine[0]
+    assert gap[0] < 1e-3 * max(1.0, twin[0])
+    assert gap[-20:].max() <= max(spread[-20:].max(), 0.05 * twin[-20:].max())
+
+
+def test_flax_attention_with_pycudnns_attention_fn_on_the_gpu(gpu):
+    x = _rand(gpu, 4, 128, 256).astype(jnp.bfloat16)
+    kw = dict(num_heads=4, qkv_features=256, dtype=jnp.bfloat16)
+    m = fl.MultiHeadDotProductAttention(attention_fn=pl.dot_product_attention, **kw)
+    f = fl.MultiHeadDotProductAttention(**kw)
+    v = f.init(jax.random.key(0), x)
+    mask = fl.make_causal_mask(jnp.ones((4, 128)))
+    for msk in (None, mask):
+        y = jax.jit(lambda v, x, msk=msk: m.apply(v, x, mask=msk))(v, x)
+        ref = jax.jit(lambda v, x, msk=msk: f.apply(v, x, mask=msk))(v, x)
+        _close(y.astype(jnp.float32), ref.astype(jnp.float32), 5e-2)

@@ -17,23 +17,19 @@ jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
 import jax_attention_references as RA  # noqa: E402
+import jax_op_references  # noqa: E402
 from test_jax_ops import CPU, _calls_and_loops, _close, _grads, _lower_cuda  # noqa: E402
 
 import pycudnn.jax as pj  # noqa: E402
 from pycudnn.jax import _ops, _request  # noqa: E402
 
 pytestmark = pytest.mark.jax
-_twins_registered = False
 
 
 @pytest.fixture(scope="module", autouse=True)
 def twins():
     """The families' targets on the CPU platform, computed by the numpy twin (once a process)."""
-    global _twins_registered
-    if not _twins_registered:
-        for family in RA.FAMILIES:
-            _ops.register_twin(family, RA.twin)
-        _twins_registered = True
+    jax_op_references.register_twins(*RA.FAMILIES, twin=RA.twin)
 
 
 def _rand(*shape, seed=0, dtype=np.float32, scale=1.0):

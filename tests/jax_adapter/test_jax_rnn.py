@@ -14,25 +14,22 @@ import pytest
 jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
+import jax_op_references  # noqa: E402
 import jax_rnn_references as RR  # noqa: E402
 
 import pycudnn.jax as pj  # noqa: E402
 from pycudnn.highlevel.rnn_layout import canonical_rnn_layout, rnn_weights_from_torch  # noqa: E402
-from pycudnn.jax import _ops, _rnn  # noqa: E402
+from pycudnn.jax import _rnn  # noqa: E402
 
 pytestmark = pytest.mark.jax
 CPU = jax.devices("cpu")[0]
-_twin_registered = False
 
 
 @pytest.fixture(scope="module", autouse=True)
 def twin():
     """The ``rnn`` target on the CPU platform (once a process), a fixed reserve size in place of
     cuDNN's (which needs a GPU), float64 allowed."""
-    global _twin_registered
-    if not _twin_registered:
-        _ops.register_twin("rnn", RR.twin)
-        _twin_registered = True
+    jax_op_references.register_twins("rnn", twin=RR.twin)
     size = _rnn.reserve_size
     _rnn.reserve_size = lambda request, shape, dtype: 96 + shape[0] * shape[1]
     with jax.enable_x64(True):
