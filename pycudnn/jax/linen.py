@@ -237,7 +237,9 @@ class LSTM(nn.Module):
     sequence (:func:`pycudnn.jax.rnn`), where Flax's scans the cell step by step.
 
     Its variables are ``nn.RNN``'s (``{"cell": {"ii": ..., "hi": ...}}``, Flax's
-    ``LSTMCell`` names, shapes and initializers), so either loads the other's. The cell's
+    ``LSTMCell`` names, shapes and initializers), so either loads the other's. (Inside a
+    compact method, Flax's twin is ``nn.RNN(nn.LSTMCell(features, parent=None))``: a cell made
+    there without ``parent=None`` belongs to the enclosing module, not to the RNN.) The cell's
     equations are Flax's defaults (sigmoid gates, tanh); Flax's cell has no input-side biases,
     which are zero in cuDNN's packed weights (:func:`pycudnn.jax.rnn_weights_from_flax`).
 

@@ -198,8 +198,11 @@ def test_softmax_calls(record):
     pycudnn.dnn_softmax(x)
     name, args = calls[-1]
     assert name == "cudnnSoftmaxForward"
-    assert args[1:3] == (int(SoftmaxAlgorithm.ACCURATE), int(SoftmaxMode.CHANNEL))
+    # (N, C): no spatial extent, so cuDNN's (same, faster) instance mode
+    assert args[1:3] == (int(SoftmaxAlgorithm.ACCURATE), int(SoftmaxMode.INSTANCE))
     assert args[4].shape == (8, 10, 1, 1) and args[5] == x.ptr
+    pycudnn.dnn_softmax(Fake((8, 10, 3)))
+    assert calls[-1][1][1:3] == (int(SoftmaxAlgorithm.ACCURATE), int(SoftmaxMode.CHANNEL))
     pycudnn.dnn_softmax(Fake((2, 3, 4)), algo="log", mode="instance")
     assert calls[-1][1][1:3] == (int(SoftmaxAlgorithm.LOG), int(SoftmaxMode.INSTANCE))
     assert calls[-1][1][4].shape == (2, 3, 4, 1)
@@ -253,3 +256,17 @@ def test_empty_tensors_make_no_compute_call(record):
     assert out.shape == (0, 3) and not calls
     pycudnn.dnn_softmax(Fake((0, 4)))
     assert not calls
+
+
+def test_softmax_without_spatial_extent_asks_cudnn_for_instance_mode():
+    # the same computation as channel mode there, and cuDNN's fast kernels (its channel-mode
+    # backward of (8192, 1024, 1, 1) took 9.5 ms on an H200, instance mode 35 µs)
+    from pycudnn.enums import SoftmaxMode
+    from pycudnn.highlevel.softmax import _kernel_mode
+
+    channel, instance = SoftmaxMode.CHANNEL, SoftmaxMode.INSTANCE
+    for shape in ((8192, 1024), (4, 10, 1), (4, 10, 1, 1), (2, 3, 1, 1, 1)):
+        assert _kernel_mode(channel, shape) is instance
+    for shape in ((4, 10, 2), (2, 3, 4, 4), (2, 3, 1, 1, 2)):
+        assert _kernel_mode(channel, shape) is channel
+    assert _kernel_mode(instance, (2, 3, 4, 4)) is instance

@@ -178,7 +178,9 @@ class _Seq(fl.Module):
 
     @fl.compact
     def __call__(self, x):
-        layer = pl.LSTM(32, name="rnn") if self.ours else fl.RNN(fl.LSTMCell(32), name="rnn")
+        # (parent=None: a cell made in a compact method would be the parent's, not the RNN's)
+        cell = fl.LSTMCell(32, parent=None)
+        layer = pl.LSTM(32, name="rnn") if self.ours else fl.RNN(cell, name="rnn")
         y = layer(x)
         return fl.Dense(1)(y[:, -1])[:, 0]
 

@@ -65,7 +65,23 @@ def _twice(gpu, f, make, reference, tol):
             _check(f"result {i}", a, b, tol)
 
 
+def _or_skip(run):
+    """*run*, or a skip where cuDNN has no engine for the graph on this GPU: graph_call reports
+    cuDNN's refusal as a JaxRuntimeError carrying pycudnn's message (on the H200 with cuDNN
+    9.19, these small float32 pointwise-only graphs had none)."""
+    try:
+        return run()
+    except Exception as exc:
+        if "NotSupportedError" in str(exc) and "no cuDNN engine" in str(exc):
+            pytest.skip(f"no cuDNN engine for this graph here: {str(exc)[:200]}")
+        raise
+
+
 def test_pointwise_graph_with_a_broadcast_bias(gpu):
+    _or_skip(lambda: _pointwise_case(gpu))
+
+
+def _pointwise_case(gpu):
     g = G.Graph(io_data_type="float32", name="bias_relu")
     a, b = g.tensor((4, 3, 16), name="a"), g.tensor((1, 3, 16), name="b")
     g.relu(g.add(a, b)).set_output(True)
@@ -142,17 +158,20 @@ def test_custom_vjp_of_a_forward_and_a_backward_graph(gpu):
 
     relu.defvjp(lambda x: (relu(x), x), lambda x, dy: pj.graph_call(bwd, x, dy))
     x = _rand(gpu, (8, 32))
-    g = jax.jit(jax.grad(lambda x: (relu(x) * x).sum()))(x)
+    g = _or_skip(lambda: jax.block_until_ready(jax.jit(jax.grad(lambda x: (relu(x) * x).sum()))(x)))
     xn = np.asarray(x)
     _check("relu grad", g, np.maximum(xn, 0) + xn * (xn > 0), 1e-6)
 
 
 def test_a_released_graph_is_refused_when_its_program_runs(gpu):
-    g = G.Graph(io_data_type="float32", name="relu_released")
-    g.relu(g.tensor((4, 4), name="x")).set_output(True)
-    f = jax.jit(lambda x: pj.graph_call(g, x))
-    x = _rand(gpu, (4, 4))
-    jax.block_until_ready(f(x))
+    g = _conv_graph()  # a graph cuDNN runs here (the pointwise-only ones had no engine)
+    f = jax.jit(lambda x, w, b: pj.graph_call(g, x, w, b))
+    args = (
+        _rand(gpu, (2, 6, 6, 8), "float16"),
+        _rand(gpu, (16, 3, 3, 8), "float16", 0.3),
+        _rand(gpu, (1, 16, 1, 1), "float16"),
+    )
+    jax.block_until_ready(f(*args))
     pj.release_graph(g)
     with pytest.raises(Exception, match=r"is not registered"):
-        jax.block_until_ready(f(x + 1))
+        jax.block_until_ready(f(args[0] + 1, *args[1:]))
