@@ -307,18 +307,20 @@ def dot_product_attention(
     dtype: Any = None,
     precision: Any = None,
     module: Any = None,
+    is_causal: bool = False,
     **unused: Any,
 ) -> jax.Array:
     """``flax.linen.dot_product_attention``'s signature on cuDNN's fused attention
     (:func:`pycudnn.jax.dot_product_attention`): pass it as ``attention_fn`` to Flax's
     attention modules. *query*, *key*, *value* ``(batch, length, heads, head_dim)`` in float16
     or bfloat16 (give the module ``dtype=jnp.bfloat16``); a boolean *mask* (True: attend)
-    becomes an additive bias; dropout is refused (``dropout_rate`` 0 or ``deterministic``);
+    becomes an additive bias, NNX's ``is_causal`` cuDNN's causal mask; dropout is refused
+    (``dropout_rate`` 0 or ``deterministic``);
     *precision* and the einsum hooks are XLA's and do not apply."""
     func = "pycudnn.jax.linen.dot_product_attention"
-    for name, value in unused.items():  # Flax's einsum hooks and float32-softmax flag
-        if value not in (None, False):
-            raise NotImplementedError(f"{func}: {name}={value!r} is XLA's; not supported")
+    for opt, given in unused.items():  # Flax's einsum hooks and float32-softmax flag
+        if given not in (None, False):
+            raise NotImplementedError(f"{func}: {opt}={given!r} is XLA's; not supported")
     if dropout_rate and not deterministic:
         raise NotImplementedError(
             f"{func}: dropout_rate={dropout_rate!r}; attention dropout is not supported "
@@ -330,4 +332,4 @@ def dot_product_attention(
         neg = jnp.finfo(query.dtype).min
         masked = jnp.where(jnp.asarray(mask, bool), jnp.zeros((), query.dtype), neg)
         bias = masked if bias is None else jnp.asarray(bias, query.dtype) + masked
-    return _attention(query, key, value, bias)
+    return _attention(query, key, value, bias, is_causal=is_causal)

@@ -5,7 +5,9 @@ As :mod:`pycudnn.jax.linen`, for Flax's NNX API: each class is Flax's (same cons
 a ``__call__`` that runs :mod:`pycudnn.jax`'s operation; what cuDNN does not take is refused
 with an error naming the argument. Layers: :class:`Conv` (2-D and 3-D; the extra keyword
 ``activation`` and ``__call__``'s ``residual`` are fused into the convolution's epilogue),
-:class:`BatchNorm`, :class:`LayerNorm`, :class:`RMSNorm`.
+:class:`BatchNorm`, :class:`LayerNorm`, :class:`RMSNorm`, and :class:`LSTM`
+(``nnx.RNN(nnx.LSTMCell(...))`` as one cuDNN call over the sequence). Flax's attention modules
+take :func:`pycudnn.jax.linen.dot_product_attention` as their ``attention_fn`` (NNX's too).
 
 Needs Flax (``pip install flax``); importing this module without it raises an ``ImportError``
 saying so.
@@ -26,8 +28,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 import jax
 
 from . import _layers
+from ._rnn import rnn as _rnn
+from ._rnn import rnn_weights_from_flax
 
-__all__ = ["BatchNorm", "Conv", "LayerNorm", "RMSNorm"]
+__all__ = ["LSTM", "BatchNorm", "Conv", "LayerNorm", "RMSNorm"]
 
 
 def _default(cls: type, name: str) -> Any:
@@ -139,3 +143,69 @@ class BatchNorm(nnx.BatchNorm):
             self.mean[...] = new_mean
             self.var[...] = new_var
         return y
+
+
+_GATES = ("ii", "if_", "ig", "io", "hi", "hf", "hg", "ho")
+
+
+class LSTM(nnx.RNN):
+    """``flax.nnx.RNN(flax.nnx.LSTMCell(in_features, hidden_features))`` as **one** cuDNN call
+    over the whole sequence (:func:`pycudnn.jax.rnn`), where Flax's scans the cell: the same
+    cell (``self.cell``, Flax's ``LSTMCell`` with its ``Param`` s), so either's state loads
+    into the other.
+
+    Parameters
+    ----------
+    in_features, hidden_features : int
+        The cell's sizes.
+    rngs : flax.nnx.Rngs
+        For the cell's initializers.
+    time_major, return_carry : bool, keyword
+        ``nnx.RNN``'s (inputs ``(time, batch, features)``; return ``(carry, outputs)`` with
+        ``carry = (c, h)``).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        *,
+        rngs: Any,
+        time_major: bool = False,
+        return_carry: bool = False,
+    ) -> None:
+        _layers.check_flags("LSTM", time_major=time_major, return_carry=return_carry)
+        cell = nnx.LSTMCell(in_features, hidden_features, rngs=rngs)
+        super().__init__(cell, time_major=time_major, return_carry=return_carry)
+
+    def __call__(  # type: ignore[override]
+        self,
+        inputs: jax.Array,
+        *,
+        initial_carry: tuple[jax.Array, jax.Array] | None = None,
+        seq_lengths: Any = None,
+    ) -> Any:
+        """The outputs (and the final carry first with ``return_carry``); *seq_lengths*, if
+        given, concrete ints (cuDNN reads them on the host)."""
+        cell = self.cell
+        params = {
+            name.rstrip("_"): {
+                "kernel": getattr(cell, name).kernel[...],
+                **({"bias": getattr(cell, name).bias[...]} if name[0] == "h" else {}),
+            }
+            for name in _GATES
+        }
+        x = inputs
+        w = rnn_weights_from_flax(
+            [params], mode="lstm", input_size=cell.in_features, hidden_size=cell.hidden_features
+        ).astype(x.dtype)
+        h0 = c0 = None
+        if initial_carry is not None:
+            c0, h0 = (a.astype(x.dtype)[None] for a in initial_carry)
+        lengths = None if seq_lengths is None else tuple(int(v) for v in seq_lengths)
+        y, h, c = _rnn(
+            x, h0, c0, w, mode="lstm", hidden_size=cell.hidden_features,
+            batch_first=not self.time_major, seq_lengths=lengths,
+        )  # fmt: skip
+        assert c is not None
+        return ((c[0], h[0]), y) if self.return_carry else y

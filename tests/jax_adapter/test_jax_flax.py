@@ -256,3 +256,36 @@ def test_flax_attention_modules_take_pycudnns_attention_fn():
         fl.MultiHeadDotProductAttention(
             attention_fn=pl.dot_product_attention, dropout_rate=0.1, **kw
         ).apply(v, x, deterministic=False, rngs={"dropout": jax.random.key(1)})
+
+
+def test_nnx_lstm_is_flaxs_rnn_of_an_lstm_cell():
+    x = _rand(3, 7, 5)
+    m = px.LSTM(5, 6, rngs=fx.Rngs(1), return_carry=True)
+    f = fx.RNN(fx.LSTMCell(5, 6, rngs=fx.Rngs(1)), return_carry=True)
+    assert isinstance(m, fx.RNN)
+    s, ref_s = fx.state(m, fx.Param), fx.state(f, fx.Param)
+    assert jax.tree.structure(s) == jax.tree.structure(ref_s)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), s, ref_s)
+    (c, h), y = fx.jit(lambda m, x: m(x))(m, x)
+    (rc, rh), ry = f(x)
+    _close(y, ry)
+    _close(c, rc)
+    _close(h, rh)
+    t = _rand(*ry.shape, seed=4)
+    g = fx.grad(lambda m: (m(x)[1] * t).sum())(m)
+    ref = fx.grad(lambda m: (m(x)[1] * t).sum())(f)
+    jax.tree.map(_close, fx.state(g), fx.state(ref))
+
+
+def test_nnx_attention_takes_pycudnns_attention_fn():
+    x = _rand(2, 8, 32).astype(jnp.bfloat16)
+    kw = dict(num_heads=4, in_features=32, dtype=jnp.bfloat16, decode=False)
+    m = fx.MultiHeadAttention(attention_fn=pl.dot_product_attention, rngs=fx.Rngs(0), **kw)
+    f = fx.MultiHeadAttention(rngs=fx.Rngs(0), **kw)
+    _close(m(x).astype(jnp.float32), f(x).astype(jnp.float32), 3e-2)
+    mask = fx.make_causal_mask(jnp.ones((2, 8)))
+    _close(m(x, mask=mask).astype(jnp.float32), f(x, mask=mask).astype(jnp.float32), 3e-2)
+    # a keyword of Flax's attention_fn taken by name, not by position (it once shadowed value)
+    q = _rand(2, 8, 4, 8).astype(jnp.bfloat16)
+    _close(pl.dot_product_attention(q, q, q, is_causal=False, module=None).astype(jnp.float32),
+           fl.dot_product_attention(q, q, q).astype(jnp.float32), 3e-2)  # fmt: skip
