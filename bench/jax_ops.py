@@ -10,7 +10,7 @@ own), interleaved over the repeats; medians. ``fwd+bwd`` steps take the gradient
 weights) to the next step.
 
     PYTHONPATH=. python3 bench/jax_ops.py [--steps 50] [--repeats 7] [--json FILE]
-                                          [--only conv,norm,softmax,attention]
+                                          [--only conv,norm,softmax,attention,matmul,lstm]
 
 Needs JAX with CUDA; cases whose pycudnn.jax function does not exist in this tree are skipped.
 """
@@ -127,6 +127,29 @@ def cases(dt: Any) -> list[Case]:
             return ours, theirs, (q, k, v)
 
         out.append(("attention b4 t1024 h16 d64 causal (XLA: jax.nn cudnn)", attn, "attention"))
+    if hasattr(pj, "matmul"):
+
+        def mm() -> tuple:
+            a = _rand((8192, 1024), dt, 8)
+            b = _rand((1024, 1024), dt, 9, 0.03)
+            return (lambda a, b: pj.matmul(a, b)), (lambda a, b: jnp.matmul(a, b)), (a, b)
+
+        out.append(("matmul 8192x1024 @ 1024x1024", mm, "matmul"))
+    try:
+        from flax import linen as fl
+
+        from pycudnn.jax import linen as pl
+    except ImportError:
+        return out
+
+    def lstm() -> tuple:
+        x = _rand((64, 100, 256), jnp.float32, 10)  # cuDNN's RNNs: no bfloat16
+        v = fl.RNN(fl.LSTMCell(256)).init(jax.random.key(0), x)
+        ours = lambda x, v: pl.LSTM(256).apply({"params": v["params"]}, x)  # noqa: E731
+        theirs = lambda x, v: fl.RNN(fl.LSTMCell(256)).apply(v, x)  # noqa: E731
+        return ours, theirs, (x, v)
+
+    out.append(("LSTM T100 N64 256->256 f32 (XLA: Flax's scanned LSTMCell)", lstm, "lstm"))
     return out
 
 
@@ -142,7 +165,7 @@ def run(steps: int, repeats: int, only: set[str] | None, dt: Any) -> list[dict[s
         if only and kind not in only:
             continue
         ours, theirs, args = make()
-        n_diff = 2 if kind == "conv" else (3 if kind == "attention" else 1)
+        n_diff = {"conv": 2, "attention": 3, "matmul": 2}.get(kind, 1)
         for mode in ("fwd", "fwd+bwd"):
             if mode == "fwd":  # every case's op keeps its first operand's shape
                 sides = {"pycudnn": _loop(_fwd_loop(ours), steps),
