@@ -10,7 +10,7 @@ own), interleaved over the repeats; medians. ``fwd+bwd`` steps take the gradient
 weights) to the next step.
 
     PYTHONPATH=. python3 bench/jax_ops.py [--steps 50] [--repeats 7] [--json FILE]
-                                          [--only conv,norm,softmax,attention,matmul,lstm]
+                                [--only conv,norm,softmax,attention,matmul,lrn,spatialtf,lstm,ctc]
 
 Needs JAX with CUDA; cases whose pycudnn.jax function does not exist in this tree are skipped.
 """
@@ -135,6 +135,47 @@ def cases(dt: Any) -> list[Case]:
             return (lambda a, b: pj.matmul(a, b)), (lambda a, b: jnp.matmul(a, b)), (a, b)
 
         out.append(("matmul 8192x1024 @ 1024x1024", mm, "matmul"))
+    if hasattr(pj, "lrn"):
+
+        def lrn() -> tuple:
+            x = _rand((32, 64, 56, 56), jnp.float32, 11)  # cuDNN's LRN: no bfloat16
+
+            def theirs(x: jax.Array) -> jax.Array:  # the window sum as a reduce_window
+                s = lax.reduce_window(x * x, 0.0, lax.add, (1, 5, 1, 1), (1, 1, 1, 1),
+                                      ((0, 0), (2, 2), (0, 0), (0, 0)))  # fmt: skip
+                return x / (2.0 + 1e-4 / 5 * s) ** 0.75
+
+            return (lambda x: pj.lrn(x, 5, 1e-4, 0.75, 2.0)), theirs, (x,)
+
+        out.append(("LRN 5, b32 64x56x56 f32 (XLA: reduce_window)", lrn, "lrn"))
+    if hasattr(pj, "grid_sample"):
+
+        def st() -> tuple:
+            x = _rand((32, 64, 56, 56), jnp.float32, 12)  # cuDNN's sampler: no bfloat16
+            rng = np.random.default_rng(13)
+            base = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+            theta = jnp.asarray(base * 0.9 + rng.standard_normal((32, 2, 3)) * 0.1, jnp.float32)
+            grid = pj.affine_grid(theta, (56, 56))
+
+            def theirs(x: jax.Array, grid: jax.Array) -> jax.Array:  # bilinear, zeros outside
+                hi, wi = x.shape[2:]
+                px = (grid[..., 0] + 1) * (wi - 1) / 2
+                py = (grid[..., 1] + 1) * (hi - 1) / 2
+                x0, y0 = jnp.floor(px), jnp.floor(py)
+                n = jnp.arange(x.shape[0])[:, None, None]
+                out = 0.0
+                for dy, dx in ((0, 0), (0, 1), (1, 0), (1, 1)):
+                    ix, iy = x0 + dx, y0 + dy
+                    wgt = (1 - jnp.abs(px - ix)) * (1 - jnp.abs(py - iy))
+                    inside = (ix >= 0) & (ix < wi) & (iy >= 0) & (iy < hi)
+                    iyc = jnp.clip(iy, 0, hi - 1).astype(jnp.int32)
+                    ixc = jnp.clip(ix, 0, wi - 1).astype(jnp.int32)
+                    out = out + jnp.where(inside, wgt, 0)[..., None] * x[n, :, iyc, ixc]
+                return jnp.moveaxis(out, -1, 1)
+
+            return (lambda x, g: pj.grid_sample(x, g)), theirs, (x, grid)
+
+        out.append(("grid_sample b32 64x56x56 f32 (XLA: gathers)", st, "spatialtf"))
     try:
         from flax import linen as fl
 
@@ -153,10 +194,57 @@ def cases(dt: Any) -> list[Case]:
     return out
 
 
+def ctc_case(steps: int, repeats: int) -> list[dict[str, Any]]:
+    """CTC loss and its gradient against ``optax.ctc_loss`` (a pure-JAX forward-backward):
+    each step's logits move by the previous step's gradient (the loss is not shape-preserving,
+    so it has its own loop). Skipped without optax or ``pj.ctc_loss``."""
+    try:
+        import optax
+    except ImportError:
+        return []
+    if not hasattr(pj, "ctc_loss"):
+        return []
+    b, t, k, n = 32, 200, 64, 40
+    rng = np.random.default_rng(14)
+    logits = jnp.asarray(rng.standard_normal((b, t, k)), jnp.float32)
+    lp = jnp.zeros((b, t), jnp.float32)
+    labels = jnp.asarray(rng.integers(1, k, (b, n)), jnp.int32)
+    lab_p = jnp.zeros((b, n), jnp.float32)
+    sides = {}
+    for side, f in (("pycudnn", pj.ctc_loss), ("XLA", optax.ctc_loss)):
+
+        def step(x: jax.Array, f: Callable = f) -> tuple:
+            g = jax.grad(lambda x: f(x, lp, labels, lab_p).sum())(x)
+            return (x - 1e-3 * g,)
+
+        sides[side] = _loop(step, steps)
+    name = f"CTC loss b{b} T{t} K{k} labels {n} f32 (XLA: optax.ctc_loss)"
+    return [_measure(name, "fwd+bwd", sides, (logits,), steps, repeats)]
+
+
 def _time(f: Callable, args: tuple, steps: int) -> float:
     t0 = time.perf_counter()
     jax.block_until_ready(f(*args))
     return (time.perf_counter() - t0) / steps * 1e6
+
+
+def _measure(
+    name: str, mode: str, sides: dict[str, Callable], args: tuple, steps: int, repeats: int
+) -> dict[str, Any]:
+    """The sides' medians (compiled and warmed first, then interleaved), printed as a row."""
+    for f in sides.values():
+        jax.block_until_ready(f(*args))  # compile, bind, warm
+    times: dict[str, list[float]] = {s: [] for s in sides}
+    for _ in range(repeats):
+        for s, f in sides.items():
+            times[s].append(_time(f, args, steps))
+    us = {s: statistics.median(v) for s, v in times.items()}
+    ratio = us["pycudnn"] / us["XLA"]
+    row = {"case": name, "mode": mode, "pycudnn_us": round(us["pycudnn"], 2),
+           "xla_us": round(us["XLA"], 2), "ratio": round(ratio, 3)}  # fmt: skip
+    print(f"JAXOPS {name:52s} {mode:8s} pycudnn {row['pycudnn_us']:9.2f} us  XLA "
+          f"{row['xla_us']:9.2f} us  {row['ratio']:.3f}x", flush=True)  # fmt: skip
+    return row
 
 
 def run(steps: int, repeats: int, only: set[str] | None, dt: Any) -> list[dict[str, Any]]:
@@ -165,7 +253,7 @@ def run(steps: int, repeats: int, only: set[str] | None, dt: Any) -> list[dict[s
         if only and kind not in only:
             continue
         ours, theirs, args = make()
-        n_diff = {"conv": 2, "attention": 3, "matmul": 2}.get(kind, 1)
+        n_diff = {"conv": 2, "attention": 3, "matmul": 2, "spatialtf": 2}.get(kind, 1)
         for mode in ("fwd", "fwd+bwd"):
             if mode == "fwd":  # every case's op keeps its first operand's shape
                 sides = {"pycudnn": _loop(_fwd_loop(ours), steps),
@@ -176,19 +264,7 @@ def run(steps: int, repeats: int, only: set[str] | None, dt: Any) -> list[dict[s
                 sides = {"pycudnn": _loop(_train_loop(ours, n_diff), steps),
                          "XLA": _loop(_train_loop(theirs, n_diff), steps)}  # fmt: skip
                 a = (t, *args)
-            for f in sides.values():
-                jax.block_until_ready(f(*a))  # compile, bind, warm
-            times: dict[str, list[float]] = {s: [] for s in sides}
-            for _ in range(repeats):
-                for s, f in sides.items():
-                    times[s].append(_time(f, a, steps))
-            us = {s: statistics.median(v) for s, v in times.items()}
-            ratio = us["pycudnn"] / us["XLA"]
-            row = {"case": name, "mode": mode, "pycudnn_us": round(us["pycudnn"], 2),
-                   "xla_us": round(us["XLA"], 2), "ratio": round(ratio, 3)}  # fmt: skip
-            rows.append(row)
-            print(f"JAXOPS {name:52s} {mode:8s} pycudnn {row['pycudnn_us']:9.2f} us  XLA "
-                  f"{row['xla_us']:9.2f} us  {row['ratio']:.3f}x", flush=True)  # fmt: skip
+            rows.append(_measure(name, mode, sides, a, steps, repeats))
     return rows
 
 
@@ -206,6 +282,8 @@ def main() -> None:
           f"Python {platform.python_version()}; {a.steps} steps x {a.repeats} repeats, "
           f"{a.dtype}")  # fmt: skip
     rows = run(a.steps, a.repeats, only, jnp.dtype(a.dtype))
+    if not only or "ctc" in only:
+        rows += ctc_case(a.steps, a.repeats)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(
