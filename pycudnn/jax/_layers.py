@@ -20,8 +20,16 @@ from ._batchnorm import BatchNorm, BatchNormInference, _inference, _train
 from ._conv import conv as _conv
 from ._norms import layer_norm as _layer_norm
 from ._norms import rms_norm as _rms_norm
+from ._rnn import rnn as _rnn
+from ._rnn import rnn_weights_from_flax
 
-__all__ = ["batch_norm_layer", "check_flags", "conv_layer", "norm_layer"]
+__all__ = [
+    "batch_norm_layer",
+    "check_flags",
+    "conv_layer",
+    "norm_layer",
+    "recurrent_layer",
+]
 
 
 def check_flags(layer: str, **flags: Any) -> None:
@@ -186,3 +194,39 @@ def batch_norm_layer(
     new_mean = momentum * mean + (1 - momentum) * bmean.reshape(c).astype(mean.dtype)
     new_var = momentum * var + (1 - momentum) * bvar.reshape(c).astype(var.dtype)
     return y, new_mean, new_var
+
+
+def recurrent_layer(
+    layer: str,
+    x: Any,
+    cell_params: Any,
+    *,
+    mode: str,
+    features: int,
+    time_major: bool,
+    initial_carry: Any,
+    seq_lengths: Any,
+) -> tuple[Any, jax.Array]:
+    """Flax's ``RNN`` over one cell (``LSTMCell``: *mode* ``'lstm'``, ``GRUCell``: ``'gru'``)
+    as one :func:`pycudnn.jax.rnn` call; *cell_params* the cell's variables by Flax's names.
+    Returns ``(carry, outputs)``, the carry Flax's (``(c, h)`` for an LSTM, ``h`` else)."""
+    check_flags(layer, time_major=time_major)
+    x = jnp.asarray(x)
+    if x.ndim != 3:
+        raise ValueError(f"{layer}: inputs of shape {x.shape}; expected 3 dims")
+    w = rnn_weights_from_flax(
+        [cell_params], mode=mode, input_size=x.shape[-1], hidden_size=features
+    ).astype(x.dtype)
+    h0 = c0 = None
+    if initial_carry is not None:
+        if mode == "lstm":
+            c0, h0 = (jnp.asarray(a, x.dtype)[None] for a in initial_carry)
+        else:
+            h0 = jnp.asarray(initial_carry, x.dtype)[None]
+    lengths = None if seq_lengths is None else tuple(int(v) for v in seq_lengths)
+    y, h, c = _rnn(
+        x, h0, c0, w, mode=mode, hidden_size=features, batch_first=not time_major,
+        seq_lengths=lengths,
+    )  # fmt: skip
+    carry = (c[0], h[0]) if c is not None else h[0]
+    return carry, y

@@ -11,8 +11,9 @@ use Flax's own class there.
 Layers: :class:`Conv` (2-D and 3-D, channels-last as Flax's; the extra field ``activation``
 fuses ``relu``/``sigmoid``/``tanh`` and ``__call__``'s ``residual`` is added in the
 convolution's epilogue), :class:`BatchNorm`, :class:`LayerNorm`, :class:`RMSNorm`;
-functions :func:`max_pool` and :func:`avg_pool` with Flax's signatures; :class:`LSTM`, Flax's
-``nn.RNN(nn.LSTMCell(features))`` (the same variables) as one cuDNN call over the sequence; and
+functions :func:`max_pool` and :func:`avg_pool` with Flax's signatures; :class:`LSTM` and
+:class:`GRU`, Flax's ``nn.RNN(nn.LSTMCell(features))`` / ``GRUCell`` (the same variables) as
+one cuDNN call over the sequence; and
 :func:`dot_product_attention`, Flax's attention function with cuDNN's fused attention inside
 (``nn.MultiHeadDotProductAttention(..., attention_fn=dot_product_attention)``).
 
@@ -39,10 +40,9 @@ from . import _layers
 from ._attention import dot_product_attention as _attention
 from ._pooling import avg_pool as _avg_pool
 from ._pooling import max_pool as _max_pool
-from ._rnn import rnn as _rnn
-from ._rnn import rnn_weights_from_flax
 
 __all__ = [
+    "GRU",
     "LSTM",
     "BatchNorm",
     "Conv",
@@ -232,7 +232,43 @@ def avg_pool(
     return _avg_pool(inputs, w, s, p, count_include_pad=count_include_pad, channels_last=True)
 
 
-class LSTM(nn.Module):
+class _Recurrent(nn.Module):
+    """Flax's ``nn.RNN`` over one cell, as one cuDNN call (see :class:`LSTM`)."""
+
+    features: int
+    time_major: bool = False
+    return_carry: bool = False
+    _mode = ""  # class attributes, not fields: set by each layer below
+    _cell = None
+
+    @nn.compact
+    def __call__(
+        self,
+        inputs: jax.Array,
+        *,
+        initial_carry: Any = None,
+        seq_lengths: Sequence[int] | None = None,
+    ) -> Any:
+        """The outputs ``(batch, time, features)`` (time-major: ``(time, batch, ...)``), and
+        the final carry first with *return_carry*. *seq_lengths*, if given, are concrete ints
+        (cuDNN reads them on the host): steps past a sequence's length give zeros and its
+        carry is its own last step's."""
+        name = type(self).__qualname__
+        _layers.check_flags(name, return_carry=self.return_carry)
+        cell = self._cell(self.features, name="cell")
+        x = jnp.asarray(inputs)
+        if self.is_initializing() and x.ndim == 3:  # the cell's own parameters (XLA drops
+            step = x[0] if self.time_major else x[:, 0]  # the unused step)
+            cell(cell.initialize_carry(jax.random.key(0), step.shape), step)
+        carry, y = _layers.recurrent_layer(
+            name, x, self.variables["params"]["cell"], mode=self._mode,
+            features=self.features, time_major=self.time_major, initial_carry=initial_carry,
+            seq_lengths=seq_lengths,
+        )  # fmt: skip
+        return (carry, y) if self.return_carry else y
+
+
+class LSTM(_Recurrent):
     """``flax.linen.RNN(flax.linen.LSTMCell(features))`` as **one** cuDNN call over the whole
     sequence (:func:`pycudnn.jax.rnn`), where Flax's scans the cell step by step.
 
@@ -253,45 +289,17 @@ class LSTM(nn.Module):
         Return ``(carry, outputs)`` with ``carry = (c, h)``, as ``nn.RNN``.
     """
 
-    features: int
-    time_major: bool = False
-    return_carry: bool = False
+    _mode = "lstm"
+    _cell = nn.LSTMCell
 
-    @nn.compact
-    def __call__(
-        self,
-        inputs: jax.Array,
-        *,
-        initial_carry: tuple[jax.Array, jax.Array] | None = None,
-        seq_lengths: Sequence[int] | None = None,
-    ) -> Any:
-        """The outputs ``(batch, time, features)`` (time-major: ``(time, batch, ...)``), and
-        the final carry first with *return_carry*. *seq_lengths*, if given, are concrete ints
-        (cuDNN reads them on the host): steps past a sequence's length give zeros and its
-        carry is its own last step's."""
-        name = type(self).__qualname__
-        _layers.check_flags(name, time_major=self.time_major, return_carry=self.return_carry)
-        cell = nn.LSTMCell(self.features, name="cell")
-        x = jnp.asarray(inputs)
-        if x.ndim != 3:
-            raise ValueError(f"{name}: inputs of shape {x.shape}; expected 3 dims")
-        if self.is_initializing():  # the cell's own parameters (XLA drops the unused step)
-            step = x[0] if self.time_major else x[:, 0]
-            cell(cell.initialize_carry(jax.random.key(0), step.shape), step)
-        params = self.variables["params"]["cell"]
-        w = rnn_weights_from_flax(
-            [params], mode="lstm", input_size=x.shape[-1], hidden_size=self.features
-        ).astype(x.dtype)
-        h0 = c0 = None
-        if initial_carry is not None:
-            c0, h0 = (jnp.asarray(a, x.dtype)[None] for a in initial_carry)
-        lengths = None if seq_lengths is None else tuple(int(v) for v in seq_lengths)
-        y, h, c = _rnn(
-            x, h0, c0, w, mode="lstm", hidden_size=self.features,
-            batch_first=not self.time_major, seq_lengths=lengths,
-        )  # fmt: skip
-        assert c is not None
-        return ((c[0], h[0]), y) if self.return_carry else y
+
+class GRU(_Recurrent):
+    """``flax.linen.RNN(flax.linen.GRUCell(features))`` as one cuDNN call (see :class:`LSTM`;
+    the carry is ``h``). Flax's GRU cell is cuDNN's (PyTorch's) with the reset and update
+    gates' recurrent biases zero."""
+
+    _mode = "gru"
+    _cell = nn.GRUCell
 
 
 def dot_product_attention(

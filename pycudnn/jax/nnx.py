@@ -28,8 +28,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 import jax
 
 from . import _layers
-from ._rnn import rnn as _rnn
-from ._rnn import rnn_weights_from_flax
 
 __all__ = ["LSTM", "BatchNorm", "Conv", "LayerNorm", "RMSNorm"]
 
@@ -195,17 +193,8 @@ class LSTM(nnx.RNN):
             }
             for name in _GATES
         }
-        x = inputs
-        w = rnn_weights_from_flax(
-            [params], mode="lstm", input_size=cell.in_features, hidden_size=cell.hidden_features
-        ).astype(x.dtype)
-        h0 = c0 = None
-        if initial_carry is not None:
-            c0, h0 = (a.astype(x.dtype)[None] for a in initial_carry)
-        lengths = None if seq_lengths is None else tuple(int(v) for v in seq_lengths)
-        y, h, c = _rnn(
-            x, h0, c0, w, mode="lstm", hidden_size=cell.hidden_features,
-            batch_first=not self.time_major, seq_lengths=lengths,
+        carry, y = _layers.recurrent_layer(
+            "LSTM", inputs, params, mode="lstm", features=cell.hidden_features,
+            time_major=self.time_major, initial_carry=initial_carry, seq_lengths=seq_lengths,
         )  # fmt: skip
-        assert c is not None
-        return ((c[0], h[0]), y) if self.return_carry else y
+        return (carry, y) if self.return_carry else y

@@ -289,3 +289,20 @@ def test_nnx_attention_takes_pycudnns_attention_fn():
     q = _rand(2, 8, 4, 8).astype(jnp.bfloat16)
     _close(pl.dot_product_attention(q, q, q, is_causal=False, module=None).astype(jnp.float32),
            fl.dot_product_attention(q, q, q).astype(jnp.float32), 3e-2)  # fmt: skip
+
+
+def test_linen_gru_is_flaxs_rnn_of_a_gru_cell():
+    x = _rand(3, 6, 4)
+    m = pl.GRU(5, return_carry=True)
+    f = fl.RNN(fl.GRUCell(5), return_carry=True)
+    v = m.init(jax.random.key(3), x)
+    ref_v = f.init(jax.random.key(3), x)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), v, ref_v)
+    (h, y), (rh, ry) = jax.jit(m.apply)(v, x), f.apply(v, x)
+    _close(y, ry)
+    _close(h, rh)
+    t = _rand(*ry.shape, seed=5)
+    g = jax.grad(lambda v: (m.apply(v, x)[1] * t).sum())(v)
+    jax.tree.map(_close, g, jax.grad(lambda v: (f.apply(v, x)[1] * t).sum())(v))
+    c0 = _rand(3, 5, seed=6)
+    _close(m.apply(v, x, initial_carry=c0)[1], f.apply(v, x, initial_carry=c0)[1])
