@@ -41,6 +41,7 @@ ON_INDEX = frozenset(
         "pyperf",
         "matplotlib",
         "cuda-bench",  # bench/'s GPU timer (NVIDIA's nvbench bindings)
+        "flax",  # pycudnn.jax.linen / .nnx (Flax's layers)
     }
 )
 # every place that tells a user what to install

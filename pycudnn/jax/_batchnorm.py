@@ -210,7 +210,8 @@ def _backward_train(request: BatchNorm, residuals: Any, cotangents: Any) -> tupl
     return dx, dgamma, dbeta
 
 
-_train = _ops.differentiable(_forward_train, _backward_train)
+#: the training call (differentiable): ``(y, mean, invstd)``; also the Flax layers'
+train_call = _ops.differentiable(_forward_train, _backward_train)
 
 
 def _axes(request: BatchNorm, ndim: int) -> tuple[int, ...]:
@@ -248,7 +249,8 @@ def _backward_inference(request: BatchNorm, residuals: Any, dy: Any) -> tuple:
     return dx, dgamma, dbeta.astype(beta.dtype), dmean, dvar
 
 
-_inference = _ops.differentiable(_forward_inference, _backward_inference)
+#: the inference call (differentiable): ``y``; also the Flax layers'
+inference_call = _ops.differentiable(_forward_inference, _backward_inference)
 
 
 def _array(func: str, name: str, value: Any) -> jax.Array:
@@ -342,11 +344,11 @@ def batch_norm(
                 "running_mean and running_var"
             )
         inf = BatchNormInference(mode, request.epsilon, channels_last)
-        y = _inference(inf, x, gamma, beta, running_mean, running_var)
+        y = inference_call(inf, x, gamma, beta, running_mean, running_var)
         return y, running_mean, running_var
     if running:  # checked here so that the error names them, before the call's own checks
         request.check(x, (("running_mean", running_mean), ("running_var", running_var)))
-    y, mean, invstd = _train(request, x, gamma, beta)
+    y, mean, invstd = train_call(request, x, gamma, beta)
     if not running:
         return y, None, None
     axes = _axes(request, x.ndim)

@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._batchnorm import BatchNorm, BatchNormInference, _inference, _train
+from ._batchnorm import BatchNorm, BatchNormInference, inference_call, train_call
 from ._conv import conv as _conv
 from ._norms import layer_norm as _layer_norm
 from ._norms import rms_norm as _rms_norm
@@ -186,9 +186,9 @@ def batch_norm_layer(
     cl = x.ndim > 2  # (N, ..., C): cuDNN's channels-last; (N, C) is already channels first
     if use_running_average:
         request = BatchNormInference("spatial", epsilon, cl)
-        y = _inference(request, x, gamma, beta, jnp.asarray(mean, f32), jnp.asarray(var, f32))
+        y = inference_call(request, x, gamma, beta, jnp.asarray(mean, f32), jnp.asarray(var, f32))
         return y, mean, var
-    y, bmean, invstd = _train(BatchNorm("spatial", epsilon, cl), x, gamma, beta)
+    y, bmean, invstd = train_call(BatchNorm("spatial", epsilon, cl), x, gamma, beta)
     bmean, invstd = jax.lax.stop_gradient(bmean), jax.lax.stop_gradient(invstd)
     bvar = invstd.astype(f32) ** -2 - epsilon  # the biased variance cuDNN normalized with
     new_mean = momentum * mean + (1 - momentum) * bmean.reshape(c).astype(mean.dtype)
