@@ -243,3 +243,18 @@ def test_flax_attention_with_pycudnns_attention_fn_on_the_gpu(gpu):
         y = jax.jit(lambda v, x, msk=msk: m.apply(v, x, mask=msk))(v, x)
         ref = jax.jit(lambda v, x, msk=msk: f.apply(v, x, mask=msk))(v, x)
         _close(y.astype(jnp.float32), ref.astype(jnp.float32), 5e-2)
+
+
+def test_recurrent_layers_equal_flaxs_on_the_gpu(gpu):
+    x = _rand(gpu, 8, 30, 16)
+    for ours, theirs in (
+        (pl.GRU(32, return_carry=True), fl.RNN(fl.GRUCell(32), return_carry=True)),
+        (pl.LSTM(32, return_carry=True), fl.RNN(fl.LSTMCell(32), return_carry=True)),
+    ):
+        v = theirs.init(jax.random.key(0), x)
+        got = jax.jit(ours.apply)(v, x)
+        ref = jax.jit(theirs.apply)(v, x)
+        jax.tree.map(lambda a, b: _close(a, b, 1e-4), got, ref)
+    m = px.LSTM(16, 32, rngs=fx.Rngs(0))
+    f = fx.RNN(fx.LSTMCell(16, 32, rngs=fx.Rngs(0)))
+    _close(fx.jit(lambda m, x: m(x))(m, x), f(x), 1e-4)
