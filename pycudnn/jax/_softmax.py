@@ -1,10 +1,11 @@
 """Softmax and log-softmax over one axis as JAX functions on ``dnn_softmax`` /
 ``dnn_softmax_grad``.
 
-cuDNN normalizes over the channel axis of an ``(N, C, ...)`` tensor. Any axis of a row-major
-array is that axis of its ``(outer, n, inner)`` reshape (the product of the dims before it, the
-axis, the product of those after it): a free reshape in XLA, so :func:`softmax` and
-:func:`log_softmax` take any one axis, as ``jax.nn.softmax`` does.
+cuDNN normalizes over the channel axis of an ``(N, C, ...)`` tensor: axis 1 of a 2-D to 5-D
+array is passed as it is. Any other axis of a row-major array is that axis of its ``(outer, n,
+inner)`` reshape (the product of the dims before it, the axis, the product of those after it):
+a free reshape in XLA, so :func:`softmax` and :func:`log_softmax` take any one axis, as
+``jax.nn.softmax`` does.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ __all__ = ["Softmax", "SoftmaxGrad", "log_softmax", "softmax"]
 
 @dataclasses.dataclass(frozen=True)
 class Softmax(_request.Request):
-    """Softmax over axis 1 of an ``(outer, n, inner)`` operand; *algo* ``'accurate'``
-    (softmax) or ``'log'`` (log-softmax)."""
+    """Softmax over axis 1 of a 2-D to 5-D operand (``(N, C, ...)``, or the ``(outer, n,
+    inner)`` reshape of another axis); *algo* ``'accurate'`` (softmax) or ``'log'``
+    (log-softmax)."""
 
     family = "softmax"
     algo: str
@@ -44,9 +46,9 @@ class Softmax(_request.Request):
     def results(self, *operands: Any) -> _ops.Results:
         x = operands[0]
         dt = _request.check_dtype(self._func, "x", x)
-        if len(x.shape) != 3:
+        if not 2 <= len(x.shape) <= 5:
             raise ValueError(
-                f"{self._func}: the operand has shape {tuple(x.shape)}; expected 3 dims"
+                f"{self._func}: the operand has shape {tuple(x.shape)}; expected 2 to 5 dims"
             )
         return ((tuple(x.shape), dt),)
 
@@ -102,6 +104,8 @@ def _over_axis(func: str, algo: str, x: Any, axis: Any) -> jax.Array:
         raise ValueError(f"{func}: axis={axis} is out of range for x of shape {x.shape}")
     axis %= x.ndim
     shape = x.shape
+    if axis == 1 and 2 <= x.ndim <= 5:  # cuDNN's own (N, C, ...): no reshape (a reshape of
+        return _softmax(Softmax(algo), x)  # symbolic image dims can be inconclusive in export)
     three = (math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :]))
     return _softmax(Softmax(algo), x.reshape(three)).reshape(shape)
 
