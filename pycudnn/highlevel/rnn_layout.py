@@ -403,8 +403,9 @@ def torch_rnn_param_names(
     return names
 
 
-def _torch_params(layout: RNNLayout) -> dict[str, list[tuple[ParamSlot, int]]]:
-    """PyTorch name -> [(slot, first row in the PyTorch parameter)]."""
+def torch_params(layout: RNNLayout) -> dict[str, list[tuple[ParamSlot, int]]]:
+    """PyTorch name -> [(slot, first row in the PyTorch parameter)] (also pycudnn.jax's
+    weight packing)."""
     out: dict[str, list[tuple[ParamSlot, int]]] = {}
     n = len(GATES[layout.mode])
     for s in layout.slots:
@@ -419,7 +420,7 @@ def _torch_params(layout: RNNLayout) -> dict[str, list[tuple[ParamSlot, int]]]:
     return out
 
 
-def _torch_shape(layout: RNNLayout, name: str, parts: list[tuple[ParamSlot, int]]) -> tuple:
+def torch_shape(layout: RNNLayout, name: str, parts: list[tuple[ParamSlot, int]]) -> tuple:
     if name.startswith("weight_hr"):
         return parts[0][0].shape
     rows = len(GATES[layout.mode]) * layout.hidden_size
@@ -503,7 +504,7 @@ def rnn_weights_from_torch(
     func = "rnn_weights_from_torch"
     _check_torch_layout(func, layout, "from")
     params = _params_mapping(params, func)
-    wanted = _torch_params(layout)
+    wanted = torch_params(layout)
     extra = sorted(
         k[len(prefix) :]
         for k in params
@@ -519,7 +520,7 @@ def rnn_weights_from_torch(
         if key not in params:
             raise ValueError(f"{func}: parameter {key!r} is missing (expected {sorted(wanted)})")
         a = _host(params[key], key)
-        shape = _torch_shape(layout, name, parts)
+        shape = torch_shape(layout, name, parts)
         if tuple(a.shape) != shape:
             raise ValueError(f"{func}: {key} has shape {tuple(a.shape)}, expected {shape}")
         if flat is None:
@@ -559,14 +560,14 @@ def rnn_weights_to_torch(w: Any, layout: RNNLayout, *, prefix: str = "") -> dict
     a = _host(w, "w").reshape(-1)
     if a.size != layout.size:
         raise ValueError(f"{func}: w has {a.size} elements, the layout {layout.size}")
-    wanted = _torch_params(layout)
+    wanted = torch_params(layout)
     order = torch_rnn_param_names(
         layout.mode, layout.num_layers, layout.bidirectional, layout.proj_size, layout.bias
     )
     out: dict[str, np.ndarray] = {}
     for name in order:
         parts = wanted[name]
-        t = np.empty(_torch_shape(layout, name, parts), dtype=a.dtype)
+        t = np.empty(torch_shape(layout, name, parts), dtype=a.dtype)
         for s, row in parts:
             src = a[s.offset : s.offset + s.size].reshape(s.shape)
             if name[:9] == "weight_hr":

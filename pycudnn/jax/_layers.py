@@ -25,6 +25,7 @@ from ._rnn import rnn_weights_from_flax
 
 __all__ = [
     "batch_norm_layer",
+    "check_default",
     "check_flags",
     "conv_layer",
     "norm_layer",
@@ -37,6 +38,13 @@ def check_flags(layer: str, **flags: Any) -> None:
     for name, value in flags.items():
         if type(value) is not bool:
             raise TypeError(f"{layer}: {name}={value!r}; expected True or False")
+
+
+def check_default(layer: str, name: str, value: Any, default: Any) -> None:
+    """An option pycudnn implements only as Flax's default (a custom promotion rule or XLA
+    call replaces what pycudnn computes): anything else refused, naming it."""
+    if value is not default:
+        raise ValueError(f"{layer}: {name}={value!r}; only Flax's default is supported")
 
 
 def _promote(dtype: Any, *arrays: Any) -> tuple[Any, ...]:
@@ -112,6 +120,11 @@ def conv_layer(
     return y.reshape((*batch, *y.shape[1:]))
 
 
+def _no_mask(layer: str, mask: Any) -> None:
+    if mask is not None:  # Flax's masked statistics
+        raise NotImplementedError(f"{layer}: mask is not supported by pycudnn")
+
+
 def _feature_axes(layer: str, reduction_axes: Any, feature_axes: Any) -> None:
     for name, value in (("reduction_axes", reduction_axes), ("feature_axes", feature_axes)):
         if value not in (-1, (-1,)):
@@ -132,9 +145,11 @@ def norm_layer(
     reduction_axes: Any,
     feature_axes: Any,
     axis_name: Any,
+    mask: Any = None,
 ) -> jax.Array:
     """Flax's ``LayerNorm`` (or, *rms*, ``RMSNorm``) over the last axis on
     :func:`pycudnn.jax.layer_norm` / :func:`~pycudnn.jax.rms_norm`."""
+    _no_mask(layer, mask)
     _feature_axes(layer, reduction_axes, feature_axes)
     if axis_name is not None:
         raise NotImplementedError(
@@ -161,6 +176,7 @@ def batch_norm_layer(
     epsilon: float,
     dtype: Any,
     axis_name: Any,
+    mask: Any = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Flax's ``BatchNorm`` over every axis but the last (the features) on
     :func:`pycudnn.jax.batch_norm`'s calls; returns ``(y, new_mean, new_var)`` with Flax's
@@ -169,6 +185,7 @@ def batch_norm_layer(
     and inverse std cuDNN saved). The statistics and parameters compute in float32 (cuDNN's
     rule for half data), x in *dtype* or the promoted dtype."""
     check_flags(layer, use_running_average=use_running_average)
+    _no_mask(layer, mask)
     if axis not in (-1, (-1,)):
         raise NotImplementedError(
             f"{layer}: axis={axis!r}; pycudnn normalizes per feature of the last axis (-1) only"

@@ -37,7 +37,12 @@ from .. import _config
 from ..enums import ForwardMode, WgradMode
 from ..highlevel import _call, _rnn_calls
 from ..highlevel.rnn import RNNBlock
-from ..highlevel.rnn_layout import GATES, PROJ_ID, RNNLayout, canonical_rnn_layout
+from ..highlevel.rnn_layout import (
+    RNNLayout,
+    canonical_rnn_layout,
+    torch_params,
+    torch_shape,
+)
 from . import _ops, _request
 from ._operands import device_of
 
@@ -539,29 +544,6 @@ def rnn_weight_size(
     ).size
 
 
-def _torch_parts(layout: RNNLayout) -> dict[str, list[tuple[Any, int]]]:
-    """PyTorch's name -> ``[(slot, first row in the PyTorch parameter)]``."""
-    parts: dict[str, list[tuple[Any, int]]] = {}
-    n = len(GATES[layout.mode])
-    for s in layout.slots:
-        layer, direction = divmod(s.pseudo_layer, layout.num_directions)
-        sfx = f"_l{layer}" + ("_reverse" if direction else "")
-        if s.lin_id == PROJ_ID:
-            parts.setdefault(f"weight_hr{sfx}", []).append((s, 0))
-            continue
-        side, gate = divmod(s.lin_id, n)
-        name = ("weight" if s.kind == "weight" else "bias") + ("_ih", "_hh")[side] + sfx
-        parts.setdefault(name, []).append((s, gate * layout.hidden_size))
-    return parts
-
-
-def _torch_shape(layout: RNNLayout, name: str, parts: list[tuple[Any, int]]) -> Shape:
-    if name.startswith("weight_hr"):
-        return parts[0][0].shape
-    rows = len(GATES[layout.mode]) * layout.hidden_size
-    return (rows, parts[0][0].shape[1]) if name.startswith("weight") else (rows,)
-
-
 def rnn_pack_weights(
     params: Mapping[str, Any],
     *,
@@ -605,7 +587,7 @@ def rnn_pack_weights(
     layout = _layout_of(func, mode, input_size, hidden_size, num_layers, bidirectional, proj_size)
     if not isinstance(params, Mapping):
         raise TypeError(f"{func}: params is a {type(params).__name__}; expected a mapping")
-    parts = _torch_parts(layout)
+    parts = torch_params(layout)
     extra = sorted(str(k) for k in params if k not in parts)
     if extra:
         raise ValueError(f"{func}: unexpected parameters {extra}; expected {sorted(parts)}")
@@ -614,7 +596,7 @@ def rnn_pack_weights(
         if name not in params:
             raise ValueError(f"{func}: parameter {name!r} is missing; expected {sorted(parts)}")
         a = jnp.asarray(params[name])
-        shape = _torch_shape(layout, name, slots)
+        shape = torch_shape(layout, name, slots)
         if tuple(a.shape) != shape:
             raise ValueError(f"{func}: {name} has shape {tuple(a.shape)}; expected {shape}")
         for s, row in slots:
@@ -644,7 +626,7 @@ def rnn_unpack_weights(
             f"{func}: weights has shape {w.shape}; expected ({layout.size},) (rnn_weight_size)"
         )
     out: dict[str, jax.Array] = {}
-    for name, slots in _torch_parts(layout).items():
+    for name, slots in torch_params(layout).items():
         blocks = [w[s.offset : s.offset + s.size].reshape(s.shape) for s, _row in slots]
         out[name] = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks)
     return out

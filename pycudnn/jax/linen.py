@@ -56,11 +56,6 @@ __all__ = [
 _PROMOTE = nn.Conv.__dataclass_fields__["promote_dtype"].default
 
 
-def _own_promotion(layer: str, fn: Any) -> None:
-    if fn is not _PROMOTE:  # pycudnn promotes as Flax's default does; a custom rule is refused
-        raise ValueError(f"{layer}: promote_dtype={fn!r}; only Flax's default is supported")
-
-
 class Conv(nn.Conv):
     """``flax.linen.Conv`` through cuDNN (see the module docstring).
 
@@ -83,7 +78,7 @@ class Conv(nn.Conv):
             raise NotImplementedError(f"{name}: unshared (ConvLocal) kernels are not supported")
         if self.conv_general_dilated is not None or self.conv_general_dilated_cls is not None:
             raise ValueError(f"{name}: conv_general_dilated replaces pycudnn's call: use nn.Conv")
-        _own_promotion(name, self.promote_dtype)
+        _layers.check_default(name, "promote_dtype", self.promote_dtype, _PROMOTE)
         ks = (self.kernel_size,) if isinstance(self.kernel_size, int) else tuple(self.kernel_size)
         groups = self.feature_group_count
         kernel_shape = (*ks, inputs.shape[-1] // groups, self.features)
@@ -107,8 +102,6 @@ class LayerNorm(nn.LayerNorm):
         """Normalize *x* over its last axis (no *mask*)."""
         name = type(self).__qualname__
         _layers.check_flags(name, use_bias=self.use_bias, use_scale=self.use_scale)
-        if mask is not None:
-            raise NotImplementedError(f"{name}: mask is not supported by pycudnn")
         n = (x.shape[-1],)
         scale = bias = None
         if self.use_scale:
@@ -118,7 +111,7 @@ class LayerNorm(nn.LayerNorm):
         return _layers.norm_layer(
             name, x, scale, bias, rms=False, epsilon=self.epsilon, dtype=self.dtype,
             reduction_axes=self.reduction_axes, feature_axes=self.feature_axes,
-            axis_name=self.axis_name,
+            axis_name=self.axis_name, mask=mask,
         )  # fmt: skip
 
 
@@ -130,8 +123,6 @@ class RMSNorm(nn.RMSNorm):
         """RMS-normalize *x* over its last axis (no *mask*)."""
         name = type(self).__qualname__
         _layers.check_flags(name, use_scale=self.use_scale)
-        if mask is not None:
-            raise NotImplementedError(f"{name}: mask is not supported by pycudnn")
         n = (x.shape[-1],)
         scale = None
         if self.use_scale:
@@ -139,7 +130,7 @@ class RMSNorm(nn.RMSNorm):
         return _layers.norm_layer(
             name, x, scale, None, rms=True, epsilon=self.epsilon, dtype=self.dtype,
             reduction_axes=self.reduction_axes, feature_axes=self.feature_axes,
-            axis_name=self.axis_name,
+            axis_name=self.axis_name, mask=mask,
         )  # fmt: skip
 
 
@@ -159,8 +150,6 @@ class BatchNorm(nn.BatchNorm):
         """Normalize *x* (batch statistics unless *use_running_average*; no *mask*)."""
         name = type(self).__qualname__
         _layers.check_flags(name, use_bias=self.use_bias, use_scale=self.use_scale)
-        if mask is not None:
-            raise NotImplementedError(f"{name}: mask is not supported by pycudnn")
         use_ra = nn.module.merge_param(
             "use_running_average", self.use_running_average, use_running_average
         )
@@ -176,7 +165,7 @@ class BatchNorm(nn.BatchNorm):
         y, new_mean, new_var = _layers.batch_norm_layer(
             name, x, scale, bias, ra_mean.value, ra_var.value, use_running_average=use_ra,
             axis=self.axis, momentum=self.momentum, epsilon=self.epsilon, dtype=self.dtype,
-            axis_name=self.axis_name,
+            axis_name=self.axis_name, mask=mask,
         )  # fmt: skip
         if not use_ra and not self.is_initializing():
             ra_mean.value, ra_var.value = new_mean, new_var

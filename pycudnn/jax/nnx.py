@@ -32,16 +32,9 @@ from . import _layers
 __all__ = ["LSTM", "BatchNorm", "Conv", "LayerNorm", "RMSNorm"]
 
 
-def _default(cls: type, name: str) -> Any:
-    return inspect.signature(cls.__init__).parameters[name].default
-
-
-_PROMOTE = _default(nnx.Conv, "promote_dtype")
-
-
-def _own_promotion(layer: str, fn: Any) -> None:
-    if fn is not _PROMOTE:  # pycudnn promotes as Flax's default does; a custom rule is refused
-        raise ValueError(f"{layer}: promote_dtype={fn!r}; only Flax's default is supported")
+_DEFAULTS = inspect.signature(nnx.Conv.__init__).parameters
+_PROMOTE = _DEFAULTS["promote_dtype"].default
+_CONV_GENERAL = _DEFAULTS["conv_general_dilated"].default
 
 
 class Conv(nnx.Conv):
@@ -66,17 +59,34 @@ class Conv(nnx.Conv):
         in_features)``, *residual* of the result's shape (optional)."""
         name = type(self).__qualname__
         _layers.check_flags(name, use_bias=self.use_bias)
-        _own_promotion(name, self.promote_dtype)
+        _layers.check_default(name, "promote_dtype", self.promote_dtype, _PROMOTE)
         if out_sharding is not None:
             raise NotImplementedError(f"{name}: out_sharding is not supported by pycudnn")
-        if self.conv_general_dilated is not _default(nnx.Conv, "conv_general_dilated"):
-            raise ValueError(f"{name}: conv_general_dilated replaces pycudnn's call: use nnx.Conv")
+        _layers.check_default(
+            name, "conv_general_dilated", self.conv_general_dilated, _CONV_GENERAL
+        )
         return _layers.conv_layer(
-            name, inputs, self.kernel[...], None if self.bias is None else self.bias[...],
+            name, inputs, self.kernel[...], _value(self.bias),
             strides=self.strides, padding=self.padding, input_dilation=self.input_dilation,
             kernel_dilation=self.kernel_dilation, feature_group_count=self.feature_group_count,
             mask=self.mask, dtype=self.dtype, activation=self.activation, residual=residual,
         )  # fmt: skip
+
+
+def _value(v: Any) -> Any:
+    """A variable's array (None stays None)."""
+    return None if v is None else v[...]
+
+
+def _norm(m: Any, x: jax.Array, mask: Any, rms: bool) -> jax.Array:
+    """:class:`LayerNorm`'s and :class:`RMSNorm`'s call."""
+    name = type(m).__qualname__
+    _layers.check_default(name, "promote_dtype", m.promote_dtype, _PROMOTE)
+    return _layers.norm_layer(
+        name, x, _value(m.scale), None if rms else _value(m.bias), rms=rms, epsilon=m.epsilon,
+        dtype=m.dtype, reduction_axes=m.reduction_axes, feature_axes=m.feature_axes,
+        axis_name=m.axis_name, mask=mask,
+    )  # fmt: skip
 
 
 class LayerNorm(nnx.LayerNorm):
@@ -84,16 +94,7 @@ class LayerNorm(nnx.LayerNorm):
 
     def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
         """Normalize *x* over its last axis (no *mask*)."""
-        name = type(self).__qualname__
-        _own_promotion(name, self.promote_dtype)
-        if mask is not None:
-            raise NotImplementedError(f"{name}: mask is not supported by pycudnn")
-        return _layers.norm_layer(
-            name, x, None if self.scale is None else self.scale[...],
-            None if self.bias is None else self.bias[...], rms=False, epsilon=self.epsilon,
-            dtype=self.dtype, reduction_axes=self.reduction_axes,
-            feature_axes=self.feature_axes, axis_name=self.axis_name,
-        )  # fmt: skip
+        return _norm(self, x, mask, rms=False)
 
 
 class RMSNorm(nnx.RMSNorm):
@@ -101,15 +102,7 @@ class RMSNorm(nnx.RMSNorm):
 
     def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
         """RMS-normalize *x* over its last axis (no *mask*)."""
-        name = type(self).__qualname__
-        _own_promotion(name, self.promote_dtype)
-        if mask is not None:
-            raise NotImplementedError(f"{name}: mask is not supported by pycudnn")
-        return _layers.norm_layer(
-            name, x, None if self.scale is None else self.scale[...], None, rms=True,
-            epsilon=self.epsilon, dtype=self.dtype, reduction_axes=self.reduction_axes,
-            feature_axes=self.feature_axes, axis_name=self.axis_name,
-        )  # fmt: skip
+        return _norm(self, x, mask, rms=True)
 
 
 class BatchNorm(nnx.BatchNorm):
@@ -125,17 +118,14 @@ class BatchNorm(nnx.BatchNorm):
     ) -> jax.Array:
         """Normalize *x* (batch statistics unless *use_running_average*; no *mask*)."""
         name = type(self).__qualname__
-        _own_promotion(name, self.promote_dtype)
-        if mask is not None:
-            raise NotImplementedError(f"{name}: mask is not supported by pycudnn")
+        _layers.check_default(name, "promote_dtype", self.promote_dtype, _PROMOTE)
         use_ra = self.use_running_average if use_running_average is None else use_running_average
         if use_ra is None:
             raise ValueError(f"{name}: use_running_average is None; pass True or False")
         y, new_mean, new_var = _layers.batch_norm_layer(
-            name, x, None if self.scale is None else self.scale[...],
-            None if self.bias is None else self.bias[...], self.mean[...], self.var[...],
+            name, x, _value(self.scale), _value(self.bias), self.mean[...], self.var[...],
             use_running_average=use_ra, axis=self.axis, momentum=self.momentum,
-            epsilon=self.epsilon, dtype=self.dtype, axis_name=self.axis_name,
+            epsilon=self.epsilon, dtype=self.dtype, axis_name=self.axis_name, mask=mask,
         )  # fmt: skip
         if not use_ra:
             self.mean[...] = new_mean

@@ -309,3 +309,30 @@ def twin(request, call, stream):
     for r, o in zip(rets[:-1], outs, strict=True):
         r[...] = o.astype(r.dtype)
     rets[-1][...] = 0  # cuDNN updates it in place: anything may be left there
+
+
+def ours_and_theirs(kw, batch_first, lengths):
+    """``pycudnn.jax.rnn`` on ``(x, h0, c0, w)`` and its pure-JAX twin (:func:`jax_rnn` on the
+    unpacked weights), each returning ``(y, h, c)`` for an LSTM, ``(y, h)`` else; *kw* the
+    network (``mode``, ``input_size``, ``hidden_size``, ``num_layers``, ``bidirectional``,
+    ``proj_size``)."""
+    import pycudnn.jax as pj
+
+    mode, lstm = kw["mode"], kw["mode"] == "lstm"
+    opts = {k: kw[k] for k in ("num_layers", "bidirectional", "proj_size")}
+
+    def ours(x, h0, c0, w):
+        y, h, c = pj.rnn(
+            x, h0, c0, w, mode=mode, hidden_size=kw["hidden_size"], batch_first=batch_first,
+            seq_lengths=lengths, **opts,
+        )  # fmt: skip
+        return (y, h, c) if lstm else (y, h)
+
+    def theirs(x, h0, c0, w):
+        p = pj.rnn_unpack_weights(w, **kw)
+        xt = jnp.swapaxes(x, 0, 1) if batch_first else x
+        y, h, c = jax_rnn(mode, p, xt, h0, c0, kw["num_layers"], kw["bidirectional"], lengths)
+        y = jnp.swapaxes(y, 0, 1) if batch_first else y
+        return (y, h, c) if lstm else (y, h)
+
+    return ours, theirs

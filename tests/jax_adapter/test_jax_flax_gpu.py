@@ -17,6 +17,7 @@ pytest.importorskip("flax")
 import jax.numpy as jnp  # noqa: E402
 from flax import linen as fl  # noqa: E402
 from flax import nnx as fx  # noqa: E402
+from jax_gpu_support import cuda_device  # noqa: E402
 
 from pycudnn.jax import linen as pl  # noqa: E402
 from pycudnn.jax import nnx as px  # noqa: E402
@@ -27,12 +28,10 @@ _seeds = itertools.count(11)
 
 @pytest.fixture(scope="module")
 def gpu():
-    try:
-        devices = jax.devices("cuda")
-    except RuntimeError as exc:
-        pytest.skip(f"JAX has no CUDA backend here: {exc}")
-    with jax.default_device(devices[0]):
-        yield devices[0]
+    """JAX's first CUDA device, the default device of the module's tests."""
+    device = cuda_device()
+    with jax.default_device(device):
+        yield device
 
 
 def _rand(gpu, *shape, dtype="float32"):
@@ -120,15 +119,12 @@ class _Net(fl.Module):
         return fl.Dense(10)(x)
 
 
-def _train(net, variables, images, labels, steps):
+def _fit(loss_fn, variables, steps, lr):
+    """*steps* jitted Adam steps on ``loss_fn(variables)``; the loss of each step."""
     import optax
 
-    opt = optax.adam(3e-3)
+    opt = optax.adam(lr)
     state = opt.init(variables)
-
-    def loss_fn(v):
-        logits = net.apply(v, images)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
     @jax.jit
     def step(v, s):
@@ -143,6 +139,34 @@ def _train(net, variables, images, labels, steps):
     return np.array(losses)
 
 
+def _train(net, variables, images, labels, steps):
+    import optax
+
+    def loss_fn(v):
+        logits = net.apply(v, images)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+    return _fit(loss_fn, variables, steps, 3e-3)
+
+
+def _beside_twin(kind, train, ours, flax, x):
+    """Train the pure-Flax model from three seeds and ours from seed 0's variables with
+    ``train(net, variables)``; print a ``FLAXTRAIN`` line, check ours stays finite and learns.
+    Returns ``(Flax's seed-0 curve, Flax's seed-to-seed spread, |ours - seed 0|)``."""
+    curves = [train(flax, flax.init(jax.random.key(seed), x)) for seed in (0, 1, 2)]
+    mine = train(ours, flax.init(jax.random.key(0), x))
+    twin, spread = curves[0], np.ptp(np.stack(curves), axis=0)
+    gap = np.abs(mine - twin)
+    print(
+        f"FLAXTRAIN {kind} first loss {twin[0]:.4f} flax / {mine[0]:.4f} pycudnn, after "
+        f"{len(mine)} steps {twin[-1]:.4f} / {mine[-1]:.4f}; max |gap| {gap.max():.4f}, Flax's "
+        f"seed spread at the end {spread[-1]:.4f}"
+    )
+    assert np.isfinite(mine).all()
+    assert mine[-1] < 0.5 * mine[0]  # it learns
+    return twin, spread, gap
+
+
 def test_a_small_cnn_trains_like_its_pure_flax_twin(gpu):
     pytest.importorskip("optax")
     rng = np.random.default_rng(0)
@@ -150,23 +174,9 @@ def test_a_small_cnn_trains_like_its_pure_flax_twin(gpu):
     labels = jax.device_put(rng.integers(0, 10, 64).astype(np.int32), gpu)
     ours = _Net(pl.Conv, pl.LayerNorm, pl.max_pool, True)
     flax = _Net(fl.Conv, fl.LayerNorm, fl.max_pool, False)
-    steps = 150
-    curves = {}
-    for seed in (0, 1, 2):
-        v = flax.init(jax.random.key(seed), images)
-        curves[seed] = _train(flax, v, images, labels, steps)
-    v0 = flax.init(jax.random.key(0), images)
-    mine = _train(ours, v0, images, labels, steps)
-    twin = curves[0]
-    spread = np.ptp(np.stack(list(curves.values())), axis=0)
-    gap = np.abs(mine - twin)
-    print(
-        f"FLAXTRAIN cnn first loss {twin[0]:.4f} flax / {mine[0]:.4f} pycudnn, after {steps} "
-        f"steps {twin[-1]:.4f} / {mine[-1]:.4f}; max |gap| {gap.max():.4f}, Flax's seed spread "
-        f"at the end {spread[-1]:.4f}"
+    _twin, spread, gap = _beside_twin(
+        "cnn", lambda net, v: _train(net, v, images, labels, 150), ours, flax, images
     )
-    assert np.isfinite(mine).all()
-    assert mine[-1] < 0.5 * mine[0]  # it learns
     assert gap[0] < 1e-3
     assert gap[-20:].max() <= max(spread[-20:].max(), 0.05)
 
@@ -186,22 +196,7 @@ class _Seq(fl.Module):
 
 
 def _train_seq(net, variables, x, target, steps):
-    import optax
-
-    opt = optax.adam(1e-2)
-    state = opt.init(variables)
-
-    @jax.jit
-    def step(v, s):
-        loss, g = jax.value_and_grad(lambda v: ((net.apply(v, x) - target) ** 2).mean())(v)
-        upd, s = opt.update(g, s, v)
-        return optax.apply_updates(v, upd), s, loss
-
-    losses = []
-    for _ in range(steps):
-        variables, state, loss = step(variables, state)
-        losses.append(float(loss))
-    return np.array(losses)
+    return _fit(lambda v: ((net.apply(v, x) - target) ** 2).mean(), variables, steps, 1e-2)
 
 
 def test_an_lstm_trains_like_its_pure_flax_twin(gpu):
@@ -210,24 +205,11 @@ def test_an_lstm_trains_like_its_pure_flax_twin(gpu):
     x = jax.device_put(rng.standard_normal((64, 20, 4)).astype(np.float32), gpu)
     target = jax.device_put(np.asarray(x).sum(axis=(1, 2)).astype(np.float32) / 4, gpu)
     ours, flax = _Seq(True), _Seq(False)
-    steps = 150
-    curves = {
-        s: _train_seq(flax, flax.init(jax.random.key(s), x), x, target, steps) for s in (0, 1, 2)
-    }
-    v0 = flax.init(jax.random.key(0), x)
-    v_ours = ours.init(jax.random.key(0), x)
+    v0, v_ours = flax.init(jax.random.key(0), x), ours.init(jax.random.key(0), x)
     assert jax.tree.structure(v0) == jax.tree.structure(v_ours)  # the same variables
-    mine = _train_seq(ours, v0, x, target, steps)
-    twin = curves[0]
-    spread = np.ptp(np.stack(list(curves.values())), axis=0)
-    gap = np.abs(mine - twin)
-    print(
-        f"FLAXTRAIN lstm first loss {twin[0]:.4f} flax / {mine[0]:.4f} pycudnn, after {steps} "
-        f"steps {twin[-1]:.4f} / {mine[-1]:.4f}; max |gap| {gap.max():.4f}, Flax's seed spread "
-        f"at the end {spread[-1]:.4f}"
+    twin, spread, gap = _beside_twin(
+        "lstm", lambda net, v: _train_seq(net, v, x, target, 150), ours, flax, x
     )
-    assert np.isfinite(mine).all()
-    assert mine[-1] < 0.5 * mine[0]
     assert gap[0] < 1e-3 * max(1.0, twin[0])
     assert gap[-20:].max() <= max(spread[-20:].max(), 0.05 * twin[-20:].max())
 

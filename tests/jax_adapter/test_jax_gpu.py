@@ -11,17 +11,11 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
+import jax_gpu_support as S  # noqa: E402
+
 pytestmark = [pytest.mark.gpu, pytest.mark.jax]
+gpu = S.gpu  # the shared fixture
 _names = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def gpu():
-    try:
-        devices = jax.devices("cuda")
-    except RuntimeError as exc:
-        pytest.skip(f"JAX has no CUDA backend here: {exc}")
-    return devices[0]
 
 
 def _relu_target(mode="relu"):

@@ -7,41 +7,22 @@ Markers ``gpu`` and ``jax``."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
+import jax_gpu_support as S  # noqa: E402
 from jax import lax  # noqa: E402
+from jax_gpu_support import poison as _poison  # noqa: E402
+from jax_gpu_support import rand as _rand  # noqa: E402
 
 import pycudnn.graph as G  # noqa: E402
 import pycudnn.jax as pj  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.jax]
-_seeds = itertools.count(1)
-
-
-@pytest.fixture(scope="module")
-def gpu():
-    try:
-        devices = jax.devices("cuda")
-    except RuntimeError as exc:
-        pytest.skip(f"JAX has no CUDA backend here: {exc}")
-    return devices[0]
-
-
-def _rand(gpu, shape, dtype="float32", scale=1.0):
-    a = np.random.default_rng(next(_seeds)).standard_normal(shape) * scale
-    return jax.device_put(a.astype(dtype), gpu)
-
-
-def _poison(gpu, *like):
-    junk = [jax.device_put(np.full(np.shape(a), np.nan, np.dtype(a.dtype)), gpu) for a in like]
-    jax.block_until_ready(junk)
-    del junk
+gpu = S.gpu  # the shared fixture
 
 
 def _check(what, got, ref, tol):

@@ -15,24 +15,15 @@ jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
 import jax_attention_references as RA  # noqa: E402
+import jax_gpu_support as S  # noqa: E402
 from test_jax_ops_attention import _jax_affine_grid, _jax_grid_sample  # noqa: E402
 from test_jax_ops_gpu import _check, _rand, _twice, _vjp  # noqa: E402
-from test_jax_ops_gpu import float64 as _float64  # noqa: E402, F401 (autouse: float64 allowed)
 
 import pycudnn.jax as pj  # noqa: E402
 from pycudnn.jax import _bound  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.jax]
-
-
-@pytest.fixture(scope="module")
-def gpu():
-    """JAX's first CUDA device; the module skips without one (as test_jax_ops_gpu's)."""
-    try:
-        devices = jax.devices("cuda")
-    except RuntimeError as exc:
-        pytest.skip(f"JAX has no CUDA backend here: {exc}")
-    return devices[0]
+gpu, float64 = S.gpu, S.float64  # the shared fixtures (float64: autouse)
 
 
 def _f64(*arrays):

@@ -7,7 +7,6 @@ printed (``HOSTCOST`` lines, not asserted). Markers ``gpu`` and ``jax``."""
 
 from __future__ import annotations
 
-import itertools
 import statistics
 import threading
 import time
@@ -18,48 +17,17 @@ import pytest
 jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
+import jax_gpu_support as S  # noqa: E402
 import jax_op_references as R  # noqa: E402
 from jax import lax  # noqa: E402
+from jax_gpu_support import poison as _poison  # noqa: E402
+from jax_gpu_support import rand as _rand  # noqa: E402
 
 import pycudnn.jax as pj  # noqa: E402
 from pycudnn.jax import _bound  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.jax]
-_seeds = itertools.count(1)
-
-
-@pytest.fixture(scope="module")
-def gpu():
-    try:
-        devices = jax.devices("cuda")
-    except RuntimeError as exc:
-        pytest.skip(f"JAX has no CUDA backend here: {exc}")
-    return devices[0]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def float64():
-    """float64 operands allowed (the tests give every array its dtype)."""
-    if hasattr(jax, "enable_x64"):  # the context manager (jax 0.10+)
-        with jax.enable_x64(True):
-            yield
-    else:
-        jax.config.update("jax_enable_x64", True)
-        yield
-        jax.config.update("jax_enable_x64", False)
-
-
-def _rand(gpu, shape, dtype="float32", scale=1.0):
-    a = np.random.default_rng(next(_seeds)).standard_normal(shape) * scale
-    return jax.device_put(a.astype(dtype), gpu)
-
-
-def _poison(gpu, *arrays):
-    """Fill and free device memory with NaN in the sizes of *arrays*: the allocator hands such
-    blocks to the next outputs, so an element a call fails to write shows as NaN."""
-    junk = [jax.device_put(np.full(np.shape(a), np.nan, np.dtype(a.dtype)), gpu) for a in arrays]
-    jax.block_until_ready(junk)
-    del junk
+gpu, float64 = S.gpu, S.float64  # the shared fixtures (float64: autouse)
 
 
 TOL = {"float64": 1e-9, "float32": 2e-5, "float16": 2e-2, "bfloat16": 3e-2}

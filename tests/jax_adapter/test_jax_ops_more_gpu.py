@@ -15,6 +15,7 @@ import pytest
 jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
+import jax_gpu_support as S  # noqa: E402
 import jax_op_references_more as R  # noqa: E402
 import test_jax_ops_gpu as G  # noqa: E402
 from jax import lax  # noqa: E402
@@ -26,7 +27,7 @@ import pycudnn.jax as pj  # noqa: E402
 from pycudnn.jax import _bound  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.jax]
-gpu, float64 = G.gpu, G.float64  # test_jax_ops_gpu.py's fixtures (the device; float64 enabled)
+gpu, float64 = S.gpu, S.float64  # the shared fixtures (float64: autouse)
 
 
 @pytest.fixture

@@ -197,21 +197,7 @@ def test_outputs_states_and_gradients_are_a_scans(mode, layers, bidi, proj, batc
     h0 = _rand(layers * dirs, n, proj or hidden, seed=3, scale=0.5)
     c0 = _rand(layers * dirs, n, hidden, seed=4, scale=0.5) if mode == "lstm" else None
     lstm = mode == "lstm"
-    opts = {k: kw[k] for k in ("num_layers", "bidirectional", "proj_size")}
-
-    def ours(x, h0, c0, w):
-        y, h, c = pj.rnn(
-            x, h0, c0, w, mode=mode, hidden_size=hidden, batch_first=batch_first,
-            seq_lengths=lengths, **opts,
-        )  # fmt: skip
-        return (y, h, c) if lstm else (y, h)
-
-    def theirs(x, h0, c0, w):
-        p = pj.rnn_unpack_weights(w, **kw)
-        xt = jnp.swapaxes(x, 0, 1) if batch_first else x
-        y, h, c = RR.jax_rnn(mode, p, xt, h0, c0, layers, bidi, lengths)
-        y = jnp.swapaxes(y, 0, 1) if batch_first else y
-        return (y, h, c) if lstm else (y, h)
+    ours, theirs = RR.ours_and_theirs(kw, batch_first, lengths)
 
     args = (x, h0, c0, w)
     got, ref = jax.jit(ours)(*args), theirs(*args)

@@ -7,54 +7,22 @@ sequences, vmap (per example), ``jax.test_util.check_grads`` on a small float64 
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
+import jax_gpu_support as S  # noqa: E402
 import jax_rnn_references as RR  # noqa: E402
+from jax_gpu_support import poison as _poison  # noqa: E402
+from jax_gpu_support import rand as _rand  # noqa: E402
 
 import pycudnn.jax as pj  # noqa: E402
 from pycudnn.highlevel.rnn_layout import canonical_rnn_layout  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.jax]
-_seeds = itertools.count(1)
-
-
-@pytest.fixture(scope="module")
-def gpu():
-    try:
-        devices = jax.devices("cuda")
-    except RuntimeError as exc:
-        pytest.skip(f"JAX has no CUDA backend here: {exc}")
-    return devices[0]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def float64():
-    """float64 operands allowed (the tests give every array its dtype)."""
-    if hasattr(jax, "enable_x64"):
-        with jax.enable_x64(True):
-            yield
-    else:
-        jax.config.update("jax_enable_x64", True)
-        yield
-        jax.config.update("jax_enable_x64", False)
-
-
-def _rand(gpu, shape, dtype, scale=1.0):
-    a = np.random.default_rng(next(_seeds)).standard_normal(shape) * scale
-    return jax.device_put(a.astype(dtype), gpu)
-
-
-def _poison(gpu, *arrays):
-    """Fill and free device memory with NaN in the sizes of *arrays*."""
-    junk = [jax.device_put(np.full(np.shape(a), np.nan, np.dtype(a.dtype)), gpu) for a in arrays]
-    jax.block_until_ready(junk)
-    del junk
+gpu, float64 = S.gpu, S.float64  # the shared fixtures (float64: autouse)
 
 
 TOL = {"float64": 1e-9, "float32": 5e-5, "float16": 2e-2}
@@ -96,21 +64,7 @@ def test_rnn_outputs_states_and_gradients(
     kw.update(bidirectional=bidi, proj_size=proj)
     size = canonical_rnn_layout(mode, inp, hidden, layers, bidi, proj).size
     assert pj.rnn_weight_size(**kw) == size
-    opts = {k: kw[k] for k in ("num_layers", "bidirectional", "proj_size")}
-
-    def ours(x, h0, c0, w):
-        y, h, c = pj.rnn(
-            x, h0, c0, w, mode=mode, hidden_size=hidden, batch_first=batch_first,
-            seq_lengths=lengths, **opts,
-        )  # fmt: skip
-        return (y, h, c) if lstm else (y, h)
-
-    def theirs(x, h0, c0, w):
-        p = pj.rnn_unpack_weights(w, **kw)
-        xt = jnp.swapaxes(x, 0, 1) if batch_first else x
-        y, h, c = RR.jax_rnn(mode, p, xt, h0, c0, layers, bidi, lengths)
-        y = jnp.swapaxes(y, 0, 1) if batch_first else y
-        return (y, h, c) if lstm else (y, h)
+    ours, theirs = RR.ours_and_theirs(kw, batch_first, lengths)
 
     argnums = (0, 1, 2, 3) if lstm else (0, 1, 3)
 
