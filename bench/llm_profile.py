@@ -19,6 +19,8 @@ with the GPU kept busy (``launch_floor.per_launch``). Run on the GPU machine::
     PYTHONPATH=. python3 bench/llm_profile.py [--arch llama,gpt2] [--modes train,decode]
                                               [--calls] [--tables] [--json FILE]
 
+``--calls --arch ""`` runs the per-call table alone.
+
 Self-contained: torch, transformers, pycudnn and ``bench/launch_floor.py``.
 """
 
@@ -261,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": []}
     if args.calls:
         results["calls"] = calls()
-    for arch in args.arch.split(","):
+    for arch in filter(None, args.arch.split(",")):  # (--arch "": the per-call table alone)
         sides = _sides(arch)
         vocab = sides["sdpa"].config.vocab_size
         for mode in args.modes.split(","):
