@@ -90,6 +90,7 @@ def differentiable(
     backward: Callable[..., Any],
     mutates: tuple[str, ...] = (),
     eager_run: Callable[..., Any] | None = None,
+    stats_outputs: int = 0,
 ) -> tuple[type[torch.autograd.Function], Any]:
     """One differentiable operation of a family, defined once: *run* (the forward, the op's
     real implementation), *setup* (``setup(ctx, inputs, output)``: what the backward keeps) and
@@ -107,13 +108,19 @@ def differentiable(
     own arguments, which *setup* (and the backward's count of gradients) then reads too: what
     only eager calls can do (an in-place activation: a custom op returns no alias of its
     input), or the module's options passed whole (each argument of ``Function.apply`` costs
-    Python steps; the op takes them one by one, as lists)."""
+    Python steps; the op takes them one by one, as lists).
+    *stats_outputs* counts the trailing outputs that never carry a gradient (statistics,
+    masks; *setup* marks them non-differentiable): the eager Function does not materialize
+    their gradients (autograd would otherwise allocate and fill a zero tensor for each, every
+    backward), and when the first output's gradient is absent too its backward returns none."""
     forward_run = run if eager_run is None else eager_run
 
     def forward(ctx: Any, *args: Any) -> Any:
         out = forward_run(*args)
         setup(ctx, args, out)
         ctx.gradient = eager_gradient
+        if stats_outputs:
+            ctx.set_materialize_grads(False)
         return out
 
     def op_setup(ctx: Any, inputs: Any, output: Any) -> None:
@@ -122,6 +129,8 @@ def differentiable(
 
     @once_differentiable
     def eager_backward(ctx: Any, *grads: Any) -> Any:
+        if stats_outputs and grads[0] is None:  # (not materialized: the output went unused)
+            return (None,) * len(ctx.needs_input_grad)
         return backward(ctx, *grads)
 
     # made by type() so that autograd's node class is named after it (``SoftmaxFnBackward``)

@@ -28,7 +28,15 @@ from typing import Any
 
 from ..highlevel import _bound, _call
 
-__all__ = ["Tape", "bound_count", "launch", "run", "set_device_getter"]
+__all__ = [
+    "Tape",
+    "bound_count",
+    "launch",
+    "launch_fresh",
+    "recording",
+    "run",
+    "set_device_getter",
+]
 
 _local = threading.local()  # the calling thread's tape
 _recording = 0  # tapes recording in any thread
@@ -55,6 +63,37 @@ def launch(tag: Any, tensors: tuple, stream: int, slow: Callable[..., Any], *arg
         tape = getattr(_local, "tape", None)
         if tape is not None:
             tape.append((entry, tensors))
+
+
+def launch_fresh(
+    tag: Any, inputs: tuple, outputs: tuple, stream: int, slow: Callable[..., Any], *args: Any
+) -> None:
+    """:func:`launch` for a call whose *outputs* the caller has just allocated, each laid out
+    as a function of *tag* and the *inputs*' signatures alone (``torch.empty_like(x)``, or a
+    shape computed from the inputs' on their device): their shapes, strides, dtypes and device
+    are then pinned by the key already, and only their alignment is keyed (one tensor's
+    signature read costs about a microsecond on a slow host; a norm's call has three such
+    outputs). Never pass an output a user gave: its layout is its own."""
+    key: list[Any] = [tag, _call.snapshot()]
+    ptrs = []
+    for t in inputs:
+        p = t.data_ptr()
+        ptrs.append(p)
+        key.append((t.shape, t.stride(), t.dtype, t.get_device(), p & 15))
+    for t in outputs:
+        p = t.data_ptr()
+        ptrs.append(p)
+        key.append(p & 15)
+    entry = run(tuple(key), tuple(ptrs), stream, slow, *args)
+    if _recording:
+        tape = getattr(_local, "tape", None)
+        if tape is not None:
+            tape.append((entry, inputs + outputs))
+
+
+def recording() -> bool:
+    """Whether a :class:`Tape` records on the calling thread."""
+    return _recording > 0 and getattr(_local, "tape", None) is not None
 
 
 class Tape:

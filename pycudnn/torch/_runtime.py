@@ -33,6 +33,7 @@ __all__ = [
     "format_of",
     "like",
     "no_broadcast",
+    "raw_stream",
     "ready",
     "stream_of",
     "to_torch",
@@ -55,6 +56,8 @@ def _current_stream_slow(device: int) -> int:
 _raw_stream: Callable[[int], int] = getattr(
     torch._C, "_cuda_getCurrentRawStream", _current_stream_slow
 )
+#: the same, public within the adapter (hot paths that know the device index)
+raw_stream = _raw_stream
 _DEVICES: dict[int, torch.device] = {}
 if hasattr(torch._C, "_cuda_getDevice"):  # torch's current device, without a CUDA call
     _lean.set_device_getter(torch._C._cuda_getDevice)

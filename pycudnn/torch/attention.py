@@ -74,11 +74,12 @@ def sdpa_run(q, k, v, mask, causal, scale, p, seed, grad) -> tuple[torch.Tensor,
         if grad:
             b, h, sq = q.shape[:3]
             stats = torch.empty((b, h, sq, 1), dtype=torch.float32, device=q.device)
-            ops: tuple = (q, k, v, out, stats)
+            outs: tuple = (out, stats)
         else:
-            ops = (q, k, v, out)
+            outs = (out,)
         tag = (_FWD, causal, scale, grad)
-        _lean.launch(tag, ops, s, _forward_slow, q, k, v, causal, scale, out, stats, s)
+        _lean.launch_fresh(tag, (q, k, v), outs, s, _forward_slow, q, k, v, causal, scale, out,
+                           stats, s)  # fmt: skip
         return out, stats
     r = dnn_sdpa(q, k, v, mask, causal, scale, p, seed, grad or p > 0.0, out=out, stream=s)
     return out, (to_torch(r[1]) if grad else None)
@@ -202,7 +203,7 @@ def _op_grad(
         grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
         ops = (q, k, v, out, dout, stats)
         tag = (_BWD, causal, scale, det)
-        _lean.launch(tag, ops + grads, s, _backward_slow, ops, causal, scale, det, grads, s)
+        _lean.launch_fresh(tag, ops, grads, s, _backward_slow, ops, causal, scale, det, grads, s)
         return (*grads, q.new_empty(0))
     r = dnn_sdpa_grad(q, k, v, out, dout, stats, mask, causal, scale, p, _seed_of(seed),
                       deterministic=det, bias_grad=bias_grad, stream=s)  # fmt: skip
@@ -249,7 +250,9 @@ def _backward(ctx, dout, _dstats):
 #: an optional additive *mask* ``(B|1, H|1, S_q, S_kv)`` in q's dtype (:func:`attention_bias`;
 #: its gradient only for a ``(1, H, S_q, S_kv)`` one, the shape cuDNN computes it for), *seed* a
 #: CPU int64 tensor of one element when *p* > 0, stats empty unless *training*; one backward
-SDPAFn, op_sdpa = differentiable("sdpa", _op_sdpa, _op_sdpa_fake, _setup, _backward)
+SDPAFn, op_sdpa = differentiable(
+    "sdpa", _op_sdpa, _op_sdpa_fake, _setup, _backward, stats_outputs=1
+)
 #: ``pycudnn::sdpa_grad(q, k, v, out, dout, stats, mask?, causal, scale?, p, seed?, bias_grad)
 #: -> (dq, dk, dv, dbias)``
 op_sdpa_grad = define("sdpa_grad", _op_grad, _op_grad_fake)

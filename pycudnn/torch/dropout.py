@@ -121,7 +121,13 @@ def _backward(ctx, dy, _dmask):
 #: ``pycudnn::dropout(x, p) -> (y, mask)``: ``dnn_dropout`` with the mask (cuDNN's reserve space,
 #: :func:`~pycudnn.dropout_mask_bytes`) as a uint8 tensor the backward reads; one backward
 DropoutFn, op_dropout = differentiable(
-    "dropout", _op_dropout, _op_dropout_fake, _setup, _backward, eager_run=_dropout_eager
+    "dropout",
+    _op_dropout,
+    _op_dropout_fake,
+    _setup,
+    _backward,
+    eager_run=_dropout_eager,
+    stats_outputs=1,
 )
 #: ``pycudnn::dropout_grad(dy, mask, p) -> dx``: ``dnn_dropout_grad`` with that mask
 op_dropout_grad = define("dropout_grad", _op_grad, _op_grad_fake)

@@ -9,6 +9,7 @@ transposed operands are strided views, not copies) and a sum for the bias.
 from __future__ import annotations
 
 import contextlib
+from threading import get_ident
 from typing import Any
 
 import torch
@@ -16,11 +17,20 @@ from torch import nn
 from torch.nn import functional as F
 
 from .._config import config
-from ..highlevel import dnn_matmul
-from . import _lean
+from ..highlevel import _call, dnn_matmul
+from . import _binding, _lean
 from ._compile import compiling, constant, define, differentiable
-from ._module import Converted, float_params
-from ._runtime import FIRST_USE, HALVES, NORM_FLOATS, autocast_dtype, cuda_ok, ready, stream_of
+from ._module import STATE, Converted, float_params, state
+from ._runtime import (
+    FIRST_USE,
+    HALVES,
+    NORM_FLOATS,
+    autocast_dtype,
+    cuda_ok,
+    raw_stream,
+    ready,
+    stream_of,
+)
 
 __all__ = [
     "TF32_DTYPES",
@@ -92,8 +102,8 @@ def linear_run(x: torch.Tensor, w: torch.Tensor, b: Any) -> tuple[torch.Tensor, 
     y = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
     if x.is_contiguous() and w.is_contiguous():  # the common case: no view made per call
         s = stream_of(x)
-        ops = (x, w, y) if b is None else (x, w, b, y)
-        _lean.launch(_FWD, ops, s, _fwd_slow, x, w, b, y, s)
+        ins = (x, w) if b is None else (x, w, b)
+        _lean.launch_fresh(_FWD, ins, (y,), s, _fwd_slow, x, w, b, y, s)
         return y, x
     x2 = _matrix(x.reshape(-1, k))
     matmul_run(x2, _matrix(w).t(), b, y.view(-1, n))
@@ -122,7 +132,8 @@ def _tf32(dy: torch.Tensor) -> Any:
 
 def _grad_launch(tag: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, slow: Any) -> None:
     """A gradient product on contiguous operands keyed as they are, float32 under TF32 (the
-    forward's choice, :func:`_tf32`)."""
+    forward's choice, :func:`_tf32`). *out* is keyed too: ``dx`` takes the shape the caller
+    gave (``pycudnn::linear_dx``'s ``x_shape``), not one the operands fix."""
     s = stream_of(a)
     if a.dtype is torch.float32:
         with _tf32(a):
@@ -201,24 +212,55 @@ def _op_dw_fake(dy, x):
 
 
 def _setup(ctx, inputs, output) -> None:
-    x, w, b = inputs
+    x, w, b = inputs[:3]
     ctx.save_for_backward(x, w)
     ctx.has_bias = b is not None
+    ctx.bound = inputs[3] if len(inputs) > 3 else None  # an eager call's module binding
 
 
 def _backward(ctx, dy):
     x, w = ctx.saved_tensors
     need = ctx.needs_input_grad
-    dx = ctx.gradient(op_linear_dx, _op_dx, dy, w, list(x.shape)) if need[0] else None
-    dw = ctx.gradient(op_linear_dw, _op_dw, dy, x) if need[1] else None
+    bd = ctx.bound
+    dx = dw = None
+    if bd is None:
+        dx = ctx.gradient(op_linear_dx, _op_dx, dy, w, list(x.shape)) if need[0] else None
+        dw = ctx.gradient(op_linear_dw, _op_dw, dy, x) if need[1] else None
+    else:  # the binding's gradient entries, bound by this thread's first backward
+        sig = _binding.grad_sig(dy)
+        if need[0]:
+            e = _binding.grad_entry(bd, _DX, sig)
+            dx = None if e is None else _bound_product(bd, e, dy, w, bd.meta[0], dy.dtype)
+            if dx is None:
+                args = (op_linear_dx, _op_dx, dy, w, list(x.shape))
+                dx = _binding.record_grad(bd, _DX, sig, ctx.gradient, (dy, w), 1, *args)
+        if need[1]:
+            e = _binding.grad_entry(bd, _DW, sig)
+            dw = None if e is None else _bound_product(bd, e, dy, x, w.shape, dy.dtype)
+            if dw is None:
+                args = (op_linear_dw, _op_dw, dy, x)
+                dw = _binding.record_grad(bd, _DW, sig, ctx.gradient, (dy, x), 1, *args)
     db = _bias_grad(dy.reshape(-1, w.shape[0])) if ctx.has_bias and need[2] else None
-    return dx, dw, db
+    return (dx, dw, db) + (None,) * (len(need) - 3)
+
+
+def _linear_eager(x, w, b, bound=None):
+    """``LinearFn``'s eager forward: *bound* (a module's :class:`~._binding.Binding` whose
+    signature this call has) launches its entry; else :func:`_op_linear`."""
+    if bound is not None:
+        y = _bound_product(bound, bound.entry, x, w, bound.meta[1], x.dtype, b)
+        if y is not None:
+            bound.hits += 1
+            return y
+    return _op_linear(x, w, b)
 
 
 #: ``LinearFn.apply(x, w, b)`` (eager) and ``pycudnn::linear(x, w, b?)``: :func:`linear_run`
 #: (``x @ w.T + b``, any leading dims), one backward (``dx = dy @ w``, ``dw = dy.T @ x``,
 #: ``db = dy`` summed over the rows)
-LinearFn, op_linear = differentiable("linear", _op_linear, _op_linear_fake, _setup, _backward)
+LinearFn, op_linear = differentiable(
+    "linear", _op_linear, _op_linear_fake, _setup, _backward, eager_run=_linear_eager
+)
 #: ``pycudnn::linear_dx(dy, w, x_shape)``: :func:`linear_dx`
 op_linear_dx = define("linear_dx", _op_dx, _op_dx_fake)
 #: ``pycudnn::linear_dw(dy, x)``: :func:`linear_dw`
@@ -257,12 +299,91 @@ def linear_forward(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
     Inside ``torch.autocast('cuda')`` the operands are cast to autocast's dtype first, as
     autocast casts ``F.linear``; the casts are part of the autograd graph, so the gradients come
-    back in the parameters' dtypes.
+    back in the parameters' dtypes. A call with the signature of the module's binding
+    (:mod:`._binding`) is its one launch; another call that runs as one lean launch on the
+    module's own tensors binds anew.
     """
-    ops = linear_operands(x, m.weight, m.bias)
+    # (dynamo must not read the side table: it would guard on the weak dict's contents)
+    st = None if compiling() else STATE.get(m)
+    if st is not None:
+        bd = st.get("bound")
+        if bd is not None:
+            y = _bound_forward(m, x, bd)
+            if y is not None:
+                return y
+    w, b = m.weight, m.bias
+    ops = linear_operands(x, w, b)
     if ops is None:
-        return F.linear(x, m.weight, m.bias)  # torch's (and in an autocast region autocast's)
-    return _apply(*ops)
+        return F.linear(x, w, b)  # torch's (and in an autocast region autocast's)
+    if (
+        ops[0] is not x or ops[1] is not w or ops[2] is not b or compiling()
+        or not x.is_contiguous() or not w.is_contiguous()  # (the lean path makes views)
+        or (st is not None and st.get("nobind"))
+    ):  # fmt: skip
+        return _apply(*ops)
+    sig = _linear_sig(x, w, b, _wants_grad(x, w, b))
+    ins = (x, w) if b is None else (x, w, b)
+    y, entry = _binding.record(_apply, ins, 1, *ops)
+    if entry is not None:
+        meta = (tuple(x.shape), tuple(y.shape), x.device, x.get_device())
+        _binding.keep(state(m), sig, entry, meta)
+    return y
+
+
+def _wants_grad(x: torch.Tensor, w: torch.Tensor, b: Any) -> bool:
+    return torch.is_grad_enabled() and (
+        x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
+    )
+
+
+def _linear_sig(x: torch.Tensor, w: torch.Tensor, b: Any, grad: bool) -> tuple:
+    """A Linear call's signature (:mod:`._binding`): what :func:`linear_operands`' checks and
+    the lean key read of the input and the parameters, the mode, ``pycudnn.config`` (TF32), the
+    thread."""
+    return (
+        type(x), x.shape, x.stride(), x.dtype, x.get_device(), x.data_ptr() & 15,
+        type(w), w.shape, w.stride(), w.dtype, w.get_device(), w.data_ptr() & 15,
+        None if b is None else (
+            type(b), b.shape, b.stride(), b.dtype, b.get_device(), b.data_ptr() & 15),
+        grad, _call.snapshot(), get_ident(),
+    )  # fmt: skip
+
+
+def _bound_forward(m: nn.Linear, x: torch.Tensor, bd: Any) -> Any:
+    """The module's bound call for *x* when this call has the binding's signature, else None
+    (then :func:`linear_forward` goes its own way)."""
+    if autocast_dtype() is not None:  # (never called while dynamo traces: see the caller)
+        return None
+    p = m._parameters
+    w, b = p["weight"], p["bias"]
+    if w is None:
+        return None
+    grad = _wants_grad(x, w, b)
+    if _linear_sig(x, w, b, grad) != bd.sig:
+        return None
+    if grad:
+        return LinearFn.apply(x, w, b, bd)
+    y = _bound_product(bd, bd.entry, x, w, bd.meta[1], x.dtype, b)
+    if y is not None:
+        bd.hits += 1
+    return y
+
+
+def _bound_product(
+    bd: Any, entry: Any, a: torch.Tensor, c: torch.Tensor, shape: Any, dtype: Any, bias: Any = None
+) -> torch.Tensor | None:
+    """A new tensor of *shape* and *dtype* that the bound *entry* writes from *a* and *c* (and
+    *bias*): the forward ``x, w -> y`` or a gradient ``dy, w -> dx`` / ``dy, x -> dw``, in the
+    lean path's pointer order; None where it could not launch."""
+    out = torch.empty(shape, dtype=dtype, device=bd.meta[2])
+    op = out.data_ptr()
+    if bias is None:
+        ptrs: tuple = (a.data_ptr(), c.data_ptr(), op)
+    else:
+        ptrs = (a.data_ptr(), c.data_ptr(), bias.data_ptr(), op)
+    if op & 15 or not _binding.launch(entry, ptrs, raw_stream(bd.meta[3])):
+        return None
+    return out
 
 
 def linear_operands(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> tuple | None:

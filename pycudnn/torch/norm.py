@@ -5,15 +5,16 @@ them."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from threading import get_ident
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..highlevel import dnn_layer_norm, dnn_layer_norm_grad, dnn_rms_norm, dnn_rms_norm_grad
-from . import _lean
+from ..highlevel import _call, dnn_layer_norm, dnn_layer_norm_grad, dnn_rms_norm, dnn_rms_norm_grad
+from . import _binding, _lean
 from ._compile import compiling, define, differentiable
-from ._module import Converted, float_params
+from ._module import STATE, Converted, float_params, state
 from ._runtime import (
     FIRST_USE,
     NORM_FLOATS,
@@ -21,6 +22,7 @@ from ._runtime import (
     cuda_ok,
     dense,
     no_broadcast,
+    raw_stream,
     ready,
     stream_of,
     to_torch,
@@ -66,7 +68,7 @@ def layer_norm_run(x, w, b, shape, eps, grad) -> tuple[torch.Tensor, Any, Any]:
     both parameters given every output is allocated here and the call is bound to its
     signature (:mod:`._lean`); without one, the public function's stand-ins run it."""
     ready()
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = _out(x)
     s = stream_of(x)
     if w is None or b is None:
         _, mean, inv = dnn_layer_norm(x, shape, w, b, eps, training=grad, out=y, stream=s)
@@ -74,11 +76,11 @@ def layer_norm_run(x, w, b, shape, eps, grad) -> tuple[torch.Tensor, Any, Any]:
     mean = inv = None
     if grad:
         mean, inv = _stats(x, shape, True), _stats(x, shape, True)
-        ops: tuple = (x, w, b, y, mean, inv)
+        outs: tuple = (y, mean, inv)
     else:
-        ops = (x, w, b, y)
-    _lean.launch((_LN, shape, eps, grad), ops, s, _ln_slow, x, shape, w, b, eps, grad, y, mean,
-                 inv, s)  # fmt: skip
+        outs = (y,)
+    _lean.launch_fresh((_LN, shape, eps, grad), (x, w, b), outs, s, _ln_slow, x, shape, w, b,
+                       eps, grad, y, mean, inv, s)  # fmt: skip
     return y, mean, inv
 
 
@@ -86,15 +88,24 @@ def rms_norm_run(x, w, shape, eps, grad) -> tuple[torch.Tensor, Any]:
     """``(y, invrms)`` of ``dnn_rms_norm`` (invrms None unless *grad*), bound to its signature
     as :func:`layer_norm_run` (with a weight)."""
     ready()
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = _out(x)
     s = stream_of(x)
     if w is None:
         _, inv = dnn_rms_norm(x, shape, w, eps, training=grad, out=y, stream=s)
         return y, (to_torch(inv) if grad else None)
     inv = _stats(x, shape, True) if grad else None
-    ops = (x, w, y, inv) if grad else (x, w, y)
-    _lean.launch((_RMS, shape, eps, grad), ops, s, _rms_slow, x, shape, w, eps, grad, y, inv, s)
+    outs = (y, inv) if grad else (y,)
+    _lean.launch_fresh((_RMS, shape, eps, grad), (x, w), outs, s, _rms_slow, x, shape, w, eps,
+                       grad, y, inv, s)  # fmt: skip
     return y, inv
+
+
+def _out(x: torch.Tensor) -> torch.Tensor:
+    """An empty packed tensor of *x*'s shape, dtype and device: ``empty_like`` for a packed
+    *x* (no keyword parsing: about half of ``torch.empty``'s host time)."""
+    if x.is_contiguous():
+        return torch.empty_like(x)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
 # -- torch.compile: the four calls as pycudnn:: custom ops -----------------------------------------
@@ -159,11 +170,9 @@ def _op_ln_grad(
     dy, shape = dense(dy), tuple(shape)
     s = stream_of(dy)
     if w is not None and b is not None:  # every output given: bound to its signature
-        grads = (torch.empty(x.shape, dtype=x.dtype, device=x.device),
-                 torch.empty_like(w), torch.empty_like(w))  # fmt: skip
-        ops = (dy, x, w, mean, invstd, *grads)
-        _lean.launch((_LN_GRAD, shape), ops, s, _ln_grad_slow, dy, x, mean, invstd, shape, w,
-                     grads, s)  # fmt: skip
+        grads = (_out(x), torch.empty_like(w), torch.empty_like(w))
+        _lean.launch_fresh((_LN_GRAD, shape), (dy, x, w, mean, invstd), grads, s, _ln_grad_slow,
+                           dy, x, mean, invstd, shape, w, grads, s)  # fmt: skip
         return grads
     dx, dw, db = dnn_layer_norm_grad(dy, x, mean, invstd, shape, w, stream=s)
     return _tt(dx), _tt(dw if w is not None else None, x), _tt(db if b is not None else None, x)
@@ -174,20 +183,31 @@ def _op_ln_grad_fake(dy, x, mean, invstd, shape, w, b):
 
 
 def _ln_setup(ctx, inputs, output) -> None:
-    x, w, b, shape, _, _ = inputs
+    x, w, b, shape = inputs[:4]
     _, mean, invstd = output
     ctx.mark_non_differentiable(mean, invstd)
     ctx.save_for_backward(x, w, b, mean, invstd)
     ctx.shape = shape
+    ctx.bound = inputs[6] if len(inputs) > 6 else None  # an eager call's module binding
 
 
 def _ln_backward(ctx, dy, _dmean, _dinvstd):
     x, w, b, mean, invstd = ctx.saved_tensors
-    dx, dw, db = ctx.gradient(op_layer_norm_grad, _op_ln_grad, dy, x, mean, invstd, ctx.shape, w, b)
+    bd = ctx.bound
+    grads = None if bd is None else _ln_grad_bound(bd, dy, x, w, b, mean, invstd)
+    if grads is None:
+        args = (op_layer_norm_grad, _op_ln_grad, dy, x, mean, invstd, ctx.shape, w, b)
+        if bd is None:
+            grads = ctx.gradient(*args)
+        else:  # bind the gradient's entry to this thread (the first backward of the binding)
+            sig = _binding.grad_sig(dy)
+            ops = (dy, x, w, mean, invstd)
+            grads = _binding.record_grad(bd, 0, sig, ctx.gradient, ops, 3, *args)
+    dx, dw, db = grads
     need = ctx.needs_input_grad
     dw = dw if need[1] and w is not None else None
     db = db if need[2] and b is not None else None
-    return dx if need[0] else None, dw, db, None, None, None
+    return (dx if need[0] else None, dw, db) + (None,) * (len(need) - 3)
 
 
 def _op_rms(
@@ -213,10 +233,9 @@ def _op_rms_grad(
     dy, shape = dense(dy), tuple(shape)
     s = stream_of(dy)
     if w is not None:  # every output given: bound to its signature
-        grads = (torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty_like(w))
-        ops = (dy, x, w, invrms, *grads)
-        _lean.launch((_RMS_GRAD, shape), ops, s, _rms_grad_slow, dy, x, invrms, shape, w, grads,
-                     s)  # fmt: skip
+        grads = (_out(x), torch.empty_like(w))
+        _lean.launch_fresh((_RMS_GRAD, shape), (dy, x, w, invrms), grads, s, _rms_grad_slow, dy,
+                           x, invrms, shape, w, grads, s)  # fmt: skip
         return grads
     dx, _ = dnn_rms_norm_grad(dy, x, invrms, shape, w, stream=s)
     return _tt(dx), _tt(None, x)
@@ -227,23 +246,61 @@ def _op_rms_grad_fake(dy, x, invrms, shape, w):
 
 
 def _rms_setup(ctx, inputs, output) -> None:
-    x, w, shape, _, _ = inputs
+    x, w, shape = inputs[:3]
     ctx.mark_non_differentiable(output[1])
     ctx.save_for_backward(x, w, output[1])
     ctx.shape = shape
+    ctx.bound = inputs[5] if len(inputs) > 5 else None  # an eager call's module binding
 
 
 def _rms_backward(ctx, dy, _dinvrms):
     x, w, invrms = ctx.saved_tensors
-    dx, dw = ctx.gradient(op_rms_norm_grad, _op_rms_grad, dy, x, invrms, ctx.shape, w)
+    bd = ctx.bound
+    grads = None if bd is None else _rms_grad_bound(bd, dy, x, w, invrms)
+    if grads is None:
+        args = (op_rms_norm_grad, _op_rms_grad, dy, x, invrms, ctx.shape, w)
+        if bd is None:
+            grads = ctx.gradient(*args)
+        else:  # bind the gradient's entry to this thread (the first backward of the binding)
+            sig = _binding.grad_sig(dy)
+            grads = _binding.record_grad(bd, 0, sig, ctx.gradient, (dy, x, w, invrms), 2, *args)
+    dx, dw = grads
     need = ctx.needs_input_grad
-    return dx if need[0] else None, dw if need[1] and w is not None else None, None, None, None
+    dw = dw if need[1] and w is not None else None
+    return (dx if need[0] else None, dw) + (None,) * (len(need) - 2)
+
+
+def _ln_eager(x, w, b, shape, eps, training, bound=None):
+    """``LayerNormFn``'s eager forward: *bound* (a module's :class:`~._binding.Binding` whose
+    signature this call has) launches its entry; else :func:`_op_ln`."""
+    if bound is not None:
+        r = _ln_bound(bound, x, w, b, True)
+        if r is not None:
+            bound.hits += 1
+            return r
+    return _op_ln(x, w, b, shape, eps, training)
+
+
+def _rms_eager(x, w, shape, eps, training, bound=None):
+    """``RMSNormFn``'s eager forward, as :func:`_ln_eager`."""
+    if bound is not None:
+        r = _rms_bound(bound, x, w, True)
+        if r is not None:
+            bound.hits += 1
+            return r
+    return _op_rms(x, w, shape, eps, training)
 
 
 #: ``LayerNormFn.apply`` (eager) and ``pycudnn::layer_norm(x, w?, b?, shape, eps, training)
 #: -> (y, mean, invstd)`` (the statistics empty unless *training*): one backward
 LayerNormFn, op_layer_norm = differentiable(
-    "layer_norm", _op_ln, _op_ln_fake, _ln_setup, _ln_backward
+    "layer_norm",
+    _op_ln,
+    _op_ln_fake,
+    _ln_setup,
+    _ln_backward,
+    eager_run=_ln_eager,
+    stats_outputs=2,
 )
 #: ``pycudnn::layer_norm_grad(dy, x, mean, invstd, shape, w?, b?) -> (dx, dw, db)`` (empty for
 #: an absent parameter)
@@ -251,21 +308,39 @@ op_layer_norm_grad = define("layer_norm_grad", _op_ln_grad, _op_ln_grad_fake)
 #: ``RMSNormFn.apply`` (eager) and ``pycudnn::rms_norm(x, w?, shape, eps, training) -> (y,
 #: invrms)``: one backward
 RMSNormFn, op_rms_norm = differentiable(
-    "rms_norm", _op_rms, _op_rms_fake, _rms_setup, _rms_backward
+    "rms_norm",
+    _op_rms,
+    _op_rms_fake,
+    _rms_setup,
+    _rms_backward,
+    eager_run=_rms_eager,
+    stats_outputs=1,
 )
 #: ``pycudnn::rms_norm_grad(dy, x, invrms, shape, w?) -> (dx, dw)``
 op_rms_norm_grad = define("rms_norm_grad", _op_rms_grad, _op_rms_grad_fake)
 
 
 def norm_forward(m: nn.Module, x: torch.Tensor, rms: bool, fallback: Callable) -> Any:
-    """Layer (or, *rms*, RMS) normalization on cuDNN for CUDA inputs it takes, else *fallback*."""
+    """Layer (or, *rms*, RMS) normalization on cuDNN for CUDA inputs it takes, else *fallback*.
+
+    A call with the signature of the module's binding (:mod:`._binding`) is its one launch;
+    any other call checks everything here and, where it ran as one lean launch, binds anew."""
+    # (dynamo must not read the side table: it would guard on the weak dict's contents)
+    st = None if compiling() else STATE.get(m)
+    if st is not None:
+        bd = st.get("bound")
+        if bd is not None:
+            y = _bound_forward(m, x, rms, bd)
+            if y is not None:
+                return y
     ns = tuple(m.normalized_shape)  # type: ignore[attr-defined]
-    w = m.weight  # type: ignore[attr-defined]
-    b = None if rms else m.bias  # type: ignore[attr-defined]
+    w0 = w = m.weight  # type: ignore[attr-defined]
+    b0 = b = None if rms else m.bias  # type: ignore[attr-defined]
     eps = m.eps  # type: ignore[attr-defined]
     if not cuda_ok(x, NORM_FLOATS) or x.dim() <= len(ns) or x.numel() == 0:
         return fallback(x)
-    if autocast_dtype() is not None:
+    ac = autocast_dtype()
+    if ac is not None:
         if rms:  # autocast's own rule for RMS norm: torch's
             return fallback(x)
         # layer norm is on autocast's float32 list: computed in float32, as torch does
@@ -286,6 +361,7 @@ def norm_forward(m: nn.Module, x: torch.Tensor, rms: bool, fallback: Callable) -
             return fallback(x)
     if w is not None and b is not None and b.dtype != w.dtype:
         return fallback(x)
+    x0 = x
     x = x if x.is_contiguous() else no_broadcast(x)
     grad = torch.is_grad_enabled() and (
         x.requires_grad
@@ -301,12 +377,128 @@ def norm_forward(m: nn.Module, x: torch.Tensor, rms: bool, fallback: Callable) -
         if rms:
             return op_rms_norm(x, w, list(ns), float(eps), grad)[0]
         return op_layer_norm(x, w, b, list(ns), float(eps), grad)[0]
-    if not grad:  # no autograd node: the launch alone
-        return rms_norm_run(x, w, ns, float(eps), False)[0] if rms else (
-            layer_norm_run(x, w, b, ns, float(eps), False)[0])  # fmt: skip
-    if rms:
-        return RMSNormFn.apply(x, w, ns, float(eps), True)[0]
-    return LayerNormFn.apply(x, w, b, ns, float(eps), True)[0]
+    eps = float(eps)
+    ins = (x, w) if rms else (x, w, b)
+    if grad:
+        run: Callable = RMSNormFn.apply if rms else LayerNormFn.apply
+    else:
+        run = rms_norm_run if rms else layer_norm_run
+    args = (*ins, ns, eps, grad)
+    # bindable: one lean launch on the module's own tensors (no cast, copy or stand-in)
+    if ac is not None or w is None or w is not w0 or b is not b0 or x is not x0 or (
+        not rms and b is None) or (st is not None and st.get("nobind")):  # fmt: skip
+        return run(*args)[0]
+    sig = _norm_sig(m, x, w, b, grad)
+    n_out = (2 if rms else 3) if grad else 1  # the outputs of the launch
+    out, entry = _binding.record(run, ins, n_out, *args)
+    if entry is not None:
+        dims = (*x.shape[: x.dim() - len(ns)], *(1,) * len(ns))
+        _binding.keep(state(m), sig, entry, (dims, x.device, x.get_device(), ns, eps))
+    return out[0]
+
+
+def _norm_sig(m: nn.Module, x: torch.Tensor, w: torch.Tensor, b: Any, grad: bool) -> tuple:
+    """A norm call's signature (:mod:`._binding`): what :func:`norm_forward`'s checks and the
+    lean key read of the input, the parameters and the module, the mode, the thread."""
+    return (
+        type(x), x.shape, x.stride(), x.dtype, x.get_device(), x.data_ptr() & 15,
+        type(w), w.shape, w.stride(), w.dtype, w.get_device(), w.data_ptr() & 15,
+        None if b is None else (
+            type(b), b.shape, b.stride(), b.dtype, b.get_device(), b.data_ptr() & 15),
+        grad, m.eps, m.normalized_shape, _call.snapshot(), get_ident(),
+    )  # fmt: skip
+
+
+def _bound_forward(m: nn.Module, x: torch.Tensor, rms: bool, bd: Any) -> Any:
+    """The module's bound call for *x* when this call has the binding's signature, else None
+    (then :func:`norm_forward` goes its own way)."""
+    if autocast_dtype() is not None:  # (never called while dynamo traces: see the caller)
+        return None
+    p = m._parameters
+    w = p["weight"]
+    b = None if rms else p["bias"]
+    if w is None or (b is None and not rms):
+        return None
+    grad = torch.is_grad_enabled() and (
+        x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
+    )
+    if _norm_sig(m, x, w, b, grad) != bd.sig:
+        return None
+    if grad:
+        ns, eps = bd.meta[3], bd.meta[4]
+        if rms:
+            return RMSNormFn.apply(x, w, ns, eps, True, bd)[0]
+        return LayerNormFn.apply(x, w, b, ns, eps, True, bd)[0]
+    r = _rms_bound(bd, x, w, False) if rms else _ln_bound(bd, x, w, b, False)
+    if r is None:
+        return None
+    bd.hits += 1
+    return r[0]
+
+
+def _ln_bound(bd: Any, x, w, b, stats: bool) -> tuple | None:
+    """``(y, mean, invstd)`` of the binding's launch (statistics None unless *stats*), or None
+    where it could not launch (new outputs misaligned, another device, a failed launch)."""
+    dims, dev, index = bd.meta[:3]
+    y = _out(x)  # as the lean path made it
+    if stats:
+        mean = torch.empty(dims, dtype=torch.float32, device=dev)
+        inv = torch.empty(dims, dtype=torch.float32, device=dev)
+        yp, mp, ip = y.data_ptr(), mean.data_ptr(), inv.data_ptr()
+        ptrs: tuple = (x.data_ptr(), w.data_ptr(), b.data_ptr(), yp, mp, ip)
+        odd = (yp | mp | ip) & 15
+    else:
+        mean = inv = None
+        yp = y.data_ptr()
+        ptrs, odd = (x.data_ptr(), w.data_ptr(), b.data_ptr(), yp), yp & 15
+    if odd or not _binding.launch(bd.entry, ptrs, raw_stream(index)):
+        return None
+    return y, mean, inv
+
+
+def _rms_bound(bd: Any, x, w, stats: bool) -> tuple | None:
+    """``(y, invrms)`` of the binding's launch, as :func:`_ln_bound`."""
+    dims, dev, index = bd.meta[:3]
+    y = _out(x)
+    yp = y.data_ptr()
+    if stats:
+        inv = torch.empty(dims, dtype=torch.float32, device=dev)
+        ip = inv.data_ptr()
+        ptrs: tuple = (x.data_ptr(), w.data_ptr(), yp, ip)
+        odd = (yp | ip) & 15
+    else:
+        inv = None
+        ptrs, odd = (x.data_ptr(), w.data_ptr(), yp), yp & 15
+    if odd or not _binding.launch(bd.entry, ptrs, raw_stream(index)):
+        return None
+    return y, inv
+
+
+def _ln_grad_bound(bd: Any, dy, x, w, b, mean, invstd) -> tuple | None:
+    """``(dx, dw, db)`` of the binding's backward entry for *dy* on this thread, or None."""
+    entry = _binding.grad_entry(bd, 0, _binding.grad_sig(dy))
+    if entry is None:
+        return None
+    dx, dw, db = _out(x), torch.empty_like(w), torch.empty_like(b)  # as _op_ln_grad makes them
+    xp, wp, bp = dx.data_ptr(), dw.data_ptr(), db.data_ptr()
+    ptrs = (dy.data_ptr(), x.data_ptr(), w.data_ptr(), mean.data_ptr(), invstd.data_ptr(),
+            xp, wp, bp)  # fmt: skip
+    if (xp | wp | bp) & 15 or not _binding.launch(entry, ptrs, raw_stream(bd.meta[2])):
+        return None
+    return dx, dw, db
+
+
+def _rms_grad_bound(bd: Any, dy, x, w, invrms) -> tuple | None:
+    """``(dx, dw)`` of the binding's backward entry, as :func:`_ln_grad_bound`."""
+    entry = _binding.grad_entry(bd, 0, _binding.grad_sig(dy))
+    if entry is None:
+        return None
+    dx, dw = _out(x), torch.empty_like(w)  # as _op_rms_grad makes them
+    xp, wp = dx.data_ptr(), dw.data_ptr()
+    ptrs = (dy.data_ptr(), x.data_ptr(), w.data_ptr(), invrms.data_ptr(), xp, wp)
+    if (xp | wp) & 15 or not _binding.launch(entry, ptrs, raw_stream(bd.meta[2])):
+        return None
+    return dx, dw
 
 
 class _NormRule(Converted):

@@ -537,6 +537,58 @@ def test_eager_norms_match_torch_and_give_every_output(monkeypatch, make, given)
     assert len(seen) == 4 and all(g == given for _n, g in seen), seen
 
 
+@pytest.mark.parametrize("make", [lambda: nn.LayerNorm(16), lambda: nn.RMSNorm(16)],
+                         ids=["ln", "rms"])  # fmt: skip
+def test_eager_norms_ask_for_no_zero_gradient_of_their_statistics(monkeypatch, make):
+    """The statistics outputs carry no gradient: the eager node tells autograd not to
+    materialize one for them (a zero tensor allocated and filled per statistic, every
+    backward); the gradients are still right (the test above)."""
+    if not hasattr(nn, "RMSNorm") and make().__class__.__name__ == "RMSNorm":
+        pytest.skip("torch.nn.RMSNorm needs torch >= 2.4")
+    asked = []
+    real = torch.autograd.function.FunctionCtx.set_materialize_grads
+
+    def spy(ctx, value):
+        asked.append((type(ctx).__name__, value))
+        return real(ctx, value)
+
+    monkeypatch.setattr(torch.autograd.function.FunctionCtx, "set_materialize_grads", spy)
+    mine = pt.convert(make(), strict=True)
+    x = torch.randn(3, 4, 16, requires_grad=True)
+    y = mine(x)
+    assert asked == [(type(y.grad_fn).__name__, False)]
+    assert asked[0][0].endswith("NormFnBackward")
+    y.backward(torch.randn_like(y))
+    assert x.grad is not None and mine.weight.grad is not None
+
+
+def test_stats_outputs_reach_the_backward_as_none(monkeypatch):
+    """``differentiable(stats_outputs=k)``: the last *k* outputs' gradients arrive as None,
+    not as zero tensors; an ordinary family's arrive materialized."""
+    monkeypatch.setattr(_compile, "define", lambda *a, **k: None)  # no op registered
+    seen = []
+
+    def run(x):
+        return x * 2, torch.ones(3)
+
+    def setup(ctx, inputs, output):
+        ctx.mark_non_differentiable(output[1])
+
+    def backward(ctx, dy, dstats):
+        seen.append(dstats)
+        return (dy * 2,)
+
+    for k, want in ((1, None), (0, "zeros")):
+        fn, op = _compile.differentiable("probe", run, None, setup, backward, stats_outputs=k)
+        assert op is None
+        x = torch.randn(3, requires_grad=True)
+        y, _ = fn.apply(x)
+        y.sum().backward()
+        torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+        got = seen.pop()
+        assert got is None if want is None else torch.equal(got, torch.zeros(3))
+
+
 def test_eager_only_modules_still_compile():
     """LRN runs by Python under compile (dynamo skips its frame), with eager's result."""
     m = pt.convert(nn.Sequential(nn.Conv2d(3, 4, 3), nn.LocalResponseNorm(3)).double())

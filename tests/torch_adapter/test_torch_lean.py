@@ -207,3 +207,32 @@ def test_launch_keys_on_every_tensor_property_and_passes_the_pointers_in_order()
         _lean.launch(("op", 1), (other, b), 0, public)
     _lean.launch(("op", 2), (a, b), 0, public)  # another configuration
     assert public.calls == 7
+
+
+def test_launch_fresh_keys_the_inputs_fully_and_the_new_outputs_by_their_alignment():
+    """The adapter's own new outputs are laid out from the inputs' signature: only their
+    alignment is keyed; the pointers still go inputs first, then outputs."""
+    public = _Public(n=3)
+    a, b = _Tensor(4096), _Tensor(8192)
+    _lean.launch_fresh(("op", 1), (a, b), (_Tensor(256),), 0, public)
+    _lean.launch_fresh(("op", 1), (_Tensor(512), _Tensor(1024)), (_Tensor(2048),), 0, public)
+    assert public.calls == 1 and public.entries[0].launched == [(512, 1024, 2048)]
+    # an output of another shape is the same key (its shape follows from the inputs') ...
+    _lean.launch_fresh(("op", 1), (a, b), (_Tensor(4096, shape=(3, 3)),), 0, public)
+    assert public.calls == 1
+    # ... but not one of another alignment, nor any other input signature
+    _lean.launch_fresh(("op", 1), (a, b), (_Tensor(258),), 0, public)
+    _lean.launch_fresh(("op", 1), (_Tensor(512, dtype="fp16"), b), (_Tensor(256),), 0, public)
+    assert public.calls == 3
+    # a launch keyed on every tensor is another entry, never a launch_fresh one
+    _lean.launch(("op", 1), (a, b, _Tensor(256)), 0, public)
+    assert public.calls == 4
+
+
+def test_launch_fresh_records_on_a_tape_in_pointer_order():
+    public = _Public(n=3)
+    a, b, y = _Tensor(4096), _Tensor(8192), _Tensor(256)
+    with _lean.Tape() as tape:
+        _lean.launch_fresh(("op", 1), (a, b), (y,), 0, public)
+    ((entry, tensors),) = tape.launches
+    assert entry is public.entries[0] and tensors == (a, b, y)

@@ -1,0 +1,155 @@
+"""Module bindings (imports no torch): a converted module's last call, bound to its signature, so
+that the next call with the same signature is one launch of a bound entry (issue 37).
+
+The lean path (:mod:`._lean`) already launches a bound call entry per call, but each call still
+climbs the module's checks, the family's functions and the lean key (every operand's shape,
+strides, dtype, device and alignment, built and looked up per launch): on a slow host about as
+much Python as the launch itself. A :class:`Binding` is what a module keeps of its last call
+that ran as one lean launch: the call's *signature* -- everything its checks and that key read,
+as the family builds it (the operands' properties and types, the module's options, whether a
+gradient is wanted, ``pycudnn.config``, the thread) -- and the entry it ran. A call whose
+signature equals the binding's allocates its outputs and launches the entry on their pointers:
+nothing is checked or keyed twice, because an equal signature pins every property the first
+call validated. Any other call takes the family's path (which validates everything) and binds
+anew. A backward binds its gradients' entries the same way, per thread (autograd runs a
+device's backward on its own thread, whose handle the entries hold), keyed on the incoming
+gradient's signature.
+
+A module whose calls keep changing signature stops binding after :data:`COLD_LIMIT` bindings
+that were never reused (binding costs a tape and a signature per call). Bindings hold their
+entries (as launch programs do) until the module is gone or binds another signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from threading import get_ident
+from typing import Any
+
+from ..highlevel import _bound, _call
+from . import _lean
+
+__all__ = [
+    "COLD_LIMIT",
+    "Binding",
+    "grad_entry",
+    "grad_sig",
+    "keep",
+    "launch",
+    "record",
+    "record_grad",
+]
+
+#: bindings a module may make without a reuse before it stops binding
+COLD_LIMIT = 4
+
+
+class Binding:
+    """A module's last call bound to its signature (see the module docstring).
+
+    Attributes
+    ----------
+    sig : tuple
+        The call's signature, as the family builds it.
+    entry : object
+        The forward's bound entry (:class:`~pycudnn.highlevel._call.Call` with ``lean``).
+    meta : object
+        What the family keeps to allocate the outputs (shapes, dtypes, devices).
+    hits : int
+        Calls that launched the entry (tests and diagnostics).
+    grads : dict
+        Per ``(thread ident, tag)`` (a backward may launch several entries: a product's input
+        and weight gradients), ``(gradient signature, entry)``.
+    """
+
+    __slots__ = ("entry", "grads", "hits", "meta", "sig")
+
+    def __init__(self, sig: tuple, entry: Any, meta: Any) -> None:
+        self.sig = sig
+        self.entry = entry
+        self.meta = meta
+        self.hits = 0
+        self.grads: dict[tuple[int, Any], tuple[tuple, Any]] = {}
+
+
+def launch(entry: Any, ptrs: tuple[int, ...], stream: int) -> bool:
+    """Launch a bound *entry* on *ptrs* on *stream*, as :func:`~pycudnn.highlevel._bound.run`
+    does on a hit. False when it cannot run here (another device is current) or its launch
+    failed (say its workspace no longer fits): the caller then takes its family's path, which
+    rebinds or raises the public function's error."""
+    h = entry.handle
+    if not (_call.one_device or _bound.current_device() == h.device):
+        return False
+    h.set_stream(stream)
+    try:
+        entry.launch(ptrs)
+    except Exception:
+        return False
+    return True
+
+
+def record(run: Callable[..., Any], inputs: tuple, n_out: int, *args: Any) -> tuple[Any, Any]:
+    """``run(*args)`` under a tape: ``(its result, the entry)`` where the run was exactly one
+    lean launch on *inputs* (the same objects: no copy made on the way) and *n_out* new
+    outputs, each 16-byte aligned (a bound call checks its new outputs against that), else
+    ``(result, None)``. Under a tape already recording (a launch program's first run) it only
+    runs: tapes do not nest, and that tape records the launch."""
+    if _lean.recording():
+        return run(*args), None
+    with _lean.Tape() as tape:
+        out = run(*args)
+    launches = tape.launches
+    if len(launches) != 1:
+        return out, None
+    entry, seen = launches[0]
+    n = len(inputs)
+    if entry is None or len(seen) != n + n_out:
+        return out, None
+    for a, b in zip(seen[:n], inputs, strict=True):
+        if a is not b:
+            return out, None
+    for t in seen[n:]:
+        if t.data_ptr() & 15:
+            return out, None
+    return out, entry
+
+
+def grad_sig(dy: Any) -> tuple:
+    """The incoming gradient's part of a backward's signature (the rest is the forward's)."""
+    return (type(dy), dy.shape, dy.stride(), dy.dtype, dy.get_device(), dy.data_ptr() & 15,
+            _call.snapshot())  # fmt: skip
+
+
+def grad_entry(bd: Binding, tag: Any, sig: tuple) -> Any:
+    """The backward entry *tag* that *bd* bound on this thread for a gradient of signature
+    *sig* (:func:`grad_sig`), or None."""
+    g = bd.grads.get((get_ident(), tag))
+    if g is None or g[0] != sig:
+        return None
+    return g[1]
+
+
+def record_grad(
+    bd: Binding, tag: Any, sig: tuple, run: Callable[..., Any], inputs: tuple, n_out: int,
+    *args: Any,
+) -> Any:  # fmt: skip
+    """The backward's own path ``run(*args)`` under a tape (:func:`record`), binding its entry
+    as *tag* to this thread and the gradient's signature *sig* on *bd*; returns its result."""
+    out, entry = record(run, inputs, n_out, *args)
+    if entry is not None:
+        bd.grads[get_ident(), tag] = (sig, entry)
+    return out
+
+
+def keep(store: dict, sig: tuple, entry: Any, meta: Any) -> None:
+    """Make ``Binding(sig, entry, meta)`` the module's binding in *store* (its side table),
+    counting a replaced binding that was never reused; past :data:`COLD_LIMIT` of those the
+    module stops binding."""
+    old = store.get("bound")
+    if old is not None and not old.hits:
+        cold = store["cold"] = store.get("cold", 0) + 1
+        if cold >= COLD_LIMIT:
+            store["bound"] = None
+            store["nobind"] = True
+            return
+    store["bound"] = Binding(sig, entry, meta)
