@@ -443,9 +443,16 @@ def cache_info() -> CacheInfo:
     )
 
 
+#: how many times :func:`clear_caches` ran: what holds entries outside the caches (a converted
+#: module's binding) keys on it, so a clear reaches it too
+generation = 0
+
+
 def clear_caches() -> None:
     """Drop every cached plan, variant pack and call entry in every thread, and the device
     caches' arrays (once their devices finished the work queued on them); reset counters."""
+    global generation
+    generation += 1
     with _registry_lock:
         lrus = list(_registry)
     for lru in lrus:

@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .._config import config
+from ..graph import _plans
 from ..highlevel import _call, dnn_matmul
 from . import _binding, _lean
 from ._compile import compiling, constant, define, differentiable
@@ -345,7 +346,7 @@ def _linear_sig(x: torch.Tensor, w: torch.Tensor, b: Any, grad: bool) -> tuple:
         type(w), w.shape, w.stride(), w.dtype, w.get_device(), w.data_ptr() & 15,
         None if b is None else (
             type(b), b.shape, b.stride(), b.dtype, b.get_device(), b.data_ptr() & 15),
-        grad, _call.snapshot(), get_ident(),
+        grad, _call.snapshot(), _plans.generation, get_ident(),
     )  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..graph import _plans
 from ..highlevel import _call, dnn_layer_norm, dnn_layer_norm_grad, dnn_rms_norm, dnn_rms_norm_grad
 from . import _binding, _lean
 from ._compile import compiling, define, differentiable
@@ -405,7 +406,7 @@ def _norm_sig(m: nn.Module, x: torch.Tensor, w: torch.Tensor, b: Any, grad: bool
         type(w), w.shape, w.stride(), w.dtype, w.get_device(), w.data_ptr() & 15,
         None if b is None else (
             type(b), b.shape, b.stride(), b.dtype, b.get_device(), b.data_ptr() & 15),
-        grad, m.eps, m.normalized_shape, _call.snapshot(), get_ident(),
+        grad, m.eps, m.normalized_shape, _call.snapshot(), _plans.generation, get_ident(),
     )  # fmt: skip
 
 

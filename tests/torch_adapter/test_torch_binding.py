@@ -295,3 +295,19 @@ def test_bound_modules_compile_and_still_run_bound_after(pointer_entries):
             torch.testing.assert_close(compiled(x), ref(x), rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(mine(x), ref(x), rtol=1e-4, atol=1e-4)
         assert [_bound(m).hits for m in mine] == [2, 2]
+
+
+def test_clear_caches_reaches_the_bindings(pointer_entries):
+    """``pycudnn.clear_caches()`` sends a bound module's next call through the public function,
+    as it does for every cached entry; the call after that is bound again."""
+    ref, mine = _pair()
+    x = torch.randn(3, 4, 16)
+    with torch.no_grad():
+        mine(x)
+        mine(x)
+        assert len(pointer_entries["fwd"]) == 1 and _bound(mine).hits == 1
+        pycudnn.clear_caches()
+        torch.testing.assert_close(mine(x), ref(x), rtol=1e-5, atol=1e-5)
+        assert len(pointer_entries["fwd"]) == 2  # the public function ran again
+        mine(x)
+    assert _bound(mine).entry is pointer_entries["fwd"][1] and _bound(mine).hits == 1
