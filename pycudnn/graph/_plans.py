@@ -237,11 +237,11 @@ _registry: weakref.WeakSet[_LRU] = weakref.WeakSet()
 _registry_lock = threading.Lock()
 
 
-class _Stats:
-    __slots__ = ("builds", "hits", "misses", "search_seconds")
+class _Stats:  # (clears: clear_caches() calls; what holds entries outside the caches keys on it)
+    __slots__ = ("builds", "clears", "hits", "misses", "search_seconds")
 
     def __init__(self) -> None:
-        self.hits = self.misses = self.builds = 0
+        self.hits = self.misses = self.builds = self.clears = 0
         self.search_seconds = 0.0
 
 
@@ -443,16 +443,10 @@ def cache_info() -> CacheInfo:
     )
 
 
-#: how many times :func:`clear_caches` ran: what holds entries outside the caches (a converted
-#: module's binding) keys on it, so a clear reaches it too
-generation = 0
-
-
 def clear_caches() -> None:
     """Drop every cached plan, variant pack and call entry in every thread, and the device
     caches' arrays (once their devices finished the work queued on them); reset counters."""
-    global generation
-    generation += 1
+    stats.clears += 1
     with _registry_lock:
         lrus = list(_registry)
     for lru in lrus:

@@ -17,7 +17,7 @@ gradient's signature.
 
 A module whose calls keep changing signature stops binding after :data:`COLD_LIMIT` bindings
 that were never reused (binding costs a tape and a signature per call). A signature includes
-how many times ``pycudnn.clear_caches()`` ran (:data:`~pycudnn.graph._plans.generation`), so a
+how many times ``pycudnn.clear_caches()`` ran (``graph._plans.stats.clears``), so a
 clear sends the next call through the public function as it does for every other cache; until
 then a binding holds its entries, as a launch program does.
 """
@@ -120,7 +120,7 @@ def record(run: Callable[..., Any], inputs: tuple, n_out: int, *args: Any) -> tu
 def grad_sig(dy: Any) -> tuple:
     """The incoming gradient's part of a backward's signature (the rest is the forward's)."""
     return (type(dy), dy.shape, dy.stride(), dy.dtype, dy.get_device(), dy.data_ptr() & 15,
-            _call.snapshot(), _plans.generation)  # fmt: skip
+            _call.snapshot(), _plans.stats.clears)  # fmt: skip
 
 
 def grad_entry(bd: Binding, tag: Any, sig: tuple) -> Any:

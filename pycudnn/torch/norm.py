@@ -406,7 +406,7 @@ def _norm_sig(m: nn.Module, x: torch.Tensor, w: torch.Tensor, b: Any, grad: bool
         type(w), w.shape, w.stride(), w.dtype, w.get_device(), w.data_ptr() & 15,
         None if b is None else (
             type(b), b.shape, b.stride(), b.dtype, b.get_device(), b.data_ptr() & 15),
-        grad, m.eps, m.normalized_shape, _call.snapshot(), _plans.generation, get_ident(),
+        grad, m.eps, m.normalized_shape, _call.snapshot(), _plans.stats.clears, get_ident(),
     )  # fmt: skip
 
 

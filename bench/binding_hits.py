@@ -1,0 +1,71 @@
+"""Do a converted Llama's module bindings hit inside its training step and its decode? (issue 37)
+
+Builds ``bench/llm_profile.py``'s Llama (4 layers, hidden 1024, bfloat16, random init) with
+``attn_implementation="pycudnn"``, converts it, runs three training steps and one 32-token
+greedy decode, and prints per module class how many modules there are, how many hold a
+binding (:mod:`pycudnn.torch._binding`), their hits, their bound gradient entries, and how many
+stopped binding. Run on the GPU machine::
+
+    PYTHONPATH=. python3 bench/binding_hits.py
+
+Written when the session's GPU time had run out: not run yet.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any
+
+import llm_profile as L  # bench/ is the script's directory
+
+CLASSES = ("Linear", "LayerNorm", "RMSNorm")
+
+
+def report(model: Any, tag: str) -> None:
+    from pycudnn.torch import _module
+
+    c: collections.Counter = collections.Counter()
+    for mod in model.modules():
+        name = type(mod).__name__
+        if name not in CLASSES:
+            continue
+        c[name, "modules"] += 1
+        st = _module.STATE.get(mod)
+        if st is None:
+            continue
+        if st.get("nobind"):
+            c[name, "nobind"] += 1
+        bd = st.get("bound")
+        if bd is not None:
+            c[name, "bound"] += 1
+            c[name, "hits"] += bd.hits
+            c[name, "grad_entries"] += len(bd.grads)
+    print(f"{tag}: " + "; ".join(f"{k[0]}.{k[1]}={v}" for k, v in sorted(c.items())), flush=True)
+
+
+def main() -> None:
+    import torch
+    import transformers as tf
+
+    import pycudnn.torch as pt
+
+    t0 = time.perf_counter()
+    pt.register_transformers()
+    cfg, cls = L._config(tf, "llama")
+    torch.manual_seed(0)
+    model = cls._from_config(cfg, attn_implementation="pycudnn", dtype=torch.bfloat16).cuda()
+    model = pt.convert(model)
+    step = L._steps("llama", "train", cfg.vocab_size)
+    for _ in range(3):
+        step(model)
+    torch.cuda.synchronize()
+    report(model, "after 3 training steps")
+    L._steps("llama", "decode", cfg.vocab_size)(model)
+    torch.cuda.synchronize()
+    report(model, "after a 32-token decode")
+    print(f"done in {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
