@@ -24,7 +24,10 @@ if not hasattr(torch.library, "custom_op"):
 nn = torch.nn
 F = torch.nn.functional
 
-from test_torch_compile_fakes import fakes  # noqa: E402, F401  (the autouse fixture)
+from test_torch_compile_fakes import (  # noqa: E402
+    assert_same_grads,
+    fakes,  # noqa: F401  (the autouse fixture)
+)
 
 import pycudnn  # noqa: E402
 from pycudnn import torch as pt  # noqa: E402
@@ -157,11 +160,7 @@ def test_forward_and_backward_bind_and_compute_from_the_pointers(pointer_entries
     ref, mine = _pair()
     for _ in range(4):
         x = torch.randn(3, 4, 16, requires_grad=True)
-        dy = torch.randn(3, 4, 16)
-        want = torch.autograd.grad(ref(x), (x, *ref.parameters()), dy)
-        got = torch.autograd.grad(mine(x), (x, *mine.parameters()), dy)
-        for g, w in zip(got, want, strict=True):
-            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+        assert_same_grads(ref, mine, x, torch.randn(3, 4, 16))
     bd = _bound(mine)
     # call 1 binds the forward; call 2 launches it, and its backward (the lean store's hit)
     # binds the gradient's entry; calls 3 and 4 launch both
@@ -250,11 +249,7 @@ def test_linear_binds_its_product_and_both_gradient_products(pointer_entries, bi
         assert _bound(mine).hits == 2
         for _ in range(4):
             x = torch.randn(2, 5, 16, requires_grad=True)
-            dy = torch.randn(2, 5, 8)
-            want = torch.autograd.grad(ref(x), (x, *ref.parameters()), dy)
-            got = torch.autograd.grad(mine(x), (x, *mine.parameters()), dy)
-            for g, w in zip(got, want, strict=True):
-                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+            assert_same_grads(ref, mine, x, torch.randn(2, 5, 8))
     bd = _bound(mine)
     assert bd.hits == 3  # (the gradient's signature bound anew at the first call with grad)
     tags = sorted(tag for (_t, tag) in bd.grads)

@@ -491,6 +491,14 @@ def test_eager_never_calls_the_ops(monkeypatch):
     assert not entered and "dnn_conv" in base.CALLS
 
 
+def assert_same_grads(ref: nn.Module, mine: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> None:
+    """The gradients of *x* and of the parameters through *mine* equal those through *ref*."""
+    want = torch.autograd.grad(ref(x), (x, *ref.parameters()), dy)
+    got = torch.autograd.grad(mine(x), (x, *mine.parameters()), dy)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     ("make", "given"),
     [
@@ -528,10 +536,7 @@ def test_eager_norms_match_torch_and_give_every_output(monkeypatch, make, given)
     for _ in range(2):
         x = torch.randn(3, 4, 16, requires_grad=True)
         dy = torch.randn(3, 4, 16)
-        want = torch.autograd.grad(ref(x), (x, *ref.parameters()), dy)
-        got = torch.autograd.grad(mine(x), (x, *mine.parameters()), dy)
-        for g, w in zip(got, want, strict=True):
-            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+        assert_same_grads(ref, mine, x, dy)
         with torch.no_grad():
             torch.testing.assert_close(mine(x), ref(x), rtol=1e-5, atol=1e-5)
     assert len(seen) == 4 and all(g == given for _n, g in seen), seen
