@@ -17,6 +17,7 @@ import torch
 
 from ..memory import allocator
 from . import _lean
+from ._compile import compiling
 
 __all__ = [
     "FIRST_USE",
@@ -25,6 +26,7 @@ __all__ = [
     "HALVES",
     "NORM_FLOATS",
     "NO_BF16",
+    "PLAIN",
     "TorchMemoryResource",
     "as_tuple",
     "autocast_dtype",
@@ -37,6 +39,7 @@ __all__ = [
     "ready",
     "stream_of",
     "to_torch",
+    "transforming",
     "use_torch_allocator",
 ]
 
@@ -256,11 +259,24 @@ def no_broadcast(t: torch.Tensor, unit_last: bool = False) -> torch.Tensor:
 
 # tensors pycudnn reads as they are (subclasses such as FakeTensor run torch's implementation)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+#: the same, public within the adapter: a tensor of another type (a subclass, a fake tensor)
+#: may have no storage, so no ``data_ptr()``: ask its type first
+PLAIN = _PLAIN
+#: whether a ``torch.func`` transform (vmap, grad, ...) is active: its wrapped tensors look
+#: plain but have no storage either (torch's own implementation runs under them)
+transforming: Callable[[], bool] = getattr(
+    torch._C, "_are_functorch_transforms_active", lambda: False
+)
 
 
 def cuda_ok(x: Any, dtypes: tuple = FLOATS) -> bool:
-    """*x* is a CUDA tensor of one of *dtypes* (else torch's own implementation runs)."""
-    return type(x) in _PLAIN and x.is_cuda and x.dtype in dtypes
+    """*x* is a CUDA tensor of one of *dtypes*, outside ``torch.func`` transforms (else torch's
+    own implementation runs). (While dynamo traces, the transforms are not asked about: the
+    custom ops run then, on fake tensors.)"""
+    return (
+        type(x) in _PLAIN and x.is_cuda and x.dtype in dtypes
+        and (compiling() or not transforming())
+    )  # fmt: skip
 
 
 def stream_of(t: torch.Tensor) -> int:

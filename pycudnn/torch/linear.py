@@ -26,11 +26,13 @@ from ._runtime import (
     FIRST_USE,
     HALVES,
     NORM_FLOATS,
+    PLAIN,
     autocast_dtype,
     cuda_ok,
     raw_stream,
     ready,
     stream_of,
+    transforming,
 )
 
 __all__ = [
@@ -222,7 +224,7 @@ def _setup(ctx, inputs, output) -> None:
 def _backward(ctx, dy):
     x, w = ctx.saved_tensors
     need = ctx.needs_input_grad
-    bd = ctx.bound
+    bd = ctx.bound if type(dy) in PLAIN else None  # (compiled autograd's are not)
     dx = dw = None
     if bd is None:
         dx = ctx.gradient(op_linear_dx, _op_dx, dy, w, list(x.shape)) if need[0] else None
@@ -357,7 +359,15 @@ def _bound_forward(m: nn.Linear, x: torch.Tensor, bd: Any) -> Any:
         return None
     p = m._parameters
     w, b = p["weight"], p["bias"]
-    if w is None:
+    # (a tensor of another type -- a subclass, a fake one -- or under a torch.func transform
+    # may have no pointer)
+    if (
+        w is None
+        or type(x) not in PLAIN
+        or type(w) not in PLAIN
+        or (b is not None and type(b) not in PLAIN)
+        or transforming()
+    ):
         return None
     grad = _wants_grad(x, w, b)
     if _linear_sig(x, w, b, grad) != bd.sig:

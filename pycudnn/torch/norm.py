@@ -19,6 +19,7 @@ from ._module import STATE, Converted, float_params, state
 from ._runtime import (
     FIRST_USE,
     NORM_FLOATS,
+    PLAIN,
     autocast_dtype,
     cuda_ok,
     dense,
@@ -27,6 +28,7 @@ from ._runtime import (
     ready,
     stream_of,
     to_torch,
+    transforming,
 )
 
 __all__ = [
@@ -194,7 +196,7 @@ def _ln_setup(ctx, inputs, output) -> None:
 
 def _ln_backward(ctx, dy, _dmean, _dinvstd):
     x, w, b, mean, invstd = ctx.saved_tensors
-    bd = ctx.bound
+    bd = ctx.bound if type(dy) in PLAIN else None  # (compiled autograd's are not)
     grads = None if bd is None else _ln_grad_bound(bd, dy, x, w, b, mean, invstd)
     if grads is None:
         args = (op_layer_norm_grad, _op_ln_grad, dy, x, mean, invstd, ctx.shape, w, b)
@@ -256,7 +258,7 @@ def _rms_setup(ctx, inputs, output) -> None:
 
 def _rms_backward(ctx, dy, _dinvrms):
     x, w, invrms = ctx.saved_tensors
-    bd = ctx.bound
+    bd = ctx.bound if type(dy) in PLAIN else None  # (compiled autograd's are not)
     grads = None if bd is None else _rms_grad_bound(bd, dy, x, w, invrms)
     if grads is None:
         args = (op_rms_norm_grad, _op_rms_grad, dy, x, invrms, ctx.shape, w)
@@ -410,6 +412,15 @@ def _norm_sig(m: nn.Module, x: torch.Tensor, w: torch.Tensor, b: Any, grad: bool
     )  # fmt: skip
 
 
+def _plain(x: Any, w: Any, b: Any) -> bool:
+    """*x*, *w* and *b* (None or) plain tensors outside ``torch.func`` transforms: the ones a
+    signature may read pointers of."""
+    return (
+        type(x) in PLAIN and type(w) in PLAIN and (b is None or type(b) in PLAIN)
+        and not transforming()
+    )  # fmt: skip
+
+
 def _bound_forward(m: nn.Module, x: torch.Tensor, rms: bool, bd: Any) -> Any:
     """The module's bound call for *x* when this call has the binding's signature, else None
     (then :func:`norm_forward` goes its own way)."""
@@ -418,7 +429,7 @@ def _bound_forward(m: nn.Module, x: torch.Tensor, rms: bool, bd: Any) -> Any:
     p = m._parameters
     w = p["weight"]
     b = None if rms else p["bias"]
-    if w is None or (b is None and not rms):
+    if w is None or (b is None and not rms) or not _plain(x, w, b):
         return None
     grad = torch.is_grad_enabled() and (
         x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)

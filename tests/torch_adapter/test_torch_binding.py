@@ -306,3 +306,34 @@ def test_clear_caches_reaches_the_bindings(pointer_entries):
         assert len(pointer_entries["fwd"]) == 2  # the public function ran again
         mine(x)
     assert _bound(mine).entry is pointer_entries["fwd"][1] and _bound(mine).hits == 1
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "linear"])
+def test_a_bound_module_under_vmap_takes_torchs_path(pointer_entries, kind):
+    """A functorch tensor has no storage to point at: a bound module asks an operand's type
+    before its pointer, and ``torch.func.vmap`` runs torch's own forward (as unbound)."""
+    torch.manual_seed(0)
+    if kind == "linear":
+        ref = nn.Linear(16, 8)
+        mine = pt.convert(copy.deepcopy(ref), strict=True)
+    else:
+        ref, mine = _pair()
+    with pycudnn.config.override(allow_tf32=True), torch.no_grad():
+        x = torch.randn(3, 4, 16)
+        mine(x)
+        mine(x)
+        assert _bound(mine).hits == 1
+        xb = torch.randn(2, 3, 4, 16)
+        got = torch.func.vmap(mine)(xb)
+        torch.testing.assert_close(got, torch.func.vmap(ref)(xb), rtol=1e-5, atol=1e-5)
+        assert _bound(mine).hits == 1
+
+
+def test_transforming_is_asked_inside_torch_func_transforms():
+    """``cuda_ok`` sends calls under ``torch.func`` transforms to torch's own implementation:
+    their wrapped tensors look plain but have no storage to point at."""
+    from pycudnn.torch import _runtime
+
+    seen = []
+    torch.func.vmap(lambda t: seen.append(_runtime.transforming()) or t)(torch.randn(2, 3))
+    assert seen == [True] and not _runtime.transforming()

@@ -230,7 +230,9 @@ def fakes(monkeypatch):
         "dnn_sdpa_grad": fake_sdpa_grad,
         "dnn_matmul": fake_matmul,
         "cuda_ok": lambda x, dtypes=_runtime.FLOATS: (
-            type(x) in (torch.Tensor, nn.Parameter) and x.dtype in dtypes
+            type(x) in (torch.Tensor, nn.Parameter)
+            and x.dtype in dtypes
+            and not _runtime.transforming()
         ),
     }
     adapter = (
