@@ -694,3 +694,18 @@ def test_gradcheck_through_the_fakes():
 
         x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
         assert torch.autograd.gradcheck(f, (x, *params))
+
+
+@pytest.mark.parametrize("coef", [1.0, 0.5])
+def test_swish_gradient_torch_computes_where_cudnn_has_no_kernel(coef):
+    """bfloat16 activations take their gradient from torch (cuDNN's legacy backward has no
+    bfloat16 kernel): SiLU (``coef == 1``) through torch's one ``silu_backward`` kernel, other
+    swish coefficients through the formula; both equal autograd's gradient of
+    ``x * sigmoid(coef * x)``."""
+    torch.manual_seed(0)
+    x = torch.randn(64, dtype=torch.float64, requires_grad=True)
+    dy = torch.randn(64, dtype=torch.float64)
+    y = x * torch.sigmoid(coef * x)
+    (want,) = torch.autograd.grad(y, x, dy)
+    got = activation._torch_grad("swish", coef, x.detach(), y.detach(), dy)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

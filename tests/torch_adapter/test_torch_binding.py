@@ -32,7 +32,7 @@ from test_torch_compile_fakes import (  # noqa: E402
 import pycudnn  # noqa: E402
 from pycudnn import torch as pt  # noqa: E402
 from pycudnn.highlevel import _call  # noqa: E402
-from pycudnn.torch import _binding, _lean, _module, linear, norm  # noqa: E402
+from pycudnn.torch import _binding, _lean, _module, _runtime, linear, norm  # noqa: E402
 
 
 class _Handle:
@@ -332,8 +332,6 @@ def test_a_bound_module_under_vmap_takes_torchs_path(pointer_entries, kind):
 def test_transforming_is_asked_inside_torch_func_transforms():
     """``cuda_ok`` sends calls under ``torch.func`` transforms to torch's own implementation:
     their wrapped tensors look plain but have no storage to point at."""
-    from pycudnn.torch import _runtime
-
     seen = []
     torch.func.vmap(lambda t: seen.append(_runtime.transforming()) or t)(torch.randn(2, 3))
     assert seen == [True] and not _runtime.transforming()
