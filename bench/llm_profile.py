@@ -144,7 +144,8 @@ def _measure(sides: dict[str, Any], step: Any, rounds: int, tables: bool) -> lis
             "ms": round(med, 3),
             "ratio": round(med / base, 3),
             "iqr_ms": round(q[2] - q[0], 3),
-            "sdpafn_calls": sum(e.count for e in ka if e.key == "SDPAFn"),
+            # (the autograd node is named after the family since issue 39: SdpaFn)
+            "sdpafn_calls": sum(e.count for e in ka if e.key in ("SDPAFn", "SdpaFn")),
             "gpu_kernel_ms": round(sum(e.self_device_time_total for e in ka) / 1e3, 3),
             "host_self_ms": round(sum(e.self_cpu_time_total for e in ka) / 1e3, 3),
             "launches": launches,
