@@ -5,9 +5,10 @@ As :mod:`pycudnn.jax.linen`, for Flax's NNX API: each class is Flax's (same cons
 a ``__call__`` that runs :mod:`pycudnn.jax`'s operation; what cuDNN does not take is refused
 with an error naming the argument. Layers: :class:`Conv` (2-D and 3-D; the extra keyword
 ``activation`` and ``__call__``'s ``residual`` are fused into the convolution's epilogue),
-:class:`BatchNorm`, :class:`LayerNorm`, :class:`RMSNorm`, and :class:`LSTM`
-(``nnx.RNN(nnx.LSTMCell(...))`` as one cuDNN call over the sequence). Flax's attention modules
-take :func:`pycudnn.jax.linen.dot_product_attention` as their ``attention_fn`` (NNX's too).
+:class:`BatchNorm`, :class:`LayerNorm`, :class:`RMSNorm`, :class:`LSTM` and :class:`GRU`
+(``nnx.RNN`` over Flax's ``LSTMCell`` / ``GRUCell`` as one cuDNN call over the sequence).
+Flax's attention modules take :func:`pycudnn.jax.linen.dot_product_attention` as their
+``attention_fn`` (NNX's too).
 
 Needs Flax (``pip install flax``); importing this module without it raises an ``ImportError``
 saying so.
@@ -29,7 +30,7 @@ import jax
 
 from . import _layers
 
-__all__ = ["LSTM", "BatchNorm", "Conv", "LayerNorm", "RMSNorm"]
+__all__ = ["GRU", "LSTM", "BatchNorm", "Conv", "LayerNorm", "RMSNorm"]
 
 
 _DEFAULTS = inspect.signature(nnx.Conv.__init__).parameters
@@ -186,5 +187,62 @@ class LSTM(nnx.RNN):
         carry, y = _layers.recurrent_layer(
             "LSTM", inputs, params, mode="lstm", features=cell.hidden_features,
             time_major=self.time_major, initial_carry=initial_carry, seq_lengths=seq_lengths,
+        )  # fmt: skip
+        return (carry, y) if self.return_carry else y
+
+
+class GRU(nnx.RNN):
+    """``flax.nnx.RNN(flax.nnx.GRUCell(in_features, hidden_features))`` as **one** cuDNN call
+    over the whole sequence (:func:`pycudnn.jax.rnn`), as :class:`LSTM` (the carry is ``h``).
+
+    NNX's cell is cuDNN's (PyTorch's) GRU with the recurrent biases zero: its input projection
+    ``dense_i`` (the three gates' kernels side by side, ``r, z, n``, with a bias) and its
+    recurrent ``dense_h`` (no bias) are split per gate for
+    :func:`pycudnn.jax.rnn_weights_from_flax`.
+
+    Parameters
+    ----------
+    in_features, hidden_features : int
+        The cell's sizes.
+    rngs : flax.nnx.Rngs
+        For the cell's initializers.
+    time_major, return_carry : bool, keyword
+        ``nnx.RNN``'s.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        *,
+        rngs: Any,
+        time_major: bool = False,
+        return_carry: bool = False,
+    ) -> None:
+        _layers.check_flags("GRU", time_major=time_major, return_carry=return_carry)
+        cell = nnx.GRUCell(in_features, hidden_features, rngs=rngs)
+        super().__init__(cell, time_major=time_major, return_carry=return_carry)
+
+    def __call__(  # type: ignore[override]
+        self,
+        inputs: jax.Array,
+        *,
+        initial_carry: jax.Array | None = None,
+        seq_lengths: Any = None,
+    ) -> Any:
+        """The outputs (and the final carry ``h`` first with ``return_carry``); *seq_lengths*,
+        if given, concrete ints (cuDNN reads them on the host)."""
+        cell = self.cell
+        h = cell.hidden_features
+        ki, bi, kh = cell.dense_i.kernel[...], cell.dense_i.bias[...], cell.dense_h.kernel[...]
+        params: dict[str, Any] = {}
+        for g, gate in enumerate("rzn"):
+            part = slice(g * h, (g + 1) * h)
+            params["i" + gate] = {"kernel": ki[:, part], "bias": bi[part]}
+            params["h" + gate] = {"kernel": kh[:, part]}
+        params["hn"]["bias"] = jax.numpy.zeros((h,), kh.dtype)  # linen's GRU names: hn has one
+        carry, y = _layers.recurrent_layer(
+            "GRU", inputs, params, mode="gru", features=h, time_major=self.time_major,
+            initial_carry=initial_carry, seq_lengths=seq_lengths,
         )  # fmt: skip
         return (carry, y) if self.return_carry else y

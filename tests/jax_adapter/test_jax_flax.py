@@ -306,3 +306,24 @@ def test_linen_gru_is_flaxs_rnn_of_a_gru_cell():
     jax.tree.map(_close, g, jax.grad(lambda v: (f.apply(v, x)[1] * t).sum())(v))
     c0 = _rand(3, 5, seed=6)
     _close(m.apply(v, x, initial_carry=c0)[1], f.apply(v, x, initial_carry=c0)[1])
+
+
+def test_nnx_gru_is_flaxs_rnn_of_a_gru_cell():
+    """NNX's GRU cell keeps its gates' kernels side by side (``dense_i`` with a bias,
+    ``dense_h`` without): split per gate they are cuDNN's GRU with zero recurrent biases."""
+    x = _rand(3, 7, 5)
+    m = px.GRU(5, 6, rngs=fx.Rngs(1), return_carry=True)
+    f = fx.RNN(fx.GRUCell(5, 6, rngs=fx.Rngs(1)), return_carry=True)
+    assert isinstance(m, fx.RNN)
+    s, ref_s = fx.state(m, fx.Param), fx.state(f, fx.Param)
+    assert jax.tree.structure(s) == jax.tree.structure(ref_s)
+    h, y = fx.jit(lambda m, x: m(x))(m, x)
+    rh, ry = f(x)
+    _close(y, ry)
+    _close(h, rh)
+    h0 = _rand(3, 6, seed=5)
+    _close(m(x, initial_carry=h0)[1], f(x, initial_carry=h0)[1])
+    t = _rand(*ry.shape, seed=4)
+    g = fx.grad(lambda m: (m(x)[1] * t).sum())(m)
+    ref = fx.grad(lambda m: (m(x)[1] * t).sum())(f)
+    jax.tree.map(_close, fx.state(g), fx.state(ref))

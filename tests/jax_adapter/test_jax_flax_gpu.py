@@ -243,3 +243,12 @@ def test_recurrent_layers_equal_flaxs_on_the_gpu(gpu):
     m = px.LSTM(16, 32, rngs=fx.Rngs(0))
     f = fx.RNN(fx.LSTMCell(16, 32, rngs=fx.Rngs(0)))
     _close(fx.jit(lambda m, x: m(x))(m, x), f(x), 2e-3)
+
+
+def test_nnx_gru_equals_flaxs_on_the_gpu(gpu):
+    """NNX's GRU cell (gate kernels side by side, no recurrent bias) as one cuDNN call, against
+    Flax's scanned cell (written when the session's GPU time had run out: first run pending)."""
+    x = _rand(gpu, 8, 30, 16)
+    m = px.GRU(16, 32, rngs=fx.Rngs(0), return_carry=True)
+    f = fx.RNN(fx.GRUCell(16, 32, rngs=fx.Rngs(0)), return_carry=True)
+    jax.tree.map(lambda a, b: _close(a, b, 2e-3), fx.jit(lambda m, x: m(x))(m, x), f(x))
