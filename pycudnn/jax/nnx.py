@@ -137,11 +137,54 @@ class BatchNorm(nnx.BatchNorm):
 _GATES = ("ii", "if_", "ig", "io", "hi", "hf", "hg", "ho")
 
 
-class LSTM(nnx.RNN):
+class _Recurrent(nnx.RNN):
+    """``nnx.RNN`` over one of Flax's cells as one cuDNN call (:class:`LSTM`, :class:`GRU`):
+    each layer names its cell, cuDNN's mode and how the cell's ``Param`` s read as
+    :func:`pycudnn.jax.rnn_weights_from_flax`'s (linen's) names."""
+
+    _mode = ""  # class attributes, not state: set by each layer below
+    _cell: Any = None
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        *,
+        rngs: Any,
+        time_major: bool = False,
+        return_carry: bool = False,
+    ) -> None:
+        name = type(self).__name__
+        _layers.check_flags(name, time_major=time_major, return_carry=return_carry)
+        cell = self._cell(in_features, hidden_features, rngs=rngs)
+        super().__init__(cell, time_major=time_major, return_carry=return_carry)
+
+    def _params(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __call__(  # type: ignore[override]
+        self,
+        inputs: jax.Array,
+        *,
+        initial_carry: Any = None,
+        seq_lengths: Any = None,
+    ) -> Any:
+        """The outputs (and the final carry first with ``return_carry``); *seq_lengths*, if
+        given, concrete ints (cuDNN reads them on the host)."""
+        carry, y = _layers.recurrent_layer(
+            type(self).__name__, inputs, self._params(), mode=self._mode,
+            features=self.cell.hidden_features, time_major=self.time_major,
+            initial_carry=initial_carry, seq_lengths=seq_lengths,
+        )  # fmt: skip
+        return (carry, y) if self.return_carry else y
+
+
+class LSTM(_Recurrent):
     """``flax.nnx.RNN(flax.nnx.LSTMCell(in_features, hidden_features))`` as **one** cuDNN call
     over the whole sequence (:func:`pycudnn.jax.rnn`), where Flax's scans the cell: the same
     cell (``self.cell``, Flax's ``LSTMCell`` with its ``Param`` s), so either's state loads
-    into the other.
+    into the other. Called as ``nnx.RNN`` is (``initial_carry=(c, h)``, ``seq_lengths`` as
+    concrete ints: cuDNN reads them on the host).
 
     Parameters
     ----------
@@ -154,44 +197,21 @@ class LSTM(nnx.RNN):
         ``carry = (c, h)``).
     """
 
-    def __init__(
-        self,
-        in_features: int,
-        hidden_features: int,
-        *,
-        rngs: Any,
-        time_major: bool = False,
-        return_carry: bool = False,
-    ) -> None:
-        _layers.check_flags("LSTM", time_major=time_major, return_carry=return_carry)
-        cell = nnx.LSTMCell(in_features, hidden_features, rngs=rngs)
-        super().__init__(cell, time_major=time_major, return_carry=return_carry)
+    _mode = "lstm"
+    _cell = nnx.LSTMCell
 
-    def __call__(  # type: ignore[override]
-        self,
-        inputs: jax.Array,
-        *,
-        initial_carry: tuple[jax.Array, jax.Array] | None = None,
-        seq_lengths: Any = None,
-    ) -> Any:
-        """The outputs (and the final carry first with ``return_carry``); *seq_lengths*, if
-        given, concrete ints (cuDNN reads them on the host)."""
+    def _params(self) -> dict[str, Any]:
         cell = self.cell
-        params = {
+        return {
             name.rstrip("_"): {
                 "kernel": getattr(cell, name).kernel[...],
                 **({"bias": getattr(cell, name).bias[...]} if name[0] == "h" else {}),
             }
             for name in _GATES
         }
-        carry, y = _layers.recurrent_layer(
-            "LSTM", inputs, params, mode="lstm", features=cell.hidden_features,
-            time_major=self.time_major, initial_carry=initial_carry, seq_lengths=seq_lengths,
-        )  # fmt: skip
-        return (carry, y) if self.return_carry else y
 
 
-class GRU(nnx.RNN):
+class GRU(_Recurrent):
     """``flax.nnx.RNN(flax.nnx.GRUCell(in_features, hidden_features))`` as **one** cuDNN call
     over the whole sequence (:func:`pycudnn.jax.rnn`), as :class:`LSTM` (the carry is ``h``).
 
@@ -210,28 +230,10 @@ class GRU(nnx.RNN):
         ``nnx.RNN``'s.
     """
 
-    def __init__(
-        self,
-        in_features: int,
-        hidden_features: int,
-        *,
-        rngs: Any,
-        time_major: bool = False,
-        return_carry: bool = False,
-    ) -> None:
-        _layers.check_flags("GRU", time_major=time_major, return_carry=return_carry)
-        cell = nnx.GRUCell(in_features, hidden_features, rngs=rngs)
-        super().__init__(cell, time_major=time_major, return_carry=return_carry)
+    _mode = "gru"
+    _cell = nnx.GRUCell
 
-    def __call__(  # type: ignore[override]
-        self,
-        inputs: jax.Array,
-        *,
-        initial_carry: jax.Array | None = None,
-        seq_lengths: Any = None,
-    ) -> Any:
-        """The outputs (and the final carry ``h`` first with ``return_carry``); *seq_lengths*,
-        if given, concrete ints (cuDNN reads them on the host)."""
+    def _params(self) -> dict[str, Any]:
         cell = self.cell
         h = cell.hidden_features
         ki, bi, kh = cell.dense_i.kernel[...], cell.dense_i.bias[...], cell.dense_h.kernel[...]
@@ -241,8 +243,4 @@ class GRU(nnx.RNN):
             params["i" + gate] = {"kernel": ki[:, part], "bias": bi[part]}
             params["h" + gate] = {"kernel": kh[:, part]}
         params["hn"]["bias"] = jax.numpy.zeros((h,), kh.dtype)  # linen's GRU names: hn has one
-        carry, y = _layers.recurrent_layer(
-            "GRU", inputs, params, mode="gru", features=h, time_major=self.time_major,
-            initial_carry=initial_carry, seq_lengths=seq_lengths,
-        )  # fmt: skip
-        return (carry, y) if self.return_carry else y
+        return params

@@ -258,20 +258,30 @@ def test_flax_attention_modules_take_pycudnns_attention_fn():
         ).apply(v, x, deterministic=False, rngs={"dropout": jax.random.key(1)})
 
 
-def test_nnx_lstm_is_flaxs_rnn_of_an_lstm_cell():
+@pytest.mark.parametrize(
+    ("ours", "cell", "carry"),
+    [
+        (lambda: px.LSTM, lambda: fx.LSTMCell, lambda: (_rand(3, 6, seed=5), _rand(3, 6, seed=6))),
+        (lambda: px.GRU, lambda: fx.GRUCell, lambda: _rand(3, 6, seed=5)),
+    ],
+    ids=["lstm", "gru"],
+)
+def test_nnx_recurrent_layers_are_flaxs_rnn_of_their_cells(ours, cell, carry):
+    """The same cell and ``Param`` s as Flax's ``nnx.RNN`` over it; outputs, final carry (and
+    from a given initial carry) and gradients equal. NNX's GRU cell keeps its gates' kernels
+    side by side (``dense_i`` with a bias, ``dense_h`` without): split per gate they are
+    cuDNN's GRU with zero recurrent biases."""
     x = _rand(3, 7, 5)
-    m = px.LSTM(5, 6, rngs=fx.Rngs(1), return_carry=True)
-    f = fx.RNN(fx.LSTMCell(5, 6, rngs=fx.Rngs(1)), return_carry=True)
+    m = ours()(5, 6, rngs=fx.Rngs(1), return_carry=True)
+    f = fx.RNN(cell()(5, 6, rngs=fx.Rngs(1)), return_carry=True)
     assert isinstance(m, fx.RNN)
     s, ref_s = fx.state(m, fx.Param), fx.state(f, fx.Param)
     assert jax.tree.structure(s) == jax.tree.structure(ref_s)
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), s, ref_s)
-    (c, h), y = fx.jit(lambda m, x: m(x))(m, x)
-    (rc, rh), ry = f(x)
-    _close(y, ry)
-    _close(c, rc)
-    _close(h, rh)
-    t = _rand(*ry.shape, seed=4)
+    jax.tree.map(_close, fx.jit(lambda m, x: m(x))(m, x), f(x))
+    c0 = carry()
+    jax.tree.map(_close, m(x, initial_carry=c0), f(x, initial_carry=c0))
+    t = _rand(3, 7, 6, seed=4)
     g = fx.grad(lambda m: (m(x)[1] * t).sum())(m)
     ref = fx.grad(lambda m: (m(x)[1] * t).sum())(f)
     jax.tree.map(_close, fx.state(g), fx.state(ref))
@@ -306,24 +316,3 @@ def test_linen_gru_is_flaxs_rnn_of_a_gru_cell():
     jax.tree.map(_close, g, jax.grad(lambda v: (f.apply(v, x)[1] * t).sum())(v))
     c0 = _rand(3, 5, seed=6)
     _close(m.apply(v, x, initial_carry=c0)[1], f.apply(v, x, initial_carry=c0)[1])
-
-
-def test_nnx_gru_is_flaxs_rnn_of_a_gru_cell():
-    """NNX's GRU cell keeps its gates' kernels side by side (``dense_i`` with a bias,
-    ``dense_h`` without): split per gate they are cuDNN's GRU with zero recurrent biases."""
-    x = _rand(3, 7, 5)
-    m = px.GRU(5, 6, rngs=fx.Rngs(1), return_carry=True)
-    f = fx.RNN(fx.GRUCell(5, 6, rngs=fx.Rngs(1)), return_carry=True)
-    assert isinstance(m, fx.RNN)
-    s, ref_s = fx.state(m, fx.Param), fx.state(f, fx.Param)
-    assert jax.tree.structure(s) == jax.tree.structure(ref_s)
-    h, y = fx.jit(lambda m, x: m(x))(m, x)
-    rh, ry = f(x)
-    _close(y, ry)
-    _close(h, rh)
-    h0 = _rand(3, 6, seed=5)
-    _close(m(x, initial_carry=h0)[1], f(x, initial_carry=h0)[1])
-    t = _rand(*ry.shape, seed=4)
-    g = fx.grad(lambda m: (m(x)[1] * t).sum())(m)
-    ref = fx.grad(lambda m: (m(x)[1] * t).sum())(f)
-    jax.tree.map(_close, fx.state(g), fx.state(ref))
