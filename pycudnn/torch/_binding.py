@@ -32,16 +32,7 @@ from ..graph import _plans
 from ..highlevel import _bound, _call
 from . import _lean
 
-__all__ = [
-    "COLD_LIMIT",
-    "Binding",
-    "grad_entry",
-    "grad_sig",
-    "keep",
-    "launch",
-    "record",
-    "record_grad",
-]
+__all__ = ["COLD_LIMIT", "Binding", "backward", "keep", "launch", "record"]
 
 #: bindings a module may make without a reuse before it stops binding
 COLD_LIMIT = 4
@@ -56,8 +47,10 @@ class Binding:
         The call's signature, as the family builds it.
     entry : object
         The forward's bound entry (:class:`~pycudnn.highlevel._call.Call` with ``lean``).
+    index : int
+        The CUDA device the call ran on (its stream is read per launch).
     meta : object
-        What the family keeps to allocate the outputs (shapes, dtypes, devices).
+        What the family keeps to allocate the outputs (shapes, devices, options).
     hits : int
         Calls that launched the entry (tests and diagnostics).
     grads : dict
@@ -65,38 +58,46 @@ class Binding:
         and weight gradients), ``(gradient signature, entry)``.
     """
 
-    __slots__ = ("entry", "grads", "hits", "meta", "sig")
+    __slots__ = ("entry", "grads", "hits", "index", "meta", "sig")
 
-    def __init__(self, sig: tuple, entry: Any, meta: Any) -> None:
+    def __init__(self, sig: tuple, entry: Any, index: int, meta: Any) -> None:
         self.sig = sig
         self.entry = entry
+        self.index = index
         self.meta = meta
         self.hits = 0
         self.grads: dict[tuple[int, Any], tuple[tuple, Any]] = {}
 
 
-def launch(entry: Any, ptrs: tuple[int, ...], stream: int) -> bool:
-    """Launch a bound *entry* on *ptrs* on *stream*, as :func:`~pycudnn.highlevel._bound.run`
-    does on a hit. False when it cannot run here (another device is current) or its launch
-    failed (say its workspace no longer fits): the caller then takes its family's path, which
-    rebinds or raises the public function's error."""
+def launch(entry: Any, inputs: tuple, outputs: tuple, stream: int) -> bool:
+    """Launch a bound *entry* on the *inputs*' pointers, then the new *outputs*' (the lean
+    path's order), on *stream*, as :func:`~pycudnn.highlevel._bound.run` does on a hit. False
+    when it cannot run here: an output not 16-byte aligned (the entry was bound on aligned
+    ones), another device current, or a failed launch (say its workspace no longer fits); the
+    caller then takes its family's path, which rebinds or raises the public function's
+    error."""
+    outs = tuple([t.data_ptr() for t in outputs])
+    odd = 0
+    for p in outs:
+        odd |= p
+    if odd & 15:
+        return False
     h = entry.handle
     if not (_call.one_device or _bound.current_device() == h.device):
         return False
     h.set_stream(stream)
     try:
-        entry.launch(ptrs)
+        entry.launch(tuple([t.data_ptr() for t in inputs]) + outs)
     except Exception:
         return False
     return True
 
 
-def record(run: Callable[..., Any], inputs: tuple, n_out: int, *args: Any) -> tuple[Any, Any]:
+def record(run: Callable[..., Any], inputs: tuple, *args: Any) -> tuple[Any, Any]:
     """``run(*args)`` under a tape: ``(its result, the entry)`` where the run was exactly one
-    lean launch on *inputs* (the same objects: no copy made on the way) and *n_out* new
-    outputs, each 16-byte aligned (a bound call checks its new outputs against that), else
-    ``(result, None)``. Under a tape already recording (a launch program's first run) it only
-    runs: tapes do not nest, and that tape records the launch."""
+    lean launch on *inputs* (the same objects: no copy made on the way) and new outputs, each
+    16-byte aligned, else ``(result, None)``. Under a tape already recording (a launch
+    program's first run) it only runs: tapes do not nest, and that tape records the launch."""
     if _lean.recording():
         return run(*args), None
     with _lean.Tape() as tape:
@@ -106,7 +107,7 @@ def record(run: Callable[..., Any], inputs: tuple, n_out: int, *args: Any) -> tu
         return out, None
     entry, seen = launches[0]
     n = len(inputs)
-    if entry is None or len(seen) != n + n_out:
+    if entry is None or len(seen) <= n:
         return out, None
     for a, b in zip(seen[:n], inputs, strict=True):
         if a is not b:
@@ -117,37 +118,39 @@ def record(run: Callable[..., Any], inputs: tuple, n_out: int, *args: Any) -> tu
     return out, entry
 
 
-def grad_sig(dy: Any) -> tuple:
-    """The incoming gradient's part of a backward's signature (the rest is the forward's)."""
-    return (type(dy), dy.shape, dy.stride(), dy.dtype, dy.get_device(), dy.data_ptr() & 15,
-            _call.snapshot(), _plans.stats.clears)  # fmt: skip
-
-
-def grad_entry(bd: Binding, tag: Any, sig: tuple) -> Any:
-    """The backward entry *tag* that *bd* bound on this thread for a gradient of signature
-    *sig* (:func:`grad_sig`), or None."""
-    g = bd.grads.get((get_ident(), tag))
-    if g is None or g[0] != sig:
-        return None
-    return g[1]
-
-
-def record_grad(
-    bd: Binding, tag: Any, sig: tuple, run: Callable[..., Any], inputs: tuple, n_out: int,
+def backward(
+    bd: Binding,
+    tag: Any,
+    dy: Any,
+    stream: int,
+    inputs: tuple,
+    outputs: Callable[..., tuple],
+    run: Callable[..., Any],
     *args: Any,
-) -> Any:  # fmt: skip
-    """The backward's own path ``run(*args)`` under a tape (:func:`record`), binding its entry
-    as *tag* to this thread and the gradient's signature *sig* on *bd*; returns its result."""
-    out, entry = record(run, inputs, n_out, *args)
+) -> Any:
+    """A bound module's backward launch *tag* on *inputs* (*dy* among them) on *stream*: where
+    this thread bound its entry for a gradient of *dy*'s signature, ``outputs(bd, *inputs)``
+    allocates the new outputs and the entry launches on them (returned as that tuple); else the
+    family's own path ``run(*args)`` runs under a tape (:func:`record`), binding its entry for
+    the next backward, and its result is returned."""
+    sig = (type(dy), dy.shape, dy.stride(), dy.dtype, dy.get_device(), dy.data_ptr() & 15,
+           _call.snapshot(), _plans.stats.clears)  # fmt: skip
+    key = (get_ident(), tag)
+    g = bd.grads.get(key)
+    if g is not None and g[0] == sig:
+        outs = outputs(bd, *inputs)
+        if launch(g[1], inputs, outs, stream):
+            return outs
+    out, entry = record(run, inputs, *args)
     if entry is not None:
-        bd.grads[get_ident(), tag] = (sig, entry)
+        bd.grads[key] = (sig, entry)
     return out
 
 
-def keep(store: dict, sig: tuple, entry: Any, meta: Any) -> None:
-    """Make ``Binding(sig, entry, meta)`` the module's binding in *store* (its side table),
-    counting a replaced binding that was never reused; past :data:`COLD_LIMIT` of those the
-    module stops binding."""
+def keep(store: dict, sig: tuple, entry: Any, index: int, meta: Any) -> None:
+    """Make ``Binding(sig, entry, index, meta)`` the module's binding in *store* (its side
+    table), counting a replaced binding that was never reused; past :data:`COLD_LIMIT` of those
+    the module stops binding."""
     old = store.get("bound")
     if old is not None and not old.hits:
         cold = store["cold"] = store.get("cold", 0) + 1
@@ -155,4 +158,4 @@ def keep(store: dict, sig: tuple, entry: Any, meta: Any) -> None:
             store["bound"] = None
             store["nobind"] = True
             return
-    store["bound"] = Binding(sig, entry, meta)
+    store["bound"] = Binding(sig, entry, index, meta)

@@ -22,6 +22,7 @@ from torch.autograd.function import once_differentiable
 __all__ = [
     "NAMESPACE",
     "OPS",
+    "PLAIN",
     "compiling",
     "constant",
     "define",
@@ -141,7 +142,10 @@ def differentiable(
     return fn, define(name, run, fake, mutates, autograd=(backward, op_setup))
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+#: tensors pycudnn reads as they are: a tensor of another type (a subclass such as FakeTensor,
+#: AOTAutograd's functional tensors) may have no storage, so no ``data_ptr()``: torch's own
+#: implementation or the custom op runs for it
+PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def gradient(op: Any, eager: Callable[..., Any], t: torch.Tensor, *args: Any) -> Any:
@@ -150,7 +154,7 @@ def gradient(op: Any, eager: Callable[..., Any], t: torch.Tensor, *args: Any) ->
     the custom op *op* where the backward is being traced: by dynamo (:func:`compiling`) or by
     AOTAutograd (its fake and functional tensors are subclasses), so the traced graph holds the
     op."""
-    if op is None or (type(t) in _PLAIN and not compiling()):
+    if op is None or (type(t) in PLAIN and not compiling()):
         return eager(t, *args)
     return op(t, *args)  # (dynamo sees plain tensor types while it traces a Function)
 
@@ -158,7 +162,7 @@ def gradient(op: Any, eager: Callable[..., Any], t: torch.Tensor, *args: Any) ->
 def eager_gradient(op: Any, eager: Callable[..., Any], t: torch.Tensor, *args: Any) -> Any:
     """:func:`gradient` for a backward whose forward ran eagerly (``ctx.gradient`` there): no
     tracing can be under way but compiled autograd's, whose tensors are not plain."""
-    if type(t) in _PLAIN:
+    if type(t) in PLAIN:
         return eager(t, *args)
     return gradient(op, eager, t, *args)
 

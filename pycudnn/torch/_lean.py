@@ -52,17 +52,7 @@ def launch(tag: Any, tensors: tuple, stream: int, slow: Callable[..., Any], *arg
     order (the inputs', then the outputs', as the public function takes them). The key is *tag*
     (the operation and the module's configuration), ``pycudnn.config``'s snapshot and each
     tensor's shape, strides, dtype, device and pointer residue mod 16 (its alignment)."""
-    key: list[Any] = [tag, _call.snapshot()]
-    ptrs = []
-    for t in tensors:
-        p = t.data_ptr()
-        ptrs.append(p)
-        key.append((t.shape, t.stride(), t.dtype, t.get_device(), p & 15))
-    entry = run(tuple(key), tuple(ptrs), stream, slow, *args)
-    if _recording:  # a module global: no thread-local lookup while no tape records
-        tape = getattr(_local, "tape", None)
-        if tape is not None:
-            tape.append((entry, tensors))
+    launch_fresh(tag, tensors, (), stream, slow, *args)
 
 
 def launch_fresh(
@@ -73,7 +63,8 @@ def launch_fresh(
     shape computed from the inputs' on their device): their shapes, strides, dtypes and device
     are then pinned by the key already, and only their alignment is keyed (one tensor's
     signature read costs about a microsecond on a slow host; a norm's call has three such
-    outputs). Never pass an output a user gave: its layout is its own."""
+    outputs). Never pass an output a user gave: its layout is its own (:func:`launch` keys it
+    as an input)."""
     key: list[Any] = [tag, _call.snapshot()]
     ptrs = []
     for t in inputs:
@@ -85,10 +76,10 @@ def launch_fresh(
         ptrs.append(p)
         key.append(p & 15)
     entry = run(tuple(key), tuple(ptrs), stream, slow, *args)
-    if _recording:
+    if _recording:  # a module global: no thread-local lookup while no tape records
         tape = getattr(_local, "tape", None)
         if tape is not None:
-            tape.append((entry, inputs + outputs))
+            tape.append((entry, inputs + outputs if outputs else inputs))
 
 
 def recording() -> bool:

@@ -17,7 +17,7 @@ import torch
 
 from ..memory import allocator
 from . import _lean
-from ._compile import compiling
+from ._compile import PLAIN, compiling
 
 __all__ = [
     "FIRST_USE",
@@ -26,7 +26,6 @@ __all__ = [
     "HALVES",
     "NORM_FLOATS",
     "NO_BF16",
-    "PLAIN",
     "TorchMemoryResource",
     "as_tuple",
     "autocast_dtype",
@@ -56,11 +55,9 @@ def _current_stream_slow(device: int) -> int:
 
 #: ``cudaStream_t`` of torch's current stream on a device: torch's own fast accessor (the one
 #: its compiled kernels use, ~0.3 us) where it exists, else the public ``current_stream``
-_raw_stream: Callable[[int], int] = getattr(
+raw_stream: Callable[[int], int] = getattr(
     torch._C, "_cuda_getCurrentRawStream", _current_stream_slow
 )
-#: the same, public within the adapter (hot paths that know the device index)
-raw_stream = _raw_stream
 _DEVICES: dict[int, torch.device] = {}
 if hasattr(torch._C, "_cuda_getDevice"):  # torch's current device, without a CUDA call
     _lean.set_device_getter(torch._C._cuda_getDevice)
@@ -105,7 +102,7 @@ class TorchMemoryResource:
         """*nbytes* of torch-owned memory on (*device*, *stream*)."""
         dev = _device(device)
         try:
-            if stream == _raw_stream(device):
+            if stream == raw_stream(device):
                 t = torch.empty(nbytes, dtype=torch.uint8, device=dev)
             else:
                 with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=dev)):
@@ -257,11 +254,6 @@ def no_broadcast(t: torch.Tensor, unit_last: bool = False) -> torch.Tensor:
     return t
 
 
-# tensors pycudnn reads as they are (subclasses such as FakeTensor run torch's implementation)
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-#: the same, public within the adapter: a tensor of another type (a subclass, a fake tensor)
-#: may have no storage, so no ``data_ptr()``: ask its type first
-PLAIN = _PLAIN
 #: whether a ``torch.func`` transform (vmap, grad, ...) is active: its wrapped tensors look
 #: plain but have no storage either (torch's own implementation runs under them)
 transforming: Callable[[], bool] = getattr(
@@ -274,14 +266,14 @@ def cuda_ok(x: Any, dtypes: tuple = FLOATS) -> bool:
     own implementation runs). (While dynamo traces, the transforms are not asked about: the
     custom ops run then, on fake tensors.)"""
     return (
-        type(x) in _PLAIN and x.is_cuda and x.dtype in dtypes
+        type(x) in PLAIN and x.is_cuda and x.dtype in dtypes
         and (compiling() or not transforming())
     )  # fmt: skip
 
 
 def stream_of(t: torch.Tensor) -> int:
     """``cudaStream_t`` of torch's current stream on *t*'s device."""
-    return _raw_stream(t.get_device())
+    return raw_stream(t.get_device())
 
 
 def as_tuple(v: Any, nd: int) -> tuple[int, ...]:

@@ -20,13 +20,12 @@ from .._config import config
 from ..graph import _plans
 from ..highlevel import _call, dnn_matmul
 from . import _binding, _lean
-from ._compile import compiling, constant, define, differentiable
+from ._compile import PLAIN, compiling, constant, define, differentiable
 from ._module import STATE, Converted, float_params, state
 from ._runtime import (
     FIRST_USE,
     HALVES,
     NORM_FLOATS,
-    PLAIN,
     autocast_dtype,
     cuda_ok,
     raw_stream,
@@ -229,20 +228,14 @@ def _backward(ctx, dy):
     if bd is None:
         dx = ctx.gradient(op_linear_dx, _op_dx, dy, w, list(x.shape)) if need[0] else None
         dw = ctx.gradient(op_linear_dw, _op_dw, dy, x) if need[1] else None
-    else:  # the binding's gradient entries, bound by this thread's first backward
-        sig = _binding.grad_sig(dy)
+    else:  # the binding's gradient entries (bound by this thread's first backward)
+        s = raw_stream(bd.index)
         if need[0]:
-            e = _binding.grad_entry(bd, _DX, sig)
-            dx = None if e is None else _bound_product(bd, e, dy, w, bd.meta[0], dy.dtype)
-            if dx is None:
-                args = (op_linear_dx, _op_dx, dy, w, list(x.shape))
-                dx = _binding.record_grad(bd, _DX, sig, ctx.gradient, (dy, w), 1, *args)
+            args = (op_linear_dx, _op_dx, dy, w, list(x.shape))
+            dx = _one(_binding.backward(bd, _DX, dy, s, (dy, w), _dx_out, ctx.gradient, *args))
         if need[1]:
-            e = _binding.grad_entry(bd, _DW, sig)
-            dw = None if e is None else _bound_product(bd, e, dy, x, w.shape, dy.dtype)
-            if dw is None:
-                args = (op_linear_dw, _op_dw, dy, x)
-                dw = _binding.record_grad(bd, _DW, sig, ctx.gradient, (dy, x), 1, *args)
+            args = (op_linear_dw, _op_dw, dy, x)
+            dw = _one(_binding.backward(bd, _DW, dy, s, (dy, x), _dw_out, ctx.gradient, *args))
     db = _bias_grad(dy.reshape(-1, w.shape[0])) if ctx.has_bias and need[2] else None
     return (dx, dw, db) + (None,) * (len(need) - 3)
 
@@ -251,11 +244,26 @@ def _linear_eager(x, w, b, bound=None):
     """``LinearFn``'s eager forward: *bound* (a module's :class:`~._binding.Binding` whose
     signature this call has) launches its entry; else :func:`_op_linear`."""
     if bound is not None:
-        y = _bound_product(bound, bound.entry, x, w, bound.meta[1], x.dtype, b)
+        y = _bound_launch(bound, x, w, b)
         if y is not None:
-            bound.hits += 1
             return y
     return _op_linear(x, w, b)
+
+
+def _one(r: Any) -> torch.Tensor:
+    """A gradient product's result: the bound launch's one output, or the tensor its own path
+    returned."""
+    return r[0] if type(r) is tuple else r
+
+
+def _dx_out(bd: Any, dy: torch.Tensor, _w: Any) -> tuple:
+    """A bound backward's new ``dx``, as :func:`_dx` makes it (the input's shape)."""
+    return (torch.empty(bd.meta[0], dtype=dy.dtype, device=bd.meta[3]),)
+
+
+def _dw_out(bd: Any, dy: torch.Tensor, _x: Any) -> tuple:
+    """A bound backward's new ``dw``, as :func:`_dw` makes it (the weight's shape)."""
+    return (torch.empty(bd.meta[2], dtype=dy.dtype, device=bd.meta[3]),)
 
 
 #: ``LinearFn.apply(x, w, b)`` (eager) and ``pycudnn::linear(x, w, b?)``: :func:`linear_run`
@@ -326,10 +334,10 @@ def linear_forward(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         return _apply(*ops)
     sig = _linear_sig(x, w, b, _wants_grad(x, w, b))
     ins = (x, w) if b is None else (x, w, b)
-    y, entry = _binding.record(_apply, ins, 1, *ops)
+    y, entry = _binding.record(_apply, ins, *ops)
     if entry is not None:
-        meta = (tuple(x.shape), tuple(y.shape), x.device, x.get_device())
-        _binding.keep(state(m), sig, entry, meta)
+        meta = (tuple(x.shape), tuple(y.shape), tuple(w.shape), x.device)
+        _binding.keep(state(m), sig, entry, x.get_device(), meta)
     return y
 
 
@@ -374,27 +382,18 @@ def _bound_forward(m: nn.Linear, x: torch.Tensor, bd: Any) -> Any:
         return None
     if grad:
         return LinearFn.apply(x, w, b, bd)
-    y = _bound_product(bd, bd.entry, x, w, bd.meta[1], x.dtype, b)
-    if y is not None:
-        bd.hits += 1
-    return y
+    return _bound_launch(bd, x, w, b)
 
 
-def _bound_product(
-    bd: Any, entry: Any, a: torch.Tensor, c: torch.Tensor, shape: Any, dtype: Any, bias: Any = None
-) -> torch.Tensor | None:
-    """A new tensor of *shape* and *dtype* that the bound *entry* writes from *a* and *c* (and
-    *bias*): the forward ``x, w -> y`` or a gradient ``dy, w -> dx`` / ``dy, x -> dw``, in the
-    lean path's pointer order; None where it could not launch."""
-    out = torch.empty(shape, dtype=dtype, device=bd.meta[2])
-    op = out.data_ptr()
-    if bias is None:
-        ptrs: tuple = (a.data_ptr(), c.data_ptr(), op)
-    else:
-        ptrs = (a.data_ptr(), c.data_ptr(), bias.data_ptr(), op)
-    if op & 15 or not _binding.launch(entry, ptrs, raw_stream(bd.meta[3])):
+def _bound_launch(bd: Any, x: torch.Tensor, w: torch.Tensor, b: Any) -> torch.Tensor | None:
+    """``y`` of the binding's product on *x*, *w* (and *b*), laid out as :func:`linear_run`
+    lays it out; None where it could not launch. Counts the hit."""
+    y = torch.empty(bd.meta[1], dtype=x.dtype, device=bd.meta[3])
+    ins = (x, w) if b is None else (x, w, b)
+    if not _binding.launch(bd.entry, ins, (y,), raw_stream(bd.index)):
         return None
-    return out
+    bd.hits += 1
+    return y
 
 
 def linear_operands(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> tuple | None:

@@ -14,12 +14,11 @@ from torch import nn
 from ..graph import _plans
 from ..highlevel import _call, dnn_layer_norm, dnn_layer_norm_grad, dnn_rms_norm, dnn_rms_norm_grad
 from . import _binding, _lean
-from ._compile import compiling, define, differentiable
+from ._compile import PLAIN, compiling, define, differentiable
 from ._module import STATE, Converted, float_params, state
 from ._runtime import (
     FIRST_USE,
     NORM_FLOATS,
-    PLAIN,
     autocast_dtype,
     cuda_ok,
     dense,
@@ -196,21 +195,29 @@ def _ln_setup(ctx, inputs, output) -> None:
 
 def _ln_backward(ctx, dy, _dmean, _dinvstd):
     x, w, b, mean, invstd = ctx.saved_tensors
+    args = (op_layer_norm_grad, _op_ln_grad, dy, x, mean, invstd, ctx.shape, w, b)
     bd = ctx.bound if type(dy) in PLAIN else None  # (compiled autograd's are not)
-    grads = None if bd is None else _ln_grad_bound(bd, dy, x, w, b, mean, invstd)
-    if grads is None:
-        args = (op_layer_norm_grad, _op_ln_grad, dy, x, mean, invstd, ctx.shape, w, b)
-        if bd is None:
-            grads = ctx.gradient(*args)
-        else:  # bind the gradient's entry to this thread (the first backward of the binding)
-            sig = _binding.grad_sig(dy)
-            ops = (dy, x, w, mean, invstd)
-            grads = _binding.record_grad(bd, 0, sig, ctx.gradient, ops, 3, *args)
-    dx, dw, db = grads
+    if bd is None:
+        dx, dw, db = ctx.gradient(*args)
+    else:  # the binding's gradient entry (bound by this thread's first backward)
+        ops = (dy, x, w, mean, invstd)
+        dx, dw, db = _binding.backward(
+            bd, 0, dy, raw_stream(bd.index), ops, _ln_grads, ctx.gradient, *args
+        )
     need = ctx.needs_input_grad
     dw = dw if need[1] and w is not None else None
     db = db if need[2] and b is not None else None
     return (dx if need[0] else None, dw, db) + (None,) * (len(need) - 3)
+
+
+def _ln_grads(_bd: Any, _dy: Any, x: torch.Tensor, w: torch.Tensor, *_stats: Any) -> tuple:
+    """A bound layer norm backward's new ``(dx, dw, db)``, as :func:`_op_ln_grad` makes them."""
+    return _out(x), torch.empty_like(w), torch.empty_like(w)
+
+
+def _rms_grads(_bd: Any, _dy: Any, x: torch.Tensor, w: torch.Tensor, _inv: Any) -> tuple:
+    """A bound RMS norm backward's new ``(dx, dw)``, as :func:`_op_rms_grad` makes them."""
+    return _out(x), torch.empty_like(w)
 
 
 def _op_rms(
@@ -258,16 +265,15 @@ def _rms_setup(ctx, inputs, output) -> None:
 
 def _rms_backward(ctx, dy, _dinvrms):
     x, w, invrms = ctx.saved_tensors
+    args = (op_rms_norm_grad, _op_rms_grad, dy, x, invrms, ctx.shape, w)
     bd = ctx.bound if type(dy) in PLAIN else None  # (compiled autograd's are not)
-    grads = None if bd is None else _rms_grad_bound(bd, dy, x, w, invrms)
-    if grads is None:
-        args = (op_rms_norm_grad, _op_rms_grad, dy, x, invrms, ctx.shape, w)
-        if bd is None:
-            grads = ctx.gradient(*args)
-        else:  # bind the gradient's entry to this thread (the first backward of the binding)
-            sig = _binding.grad_sig(dy)
-            grads = _binding.record_grad(bd, 0, sig, ctx.gradient, (dy, x, w, invrms), 2, *args)
-    dx, dw = grads
+    if bd is None:
+        dx, dw = ctx.gradient(*args)
+    else:  # the binding's gradient entry (bound by this thread's first backward)
+        ops = (dy, x, w, invrms)
+        dx, dw = _binding.backward(
+            bd, 0, dy, raw_stream(bd.index), ops, _rms_grads, ctx.gradient, *args
+        )
     need = ctx.needs_input_grad
     dw = dw if need[1] and w is not None else None
     return (dx if need[0] else None, dw) + (None,) * (len(need) - 2)
@@ -277,9 +283,8 @@ def _ln_eager(x, w, b, shape, eps, training, bound=None):
     """``LayerNormFn``'s eager forward: *bound* (a module's :class:`~._binding.Binding` whose
     signature this call has) launches its entry; else :func:`_op_ln`."""
     if bound is not None:
-        r = _ln_bound(bound, x, w, b, True)
+        r = _bound_launch(bound, (x, w, b), 2)
         if r is not None:
-            bound.hits += 1
             return r
     return _op_ln(x, w, b, shape, eps, training)
 
@@ -287,9 +292,8 @@ def _ln_eager(x, w, b, shape, eps, training, bound=None):
 def _rms_eager(x, w, shape, eps, training, bound=None):
     """``RMSNormFn``'s eager forward, as :func:`_ln_eager`."""
     if bound is not None:
-        r = _rms_bound(bound, x, w, True)
+        r = _bound_launch(bound, (x, w), 1)
         if r is not None:
-            bound.hits += 1
             return r
     return _op_rms(x, w, shape, eps, training)
 
@@ -392,11 +396,10 @@ def norm_forward(m: nn.Module, x: torch.Tensor, rms: bool, fallback: Callable) -
         not rms and b is None) or (st is not None and st.get("nobind")):  # fmt: skip
         return run(*args)[0]
     sig = _norm_sig(m, x, w, b, grad)
-    n_out = (2 if rms else 3) if grad else 1  # the outputs of the launch
-    out, entry = _binding.record(run, ins, n_out, *args)
+    out, entry = _binding.record(run, ins, *args)
     if entry is not None:
         dims = (*x.shape[: x.dim() - len(ns)], *(1,) * len(ns))
-        _binding.keep(state(m), sig, entry, (dims, x.device, x.get_device(), ns, eps))
+        _binding.keep(state(m), sig, entry, x.get_device(), (dims, x.device, ns, eps))
     return out[0]
 
 
@@ -437,80 +440,25 @@ def _bound_forward(m: nn.Module, x: torch.Tensor, rms: bool, bd: Any) -> Any:
     if _norm_sig(m, x, w, b, grad) != bd.sig:
         return None
     if grad:
-        ns, eps = bd.meta[3], bd.meta[4]
+        ns, eps = bd.meta[2], bd.meta[3]
         if rms:
             return RMSNormFn.apply(x, w, ns, eps, True, bd)[0]
         return LayerNormFn.apply(x, w, b, ns, eps, True, bd)[0]
-    r = _rms_bound(bd, x, w, False) if rms else _ln_bound(bd, x, w, b, False)
-    if r is None:
+    r = _bound_launch(bd, (x, w) if rms else (x, w, b), 0)
+    return None if r is None else r[0]
+
+
+def _bound_launch(bd: Any, ins: tuple, stats: int) -> tuple | None:
+    """``(y, *statistics)`` of the binding's launch on *ins* (*stats* float32 statistics: 2
+    for a layer norm's training call, 1 for an RMS norm's, 0 without a gradient), laid out as
+    the lean path lays them out; None where it could not launch. Counts the hit."""
+    dims, dev = bd.meta[:2]
+    st = [torch.empty(dims, dtype=torch.float32, device=dev) for _ in range(stats)]
+    outs = (_out(ins[0]), *st)
+    if not _binding.launch(bd.entry, ins, outs, raw_stream(bd.index)):
         return None
     bd.hits += 1
-    return r[0]
-
-
-def _ln_bound(bd: Any, x, w, b, stats: bool) -> tuple | None:
-    """``(y, mean, invstd)`` of the binding's launch (statistics None unless *stats*), or None
-    where it could not launch (new outputs misaligned, another device, a failed launch)."""
-    dims, dev, index = bd.meta[:3]
-    y = _out(x)  # as the lean path made it
-    if stats:
-        mean = torch.empty(dims, dtype=torch.float32, device=dev)
-        inv = torch.empty(dims, dtype=torch.float32, device=dev)
-        yp, mp, ip = y.data_ptr(), mean.data_ptr(), inv.data_ptr()
-        ptrs: tuple = (x.data_ptr(), w.data_ptr(), b.data_ptr(), yp, mp, ip)
-        odd = (yp | mp | ip) & 15
-    else:
-        mean = inv = None
-        yp = y.data_ptr()
-        ptrs, odd = (x.data_ptr(), w.data_ptr(), b.data_ptr(), yp), yp & 15
-    if odd or not _binding.launch(bd.entry, ptrs, raw_stream(index)):
-        return None
-    return y, mean, inv
-
-
-def _rms_bound(bd: Any, x, w, stats: bool) -> tuple | None:
-    """``(y, invrms)`` of the binding's launch, as :func:`_ln_bound`."""
-    dims, dev, index = bd.meta[:3]
-    y = _out(x)
-    yp = y.data_ptr()
-    if stats:
-        inv = torch.empty(dims, dtype=torch.float32, device=dev)
-        ip = inv.data_ptr()
-        ptrs: tuple = (x.data_ptr(), w.data_ptr(), yp, ip)
-        odd = (yp | ip) & 15
-    else:
-        inv = None
-        ptrs, odd = (x.data_ptr(), w.data_ptr(), yp), yp & 15
-    if odd or not _binding.launch(bd.entry, ptrs, raw_stream(index)):
-        return None
-    return y, inv
-
-
-def _ln_grad_bound(bd: Any, dy, x, w, b, mean, invstd) -> tuple | None:
-    """``(dx, dw, db)`` of the binding's backward entry for *dy* on this thread, or None."""
-    entry = _binding.grad_entry(bd, 0, _binding.grad_sig(dy))
-    if entry is None:
-        return None
-    dx, dw, db = _out(x), torch.empty_like(w), torch.empty_like(b)  # as _op_ln_grad makes them
-    xp, wp, bp = dx.data_ptr(), dw.data_ptr(), db.data_ptr()
-    ptrs = (dy.data_ptr(), x.data_ptr(), w.data_ptr(), mean.data_ptr(), invstd.data_ptr(),
-            xp, wp, bp)  # fmt: skip
-    if (xp | wp | bp) & 15 or not _binding.launch(entry, ptrs, raw_stream(bd.meta[2])):
-        return None
-    return dx, dw, db
-
-
-def _rms_grad_bound(bd: Any, dy, x, w, invrms) -> tuple | None:
-    """``(dx, dw)`` of the binding's backward entry, as :func:`_ln_grad_bound`."""
-    entry = _binding.grad_entry(bd, 0, _binding.grad_sig(dy))
-    if entry is None:
-        return None
-    dx, dw = _out(x), torch.empty_like(w)  # as _op_rms_grad makes them
-    xp, wp = dx.data_ptr(), dw.data_ptr()
-    ptrs = (dy.data_ptr(), x.data_ptr(), w.data_ptr(), invrms.data_ptr(), xp, wp)
-    if (xp | wp) & 15 or not _binding.launch(entry, ptrs, raw_stream(bd.meta[2])):
-        return None
-    return dx, dw
+    return outs
 
 
 class _NormRule(Converted):

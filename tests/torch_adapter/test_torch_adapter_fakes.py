@@ -436,7 +436,7 @@ def fakes(monkeypatch):
         assert where, f"no adapter module reads {name}"
         for module in where:
             monkeypatch.setattr(module, name, fake)
-    monkeypatch.setattr(_runtime, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(_runtime, "raw_stream", lambda device: 0)
     monkeypatch.setattr(_runtime, "_AUTO", [False])  # no allocator to install on the CPU
     CALLS.clear()
     dropout._POOLS.clear()  # states of the fake DropoutState only

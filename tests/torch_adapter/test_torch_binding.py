@@ -103,6 +103,35 @@ def pointer_entries(monkeypatch):
         _call.local.last = e
         return r
 
+    rfwd, rbwd = norm.dnn_rms_norm, norm.dnn_rms_norm_grad
+    made["rms_fwd"], made["rms_bwd"] = [], []
+
+    def rms_norm(x, ns, w, eps, training=True, out=None, out_invrms=None, **kw):
+        r = rfwd(x, ns, w, eps, training=training, out=out, out_invrms=out_invrms)
+        stats = training and out_invrms is not None
+
+        def run(t):
+            rfwd(t[0], ns, t[1], eps, training=training, out=t[2],
+                 out_invrms=t[3] if stats else None)  # fmt: skip
+
+        ts = (x, w, out) + ((out_invrms,) if stats else ())
+        e = _PtrEntry(run, [(tuple(t.shape), t.stride()) for t in ts])
+        made["rms_fwd"].append(e)
+        _call.local.last = e
+        return r
+
+    def rms_norm_grad(dy, x, inv, ns, w, out_grads=None, **kw):
+        r = rbwd(dy, x, inv, ns, w, out_grads=out_grads)
+
+        def run(t):
+            rbwd(t[0], t[1], t[3], ns, t[2], out_grads=tuple(t[4:]))
+
+        ts = (dy, x, w, inv, *out_grads)
+        e = _PtrEntry(run, [(tuple(t.shape), t.stride()) for t in ts])
+        made["rms_bwd"].append(e)
+        _call.local.last = e
+        return r
+
     mm = linear.dnn_matmul
     made["mm"] = []
 
@@ -120,6 +149,8 @@ def pointer_entries(monkeypatch):
 
     monkeypatch.setattr(norm, "dnn_layer_norm", layer_norm)
     monkeypatch.setattr(norm, "dnn_layer_norm_grad", layer_norm_grad)
+    monkeypatch.setattr(norm, "dnn_rms_norm", rms_norm)
+    monkeypatch.setattr(norm, "dnn_rms_norm_grad", rms_norm_grad)
     monkeypatch.setattr(linear, "dnn_matmul", matmul)
     for module in (norm, linear):
         monkeypatch.setattr(module, "raw_stream", lambda index: 0)
@@ -167,6 +198,29 @@ def test_forward_and_backward_bind_and_compute_from_the_pointers(pointer_entries
     assert bd.hits == 3 and len(pointer_entries["fwd"]) == 1
     ((_sig, entry),) = bd.grads.values()
     assert [entry] == pointer_entries["bwd"] and entry.launches == 3
+
+
+def test_rms_norm_binds_forward_and_backward_and_computes_from_the_pointers(pointer_entries):
+    if not hasattr(nn, "RMSNorm"):
+        pytest.skip("torch.nn.RMSNorm needs torch >= 2.4")
+    torch.manual_seed(0)
+    ref = nn.RMSNorm(16, eps=1e-6)
+    with torch.no_grad():
+        ref.weight.normal_()
+    mine = pt.convert(copy.deepcopy(ref), strict=True)
+    for _ in range(4):
+        x = torch.randn(3, 4, 16, requires_grad=True)
+        assert_same_grads(ref, mine, x, torch.randn(3, 4, 16))
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(3, 4, 16)
+            torch.testing.assert_close(mine(x), ref(x), rtol=1e-5, atol=1e-5)
+    bd = _bound(mine)
+    assert bd.hits == 2  # the no-grad signature's binding, after 4 calls with a gradient
+    grad_fwd, nograd_fwd = pointer_entries["rms_fwd"]
+    assert grad_fwd.launches == 3 and nograd_fwd.launches == 2
+    (grad_bwd,) = pointer_entries["rms_bwd"]
+    assert grad_bwd.launches == 3
 
 
 @pytest.mark.parametrize(

@@ -255,7 +255,7 @@ def fakes(monkeypatch):
         assert where, f"no adapter module reads {name}"
         for module in where:
             monkeypatch.setattr(module, name, fake)
-    monkeypatch.setattr(_runtime, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(_runtime, "raw_stream", lambda device: 0)
     monkeypatch.setattr(_runtime, "_AUTO", [False])
     monkeypatch.setattr(attention, "_attention_capable", lambda t: True)
     monkeypatch.setattr(attention, "HALVES", (*_runtime.HALVES, torch.float32, torch.float64))

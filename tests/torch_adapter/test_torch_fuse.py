@@ -419,7 +419,7 @@ def fakes(monkeypatch):
         for module in (_runtime, activation, batchnorm, conv, linear, fused):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, fake)
-    monkeypatch.setattr(_runtime, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(_runtime, "raw_stream", lambda device: 0)
     monkeypatch.setattr(_runtime, "_AUTO", [False])
     CALLS.clear()
     base.CALLS.clear()

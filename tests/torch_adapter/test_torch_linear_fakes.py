@@ -65,7 +65,7 @@ def _cuda_ok(x, dtypes=_runtime.FLOATS):
 def fakes(monkeypatch):
     monkeypatch.setattr(linear, "dnn_matmul", fake_matmul)
     monkeypatch.setattr(linear, "cuda_ok", _cuda_ok)
-    monkeypatch.setattr(_runtime, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(_runtime, "raw_stream", lambda device: 0)
     monkeypatch.setattr(_runtime, "_AUTO", [False])  # no allocator to install on the CPU
     CALLS.clear()
     yield

@@ -106,7 +106,7 @@ def fakes(monkeypatch):
                 type(x) in (torch.Tensor, nn.Parameter) and x.dtype in dtypes
             ),
         )
-    monkeypatch.setattr(_runtime, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(_runtime, "raw_stream", lambda device: 0)
     monkeypatch.setattr(_runtime, "_AUTO", [False])  # no allocator to install on the CPU
     CALLS.clear()
     yield
