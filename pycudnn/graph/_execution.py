@@ -163,6 +163,7 @@ class GraphPlan:
         "handle",
         "handle_c",
         "label",
+        "layout",
         "packs",
         "plan",
         "plan_c",
@@ -195,6 +196,9 @@ class GraphPlan:
         # eviction, in close(), or by the finalizer when the plan is dropped)
         self.packs: dict[tuple[int, ...], ctypes.c_void_p] = {}
         weakref.finalize(self, _destroy_packs, self.packs)
+        # (scratch, total bytes, offsets) of the last scratch tuple launched: an entry passes
+        # the same tuple every launch, so its layout is computed once, not per launch
+        self.layout: tuple[Any, int, list[int]] | None = None
 
     @property
     def fused(self) -> bool:
@@ -249,9 +253,11 @@ class GraphPlan:
             self.run(*ptrs, handle.workspace(ws)[0] if ws else 0)
             return
         full = list(ptrs)
-        total, offsets = workspace_layout(self.workspace, scratch)
-        wsp = handle.workspace(total)[0]
-        fill_scratch(scratch, full, wsp, offsets, handle.stream)
+        lay = self.layout
+        if lay is None or lay[0] is not scratch:
+            lay = self.layout = (scratch, *workspace_layout(self.workspace, scratch))
+        wsp = handle.workspace(lay[1])[0]
+        fill_scratch(scratch, full, wsp, lay[2], handle.stream)
         self.run(*full, wsp if self.workspace else 0)
 
     def describe(self) -> str:

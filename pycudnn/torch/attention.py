@@ -4,16 +4,19 @@ name on ``dnn_sdpa`` / ``dnn_sdpa_grad`` (cuDNN's fused flash attention), and th
 
 from __future__ import annotations
 
+import threading
+from threading import get_ident
 from typing import Any
 
 import torch
 from torch import nn
 
 from .._config import parse_bool
-from ..highlevel import dnn_sdpa, dnn_sdpa_grad
+from ..graph import _plans
+from ..highlevel import _call, dnn_sdpa, dnn_sdpa_grad
 from ..highlevel._checks import real
-from . import _lean
-from ._compile import compiling, constant, define, differentiable
+from . import _binding, _lean
+from ._compile import PLAIN, compiling, constant, define, differentiable
 from ._runtime import (
     FIRST_USE,
     HALVES,
@@ -21,14 +24,20 @@ from ._runtime import (
     autocast_dtype,
     cuda_ok,
     no_broadcast,
+    raw_stream,
     ready,
     stream_of,
     to_torch,
+    transforming,
 )
 
 __all__ = [
+    "BOUND_MAX",
     "SDPAFn",
     "attention_out",
+    "attention_sig",
+    "bound_attention",
+    "bound_count",
     "cudnn_attention",
     "op_sdpa",
     "op_sdpa_grad",
@@ -169,6 +178,19 @@ def _op_sdpa(
     return out, stats
 
 
+def _sdpa_eager(q, k, v, mask, causal, scale, p, seed, training, bound=None):
+    """``SDPAFn``'s eager forward: *bound* (a :class:`~._binding.Binding` whose signature this
+    call has, see :func:`bound_attention`) launches its entry on new ``(out, stats)``."""
+    if bound is not None:
+        b, h, sq = q.shape[:3]
+        out = attention_out(q, bound.meta)
+        stats = torch.empty((b, h, sq, 1), dtype=torch.float32, device=q.device)
+        if _binding.launch(bound.entry, (q, k, v), (out, stats), raw_stream(bound.index)):
+            bound.hits += 1
+            return out, stats
+    return _op_sdpa(q, k, v, mask, causal, scale, p, seed, training)
+
+
 def _op_sdpa_fake(q, k, v, mask, causal, scale, p, seed, training):
     out = attention_out(q, v.shape[3])
     b, h, s, _ = q.shape
@@ -211,17 +233,23 @@ def _op_grad(
     return _like(r[0], q), _like(r[1], k), _like(r[2], v), dbias
 
 
+def _grads(_bd: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *_: Any) -> tuple:
+    """A bound backward's new ``(dq, dk, dv)``, as :func:`_op_grad` makes them."""
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
 def _op_grad_fake(q, k, v, out, dout, stats, mask, causal, scale, p, seed, bias_grad):
     dbias = torch.empty_like(mask) if bias_grad else q.new_empty(0)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dbias
 
 
 def _setup(ctx, inputs, output) -> None:
-    q, k, v, mask, causal, scale, p, seed, _ = inputs
+    q, k, v, mask, causal, scale, p, seed, _ = inputs[:9]
     out, stats = output
     ctx.mark_non_differentiable(stats)
     ctx.save_for_backward(q, k, v, out, stats, mask, seed)
     ctx.cfg = (causal, scale, p)
+    ctx.bound = inputs[9] if len(inputs) > 9 else None  # an eager call's binding
 
 
 def _backward(ctx, dout, _dstats):
@@ -233,25 +261,32 @@ def _backward(ctx, dout, _dstats):
         )
     need = ctx.needs_input_grad
     bias_grad = bool(need[3])
-    dq, dk, dv, dbias = ctx.gradient(
-        op_sdpa_grad, _op_grad, q, k, v, out, dout, stats, mask, *ctx.cfg, seed, bias_grad
-    )
+    args = (op_sdpa_grad, _op_grad, q, k, v, out, dout, stats, mask, *ctx.cfg, seed, bias_grad)
+    bd = ctx.bound if type(dout) in PLAIN else None  # (compiled autograd's are not)
+    if bd is None:
+        dq, dk, dv, dbias = ctx.gradient(*args)
+    else:  # the binding's gradient entry (bound by this thread's first backward), per mode
+        det = True if torch.are_deterministic_algorithms_enabled() else None
+        ops = (q, k, v, out, dout, stats)
+        r = _binding.backward(bd, det, dout, raw_stream(bd.index), ops, _grads, ctx.gradient,
+                              *args)  # fmt: skip
+        dq, dk, dv, dbias = *r[:3], None
     return (
         dq if need[0] else None,
         dk if need[1] else None,
         dv if need[2] else None,
         dbias if bias_grad else None,
-        None, None, None, None, None,
-    )  # fmt: skip
+    ) + (None,) * (len(need) - 4)
 
 
 #: ``SDPAFn.apply(q, k, v, mask?, causal, scale?, p, seed?, training) -> (out, stats)`` (eager)
 #: and ``pycudnn::sdpa(...)`` (compiled): :func:`sdpa_run` on 4-D ``(B, H, S, D)`` operands with
 #: an optional additive *mask* ``(B|1, H|1, S_q, S_kv)`` in q's dtype (:func:`attention_bias`;
 #: its gradient only for a ``(1, H, S_q, S_kv)`` one, the shape cuDNN computes it for), *seed* a
-#: CPU int64 tensor of one element when *p* > 0, stats empty unless *training*; one backward
+#: CPU int64 tensor of one element when *p* > 0, stats empty unless *training*; one backward.
+#: An eager call may pass a tenth argument, the binding it runs bound (:func:`bound_attention`).
 SDPAFn, op_sdpa = differentiable(
-    "sdpa", _op_sdpa, _op_sdpa_fake, _setup, _backward, stats_outputs=1
+    "sdpa", _op_sdpa, _op_sdpa_fake, _setup, _backward, eager_run=_sdpa_eager, stats_outputs=1
 )
 #: ``pycudnn::sdpa_grad(q, k, v, out, dout, stats, mask?, causal, scale?, p, seed?, bias_grad)
 #: -> (dq, dk, dv, dbias)``
@@ -334,6 +369,83 @@ def cudnn_operands(
     return q, k, v, grad
 
 
+# -- attention bindings: a repeated mask-free, dropout-free eager call as one bound launch ---------
+#: signatures an attention binding store keeps (all threads; the oldest goes first)
+BOUND_MAX = 16
+_BOUND: dict[tuple, _binding.Binding] = {}
+_BOUND_LOCK = threading.Lock()
+_CLEARS = [0]  # ``pycudnn.clear_caches()`` count the store's bindings were made under
+
+
+def attention_sig(
+    q: Any, k: Any, v: Any, dropout_p: Any, is_causal: Any, scale: Any, enable_gqa: Any
+) -> tuple | None:
+    """The signature of a mask-free attention call that may run bound (:func:`bound_attention`),
+    or None for one that cannot: under ``torch.compile``, tensors that are not plain, dropout,
+    or arguments of other types than the bound calls' (``is_causal`` and ``enable_gqa`` bools,
+    ``scale`` None or a float), which then go through every check. The signature holds what
+    :func:`cudnn_operands`' checks and the lean key read: each tensor's shape, strides, dtype,
+    device and pointer alignment, the arguments, whether a gradient is wanted, autocast's
+    dtype, ``torch.func`` transforms, ``pycudnn.config`` and the thread (its first element is
+    the gradient flag)."""
+    if compiling():  # (dynamo must not read the store: it would guard on its contents)
+        return None
+    if type(q) not in PLAIN or type(k) not in PLAIN or type(v) not in PLAIN:
+        return None
+    if type(dropout_p) not in (float, int) or dropout_p != 0:
+        return None
+    if type(is_causal) is not bool or type(enable_gqa) is not bool:
+        return None
+    if scale is not None and type(scale) is not float:
+        return None
+    if _plans.stats.clears != _CLEARS[0]:  # a clear_caches() drops the bindings too
+        _BOUND.clear()
+        _CLEARS[0] = _plans.stats.clears
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    return (
+        grad, is_causal, scale, enable_gqa,
+        type(q), q.shape, q.stride(), q.dtype, q.get_device(), q.data_ptr() & 15,
+        type(k), k.shape, k.stride(), k.dtype, k.get_device(), k.data_ptr() & 15,
+        type(v), v.shape, v.stride(), v.dtype, v.get_device(), v.data_ptr() & 15,
+        autocast_dtype(), transforming(), _call.snapshot(), get_ident(),
+    )  # fmt: skip
+
+
+def bound_attention(sig: tuple, q: Any, k: Any, v: Any) -> torch.Tensor | None:
+    """The attention output of a call whose signature *sig* (:func:`attention_sig`) is bound,
+    else None (the caller then takes the checked path, which binds the call where it runs as
+    one lean launch on the caller's own tensors).
+
+    An equal signature pins everything the first call's checks validated, so a bound call is
+    its outputs' allocation and the entry's launch (through ``SDPAFn`` when a gradient is
+    wanted, whose backward launches the binding's gradient entry, bound per thread and
+    incoming-gradient signature; see :mod:`._binding`). Decoding changes the keys' length
+    each token, so the store keeps the last :data:`BOUND_MAX` signatures: the first layer of
+    a step binds, the others hit."""
+    bd = _BOUND.get(sig)
+    if bd is None:
+        return None
+    if sig[0]:
+        return SDPAFn.apply(q, k, v, None, sig[1], sig[2], 0.0, None, True, bd)[0]
+    out = attention_out(q, bd.meta)
+    if not _binding.launch(bd.entry, (q, k, v), (out,), raw_stream(bd.index)):
+        return None
+    bd.hits += 1
+    return out
+
+
+def _keep(sig: tuple, entry: Any, q: torch.Tensor, dv: int) -> None:
+    with _BOUND_LOCK:
+        if len(_BOUND) >= BOUND_MAX:  # oldest first: dicts keep insertion order
+            _BOUND.pop(next(iter(_BOUND)))
+        _BOUND[sig] = _binding.Binding(sig, entry, q.get_device(), dv)
+
+
+def bound_count() -> int:
+    """Attention signatures bound now (tests and diagnostics)."""
+    return len(_BOUND)
+
+
 def scaled_dot_product_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -399,6 +511,13 @@ def scaled_dot_product_attention(
     the inference variant. The backward is cuDNN's deterministic one when
     ``torch.are_deterministic_algorithms_enabled()``.
     """
+    sig = None
+    if attn_mask is None:
+        sig = attention_sig(query, key, value, dropout_p, is_causal, scale, enable_gqa)
+        if sig is not None:
+            out = bound_attention(sig, query, key, value)
+            if out is not None:
+                return out
     ops = cudnn_operands(query, key, value, attn_mask, dropout_p, enable_gqa)
     if ops is not None:
         is_causal = parse_bool(is_causal, _FUNC, "is_causal")
@@ -409,7 +528,7 @@ def scaled_dot_product_attention(
         return nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask, dropout_p, is_causal, **kw
         )
-    return cudnn_attention(*ops, attn_mask, dropout_p, is_causal, scale)
+    return cudnn_attention(*ops, attn_mask, dropout_p, is_causal, scale, sig, (query, key, value))
 
 
 def cudnn_attention(
@@ -421,11 +540,17 @@ def cudnn_attention(
     dropout_p: float,
     is_causal: bool,
     scale: float | None,
+    sig: tuple | None = None,
+    given: tuple = (),
 ) -> torch.Tensor:
     """The attention on cuDNN for operands :func:`cudnn_operands` answered (``(q, k, v,
     grad)``, its casts made; not with both *attn_mask* and *is_causal*): what
     :func:`scaled_dot_product_attention` runs once it decided, and what the routes that take
-    the decision themselves (:mod:`.attention_scope`) call, so no call decides twice."""
+    the decision themselves (:mod:`.attention_scope`) call, so no call decides twice.
+
+    *sig*, the call's :func:`attention_sig` (None: not bindable), and *given*, the caller's
+    own ``(query, key, value)``: a call that runs as one lean launch on exactly those tensors
+    (no cast, reshape or copy on the way) is bound to *sig* for the next such call."""
     lead = q.shape[:-3]
     if len(lead) != 1:
         q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (q, k, v))
@@ -438,6 +563,12 @@ def cudnn_attention(
     mask, rows = (None, None) if attn_mask is None else attention_bias(attn_mask, q, k)
     if compiling():  # the op (its autograd is SDPAFn's setup and backward)
         out = op_sdpa(q, k, v, mask, causal, sc, p, seed, grad)[0]
+    elif sig is not None and given and given[0] is q and given[1] is k and given[2] is v:
+        run: Any = SDPAFn.apply if grad else sdpa_run
+        r, entry = _binding.record(run, given, q, k, v, None, causal, sc, 0.0, None, grad)
+        out = r[0]
+        if entry is not None:
+            _keep(sig, entry, q, v.shape[3])
     elif grad:
         out = SDPAFn.apply(q, k, v, mask, causal, sc, p, seed, True)[0]
     else:  # no autograd node: the launch alone

@@ -205,12 +205,21 @@ def _routed(
 
     The decision is taken here, not left to pycudnn's function: its fallback looks up
     ``torch.nn.functional.scaled_dot_product_attention``, which is this function now."""
+    sig = None
+    if attn_mask is None:
+        sig = attention.attention_sig(query, key, value, dropout_p, is_causal, scale, enable_gqa)
+        if sig is not None:
+            out = attention.bound_attention(sig, query, key, value)
+            if out is not None:
+                _count(True)
+                return out
     ops = attention.cudnn_operands(query, key, value, attn_mask, dropout_p, enable_gqa)
     if ops is not None and not (attn_mask is not None and is_causal):
         # (a mask with is_causal is torch's to answer: pycudnn's function would hand it back to
         # torch.nn.functional's attribute, which is this function: a RecursionError)
         _count(True)
-        return attention.cudnn_attention(*ops, attn_mask, dropout_p, is_causal, scale)
+        given = (query, key, value)
+        return attention.cudnn_attention(*ops, attn_mask, dropout_p, is_causal, scale, sig, given)
     _count(False)
     kw: dict[str, Any] = {"scale": scale}
     if enable_gqa:  # torch >= 2.5 knows the argument
@@ -335,6 +344,14 @@ def transformers_attention(
         key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
+    sig = None
+    if attention_mask is None:  # a repeated call: its bound launch (attention.bound_attention)
+        sig = attention.attention_sig(query, key, value, dropout, causal, scaling, gqa)
+        if sig is not None:
+            out = attention.bound_attention(sig, query, key, value)
+            if out is not None:
+                _TRANSFORMERS.cudnn += 1
+                return out.transpose(1, 2).contiguous(), None
     ops = attention.cudnn_operands(query, key, value, attention_mask, dropout, gqa)
     if ops is None:
         if not _compiling():
@@ -345,7 +362,8 @@ def transformers_attention(
     else:  # decided once: cuDNN on the operands as decided (autocast's casts made)
         if not _compiling():
             _TRANSFORMERS.cudnn += 1
-        out = attention.cudnn_attention(*ops, attention_mask, dropout, causal, scaling)
+        given = (query, key, value)
+        out = attention.cudnn_attention(*ops, attention_mask, dropout, causal, scaling, sig, given)
     return out.transpose(1, 2).contiguous(), None
 
 

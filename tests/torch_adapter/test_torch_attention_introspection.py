@@ -46,7 +46,8 @@ def fake_cudnn(monkeypatch):
         kw = {"enable_gqa": True} if gqa else {}
         return TORCH_SDPA(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, **kw)
 
-    def run(q, k, v, grad, attn_mask, dropout_p, is_causal, scale):  # the routes' cuDNN step
+    def run(q, k, v, grad, attn_mask, dropout_p, is_causal, scale, sig=None, given=()):
+        # the routes' cuDNN step (binding nothing)
         return sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, q.shape[1] != k.shape[1])
 
     monkeypatch.setattr(attention, "_attention_native", native)

@@ -231,10 +231,11 @@ def _fake_sdpa(real):
     return fake
 
 
-def _fake_cudnn_attention(q, k, v, grad, attn_mask, dropout_p, is_causal, scale):
+def _fake_cudnn_attention(q, k, v, grad, attn_mask, dropout_p, is_causal, scale, sig=None,
+                          given=()):  # fmt: skip
     """pycudnn's run-on-cuDNN step (``attention.cudnn_attention``, the routes' call once they
     decided), computed by torch's function; recorded as the function's arguments (grouped
-    heads: a key with fewer heads)."""
+    heads: a key with fewer heads). It binds nothing (*sig*, *given*)."""
     gqa = q.shape[-3] != k.shape[-3]
     return _fake_sdpa(_PYCUDNN_SDPA)(q, k, v, attn_mask, dropout_p, is_causal, scale, gqa)
 

@@ -32,7 +32,7 @@ from test_torch_compile_fakes import (  # noqa: E402
 import pycudnn  # noqa: E402
 from pycudnn import torch as pt  # noqa: E402
 from pycudnn.highlevel import _call  # noqa: E402
-from pycudnn.torch import _binding, _lean, _module, _runtime, linear, norm  # noqa: E402
+from pycudnn.torch import _binding, _lean, _module, _runtime, attention, linear, norm  # noqa: E402
 
 
 class _Handle:
@@ -70,7 +70,8 @@ class _PtrEntry:
 
 @pytest.fixture
 def pointer_entries(monkeypatch):
-    """The norms' fakes leave a pointer entry; launches on one device; no CUDA stream."""
+    """The norms', the product's and attention's fakes leave a pointer entry; launches on one
+    device; no CUDA stream."""
     made = {"fwd": [], "bwd": []}
     fwd, bwd = norm.dnn_layer_norm, norm.dnn_layer_norm_grad
 
@@ -147,12 +148,43 @@ def pointer_entries(monkeypatch):
         _call.local.last = e
         return r
 
+    sd, sdg = attention.dnn_sdpa, attention.dnn_sdpa_grad
+    made["sdpa"], made["sdpa_grad"] = [], []
+
+    def sdpa(q, k, v, mask, causal, scale, p, seed, training, out=None, out_stats=None, **kw):
+        r = sd(q, k, v, mask, causal, scale, p, seed, training, out=out, out_stats=out_stats)
+        stats = out_stats is not None
+
+        def run(t):
+            sd(t[0], t[1], t[2], None, causal, scale, 0.0, None, training, out=t[3],
+               out_stats=t[4] if stats else None)  # fmt: skip
+
+        ts = (q, k, v, out) + ((out_stats,) if stats else ())
+        e = _PtrEntry(run, [(tuple(t.shape), t.stride()) for t in ts])
+        made["sdpa"].append(e)
+        _call.local.last = e
+        return r
+
+    def sdpa_grad(q, k, v, out, dout, stats, mask, causal, scale, out_grads=None, **kw):
+        r = sdg(q, k, v, out, dout, stats, mask, causal, scale, out_grads=out_grads)
+
+        def run(t):
+            sdg(*t[:6], None, causal, scale, out_grads=tuple(t[6:]))
+
+        ts = (q, k, v, out, dout, stats, *out_grads)
+        e = _PtrEntry(run, [(tuple(t.shape), t.stride()) for t in ts])
+        made["sdpa_grad"].append(e)
+        _call.local.last = e
+        return r
+
+    monkeypatch.setattr(attention, "dnn_sdpa", sdpa)
+    monkeypatch.setattr(attention, "dnn_sdpa_grad", sdpa_grad)
     monkeypatch.setattr(norm, "dnn_layer_norm", layer_norm)
     monkeypatch.setattr(norm, "dnn_layer_norm_grad", layer_norm_grad)
     monkeypatch.setattr(norm, "dnn_rms_norm", rms_norm)
     monkeypatch.setattr(norm, "dnn_rms_norm_grad", rms_norm_grad)
     monkeypatch.setattr(linear, "dnn_matmul", matmul)
-    for module in (norm, linear):
+    for module in (norm, linear, attention):
         monkeypatch.setattr(module, "raw_stream", lambda index: 0)
     monkeypatch.setattr(_call, "one_device", True)
     pycudnn.clear_caches()

@@ -159,8 +159,19 @@ def fake_lrn_grad(y, dy, x, n, alpha, beta, k, out, **_):
     return out
 
 
+#: torch's own function (``F``'s attribute is pycudnn's inside ``use_cudnn_attention()``)
+_TORCH_SDPA = torch._C._nn.scaled_dot_product_attention
+
+
+def _heads(q, k):
+    """*k* with each key head repeated for its group of query heads (grouped-query attention)."""
+    n = q.shape[-3] // k.shape[-3]
+    return k if n == 1 else k.repeat_interleave(n, dim=-3)
+
+
 def _attn(q, k, v, causal, scale, mask=None):
-    return F.scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale=scale)
+    gqa = {"enable_gqa": True} if q.shape[-3] != k.shape[-3] else {}  # (cuDNN reads shared heads)
+    return _TORCH_SDPA(q, k, v, mask, 0.0, causal, scale=scale, **gqa)
 
 
 @_bound(hl.dnn_sdpa)
@@ -169,7 +180,7 @@ def fake_sdpa(q, k, v, attn_mask, is_causal, scale, dropout_p, seed, training, o
     out.copy_(_attn(q, k, v, is_causal, scale, attn_mask))
     if not training:
         return out
-    s = q.float() @ k.float().transpose(-1, -2) * (scale or 1 / math.sqrt(q.shape[-1]))
+    s = q.float() @ _heads(q, k).float().transpose(-1, -2) * (scale or 1 / math.sqrt(q.shape[-1]))
     if attn_mask is not None:
         s = s + attn_mask.float()
     stats = torch.logsumexp(s, -1, keepdim=True)
