@@ -37,7 +37,6 @@ F = torch.nn.functional
 import torch_gpu  # noqa: E402  (tests/support)
 
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn.torch import attention  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -165,7 +164,7 @@ def test_bert_under_the_scope(tf):
     _agree(got, ref, _run(f32, ids, mask))
 
 
-def test_attn_implementation_pycudnn(tf, monkeypatch):
+def test_attn_implementation_pycudnn(tf):
     if not hasattr(tf, "AttentionInterface"):
         pytest.skip(f"transformers {tf.__version__} has no AttentionInterface")
     assert pt.register_transformers() == "pycudnn"
@@ -177,21 +176,15 @@ def test_attn_implementation_pycudnn(tf, monkeypatch):
     mine = tf.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="pycudnn")
     mine = mine.to(DEV, torch.bfloat16).eval()
     mine.load_state_dict(model.state_dict())
-    native = []
-    decide = attention._attention_native
-
-    def spy(*args, **kwargs):
-        native.append(decide(*args, **kwargs))
-        return native[-1]
-
-    monkeypatch.setattr(attention, "_attention_native", spy)
     ids = _ids(cfg)
+    pt.attention_calls(reset=True)
     got = _run(mine, ids)
+    # (counted per call: a call bound to an earlier call's signature skips the decision)
+    calls = pt.attention_calls(reset=True).transformers
     if hasattr(tf, "AttentionMaskInterface"):  # "sdpa"'s mask function: none when causal
-        assert native == [True] * LAYERS, native
+        assert (calls.cudnn, calls.torch) == (LAYERS, 0), calls
     else:
-        assert len(native) == LAYERS, native
-    monkeypatch.undo()
+        assert calls.cudnn + calls.torch == LAYERS, calls
     _agree(got, _run(model, ids), _run(f32, ids))
 
 
