@@ -314,22 +314,62 @@ def _lengths(name: str, value: Any, b: int, full: int) -> Any:
     return a
 
 
-def _bias4(bias: Any, shape: tuple[int, int, int, int]) -> Any:
-    """*bias* (broadcastable to ``(B, N, T, S)``) as 4 dims: batch and heads stay 1 where they
-    are (cuDNN broadcasts them), T and S are broadcast (cuDNN reads them in full)."""
-    a = jnp.asarray(bias)
+def _dims4(a: Any, shape: tuple[int, int, int, int], name: str) -> Any:
+    """*a* (broadcastable to ``(B, N, T, S)``) as 4 dims, checked (*name* in the error)."""
     if a.ndim > 4:
-        raise ValueError(f"{_FUNC}: bias has shape {a.shape}; expected at most 4 dims (B, N, T, S)")
-    a = a.reshape((1,) * (4 - a.ndim) + a.shape)
+        raise ValueError(
+            f"{_FUNC}: {name} has shape {a.shape}; expected at most 4 dims (B, N, T, S)"
+        )
     try:
         np.broadcast_shapes(a.shape, shape)
     except ValueError:
         raise ValueError(
-            f"{_FUNC}: bias has shape {tuple(jnp.shape(bias))}; expected a shape broadcastable "
+            f"{_FUNC}: {name} has shape {tuple(a.shape)}; expected a shape broadcastable "
             f"to (B, N, T, S) = {shape}"
         ) from None
+    return a.reshape((1,) * (4 - a.ndim) + a.shape)
+
+
+def _bias4(bias: Any, shape: tuple[int, int, int, int]) -> Any:
+    """*bias* (broadcastable to ``(B, N, T, S)``) as 4 dims: batch and heads stay 1 where they
+    are (cuDNN broadcasts them), T and S are broadcast (cuDNN reads them in full)."""
+    a = _dims4(jnp.asarray(bias), shape, "bias")
     b, n = a.shape[:2]
     return jnp.broadcast_to(a, (b, n, *shape[2:]))
+
+
+def _masked(mask: Any, bias: Any, query: Any, shape: tuple[int, int, int, int]) -> tuple:
+    """``(query, bias)`` for a boolean *mask* (True: attend) over *bias* (or 0), as
+    ``jax.nn.dot_product_attention`` applies it: masked scores get ``-0.7 * finfo.max`` of
+    query's dtype (JAX's value, capped at 1e30: cuDNN scales scores by log2(e), and
+    bfloat16's -2.4e38 would overflow float32 to -inf), the others keep their bias. JAX's
+    mask also stops the gradient at the masked scores, which an added bias alone would not in a
+    fully masked row (its uniform softmax still has a score gradient): such a row's query and
+    bias are 0 here, giving JAX's uniform average with no gradient to the query, none from the
+    row to the keys and none to the bias."""
+    m = _dims4(jnp.asarray(mask), shape, "mask")
+    if m.dtype != jnp.bool_:
+        raise TypeError(
+            f"{_FUNC}: mask has dtype {m.dtype}; expected bool (True: attend; pass an additive "
+            "mask as bias)"
+        )
+    dt = query.dtype
+    if not jnp.issubdtype(dt, jnp.floating):  # (the request's check names query's dtype)
+        return query, bias
+    # JAX's -0.7 * finfo.max, but at most 1e30 in magnitude: cuDNN scales the scores by
+    # log2(e) for its exp2, and bfloat16's -2.4e38 then overflows float32 to -inf (a fully
+    # masked row would give 0, not JAX's average)
+    neg = jnp.asarray(-min(0.7 * float(jnp.finfo(dt).max), 1e30), dt)
+    zero = jnp.zeros((), dt)
+    base = zero if bias is None else _dims4(jnp.asarray(bias), shape, "bias")
+    # (B|1, N|1, T, 1): the rows that attend to something. A fully masked row gets a zero
+    # query and a zero bias: equal scores (JAX's average), a softmax sum cuDNN's float32
+    # statistics keep exactly (log S beside -1e30 would be lost: the backward's P = 1, not 1/S)
+    rows = jnp.any(m, axis=-1, keepdims=True)
+    return (
+        jnp.where(rows.transpose(0, 2, 1, 3), query, zero),
+        jnp.where(rows, jnp.where(m, base, neg), zero),
+    )
 
 
 def dot_product_attention(
@@ -337,6 +377,7 @@ def dot_product_attention(
     key: Any,
     value: Any,
     bias: Any = None,
+    mask: Any = None,
     *,
     scale: float | None = None,
     is_causal: bool = False,
@@ -349,8 +390,8 @@ def dot_product_attention(
     differentiable in *query*, *key*, *value* and *bias* (``dnn_sdpa_grad``).
 
     ``softmax(scale * q k^T + bias + masks) v`` per head, with ``jax.nn.dot_product_attention``'s
-    arguments and layout (its ``mask``, ``implementation`` and ``return_residual`` are not
-    taken: pass a mask as an additive *bias*).
+    arguments, in its order, and layout (its ``implementation`` and ``return_residual`` are not
+    taken).
 
     Parameters
     ----------
@@ -362,6 +403,12 @@ def dot_product_attention(
     bias : jax.Array, optional
         Additive, query's dtype, broadcastable to ``(B, N, T, S)`` (0 to attend, ``-inf`` to
         mask); its gradient is computed (by XLA, from the saved statistics).
+    mask : jax.Array, optional
+        Boolean, broadcastable to ``(B, N, T, S)``, True where a query attends a key, as
+        ``jax.nn.dot_product_attention``'s: a masked score's bias becomes JAX's ``-0.7 *
+        finfo(dtype).max`` (at most ``1e30`` in magnitude), passed to cuDNN with *bias* as one
+        additive bias; a fully masked row averages the values with no gradient to its query,
+        as JAX's does.
     scale : float, optional
         Default ``1 / sqrt(H)``.
     is_causal : bool
@@ -388,7 +435,8 @@ def dot_product_attention(
     ------
     TypeError, ValueError
         At trace time: float32/float64 or mixed dtypes, mismatched shapes, head dims cuDNN does
-        not take, a bias that does not broadcast to ``(B, N, T, S)``, lengths not int32 ``(B,)``,
+        not take, a bias or mask that does not broadcast to ``(B, N, T, S)``, a mask that is not
+        boolean, lengths not int32 ``(B,)``,
         a bad window, non-bool flags, *alibi* without *is_causal*.
     """
     query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
@@ -414,6 +462,8 @@ def dot_product_attention(
         rest.append(_lengths("query_seq_lengths", query_seq_lengths, b, t))
         rest.append(_lengths("key_value_seq_lengths", key_value_seq_lengths, b, s))
     batched = False
+    if mask is not None:
+        query, bias = _masked(mask, bias, query, (b, n, t, s))
     if bias is not None:
         bias = _bias4(bias, (b, n, t, s))
         batched = bias.shape[0] == b and b != 1

@@ -325,8 +325,7 @@ def dot_product_attention(
         )
     if dtype is not None:
         query, key, value = (jnp.asarray(a, dtype) for a in (query, key, value))
-    if mask is not None:
-        neg = jnp.finfo(query.dtype).min
-        masked = jnp.where(jnp.asarray(mask, bool), jnp.zeros((), query.dtype), neg)
-        bias = masked if bias is None else jnp.asarray(bias, query.dtype) + masked
-    return _attention(query, key, value, bias, is_causal=is_causal)
+    if bias is not None:
+        bias = jnp.asarray(bias, query.dtype)
+    mask = None if mask is None else jnp.asarray(mask, bool)  # (Flax's masks are 0/1 floats too)
+    return _attention(query, key, value, bias, mask, is_causal=is_causal)

@@ -112,6 +112,16 @@ KV = jax.ShapeDtypeStruct((2, 24, 2, 32), jnp.float16)
             TypeError,
             r"scale='1'; expected a real number",
         ),
+        (
+            lambda q, k: pj.dot_product_attention(q, k, k, None, jnp.ones((3, 8, 8))),
+            ValueError,
+            r"mask has shape \(3, 8, 8\); expected a shape broadcastable to \(B, N, T, S\)",
+        ),
+        (
+            lambda q, k: pj.dot_product_attention(q, k, k, None, jnp.ones((16, 24))),
+            TypeError,
+            r"mask has dtype float32; expected bool",
+        ),
     ],
 )
 def test_attention_arguments_are_checked_at_trace_time(f, error, match):
@@ -296,6 +306,45 @@ def test_attention_value_and_gradients_are_jaxs(t, s, n, kh, h, hv, bshape, kw, 
     for g, e in zip(ours, theirs, strict=True):
         assert g.dtype == dt
         _close(g, e, 2 * tol)
+
+
+@pytest.mark.parametrize(
+    ("mshape", "bshape", "kw"),
+    [
+        ((2, 1, 12, 20), None, {}),  # a padding mask per sequence
+        ((12, 20), (1, 4, 12, 20), {"scale": 0.4}),  # with a bias: masked scores replace it
+        ((1, 4, 12, 20), None, {}),  # per head, some rows fully masked
+    ],
+)
+def test_attention_with_a_boolean_mask_is_jaxs(mshape, bshape, kw):
+    dt = jnp.dtype("bfloat16")
+    q = _rand(2, 12, 4, 16, seed=1).astype(dt)
+    k = _rand(2, 20, 2, 16, seed=2).astype(dt)
+    v = _rand(2, 20, 2, 16, seed=3).astype(dt)
+    mask = jnp.asarray(np.random.default_rng(4).random(mshape) > 0.4)
+    if len(mshape) == 4 and mshape[0] == 1:  # rows that attend to nothing: JAX averages
+        mask = mask.at[0, 1, 3].set(False)
+    bias = None if bshape is None else _rand(*bshape, seed=5).astype(dt)
+    got = jax.jit(lambda *a: pj.dot_product_attention(*a, **kw))(q, k, v, bias, mask)
+    f32 = jnp.float32
+    want = jax.nn.dot_product_attention(
+        q.astype(f32), k.astype(f32), v.astype(f32), None if bias is None else bias.astype(f32),
+        mask, implementation="xla", **kw,
+    )  # fmt: skip
+    _close(got, want, 6e-2)
+    ct = _rand(2, 12, 4, 16, seed=6).astype(dt)
+    diff = (q, k, v) if bias is None else (q, k, v, bias)
+
+    def ours(q, k, v, *b):
+        return pj.dot_product_attention(q, k, v, *(b or (None,)), mask, **kw).astype(f32)
+
+    def theirs(q, k, v, *b):
+        b = (b[0].astype(f32),) if b else (None,)
+        qkv = (a.astype(f32) for a in (q, k, v))
+        return jax.nn.dot_product_attention(*qkv, *b, mask, implementation="xla", **kw)
+
+    for g, e in zip(_grads(ours, ct, *diff), _grads(theirs, ct.astype(f32), *diff), strict=True):
+        _close(g, e, 12e-2)
 
 
 def test_attention_with_sequence_lengths_is_jaxs_on_the_valid_rows():

@@ -138,6 +138,50 @@ def test_attention_vmap_folds(gpu):
         _check(f"vmapped attention [{i}]", got[i], ref, dt)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_attention_with_a_boolean_mask_is_jaxs(gpu, dtype):
+    """A padding mask per sequence (the padded queries' rows fully masked) and a per-head
+    mask with a bias: values and gradients against ``jax.nn.dot_product_attention``'s own
+    (float32 inputs, XLA), which averages a fully masked row and stops its gradients."""
+    b, t, s, n, kh, h = 2, 48, 64, 4, 2, 64
+    rng = np.random.default_rng(7)
+    pad = np.ones((b, 1, t, s), bool)
+    pad[1, :, 40:, :] = False  # padded queries
+    pad[1, :, :, 50:] = False  # padded keys
+    heads = rng.random((1, n, t, s)) > 0.3
+
+    def make():
+        args = [_rand(gpu, (b, t, n, h), dtype), _rand(gpu, (b, s, kh, h), dtype),
+                _rand(gpu, (b, s, kh, h), dtype), _rand(gpu, (b, t, n, h), dtype),
+                _rand(gpu, (1, n, t, s), dtype)]  # fmt: skip
+        return tuple(args)
+
+    for mask, with_bias in ((jax.device_put(pad, gpu), False), (jax.device_put(heads, gpu), True)):
+
+        def f(q, k, v, ct, bias, mask=mask, with_bias=with_bias):
+            bb = (bias,) if with_bias else ()
+
+            def g(q, k, v, *bb):
+                return pj.dot_product_attention(q, k, v, *(bb or (None,)), mask).astype(jnp.float32)
+
+            def theirs(q, k, v, *bb):
+                f32 = (a.astype(jnp.float32) for a in (q, k, v, *bb))
+                return jax.nn.dot_product_attention(*f32, *(() if bb else (None,)), mask,
+                                                    implementation="xla")  # fmt: skip
+
+            ct32 = ct.astype(jnp.float32)
+            return (g(q, k, v, *bb), theirs(q, k, v, *bb), _vjp(g, ct32, q, k, v, *bb),
+                    _vjp(theirs, ct32, q, k, v, *bb))  # fmt: skip
+
+        def check(args, out):
+            y, want, grads, wgrads = out
+            _check("masked attention vs JAX", y, want, dtype)
+            for name, a, e in zip(("dq", "dk", "dv", "dbias"), grads, wgrads, strict=False):
+                _check(f"masked attention {name} vs JAX", a, e, dtype, scale=4)
+
+        _twice(gpu, f, make, check)
+
+
 # -- CTC -------------------------------------------------------------------------------------------
 def _ctc_args(gpu, dtype, b=4, t=30, k=12, n=6, seed=0):
     rng = np.random.default_rng(seed)
