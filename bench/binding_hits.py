@@ -8,7 +8,9 @@ stopped binding. Run on the GPU machine::
 
     PYTHONPATH=. python3 bench/binding_hits.py
 
-Written when the session's GPU time had run out: not run yet.
+First run (sixth session, H200): after 3 training steps the 29 ``Linear`` modules held 29
+bindings, 58 hits and 58 gradient entries; a 32-token decode added 870 hits. transformers'
+``LlamaRMSNorm`` is its own class (not converted), so no ``RMSNorm`` row appears.
 """
 
 from __future__ import annotations
