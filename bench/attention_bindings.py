@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import json
 import statistics
 import time
@@ -125,24 +124,11 @@ def steps(rounds: dict[str, int]) -> dict[str, dict[str, Any]]:
     import torch
     import transformers as tf
 
-    import pycudnn.torch as pt
-
-    pt.register_transformers()
     out: dict[str, dict[str, Any]] = {}
     for arch in ("llama", "gpt2"):
-        cfg, cls = L._config(tf, arch)
-        torch.manual_seed(0)
-        models: dict[str, Any] = {}
-        for name, impl, conv in (
-            ("sdpa", "sdpa", False),
-            ("pycudnn", "pycudnn", False),
-            ("convert", "pycudnn", True),
-        ):
-            m = cls._from_config(copy.deepcopy(cfg), attn_implementation=impl, dtype=torch.bfloat16)
-            m = m.cuda()
-            if models:
-                m.load_state_dict(models["sdpa"].state_dict())
-            models[name] = pt.convert(m) if conv else m
+        cfg, _ = L._config(tf, arch)
+        models = L._sides(arch)  # (its "sdpa-again" control is not timed here)
+        models["convert"] = models["pycudnn+convert"]
         for mode, n in rounds.items():
             step = L._steps(arch, mode, cfg.vocab_size)
             sides = {

@@ -55,7 +55,8 @@ class Binding:
         Calls that launched the entry (tests and diagnostics).
     grads : dict
         Per ``(thread ident, tag)`` (a backward may launch several entries: a product's input
-        and weight gradients), ``(gradient signature, entry)``.
+        and weight gradients), ``(gradient signature, entry)``; entry None where that
+        signature's backward did not bind.
     """
 
     __slots__ = ("entry", "grads", "hits", "index", "meta", "sig")
@@ -132,17 +133,22 @@ def backward(
     this thread bound its entry for a gradient of *dy*'s signature, ``outputs(bd, *inputs)``
     allocates the new outputs and the entry launches on them (returned as that tuple); else the
     family's own path ``run(*args)`` runs under a tape (:func:`record`), binding its entry for
-    the next backward, and its result is returned."""
+    the next backward, and its result is returned. A gradient signature whose run did not bind
+    (a gradient the family copies first, say an expanded one) is remembered as such: its next
+    backwards run the family's path with no tape."""
     sig = (type(dy), dy.shape, dy.stride(), dy.dtype, dy.get_device(), dy.data_ptr() & 15,
            _call.snapshot(), _plans.stats.clears)  # fmt: skip
     key = (get_ident(), tag)
     g = bd.grads.get(key)
     if g is not None and g[0] == sig:
+        if g[1] is None:
+            return run(*args)
         outs = outputs(bd, *inputs)
         if launch(g[1], inputs, outs, stream):
             return outs
+    nested = _lean.recording()  # (under a program's tape nothing binds: not the signature's doing)
     out, entry = record(run, inputs, *args)
-    if entry is not None:
+    if entry is not None or not nested:
         bd.grads[key] = (sig, entry)
     return out
 

@@ -295,6 +295,34 @@ def test_a_module_whose_signature_keeps_changing_stops_binding(pointer_entries):
     assert len(pointer_entries["fwd"]) == made  # (the lean store still hits: no public call)
 
 
+def test_a_gradient_the_family_copies_is_recorded_once(pointer_entries, monkeypatch):
+    """``loss.sum()`` hands the layer norm an expanded gradient, which its backward copies
+    dense first: that backward cannot bind, and after its first try its gradient signature
+    runs the family's path with no tape."""
+    tapes = []
+
+    class Counted(_lean.Tape):
+        def __enter__(self):
+            tapes.append(self)
+            return super().__enter__()
+
+    monkeypatch.setattr(_lean, "Tape", Counted)
+    ref, mine = _pair()
+    for _ in range(4):
+        x = torch.randn(3, 4, 16, requires_grad=True)
+        xr = x.detach().clone().requires_grad_()
+        mine(x).sum().backward()
+        ref(xr).sum().backward()
+        torch.testing.assert_close(x.grad, xr.grad, rtol=1e-5, atol=1e-5)
+        for a, b in zip(mine.parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
+            a.grad = b.grad = None
+    bd = _bound(mine)
+    ((_sig, entry),) = bd.grads.values()
+    assert entry is None and bd.hits == 3
+    assert len(tapes) == 2  # the first forward's and the first backward's
+
+
 def test_a_strided_input_binds_with_its_layout(pointer_entries):
     """A strided input (a transposed view) is taken as it is: the binding's output is laid out
     as the lean path lays it out (packed), not as the input."""
