@@ -28,7 +28,6 @@ from ._runtime import (
     ready,
     stream_of,
     to_torch,
-    transforming,
 )
 
 __all__ = [
@@ -381,16 +380,18 @@ def attention_sig(
     q: Any, k: Any, v: Any, dropout_p: Any, is_causal: Any, scale: Any, enable_gqa: Any
 ) -> tuple | None:
     """The signature of a mask-free attention call that may run bound (:func:`bound_attention`),
-    or None for one that cannot: under ``torch.compile``, tensors that are not plain, dropout,
-    or arguments of other types than the bound calls' (``is_causal`` and ``enable_gqa`` bools,
-    ``scale`` None or a float), which then go through every check. The signature holds what
-    :func:`cudnn_operands`' checks and the lean key read: each tensor's shape, strides, dtype,
-    device and pointer alignment, the arguments, whether a gradient is wanted, autocast's
-    dtype, ``torch.func`` transforms, ``pycudnn.config`` and the thread (its first element is
-    the gradient flag)."""
+    or None for one that cannot: under ``torch.compile`` or ``torch.func`` transforms, tensors
+    that are not plain float16/bfloat16 CUDA tensors, dropout, or arguments of other types than
+    the bound calls' (``is_causal`` and ``enable_gqa`` bools, ``scale`` None or a float), which
+    then go through every check. The signature holds what :func:`cudnn_operands`' checks and
+    the lean key read: each tensor's shape, strides, dtype, device and pointer alignment, the
+    arguments, whether a gradient is wanted, autocast's dtype, ``pycudnn.config`` and the
+    thread (its first element is the gradient flag)."""
     if compiling():  # (dynamo must not read the store: it would guard on its contents)
         return None
-    if type(q) not in PLAIN or type(k) not in PLAIN or type(v) not in PLAIN:
+    # plain CUDA tensors of a dtype cuDNN takes, outside torch.func transforms: the others have
+    # no pointer to read, or go to torch's function anyway
+    if not (cuda_ok(q, HALVES) and cuda_ok(k, HALVES) and cuda_ok(v, HALVES)):
         return None
     if type(dropout_p) not in (float, int) or dropout_p != 0:
         return None
@@ -407,7 +408,7 @@ def attention_sig(
         type(q), q.shape, q.stride(), q.dtype, q.get_device(), q.data_ptr() & 15,
         type(k), k.shape, k.stride(), k.dtype, k.get_device(), k.data_ptr() & 15,
         type(v), v.shape, v.stride(), v.dtype, v.get_device(), v.data_ptr() & 15,
-        autocast_dtype(), transforming(), _call.snapshot(), get_ident(),
+        autocast_dtype(), _call.snapshot(), get_ident(),
     )  # fmt: skip
 
 

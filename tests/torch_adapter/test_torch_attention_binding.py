@@ -141,6 +141,23 @@ def test_arguments_of_other_types_are_never_bound(args):
     assert sig is None
 
 
+def test_under_vmap_torchs_function_runs_and_nothing_binds(made):
+    q, k, v = _qkv(hk=4)
+    with torch.no_grad():
+        pt.scaled_dot_product_attention(q, k, v, is_causal=True)  # a binding of this signature
+        bd = _only_binding()
+
+        def f(q, k, v):
+            return pt.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+        qs, ks, vs = (torch.stack([t, t + 1]) for t in (q, k, v))
+        got = torch.func.vmap(f)(qs, ks, vs)
+    for i in range(2):
+        want = TORCH_SDPA(qs[i], ks[i], vs[i], is_causal=True)
+        torch.testing.assert_close(got[i], want, rtol=1e-5, atol=1e-5)
+    assert bd.hits == 0 and attention.bound_count() == 1
+
+
 def test_clear_caches_drops_the_bindings(made):
     with torch.no_grad():
         pt.scaled_dot_product_attention(*_qkv(), is_causal=True, enable_gqa=True)
