@@ -181,13 +181,26 @@ def _sdpa_eager(q, k, v, mask, causal, scale, p, seed, training, bound=None):
     """``SDPAFn``'s eager forward: *bound* (a :class:`~._binding.Binding` whose signature this
     call has, see :func:`bound_attention`) launches its entry on new ``(out, stats)``."""
     if bound is not None:
-        b, h, sq = q.shape[:3]
-        out = attention_out(q, bound.meta)
-        stats = torch.empty((b, h, sq, 1), dtype=torch.float32, device=q.device)
-        if _binding.launch(bound.entry, (q, k, v), (out, stats), raw_stream(bound.index)):
-            bound.hits += 1
-            return out, stats
+        r = _bound_launch(bound, q, k, v, True)
+        if r is not None:
+            return r
     return _op_sdpa(q, k, v, mask, causal, scale, p, seed, training)
+
+
+def _bound_launch(bd: Any, q: Any, k: Any, v: Any, stats: bool) -> tuple | None:
+    """``(out,)``, or ``(out, stats)`` for the training variant, of the binding's launch on
+    *q*, *k*, *v*, laid out as :func:`sdpa_run` lays them out; None where it could not launch.
+    Counts the hit."""
+    out = attention_out(q, bd.meta)
+    if stats:
+        b, h, sq = q.shape[:3]
+        outs: tuple = (out, torch.empty((b, h, sq, 1), dtype=torch.float32, device=q.device))
+    else:
+        outs = (out,)
+    if not _binding.launch(bd.entry, (q, k, v), outs, raw_stream(bd.index)):
+        return None
+    bd.hits += 1
+    return outs
 
 
 def _op_sdpa_fake(q, k, v, mask, causal, scale, p, seed, training):
@@ -428,11 +441,8 @@ def bound_attention(sig: tuple, q: Any, k: Any, v: Any) -> torch.Tensor | None:
         return None
     if sig[0]:
         return SDPAFn.apply(q, k, v, None, sig[1], sig[2], 0.0, None, True, bd)[0]
-    out = attention_out(q, bd.meta)
-    if not _binding.launch(bd.entry, (q, k, v), (out,), raw_stream(bd.index)):
-        return None
-    bd.hits += 1
-    return out
+    r = _bound_launch(bd, q, k, v, False)
+    return None if r is None else r[0]
 
 
 def _keep(sig: tuple, entry: Any, q: torch.Tensor, dv: int) -> None:

@@ -68,6 +68,13 @@ class _PtrEntry:
         self.fn([_over(p, s) for p, s in zip(ptrs, self.shapes, strict=True)])
 
 
+def _leave(made: dict, kind: str, run, ts: tuple) -> None:
+    """Leave the call cache a pointer entry running *run* over tensors laid out as *ts*."""
+    e = _PtrEntry(run, [(tuple(t.shape), t.stride()) for t in ts])
+    made[kind].append(e)
+    _call.local.last = e
+
+
 @pytest.fixture
 def pointer_entries(monkeypatch):
     """The norms', the product's and attention's fakes leave a pointer entry; launches on one
@@ -87,9 +94,7 @@ def pointer_entries(monkeypatch):
                 out_mean=t[4] if stats else None, out_invstd=t[5] if stats else None)  # fmt: skip
 
         ts = (x, w, b, out) + ((out_mean, out_invstd) if stats else ())
-        e = _PtrEntry(run, [(tuple(t.shape), t.stride()) for t in ts])
-        made["fwd"].append(e)
-        _call.local.last = e
+        _leave(made, "fwd", run, ts)
         return r
 
     def layer_norm_grad(dy, x, mean, inv, ns, w, out_grads=None, **kw):
@@ -99,9 +104,7 @@ def pointer_entries(monkeypatch):
             bwd(t[0], t[1], t[3], t[4], ns, t[2], out_grads=tuple(t[5:]))
 
         ts = (dy, x, w, mean, inv, *out_grads)
-        e = _PtrEntry(run, [(tuple(t.shape), t.stride()) for t in ts])
-        made["bwd"].append(e)
-        _call.local.last = e
+        _leave(made, "bwd", run, ts)
         return r
 
     rfwd, rbwd = norm.dnn_rms_norm, norm.dnn_rms_norm_grad
@@ -116,9 +119,7 @@ def pointer_entries(monkeypatch):
                  out_invrms=t[3] if stats else None)  # fmt: skip
 
         ts = (x, w, out) + ((out_invrms,) if stats else ())
-        e = _PtrEntry(run, [(tuple(t.shape), t.stride()) for t in ts])
-        made["rms_fwd"].append(e)
-        _call.local.last = e
+        _leave(made, "rms_fwd", run, ts)
         return r
 
     def rms_norm_grad(dy, x, inv, ns, w, out_grads=None, **kw):
@@ -128,9 +129,7 @@ def pointer_entries(monkeypatch):
             rbwd(t[0], t[1], t[3], ns, t[2], out_grads=tuple(t[4:]))
 
         ts = (dy, x, w, inv, *out_grads)
-        e = _PtrEntry(run, [(tuple(t.shape), t.stride()) for t in ts])
-        made["rms_bwd"].append(e)
-        _call.local.last = e
+        _leave(made, "rms_bwd", run, ts)
         return r
 
     mm = linear.dnn_matmul
@@ -143,9 +142,7 @@ def pointer_entries(monkeypatch):
         def run(t):
             mm(t[0], t[1], bias=None if bias is None else t[2], out=t[-1])
 
-        e = _PtrEntry(run, [(tuple(t.shape), t.stride()) for t in ts])
-        made["mm"].append(e)
-        _call.local.last = e
+        _leave(made, "mm", run, ts)
         return r
 
     sd, sdg = attention.dnn_sdpa, attention.dnn_sdpa_grad
@@ -160,9 +157,7 @@ def pointer_entries(monkeypatch):
                out_stats=t[4] if stats else None)  # fmt: skip
 
         ts = (q, k, v, out) + ((out_stats,) if stats else ())
-        e = _PtrEntry(run, [(tuple(t.shape), t.stride()) for t in ts])
-        made["sdpa"].append(e)
-        _call.local.last = e
+        _leave(made, "sdpa", run, ts)
         return r
 
     def sdpa_grad(q, k, v, out, dout, stats, mask, causal, scale, out_grads=None, **kw):
@@ -172,9 +167,7 @@ def pointer_entries(monkeypatch):
             sdg(*t[:6], None, causal, scale, out_grads=tuple(t[6:]))
 
         ts = (q, k, v, out, dout, stats, *out_grads)
-        e = _PtrEntry(run, [(tuple(t.shape), t.stride()) for t in ts])
-        made["sdpa_grad"].append(e)
-        _call.local.last = e
+        _leave(made, "sdpa_grad", run, ts)
         return r
 
     monkeypatch.setattr(attention, "dnn_sdpa", sdpa)
