@@ -60,6 +60,7 @@ if torch is not None:
     import pycudnn
     import pycudnn.torch as pt
     from bench import torch_resnet50 as rn
+    from pycudnn.torch import region
 
 GROUPS = ("fuse", "compile", "llm", "mm")
 MM_SHAPES = ((8192, 4096, 4096), (4096, 4096, 4096), (8192, 11008, 4096))
@@ -87,6 +88,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", default=None, help="CASE[,CASE]: groups or case-name prefixes")
     p.add_argument("--modes", default=",".join(MODES), help="torch.compile modes, comma-separated")
     p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument(
+        "--chains",
+        action="store_true",
+        help="compile cases: also time a third copy compiled with region.use_programs(False)\n"
+        "(each chain its own custom ops, as before the region ops) against torch",
+    )
     args = p.parse_args(argv)
     args.only = tuple(s.strip() for s in args.only.split(",") if s.strip()) if args.only else ()
     for o in args.only:
@@ -182,6 +189,25 @@ def _compiled(model: Any, mode: str) -> Any:
     return torch.compile(model) if mode == "default" else torch.compile(model, mode=mode)
 
 
+class _Chains:
+    """A compiled fused model traced and run with ``region.use_programs(False)``: its regions
+    trace into their chains' custom ops (dynamo guards on the switch, so it stays off around
+    every call)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.inner.zero_grad(set_to_none=set_to_none)
+
+    def __call__(self, x: Any) -> Any:
+        region.use_programs(False)
+        try:
+            return self.inner(x)
+        finally:
+            region.use_programs(True)
+
+
 def compile_cases(args: argparse.Namespace, device: Any) -> list[dict]:
     """``torch.compile`` of the original against that of the fused converted model."""
     plan = tm.PLANS[args.plan]
@@ -213,6 +239,14 @@ def compile_cases(args: argparse.Namespace, device: Any) -> list[dict]:
                 res |= _pair_train(cref, cmine, x, y, plan, device)
             else:
                 res |= _pair_infer(cref, cmine, x, plan, device)
+            if args.chains:  # the same against the chains' ops (before the region ops)
+                chains = _Chains(_compiled(pt.convert(copy.deepcopy(ref), fuse=True), mode))
+                if train:
+                    got = _pair_train(cref, chains, x, y, plan, device)
+                else:
+                    got = _pair_infer(cref, chains, x, plan, device)
+                res |= {f"chains_{k}": v for k, v in got.items()}
+                del chains
             out.append(res)
             del ref, mine, cref, cmine
             torch._dynamo.reset()
@@ -401,6 +435,11 @@ def summary_line(r: dict[str, Any]) -> str:
         )
     if "loss_torch" in r:
         extra += f" loss {r['loss_torch']:.4f}/{r['loss_pycudnn']:.4f}"
+    if "chains_ratio" in r:
+        extra += (
+            f" (chains' ops: torch {r['chains_torch_median_ms']:.3f} ms pycudnn "
+            f"{r['chains_pycudnn_median_ms']:.3f} ms ratio {r['chains_ratio']:.3f})"
+        )
     verdict = "met" if r["ratio"] <= goal else "MISSED"
     return (
         f"{r['case']}: torch {r['torch_median_ms']:.3f} ms pycudnn {r['pycudnn_median_ms']:.3f} ms "

@@ -38,12 +38,22 @@ from ._module import Converted
 from .fused import Act, Add, FusedConv, FusedLinear, Step
 from .region import FusedRegion
 
-__all__ = ["FusedGraph", "Match", "fuse_model", "fusions", "match", "programs", "unfuse_model"]
+__all__ = [
+    "FusedGraph",
+    "Match",
+    "fuse_model",
+    "fusions",
+    "match",
+    "programs",
+    "regions",
+    "unfuse_model",
+]
 
 #: why a fused conv chain may still run unfused (the match record says it)
 CONV_NOTE = (
     "fused in eval mode without a gradient (batch norm folded into the convolution, the rest as "
-    "its epilogue); in training one autograd node (custom ops under torch.compile), batch norm + "
+    "its epilogue); in training one autograd node (custom ops under torch.compile: one per "
+    "region and direction), batch norm + "
     "residual + ReLU as cuDNN's one kernel for channels-last float16/bfloat16 (separate calls "
     "otherwise; SiLU/GELU/ELU and hooks run the modules unfused); eval with a gradient runs the "
     "modules unfused"
@@ -536,11 +546,20 @@ def programs(model: nn.Module) -> list[tuple[str, Any, str]]:
     off (the chains then run one by one).
     """
     out = []
+    for where, sub in regions(model):
+        out.extend((where, sig, what) for sig, what in sub.programs())
+    return out
+
+
+def regions(model: nn.Module) -> list[tuple[str, FusedRegion]]:
+    """The fused regions of *model* (``convert(model, fuse=True)``): ``(path, region)`` in
+    model then graph order, the path as :func:`programs` gives it (an empty list for a model
+    without regions)."""
+    out = []
     for path, gm in _fused_graphs(model):
         for name, sub in gm.named_children():
             if isinstance(sub, FusedRegion):
-                where = f"{path}.{name}" if path else name
-                out.extend((where, sig, what) for sig, what in sub.programs())
+                out.append((f"{path}.{name}" if path else name, sub))
     return out
 
 

@@ -59,8 +59,10 @@ __all__ = [
     "FusedConv",
     "FusedLinear",
     "Step",
+    "conv_fused_call",
     "conv_fused_into",
     "fold_bn",
+    "fold_params",
     "hooked",
     "torch_act",
 ]
@@ -129,20 +131,27 @@ class Add:
 
 
 def fold_bn(conv: nn.Module, bn: nn.Module, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """``(w', b')``: eval-mode *bn* folded into *conv*, computed in float32 (float64 for
-    float64 data) and rounded to *dtype* once: ``w' = w * gamma / sqrt(var + eps)``,
-    ``b' = beta + (b - mean) * gamma / sqrt(var + eps)``."""
+    """``(w', b')``: eval-mode *bn* folded into *conv* (:func:`fold_params`)."""
+    return fold_params(
+        conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps, dtype
+    )
+
+
+def fold_params(w, cb, gamma, beta, mean, var, eps: float, dtype: torch.dtype) -> tuple:
+    """``(w', b')``: a batch norm's eval transform folded into the convolution before it,
+    computed in float32 (float64 for float64 data) and rounded to *dtype* once: ``w' = w *
+    gamma / sqrt(var + eps)``, ``b' = beta + (cb - mean) * gamma / sqrt(var + eps)`` (*cb*,
+    *gamma*, *beta* may be None: no bias, no affine transform)."""
     acc = torch.float64 if dtype == torch.float64 else torch.float32
-    scale = torch.rsqrt(bn.running_var.to(acc) + bn.eps)
-    if bn.weight is not None:
-        scale = scale * bn.weight.to(acc)
-    shift = -bn.running_mean.to(acc)
-    if conv.bias is not None:
-        shift = shift + conv.bias.to(acc)
+    scale = torch.rsqrt(var.to(acc) + eps)
+    if gamma is not None:
+        scale = scale * gamma.to(acc)
+    shift = -mean.to(acc)
+    if cb is not None:
+        shift = shift + cb.to(acc)
     bias = shift * scale
-    if bn.bias is not None:
-        bias = bias + bn.bias.to(acc)
-    w = conv.weight
+    if beta is not None:
+        bias = bias + beta.to(acc)
     wf = w.to(acc) * scale.view(-1, *(1,) * (w.dim() - 1))
     return wf.to(dtype), bias.to(dtype)
 
@@ -459,7 +468,7 @@ def _op_act(act: str, coef: float) -> Act | None:
     return Act(act, coef if act in ("clipped_relu", "elu") else None)
 
 
-def _conv_fused_impl(
+def conv_fused_call(
     x: torch.Tensor,
     w: torch.Tensor,
     b: torch.Tensor,
@@ -468,6 +477,9 @@ def _conv_fused_impl(
     act: str,
     coef: float,
 ) -> torch.Tensor:
+    """``act(conv(x, w) + b [+ z])`` into a new tensor (*conv* :func:`~.fused_train.cfg_list`'s
+    form): the lean fused launch for CUDA operands, torch's computation where cuDNN has no
+    engine for the epilogue or the tensors are not CUDA (``pycudnn::conv_fused``'s body)."""
     cfg = cfg_of(conv)
     x = dense(x)
     y = like(conv_out_shape(x, w, cfg), x)
@@ -510,5 +522,5 @@ def _linear_fused_fake(x, w, b, act: str) -> torch.Tensor:
 
 #: ``pycudnn::conv_fused`` / ``pycudnn::linear_fused``: the fused calls under ``torch.compile``
 #: (None on a torch without custom ops: the fused modules then run unfused while compiling)
-op_conv_fused = define("conv_fused", _conv_fused_impl, _conv_fused_fake)
+op_conv_fused = define("conv_fused", conv_fused_call, _conv_fused_fake)
 op_linear_fused = define("linear_fused", _linear_fused_impl, _linear_fused_fake)

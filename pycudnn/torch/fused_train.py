@@ -74,17 +74,21 @@ class TrainBlock(NamedTuple):
     refused: set
 
 
-def fused_reserve(y: torch.Tensor, act: tuple[str, float] | None, residual: bool) -> int | None:
+def fused_reserve(
+    y: torch.Tensor, act: tuple[str, float] | None, residual: bool, device: int | None = None
+) -> int | None:
     """The reserve bytes of cuDNN's fused batch norm + [add +] ReLU for the convolution's output
-    *y* (its shape, dtype, layout and device only: fake tensors too), or None when the chain
-    runs cuDNN's separate calls: not a ReLU, not channels-last float16/bfloat16 4-D, or cuDNN's
-    size query refuses it. The same answer every time for one signature."""
+    *y* (its shape, dtype, layout and device only: fake tensors too; *device* instead of *y*'s
+    for a meta tensor), or None when the chain runs cuDNN's separate calls: not a ReLU, not
+    channels-last float16/bfloat16 4-D, or cuDNN's size query refuses it. The same answer every
+    time for one signature."""
     if act is None or act[0] != "relu" or y.dtype not in HALVES or y.dim() != 4:
         return None
     if not y.is_contiguous(memory_format=torch.channels_last):
         return None
     # int(): a symbolic size (torch.compile's dynamic shapes) is specialized, as cuDNN's sizes are
-    return reserve_bytes(tuple(int(n) for n in y.shape), y.dtype, y.get_device(), residual)
+    dev = y.get_device() if device is None else device
+    return reserve_bytes(tuple(int(n) for n in y.shape), y.dtype, dev, residual)
 
 
 def block_forward(x, w, cb, gamma, beta, z, running, blk: TrainBlock, strict: bool = False):

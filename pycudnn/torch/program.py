@@ -114,6 +114,8 @@ def record(
     ext: Sequence[torch.Tensor],
     outputs: Sequence[torch.Tensor | None],
     reuse: bool,
+    places: dict[int, int] | None = None,
+    arena_bytes: int = 0,
 ) -> tuple[Program, list[torch.Tensor]] | str:
     """A :class:`Program` replaying *launches* (a tape's ``(entry, tensors)``), or why not.
 
@@ -130,6 +132,13 @@ def record(
     reuse : bool
         Let intermediate results whose last reader has run share arena bytes (never for a
         forward whose results a backward reads).
+    places : dict, optional
+        A fixed arena layout instead of one planned here: ``id(tensor) -> byte offset`` for
+        every intermediate result, in an arena of *arena_bytes* (a layout another party
+        computes too, e.g. a custom op's fake, which hands the arena on as one tensor); a
+        result with no place is refused.
+    arena_bytes : int
+        The fixed layout's arena size (with *places*).
 
     Returns
     -------
@@ -168,6 +177,12 @@ def record(
             return f"an output ({tuple(t.shape)} {t.dtype}) is produced by no launch"
     # arena places: first fit over the live intervals (or one after the other)
     inner = [k for k in order if k not in keep]
+    if places is not None:
+        for k in inner:
+            if k not in places:
+                t = produced[k][0]
+                what = f"{tuple(t.shape)} {t.dtype}"
+                return f"a launch produces a result ({what}) the layout has no place for"
     placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
     offsets: dict[int, int] = {}
     top = 0
@@ -175,7 +190,9 @@ def record(
         t, first, last = produced[k]
         size = _up(_span(t) or 0)
         off = 0
-        if reuse:
+        if places is not None:
+            off = places[k]
+        elif reuse:
             busy = sorted((o, s) for o, s, f, la in placed if not (la < first or last < f))
             for o, s in busy:
                 if off + size <= o:
@@ -186,6 +203,10 @@ def record(
         placed.append((off, size, first, last))
         offsets[k] = off
         top = max(top, off + size)
+    if places is not None:
+        if top > arena_bytes:
+            return f"the fixed layout's arena ({arena_bytes} bytes) is smaller than its places"
+        top = arena_bytes
     tensors = list(ext)
     for k in inner:
         slot[k] = len(tensors)

@@ -39,13 +39,19 @@ from ..highlevel import _bound
 from . import _lean
 from ._compile import compiling
 from ._module import state
-from ._runtime import autocast_dtype, cuda_ok, format_of, stream_of
-from .activation import act_grad_run
-from .batchnorm import bn_act_grad_run, bn_grad_run
-from .conv import conv_dgrad, conv_wgrad
+from ._runtime import autocast_dtype, cuda_ok, dense, format_of, stream_of
+from .chains import ref, walk_backward, walk_forward
 from .fused import hooked
-from .fused_train import TRAIN_ACTS, block_forward
+from .fused_train import TRAIN_ACTS, cfg_list
 from .program import Program, record
+from .region_ops import (
+    Spec,
+    op_region_eval,
+    op_region_train,
+    op_region_train_grad,
+    register,
+    spec_of,
+)
 
 __all__ = ["MAX_SIGNATURES", "FusedRegion", "use_programs"]
 
@@ -111,6 +117,10 @@ class FusedRegion(nn.Module):
         for conv, bn in zip(convs, bns, strict=True):
             params += [conv.weight, bn.weight, bn.bias]
         self._params = tuple(params)
+        # under torch.compile the region is its custom ops (region_ops), which know it by key
+        convs = [None if c._cfg() is None else cfg_list(c._cfg()) for c in self.parts]
+        acts = [None if c.act is None else (c.act.name, c.act.coef or 0.0) for c in self.parts]
+        self.op_key = register(Spec(self.wiring, self.outputs, convs, acts))
 
     def extra_repr(self) -> str:
         return f"{len(self.parts)} chains, {len(self.outputs)} outputs"
@@ -119,18 +129,90 @@ class FusedRegion(nn.Module):
     def _chains(self, inputs: tuple) -> tuple:
         vals: list[torch.Tensor] = []
         for fc, (xr, zr) in zip(self.parts, self.wiring, strict=True):
-            x = _ref(xr, vals, inputs)
-            vals.append(fc(x) if zr is None else fc(x, _ref(zr, vals, inputs)))
+            x = ref(xr, vals, inputs)
+            vals.append(fc(x) if zr is None else fc(x, ref(zr, vals, inputs)))
         return tuple(vals[i] for i in self.outputs)
 
     def forward(self, *inputs: torch.Tensor) -> tuple:
         """The region's outputs: replayed programs where they exist for these inputs, else the
         chains one by one."""
-        if not compiling() and _ENABLED[0]:
-            out = self._program(inputs)
+        if _ENABLED[0]:
+            out = self._compiled(inputs) if compiling() else self._program(inputs)
             if out is not None:
                 return out
         return self._chains(inputs)
+
+    # -- torch.compile: the region's custom ops --------------------------------------------------
+    def _compiled(self, inputs: tuple) -> tuple | None:
+        """While dynamo traces: the region as :mod:`.region_ops`' custom ops (one per direction,
+        replaying programs), or None: the chains' own ops, as before."""
+        if op_region_train is None or None in spec_of(self.op_key).convs or self._hooked():
+            return None
+        train = self._bns[0].training
+        if any(b.training is not train for b in self._bns):
+            return None
+        if not all(cuda_ok(t) for t in inputs):
+            return None
+        ac = autocast_dtype()
+        if ac is not None:  # the chains' inputs cast once, at the region
+            inputs = tuple(t.to(ac) if t.dtype != torch.float64 else t for t in inputs)
+        inputs = tuple(dense(t) for t in inputs)
+        if train:
+            return self._compiled_train(inputs, ac)
+        grad = torch.is_grad_enabled() and (
+            any(t.requires_grad for t in inputs) or any(p.requires_grad for p in self._params)
+        )
+        x = inputs[0]
+        for fc in self.parts:
+            bn = fc.parts[1]
+            if grad or bn.running_mean is None or fc._inputs(x) is None:
+                return None  # (with a gradient the modules run unfused, as in eager)
+        convs = [fc.parts[0] for fc in self.parts]
+        return tuple(
+            op_region_eval(
+                self.op_key,
+                list(inputs),
+                [c.weight for c in convs],
+                [c.bias for c in convs],
+                [b.weight for b in self._bns],
+                [b.bias for b in self._bns],
+                [b.running_mean for b in self._bns],
+                [b.running_var for b in self._bns],
+                [float(b.eps) for b in self._bns],
+            )
+        )
+
+    def _compiled_train(self, inputs: tuple, ac: torch.dtype | None) -> tuple | None:
+        if self._train_static(inputs, ac)[0]:
+            return None
+        if not all(cuda_ok(fc.parts[0].weight) for fc in self.parts):
+            return None
+        x = inputs[0]
+        ws, gs, bs, running, params = [], [], [], [], []
+        for fc in self.parts:
+            args = fc.train_args(x, None, traced=True)  # (counts the batch)
+            if args is None:  # the checks above said it would run: a bug, not a user error
+                raise RuntimeError(
+                    "pycudnn.torch: a chain of a fused region refused its operands after the "
+                    "region's checks passed; please report this"
+                )
+            _, w, _, gamma, beta, _, run, blk, _ = args
+            ws.append(w)
+            gs.append(gamma)
+            bs.append(beta)
+            running += list(run)
+            params += [float(blk.eps), float(blk.factor)]
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, *ws, *gs, *bs))
+        flat = torch.cat(running)  # one tensor: the op returns it updated
+        if grad:
+            res = _CompiledRegionFn.apply(
+                self.op_key, len(inputs), params, *inputs, *ws, *gs, *bs, flat
+            )
+        else:
+            res = op_region_train(self.op_key, list(inputs), ws, gs, bs, flat, params)
+        new = res[-1].split([t.numel() for t in running])
+        torch._foreach_copy_(self._running(), list(new))
+        return tuple(res[:-2])
 
     # -- programs ---------------------------------------------------------------------------------
     def programs(self) -> list[tuple[Any, str]]:
@@ -360,91 +442,34 @@ class FusedRegion(nn.Module):
         bindings) under a tape. Returns ``(outputs, records, recorded)``, *recorded*
         :func:`~.program.record`'s answer: ``(program, slot tensors)``, or why the run cannot
         be replayed (the run itself is the chains' own, hence correct)."""
-        vals: list[torch.Tensor] = []
-        recs = []
-        why = ""
         bufs = self._cast_bufs(b.casts)
         ext = self._external(inputs, b.casts, bufs, ptrs=False)
         n_in = len(inputs)
-        with _lean.Tape() as tape:
-            for c, (fc, (xr, zr)) in enumerate(zip(self.parts, self.wiring, strict=True)):
-                x = _ref(xr, vals, inputs)
-                z = None if zr is None else _ref(zr, vals, inputs)
-                args = fc.train_args(x, z)
-                if args is None:  # _train_static said it would run: a bug, not a user error
-                    raise RuntimeError(
-                        "pycudnn.torch: a chain of a fused region refused its operands after the "
-                        "region's checks passed; please report this"
-                    )
-                x, w, cb, gamma, beta, z, running, blk, _ = args
-                # the region's operands (its casts made once for all chains)
-                w, gamma, beta = ext[n_in + 5 * c : n_in + 5 * c + 3]
-                running = tuple(ext[n_in + 5 * c + 3 : n_in + 5 * c + 5])
-                out, saved = block_forward(x, w, cb, gamma, beta, z, running, blk)
-                if not saved[0] and z is not None:
-                    why = why or "a residual added by torch (no fused batch-norm kernel here)"
-                recs.append((x, w, gamma, beta, z, blk, saved))
-                vals.append(out)
+        # the region's operands (its casts made once for all chains)
+        operands = [
+            (*ext[n_in + 5 * c : n_in + 5 * c + 3], tuple(ext[n_in + 5 * c + 3 : n_in + 5 * c + 5]))
+            for c in range(len(self.parts))
+        ]
+
+        def prepare(c: int, x: torch.Tensor, z: torch.Tensor | None) -> tuple:
+            args = self.parts[c].train_args(x, z)
+            if args is None:  # _train_static said it would run: a bug, not a user error
+                raise RuntimeError(
+                    "pycudnn.torch: a chain of a fused region refused its operands after the "
+                    "region's checks passed; please report this"
+                )
+            return args[0], args[5], args[7]
+
+        outs, recs, why, launches = walk_forward(
+            self.wiring, self.outputs, inputs, operands, prepare
+        )
         self._write_back(b.casts, bufs)
-        outs = [vals[i] for i in self.outputs]
-        inner = {id(r[0]) for r in recs} | {id(r[4]) for r in recs if r[4] is not None}
-        if any(id(o) in inner for o in outs):
-            why = why or "an output of the region is also read inside it"
-        return outs, recs, why or record(tape.launches, ext, outs, reuse=False)
+        return outs, recs, why or record(launches, ext, outs, reuse=False)
 
     def bind_backward(self, inputs: tuple, recs: list, douts: tuple, need: tuple) -> tuple:
-        """The first backward of a signature: the chains' gradients in reverse order (data
-        gradients accumulated in place with ``beta=1``) under a tape. Returns ``(gradients of
-        the inputs and parameters, launches)``; the launches are None where a torch operation
-        had to run between them (the gradients are right either way)."""
-        grads: dict[int, torch.Tensor] = {}
-        for i, d in zip(self.outputs, douts, strict=True):
-            grads[id(recs[i][6][4])] = d
-        n_in = len(inputs)
-        pgrads: list[Any] = [None] * len(self._params)
-        replayable = True
-        with _lean.Tape() as tape:
-            for c in reversed(range(len(self.parts))):
-                x, w, gamma, beta, z, blk, saved = recs[c]
-                fused, yc, mean, invstd, y, reserve = saved
-                dy = grads.get(id(y))
-                if dy is None:
-                    dy, replayable = torch.zeros_like(y), False
-                elif dy.stride() != y.stride() or dy.dtype != y.dtype:
-                    dy, replayable = torch.empty_like(y).copy_(dy), False
-                if fused:
-                    dyc, dgamma, dbeta, dz = bn_act_grad_run(
-                        yc, y, dy, gamma, beta, mean, invstd, reserve, blk.eps, z is not None
-                    )
-                else:
-                    d = dy if blk.act is None else act_grad_run(y, y, dy, (*blk.act, True))
-                    dyc, dgamma, dbeta = bn_grad_run(yc, d, gamma, mean, invstd, blk.eps)
-                    dz = d if z is not None else None
-                    replayable = replayable and z is None
-                if z is not None:
-                    g = grads.get(id(z))
-                    if g is None:
-                        grads[id(z)] = dz
-                    else:
-                        grads[id(z)], replayable = g + dz, False
-                k = next((i for i, t in enumerate(inputs) if t is x), -1)
-                if k < 0 or need[k]:
-                    g = grads.get(id(x))
-                    if g is None:
-                        grads[id(x)] = conv_dgrad(w, dyc, torch.empty_like(x), blk.cfg)
-                    else:
-                        conv_dgrad(w, dyc, g, blk.cfg, beta=1.0)
-                if need[n_in + 3 * c]:
-                    pgrads[3 * c] = conv_wgrad(x, dyc, w, blk.cfg)
-                pgrads[3 * c + 1] = dgamma if need[n_in + 3 * c + 1] else None
-                pgrads[3 * c + 2] = dbeta if need[n_in + 3 * c + 2] else None
-        igrads = [grads.get(id(t)) if need[i] else None for i, t in enumerate(inputs)]
-        return igrads + pgrads, (tape.launches if replayable else None)
-
-
-def _ref(r: int, vals: list, inputs: tuple) -> torch.Tensor:
-    """A wiring reference: chain *r*'s output (``r >= 0``) or the region's input ``-1 - r``."""
-    return vals[r] if r >= 0 else inputs[-1 - r]
+        """The first backward of a signature (:func:`~.chains.walk_backward`): ``(gradients of
+        the inputs and parameters, launches or None)``."""
+        return walk_backward(self.outputs, inputs, recs, douts, need)
 
 
 def _ptr(t: torch.Tensor) -> int:
@@ -512,6 +537,45 @@ class _RegionFn(torch.autograd.Function):
                 b.fwd, b.bwd = prog, bwd[0]
                 b.pattern = [r is not None for r in results]
         return (None, None, None, *results)
+
+
+class _CompiledRegionFn(torch.autograd.Function):
+    """A region in training under ``torch.compile``: :data:`~.region_ops.op_region_train`
+    forward (a mutating op, which ``torch.library`` gives no autograd formula, so dynamo traces
+    this Function around it, as :class:`~.fused_train.TrainFn`) and
+    :data:`~.region_ops.op_region_train_grad` backward. *flat* is the inputs, then the chains'
+    weights, gammas and betas, then the running averages in one tensor (returned updated,
+    after the outputs and the arena)."""
+
+    @staticmethod
+    def forward(ctx, key: int, n_in: int, params: list, *flat: torch.Tensor):
+        n = (len(flat) - n_in - 1) // 3
+        inputs, ws = flat[:n_in], flat[n_in : n_in + n]
+        gs, bs = flat[n_in + n : n_in + 2 * n], flat[n_in + 2 * n : n_in + 3 * n]
+        res = op_region_train(key, list(inputs), list(ws), list(gs), list(bs), flat[-1], params)
+        ctx.save_for_backward(*flat[: n_in + 3 * n], *res[:-1])
+        ctx.key, ctx.n_in, ctx.n, ctx.params = key, n_in, n, params
+        ctx.mark_non_differentiable(res[-2], res[-1])
+        return tuple(res)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):
+        n_in, n = ctx.n_in, ctx.n
+        saved = ctx.saved_tensors
+        inputs, ws = saved[:n_in], saved[n_in : n_in + n]
+        gs, bs = saved[n_in + n : n_in + 2 * n], saved[n_in + 2 * n : n_in + 3 * n]
+        outs, arena = saved[n_in + 3 * n : -1], saved[-1]
+        need = ctx.needs_input_grad[3 : 3 + n_in + 3 * n]
+        # the op's order: the inputs, then per chain (weight, gamma, beta)
+        order = list(range(n_in)) + [n_in + k * n + c for c in range(n) for k in range(3)]
+        res = op_region_train_grad(
+            ctx.key, list(grads[:-2]), list(outs), list(inputs), list(ws), list(gs), list(bs),
+            arena, ctx.params, [int(need[i]) for i in order],
+        )  # fmt: skip
+        got: list[Any] = [None] * (n_in + 3 * n)
+        for j, i in enumerate(order):
+            got[i] = res[j] if need[i] else None
+        return (None, None, None, *got, None)
 
 
 def _dense(t: torch.Tensor) -> bool:

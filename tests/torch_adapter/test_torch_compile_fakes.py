@@ -366,6 +366,9 @@ def test_every_op_has_a_case_and_a_schema():
         "linear_fused",
         "conv_bn_train",
         "conv_bn_train_grad",
+        "region_eval",  # the fused regions' ops: opcheck in test_torch_region_ops.py
+        "region_train",
+        "region_train_grad",
     }  # the gradients' ops run through the autograd checks of their forwards
     for name, op in OPS.items():
         assert str(op._schema).startswith(PREFIX + name + "("), op._schema

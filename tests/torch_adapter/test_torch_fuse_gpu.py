@@ -230,10 +230,10 @@ def test_torchvision_models(name, dtype, fmt):
 def test_training_runs_cudnns_fused_bn_relu(make, monkeypatch):
     """bfloat16 channels-last training: every conv -> bn -> [add ->] relu chain runs batch norm,
     the addition and the ReLU as cuDNN's one kernel, forward and backward, one autograd node."""
-    from pycudnn.torch import fused_train, region
+    from pycudnn.torch import chains, fused_train
 
     seen = []
-    for module in (fused_train, region):  # a chain's own node, or a region's first backward
+    for module in (fused_train, chains):  # a chain's own node, or a region's first run
         for name in ("bn_act_train_run", "bn_act_grad_run"):
             real = getattr(module, name, None)
             if real is not None:

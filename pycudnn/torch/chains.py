@@ -1,0 +1,121 @@
+"""A fused region's chains walked once, forward and backward, under a launch tape (imports
+torch): the first run of a signature, whose launches :func:`~.program.record` turns into the
+programs that replay it. Shared by the eager region (:mod:`.region`) and its custom ops under
+``torch.compile`` (:mod:`.region_ops`), which give the chains' operands differently (the
+modules' own, or the op's arguments).
+
+*wiring* gives per chain where its input and residual come from (``i >= 0`` the output of chain
+*i*, ``-1 - j`` the region's input *j*); *outputs* the chains whose results leave the region.
+A walk's *records* are per chain ``(x, w, gamma, beta, z, block, saved)``, *saved*
+:func:`~.fused_train.block_forward`'s ``(fused, conv_out, mean, invstd, out, reserve)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from . import _lean
+from .activation import act_grad_run
+from .batchnorm import bn_act_grad_run, bn_grad_run
+from .conv import conv_dgrad, conv_wgrad
+from .fused_train import block_forward
+
+__all__ = ["ref", "walk_backward", "walk_forward"]
+
+
+def ref(r: int, vals: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """A wiring reference: chain *r*'s output (``r >= 0``) or the region's input ``-1 - r``."""
+    return vals[r] if r >= 0 else inputs[-1 - r]
+
+
+def walk_forward(
+    wiring: Sequence[tuple],
+    outputs: Sequence[int],
+    inputs: Sequence[torch.Tensor],
+    operands: Sequence[tuple],
+    prepare: Callable[[int, torch.Tensor, torch.Tensor | None], tuple],
+) -> tuple[list, list, str, list]:
+    """Every chain's training forward in graph order under a tape. *operands* are per chain
+    ``(w, gamma, beta, running)``; ``prepare(c, x, z)`` gives chain *c*'s ``(x, z, block)``
+    (its input and residual as the launch takes them, its :class:`~.fused_train.TrainBlock`).
+    Returns ``(outputs, records, why, launches)``: *why* says what a program could not replay
+    ('' when nothing)."""
+    vals: list[torch.Tensor] = []
+    recs = []
+    why = ""
+    with _lean.Tape() as tape:
+        for c, (xr, zr) in enumerate(wiring):
+            x = ref(xr, vals, inputs)
+            z = None if zr is None else ref(zr, vals, inputs)
+            x, z, blk = prepare(c, x, z)
+            w, gamma, beta, running = operands[c]
+            out, saved = block_forward(x, w, None, gamma, beta, z, running, blk)
+            if not saved[0] and z is not None:
+                why = why or "a residual added by torch (no fused batch-norm kernel here)"
+            recs.append((x, w, gamma, beta, z, blk, saved))
+            vals.append(out)
+    outs = [vals[i] for i in outputs]
+    inner = {id(r[0]) for r in recs} | {id(r[4]) for r in recs if r[4] is not None}
+    if any(id(o) in inner for o in outs):
+        why = why or "an output of the region is also read inside it"
+    return outs, recs, why, tape.launches
+
+
+def walk_backward(
+    outputs: Sequence[int],
+    inputs: Sequence[torch.Tensor],
+    recs: Sequence[tuple],
+    douts: Sequence[torch.Tensor],
+    need: Sequence[bool],
+) -> tuple[list, list | None]:
+    """The chains' gradients in reverse order (data gradients accumulated in place with
+    ``beta=1`` where a tensor feeds several chains) under a tape. *need* is per region input,
+    then per chain (weight, gamma, beta). Returns ``(gradients of the inputs, then per chain
+    of the weight, gamma and beta, None where not needed; launches)``; the launches are None
+    where a torch operation had to run between them (the gradients are right either way)."""
+    grads: dict[int, torch.Tensor] = {}
+    for i, d in zip(outputs, douts, strict=True):
+        grads[id(recs[i][6][4])] = d
+    n_in = len(inputs)
+    pgrads: list[Any] = [None] * (3 * len(recs))
+    replayable = True
+    with _lean.Tape() as tape:
+        for c in reversed(range(len(recs))):
+            x, w, gamma, beta, z, blk, saved = recs[c]
+            fused, yc, mean, invstd, y, reserve = saved
+            dy = grads.get(id(y))
+            if dy is None:
+                dy, replayable = torch.zeros_like(y), False
+            elif dy.stride() != y.stride() or dy.dtype != y.dtype:
+                dy, replayable = torch.empty_like(y).copy_(dy), False
+            if fused:
+                dyc, dgamma, dbeta, dz = bn_act_grad_run(
+                    yc, y, dy, gamma, beta, mean, invstd, reserve, blk.eps, z is not None
+                )
+            else:
+                d = dy if blk.act is None else act_grad_run(y, y, dy, (*blk.act, True))
+                dyc, dgamma, dbeta = bn_grad_run(yc, d, gamma, mean, invstd, blk.eps)
+                dz = d if z is not None else None
+                replayable = replayable and z is None
+            if z is not None:
+                g = grads.get(id(z))
+                if g is None:
+                    grads[id(z)] = dz
+                else:
+                    grads[id(z)], replayable = g + dz, False
+            k = next((i for i, t in enumerate(inputs) if t is x), -1)
+            if k < 0 or need[k]:
+                g = grads.get(id(x))
+                if g is None:
+                    grads[id(x)] = conv_dgrad(w, dyc, torch.empty_like(x), blk.cfg)
+                else:
+                    conv_dgrad(w, dyc, g, blk.cfg, beta=1.0)
+            if need[n_in + 3 * c]:
+                pgrads[3 * c] = conv_wgrad(x, dyc, w, blk.cfg)
+            pgrads[3 * c + 1] = dgamma if need[n_in + 3 * c + 1] else None
+            pgrads[3 * c + 2] = dbeta if need[n_in + 3 * c + 2] else None
+    igrads = [grads.get(id(t)) if need[i] else None for i, t in enumerate(inputs)]
+    return igrads + pgrads, (tape.launches if replayable else None)

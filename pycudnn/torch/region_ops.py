@@ -1,0 +1,484 @@
+"""Fused regions under ``torch.compile`` (imports torch): a region as **one custom op per
+direction** that replays its launch programs, instead of one custom op per chain.
+
+Under ``torch.compile`` a region used to trace into its chains' ops (``pycudnn::conv_fused``,
+``pycudnn::conv_bn_train``): each a Python call through torch's dispatcher with the lean path's
+cost, twice per chain in training, so a compiled converted model was host-bound. Now the traced
+region is (programs: :mod:`.program`):
+
+* ``pycudnn::region_eval(key, inputs, weights, conv_biases, gammas, betas, means, variances,
+  eps) -> outputs``: the chains with batch norm folded in, one program per signature; on the
+  default stream the folded weights are kept until a parameter or statistic changes (the
+  traced graph of the chains' op recomputed them every call: two kernels per chain);
+* ``pycudnn::region_train(key, inputs, weights, gammas, betas, running, params) -> outputs +
+  [arena, running]`` (*running* every chain's running mean and variance in one tensor, which
+  comes back updated and the traced graph copies into the modules: torch's functionalization
+  takes no op that both mutates an argument and returns a list) and
+  ``pycudnn::region_train_grad(key, douts, outs, inputs, weights, gammas, betas, arena, params,
+  need) -> gradients``: the training forward and backward programs. What the backward reads
+  (each chain's convolution output, statistics, reserve space and inner results) travels as
+  one ``uint8`` *arena* whose layout (:func:`saved_layout`) the fakes compute too, so the
+  compiled graph owns it like any activation: CUDA graphs (``mode="reduce-overhead"``) capture
+  and replay it with no state outside the graph.
+
+*key* names a region's :class:`Spec` (its wiring and per-chain convolution and activation,
+fixed at ``convert``; copies of a model share it, as they share the structure) and its programs
+per signature, which the real implementations keep. A signature's first run walks the chains
+(:mod:`.chains`) under a tape; a run that cannot become a program (a torch operation between
+launches) walks them every time, with the same results.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .._config import config
+from ..highlevel import _bound
+from . import _lean
+from ._compile import define
+from ._runtime import dense, format_of, like, ready, stream_of
+from .chains import ref, walk_backward, walk_forward
+from .conv import conv_out_shape
+from .fused import conv_fused_call, fold_params
+from .fused_train import TrainBlock, cfg_of, fused_reserve
+from .program import ALIGN, Program, record
+
+__all__ = [
+    "MAX_SIGNATURES",
+    "Spec",
+    "op_region_eval",
+    "op_region_train",
+    "op_region_train_grad",
+    "register",
+    "saved_layout",
+    "spec_of",
+]
+
+#: signatures whose programs a spec keeps per direction (the oldest is dropped for a new one)
+MAX_SIGNATURES = 8
+
+
+class _Programs:
+    """One signature's programs, or why its runs walk the chains: the forward's (*fwd*, or
+    *reason*), the training forward's arena layout, and per pattern of wanted gradients the
+    backward's ``(program, which results it returns, the arena offsets it reads)`` or why
+    not (*bwd*)."""
+
+    __slots__ = ("bwd", "fwd", "layout", "reason")
+
+    def __init__(self) -> None:
+        self.fwd: Program | None = None
+        self.reason = ""
+        self.layout: tuple | None = None
+        self.bwd: dict[tuple, Any] = {}
+
+
+class Spec:
+    """What the region ops know of a region: per chain where its input and residual come from
+    (*wiring*), which chains leave it (*outputs*), each chain's convolution (``cfg_list``
+    form, or None where cuDNN takes no such padding) and activation ``(name, coef)`` or None;
+    the signatures cuDNN's fused batch norm refused per chain; the programs per signature."""
+
+    __slots__ = ("acts", "convs", "eval", "folds", "outputs", "refused", "train", "wiring")
+
+    def __init__(self, wiring: Sequence[tuple], outputs: Sequence[int], convs, acts) -> None:
+        self.wiring = tuple(wiring)
+        self.outputs = tuple(outputs)
+        self.convs = tuple(None if c is None else tuple(c) for c in convs)
+        self.acts = tuple(acts)
+        self.refused: tuple[set, ...] = tuple(set() for _ in self.wiring)
+        self.folds: list[tuple | None] = [None] * len(self.wiring)  # eval: (key, w, b)
+        self.eval: OrderedDict = OrderedDict()
+        self.train: OrderedDict = OrderedDict()
+
+    def programs(self, store: OrderedDict, sig: tuple) -> _Programs:
+        got = store.get(sig)
+        if got is None:
+            if len(store) >= MAX_SIGNATURES:
+                store.popitem(last=False)
+            got = store[sig] = _Programs()
+        return got
+
+
+_SPECS: dict[int, Spec] = {}
+_KEYS = itertools.count(1)
+
+
+def register(spec: Spec) -> int:
+    """Keep *spec* for the ops; returns its key (an int the traced graph carries)."""
+    key = next(_KEYS)
+    _SPECS[key] = spec
+    return key
+
+
+def spec_of(key: int) -> Spec:
+    """The :class:`Spec` registered under *key*."""
+    spec = _SPECS.get(key)
+    if spec is None:
+        raise KeyError(f"pycudnn.torch: no fused region is registered under key {key}")
+    return spec
+
+
+def _blocks(spec: Spec, params: Sequence[float]) -> list[TrainBlock]:
+    """Per chain its :class:`~.fused_train.TrainBlock` (*params* per chain ``eps, factor``)."""
+    out = []
+    for c, (conv, act) in enumerate(zip(spec.convs, spec.acts, strict=True)):
+        eps, factor = params[2 * c], params[2 * c + 1]
+        out.append(TrainBlock(cfg_of(list(conv)), eps, factor, act, spec.refused[c]))
+    return out
+
+
+def _signature(inputs: Sequence[torch.Tensor], params: Sequence[torch.Tensor]) -> tuple:
+    """A run's signature: the inputs' shapes, strides, dtypes, devices and alignments, the
+    parameters' dtypes and joint alignment (their layouts are fixed by the traced graph), the
+    current device, ``pycudnn.config`` and the thread (entries hold its handle)."""
+    metas = tuple((t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15) for t in inputs)
+    align = 0
+    for t in params:
+        align |= t.data_ptr()
+    dts = tuple(t.dtype for t in params[:: max(1, len(params) // 3)])
+    return (
+        metas,
+        dts,
+        align & 15,
+        _bound.current_device(),
+        config.snapshot(),
+        threading.get_ident(),
+    )
+
+
+def _ptrs(groups: Sequence[Sequence[torch.Tensor]]) -> list[int]:
+    return [t.data_ptr() for g in groups for t in g]
+
+
+def _view(arena: torch.Tensor, place: tuple) -> torch.Tensor:
+    """The tensor at *place* ``(shape, strides, dtype, offset)`` of *arena* (no copy)."""
+    shape, stride, dtype, off = place
+    span = (sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) + 1) * dtype.itemsize
+    if 0 in shape:
+        span = 0
+    return arena[off : off + span].view(dtype).as_strided(shape, stride)
+
+
+def _meta(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device="meta")
+
+
+def _place(t: torch.Tensor, top: int) -> tuple[tuple, int]:
+    size = (t.numel() * t.element_size() + ALIGN - 1) // ALIGN * ALIGN
+    return (tuple(int(n) for n in t.shape), t.stride(), t.dtype, top), top + size
+
+
+# -- what a training forward leaves its backward -----------------------------------------------
+def saved_layout(
+    spec: Spec,
+    inputs: Sequence[torch.Tensor],
+    weights: Sequence[torch.Tensor],
+    gammas: Sequence[torch.Tensor],
+    params: Sequence[float],
+) -> tuple[list[tuple], int, list[tuple]]:
+    """Where a training forward leaves what its backward reads, in one arena. Returns
+    ``(places, arena bytes, outputs)``: *places* per chain ``(out, conv_out, mean, invstd,
+    reserve)``, each ``(shape, strides, dtype, offset)`` or None (*out* None for a chain whose
+    output leaves the region, returned on its own; *reserve* None where the chain runs cuDNN's
+    separate kernels); *outputs* the region outputs' ``(shape, strides, dtype)``. Computed from
+    shapes alone (meta tensors), so the fakes give the real runs' layout."""
+    dev = inputs[0].get_device()
+    ins = [_meta(t) for t in inputs]
+    vals: list[torch.Tensor] = []
+    leaves = set(spec.outputs)
+    blks = _blocks(spec, params)
+    top = 0
+    places: list[tuple] = []
+    for c, (xr, zr) in enumerate(spec.wiring):
+        x = dense(ref(xr, vals, ins))
+        yc = like(conv_out_shape(x, weights[c], blks[c].cfg), x)
+        vals.append(yc)  # the chain's output is laid out as its convolution's
+        stat = torch.empty(tuple(gammas[c].shape), dtype=gammas[c].dtype, device="meta")
+        out = None
+        if c not in leaves:
+            out, top = _place(yc, top)
+        conv_out, top = _place(yc, top)
+        mean, top = _place(stat, top)
+        invstd, top = _place(stat, top)
+        reserve = None
+        n = fused_reserve(yc, blks[c].act, zr is not None, dev)
+        if n is not None:
+            reserve, top = _place(torch.empty(n, dtype=torch.uint8, device="meta"), top)
+        places.append((out, conv_out, mean, invstd, reserve))
+    outs = [
+        (tuple(int(n) for n in vals[i].shape), vals[i].stride(), vals[i].dtype)
+        for i in spec.outputs
+    ]
+    return places, top, outs
+
+
+# -- pycudnn::region_eval ----------------------------------------------------------------------
+def _eval_impl(
+    key: int,
+    inputs: list[torch.Tensor],
+    weights: list[torch.Tensor],
+    conv_biases: list[torch.Tensor | None],
+    gammas: list[torch.Tensor | None],
+    betas: list[torch.Tensor | None],
+    means: list[torch.Tensor],
+    variances: list[torch.Tensor],
+    eps: list[float],
+) -> list[torch.Tensor]:
+    spec = spec_of(key)
+    x = inputs[0]
+    folds = _folds(spec, x, (weights, conv_biases, gammas, betas, means, variances), eps)
+    ext = list(inputs)
+    for w, b in folds:
+        ext += [w, b]
+    b = spec.programs(spec.eval, _signature(inputs, weights))
+    if b.fwd is not None:
+        _, outs, _ = b.fwd.run([t.data_ptr() for t in ext], x.device, stream_of(x))
+        return outs
+    vals: list[torch.Tensor] = []
+    with _lean.Tape() as tape:
+        for c, (xr, zr) in enumerate(spec.wiring):
+            name, coef = spec.acts[c] or ("", 0.0)
+            z = None if zr is None else ref(zr, vals, inputs)
+            xc = ref(xr, vals, inputs)
+            w, bias = folds[c]
+            vals.append(conv_fused_call(xc, w, bias, z, list(spec.convs[c]), name, coef))
+    outs = [vals[i] for i in spec.outputs]
+    if not b.reason:
+        got = record(tape.launches, ext, outs, reuse=True)
+        if isinstance(got, str):
+            b.reason = got
+        else:
+            b.fwd = got[0]
+    return outs
+
+
+def _folds(spec: Spec, x: torch.Tensor, sources: tuple, eps: Sequence[float]) -> list[tuple]:
+    """Per chain the folded weight (in *x*'s memory format) and bias in *x*'s dtype. On the
+    default stream they are kept while no source changes (its data pointer or version
+    counter), as the eager region keeps them, so a compiled eval pass launches no fold kernels.
+    On any other stream they are made anew each call: a CUDA-graph tree warms up and records on
+    a stream of its own with every allocation in its pool, where a kept tensor would be a live
+    allocation it does not track, and its replays must fold the parameters of the moment."""
+    fmt = format_of(x)
+    keep = not x.is_cuda or stream_of(x) == 0
+    out = []
+    for c, src in enumerate(zip(*sources, strict=True)):
+        k = (x.dtype, fmt, eps[c], *((t.data_ptr(), t._version) for t in src if t is not None))
+        hit = spec.folds[c] if keep else None
+        if hit is None or hit[0] != k:
+            with torch.no_grad():
+                w, b = fold_params(*src, eps[c], x.dtype)
+            hit = (k, w.contiguous(memory_format=fmt), b)
+            if keep:
+                spec.folds[c] = hit
+        out.append(hit[1:])
+    return out
+
+
+def _eval_fake(key, inputs, weights, conv_biases, gammas, betas, means, variances, eps):
+    spec = spec_of(key)
+    vals: list[torch.Tensor] = []
+    for c, (xr, _) in enumerate(spec.wiring):
+        x = dense(ref(xr, vals, inputs))
+        vals.append(like(conv_out_shape(x, weights[c], cfg_of(list(spec.convs[c]))), x))
+    return [vals[i] for i in spec.outputs]
+
+
+# -- pycudnn::region_train ---------------------------------------------------------------------
+def _train_ext(inputs, weights, gammas, betas, running) -> list[torch.Tensor]:
+    """The forward's external operands: the inputs, then per chain the weight, gamma, beta
+    and the running mean and variance (views of *running*: per chain the mean, then the
+    variance, each of the chain's channels)."""
+    ext = list(inputs)
+    at = 0
+    for c, w in enumerate(weights):
+        n = gammas[c].shape[0]
+        ext += [w, gammas[c], betas[c], running[at : at + n], running[at + n : at + 2 * n]]
+        at += 2 * n
+    return ext
+
+
+def _train_ptrs(inputs, weights, gammas, betas, running) -> list[int]:
+    """:func:`_train_ext`'s pointers, without making the views."""
+    ptrs = [t.data_ptr() for t in inputs]
+    at, isz = running.data_ptr(), running.element_size()
+    for c, w in enumerate(weights):
+        n = gammas[c].shape[0] * isz
+        ptrs += [w.data_ptr(), gammas[c].data_ptr(), betas[c].data_ptr(), at, at + n]
+        at += 2 * n
+    return ptrs
+
+
+def _train_impl(
+    key: int,
+    inputs: list[torch.Tensor],
+    weights: list[torch.Tensor],
+    gammas: list[torch.Tensor],
+    betas: list[torch.Tensor],
+    running: torch.Tensor,
+    params: list[float],
+) -> list[torch.Tensor]:
+    spec = spec_of(key)
+    x = inputs[0]
+    b = spec.programs(spec.train, _signature(inputs, weights + gammas))
+    running = running.clone()  # updated below and returned: an op that mutates returns no list
+    if b.fwd is not None:
+        ptrs = _train_ptrs(inputs, weights, gammas, betas, running)
+        arena, outs, _ = b.fwd.run(ptrs, x.device, stream_of(x))
+        return [*outs, arena, running]
+    ready()
+    ext = _train_ext(inputs, weights, gammas, betas, running)
+    if b.layout is None:
+        b.layout = saved_layout(spec, inputs, weights, gammas, params)
+    places, nbytes, _ = b.layout
+    blks = _blocks(spec, params)
+    operands = [tuple(ext[len(inputs) + 5 * c : len(inputs) + 5 * c + 3]) for c in range(len(blks))]
+    operands = [
+        (*o, tuple(ext[len(inputs) + 5 * c + 3 : len(inputs) + 5 * c + 5]))
+        for c, o in enumerate(operands)
+    ]
+
+    def prepare(c: int, xc: torch.Tensor, z: torch.Tensor | None) -> tuple:
+        return dense(xc), None if z is None else dense(z), blks[c]
+
+    outs, recs, why, launches = walk_forward(spec.wiring, spec.outputs, inputs, operands, prepare)
+    arena = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
+    pins: dict[int, int] = {}
+    for c, rec in enumerate(recs):
+        _, yc, mean, invstd, y, reserve = rec[6]
+        for t, p in zip((y, yc, mean, invstd, reserve), places[c], strict=True):
+            if p is None or t is None:
+                continue
+            if (tuple(t.shape), t.stride(), t.dtype) != p[:3]:
+                why = why or "a saved result laid out otherwise than the layout says"
+                continue
+            _view(arena, p).copy_(t)
+            pins[id(t)] = p[3]
+    if why:
+        b.reason = b.reason or why
+    elif not b.reason:
+        got = record(launches, ext, outs, reuse=False, places=pins, arena_bytes=nbytes)
+        if isinstance(got, str):
+            b.reason = got
+        else:
+            b.fwd = got[0]
+    return [*outs, arena, running]
+
+
+def _train_fake(key, inputs, weights, gammas, betas, running, params):
+    _, nbytes, outs = saved_layout(spec_of(key), inputs, weights, gammas, params)
+    dev = inputs[0].device
+    made = [torch.empty_strided(s, st, dtype=dt, device=dev) for s, st, dt in outs]
+    return [*made, inputs[0].new_empty(nbytes, dtype=torch.uint8), torch.empty_like(running)]
+
+
+# -- pycudnn::region_train_grad ----------------------------------------------------------------
+def _like_output(d: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+    """An incoming gradient laid out as its output (the backward was bound so)."""
+    if d.dtype != o.dtype:
+        d = d.to(o.dtype)
+    if d.stride() != o.stride():
+        d = torch.empty_like(o).copy_(d)
+    return d
+
+
+def _grad_impl(
+    key: int,
+    douts: list[torch.Tensor],
+    outs: list[torch.Tensor],
+    inputs: list[torch.Tensor],
+    weights: list[torch.Tensor],
+    gammas: list[torch.Tensor],
+    betas: list[torch.Tensor],
+    arena: torch.Tensor,
+    params: list[float],
+    need: list[int],
+) -> list[torch.Tensor]:
+    spec = spec_of(key)
+    x = inputs[0]
+    b = spec.programs(spec.train, _signature(inputs, weights + gammas))
+    if b.layout is None:
+        b.layout = saved_layout(spec, inputs, weights, gammas, params)
+    places = b.layout[0]
+    douts = [_like_output(d, o) for d, o in zip(douts, outs, strict=True)]
+    wanted = tuple(bool(n) for n in need)
+    bound = b.bwd.get(wanted)
+    if isinstance(bound, tuple):
+        prog, pattern, offs = bound
+        base = arena.data_ptr()
+        ptrs = [t.data_ptr() for g in (douts, inputs, weights, gammas, betas, outs) for t in g]
+        _, grads, _ = prog.run(ptrs + [base + o for o in offs], x.device, stream_of(x))
+        it = iter(grads)
+        results: list[Any] = [next(it) if p else None for p in pattern]
+    else:
+        ready()
+        results, launches, flat = _walk_back(
+            spec, places, douts, outs, inputs, weights, gammas, betas, arena, params, wanted
+        )
+        if bound is None:
+            if launches is None:
+                b.bwd[wanted] = "a torch operation between the backward's launches"
+            else:
+                ext = [*douts, *inputs, *weights, *gammas, *betas, *outs, *flat]
+                got = record(launches, ext, results, reuse=True)
+                if isinstance(got, str):
+                    b.bwd[wanted] = got
+                else:
+                    offs = [p[3] for chain in places for p in chain if p is not None]
+                    b.bwd[wanted] = (got[0], [r is not None for r in results], offs)
+    return [x.new_empty(0) if r is None else r for r in results]  # one new empty each
+
+
+def _walk_back(spec, places, douts, outs, inputs, weights, gammas, betas, arena, params, need):
+    """The backward's first run (or every run where it cannot be a program): the chains'
+    records rebuilt from the arena, then :func:`~.chains.walk_backward`. Returns ``(results,
+    launches, the arena's views in layout order)``."""
+    blks = _blocks(spec, params)
+    leaving = {c: i for i, c in enumerate(spec.outputs)}
+    views, flat, ys = [], [], []
+    for c, chain in enumerate(places):
+        v = [None if p is None else _view(arena, p) for p in chain]
+        flat += [t for t in v if t is not None]
+        views.append(v)
+        ys.append(outs[leaving[c]] if c in leaving else v[0])
+    recs = []
+    for c, (xr, zr) in enumerate(spec.wiring):
+        _, yc, mean, invstd, reserve = views[c]
+        fused = reserve is not None and (yc.shape, yc.dtype) not in spec.refused[c]
+        saved = (fused, yc, mean, invstd, ys[c], reserve if fused else None)
+        z = None if zr is None else ref(zr, ys, inputs)
+        recs.append((ref(xr, ys, inputs), weights[c], gammas[c], betas[c], z, blks[c], saved))
+    results, launches = walk_backward(spec.outputs, inputs, recs, douts, need)
+    return results, launches, flat
+
+
+def _grad_fake(key, douts, outs, inputs, weights, gammas, betas, arena, params, need):
+    n_in = len(inputs)
+    res = [torch.empty_like(t) if need[i] else t.new_empty(0) for i, t in enumerate(inputs)]
+    for c, w in enumerate(weights):
+        res.append(torch.empty_like(w) if need[n_in + 3 * c] else w.new_empty(0))
+        for k in (1, 2):
+            g = gammas[c]
+            res.append(torch.empty_like(g) if need[n_in + 3 * c + k] else g.new_empty(0))
+    return res
+
+
+#: ``pycudnn::region_eval(key, inputs, weights, conv_biases, gammas, betas, means, variances,
+#: eps) -> outputs``: a region in eval mode (per chain its convolution's and batch norm's
+#: parameters and running statistics), batch norm folded into the convolutions
+op_region_eval = define("region_eval", _eval_impl, _eval_fake)
+#: ``pycudnn::region_train(key, inputs, weights, gammas, betas, running, params) -> [*outputs,
+#: arena, new running]``: a region's training forward (*running* one tensor of every chain's
+#: mean then variance, returned updated; *params* per chain eps and momentum)
+op_region_train = define("region_train", _train_impl, _train_fake)
+#: ``pycudnn::region_train_grad(key, douts, outs, inputs, weights, gammas, betas, arena,
+#: params, need) -> gradients`` of the inputs, then per chain of the weight, gamma and beta
+#: (empty where *need*, in that order, says 0)
+op_region_train_grad = define("region_train_grad", _grad_impl, _grad_fake)
