@@ -6,10 +6,12 @@ Under ``torch.compile`` a region used to trace into its chains' ops (``pycudnn::
 cost, twice per chain in training, so a compiled converted model was host-bound. Now the traced
 region is (programs: :mod:`.program`):
 
-* ``pycudnn::region_eval(key, inputs, weights, conv_biases, gammas, betas, means, variances,
-  eps) -> outputs``: the chains with batch norm folded in, one program per signature; on the
-  default stream the folded weights are kept until a parameter or statistic changes (the
-  traced graph of the chains' op recomputed them every call: two kernels per chain);
+* ``pycudnn::region_eval(key, inputs, weights, biases) -> outputs``: the chains with batch norm
+  folded in, one program per signature. The folds are computed by the traced graph, as for
+  the chains' op (inductor fuses them into about two kernels per chain): folds kept by the op
+  between calls measured 0.82-0.85x of the compiled original in the default mode but, made anew
+  inside the op under CUDA graphs (a kept tensor in a graph tree's pool is an allocation it does
+  not track), 2.2x there (``docs/BENCHMARKS.md``);
 * ``pycudnn::region_train(key, inputs, weights, gammas, betas, running, params) -> outputs +
   [arena, running]`` (*running* every chain's running mean and variance in one tensor, which
   comes back updated and the traced graph copies into the modules: torch's functionalization
@@ -42,10 +44,10 @@ from .._config import config
 from ..highlevel import _bound
 from . import _lean
 from ._compile import define
-from ._runtime import dense, format_of, like, ready, stream_of
+from ._runtime import dense, like, ready, stream_of
 from .chains import ref, walk_backward, walk_forward
 from .conv import conv_out_shape
-from .fused import conv_fused_call, fold_params
+from .fused import conv_fused_call
 from .fused_train import TrainBlock, cfg_of, fused_reserve
 from .program import ALIGN, Program, record
 
@@ -85,7 +87,7 @@ class Spec:
     form, or None where cuDNN takes no such padding) and activation ``(name, coef)`` or None;
     the signatures cuDNN's fused batch norm refused per chain; the programs per signature."""
 
-    __slots__ = ("acts", "convs", "eval", "folds", "outputs", "refused", "train", "wiring")
+    __slots__ = ("acts", "convs", "eval", "outputs", "refused", "train", "wiring")
 
     def __init__(self, wiring: Sequence[tuple], outputs: Sequence[int], convs, acts) -> None:
         self.wiring = tuple(wiring)
@@ -93,7 +95,6 @@ class Spec:
         self.convs = tuple(None if c is None else tuple(c) for c in convs)
         self.acts = tuple(acts)
         self.refused: tuple[set, ...] = tuple(set() for _ in self.wiring)
-        self.folds: list[tuple | None] = [None] * len(self.wiring)  # eval: (key, w, b)
         self.eval: OrderedDict = OrderedDict()
         self.train: OrderedDict = OrderedDict()
 
@@ -224,18 +225,12 @@ def _eval_impl(
     key: int,
     inputs: list[torch.Tensor],
     weights: list[torch.Tensor],
-    conv_biases: list[torch.Tensor | None],
-    gammas: list[torch.Tensor | None],
-    betas: list[torch.Tensor | None],
-    means: list[torch.Tensor],
-    variances: list[torch.Tensor],
-    eps: list[float],
+    biases: list[torch.Tensor],
 ) -> list[torch.Tensor]:
     spec = spec_of(key)
     x = inputs[0]
-    folds = _folds(spec, x, (weights, conv_biases, gammas, betas, means, variances), eps)
     ext = list(inputs)
-    for w, b in folds:
+    for w, b in zip(weights, biases, strict=True):
         ext += [w, b]
     b = spec.programs(spec.eval, _signature(inputs, weights))
     if b.fwd is not None:
@@ -247,8 +242,8 @@ def _eval_impl(
             name, coef = spec.acts[c] or ("", 0.0)
             z = None if zr is None else ref(zr, vals, inputs)
             xc = ref(xr, vals, inputs)
-            w, bias = folds[c]
-            vals.append(conv_fused_call(xc, w, bias, z, list(spec.convs[c]), name, coef))
+            conv = list(spec.convs[c])
+            vals.append(conv_fused_call(xc, weights[c], biases[c], z, conv, name, coef))
     outs = [vals[i] for i in spec.outputs]
     if not b.reason:
         got = record(tape.launches, ext, outs, reuse=True)
@@ -259,30 +254,7 @@ def _eval_impl(
     return outs
 
 
-def _folds(spec: Spec, x: torch.Tensor, sources: tuple, eps: Sequence[float]) -> list[tuple]:
-    """Per chain the folded weight (in *x*'s memory format) and bias in *x*'s dtype. On the
-    default stream they are kept while no source changes (its data pointer or version
-    counter), as the eager region keeps them, so a compiled eval pass launches no fold kernels.
-    On any other stream they are made anew each call: a CUDA-graph tree warms up and records on
-    a stream of its own with every allocation in its pool, where a kept tensor would be a live
-    allocation it does not track, and its replays must fold the parameters of the moment."""
-    fmt = format_of(x)
-    keep = not x.is_cuda or stream_of(x) == 0
-    out = []
-    for c, src in enumerate(zip(*sources, strict=True)):
-        k = (x.dtype, fmt, eps[c], *((t.data_ptr(), t._version) for t in src if t is not None))
-        hit = spec.folds[c] if keep else None
-        if hit is None or hit[0] != k:
-            with torch.no_grad():
-                w, b = fold_params(*src, eps[c], x.dtype)
-            hit = (k, w.contiguous(memory_format=fmt), b)
-            if keep:
-                spec.folds[c] = hit
-        out.append(hit[1:])
-    return out
-
-
-def _eval_fake(key, inputs, weights, conv_biases, gammas, betas, means, variances, eps):
+def _eval_fake(key, inputs, weights, biases):
     spec = spec_of(key)
     vals: list[torch.Tensor] = []
     for c, (xr, _) in enumerate(spec.wiring):
@@ -470,9 +442,8 @@ def _grad_fake(key, douts, outs, inputs, weights, gammas, betas, arena, params, 
     return res
 
 
-#: ``pycudnn::region_eval(key, inputs, weights, conv_biases, gammas, betas, means, variances,
-#: eps) -> outputs``: a region in eval mode (per chain its convolution's and batch norm's
-#: parameters and running statistics), batch norm folded into the convolutions
+#: ``pycudnn::region_eval(key, inputs, weights, biases) -> outputs``: a region in eval mode,
+#: batch norm folded into *weights* and *biases* (per chain) by the traced graph
 op_region_eval = define("region_eval", _eval_impl, _eval_fake)
 #: ``pycudnn::region_train(key, inputs, weights, gammas, betas, running, params) -> [*outputs,
 #: arena, new running]``: a region's training forward (*running* one tensor of every chain's
