@@ -50,7 +50,6 @@ from .region_ops import (
     op_region_train,
     op_region_train_grad,
     register,
-    spec_of,
 )
 
 __all__ = ["MAX_SIGNATURES", "FusedRegion", "use_programs"]
@@ -121,6 +120,7 @@ class FusedRegion(nn.Module):
         convs = [None if c._cfg() is None else cfg_list(c._cfg()) for c in self.parts]
         acts = [None if c.act is None else (c.act.name, c.act.coef or 0.0) for c in self.parts]
         self.op_key = register(Spec(self.wiring, self.outputs, convs, acts))
+        self._op_ok = None not in convs  # (read while dynamo traces: no registry lookup there)
 
     def extra_repr(self) -> str:
         return f"{len(self.parts)} chains, {len(self.outputs)} outputs"
@@ -146,7 +146,7 @@ class FusedRegion(nn.Module):
     def _compiled(self, inputs: tuple) -> tuple | None:
         """While dynamo traces: the region as :mod:`.region_ops`' custom ops (one per direction,
         replaying programs), or None: the chains' own ops, as before."""
-        if op_region_train is None or None in spec_of(self.op_key).convs or self._hooked():
+        if op_region_train is None or not self._op_ok or self._hooked():
             return None
         train = self._bns[0].training
         if any(b.training is not train for b in self._bns):
