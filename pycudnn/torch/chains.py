@@ -23,12 +23,31 @@ from .batchnorm import bn_act_grad_run, bn_grad_run
 from .conv import conv_dgrad, conv_wgrad
 from .fused_train import block_forward
 
-__all__ = ["ref", "walk_backward", "walk_forward"]
+__all__ = ["chain_operands", "like_layout", "ref", "walk_backward", "walk_forward"]
 
 
 def ref(r: int, vals: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     """A wiring reference: chain *r*'s output (``r >= 0``) or the region's input ``-1 - r``."""
     return vals[r] if r >= 0 else inputs[-1 - r]
+
+
+def chain_operands(ext: Sequence[torch.Tensor], n_in: int, n: int) -> list[tuple]:
+    """Per chain ``(w, gamma, beta, (running_mean, running_var))`` from a training forward's
+    external operands *ext*: the *n_in* inputs, then five per chain in that order."""
+    return [
+        (*ext[n_in + 5 * c : n_in + 5 * c + 3], tuple(ext[n_in + 5 * c + 3 : n_in + 5 * c + 5]))
+        for c in range(n)
+    ]
+
+
+def like_layout(d: torch.Tensor, stride: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """An incoming gradient *d* in the strides and dtype of the output it belongs to (a
+    backward was bound so): *d* itself when it already is."""
+    if d.dtype != dtype:
+        d = d.to(dtype)
+    if d.stride() != stride:
+        d = torch.empty_strided(d.shape, stride, dtype=dtype, device=d.device).copy_(d)
+    return d
 
 
 def walk_forward(

@@ -40,7 +40,7 @@ from . import _lean
 from ._compile import compiling
 from ._module import state
 from ._runtime import autocast_dtype, cuda_ok, dense, format_of, stream_of
-from .chains import ref, walk_backward, walk_forward
+from .chains import chain_operands, like_layout, ref, walk_backward, walk_forward
 from .fused import fold_bn, hooked
 from .fused_train import TRAIN_ACTS, cfg_list
 from .program import Program, record
@@ -438,10 +438,7 @@ class FusedRegion(nn.Module):
         ext = self._external(inputs, b.casts, bufs, ptrs=False)
         n_in = len(inputs)
         # the region's operands (its casts made once for all chains)
-        operands = [
-            (*ext[n_in + 5 * c : n_in + 5 * c + 3], tuple(ext[n_in + 5 * c + 3 : n_in + 5 * c + 5]))
-            for c in range(len(self.parts))
-        ]
+        operands = chain_operands(ext, n_in, len(self.parts))
 
         def prepare(c: int, x: torch.Tensor, z: torch.Tensor | None) -> tuple:
             args = self.parts[c].train_args(x, z)
@@ -504,7 +501,7 @@ class _RegionFn(torch.autograd.Function):
         region, b, n_in = ctx.region, ctx.b, ctx.n_in
         flat = ctx.saved_tensors  # the version checks: nothing saved was changed in place
         need = ctx.needs_input_grad[3:]
-        douts = tuple(_like_output(d, m) for d, m in zip(douts, ctx.out_meta, strict=True))
+        douts = tuple(like_layout(d, *m) for d, m in zip(douts, ctx.out_meta, strict=True))
         if ctx.run is not None:
             slots = ctx.run[2]
             x = douts[0]
@@ -620,13 +617,3 @@ class _Cast:
         """Copy *buf* back into the source tensors (in their dtype)."""
         back = buf.to(self.srcs[0].dtype).split(self.sizes)
         torch._foreach_copy_(self._flats(), list(back))
-
-
-def _like_output(d: torch.Tensor, meta: tuple) -> torch.Tensor:
-    """An incoming gradient laid out as the output it belongs to (the backward was bound so)."""
-    stride, dtype = meta
-    if d.dtype != dtype:
-        d = d.to(dtype)
-    if d.stride() != stride:
-        d = torch.empty_strided(d.shape, stride, dtype=dtype, device=d.device).copy_(d)
-    return d

@@ -45,7 +45,7 @@ from ..highlevel import _bound
 from . import _lean
 from ._compile import define
 from ._runtime import dense, like, ready, stream_of
-from .chains import ref, walk_backward, walk_forward
+from .chains import chain_operands, like_layout, ref, walk_backward, walk_forward
 from .conv import conv_out_shape
 from .fused import conv_fused_call
 from .fused_train import TrainBlock, cfg_of, fused_reserve
@@ -135,15 +135,21 @@ def _blocks(spec: Spec, params: Sequence[float]) -> list[TrainBlock]:
     return out
 
 
-def _signature(inputs: Sequence[torch.Tensor], params: Sequence[torch.Tensor]) -> tuple:
+def _signature(
+    inputs: Sequence[torch.Tensor],
+    weights: Sequence[torch.Tensor],
+    gammas: Sequence[torch.Tensor],
+) -> tuple:
     """A run's signature: the inputs' shapes, strides, dtypes, devices and alignments, the
-    parameters' dtypes and joint alignment (their layouts are fixed by the traced graph), the
-    current device, ``pycudnn.config`` and the thread (entries hold its handle)."""
+    dtypes of the weights and batch-norm parameters and their joint alignment (their layouts
+    are fixed by the traced graph), the current device, ``pycudnn.config`` and the thread
+    (entries hold its handle)."""
     metas = tuple((t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15) for t in inputs)
     align = 0
-    for t in params:
-        align |= t.data_ptr()
-    dts = tuple(t.dtype for t in params[:: max(1, len(params) // 3)])
+    for group in (weights, gammas):
+        for t in group:
+            align |= t.data_ptr()
+    dts = (weights[0].dtype, gammas[0].dtype if gammas else None)
     return (
         metas,
         dts,
@@ -152,10 +158,6 @@ def _signature(inputs: Sequence[torch.Tensor], params: Sequence[torch.Tensor]) -
         config.snapshot(),
         threading.get_ident(),
     )
-
-
-def _ptrs(groups: Sequence[Sequence[torch.Tensor]]) -> list[int]:
-    return [t.data_ptr() for g in groups for t in g]
 
 
 def _view(arena: torch.Tensor, place: tuple) -> torch.Tensor:
@@ -232,7 +234,7 @@ def _eval_impl(
     ext = list(inputs)
     for w, b in zip(weights, biases, strict=True):
         ext += [w, b]
-    b = spec.programs(spec.eval, _signature(inputs, weights))
+    b = spec.programs(spec.eval, _signature(inputs, weights, ()))
     if b.fwd is not None:
         _, outs, _ = b.fwd.run([t.data_ptr() for t in ext], x.device, stream_of(x))
         return outs
@@ -299,7 +301,7 @@ def _train_impl(
 ) -> list[torch.Tensor]:
     spec = spec_of(key)
     x = inputs[0]
-    b = spec.programs(spec.train, _signature(inputs, weights + gammas))
+    b = spec.programs(spec.train, _signature(inputs, weights, gammas))
     running = running.clone()  # updated below and returned: an op that mutates returns no list
     if b.fwd is not None:
         ptrs = _train_ptrs(inputs, weights, gammas, betas, running)
@@ -307,15 +309,9 @@ def _train_impl(
         return [*outs, arena, running]
     ready()
     ext = _train_ext(inputs, weights, gammas, betas, running)
-    if b.layout is None:
-        b.layout = saved_layout(spec, inputs, weights, gammas, params)
-    places, nbytes, _ = b.layout
+    places, nbytes, _ = _layout(b, spec, inputs, weights, gammas, params)
     blks = _blocks(spec, params)
-    operands = [tuple(ext[len(inputs) + 5 * c : len(inputs) + 5 * c + 3]) for c in range(len(blks))]
-    operands = [
-        (*o, tuple(ext[len(inputs) + 5 * c + 3 : len(inputs) + 5 * c + 5]))
-        for c, o in enumerate(operands)
-    ]
+    operands = chain_operands(ext, len(inputs), len(blks))
 
     def prepare(c: int, xc: torch.Tensor, z: torch.Tensor | None) -> tuple:
         return dense(xc), None if z is None else dense(z), blks[c]
@@ -344,6 +340,13 @@ def _train_impl(
     return [*outs, arena, running]
 
 
+def _layout(b: _Programs, spec: Spec, inputs, weights, gammas, params) -> tuple:
+    """The signature's :func:`saved_layout`, computed once (by its first forward or backward)."""
+    if b.layout is None:
+        b.layout = saved_layout(spec, inputs, weights, gammas, params)
+    return b.layout
+
+
 def _train_fake(key, inputs, weights, gammas, betas, running, params):
     _, nbytes, outs = saved_layout(spec_of(key), inputs, weights, gammas, params)
     dev = inputs[0].device
@@ -352,15 +355,6 @@ def _train_fake(key, inputs, weights, gammas, betas, running, params):
 
 
 # -- pycudnn::region_train_grad ----------------------------------------------------------------
-def _like_output(d: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-    """An incoming gradient laid out as its output (the backward was bound so)."""
-    if d.dtype != o.dtype:
-        d = d.to(o.dtype)
-    if d.stride() != o.stride():
-        d = torch.empty_like(o).copy_(d)
-    return d
-
-
 def _grad_impl(
     key: int,
     douts: list[torch.Tensor],
@@ -375,11 +369,9 @@ def _grad_impl(
 ) -> list[torch.Tensor]:
     spec = spec_of(key)
     x = inputs[0]
-    b = spec.programs(spec.train, _signature(inputs, weights + gammas))
-    if b.layout is None:
-        b.layout = saved_layout(spec, inputs, weights, gammas, params)
-    places = b.layout[0]
-    douts = [_like_output(d, o) for d, o in zip(douts, outs, strict=True)]
+    b = spec.programs(spec.train, _signature(inputs, weights, gammas))
+    places = _layout(b, spec, inputs, weights, gammas, params)[0]
+    douts = [like_layout(d, o.stride(), o.dtype) for d, o in zip(douts, outs, strict=True)]
     wanted = tuple(bool(n) for n in need)
     bound = b.bwd.get(wanted)
     if isinstance(bound, tuple):
