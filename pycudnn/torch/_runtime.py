@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..memory import allocator
+from ..memory import DeviceArray, allocator
 from . import _lean
 from ._compile import PLAIN, compiling
 
@@ -32,6 +32,7 @@ __all__ = [
     "cuda_ok",
     "dense",
     "format_of",
+    "kept_bytes",
     "like",
     "no_broadcast",
     "raw_stream",
@@ -119,14 +120,33 @@ class TorchMemoryResource:
         that made it, and under CUDA graph trees (``torch.compile(mode="reduce-overhead")``)
         every torch allocation of a warm-up run lands in the graph's private pool, which
         refuses blocks that stay alive and are no output."""
-        try:
-            return allocator.Allocation(nbytes, device, stream, free_sync=True)
-        except MemoryError:
-            torch.cuda.empty_cache()  # torch's cached blocks back to the device, then once more
-            return allocator.Allocation(nbytes, device, stream, free_sync=True)
+        return _own(nbytes, device, stream)
 
     def __repr__(self) -> str:
         return "TorchMemoryResource()"
+
+
+def _own(nbytes: int, device: int, stream: int) -> allocator.Allocation:
+    """*nbytes* of pycudnn's own ``cudaMalloc`` (after ``torch.cuda.empty_cache()`` when the
+    device is full), freed with ``cudaFree`` whatever stream is alive then."""
+    try:
+        return allocator.Allocation(nbytes, device, stream, free_sync=True)
+    except MemoryError:
+        torch.cuda.empty_cache()  # torch's cached blocks back to the device, then once more
+        return allocator.Allocation(nbytes, device, stream, free_sync=True)
+
+
+def kept_bytes(nbytes: int, device: int, stream: int) -> torch.Tensor:
+    """A ``uint8`` tensor of *nbytes* over pycudnn's own memory, for results an op keeps between
+    calls: under CUDA graph trees (``torch.compile(mode="reduce-overhead")``) every torch
+    allocation of a warm-up run lands in the graph's private pool, which refuses blocks that stay
+    alive and are no output (as for :meth:`TorchMemoryResource.workspace`). Freed when the
+    tensor's last view goes. Not during a capture (``cudaMalloc`` is refused there)."""
+    block = _own(nbytes, device, stream)
+    arr = DeviceArray.from_ptr(
+        block.ptr, (nbytes,), "uint8", device=device, stream=stream, owner=block, check=False
+    )
+    return torch.from_dlpack(arr)
 
 
 _RESOURCE = TorchMemoryResource()

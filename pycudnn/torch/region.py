@@ -41,7 +41,7 @@ from ._compile import compiling
 from ._module import state
 from ._runtime import autocast_dtype, cuda_ok, dense, format_of, stream_of
 from .chains import chain_operands, like_layout, ref, walk_backward, walk_forward
-from .fused import fold_bn, hooked
+from .fused import hooked
 from .fused_train import TRAIN_ACTS, cfg_list
 from .program import Program, record
 from .region_ops import (
@@ -167,12 +167,11 @@ class FusedRegion(nn.Module):
             bn = fc.parts[1]
             if grad or bn.running_mean is None or fc._inputs(x) is None:
                 return None  # (with a gradient the modules run unfused, as in eager)
-        ws, bs = [], []
-        for fc in self.parts:  # (traced: inductor fuses each fold into its own kernels)
-            w, b = fold_bn(fc.parts[0], fc.parts[1], x.dtype)
-            ws.append(w.contiguous(memory_format=format_of(x)))
-            bs.append(b)
-        return tuple(op_region_eval(self.op_key, list(inputs), ws, bs))
+        params: list[torch.Tensor | None] = []
+        for fc in self.parts:  # (the op folds them: region_folds)
+            params += fc.fold_sources()
+        eps = [fc.parts[1].eps for fc in self.parts]
+        return tuple(op_region_eval(self.op_key, list(inputs), params, eps))
 
     def _compiled_train(self, inputs: tuple, ac: torch.dtype | None) -> tuple | None:
         if self._train_static(inputs, ac)[0]:

@@ -6,12 +6,10 @@ Under ``torch.compile`` a region used to trace into its chains' ops (``pycudnn::
 cost, twice per chain in training, so a compiled converted model was host-bound. Now the traced
 region is (programs: :mod:`.program`):
 
-* ``pycudnn::region_eval(key, inputs, weights, biases) -> outputs``: the chains with batch norm
-  folded in, one program per signature. The folds are computed by the traced graph, as for
-  the chains' op (inductor fuses them into about two kernels per chain): folds kept by the op
-  between calls measured 0.82-0.85x of the compiled original in the default mode but, made anew
-  inside the op under CUDA graphs (a kept tensor in a graph tree's pool is an allocation it does
-  not track), 2.2x there (``docs/BENCHMARKS.md``);
+* ``pycudnn::region_eval(key, inputs, params, eps) -> outputs``: the chains with batch norm
+  folded in, one program per signature. *params* are each chain's raw parameters and the op
+  folds them (:mod:`.region_folds`: few launches per region, kept between calls while they do
+  not change, made anew inside a CUDA-graph capture);
 * ``pycudnn::region_train(key, inputs, weights, gammas, betas, running, params) -> outputs +
   [arena, running]`` (*running* every chain's running mean and variance in one tensor, which
   comes back updated and the traced graph copies into the modules: torch's functionalization
@@ -44,12 +42,13 @@ from .._config import config
 from ..highlevel import _bound
 from . import _lean
 from ._compile import define
-from ._runtime import dense, like, ready, stream_of
+from ._runtime import dense, format_of, like, ready, stream_of
 from .chains import chain_operands, like_layout, ref, walk_backward, walk_forward
 from .conv import conv_out_shape
 from .fused import conv_fused_call
 from .fused_train import TrainBlock, cfg_of, fused_reserve
 from .program import ALIGN, Program, record
+from .region_folds import PER_CHAIN, fold
 
 __all__ = [
     "MAX_SIGNATURES",
@@ -85,9 +84,10 @@ class Spec:
     """What the region ops know of a region: per chain where its input and residual come from
     (*wiring*), which chains leave it (*outputs*), each chain's convolution (``cfg_list``
     form, or None where cuDNN takes no such padding) and activation ``(name, coef)`` or None;
-    the signatures cuDNN's fused batch norm refused per chain; the programs per signature."""
+    the signatures cuDNN's fused batch norm refused per chain; the programs per signature; the
+    eval folds kept (:func:`~.region_folds.fold`)."""
 
-    __slots__ = ("acts", "convs", "eval", "outputs", "refused", "train", "wiring")
+    __slots__ = ("acts", "convs", "eval", "folds", "outputs", "refused", "train", "wiring")
 
     def __init__(self, wiring: Sequence[tuple], outputs: Sequence[int], convs, acts) -> None:
         self.wiring = tuple(wiring)
@@ -97,6 +97,7 @@ class Spec:
         self.refused: tuple[set, ...] = tuple(set() for _ in self.wiring)
         self.eval: OrderedDict = OrderedDict()
         self.train: OrderedDict = OrderedDict()
+        self.folds: OrderedDict = OrderedDict()
 
     def programs(self, store: OrderedDict, sig: tuple) -> _Programs:
         got = store.get(sig)
@@ -141,9 +142,9 @@ def _signature(
     gammas: Sequence[torch.Tensor],
 ) -> tuple:
     """A run's signature: the inputs' shapes, strides, dtypes, devices and alignments, the
-    dtypes of the weights and batch-norm parameters and their joint alignment (their layouts
-    are fixed by the traced graph), the current device, ``pycudnn.config`` and the thread
-    (entries hold its handle)."""
+    dtypes of the weights and of the batch-norm parameters (eval: the folded biases) and their
+    joint alignment (their layouts are fixed by the traced graph or the folds' layout), the
+    current device, ``pycudnn.config`` and the thread (entries hold its handle)."""
     metas = tuple((t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15) for t in inputs)
     align = 0
     for group in (weights, gammas):
@@ -226,15 +227,16 @@ def saved_layout(
 def _eval_impl(
     key: int,
     inputs: list[torch.Tensor],
-    weights: list[torch.Tensor],
-    biases: list[torch.Tensor],
+    params: list[torch.Tensor | None],
+    eps: list[float],
 ) -> list[torch.Tensor]:
     spec = spec_of(key)
     x = inputs[0]
+    weights, biases = fold(spec.folds, params, eps, x, format_of(x))
     ext = list(inputs)
     for w, b in zip(weights, biases, strict=True):
         ext += [w, b]
-    b = spec.programs(spec.eval, _signature(inputs, weights, ()))
+    b = spec.programs(spec.eval, _signature(inputs, weights, biases))
     if b.fwd is not None:
         _, outs, _ = b.fwd.run([t.data_ptr() for t in ext], x.device, stream_of(x))
         return outs
@@ -256,8 +258,9 @@ def _eval_impl(
     return outs
 
 
-def _eval_fake(key, inputs, weights, biases):
+def _eval_fake(key, inputs, params, eps):
     spec = spec_of(key)
+    weights = params[0::PER_CHAIN]
     vals: list[torch.Tensor] = []
     for c, (xr, _) in enumerate(spec.wiring):
         x = dense(ref(xr, vals, inputs))
@@ -434,8 +437,9 @@ def _grad_fake(key, douts, outs, inputs, weights, gammas, betas, arena, params, 
     return res
 
 
-#: ``pycudnn::region_eval(key, inputs, weights, biases) -> outputs``: a region in eval mode,
-#: batch norm folded into *weights* and *biases* (per chain) by the traced graph
+#: ``pycudnn::region_eval(key, inputs, params, eps) -> outputs``: a region in eval mode;
+#: *params* per chain the convolution's weight and bias, batch norm's weight, bias, running
+#: mean and variance (:data:`~.region_folds.PER_CHAIN`), *eps* per chain batch norm's epsilon
 op_region_eval = define("region_eval", _eval_impl, _eval_fake)
 #: ``pycudnn::region_train(key, inputs, weights, gammas, betas, running, params) -> [*outputs,
 #: arena, new running]``: a region's training forward (*running* one tensor of every chain's

@@ -143,9 +143,58 @@ def test_the_fakes_lay_out_what_the_real_ops_return():
     for need in ([1] * 10, [0] + [1, 0, 1] * 3):
         grad = (r.op_key, dy, outs, [x], ws, gs, bs, arena, params, need)
         torch.library.opcheck(torch.ops.pycudnn.region_train_grad, grad)
-    folds = [fc.folded(x.dtype, torch.channels_last) for fc in r.parts]
-    ev = (r.op_key, [x], [f[0] for f in folds], [f[1] for f in folds])
+    ev = (r.op_key, [x], _fold_params(r), [fc.parts[1].eps for fc in r.parts])
     torch.library.opcheck(torch.ops.pycudnn.region_eval, ev)
+
+
+def _fold_params(r) -> list:
+    return [t if t is None else t.detach() for fc in r.parts for t in fc.fold_sources()]
+
+
+@pytest.mark.usefixtures("lean")
+def test_the_eval_op_folds_as_the_eager_chains_do_and_keeps_the_folds():
+    """``region_folds``: every chain's fold at once equals each chain's own (fold_params, the
+    eager path's), bitwise; kept between calls (same tensors back, no recomputation) until a
+    parameter changes in place, then refolded in the same memory; a second model (another
+    first weight) gets its own folds; non-uniform epsilons and chains without a convolution
+    bias or an affine batch norm among ones with them."""
+    from pycudnn.torch import region_folds
+
+    _, mine = tf._pair(tf.Bottleneck)
+    (r,) = _regions(mine)
+    for i, fc in enumerate(r.parts):  # mixed: conv bias on one, eps differing
+        fc.parts[1].eps = 1e-5 * (i + 1)
+    r.parts[0].parts[0].bias = nn.Parameter(torch.randn(r.parts[0].parts[0].out_channels).double())
+    with torch.no_grad():
+        for fc in r.parts:
+            fc.parts[1].running_var.uniform_(0.5, 2.0)
+            fc.parts[1].running_mean.normal_()
+    x = tp._x(8)
+    params, eps = _fold_params(r), [fc.parts[1].eps for fc in r.parts]
+    store: dict = __import__("collections").OrderedDict()
+    ws, bs = region_folds.fold(store, params, eps, x, torch.channels_last)
+    for fc, w, b in zip(r.parts, ws, bs, strict=True):
+        w0, b0 = fc.folded(x.dtype, torch.channels_last)
+        assert torch.equal(w, w0) and torch.equal(b, b0)
+        assert w.is_contiguous(memory_format=torch.channels_last)
+    again = region_folds.fold(store, params, eps, x, torch.channels_last)
+    assert all(a is b for a, b in zip(again[0] + again[1], ws + bs, strict=True))  # kept
+    with torch.no_grad():
+        r.parts[2].parts[1].weight.mul_(3.0)  # in place: a new version
+    ws2, bs2 = region_folds.fold(store, params, eps, x, torch.channels_last)
+    assert ws2[2].data_ptr() == ws[2].data_ptr()  # the same memory, refolded
+    w0, b0 = r.parts[2].folded(x.dtype, torch.channels_last)
+    assert torch.equal(ws2[2], w0) and torch.equal(bs2[2], b0)
+    other = [t if t is None else t.clone() for t in params]
+    got = region_folds.fold(store, other, eps, x, torch.channels_last)
+    assert len(store) == 2 and got[0][0].data_ptr() != ws[0].data_ptr()
+    nchw = region_folds.fold(store, params, eps, x, torch.contiguous_format)[0]
+    assert nchw[1].is_contiguous() and torch.equal(nchw[1], ws2[1])
+    for dt in (torch.float32, torch.bfloat16):  # float32 arithmetic, rounded once
+        half = region_folds.fold(store, params, eps, x.to(dt), torch.channels_last)
+        for fc, w, b in zip(r.parts, *half, strict=True):
+            w0, b0 = fc.folded(dt, torch.channels_last)
+            assert w.dtype == dt and torch.equal(w, w0) and torch.equal(b, b0)
 
 
 @pytest.mark.usefixtures("lean")
