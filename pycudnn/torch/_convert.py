@@ -33,8 +33,9 @@ from . import (
 )
 from ._module import STATE, Converted
 from .fuse import fuse_model, unfuse_model
+from .transformers_norm import TransformersRMSNorm, twin_of
 
-__all__ = ["convert", "supported_modules", "unsupported_reason"]
+__all__ = ["convert", "converted_name", "supported_modules", "unsupported_reason"]
 
 _Model = TypeVar("_Model", bound=nn.Module)
 
@@ -99,8 +100,28 @@ _NOT_CONVERTED = {
 
 
 def supported_modules() -> dict[type, type]:
-    """``{torch.nn class: pycudnn.torch class}`` of every module :func:`convert` replaces."""
+    """``{torch.nn class: pycudnn.torch class}`` of every module :func:`convert` replaces
+    (besides transformers' RMS norms: :mod:`.transformers_norm`)."""
     return dict(_CLASSES)
+
+
+def _twin(t: type) -> type | None:
+    """The class :func:`convert` gives a module of class *t*, or None."""
+    return _CLASSES.get(t) or twin_of(t)
+
+
+def _base(t: type) -> type | None:
+    """The class a converted module of class *t* goes back to, or None (not converted)."""
+    if issubclass(t, TransformersRMSNorm):
+        return t.replaces
+    return _BACK.get(t)
+
+
+def converted_name(t: type) -> str | None:
+    """How a report names converted class *t* (None: *t* is no converted class)."""
+    if issubclass(t, TransformersRMSNorm):
+        return f"pycudnn.torch.TransformersRMSNorm ({t.__name__})"
+    return f"pycudnn.torch.{t.__name__}" if t in _BACK else None
 
 
 def unsupported_reason(module: nn.Module) -> str | None:
@@ -130,7 +151,7 @@ def unsupported_reason(module: nn.Module) -> str | None:
     "AdaptiveAvgPool2d is not a module pycudnn.torch converts: adaptive pooling: ..."
     """
     t = type(module)
-    cls = _CLASSES.get(t) or (t if t in _BACK else None)
+    cls = _twin(t) or (t if _base(t) is not None else None)
     if cls is not None:
         return cls.unsupported(module)
     base = next((b for b in _CLASSES if isinstance(module, b)), None)
@@ -143,6 +164,11 @@ def unsupported_reason(module: nn.Module) -> str | None:
         t.__name__ if t.__module__.startswith("torch.nn.") else f"{t.__module__}.{t.__qualname__}"
     )
     name = t.__name__
+    if why is None and name.endswith("RMSNorm"):
+        why = (
+            "its forward is not transformers' LlamaRMSNorm.forward, the RMS norm pycudnn.torch "
+            "converts besides torch.nn.RMSNorm"
+        )
     return f"{name} is not a module pycudnn.torch converts" + (f": {why}" if why else "")
 
 
@@ -159,7 +185,9 @@ def convert(
 
     Each module whose class is exactly one of :func:`supported_modules` (subclasses, which may
     override ``forward``, are left alone) gets the pycudnn class: the object, its parameters,
-    buffers, hooks and ``state_dict`` stay the same, only ``forward`` changes.
+    buffers, hooks and ``state_dict`` stay the same, only ``forward`` changes. So do
+    transformers' RMS norms whose ``forward`` is ``LlamaRMSNorm``'s (Llama, Mistral, Qwen...:
+    :class:`~pycudnn.torch.transformers_norm.TransformersRMSNorm`).
 
     Parameters
     ----------
@@ -206,12 +234,12 @@ def convert(
         where = name or "the model"
         if back:
             EXCLUDED.discard(m)
-            base = _BACK.get(type(m))
+            base = _base(type(m))
             if base is not None:
                 m.__class__ = base
                 STATE.pop(m, None)
             continue
-        cls = _CLASSES.get(type(m))
+        cls = _twin(type(m))
         if cls is None:
             continue
         if exclude is not None and exclude(m):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ._convert import EXCLUDED, supported_modules, unsupported_reason
+from ._convert import EXCLUDED, converted_name, supported_modules, unsupported_reason
 from .fuse import fusions
 
 __all__ = ["ConversionReport", "ModuleConversion", "conversion_report"]
@@ -204,20 +204,20 @@ def conversion_report(model: nn.Module) -> ConversionReport:
             f"conversion_report: model must be a torch.nn.Module, got {type(model).__name__}"
         )
     classes = supported_modules()
-    twins = set(classes.values())
     in_fused, in_missed = _chains(model)
     rows = []
     for path, m in model.named_modules():
         t = type(m)
         fused, missed = in_fused.get(path, []), in_missed.get(path, [])
-        considered = t in twins or any(isinstance(m, c) for c in classes)
+        twin = converted_name(t)
+        considered = twin is not None or any(isinstance(m, c) for c in classes)
         own = next(m.parameters(recurse=False), None) is not None
         if not (considered or fused or own or next(m.children(), None) is None):
             continue  # a container
-        name = f"pycudnn.torch.{t.__name__}" if t in twins else f"torch.nn.{t.__name__}"
+        name = twin or f"torch.nn.{t.__name__}"
         if fused:
             status, detail = "fused", "; ".join([name, *fused])
-        elif t in twins:
+        elif twin is not None:
             status, detail = "converted", "; ".join([name, *missed])
         elif m in EXCLUDED:
             status, detail = "left alone", "excluded by convert's exclude"
