@@ -179,4 +179,20 @@ def _compute(params, eps, ws, every, sizes) -> None:
             bias.add_(beta)
         every.copy_(bias)
         for w, s, out in zip(weights, scale.split(sizes), ws, strict=True):
-            torch.mul(w, s.view(-1, *(1,) * (w.dim() - 1)), out=out)
+            w2, o2 = _rows(w), _rows(out)
+            if w2 is not None and o2 is not None and w2[1] == o2[1]:  # (2-D: cheaper indexing)
+                torch.mul(w2[0], s.view(-1, 1), out=o2[0])
+            else:
+                torch.mul(w, s.view(-1, *(1,) * (w.dim() - 1)), out=out)
+
+
+def _rows(t: torch.Tensor) -> tuple[torch.Tensor, bool] | None:
+    """*t* as ``(out channels, rest)`` in its memory order, and whether that order is
+    channels-last's (else C order); None for another layout."""
+    if t.is_contiguous():
+        return t.view(t.shape[0], -1), False
+    if t.dim() in (4, 5):
+        p = t.permute(0, *range(2, t.dim()), 1)
+        if p.is_contiguous():
+            return p.view(t.shape[0], -1), True
+    return None
