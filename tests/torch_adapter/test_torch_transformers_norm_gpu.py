@@ -4,8 +4,8 @@ float64 reference, forward and both gradients, bfloat16, float16 and float32, tr
 odd row count and one decode row: the twin within twice transformers' own distance to float64
 (it rounds once where transformers rounds twice), and its calls bound after the first.
 
-Run on the GPU machine:
-``PYTHONPATH=. python3 -m pytest -m gpu -q tests/torch_adapter/test_torch_transformers_norm_gpu.py``.
+Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q
+tests/torch_adapter/test_torch_transformers_norm_gpu.py``.
 """
 
 from __future__ import annotations
