@@ -161,3 +161,25 @@ def test_transformers_classes_are_recognized_by_their_forward(tmp_path):
         [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "TransformersRMSNorm", out  # a fresh process: made on lookup
+
+
+def test_compiled_fullgraph_runs_the_rms_norm_op(fakes):  # noqa: F811
+    """Under ``torch.compile`` the twin is ``pycudnn::rms_norm`` (no graph break), torch's
+    numbers and gradients."""
+    torch._dynamo.reset()
+    ref, mine = _pair()
+    seen: list[str] = []
+
+    def backend(gm, inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes)
+        return gm.forward
+
+    compiled = torch.compile(mine, backend=backend, fullgraph=True)
+    x = torch.randn(3, 4, 16, requires_grad=True)
+    dy = torch.randn(3, 4, 16)
+    want = torch.autograd.grad(ref(x), (x, ref.norm.weight), dy)
+    got = torch.autograd.grad(compiled(x), (x, mine.norm.weight), dy)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    assert any("rms_norm" in t for t in seen), seen
+    torch._dynamo.reset()
