@@ -29,6 +29,7 @@ loads converted where transformers is installed.
 from __future__ import annotations
 
 import importlib
+import weakref
 from typing import Any
 
 import torch
@@ -96,7 +97,9 @@ class TransformersRMSNorm(Converted):
         return norm_forward(self, input, True, super().forward)  # type: ignore[misc]
 
 
-_TWINS: dict[type, type | None] = {}
+# per class seen, its twin or None (weak keys: convert asks about every class of a model, and
+# a model's own classes must not live on here)
+_TWINS: weakref.WeakKeyDictionary[type, type | None] = weakref.WeakKeyDictionary()
 
 
 def _name(cls: type) -> str:
@@ -106,10 +109,10 @@ def _name(cls: type) -> str:
 def twin_of(cls: type) -> type | None:
     """The converted twin of module class *cls* when its ``forward`` is transformers'
     ``LlamaRMSNorm.forward`` (made once per class), else None."""
-    if cls in _TWINS:
-        return _TWINS[cls]
     if not isinstance(cls, type):
         return None
+    if cls in _TWINS:
+        return _TWINS[cls]
     twin = None
     fwd = getattr(cls, "forward", None)
     if (
