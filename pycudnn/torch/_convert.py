@@ -33,7 +33,7 @@ from . import (
 )
 from ._module import STATE, Converted
 from .fuse import fuse_model, unfuse_model
-from .transformers_norm import TransformersRMSNorm, twin_of
+from .transformers_twins import mixin_of, twin_of
 
 __all__ = ["convert", "converted_name", "supported_modules", "unsupported_reason"]
 
@@ -101,7 +101,7 @@ _NOT_CONVERTED = {
 
 def supported_modules() -> dict[type, type]:
     """``{torch.nn class: pycudnn.torch class}`` of every module :func:`convert` replaces
-    (besides transformers' RMS norms: :mod:`.transformers_norm`)."""
+    (besides transformers' own RMS norms and tanh GELUs: :mod:`.transformers_twins`)."""
     return dict(_CLASSES)
 
 
@@ -112,15 +112,16 @@ def _twin(t: type) -> type | None:
 
 def _base(t: type) -> type | None:
     """The class a converted module of class *t* goes back to, or None (not converted)."""
-    if issubclass(t, TransformersRMSNorm):
+    if mixin_of(t) is not None:
         return t.replaces
     return _BACK.get(t)
 
 
 def converted_name(t: type) -> str | None:
     """How a report names converted class *t* (None: *t* is no converted class)."""
-    if issubclass(t, TransformersRMSNorm):
-        return f"pycudnn.torch.TransformersRMSNorm ({t.__name__})"
+    mixin = mixin_of(t)
+    if mixin is not None:
+        return f"pycudnn.torch.{mixin.__name__} ({t.__name__})"
     return f"pycudnn.torch.{t.__name__}" if t in _BACK else None
 
 
@@ -169,6 +170,11 @@ def unsupported_reason(module: nn.Module) -> str | None:
             "its forward is not transformers' LlamaRMSNorm.forward, the RMS norm pycudnn.torch "
             "converts besides torch.nn.RMSNorm"
         )
+    elif why is None and "GELU" in name:
+        why = (
+            "its forward is not transformers' NewGELUActivation.forward or "
+            "FastGELUActivation.forward, the tanh GELUs pycudnn.torch converts"
+        )
     return f"{name} is not a module pycudnn.torch converts" + (f": {why}" if why else "")
 
 
@@ -187,7 +193,9 @@ def convert(
     override ``forward``, are left alone) gets the pycudnn class: the object, its parameters,
     buffers, hooks and ``state_dict`` stay the same, only ``forward`` changes. So do
     transformers' RMS norms whose ``forward`` is ``LlamaRMSNorm``'s (Llama, Mistral, Qwen...:
-    :class:`~pycudnn.torch.transformers_norm.TransformersRMSNorm`).
+    :class:`~pycudnn.torch.transformers_norm.TransformersRMSNorm`) and its tanh GELUs
+    (``gelu_new``, ``gelu_fast``: GPT-2's family;
+    :class:`~pycudnn.torch.transformers_act.TransformersGELU`).
 
     Parameters
     ----------

@@ -13,13 +13,14 @@ see a plain module.
 from __future__ import annotations
 
 import weakref
+from types import CodeType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
 from ._runtime import FLOATS
 
-__all__ = ["STATE", "Converted", "float_params", "state"]
+__all__ = ["STATE", "CodeTwin", "Converted", "float_params", "state"]
 
 # side table of what a converted module caches (never stored on the module itself)
 STATE: weakref.WeakKeyDictionary[nn.Module, dict[Any, Any]] = weakref.WeakKeyDictionary()
@@ -67,6 +68,15 @@ class Converted:
         The default: every configuration runs. Families override it with their rule.
         """
         return None
+
+
+class CodeTwin(Converted):
+    """Mixin of a twin that :func:`~pycudnn.torch.convert` makes for a module class outside
+    ``torch.nn`` (transformers' own), recognised by its ``forward``'s compiled code being one of
+    :attr:`references` (:mod:`.transformers_twins` makes the twins)."""
+
+    #: the code objects of the ``forward`` functions this mixin stands in for
+    references: ClassVar[tuple[CodeType, ...]] = ()
 
 
 def float_params(m: nn.Module, allowed: tuple = FLOATS) -> str | None:

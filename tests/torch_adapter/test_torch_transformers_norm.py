@@ -29,7 +29,7 @@ from test_torch_binding import assert_rms_binds, pointer_entries  # noqa: E402, 
 from test_torch_compile_fakes import fakes  # noqa: E402, F401  (fixture)
 
 from pycudnn import torch as pt  # noqa: E402
-from pycudnn.torch import transformers_norm  # noqa: E402
+from pycudnn.torch import transformers_norm, transformers_twins  # noqa: E402
 
 
 class VerbatimRMSNorm(nn.Module):
@@ -134,16 +134,16 @@ def test_copies_and_pickles_stay_converted():
     assert type(copy.deepcopy(mine).norm) is type(mine.norm)
     assert type(pickle.loads(pickle.dumps(mine)).norm) is type(mine.norm)
     with pytest.raises(AttributeError):
-        transformers_norm.__getattr__("Nothing of no:such:module")
+        transformers_twins.__getattr__("Nothing of no:such:module")
 
 
 def test_transformers_classes_are_recognized_by_their_forward(tmp_path):
     transformers = pytest.importorskip("transformers")
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-    assert transformers_norm.twin_of(LlamaRMSNorm) is not None
+    assert transformers_twins.twin_of(LlamaRMSNorm) is not None
     gemma = pytest.importorskip("transformers.models.gemma.modeling_gemma")
-    assert transformers_norm.twin_of(gemma.GemmaRMSNorm) is None
+    assert transformers_twins.twin_of(gemma.GemmaRMSNorm) is None
     cfg = transformers.LlamaConfig(
         hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
         intermediate_size=64, vocab_size=64, max_position_embeddings=16,
