@@ -5,7 +5,8 @@ copy of the config (transformers 5 writes the attention choice on the config it 
 
 Sides: ``attn_implementation="sdpa"`` twice (the control pair), ``"pycudnn"`` (the attention
 route alone), and ``"pycudnn"`` plus :func:`pycudnn.torch.convert` (Linear, norms and the
-rest on cuDNN). Per side and mode -- a training step (batch 4x1024 tokens) and a greedy decode
+rest on cuDNN); ``--without NAMES`` adds that side again with convert keeping the named classes
+(``--without NewGELUActivation``: what the GELU twin buys, in the same process). Per side and mode -- a training step (batch 4x1024 tokens) and a greedy decode
 (batch 4, prompt 128, 32 new tokens, KV cache) -- the median wall time over interleaved rounds,
 its IQR, and from ``torch.profiler`` the GPU kernel time, the host self time and the number of
 pycudnn ``SDPAFn`` calls; for training also the host time to enqueue one step with the GPU kept
@@ -17,7 +18,8 @@ training shapes; forward alone and forward plus backward), torch's and the conve
 with the GPU kept busy (``launch_floor.per_launch``). Run on the GPU machine::
 
     PYTHONPATH=. python3 bench/llm_profile.py [--arch llama,gpt2] [--modes train,decode]
-                                              [--calls] [--tables] [--json FILE]
+                                              [--calls] [--tables] [--without NAMES]
+                                              [--json FILE]
 
 ``--calls --arch ""`` runs the per-call table alone.
 
@@ -56,7 +58,7 @@ def _config(tf: Any, arch: str) -> tuple[Any, Any]:
     return cfg, tf.GPT2LMHeadModel
 
 
-def _sides(arch: str) -> dict[str, Any]:
+def _sides(arch: str, without: frozenset[str] = frozenset()) -> dict[str, Any]:
     import torch
     import transformers as tf
 
@@ -66,17 +68,23 @@ def _sides(arch: str) -> dict[str, Any]:
     cfg, cls = _config(tf, arch)
     torch.manual_seed(0)
     sides: dict[str, Any] = {}
-    for name, impl, conv in (
+    kinds = [
         ("sdpa", "sdpa", False),
         ("sdpa-again", "sdpa", False),
         ("pycudnn", "pycudnn", False),
         ("pycudnn+convert", "pycudnn", True),
-    ):
+    ]
+    if without:  # what the named classes' conversion buys, in the same process
+        kinds.append(("pycudnn+convert-without", "pycudnn", True))
+    for name, impl, conv in kinds:
         m = cls._from_config(copy.deepcopy(cfg), attn_implementation=impl, dtype=torch.bfloat16)
         m = m.cuda()
         if sides:
             m.load_state_dict(sides["sdpa"].state_dict())
-        sides[name] = pt.convert(m) if conv else m
+        if conv:
+            skip = without if name.endswith("-without") else frozenset()
+            m = pt.convert(m, exclude=lambda mod: type(mod).__name__ in skip)
+        sides[name] = m
     return sides
 
 
@@ -260,12 +268,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tables", action="store_true")
     ap.add_argument("--calls", action="store_true", help="per-call host cost first")
     ap.add_argument("--json", default=None, help="write the rows to this file")
+    ap.add_argument(
+        "--without",
+        default="",
+        help="class names (comma-separated) convert keeps in a fifth side, "
+        "'pycudnn+convert-without' (e.g. NewGELUActivation: what its twin buys)",
+    )
     args = ap.parse_args(argv)
     results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": []}
     if args.calls:
         results["calls"] = calls()
     for arch in filter(None, args.arch.split(",")):  # (--arch "": the per-call table alone)
-        sides = _sides(arch)
+        sides = _sides(arch, frozenset(filter(None, args.without.split(","))))
         vocab = sides["sdpa"].config.vocab_size
         for mode in args.modes.split(","):
             what = f"{BATCH}x{SEQ} step" if mode == "train" else f"b{BATCH}, {NEW} new tokens"
