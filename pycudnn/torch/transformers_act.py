@@ -4,7 +4,7 @@ GPT-Neo, CodeGen, Phi-1/2, T5 v1.1's gated FFN) or ``FastGELUActivation.forward`
 (``gelu_fast``), converted by :func:`~pycudnn.torch.convert`.
 
 transformers writes the tanh approximation of GELU as a formula of torch operations, eight
-kernels forward and about fifteen backward on a tensor the size of the MLP's hidden layer (four
+kernels forward and about a dozen backward on a tensor the size of the MLP's hidden layer (four
 times the model's width), each one a full pass over memory: in a four-layer GPT-2 step about a
 third of the launches. The twin (:class:`TransformersGELU`, made by
 :mod:`.transformers_twins`) computes the same function with torch's fused
