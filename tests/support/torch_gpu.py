@@ -1,10 +1,12 @@
 """What the adapter's GPU test files share (imports torch: import it after
-``pytest.importorskip("torch")``): the exact-math setting every comparison with torch runs under."""
+``pytest.importorskip("torch")``): the exact-math setting every comparison with torch runs under,
+and the comparison of a language model's logits and gradients with torch's own error."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -28,3 +30,30 @@ def exact_math() -> Iterator[None]:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
         memory.allocator.set_memory_resource(resource)
         pycudnn.get_handle().set_stream(0)
+
+
+def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``|a - b| / |b|`` (L2, float32; a zero *b* counts as 1e-30)."""
+    a, b = a.detach().float(), b.detach().float()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def lm_grads(model: Any, ids: torch.Tensor, mask: torch.Tensor | None = None) -> tuple:
+    """A transformers language model's logits and its parameters' gradients of the loss on
+    *ids* (gradients reset first): ``(logits, {name: grad})``."""
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=ids, attention_mask=mask, labels=ids)
+    out.loss.backward()
+    return out.logits, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_lm_agree(got: tuple, ref: tuple, f32: tuple) -> None:
+    """*got* within twice *ref*'s error of the float32 *f32* (at least 2e-2, relative L2), the
+    logits and every gradient (:func:`lm_grads`' results)."""
+    (lg, gg), (lr, gr), (lf, gf) = got, ref, f32
+    assert lg.dtype == lr.dtype and torch.isfinite(lg).all()
+    assert rel_l2(lg, lf) <= max(2 * rel_l2(lr, lf), 2e-2), (rel_l2(lg, lf), rel_l2(lr, lf))
+    assert set(gg) == set(gr) == set(gf)
+    for n in gf:
+        want = max(2 * rel_l2(gr[n], gf[n]), 2e-2)
+        assert rel_l2(gg[n], gf[n]) <= want, (n, rel_l2(gg[n], gf[n]), rel_l2(gr[n], gf[n]))

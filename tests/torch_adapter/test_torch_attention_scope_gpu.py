@@ -55,29 +55,8 @@ def tf():
     return pytest.importorskip("transformers")
 
 
-def _rel_l2(a, b):
-    a, b = a.detach().float(), b.detach().float()
-    return float((a - b).norm() / b.norm().clamp_min(1e-30))
-
-
-def _run(model, ids, mask=None):
-    """Logits and parameter gradients of the language-model loss (gradients reset first)."""
-    model.zero_grad(set_to_none=True)
-    out = model(input_ids=ids, attention_mask=mask, labels=ids)
-    out.loss.backward()
-    return out.logits, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-
-
-def _agree(got, ref, f32):
-    """*got* within twice *ref*'s error of the float32 *f32* (at least 2e-2), logits and
-    every gradient."""
-    (lg, gg), (lr, gr), (lf, gf) = got, ref, f32
-    assert lg.dtype == lr.dtype and torch.isfinite(lg).all()
-    assert _rel_l2(lg, lf) <= max(2 * _rel_l2(lr, lf), 2e-2), (_rel_l2(lg, lf), _rel_l2(lr, lf))
-    assert set(gg) == set(gr) == set(gf)
-    for n in gf:
-        want = max(2 * _rel_l2(gr[n], gf[n]), 2e-2)
-        assert _rel_l2(gg[n], gf[n]) <= want, (n, _rel_l2(gg[n], gf[n]), _rel_l2(gr[n], gf[n]))
+_run = torch_gpu.lm_grads
+_agree = torch_gpu.assert_lm_agree
 
 
 def _models(tf, cfg, auto="AutoModelForCausalLM", impl="sdpa"):

@@ -69,6 +69,21 @@ class Block(nn.Module):
         return self.proj(self.norm(x))
 
 
+def mixin_after_reload(model: nn.Module, tmp_path, where: str) -> str:
+    """The name of the first base of ``type(where)`` (an expression of the model ``m``) after
+    *model* is saved and loaded in a fresh Python process."""
+    path = tmp_path / "model.pt"
+    torch.save(model, path)
+    code = (
+        "import sys, torch; m = torch.load(sys.argv[1], weights_only=False); "
+        f"print(type({where}).__mro__[1].__name__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip()
+
+
 def _pair(norm: type = VerbatimRMSNorm):
     torch.manual_seed(0)
     ref = Block(norm)
@@ -151,16 +166,8 @@ def test_transformers_classes_are_recognized_by_their_forward(tmp_path):
     model = pt.convert(transformers.LlamaForCausalLM(cfg))
     norms = [m for m in model.modules() if isinstance(m, LlamaRMSNorm)]
     assert len(norms) == 3 and all(type(m) is not LlamaRMSNorm for m in norms)
-    path = tmp_path / "model.pt"
-    torch.save(model, path)
-    code = (
-        "import sys, torch; m = torch.load(sys.argv[1], weights_only=False); "
-        "print(type(m.model.norm).__mro__[1].__name__)"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
-    )
-    assert out.stdout.strip() == "TransformersRMSNorm", out  # a fresh process: made on lookup
+    # a fresh process makes the twin on lookup
+    assert mixin_after_reload(model, tmp_path, "m.model.norm") == "TransformersRMSNorm"
 
 
 def test_compiled_fullgraph_runs_the_rms_norm_op(fakes):  # noqa: F811
