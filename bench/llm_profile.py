@@ -6,11 +6,12 @@ copy of the config (transformers 5 writes the attention choice on the config it 
 Sides: ``attn_implementation="sdpa"`` twice (the control pair), ``"pycudnn"`` (the attention
 route alone), and ``"pycudnn"`` plus :func:`pycudnn.torch.convert` (Linear, norms and the
 rest on cuDNN); ``--without NAMES`` adds that side again with convert keeping the named classes
-(``--without NewGELUActivation``: what the GELU twin buys, in the same process). Per side and mode -- a training step (batch 4x1024 tokens) and a greedy decode
-(batch 4, prompt 128, 32 new tokens, KV cache) -- the median wall time over interleaved rounds,
-its IQR, and from ``torch.profiler`` the GPU kernel time, the host self time and the number of
-pycudnn ``SDPAFn`` calls; for training also the host time to enqueue one step with the GPU kept
-busy (``bench/launch_floor.py``'s ``enqueue_time``: the step's host cost without its GPU time)
+(``--without NewGELUActivation``: what the GELU twin buys, in the same process). Per side and
+mode -- a training step (batch 4x1024 tokens) and a greedy decode (batch 4, prompt 128, 32 new
+tokens, KV cache) -- the median wall time over interleaved rounds, its IQR, and from
+``torch.profiler`` the GPU kernel time, the host self time and the number of pycudnn ``SDPAFn``
+calls; for training also the host time to enqueue one step with the GPU kept busy
+(``bench/launch_floor.py``'s ``enqueue_time``: the step's host cost without its GPU time)
 where the step has fewer than 900 launches (more fill CUDA's queue, which then blocks).
 ``--tables`` adds the profiler's top host operations per side. ``--calls`` first times, per call,
 the host cost of the operations a decoder runs (Linear, attention, layer norm; the decode and the
@@ -83,7 +84,7 @@ def _sides(arch: str, without: frozenset[str] = frozenset()) -> dict[str, Any]:
             m.load_state_dict(sides["sdpa"].state_dict())
         if conv:
             skip = without if name.endswith("-without") else frozenset()
-            m = pt.convert(m, exclude=lambda mod: type(mod).__name__ in skip)
+            m = pt.convert(m, exclude=lambda mod, skip=skip: type(mod).__name__ in skip)
         sides[name] = m
     return sides
 

@@ -31,11 +31,12 @@ __all__ = [
     "genstats",
 ]
 
-#: False until a GPU run checks ``bn_finalize`` against torch: on cuDNN 9.19 (H200, H100) its one
-#: engine writes the equivalent scale and bias but 1 of C channels of the saved statistics and
-#: running statistics (cause not found; docs/graph.md), so the builder refuses it rather than
-#: serve them; tests set it to probe
-BN_FINALIZE_VERIFIED = False
+#: Whether the builder serves ``bn_finalize``: verified against torch on cuDNN 9.19 (H200) once
+#: its per-channel tensors are described with cudnn-frontend's strides (:func:`_nhwc`); with
+#: every stride 1 -- what ``Graph.tensor_like`` gives a ``(1, C, 1, 1)`` tensor, whose size-1
+#: dims address nothing -- its engine read and wrote 1 of C channels (docs/graph.md). Set it to
+#: False to refuse the operation again
+BN_FINALIZE_VERIFIED = True
 
 _F32 = DataType.FLOAT
 
@@ -43,6 +44,14 @@ _F32 = DataType.FLOAT
 def _channels_dim(x: Tensor) -> tuple[int, ...]:
     """The per-channel dims ``(1, C, 1, ...)`` of an ``(N, C, *spatial)`` tensor."""
     return (1, x._dim[1], *(1,) * (len(x._dim) - 2))
+
+
+def _nhwc(t: Tensor) -> None:
+    """Describe per-channel tensor *t* ``(1, C, 1, ...)`` with cudnn-frontend's strides ``(C,
+    1, C, ...)``: the same memory (only size-1 dims' strides change), the layout cuDNN's BN
+    finalize engine reads its per-channel tensors in."""
+    c = t._dim[1]
+    t._stride = (c, 1, *(c,) * (len(t._dim) - 2))
 
 
 def _check_activation(g: GraphBase, op: str, argument: str, x: Tensor) -> None:
@@ -109,8 +118,7 @@ def bn_finalize(
         raise errors.NotSupportedError(
             3000,
             f"{g.name}.{op}",
-            "not yet verified on cuDNN 9.19: its first GPU run gave NaN saved means and inverse "
-            "standard deviations (docs/graph.md); genstats and dbn_weight are verified",
+            "refused (pycudnn.graph.nodes.bn_fusion.BN_FINALIZE_VERIFIED is False)",
         )
     if len(total._dim) < 2 or any(d != 1 for i, d in enumerate(total._dim) if i != 1):
         raise ValueError(
@@ -127,6 +135,8 @@ def bn_finalize(
     _check_channels(g, op, per_channel, total._dim)
     for argument, t in (("accum_count", count), ("epsilon", eps), ("momentum", momentum)):
         _check_scalar(g, op, argument, t)
+    for t in (total, sq, scale, bias, r_mean, r_var):
+        _nhwc(t)
     if count._dtype != DataType.INT64:
         got = count._dtype.name if count._dtype is not None else "unset"
         raise TypeError(

@@ -96,22 +96,29 @@ def dgrad_drelu_dbn(io="float16"):
 # ==================================================================================================
 # genstats
 # ==================================================================================================
-@pytest.fixture(autouse=True)
-def _finalize_on(monkeypatch):
-    """The builder refuses bn_finalize until a GPU run verifies it; these CPU tests check its
-    descriptors, so they turn it on."""
-    monkeypatch.setattr(bn_fusion, "BN_FINALIZE_VERIFIED", True)
-
-
-def test_bn_finalize_is_refused_until_verified(monkeypatch):
+def test_bn_finalize_can_be_refused(monkeypatch):
     monkeypatch.setattr(bn_fusion, "BN_FINALIZE_VERIFIED", False)
     g = Graph(name="bnf")
     c = dict(dims=(1, 4, 1, 1), strides=(4, 1, 4, 4), data_type="float32")
     t = [g.tensor(c["dims"], c["strides"], c["data_type"], name=f"t{i}") for i in range(6)]
     eps, mom = g.scalar(1e-5), g.scalar(0.1)
     cnt = g.scalar(8, "int64")
-    with pytest.raises(errors.NotSupportedError, match=r"not yet verified on cuDNN 9\.19"):
+    with pytest.raises(errors.NotSupportedError, match="BN_FINALIZE_VERIFIED is False"):
         g.bn_finalize(*t[:4], eps, cnt, prev_running_mean=t[4], prev_running_var=t[5], momentum=mom)
+
+
+@pytest.mark.parametrize("strides", [(1, 1, 1, 1), (C, 1, 1, 1), (C, 1, C, C)])
+def test_bn_finalize_describes_per_channel_tensors_as_cudnn_frontend(strides):
+    """Whatever the size-1 dims' strides (``tensor_like`` gives a ``(1, C, 1, 1)`` tensor all
+    1s, which cuDNN 9.19's finalize engine misreads: 1 of C channels), the operation's
+    per-channel tensors go to cuDNN with cudnn-frontend's ``(C, 1, C, C)``: the same memory."""
+    g = Graph(io_data_type="float32", name="fin")
+    ins = [g.tensor((1, C, 1, 1), strides, "float32", name=f"t{i}") for i in range(6)]
+    outs = g.bn_finalize(
+        *ins[:4], g.scalar(1e-5), g.scalar(8, "int64"),
+        prev_running_mean=ins[4], prev_running_var=ins[5], momentum=g.scalar(0.1),
+    )  # fmt: skip
+    assert {t.stride for t in (*ins, *outs)} == {(C, 1, C, C)}
 
 
 def test_genstats_outputs_and_node():
