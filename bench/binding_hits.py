@@ -1,12 +1,14 @@
-"""Do a converted Llama's module bindings hit inside its training step and its decode? (issue 37)
+"""Do a converted Llama's (or GPT-2's) module bindings hit inside its training step and its
+decode? (issue 37)
 
-Builds ``bench/llm_profile.py``'s Llama (4 layers, hidden 1024, bfloat16, random init) with
+Builds ``bench/llm_profile.py``'s Llama (``--arch gpt2``: its GPT-2; 4 layers, hidden 1024,
+bfloat16, random init) with
 ``attn_implementation="pycudnn"``, converts it, runs three training steps and one 32-token
 greedy decode, and prints per module class how many modules there are, how many hold a
 binding (:mod:`pycudnn.torch._binding`), their hits, their bound gradient entries, and how many
 stopped binding. Run on the GPU machine::
 
-    PYTHONPATH=. python3 bench/binding_hits.py
+    PYTHONPATH=. python3 bench/binding_hits.py [--arch llama|gpt2]
 
 First run (sixth session, H200): after 3 training steps the 29 ``Linear`` modules held 29
 bindings, 58 hits and 58 gradient entries; a 32-token decode added 870 hits. transformers'
@@ -15,13 +17,15 @@ bindings, 58 hits and 58 gradient entries; a 32-token decode added 870 hits. tra
 
 from __future__ import annotations
 
+import argparse
 import collections
 import time
 from typing import Any
 
 import llm_profile as L  # bench/ is the script's directory
 
-CLASSES = ("Linear", "LayerNorm", "RMSNorm")
+# (transformers' RMS norms keep their class's name when converted)
+CLASSES = ("Linear", "LayerNorm", "RMSNorm", "LlamaRMSNorm")
 
 
 def report(model: Any, tag: str) -> None:
@@ -47,6 +51,9 @@ def report(model: Any, tag: str) -> None:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", default="llama", choices=("llama", "gpt2"))
+    arch = ap.parse_args().arch
     import torch
     import transformers as tf
 
@@ -54,16 +61,16 @@ def main() -> None:
 
     t0 = time.perf_counter()
     pt.register_transformers()
-    cfg, cls = L._config(tf, "llama")
+    cfg, cls = L._config(tf, arch)
     torch.manual_seed(0)
     model = cls._from_config(cfg, attn_implementation="pycudnn", dtype=torch.bfloat16).cuda()
     model = pt.convert(model)
-    step = L._steps("llama", "train", cfg.vocab_size)
+    step = L._steps(arch, "train", cfg.vocab_size)
     for _ in range(3):
         step(model)
     torch.cuda.synchronize()
     report(model, "after 3 training steps")
-    L._steps("llama", "decode", cfg.vocab_size)(model)
+    L._steps(arch, "decode", cfg.vocab_size)(model)
     torch.cuda.synchronize()
     report(model, "after a 32-token decode")
     print(f"done in {time.perf_counter() - t0:.0f} s")
