@@ -5,13 +5,14 @@ GPT-Neo, CodeGen, Phi-1/2, T5 v1.1's gated FFN) or ``FastGELUActivation.forward`
 
 transformers writes the tanh approximation of GELU as a formula of torch operations, eight
 kernels forward and about a dozen backward on a tensor the size of the MLP's hidden layer (four
-times the model's width), each one a full pass over memory: in a four-layer GPT-2 step about a
-third of the launches. The twin (:class:`TransformersGELU`, made by
-:mod:`.transformers_twins`) computes the same function with torch's fused
-``gelu(approximate="tanh")``, one kernel each way, in float32 internally with one rounding to the
-input's dtype. cuDNN's own tanh GELU is a pointwise graph whose call costs more host time than
-torch's kernel for the same pass; where it pays, as the epilogue of a product cuDNN runs, the
-fused ``Linear`` chains take it (``convert(model, fuse=True)``).
+times the model's width), each one a full pass over memory: in a four-layer GPT-2 training step
+a quarter of the launches and of the GPU time (docs/BENCHMARKS.md). The twin
+(:class:`TransformersGELU`, made by :mod:`.transformers_twins`) computes the same function with
+torch's fused ``gelu(approximate="tanh")``, one kernel each way, in float32 internally with one
+rounding to the input's dtype. cuDNN's own tanh GELU is a pointwise graph whose call costs more
+host time than torch's kernel for the same single pass; it pays as the epilogue of a product
+cuDNN runs (``dnn_matmul(..., activation="gelu_tanh")``; ``convert(model, fuse=True)`` fuses a
+``Linear`` followed by ``torch.nn.GELU``), which this twin does not do.
 
 Numerics: the formula rounds each of its eight steps to the input's dtype (bfloat16: 8 bits);
 the fused kernel rounds once, so it is nearer the exact function (``gelu_fast``'s constant
