@@ -16,10 +16,11 @@ weight, the convolution's output (batch norm's input), the block's output and ba
 statistics (plus cuDNN's reserve space, a bit per element, for the fused residual form).
 
 cuDNN's graph-API conv-BN training fusions (convolution with statistics generation, BN finalize,
-the next convolution's scale-bias-ReLU prologue) are not used: on the GPUs measured here
-(H100/H200, cuDNN 9.19) bfloat16 has no engines for the prologue and the backward patterns, and
-BN finalize writes 1 of C channels of its saved and running statistics (float16 too: the chain
-cannot be built in any dtype; ``tests/graph/nodes/test_bn_fusion_gpu.py``, ``docs/graph.md``).
+the next convolution's scale-bias-ReLU prologue, data gradient with dReLU and batch norm's weight
+gradients) are not used yet: on the GPUs measured here (H100/H200, cuDNN 9.19) float16 has
+engines for every pattern and BN finalize runs (since its per-channel tensors are described as
+cudnn-frontend describes them), but bfloat16 has none for the prologue and the backward
+patterns (``tests/graph/nodes/test_bn_fusion_gpu.py``, ``docs/graph.md``).
 """
 
 from __future__ import annotations
