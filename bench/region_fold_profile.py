@@ -3,7 +3,9 @@
 channels-last, float32 batch norms, eval, ``no_grad``) against the same of
 ``convert(copy, fuse=True)``, ``torch.profiler`` over timed calls after warm-up (and, under
 ``reduce-overhead``, capture); per call: kernels, their summed time, and the kernels that take
-it, by name.
+it, by name. A third side is the converted model with batch norm's scale folded into the weights
+by torch's multiply, one launch per convolution (``fold_kernel.ENABLED = False`` while it warms up
+and is captured), instead of pycudnn's fold kernel, one launch for all.
 
 Run on the GPU machine from the repository root::
 
@@ -27,6 +29,7 @@ import torch  # noqa: E402
 import pycudnn.torch as pt  # noqa: E402
 from bench import torch_models as tm  # noqa: E402
 from bench import torch_resnet50 as rn  # noqa: E402
+from pycudnn.torch import fold_kernel  # noqa: E402
 
 CALLS = 20
 
@@ -56,16 +59,20 @@ def main() -> None:
     model, _ = tm.make_model("resnet50", own=True)
     ref = rn.to_bf16_channels_last(model, "cuda").eval()
     mine = pt.convert(copy.deepcopy(ref), fuse=True).eval()
+    plain = pt.convert(copy.deepcopy(ref), fuse=True).eval()
     x = torch.randn(args.batch, 3, 224, 224, device="cuda", dtype=torch.bfloat16)
     x = x.to(memory_format=torch.channels_last)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, batch {args.batch}, "
           f"mode {args.mode}")  # fmt: skip
-    for name, m in (("torch", ref), ("pycudnn", mine)):
+    sides = (("torch", ref, True), ("pycudnn", mine, True), ("pycudnn, torch's fold", plain, False))
+    for name, m, kernel in sides:
         fn = torch.compile(m, mode=args.mode)
+        fold_kernel.ENABLED = kernel  # read while the warm-up and the capture fold
         with torch.no_grad():
             for _ in range(5):
                 fn(x)
         torch.cuda.synchronize()
+        fold_kernel.ENABLED = True
         per, _ = _kernels(fn, x)
         n = sum(c for c, _ in per.values())
         us = sum(t for _, t in per.values())

@@ -48,6 +48,7 @@ __all__ = [
     "error_name",
     "gpu_unavailable_reason",
     "mem_get_info",
+    "nvrtc",
     "require_gpu",
     "runtime",
     "set_device",
@@ -59,6 +60,7 @@ __all__ = [
 
 _rt: Any = None
 _dr: Any = None
+_nv: Any = None
 
 
 def runtime() -> Any:
@@ -85,6 +87,17 @@ def driver() -> Any:
 
         _dr = dr
     return _dr
+
+
+def nvrtc() -> Any:
+    """``cuda.bindings.nvrtc``, imported on first use (pycudnn's own kernels: :mod:`._nvrtc`)."""
+    global _nv
+    if _nv is None:
+        runtime()  # the same package: a clear error when it is missing
+        from cuda.bindings import nvrtc as nv
+
+        _nv = nv
+    return _nv
 
 
 def error_name(err: Any) -> str:

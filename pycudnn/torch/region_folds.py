@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import torch
 
 from ._runtime import kept_bytes, stream_of
+from .fold_kernel import fold_weights, rows
 from .program import ALIGN
 
 __all__ = ["MAX_KEPT", "PER_CHAIN", "Folds", "fold"]
@@ -180,21 +181,12 @@ def _compute(params, eps, ws, every, sizes) -> None:
         if beta is not None:
             bias.add_(beta)
         every.copy_(bias)
-        for w, s, out in zip(weights, scale.split(sizes), ws, strict=True):
-            w2, o2 = _rows(w), _rows(out)
+        left = fold_weights(weights, scale, ws, stream_of(every)) if every.is_cuda else None
+        parts = scale.split(sizes)
+        for i in range(len(ws)) if left is None else left:  # what the kernel did not take
+            w, s, out = weights[i], parts[i], ws[i]
+            w2, o2 = rows(w), rows(out)
             if w2 is not None and o2 is not None and w2[1] == o2[1]:  # (2-D: cheaper indexing)
                 torch.mul(w2[0], s.view(-1, 1), out=o2[0])
             else:
                 torch.mul(w, s.view(-1, *(1,) * (w.dim() - 1)), out=out)
-
-
-def _rows(t: torch.Tensor) -> tuple[torch.Tensor, bool] | None:
-    """*t* as ``(out channels, rest)`` in its memory order, and whether that order is
-    channels-last's (else C order); None for another layout."""
-    if t.is_contiguous():
-        return t.view(t.shape[0], -1), False
-    if t.dim() in (4, 5):
-        p = t.permute(0, *range(2, t.dim()), 1)
-        if p.is_contiguous():
-            return p.view(t.shape[0], -1), True
-    return None
