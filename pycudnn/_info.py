@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from . import _cuda, _loader, errors
+from . import _cuda, _loader, _nvrtc, errors
 from ._generated import lib as _lib
 from ._version import __version__
 
@@ -239,6 +239,20 @@ def _cuda_versions() -> str:
     return f"driver supports CUDA {drv // 1000}.{drv % 1000 // 10}; cuda.bindings runtime {r}"
 
 
+def nvrtc_line() -> tuple[str | None, str]:
+    """``(NVRTC's "major.minor" or None, the report's sentence)``: the runtime compiler that
+    ``cuda.bindings`` loads, which pycudnn's own kernels (:mod:`._nvrtc`) compile with. Never
+    raises."""
+    try:
+        major, minor = _nvrtc.nvrtc_version()
+    except Exception as exc:
+        return None, (
+            f"not loadable ({type(exc).__name__}: {exc}); pycudnn's own kernels (the fold "
+            "kernel of pycudnn.torch) fall back to torch's operations"
+        )
+    return f"{major}.{minor}", f"{major}.{minor} (pycudnn's own kernels compile with it)"
+
+
 #: The extra whose cuda-bindings runs on a driver of this CUDA major (``pycudnn[cu12]``).
 EXTRA_FOR_DRIVER = {12: "cu12", 13: "cu13"}
 #: Oldest Linux driver branch of each CUDA major (CUDA's minor-version compatibility).
@@ -402,6 +416,7 @@ def facts(self_test: bool = False, device: int | None = None) -> dict:
     out["cuda"] = {
         "driver_version": drv or None,
         "bindings_runtime_version": run or None,
+        "nvrtc_version": nvrtc_line()[0],
         "gpus": [
             {
                 "index": g.index,
@@ -508,7 +523,7 @@ def report(self_test: bool = True, device: int | None = None) -> tuple[str, bool
             + ", ".join(info.other_libcudnn_files)
             + " (two cuDNNs in one process; set PYCUDNN_LIBRARY to the one you mean)"
         ]
-    lines += ["", "CUDA", f"  {_cuda_versions()}"]
+    lines += ["", "CUDA", f"  {_cuda_versions()}", f"  NVRTC       {nvrtc_line()[1]}"]
     gpus, note = _cuda.devices()
     mismatch = None if gpus else driver_mismatch(note)
     if mismatch:

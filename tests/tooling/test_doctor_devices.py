@@ -145,6 +145,26 @@ def test_json_option_prints_the_facts(capsys):
     assert set(data["cuda"]) >= {"driver_version", "gpus", "no_gpu_reason", "driver_mismatch"}
     assert (data["cuda"]["no_gpu_reason"] is None) == bool(data["cuda"]["gpus"])
     assert data["self_test"] == []
+    nv = data["cuda"]["nvrtc_version"]  # (None where cuda.bindings loads no libnvrtc)
+    assert nv is None or nv.split(".")[0].isdigit()
+
+
+def test_the_report_names_nvrtc_or_says_why_it_is_missing(monkeypatch):
+    """pycudnn's own kernels compile with NVRTC: the report gives its version, or, where it does
+    not load, says so and what falls back, without failing the report."""
+    version, line = _info.nvrtc_line()
+    if version is not None:
+        assert line.startswith(version) and "own kernels" in line
+
+    def missing():
+        raise OSError("libnvrtc.so.12: cannot open shared object file")
+
+    monkeypatch.setattr(_info._nvrtc, "nvrtc_version", missing)
+    version, line = _info.nvrtc_line()
+    assert version is None
+    assert "not loadable (OSError: libnvrtc.so.12" in line and "fall back" in line
+    text, _ = _info.report(self_test=False)
+    assert "  NVRTC       not loadable (OSError" in text
 
 
 class _FakeTorchDist:
