@@ -25,6 +25,7 @@ nothing else from pycudnn.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import sys
 import threading
 from collections.abc import Callable
@@ -59,8 +60,7 @@ __all__ = [
 ]
 
 _rt: Any = None
-_dr: Any = None
-_nv: Any = None
+_SUBMODULES: dict[str, Any] = {}
 
 
 def runtime() -> Any:
@@ -78,26 +78,24 @@ def runtime() -> Any:
     return _rt
 
 
+def _bindings(name: str) -> Any:
+    """``cuda.bindings.<name>``, imported on first use (after :func:`runtime`: the same package,
+    so a missing cuda-python is its clear error)."""
+    got = _SUBMODULES.get(name)
+    if got is None:
+        runtime()
+        got = _SUBMODULES[name] = importlib.import_module(f"cuda.bindings.{name}")
+    return got
+
+
 def driver() -> Any:
     """``cuda.bindings.driver``, imported on first use."""
-    global _dr
-    if _dr is None:
-        runtime()  # the same package: a clear error when it is missing
-        from cuda.bindings import driver as dr
-
-        _dr = dr
-    return _dr
+    return _bindings("driver")
 
 
 def nvrtc() -> Any:
     """``cuda.bindings.nvrtc``, imported on first use (pycudnn's own kernels: :mod:`._nvrtc`)."""
-    global _nv
-    if _nv is None:
-        runtime()  # the same package: a clear error when it is missing
-        from cuda.bindings import nvrtc as nv
-
-        _nv = nv
-    return _nv
+    return _bindings("nvrtc")
 
 
 def error_name(err: Any) -> str:

@@ -1,5 +1,8 @@
-"""Batch norm's scale folded into many convolution weights in **one launch** (imports torch):
-pycudnn's own kernel (:mod:`pycudnn._nvrtc`) for :mod:`.region_folds`.
+"""Batch norm folded into many convolutions in **two launches** (imports torch): pycudnn's own
+kernels (:mod:`pycudnn._nvrtc`) for :mod:`.region_folds`, one for every chain's per-channel
+vectors (:func:`fold_vectors`: the float32 scale ``rsqrt(var + eps) * gamma`` and the folded
+bias ``(cb - mean) * scale + beta``, in torch's operations' order, each step rounded as theirs),
+one for the weights (:func:`fold_weights`).
 
 Folding a region's batch norms into its convolutions multiplies each weight, row by output
 channel, by a float32 scale and rounds the product to the data's dtype once. torch does that
@@ -9,7 +12,9 @@ an H200, 295 of the 846 µs of a captured ResNet-50 replay at batch 8 (docs/BENC
 one kernel takes a table of up to :data:`MAX_JOBS` weights (by value: the table is the kernel's
 parameter block, so a CUDA graph capture keeps it with the launch) and computes, per element,
 ``out[i] = round(float(w[i]) * scale[at + i / k])`` with ``k`` the weight's elements per output
-channel -- torch's float32 multiply and its round-to-nearest-even, bit for bit.
+channel -- torch's float32 multiply and its round-to-nearest-even, bit for bit. The vectors'
+kernel replaces about a dozen small torch launches (concatenations, the additions and products,
+torch's ``rsqrt``, which is CUDA's ``rsqrtf`` as here) the same way.
 
 A weight it does not take (float64, another layout than its output's, another device, over
 2**31 elements, a device before Volta) is left to the caller, as is everything where the
@@ -27,11 +32,13 @@ import torch
 
 from .._nvrtc import Source
 
-__all__ = ["ENABLED", "MAX_JOBS", "SOURCE", "fold_weights", "rows"]
+__all__ = ["ENABLED", "MAX_JOBS", "MAX_VECS", "SOURCE", "fold_vectors", "fold_weights", "rows"]
 
 #: weights per launch: the table is passed by value, and 120 entries of 32 bytes and the
 #: scale's address stay under the 4 KiB every CUDA driver takes as a kernel's parameters
 MAX_JOBS = 120
+#: chains per launch of the vectors' kernel: 60 entries of 64 bytes, under the same 4 KiB
+MAX_VECS = 60
 #: False sends every weight back to the caller (torch's multiply): tests compare the two
 ENABLED = True
 _BLOCK = 256
@@ -82,7 +89,42 @@ extern "C" __global__ void fold_##IN##_##OUT(const __grid_constant__ Jobs jobs, 
 FOLD(f16, f16) FOLD(f16, bf16) FOLD(f16, f32)
 FOLD(bf16, f16) FOLD(bf16, bf16) FOLD(bf16, f32)
 FOLD(f32, f16) FOLD(f32, bf16) FOLD(f32, f32)
-""".replace("MAX_JOBS", str(MAX_JOBS))
+
+/* batch norm's per-channel vectors: kinds 3 bits a vector (0 absent, 1 f32, 2 f16, 3 bf16) */
+struct Vec {
+    unsigned long long var, gamma, mean, cb, beta;
+    unsigned at, c; float eps; unsigned kinds;
+};
+struct Vecs { Vec vec[MAX_VECS]; };
+
+__device__ __forceinline__ float ldk(unsigned long long p, unsigned kind, unsigned i) {
+    return kind == 1 ? ld_f32(p, i) : kind == 2 ? ld_f16(p, i) : ld_bf16(p, i);
+}
+
+/* scale = rsqrt(var + eps) [* gamma]; bias = (-mean [+ cb]) * scale [+ beta], in float32 and
+   in region_folds' order (rounded at each step: no contraction into fma); an absent vector
+   where another chain of the launch has one is a 1 or a 0, as torch's concatenation fills it */
+#define VECTORS(OUT)                                                                       \
+extern "C" __global__ void fold_vectors_##OUT(const __grid_constant__ Vecs vecs,          \
+                                              float *__restrict__ scale, unsigned long long bias, \
+                                              unsigned any) {                              \
+    const Vec &v = vecs.vec[blockIdx.y];                                                  \
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < v.c;                     \
+         i += gridDim.x * blockDim.x) {                                                   \
+        unsigned kv = v.kinds & 7, kg = (v.kinds >> 3) & 7, km = (v.kinds >> 6) & 7;      \
+        unsigned kc = (v.kinds >> 9) & 7, kb = (v.kinds >> 12) & 7;                       \
+        float s = rsqrtf(__fadd_rn(ldk(v.var, kv, i), v.eps));                            \
+        if (any & 1) s = __fmul_rn(s, kg ? ldk(v.gamma, kg, i) : 1.0f);                   \
+        float b = -ldk(v.mean, km, i);                                                    \
+        if (any & 2) b = __fadd_rn(b, kc ? ldk(v.cb, kc, i) : 0.0f);                      \
+        b = __fmul_rn(b, s);                                                              \
+        if (any & 4) b = __fadd_rn(b, kb ? ldk(v.beta, kb, i) : 0.0f);                    \
+        scale[v.at + i] = s;                                                              \
+        st_##OUT(bias, v.at + i, b);                                                      \
+    }                                                                                     \
+}
+VECTORS(f16) VECTORS(bf16) VECTORS(f32)
+""".replace("MAX_JOBS", str(MAX_JOBS)).replace("MAX_VECS", str(MAX_VECS))
 
 #: the kernels' source, compiled per architecture on first use
 SOURCE = Source("pycudnn_fold.cu", _TEXT)
@@ -101,6 +143,27 @@ class _Job(ctypes.Structure):
 
 class _Jobs(ctypes.Structure):
     _fields_ = [("job", _Job * MAX_JOBS)]
+
+
+class _Vec(ctypes.Structure):
+    _fields_ = [
+        ("var", ctypes.c_uint64),
+        ("gamma", ctypes.c_uint64),
+        ("mean", ctypes.c_uint64),
+        ("cb", ctypes.c_uint64),
+        ("beta", ctypes.c_uint64),
+        ("at", ctypes.c_uint32),
+        ("c", ctypes.c_uint32),
+        ("eps", ctypes.c_float),
+        ("kinds", ctypes.c_uint32),
+    ]
+
+
+class _Vecs(ctypes.Structure):
+    _fields_ = [("vec", _Vec * MAX_VECS)]
+
+
+_CODES = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3}
 
 
 _ARCH: dict[int, int] = {}
@@ -200,3 +263,83 @@ def _launch(arch, name, jobs, weights, outs, scale, stream) -> None:
     blocks = min(_MAX_BLOCKS, -(-most // _BLOCK))
     grid = (blocks, len(jobs), 1)
     SOURCE.launch(arch, name, grid, (_BLOCK, 1, 1), ctypes.addressof(args), stream)
+
+
+def _vector_ok(t: torch.Tensor | None, c: int, dev: torch.device) -> bool:
+    return t is None or (
+        t.device == dev and t.dtype in _CODES and t.shape == (c,) and t.is_contiguous()
+    )
+
+
+def fold_vectors(
+    params: Sequence[torch.Tensor | None],
+    eps: Sequence[float],
+    sizes: Sequence[int],
+    bias: torch.Tensor,
+    stream: int,
+    per_chain: int,
+) -> torch.Tensor | None:
+    """Every chain's float32 scale (returned, a new packed tensor) and its folded bias (into
+    *bias*, packed, the data's dtype) from batch norm's vectors in *params* (*per_chain* a
+    chain: convolution weight, its bias, batch norm's weight, bias, running mean, running
+    variance; the biases and batch norm's affine parameters may be None), *eps* per chain,
+    *sizes* the chains' channels: :mod:`.region_folds`' torch operations, bit for bit, in one
+    launch per :data:`MAX_VECS` chains on *stream*. None (nothing launched) where the kernel
+    does not take them all (a vector not 1-D contiguous float16/bfloat16/float32 on *bias*'s
+    device, *bias* of another dtype) or cannot run, as :func:`fold_weights`."""
+    if not ENABLED or SOURCE.failed is not None or not bias.is_cuda or bias.dtype not in _KINDS:
+        return None
+    dev = bias.device
+    arch = _arch(dev.index)
+    name = f"fold_vectors_{_KINDS[bias.dtype]}"
+    if arch < 70 or (torch.cuda.is_current_stream_capturing() and not SOURCE.loaded(arch, name)):
+        return None
+    chains = []
+    any_ = 0
+    for i, c in enumerate(sizes):
+        _, cb, gamma, beta, mean, var = params[i * per_chain : (i + 1) * per_chain]
+        if (
+            var is None
+            or mean is None
+            or not all(_vector_ok(t, c, dev) for t in (cb, gamma, beta, mean, var))
+        ):
+            return None
+        any_ |= (gamma is not None) | (cb is not None) << 1 | (beta is not None) << 2
+        chains.append((var, gamma, mean, cb, beta))
+    scale = torch.empty(sum(sizes), dtype=torch.float32, device=dev)
+    flags = ctypes.c_uint32(any_)
+    ptrs = ctypes.c_uint64(scale.data_ptr()), ctypes.c_uint64(bias.data_ptr())
+    try:
+        with torch.cuda.device(dev.index):
+            for start in range(0, len(chains), MAX_VECS):
+                table, most = _vec_table(chains, sizes, eps, start)
+                args = (ctypes.c_void_p * 4)(*map(ctypes.addressof, (table, *ptrs, flags)))
+                grid = (-(-most // _BLOCK), min(MAX_VECS, len(chains) - start), 1)
+                SOURCE.launch(arch, name, grid, (_BLOCK, 1, 1), ctypes.addressof(args), stream)
+    except Exception as exc:  # as fold_weights: torch's operations from now on
+        SOURCE.failure(exc)
+        return None
+    return scale
+
+
+_FIELDS = ("var", "gamma", "mean", "cb", "beta")
+
+
+def _vec_table(chains: list, sizes: Sequence[int], eps: Sequence[float], start: int) -> tuple:
+    """The vectors' kernel table for chains ``start:start + MAX_VECS`` and their most
+    channels."""
+    table = _Vecs()
+    at = sum(sizes[:start])
+    most = 0
+    for slot, vecs in enumerate(chains[start : start + MAX_VECS]):
+        e = table.vec[slot]
+        c = sizes[start + slot]
+        kinds = 0
+        for j, (field, t) in enumerate(zip(_FIELDS, vecs, strict=True)):
+            if t is not None:
+                setattr(e, field, t.data_ptr())
+                kinds |= _CODES[t.dtype] << (3 * j)
+        e.at, e.c, e.eps, e.kinds = at, c, float(eps[start + slot]), kinds
+        at += c
+        most = max(most, c)
+    return table, most

@@ -14,10 +14,12 @@ a replay must read the parameters of the moment (docs/BENCHMARKS.md). So:
   outside torch's allocator and its graph pools) and are recomputed, in place, when a tensor
   they come from changes (its data pointer or version counter);
 * **capturing**: the folds are computed into a temporary of the capture, so every replay folds
-  the parameters it reads, in one launch per chain for the weights and a handful for all the
-  per-channel vectors (instead of about nine eager launches per chain). The weights' launches
-  are torch's unvectorized mixed-dtype broadcast kernel (5.6 µs each on an H200: a replay of a
-  ResNet-50 at batch 8 spends 295 of its 846 µs there, docs/BENCHMARKS.md).
+  the parameters it reads: on CUDA in two launches of pycudnn's own kernels for all the chains
+  (:mod:`.fold_kernel`: the per-channel vectors, then the weights), where torch's operations
+  took about a dozen for the vectors and one per chain for the weights (torch's unvectorized
+  mixed-dtype broadcast kernel, 5.6 µs each on an H200: 295 of the 846 µs of a ResNet-50's
+  replay at batch 8, docs/BENCHMARKS.md). torch's operations remain the way where the kernels
+  do not run (CPU tensors, float64, a layout they do not take, no NVRTC).
 
 The arithmetic is :func:`~.fused.fold_params`' operation for operation (float32, float64 for
 float64 data; rounded to the data's dtype once), so a compiled region gives the eager region's
@@ -33,7 +35,7 @@ from collections.abc import Sequence
 import torch
 
 from ._runtime import kept_bytes, stream_of
-from .fold_kernel import fold_weights, rows
+from .fold_kernel import fold_vectors, fold_weights, rows
 from .program import ALIGN
 
 __all__ = ["MAX_KEPT", "PER_CHAIN", "Folds", "fold"]
@@ -157,36 +159,49 @@ def _cat(ts: Sequence[torch.Tensor | None], sizes: list[int], fill: float, acc, 
 
 
 def _compute(params, eps, ws, every, sizes) -> None:
-    """:func:`~.fused.fold_params` for every chain at once, into *ws* and *every*."""
-    dtype = every.dtype
-    acc = torch.float64 if dtype == torch.float64 else torch.float32
-    weights, cbs, gammas, betas, means, variances = (params[k::PER_CHAIN] for k in range(6))
+    """:func:`~.fused.fold_params` for every chain at once, into *ws* and *every*: on CUDA
+    pycudnn's fold kernels (:mod:`.fold_kernel`, one launch for the vectors and one for the
+    weights, bit for bit these operations), else torch's operations."""
+    weights = params[0::PER_CHAIN]
     with torch.no_grad():
-        scale = _cat(variances, sizes, 0.0, acc, every)  # (new tensors: updated in place)
-        if len(set(eps)) == 1:
-            scale.add_(eps[0])
-        else:
-            for part, e in zip(scale.split(sizes), eps, strict=True):
-                part.add_(e)
-        scale.rsqrt_()
-        gamma = _cat(gammas, sizes, 1.0, acc, every)
-        if gamma is not None:
-            scale.mul_(gamma)
-        bias = _cat(means, sizes, 0.0, acc, every).neg_()
-        cb = _cat(cbs, sizes, 0.0, acc, every)
-        if cb is not None:
-            bias.add_(cb)
-        bias.mul_(scale)
-        beta = _cat(betas, sizes, 0.0, acc, every)
-        if beta is not None:
-            bias.add_(beta)
-        every.copy_(bias)
-        left = fold_weights(weights, scale, ws, stream_of(every)) if every.is_cuda else None
+        s = stream_of(every) if every.is_cuda else 0
+        scale = fold_vectors(params, eps, sizes, every, s, PER_CHAIN) if every.is_cuda else None
+        if scale is None:
+            scale = _vectors(params, eps, every, sizes)
+        left = fold_weights(weights, scale, ws, s) if every.is_cuda else None
         parts = scale.split(sizes)
         for i in range(len(ws)) if left is None else left:  # what the kernel did not take
-            w, s, out = weights[i], parts[i], ws[i]
+            w, part, out = weights[i], parts[i], ws[i]
             w2, o2 = rows(w), rows(out)
             if w2 is not None and o2 is not None and w2[1] == o2[1]:  # (2-D: cheaper indexing)
-                torch.mul(w2[0], s.view(-1, 1), out=o2[0])
+                torch.mul(w2[0], part.view(-1, 1), out=o2[0])
             else:
-                torch.mul(w, s.view(-1, *(1,) * (w.dim() - 1)), out=out)
+                torch.mul(w, part.view(-1, *(1,) * (w.dim() - 1)), out=out)
+
+
+def _vectors(params, eps, every, sizes) -> torch.Tensor:
+    """Every chain's scale (float32; float64 for float64 data) returned and its folded bias
+    written into *every*, by torch's operations (about a dozen launches for all chains)."""
+    dtype = every.dtype
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    _, cbs, gammas, betas, means, variances = (params[k::PER_CHAIN] for k in range(6))
+    scale = _cat(variances, sizes, 0.0, acc, every)  # (new tensors: updated in place)
+    if len(set(eps)) == 1:
+        scale.add_(eps[0])
+    else:
+        for part, e in zip(scale.split(sizes), eps, strict=True):
+            part.add_(e)
+    scale.rsqrt_()
+    gamma = _cat(gammas, sizes, 1.0, acc, every)
+    if gamma is not None:
+        scale.mul_(gamma)
+    bias = _cat(means, sizes, 0.0, acc, every).neg_()
+    cb = _cat(cbs, sizes, 0.0, acc, every)
+    if cb is not None:
+        bias.add_(cb)
+    bias.mul_(scale)
+    beta = _cat(betas, sizes, 0.0, acc, every)
+    if beta is not None:
+        bias.add_(beta)
+    every.copy_(bias)
+    return scale

@@ -40,8 +40,11 @@ def test_an_architecture_newer_than_nvrtc_gets_ptx():
     text = image.rstrip(b"\x00").decode()
     assert ".target sm_" in text
     for a in ("f16", "bf16", "f32"):
+        assert f".entry fold_vectors_{a}(" in text
         for b in ("f16", "bf16", "f32"):
             assert f".entry fold_{a}_{b}(" in text
+    # each step rounded as torch's operations round it: nothing contracted into an fma
+    assert "fma" not in text.split(".entry fold_vectors_f16(")[1]
 
 
 def test_an_architecture_older_than_nvrtc_knows_is_a_clear_error():
@@ -59,10 +62,12 @@ def test_a_compilation_error_names_nvrtc_and_its_log():
         bad.compile(90)
 
 
-def test_the_table_fits_a_kernels_parameter_block():
+def test_the_tables_fit_a_kernels_parameter_block():
     assert ctypes.sizeof(fold_kernel._Job) == 32
     assert ctypes.sizeof(fold_kernel._Jobs) == 32 * fold_kernel.MAX_JOBS
     assert ctypes.sizeof(fold_kernel._Jobs) + 8 <= 4096  # (and the scale's address)
+    assert ctypes.sizeof(fold_kernel._Vec) == 56  # the CUDA struct's size, 8-byte aligned
+    assert ctypes.sizeof(fold_kernel._Vecs) + 8 + 8 + 4 <= 4096  # (scale, bias, flags)
 
 
 def test_which_weights_the_kernel_takes():
@@ -87,3 +92,10 @@ def test_cpu_tensors_and_the_switch_leave_every_weight_to_torch(monkeypatch):
     assert fold_kernel.fold_weights(ws, scale, outs, 0) == [0, 1]
     monkeypatch.setattr(fold_kernel, "ENABLED", False)
     assert fold_kernel.fold_weights(ws, scale, outs, 0) == [0, 1]
+
+
+def test_the_vectors_kernel_leaves_cpu_tensors_to_torch():
+    params = [torch.randn(4, 2, 1, 1), None, torch.rand(4), torch.rand(4), torch.rand(4),
+              torch.rand(4)]  # fmt: skip
+    bias = torch.empty(4)
+    assert fold_kernel.fold_vectors(params, [1e-5], [4], bias, 0, 6) is None

@@ -3,7 +3,9 @@
 input and output dtype pair, both memory orders and more weights than one launch's table, with
 outputs poisoned with NaN; a weight it leaves to torch is left untouched; inside a CUDA graph
 capture the replay folds the values of its moment, and a kernel not yet loaded leaves the
-capture to torch; ``region_folds.fold`` on the GPU equals each chain's own ``fold_params``.
+capture to torch; ``fold_kernel.fold_vectors`` is ``region_folds``' torch operations bit for bit
+(mixed vector dtypes, absent affine parameters and biases); ``region_folds.fold`` on the GPU
+equals each chain's own ``fold_params``.
 
 Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q
 tests/torch_adapter/test_torch_fold_kernel_gpu.py``.
@@ -102,6 +104,32 @@ def test_inside_a_capture_a_kernel_not_yet_loaded_is_left_to_torch(monkeypatch):
         left = fold_kernel.fold_weights(ws, scale, outs, stream_of(scale))
     assert left == [0, 1, 2] and fresh.failed is None
     assert fold_kernel.fold_weights(ws, scale, outs, stream_of(scale)) == []  # loaded now
+
+
+@pytest.mark.parametrize("pdt", HALF, ids=str)
+@pytest.mark.parametrize("odt", HALF, ids=str)
+def test_the_vectors_kernel_is_torchs_operations_bit_for_bit(odt, pdt):
+    """``fold_vectors`` against ``region_folds``' torch operations: more chains than one
+    launch's table, vectors in *pdt* (the convolution bias in float32 on every third chain),
+    chains without batch norm's affine parameters or a convolution bias among ones with them,
+    epsilons differing, outputs poisoned with NaN."""
+    n = fold_kernel.MAX_VECS + 7
+    sizes = [(16, 64, 3, 256, 5)[i % 5] for i in range(n)]
+    params, eps = [], []
+    for i, c in enumerate(sizes):
+        cb = torch.randn(c, device=DEV) if i % 3 == 0 else None
+        gamma = None if i % 4 == 1 else torch.rand(c, device=DEV).to(pdt) * 2 + 0.1
+        beta = None if i % 4 == 1 else torch.randn(c, device=DEV).to(pdt)
+        mean, var = torch.randn(c, device=DEV).to(pdt), torch.rand(c, device=DEV).to(pdt) + 1e-3
+        params += [torch.empty(c, 1, 1, 1, device=DEV), cb, gamma, beta, mean, var]
+        eps.append(1e-5 * (1 + i % 3))
+    total = sum(sizes)
+    bias = torch.full((total,), float("nan"), device=DEV, dtype=odt)
+    scale = fold_kernel.fold_vectors(params, eps, sizes, bias, stream_of(bias), 6)
+    assert scale is not None and fold_kernel.SOURCE.failed is None, fold_kernel.SOURCE.failed
+    want_bias = torch.full_like(bias, float("nan"))
+    want_scale = region_folds._vectors(params, eps, want_bias, sizes)
+    assert torch.equal(scale, want_scale) and torch.equal(bias, want_bias)
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
