@@ -154,11 +154,6 @@ class Source:
             k = self._kernels[key] = dr.CUfunction(int(kern))
         return k
 
-    def loaded(self, arch: int, name: str) -> bool:
-        """Whether :meth:`kernel` already loaded kernel *name* for *arch* (a caller inside a
-        CUDA graph capture launches only those: loading is no capturable step)."""
-        return (arch, name) in self._kernels
-
     def launch(
         self, arch: int, name: str, grid: tuple, block: tuple, params: int, stream: int
     ) -> None:

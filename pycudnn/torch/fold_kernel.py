@@ -19,8 +19,8 @@ torch's ``rsqrt``, which is CUDA's ``rsqrtf`` as here) the same way.
 A weight it does not take (float64, another layout than its output's, another device, over
 2**31 elements, a device before Volta) is left to the caller, as is everything where the
 kernel cannot be compiled or loaded (no NVRTC; the reason is kept in ``SOURCE.failed``) or,
-inside a CUDA graph capture, was not loaded yet (loading is no capturable step; the eager
-warm-up before a capture loads it).
+inside a CUDA graph capture, has not run on that device yet (its first launch there loads it,
+which is no capturable step; the eager warm-up before a capture makes that launch).
 """
 
 from __future__ import annotations
@@ -167,6 +167,8 @@ _CODES = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3}
 
 
 _ARCH: dict[int, int] = {}
+#: ``(device, kernel)`` pairs launched outside a capture (so loaded into that device's context)
+_WARM: set[tuple[int, str]] = set()
 
 
 def _arch(index: int) -> int:
@@ -206,8 +208,8 @@ def fold_weights(
 ) -> list[int]:
     """``outs[i] = weights[i] * scale[rows of chain i]`` for the weights the kernel takes,
     launched on *stream* (``cudaStream_t`` of *scale*'s device, the current device); returns
-    the indices of the chains it left to the caller (all of them where the kernel is off,
-    unavailable, or inside a capture not yet loaded).
+    the indices of the chains it left to the caller (all of them where the kernel is off or
+    unavailable; inside a capture, those of a kernel that has not run on this device yet).
 
     *scale* is a packed float32 CUDA tensor, every chain's output channels one after another
     (chain ``i`` owns ``weights[i].shape[0]`` entries)."""
@@ -228,7 +230,7 @@ def fold_weights(
         c = int(w.shape[0])
         if _takes(w, out, dev):
             name = f"fold_{_KINDS[w.dtype]}_{_KINDS[out.dtype]}"
-            if capturing and not SOURCE.loaded(arch, name):
+            if capturing and (dev.index, name) not in _WARM:
                 left.append(i)
             else:
                 groups.setdefault(name, []).append((i, at))
@@ -241,6 +243,8 @@ def fold_weights(
                 for start in range(0, len(jobs), MAX_JOBS):
                     batch = jobs[start : start + MAX_JOBS]
                     _launch(arch, name, batch, weights, outs, scale, stream)
+                if not capturing:
+                    _WARM.add((dev.index, name))
     except Exception as exc:  # no NVRTC, no driver support: torch's multiply from now on
         SOURCE.failure(exc)
         return list(range(n))
@@ -292,7 +296,8 @@ def fold_vectors(
     dev = bias.device
     arch = _arch(dev.index)
     name = f"fold_vectors_{_KINDS[bias.dtype]}"
-    if arch < 70 or (torch.cuda.is_current_stream_capturing() and not SOURCE.loaded(arch, name)):
+    capturing = torch.cuda.is_current_stream_capturing()
+    if arch < 70 or (capturing and (dev.index, name) not in _WARM):
         return None
     chains = []
     any_ = 0
@@ -316,6 +321,8 @@ def fold_vectors(
                 args = (ctypes.c_void_p * 4)(*map(ctypes.addressof, (table, *ptrs, flags)))
                 grid = (-(-most // _BLOCK), min(MAX_VECS, len(chains) - start), 1)
                 SOURCE.launch(arch, name, grid, (_BLOCK, 1, 1), ctypes.addressof(args), stream)
+            if not capturing:
+                _WARM.add((dev.index, name))
     except Exception as exc:  # as fold_weights: torch's operations from now on
         SOURCE.failure(exc)
         return None

@@ -2,10 +2,10 @@
 ``fold_kernel.fold_weights`` is torch's float32 multiply rounded once, bit for bit, for every
 input and output dtype pair, both memory orders and more weights than one launch's table, with
 outputs poisoned with NaN; a weight it leaves to torch is left untouched; inside a CUDA graph
-capture the replay folds the values of its moment, and a kernel not yet loaded leaves the
-capture to torch; ``fold_kernel.fold_vectors`` is ``region_folds``' torch operations bit for bit
-(mixed vector dtypes, absent affine parameters and biases); ``region_folds.fold`` on the GPU
-equals each chain's own ``fold_params``.
+capture the replay folds the values of its moment, and a kernel that has not run on the device
+yet leaves the capture to torch; ``fold_kernel.fold_vectors`` is ``region_folds``' torch
+operations bit for bit (mixed vector dtypes, absent affine parameters and biases);
+``region_folds.fold`` on the GPU equals each chain's own ``fold_params``.
 
 Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q
 tests/torch_adapter/test_torch_fold_kernel_gpu.py``.
@@ -19,7 +19,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pycudnn._nvrtc import Source  # noqa: E402
 from pycudnn.torch import fold_kernel, region_folds  # noqa: E402
 from pycudnn.torch._runtime import stream_of  # noqa: E402
 from pycudnn.torch.fused import fold_params  # noqa: E402
@@ -95,15 +94,21 @@ def test_a_captured_fold_replays_the_values_of_its_moment():
         assert all(torch.equal(a, b) for a, b in zip(outs, want, strict=True)), step
 
 
-def test_inside_a_capture_a_kernel_not_yet_loaded_is_left_to_torch(monkeypatch):
-    fresh = Source("pycudnn_fold.cu", fold_kernel.SOURCE.text)
-    monkeypatch.setattr(fold_kernel, "SOURCE", fresh)
+def test_inside_a_capture_a_kernel_not_yet_run_on_the_device_is_left_to_torch(monkeypatch):
+    monkeypatch.setattr(fold_kernel, "_WARM", set())  # (as in a fresh process)
     ws, scale, outs = _case(3, torch.float16, torch.float16, CL)
+    vec = [torch.empty(4, 1, 1, 1, device=DEV), None, None, None, torch.zeros(4, device=DEV),
+           torch.ones(4, device=DEV)]  # fmt: skip
+    bias = torch.empty(4, device=DEV, dtype=torch.float16)
+    s = stream_of(scale)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        left = fold_kernel.fold_weights(ws, scale, outs, stream_of(scale))
-    assert left == [0, 1, 2] and fresh.failed is None
-    assert fold_kernel.fold_weights(ws, scale, outs, stream_of(scale)) == []  # loaded now
+        left = fold_kernel.fold_weights(ws, scale, outs, s)
+        vectors = fold_kernel.fold_vectors(vec, [1e-5], [4], bias, s, 6)
+    assert left == [0, 1, 2] and vectors is None and fold_kernel.SOURCE.failed is None
+    assert fold_kernel.fold_weights(ws, scale, outs, s) == []  # run here now: loaded
+    assert fold_kernel.fold_vectors(vec, [1e-5], [4], bias, s, 6) is not None
+    assert (scale.get_device(), "fold_f16_f16") in fold_kernel._WARM
 
 
 @pytest.mark.parametrize("pdt", HALF, ids=str)
