@@ -38,6 +38,7 @@ __all__ = [
     "GPU",
     "DeviceContext",
     "call_on_device",
+    "capture_id",
     "check",
     "coerce_stream",
     "current_device",
@@ -462,6 +463,21 @@ def is_capturing(stream: int) -> bool:
         return int(status) != 0  # cudaStreamCaptureStatusActive or ...Invalidated
     rt.cudaGetLastError()  # not sticky: clear it
     return name == "cudaErrorStreamCaptureImplicit"
+
+
+def capture_id(stream: int) -> int:
+    """The id of the capture sequence *stream* (a ``cudaStream_t``) is in (unique over the
+    process's lifetime), 0 when it is not capturing or CUDA cannot say
+    (``cudaStreamGetCaptureInfo``, which leaves no error behind)."""
+    try:
+        rt = runtime()
+        r = rt.cudaStreamGetCaptureInfo(stream)
+    except Exception:
+        return 0
+    if error_name(r[0]) != "cudaSuccess":
+        rt.cudaGetLastError()
+        return 0
+    return int(r[2]) if int(r[1]) != 0 else 0
 
 
 def _same_stream(a: int, b: int) -> bool:

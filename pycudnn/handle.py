@@ -106,7 +106,9 @@ class Handle(Resource):
     _destroy_name = "cudnnDestroy"
     _atexit = True  # device state: destroyed by the atexit pass (CUDA is still up then)
 
-    __slots__ = ("_device", "_stream", "_stream_obj", "_workspaces", "thread_id")
+    __slots__ = (
+        "_captured", "_device", "_retired", "_stream", "_stream_obj", "_workspaces", "thread_id",
+    )  # fmt: skip
 
     def __init__(self, device: int | None = None, stream: Any = None):
         if device is None:
@@ -127,6 +129,10 @@ class Handle(Resource):
         self._stream = 0
         self._stream_obj: Any = None
         self._workspaces: dict[int, Any] = {}  # stream -> Allocation or ResourceAllocation
+        # capturing stream -> (capture id, the last launch's workspace); another capture's
+        # blocks, given back outside any capture
+        self._captured: dict[int, tuple[int, Any]] = {}
+        self._retired: list[Any] = []
         self.thread_id = threading.get_ident()
 
     def _destroyer(self) -> Callable[[int], Any]:
@@ -216,7 +222,9 @@ class Handle(Resource):
         (stream-ordered) and allocates anew, rounded up to whole MiB and capped at the limit.
         Zero bytes gives ``(0, 0)`` unless a buffer exists. The pointer stays valid for work
         queued on *stream* until the next larger request for the same stream, or until the
-        handle is closed.
+        handle is closed. While *stream* captures a CUDA graph, a request the buffer cannot
+        serve takes a block of the installed memory resource for that launch instead (torch's
+        allocator: the graph's private pool), and the buffer is neither freed nor grown.
 
         Parameters
         ----------
@@ -244,6 +252,10 @@ class Handle(Resource):
             return ws.ptr, ws.nbytes
         if nbytes == 0:
             return 0, 0
+        cid = _cuda.capture_id(sid)  # (only when the kept workspace is missing or too small)
+        if cid:
+            return self._capture_workspace(nbytes, sid, cid)
+        self._retired.clear()
         device = self._device
         limit = config.workspace_limit
         if limit is not None and nbytes > limit:
@@ -263,6 +275,25 @@ class Handle(Resource):
                 raise
             alloc = allocator.workspace_allocation(nbytes, device, sid)
         table[sid] = alloc
+        return alloc.ptr, alloc.nbytes
+
+    def _capture_workspace(self, nbytes: int, sid: int, cid: int) -> tuple[int, int]:
+        """A workspace for one launch on *sid* while it captures CUDA graph sequence *cid*: a
+        block of the installed memory resource (torch's allocator: the graph's private pool),
+        held until the next such launch on *sid* asks for one. A block of the same capture is
+        given back then (the capture orders its reuse after the launches that read it); one of
+        an earlier capture only at the next workspace made outside a capture (its pool is
+        another graph's). The kept workspace of *sid*, if any, is left alone: a graph captured
+        earlier may read it. Without a resource that can allocate under capture,
+        :class:`~pycudnn.errors.StreamCaptureError`."""
+        alloc = allocator.capture_allocation(nbytes, self._device, sid)
+        old = self._captured.pop(sid, None)
+        self._captured[sid] = (cid, alloc)
+        if old is not None:
+            if old[0] == cid:
+                old[1].release(sid)
+            else:
+                self._retired.append(old[1])
         return alloc.ptr, alloc.nbytes
 
     def workspace_size(self, stream: Any = None) -> int:
@@ -288,7 +319,9 @@ class Handle(Resource):
             ``cudnnDestroy`` failed (the handle counts as closed regardless).
         """
         workspaces, self._workspaces = self._workspaces, {}
-        for ws in workspaces.values():
+        captured, self._captured = self._captured, {}
+        retired, self._retired = self._retired, []
+        for ws in [*workspaces.values(), *(a for _, a in captured.values()), *retired]:
             close = getattr(ws, "close", None)
             if close is not None:
                 close()

@@ -68,6 +68,7 @@ __all__ = [
     "ResourceAllocation",
     "allocation_error",
     "cache_stats",
+    "capture_allocation",
     "device_malloc",
     "empty_cache",
     "get_cache_limit",
@@ -252,6 +253,23 @@ class ResourceAllocation:
     def release(self, stream: int) -> None:
         """Give the block back (its resource orders the free on the block's stream)."""
         self.block = None
+
+
+def capture_allocation(nbytes: int, device: int, stream: int) -> ResourceAllocation:
+    """*nbytes* for one launch on *stream* while it captures a CUDA graph: a block of the
+    resource :func:`set_memory_resource` installed (torch's allocator takes it from the graph's
+    private pool). pycudnn's own allocations cannot be recorded by a capture: without such a
+    resource, :class:`~pycudnn.errors.StreamCaptureError` saying what to do."""
+    resource = _resource
+    if resource is _default:
+        raise errors.StreamCaptureError(
+            f"cannot allocate {_fmt_bytes(nbytes)} ({nbytes} bytes) of workspace on device "
+            f"{device}: stream 0x{stream:x} is capturing a CUDA graph, which cannot record "
+            "pycudnn's own allocation; run the call once on this stream before capturing (its "
+            "workspace then exists), or install an allocator that allocates under capture "
+            "(pycudnn.torch.use_torch_allocator(): the graph's private pool)"
+        )
+    return ResourceAllocation(resource.allocate(nbytes, device, stream, None), nbytes)
 
 
 def workspace_allocation(nbytes: int, device: int, stream: int) -> Allocation | ResourceAllocation:

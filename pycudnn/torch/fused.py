@@ -359,17 +359,22 @@ class FusedConv(nn.Module):
         self, dtype: torch.dtype, fmt: torch.memory_format
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The folded weight (in memory format *fmt*) and bias in *dtype*, cached until a
-        tensor they were computed from changes (its data pointer or version counter)."""
+        tensor they were computed from changes (its data pointer or version counter). Inside a
+        CUDA graph capture they are computed anew, in the capture, and not kept: a replay then
+        folds the parameters of its moment (an in-place update between replays changes no
+        version the replay could see)."""
         conv, bn, _, _ = self.parts
+        capturing = conv.weight.is_cuda and torch.cuda.is_current_stream_capturing()
         key = (dtype, fmt, bn.eps, *(_version_of(t) for t in self.fold_sources()))
         st = state(self)
         hit = st.get("fold")
-        if hit is not None and hit[0] == key:
+        if hit is not None and hit[0] == key and not capturing:
             return hit[1], hit[2]
         with torch.no_grad():
             w, b = fold_bn(conv, bn, dtype)
             w = w.contiguous(memory_format=fmt)
-        st["fold"] = (key, w, b)
+        if not capturing:
+            st["fold"] = (key, w, b)
         return w, b
 
     def _compiled(self, x: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:

@@ -44,6 +44,7 @@ from .chains import chain_operands, like_layout, ref, walk_backward, walk_forwar
 from .fused import hooked
 from .fused_train import TRAIN_ACTS, cfg_list
 from .program import Program, record
+from .region_folds import fold
 from .region_ops import (
     Spec,
     op_region_eval,
@@ -120,6 +121,7 @@ class FusedRegion(nn.Module):
         convs = [None if c._cfg() is None else cfg_list(c._cfg()) for c in self.parts]
         acts = [None if c.act is None else (c.act.name, c.act.coef or 0.0) for c in self.parts]
         self.op_key = register(Spec(self.wiring, self.outputs, convs, acts))
+        self._folds: OrderedDict = OrderedDict()  # the fold layouts of captured eval runs
         self._op_ok = None not in convs  # (read while dynamo traces: no registry lookup there)
 
     def extra_repr(self) -> str:
@@ -284,6 +286,8 @@ class FusedRegion(nn.Module):
 
     # -- eval --------------------------------------------------------------------------------
     def _eval(self, b: _Bound, inputs: tuple) -> tuple | None:
+        if inputs[0].is_cuda and torch.cuda.is_current_stream_capturing():
+            return self._eval_captured(b, inputs)
         if b.fwd is None:
             with _lean.Tape() as tape:
                 outs = self._chains(inputs)
@@ -313,6 +317,32 @@ class FusedRegion(nn.Module):
             b.ext, b.versions = ext, versions
         x = inputs[0]
         ptrs = [t.data_ptr() for t in inputs] + b.ext
+        _, outs, _ = b.fwd.run(ptrs, x.device, stream_of(x))
+        return tuple(outs)
+
+    def _eval_captured(self, b: _Bound, inputs: tuple) -> tuple:
+        """Eval inside a CUDA graph capture: the program (recorded outside a capture, before)
+        on folds made in the capture (:func:`~.region_folds.fold`: two launches of pycudnn's
+        fold kernels), so every replay folds the parameters and statistics of its moment, as a
+        captured torch model reads its own; the kept folds are neither used nor replaced.
+        Without a program yet, or with folds the program's plans do not take (a bias off 16
+        bytes), the chains run (their folds also made in the capture) and nothing is recorded:
+        a program must not keep pointers into the capture's memory."""
+        if b.fwd is None:
+            return self._chains(inputs)
+        x = inputs[0]
+        params: list[Any] = []
+        for fc in self.parts:
+            params += fc.fold_sources()
+        eps = [float(fc.parts[1].eps) for fc in self.parts]
+        ws, bs = fold(self._folds, params, eps, x, format_of(x))
+        ext = [p for w, bias in zip(ws, bs, strict=True) for p in (w.data_ptr(), bias.data_ptr())]
+        odd = 0
+        for p in ext:
+            odd |= p
+        if odd & 15:  # (biases packed after channel counts that are no multiple of 16 bytes:
+            return self._chains(inputs)  # the program's plans were chosen for aligned ones)
+        ptrs = [t.data_ptr() for t in inputs] + ext
         _, outs, _ = b.fwd.run(ptrs, x.device, stream_of(x))
         return tuple(outs)
 

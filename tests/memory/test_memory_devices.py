@@ -216,3 +216,41 @@ def test_a_stream_object_of_another_device_is_refused_at_allocation(rt):
 
     with pytest.raises(ValueError, match="stream is on device 1 but the memory on device 0"):
         memory.empty((4,), np.float32, 0, TorchLikeStream())
+
+
+def test_a_workspace_under_capture_comes_from_the_installed_resource():
+    """``capture_allocation``: pycudnn's own allocator cannot be recorded by a capture (a clear
+    error saying what to do); an installed resource (torch's: the graph's private pool) gives
+    the block, and dropping the allocation gives it back."""
+    from pycudnn import errors
+    from pycudnn.memory import allocator
+
+    prev = allocator.set_memory_resource(None)
+    try:
+        with pytest.raises(errors.StreamCaptureError, match=r"1\.0 MiB .* of workspace .*"
+                           r"0x40 is capturing .*use_torch_allocator"):  # fmt: skip
+            allocator.capture_allocation(1 << 20, 0, 0x40)
+    finally:
+        allocator.set_memory_resource(prev)
+    seen, dropped = [], []
+
+    class Block:
+        def __init__(self, nbytes, device, stream):
+            self.ptr, self.nbytes, self.device, self.stream = 0x7000, nbytes, device, stream
+
+        def __del__(self):
+            dropped.append(self.ptr)
+
+    class Resource:
+        def allocate(self, nbytes, device, stream, keep):
+            seen.append((nbytes, device, stream))
+            return Block(nbytes, device, stream)
+
+    prev = allocator.set_memory_resource(Resource())
+    try:
+        got = allocator.capture_allocation(3 << 20, 0, 0x40)
+        assert (got.ptr, got.nbytes) == (0x7000, 3 << 20) and seen == [(3 << 20, 0, 0x40)]
+        got.release(0x40)
+        assert dropped == [0x7000]
+    finally:
+        allocator.set_memory_resource(prev)
