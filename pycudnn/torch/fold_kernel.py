@@ -37,9 +37,9 @@ __all__ = ["ENABLED", "MAX_JOBS", "MAX_VECS", "SOURCE", "fold_vectors", "fold_we
 #: weights per launch: the table is passed by value, and 120 entries of 32 bytes and the
 #: scale's address stay under the 4 KiB every CUDA driver takes as a kernel's parameters
 MAX_JOBS = 120
-#: chains per launch of the vectors' kernel: 60 entries of 64 bytes, under the same 4 KiB
+#: chains per launch of the vectors' kernel: 60 entries of 56 bytes, under the same 4 KiB
 MAX_VECS = 60
-#: False sends every weight back to the caller (torch's multiply): tests compare the two
+#: False leaves every fold to the caller (torch's operations): tests compare the two
 ENABLED = True
 _BLOCK = 256
 _MAX_BLOCKS = 512  # per weight: a grid-stride loop does the rest
