@@ -41,6 +41,7 @@ from ._compile import compiling
 from ._module import state
 from ._runtime import autocast_dtype, cuda_ok, dense, format_of, stream_of
 from .chains import chain_operands, like_layout, ref, walk_backward, walk_forward
+from .fold_kernel import warm
 from .fused import hooked
 from .fused_train import TRAIN_ACTS, cfg_list
 from .program import Program, record
@@ -289,6 +290,8 @@ class FusedRegion(nn.Module):
         if inputs[0].is_cuda and torch.cuda.is_current_stream_capturing():
             return self._eval_captured(b, inputs)
         if b.fwd is None:
+            if inputs[0].is_cuda:  # a capture after this warm-up folds with pycudnn's kernels
+                warm(inputs[0].device)
             with _lean.Tape() as tape:
                 outs = self._chains(inputs)
             folds = []

@@ -30,6 +30,7 @@ nn = torch.nn
 F = nn.functional
 
 import pycudnn.torch as pt  # noqa: E402
+from pycudnn.torch import fold_kernel  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -104,6 +105,24 @@ def test_a_captured_eval_replays_the_parameters_of_its_moment(name):
         want = eager(static_x)
         assert _rel(want, before) > 0.05  # (the change shows)
         assert _rel(static_y, want) < 1e-3
+
+
+def test_a_capture_after_an_eager_warm_up_folds_with_pycudnns_kernels(monkeypatch):
+    monkeypatch.setattr(fold_kernel, "_WARM", set())  # (as in a fresh process)
+    model = _fused("resnet18", train=False)
+    static_x, _ = _batch(8, 1)
+    with torch.no_grad():
+        _warm(lambda: model(static_x))  # eager: the region's programs, and the kernels loaded
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            model(static_x)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        g.replay()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert any(n.startswith("fold_vectors_") for n in names), names
+    assert any(n.startswith("fold_bf16_") for n in names), names
+    assert not any("BinaryFunctor" in n for n in names)  # (torch's per-weight multiply)
 
 
 def _sgd(model):

@@ -1,7 +1,9 @@
 """GPU tests of pycudnn's own fold kernel (marker ``gpu``; skipped without a device or torch):
 ``fold_kernel.fold_weights`` is torch's float32 multiply rounded once, bit for bit, for every
 input and output dtype pair, both memory orders and more weights than one launch's table, with
-outputs poisoned with NaN; a weight it leaves to torch is left untouched; inside a CUDA graph
+outputs poisoned with NaN, on both of its paths (8 elements a thread, and one a thread for rows
+that are no whole 16-byte vectors or pointers off 16 bytes); ``warm`` loads every kernel so that
+a capture folds with them; a weight it leaves to torch is left untouched; inside a CUDA graph
 capture the replay folds the values of its moment, and a kernel that has not run on the device
 yet leaves the capture to torch; ``fold_kernel.fold_vectors`` is ``region_folds``' torch
 operations bit for bit (mixed vector dtypes, absent affine parameters and biases);
@@ -62,6 +64,19 @@ def test_the_kernel_is_torchs_multiply_bit_for_bit(wdt, odt, fmt):
         assert torch.equal(got, want), (i, got.shape)
 
 
+@pytest.mark.parametrize("odt", HALF, ids=str)
+def test_unaligned_weights_and_outputs_take_the_one_element_path(odt):
+    # rows of whole 8-element vectors, but pointers 2 or 4 bytes off 16: one element a thread
+    ws, scale, outs = _case(4, torch.bfloat16, odt, torch.contiguous_format)
+    ws = [torch.cat([w.new_zeros(1), w.flatten()])[1:].view(w.shape) for w in ws]
+    outs = [torch.full((o.numel() + 1,), float("nan"), device=DEV, dtype=odt)[1:].view(o.shape)
+            for o in outs]  # fmt: skip
+    assert all(w.data_ptr() % 16 for w in ws) and all(o.data_ptr() % 16 for o in outs)
+    assert fold_kernel.fold_weights(ws, scale, outs, stream_of(scale)) == []
+    want = _want(ws, scale, odt)
+    assert all(torch.equal(a, b) for a, b in zip(outs, want, strict=True))
+
+
 def test_a_weight_in_another_layout_is_left_untouched():
     ws, scale, outs = _case(4, torch.bfloat16, torch.bfloat16, CL)
     outs[2] = torch.full(ws[2].shape, float("nan"), device=DEV, dtype=torch.bfloat16)  # NCHW
@@ -109,6 +124,23 @@ def test_inside_a_capture_a_kernel_not_yet_run_on_the_device_is_left_to_torch(mo
     assert fold_kernel.fold_weights(ws, scale, outs, s) == []  # run here now: loaded
     assert fold_kernel.fold_vectors(vec, [1e-5], [4], bias, s, 6) is not None
     assert (scale.get_device(), "fold_f16_f16") in fold_kernel._WARM
+
+
+def test_warm_loads_every_kernel_so_a_capture_folds_with_them(monkeypatch):
+    monkeypatch.setattr(fold_kernel, "_WARM", set())  # (as in a fresh process)
+    ws, scale, outs = _case(3, torch.bfloat16, torch.bfloat16, CL)
+    fold_kernel.warm(scale.device)
+    assert len(fold_kernel._WARM) == 12 and fold_kernel.SOURCE.failed is None
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        left = fold_kernel.fold_weights(ws, scale, outs, stream_of(scale))
+    assert left == []
+    for o in outs:
+        o.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    want = _want(ws, scale, torch.bfloat16)
+    assert all(torch.equal(a, b) for a, b in zip(outs, want, strict=True))
 
 
 @pytest.mark.parametrize("pdt", HALF, ids=str)
