@@ -25,12 +25,12 @@ program would not replay).
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["ALIGN", "Program", "record"]
+__all__ = ["ALIGN", "Program", "held", "record"]
 
 #: arena places are aligned to this many bytes (cuDNN's plans were chosen for 16-byte aligned
 #: operands; torch's own allocations are 512-byte aligned)
@@ -80,18 +80,26 @@ class Program:
         return len(self.steps)
 
     def run(
-        self, ext: list[int], device: torch.device, stream: int
+        self,
+        ext: list[int],
+        device: torch.device,
+        stream: int,
+        arena: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, list[torch.Tensor], list[int]]:
         """Launch every step on *stream* (torch's current stream on *device*, the entries'
         device) with the external pointers *ext*; returns ``(arena, outputs, slots)``: the
         arena and the outputs must live until the launches that read them have run (the
         stream orders their reuse), *slots* are every slot's pointer (a backward program's
-        external slots)."""
+        external slots). *arena*: an arena to place the intermediate results in instead of a
+        new one (a backward program recorded with ``held=`` runs in its forward's arena),
+        used where it has :attr:`arena_bytes`."""
         for h in self.handles:
             h.set_stream(stream)  # no C call when bound to it already
-        arena = None
-        if self.arena_bytes:
-            arena = torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
+        if not self.arena_bytes:
+            arena = None
+        else:
+            if arena is None or arena.numel() < self.arena_bytes:
+                arena = torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
             base = arena.data_ptr()
             ext = ext + [base + o for o in self.offsets]
         outs = [torch.empty_strided(s, st, dtype=dt, device=device) for s, st, dt in self.outs]
@@ -116,6 +124,8 @@ def record(
     reuse: bool,
     places: dict[int, int] | None = None,
     arena_bytes: int = 0,
+    busy: Sequence[tuple[int, int, int, int]] = (),
+    live: Collection[int] = (),
 ) -> tuple[Program, list[torch.Tensor]] | str:
     """A :class:`Program` replaying *launches* (a tape's ``(entry, tensors)``), or why not.
 
@@ -130,8 +140,8 @@ def record(
         Results to allocate as tensors of their own, each produced by a launch, in the order
         :meth:`Program.run` returns them (None: skipped).
     reuse : bool
-        Let intermediate results whose last reader has run share arena bytes (never for a
-        forward whose results a backward reads).
+        Let intermediate results whose last reader has run share arena bytes (a forward's
+        results that a backward reads: only with *live*).
     places : dict, optional
         A fixed arena layout instead of one planned here: ``id(tensor) -> byte offset`` for
         every intermediate result, in an arena of *arena_bytes* (a layout another party
@@ -139,6 +149,16 @@ def record(
         result with no place is refused.
     arena_bytes : int
         The fixed layout's arena size (with *places*).
+    busy : sequence of (offset, size, first, last)
+        Arena bytes already in use during launches *first* to *last* (with *reuse*): a
+        backward's forward results, from :func:`held`, so that the backward's intermediate
+        results take the bytes of the forward's once their last reader has run, and the
+        program runs in the forward's arena (:meth:`Program.run`'s *arena*), as autograd
+        frees a saved tensor after its last use. The arena is then at least as large as
+        every busy place.
+    live : collection of int
+        The ``id`` of each intermediate result that must outlive the last launch (with *reuse*: a
+        forward's results that its backward reads); the others share bytes by lifetime.
 
     Returns
     -------
@@ -175,6 +195,10 @@ def record(
     for t in outputs:
         if t is not None and id(t) not in produced:
             return f"an output ({tuple(t.shape)} {t.dtype}) is produced by no launch"
+    for k in live:
+        p = produced.get(k)
+        if p is not None:
+            p[2] = len(launches)  # (past every launch: no later result takes its bytes)
     # arena places: first fit over the live intervals (or one after the other)
     inner = [k for k in order if k not in keep]
     if places is not None:
@@ -183,9 +207,9 @@ def record(
                 t = produced[k][0]
                 what = f"{tuple(t.shape)} {t.dtype}"
                 return f"a launch produces a result ({what}) the layout has no place for"
-    placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
+    placed: list[tuple[int, int, int, int]] = list(busy)  # (offset, size, first, last)
     offsets: dict[int, int] = {}
-    top = 0
+    top = max((o + n for o, n, _, _ in busy), default=0)
     for k in inner:
         t, first, last = produced[k]
         size = _up(_span(t) or 0)
@@ -226,3 +250,25 @@ def record(
         steps.append((entry, idx))
     prog = Program(len(ext), [offsets[k] for k in inner], top, outs, steps)
     return prog, tensors
+
+
+def held(
+    forward: Program, tensors: Sequence[torch.Tensor], launches: Sequence[tuple[Any, tuple]]
+) -> list[tuple[int, int, int, int]]:
+    """The *forward* program's arena places that a backward's *launches* (a tape's) read or
+    write, as :func:`record`'s *busy*: ``(offset, size, 0, last launch using it)``. *tensors*
+    are the forward's slot tensors (``record``'s second result); a place no launch uses is
+    free from the backward's start."""
+    inner = tensors[forward.n_ext : forward.n_ext + len(forward.offsets)]
+    last: dict[int, int] = {}
+    ids = {id(t) for t in inner}
+    for i, (_, ts) in enumerate(launches):
+        for t in ts:
+            if id(t) in ids:
+                last[id(t)] = i
+    out = []
+    for t, off in zip(inner, forward.offsets, strict=True):
+        i = last.get(id(t))
+        if i is not None:
+            out.append((off, _up(_span(t) or 0), 0, i))
+    return out

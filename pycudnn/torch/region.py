@@ -44,7 +44,7 @@ from .chains import chain_operands, like_layout, ref, walk_backward, walk_forwar
 from .fold_kernel import warm
 from .fused import hooked
 from .fused_train import TRAIN_ACTS, cfg_list
-from .program import Program, record
+from .program import Program, held, record
 from .region_folds import fold
 from .region_ops import (
     Spec,
@@ -404,7 +404,8 @@ class FusedRegion(nn.Module):
 
     def _train_nograd(self, b: _Bound, inputs: tuple) -> tuple:
         if b.fwd is None:
-            outs, _, got = self.bind_forward(b, inputs)
+            outs, _, taped = self.bind_forward(b, inputs)
+            got = taped if isinstance(taped, str) else record(*taped, reuse=True)
             if isinstance(got, str):
                 b.reason = got
             else:
@@ -452,6 +453,23 @@ class FusedRegion(nn.Module):
         _increment(self._running())  # cuDNN wrote them: as an in-place op would
         return outs, (arena, outs, slots, bufs)
 
+    def rerun_forward(self, b: _Bound, inputs: tuple) -> tuple:
+        """The forward program once more for a second backward of one forward
+        (``retain_graph=True``): the first backward ran in the forward's arena and wrote over
+        the results it had read last (:func:`~.program.held`). Returns what the backward reads
+        (``_run_forward``'s second result); the running averages and batch counts are left as
+        the forward left them."""
+        x = inputs[0]
+        running = self._running()
+        kept = [t.clone() for t in running]
+        bufs = self._cast_bufs(b.casts)  # (cast running averages: copies, not written back)
+        ext = self._external(inputs, b.casts, bufs, ptrs=True)
+        assert b.fwd is not None
+        arena, outs, slots = b.fwd.run(ext, x.device, stream_of(x))
+        with torch.no_grad():
+            torch._foreach_copy_(running, kept)
+        return arena, outs, slots, bufs
+
     def _counts(self) -> list[torch.Tensor]:
         return [bn.num_batches_tracked for bn in self._bns]
 
@@ -463,9 +481,12 @@ class FusedRegion(nn.Module):
 
     def bind_forward(self, b: _Bound, inputs: tuple) -> tuple[list, list, Any]:
         """The first training run of a signature: every chain's own forward (its checks and
-        bindings) under a tape. Returns ``(outputs, records, recorded)``, *recorded*
-        :func:`~.program.record`'s answer: ``(program, slot tensors)``, or why the run cannot
-        be replayed (the run itself is the chains' own, hence correct)."""
+        bindings) under a tape. Returns ``(outputs, records, taped)``, *taped* what
+        :func:`~.program.record` takes to make the forward program, ``(launches, external
+        operands, outputs)``, or why the run cannot be replayed (the run itself is the
+        chains' own, hence correct). The program is made once the places its results need
+        are known: at once without a gradient, by the first backward with one (what that
+        backward reads must outlive the forward; the rest may share bytes)."""
         bufs = self._cast_bufs(b.casts)
         ext = self._external(inputs, b.casts, bufs, ptrs=False)
         n_in = len(inputs)
@@ -485,7 +506,30 @@ class FusedRegion(nn.Module):
             self.wiring, self.outputs, inputs, operands, prepare
         )
         self._write_back(b.casts, bufs)
-        return outs, recs, why or record(launches, ext, outs, reuse=False)
+        return outs, recs, why or (launches, ext, outs)
+
+    def bind_programs(
+        self, b: _Bound, taped: tuple, launches: list, douts: tuple, results: list
+    ) -> str:
+        """The forward and backward programs from the first step's tapes (*taped*: what
+        :meth:`bind_forward` gave; *launches*: the backward's), kept in *b*; or why not. The
+        forward's results that the backward reads live on to the end of the forward, the others
+        share bytes; the backward's intermediate results take the bytes of the forward's once
+        their last reader has run (:func:`~.program.held`): one arena for the step, given back
+        as the backward ends, where autograd frees each saved tensor after its last use."""
+        read = {id(t) for _, ts in launches for t in ts}
+        got = record(*taped, reuse=True, live=read)
+        if isinstance(got, str):
+            return got
+        prog, tensors = got
+        busy = held(prog, tensors, launches)
+        bwd = record(launches, [*douts, *tensors], results, reuse=True, busy=busy)
+        if isinstance(bwd, str):
+            return bwd
+        prog.arena_bytes = max(prog.arena_bytes, bwd[0].arena_bytes)
+        b.fwd, b.bwd = prog, bwd[0]
+        b.pattern = [r is not None for r in results]
+        return ""
 
     def bind_backward(self, inputs: tuple, recs: list, douts: tuple, need: tuple) -> tuple:
         """The first backward of a signature (:func:`~.chains.walk_backward`): ``(gradients of
@@ -516,7 +560,7 @@ class _RegionFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, region: FusedRegion, b: _Bound, n_in: int, *flat: torch.Tensor):
         inputs = flat[:n_in]
-        ctx.region, ctx.b, ctx.n_in = region, b, n_in
+        ctx.region, ctx.b, ctx.n_in, ctx.spent = region, b, n_in, False
         if b.fwd is not None and b.bwd is not None:
             outs, run = region._run_forward(b, inputs)
             ctx.run, ctx.bind = run, None
@@ -535,14 +579,20 @@ class _RegionFn(torch.autograd.Function):
         need = ctx.needs_input_grad[3:]
         douts = tuple(like_layout(d, *m) for d, m in zip(douts, ctx.out_meta, strict=True))
         if ctx.run is not None:
-            slots = ctx.run[2]
+            if ctx.spent:  # a second backward (retain_graph): the first wrote over the arena
+                ctx.run = region.rerun_forward(b, flat[:n_in])
+            arena, slots = ctx.run[0], ctx.run[2]
             x = douts[0]
-            _, grads, _ = b.bwd.run([d.data_ptr() for d in douts] + slots, x.device, stream_of(x))
+            ptrs = [d.data_ptr() for d in douts] + slots
+            _, grads, _ = b.bwd.run(ptrs, x.device, stream_of(x), arena)
+            ctx.spent = True
             it = iter(grads)
             return (None, None, None, *(next(it) if n else None for n in b.pattern))
         recs, got = ctx.bind
-        ctx.bind = None
         results, launches = region.bind_backward(flat[:n_in], recs, douts, need)
+        if ctx.spent:  # a second backward (retain_graph): recorded by the first already
+            return (None, None, None, *results)
+        ctx.spent = True
         # (gradients of cast operands, a float32 dgamma or a bfloat16 dw, go back in their
         # inputs' dtypes: autograd casts what a node returns to its input's dtype)
         if isinstance(got, str):
@@ -550,13 +600,9 @@ class _RegionFn(torch.autograd.Function):
         elif launches is None:
             b.reason = "a torch operation between the backward's launches"
         else:
-            prog, tensors = got
-            bwd = record(launches, [*douts, *tensors], results, reuse=True)
-            if isinstance(bwd, str):
-                b.reason = bwd
-            else:
-                b.fwd, b.bwd = prog, bwd[0]
-                b.pattern = [r is not None for r in results]
+            why = region.bind_programs(b, got, launches, douts, results)
+            if why:
+                b.reason = why
         return (None, None, None, *results)
 
 

@@ -239,6 +239,73 @@ def test_record_refuses_foreign_operands_and_plans_lifetimes():
     assert "not a bound" in program.record([(None, (a, b))], [a], [b], reuse=True)
 
 
+def test_a_backward_takes_the_forwards_bytes_after_their_last_reader():
+    class E:
+        n_in = 1
+        handle = _Handle()
+        lean = True
+
+        def launch(self, ptrs):
+            pass
+
+    a, b, c, d = torch.empty(10), torch.empty(100), torch.empty(100), torch.empty(100)
+    fwd, ftensors = program.record([(E(), (a, b)), (E(), (b, c)), (E(), (c, d))], [a], [d],
+                                   reuse=False)  # fmt: skip
+    assert fwd.arena_bytes == 2 * program._up(400)  # b and c, one after the other
+    # the backward reads c, then b: g1 and g2 may take neither's bytes (a launch never writes
+    # where it reads), g3 takes c's (launch 1 read c last)
+    dd, g1, g2, g3, g4 = (torch.empty(100) for _ in range(5))
+    launches = [(E(), (dd, g1)), (E(), (g1, c, g2)), (E(), (g2, g3)), (E(), (g3, b, g4))]
+    busy = program.held(fwd, ftensors, launches)
+    up = program._up(400)
+    assert sorted(busy) == [(0, up, 0, 3), (up, up, 0, 1)]
+    bwd, _ = program.record(launches, [dd, *ftensors], [g4], reuse=True, busy=busy)
+    assert bwd.offsets == (2 * up, 3 * up, up)  # g1, g2 past b and c; g3 in c's place
+    assert bwd.arena_bytes == 4 * up
+    # a result the backward reads outlives the forward; the others share bytes by lifetime
+    e = torch.empty(100)
+    chain = [(E(), (a, b)), (E(), (b, c)), (E(), (c, d)), (E(), (d, e))]
+    assert program.record(chain, [a], [e], reuse=True)[0].arena_bytes == 2 * up  # d in b's place
+    kept = program.record(chain, [a], [e], reuse=True, live={id(b)})[0]
+    assert kept.arena_bytes == 3 * up and kept.offsets[0] not in kept.offsets[1:]
+    # run in the forward's arena (grown to the backward's size), or in one of its own
+    arena = torch.empty(bwd.arena_bytes, dtype=torch.uint8)
+    got, _, slots = bwd.run([0] * (1 + len(ftensors)), torch.device("cpu"), 0, arena)
+    assert got is arena and slots[len(ftensors) + 1] == arena.data_ptr() + 2 * up
+    small = torch.empty(8, dtype=torch.uint8)
+    own, _, _ = bwd.run([0] * (1 + len(ftensors)), torch.device("cpu"), 0, small)
+    assert own is not small and own.numel() == bwd.arena_bytes
+
+
+@pytest.mark.usefixtures("lean")
+def test_a_second_backward_of_one_forward_reruns_it(monkeypatch):
+    """``retain_graph=True``: the first backward wrote its gradients over forward results it had
+    read (one arena for both); a second backward of the same forward reruns the forward program
+    and gets torch's gradients again, the running statistics untouched by the rerun."""
+    ref, mine = tf._pair(Two)
+    for step in range(3):  # the first step binds; the later ones replay the programs
+        stats = []
+        for m in (ref, mine):
+            for p in m.parameters():
+                p.grad = None
+            torch.manual_seed(step)
+            x = _x(3).requires_grad_()
+            y = m(x)
+            dy = torch.randn_like(y)
+            y.backward(dy, retain_graph=True)
+            first = [p.grad.clone() for p in m.parameters()]
+            buffers = [t.clone() for t in m.buffers()]
+            y.backward(dy)  # accumulates the same gradients once more
+            for p, g in zip(m.parameters(), first, strict=True):
+                torch.testing.assert_close(p.grad, 2 * g, rtol=1e-9, atol=1e-9)
+            for t, was in zip(m.buffers(), buffers, strict=True):
+                assert torch.equal(t, was)
+            stats.append([p.grad for p in m.parameters()] + list(m.buffers()))
+        for a, b in zip(*stats, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    assert all("backward program" in w for w in _programs(mine)), _programs(mine)
+
+
 def test_tapes_do_not_nest():
     with _lean.Tape(), pytest.raises(RuntimeError, match="already recording"), _lean.Tape():
         pass
