@@ -15,7 +15,8 @@ launches; later runs replay them as one program:
   and batch norm + residual + ReLU per chain; the running averages updated by cuDNN and
   ``num_batches_tracked`` counted, as the modules would) and its backward another (per chain,
   batch norm's fused gradient, then the data gradient accumulated in place where a tensor feeds
-  several chains, then the weight gradient).
+  several chains, then the weight gradient), both in one arena (the backward's gradients take
+  the bytes of forward results it has read for the last time).
 
 Programs are per thread (their entries hold the thread's cuDNN handle, as the lean path's do).
 A region whose run cannot become a program (a chain that runs unfused for that signature: hooks,
