@@ -11,7 +11,13 @@ process (alternating, medians).
 
 Run on the GPU machine from the repository root::
 
-    PYTHONPATH=. python3 bench/capture.py [--quick] [--only infer,train-resnet18] [--json out.json]
+    PYTHONPATH=. python3 bench/capture.py [--quick] [--only infer,train-resnet18] [--kernels 12]
+        [--json out.json]
+
+``--kernels N`` also prints each side's N costliest kernels per replay (name, launches, µs):
+where a captured step's GPU time goes. ``--tuned`` lets both sides time their convolution
+engines before the capture (``torch.backends.cudnn.benchmark = True``; pycudnn's
+``config.algo_fwd = "time_once"``) instead of taking cuDNN's heuristics' first choice.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+import pycudnn  # noqa: E402
 import pycudnn.torch as pt  # noqa: E402
 from bench import torch_models as tm  # noqa: E402
 from bench import torch_resnet50 as rn  # noqa: E402
@@ -85,24 +92,30 @@ def _captured(model: nn.Module, x: torch.Tensor, y: torch.Tensor, train: bool):
     return g, out, opt
 
 
-def _kernels(g: torch.cuda.CUDAGraph, n: int = 10) -> tuple[float, float]:
-    """µs of GPU kernels per replay of *g*: all of them, and pycudnn's fold kernels'."""
+def _kernels(g: torch.cuda.CUDAGraph, n: int = 10) -> dict[str, list[float]]:
+    """``{kernel name: [launches, µs]}`` per replay of *g*."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(n):
             g.replay()
         torch.cuda.synchronize()
-    total = folds = 0.0
+    got: dict[str, list[float]] = {}
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
-            total += ev.device_time
-            if ev.name.startswith("fold_"):
-                folds += ev.device_time
-    return total / n, folds / n
+            row = got.setdefault(ev.name, [0.0, 0.0])
+            row[0] += 1 / n
+            row[1] += ev.device_time / n
+    return got
 
 
-def run_case(case: tuple, quick: bool, device: torch.device) -> dict:
+def _top(per: dict[str, list[float]], k: int) -> list[list]:
+    """The *k* costliest kernels of *per* as ``[µs, launches, name]`` rows."""
+    rows = sorted(per.items(), key=lambda kv: -kv[1][1])[:k]
+    return [[round(us, 1), round(c, 2), name[:160]] for name, (c, us) in rows]
+
+
+def run_case(case: tuple, quick: bool, device: torch.device, top: int = 0) -> dict:
     name, arch, batch, side, train = case
     torch.manual_seed(0)
     model, source = tm.make_model(arch, own=False)
@@ -128,8 +141,13 @@ def run_case(case: tuple, quick: bool, device: torch.device) -> dict:
     n, reps = (20, 5) if quick else (50, 9)
     res |= tm.timed_pair(g_ref.replay, g_mine.replay, n, reps, device)
     res["target"] = TARGET[train]
-    res["kernels_us_torch"] = _kernels(g_ref)[0]
-    res["kernels_us_pycudnn"], res["fold_kernels_us_pycudnn"] = _kernels(g_mine)
+    for side, g in (("torch", g_ref), ("pycudnn", g_mine)):
+        per = _kernels(g)
+        res[f"kernels_us_{side}"] = sum(us for _, us in per.values())
+        res[f"launches_{side}"] = sum(c for c, _ in per.values())
+        if top:
+            res[f"top_kernels_{side}"] = _top(per, top)
+    res["fold_kernels_us_pycudnn"] = sum(us for k, (_, us) in per.items() if k.startswith("fold_"))
     del g_ref, g_mine, out_ref, out_mine, ref, mine, opt_ref, opt_mine
     tm.free(device)
     return res
@@ -139,21 +157,27 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     p.add_argument("--only", default="", help="case-name prefixes, comma-separated")
+    p.add_argument("--kernels", type=int, default=0, help="print each side's N costliest kernels")
+    p.add_argument("--tuned", action="store_true", help="both sides time their conv engines")
     p.add_argument("--json", default=None, help="also write the results here")
     args = p.parse_args(argv)
+    if args.tuned:
+        torch.backends.cudnn.benchmark = True
+        pycudnn.config.algo_fwd = "time_once"
     only = tuple(s.strip() for s in args.only.split(",") if s.strip())
     for o in only:
         if not any(c[0].startswith(o) for c in CASES):
             p.error(f"--only: no case starts with {o!r} (cases: {', '.join(c[0] for c in CASES)})")
     device = torch.device("cuda")
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "torch_cudnn": torch.backends.cudnn.version(), "quick": args.quick}  # fmt: skip
+            "torch_cudnn": torch.backends.cudnn.version(), "quick": args.quick,
+            "tuned": args.tuned}  # fmt: skip
     print(f"# {meta['gpu']}, torch {meta['torch']} (cuDNN {meta['torch_cudnn']})")
     results = []
     for case in CASES:
         if only and not any(case[0].startswith(o) for o in only):
             continue
-        r = run_case(case, args.quick, device)
+        r = run_case(case, args.quick, device, args.kernels)
         results.append(r)
         check = (
             f"losses {r['loss_torch']:.4f} / {r['loss_pycudnn']:.4f}"
@@ -164,8 +188,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['case']}: torch {r['torch_median_ms']:.3f} ms pycudnn "
               f"{r['pycudnn_median_ms']:.3f} ms ratio {r['ratio']:.3f} (target <= "
               f"{r['target']:.2f}: {verdict}) {check}; kernels per replay "
-              f"{r['kernels_us_torch']:.0f} / {r['kernels_us_pycudnn']:.0f} us (folds "
+              f"{r['kernels_us_torch']:.0f} / {r['kernels_us_pycudnn']:.0f} us in "
+              f"{r['launches_torch']:.0f} / {r['launches_pycudnn']:.0f} launches (folds "
               f"{r['fold_kernels_us_pycudnn']:.0f})", flush=True)  # fmt: skip
+        for side in ("torch", "pycudnn") if args.kernels else ():
+            for us, c, name in r[f"top_kernels_{side}"]:
+                print(f"  {side:8s} {us:8.1f} us {c:6.2f}x  {name[:100]}")
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "cases": results}, indent=1) + "\n")
     return 0

@@ -14,7 +14,8 @@ this measures, per kind, with the GPU kept busy so the queue never drains
 * ``torch``: torch's own operation (cuBLAS, its layer-norm kernel, its cuDNN/flash attention).
 
 Shapes are a Llama-size layer at training size (4096 rows of 1024, 16 heads of 64, bfloat16)
-and at decode size (4 rows; one query against 512 keys). Median µs per launch over runs of
+and at decode size (4 rows; one query against 512 keys), and the language-model head of
+``bench/llm_profile.py``'s GPT-2 (1024 -> 8192, no bias). Median µs per launch over runs of
 200 launches (µs, IQR), one process.
 
     PYTHONPATH=. python3 bench/execute_cost.py [--reps 15] [--json FILE]
@@ -49,6 +50,10 @@ def cases() -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
         out.append((f"Linear 1024->1024 +bias, {rows} rows",
                     lambda x=x, w=w, b=b: linear.linear_run(x, w, b),
                     lambda x=x, w=w, b=b: F.linear(x, w, b)))  # fmt: skip
+        wh = torch.randn(8192, 1024, device=dev, dtype=dt) * 0.03
+        out.append((f"Linear 1024->8192 (a language-model head, no bias), {rows} rows",
+                    lambda x=x, w=wh: linear.linear_run(x, w, None),
+                    lambda x=x, w=wh: F.linear(x, w)))  # fmt: skip
         out.append((f"LayerNorm 1024, {rows} rows, with statistics ({tag})",
                     lambda x=x, g=g, b=beta: norm.layer_norm_run(x, g, b, (1024,), 1e-5, True),
                     lambda x=x, g=g, b=beta: torch.native_layer_norm(x, (1024,), g, b,
