@@ -100,19 +100,7 @@ def _kernels(g: torch.cuda.CUDAGraph, n: int = 10) -> dict[str, list[float]]:
         for _ in range(n):
             g.replay()
         torch.cuda.synchronize()
-    got: dict[str, list[float]] = {}
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
-            row = got.setdefault(ev.name, [0.0, 0.0])
-            row[0] += 1 / n
-            row[1] += ev.device_time / n
-    return got
-
-
-def _top(per: dict[str, list[float]], k: int) -> list[list]:
-    """The *k* costliest kernels of *per* as ``[µs, launches, name]`` rows."""
-    rows = sorted(per.items(), key=lambda kv: -kv[1][1])[:k]
-    return [[round(us, 1), round(c, 2), name[:160]] for name, (c, us) in rows]
+    return tm.kernel_times(prof, n)
 
 
 def run_case(case: tuple, quick: bool, device: torch.device, top: int = 0) -> dict:
@@ -146,7 +134,7 @@ def run_case(case: tuple, quick: bool, device: torch.device, top: int = 0) -> di
         res[f"kernels_us_{side}"] = sum(us for _, us in per.values())
         res[f"launches_{side}"] = sum(c for c, _ in per.values())
         if top:
-            res[f"top_kernels_{side}"] = _top(per, top)
+            res[f"top_kernels_{side}"] = tm.top_kernels(per, top)
     res["fold_kernels_us_pycudnn"] = sum(us for k, (_, us) in per.items() if k.startswith("fold_"))
     del g_ref, g_mine, out_ref, out_mine, ref, mine, opt_ref, opt_mine
     tm.free(device)
@@ -192,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['launches_torch']:.0f} / {r['launches_pycudnn']:.0f} launches (folds "
               f"{r['fold_kernels_us_pycudnn']:.0f})", flush=True)  # fmt: skip
         for side in ("torch", "pycudnn") if args.kernels else ():
-            for us, c, name in r[f"top_kernels_{side}"]:
-                print(f"  {side:8s} {us:8.1f} us {c:6.2f}x  {name[:100]}")
+            tm.print_top(side, r[f"top_kernels_{side}"])
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "cases": results}, indent=1) + "\n")
     return 0

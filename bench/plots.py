@@ -126,6 +126,8 @@ def summary_table() -> str:
         value = f"**{r['ratio']:.3f}**"
         if r.get("unit") == "efficiency":
             value = f"**{r['ratio']:.1%}** efficiency"
+        elif r.get("unit") == "memory":
+            value = f"**{r['ratio']:.3f}** in memory"
         lines.append(f"| {what} | {r['gpu']} | {value} | {spread} | {r['target']} |")
     return "\n".join(lines)
 
@@ -169,7 +171,8 @@ def _ratio_panel(ax: Any, items: list[tuple[str, tuple[float, float, float]]], l
 
 
 def plot_ratios(plt: Any) -> Path:
-    rows = [r for r in summary_rows() if r.get("unit") != "efficiency"]  # scaling.svg has those
+    # (scaling.svg has the efficiencies; a memory ratio is no time)
+    rows = [r for r in summary_rows() if r.get("unit") not in ("efficiency", "memory")]
     fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 1.0))
     ys = list(range(len(rows)))[::-1]
     for y, r in zip(ys, rows, strict=True):

@@ -231,6 +231,28 @@ def make_model(arch: str, own: bool) -> tuple[Any, str]:
     return getattr(torchvision.models, arch)(weights=None), f"torchvision {torchvision.__version__}"
 
 
+def kernel_times(prof: Any, steps: int) -> dict[str, list[float]]:
+    """``{kernel name: [launches, µs]}`` per step of a ``torch.profiler`` run over *steps*."""
+    got: dict[str, list[float]] = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
+            row = got.setdefault(ev.name, [0.0, 0.0])
+            row[0] += 1 / steps
+            row[1] += ev.device_time / steps
+    return got
+
+
+def top_kernels(per: dict[str, list[float]], k: int) -> list[list]:
+    """The *k* costliest kernels of :func:`kernel_times`' table as ``[µs, launches, name]``."""
+    rows = sorted(per.items(), key=lambda kv: -kv[1][1])[:k]
+    return [[round(us, 1), round(c, 2), name[:160]] for name, (c, us) in rows]
+
+
+def print_top(side: str, rows: list[list]) -> None:
+    for us, c, name in rows:
+        print(f"  {side:8s} {us:8.1f} us {c:6.2f}x  {name[:100]}")
+
+
 def image_batch(n: int, side: int, dtype: Any, device: Any) -> Any:
     x = torch.randn(n, 3, side, side, device=device, dtype=dtype)
     return x.contiguous(memory_format=torch.channels_last)

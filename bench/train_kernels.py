@@ -72,17 +72,11 @@ def _measure(step, steps: int, top: int) -> dict:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
-    per: dict[str, list[float]] = {}
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
-            row = per.setdefault(ev.name, [0.0, 0.0])
-            row[0] += 1 / steps
-            row[1] += ev.device_time / steps
-    rows = sorted(per.items(), key=lambda kv: -kv[1][1])[:top]
+    per = tm.kernel_times(prof, steps)
     return {"kernel_ms": sum(us for _, us in per.values()) / 1e3,
             "launches": sum(c for c, _ in per.values()), "peak_step_mib": peak / 2**20,
             "after_forward_mib": (marks[0] - before) / 2**20, "resident_mib": before / 2**20,
-            "top": [[round(us, 1), round(c, 2), name[:160]] for name, (c, us) in rows]}  # fmt: skip
+            "top": tm.top_kernels(per, top)}  # fmt: skip
 
 
 def run_case(case: str, inductor: bool, steps: int, top: int, device: torch.device) -> dict:
@@ -148,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"TRAINKERN {case}: " + "; ".join(cells), flush=True)
         for side in ("torch", "inductor", "pycudnn") if args.top else ():
-            for us, c, name in r[side]["top"] if side in r else ():
-                print(f"  {side:8s} {us:8.1f} us {c:6.2f}x  {name[:100]}")
+            tm.print_top(side, r[side]["top"] if side in r else [])
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "cases": results}, indent=1) + "\n")
     return 0

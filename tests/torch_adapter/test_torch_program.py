@@ -214,15 +214,18 @@ def test_not_lean_calls_run_the_chains_and_say_why(monkeypatch):
     assert any("not a bound (lean) call" in w for w in _programs(mine)), _programs(mine)
 
 
+class E:
+    """An entry that launches nothing: for :func:`program.record`'s planning alone."""
+
+    n_in = 1
+    handle = _Handle()
+    lean = True
+
+    def launch(self, ptrs):
+        pass
+
+
 def test_record_refuses_foreign_operands_and_plans_lifetimes():
-    class E:
-        n_in = 1
-        handle = _Handle()
-        lean = True
-
-        def launch(self, ptrs):
-            pass
-
     a, b, c = torch.empty(10), torch.empty(100), torch.empty(100)
     d = torch.empty(100)
     # a -> b -> c -> d: with reuse, b and d may share bytes (b's last reader ran before d)
@@ -240,14 +243,6 @@ def test_record_refuses_foreign_operands_and_plans_lifetimes():
 
 
 def test_a_backward_takes_the_forwards_bytes_after_their_last_reader():
-    class E:
-        n_in = 1
-        handle = _Handle()
-        lean = True
-
-        def launch(self, ptrs):
-            pass
-
     a, b, c, d = torch.empty(10), torch.empty(100), torch.empty(100), torch.empty(100)
     fwd, ftensors = program.record([(E(), (a, b)), (E(), (b, c)), (E(), (c, d))], [a], [d],
                                    reuse=False)  # fmt: skip
