@@ -537,7 +537,9 @@ def programs(model: nn.Module) -> list[tuple[str, Any, str]]:
         ``region_<first chain>``), the input signature (the inputs' shapes, strides, dtypes,
         devices and alignments, training or eval, gradient or not, autocast's dtype,
         ``pycudnn.config``) and what runs for it, e.g. ``'forward program of 104 launches,
-        backward program of 156 launches'`` or ``'the chains one by one: <reason>'``.
+        backward program of 156 launches, one arena of N MiB'`` (N: the bytes of a step's
+        intermediate results, allocated per run; in eval ``'forward program of 52 launches,
+        arena of N MiB'``) or ``'the chains one by one: <reason>'``.
         Empty before a region's first run.
 
     Notes

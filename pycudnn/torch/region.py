@@ -212,15 +212,21 @@ class FusedRegion(nn.Module):
     # -- programs ---------------------------------------------------------------------------------
     def programs(self) -> list[tuple[Any, str]]:
         """Per recorded signature: ``(signature, what runs)``, e.g. ``'forward program of 104
-        launches, backward program of 156 launches'`` or why the chains run one by one."""
+        launches, backward program of 156 launches, one arena of N MiB'`` (N: the bytes of a
+        step's intermediate results, allocated per run) or why the chains run one by one."""
         out = []
         for sig, b in state(self).get("programs", {}).items():
             if b.reason:
                 what = f"the chains one by one: {b.reason}"
+            elif b.fwd is None:
+                what = "binding"
             else:
-                what = f"forward program of {len(b.fwd)} launches" if b.fwd else "binding"
+                what = f"forward program of {len(b.fwd)} launches"
                 if b.bwd is not None:
-                    what += f", backward program of {len(b.bwd)} launches"
+                    what += f", backward program of {len(b.bwd)} launches, one"
+                else:
+                    what += ","
+                what += f" arena of {b.fwd.arena_bytes / 2**20:.1f} MiB"
             out.append((sig, what))
         return out
 

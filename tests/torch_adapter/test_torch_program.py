@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import re
 import threading
 
 import pytest
@@ -126,6 +127,10 @@ def _programs(model):
     return [what for _, _, what in fuse.programs(model)]
 
 
+def _regions(model):
+    return [r for _, r in fuse.regions(model)]
+
+
 @pytest.mark.usefixtures("lean")
 @pytest.mark.parametrize("make", [tf.BasicBlock, tf.Bottleneck, Two], ids=lambda f: f.__name__)
 def test_training_region_replays_programs_exactly(make):
@@ -140,6 +145,12 @@ def test_training_region_replays_programs_exactly(make):
             p.grad = None
     progs = _programs(mine)
     assert progs and all("backward program" in w for w in progs), progs
+    # the step's one arena, as the programs hold it (bytes of the step's intermediate results)
+    arenas = [b.fwd.arena_bytes for r in _regions(mine) for b in r._store().values()]
+    assert all(n > 0 for n in arenas)
+    assert [re.search(r"one arena of ([\d.]+) MiB$", w).group(1) for w in progs] == [
+        f"{n / 2**20:.1f}" for n in arenas
+    ]
     for a, b in zip(mine.buffers(), ref.buffers(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
 
@@ -164,7 +175,8 @@ def test_eval_region_replays_and_refolds():
         x = _x(3)
         with torch.no_grad():
             torch.testing.assert_close(mine(x), ref(x), rtol=1e-9, atol=1e-9)
-    assert all(w.startswith("forward program") for w in _programs(mine)), _programs(mine)
+    assert all(re.fullmatch(r"forward program of \d+ launches, arena of [\d.]+ MiB", w)
+               for w in _programs(mine)), _programs(mine)  # fmt: skip
     n = len(LAUNCHES)
     with torch.no_grad():  # a parameter changed in place: the fold follows, no new binding
         for m in (ref, mine):
