@@ -11,7 +11,8 @@ Per side: the summed GPU kernel time per step and the launches (``torch.profiler
 ``--steps`` steps after three warm-up steps; ``--top N`` prints the N costliest kernels), and
 the peak memory of a step: torch's ``max_memory_allocated`` during one step less what was
 allocated before it, and what the forward left allocated (pycudnn's workspaces and saved
-results are torch memory under ``pycudnn.torch``'s allocator, so they count).
+results are torch memory under ``pycudnn.torch``'s allocator, so they count), with the fused
+regions' arenas as ``pycudnn.torch.programs`` reports them.
 
 Run on the GPU machine from the repository root::
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -98,6 +100,12 @@ def run_case(case: str, inductor: bool, steps: int, top: int, device: torch.devi
     for name, make in sides:
         m = make()
         res[name] = _measure(_step_fn(m, x, y, ac), steps, top)
+        if name == "pycudnn":  # the regions' arenas (pt.programs says them), of the peak
+            res[name]["arenas_mib"] = sum(
+                float(re.search(r"arena of ([\d.]+) MiB", what).group(1))
+                for _, _, what in pt.programs(m)
+                if "arena of" in what
+            )
         del m
         tm.free(device)
     return res
@@ -138,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"kernels pycudnn/{side} {ours['kernel_ms'] / r[side]['kernel_ms']:.3f}"
                 )
         cells.append(
-            f"peak pycudnn/torch {ours['peak_step_mib'] / r['torch']['peak_step_mib']:.3f}"
+            f"peak pycudnn/torch {ours['peak_step_mib'] / r['torch']['peak_step_mib']:.3f} "
+            f"(pycudnn's regions' arenas {ours['arenas_mib']:.0f} MiB)"
         )
         print(f"TRAINKERN {case}: " + "; ".join(cells), flush=True)
         for side in ("torch", "inductor", "pycudnn") if args.top else ():
