@@ -8,11 +8,12 @@ bfloat16 or float16 (``train-bf16``, ``train-fp16``), and float32 weights under
 ``torch.autocast`` (``autocast-bf16``, ``autocast-fp16``).
 
 Per side: the summed GPU kernel time per step and the launches (``torch.profiler`` over
-``--steps`` steps after three warm-up steps; ``--top N`` prints the N costliest kernels), and
-the peak memory of a step: torch's ``max_memory_allocated`` during one step less what was
-allocated before it, and what the forward left allocated (pycudnn's workspaces and saved
-results are torch memory under ``pycudnn.torch``'s allocator, so they count), with the fused
-regions' arenas as ``pycudnn.torch.programs`` reports them.
+``--steps`` steps after three warm-up steps; ``--top N`` prints the N costliest kernels); the
+peak memory of a step (torch's ``max_memory_allocated`` during one step less what was allocated
+before it), what the forward left allocated, and what a step's graph still holds once its
+backward has run (its loss kept, as a loop keeps it until the next forward has run). pycudnn's
+workspaces and saved results are torch memory under ``pycudnn.torch``'s allocator, so they
+count; the fused regions' arenas are added as ``pycudnn.torch.programs`` reports them.
 
 Run on the GPU machine from the repository root::
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import re
 import sys
@@ -46,14 +48,16 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 def _step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ac: torch.dtype | None):
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
-    def step(marks: list | None = None) -> None:
+    def step(marks: list | None = None) -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=ac, enabled=ac is not None):
             out = model(x)
         if marks is not None:  # what the forward left allocated (saved for the backward)
             marks.append(torch.cuda.memory_allocated())
-        nn.functional.cross_entropy(out.float(), y).backward()
+        loss = nn.functional.cross_entropy(out.float(), y)
+        loss.backward()
         opt.step()
+        return loss
 
     return step
 
@@ -70,6 +74,14 @@ def _measure(step, steps: int, top: int) -> dict:
     step(marks)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - before
+    # what a step's graph still holds after its backward (a loop's ``loss`` is reassigned only
+    # after the next forward has run): torch frees the saved tensors as the backward ends
+    loss = step()
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated()
+    del loss
+    gc.collect()
+    held -= torch.cuda.memory_allocated()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step()
@@ -78,6 +90,7 @@ def _measure(step, steps: int, top: int) -> dict:
     return {"kernel_ms": sum(us for _, us in per.values()) / 1e3,
             "launches": sum(c for c, _ in per.values()), "peak_step_mib": peak / 2**20,
             "after_forward_mib": (marks[0] - before) / 2**20, "resident_mib": before / 2**20,
+            "held_after_backward_mib": held / 2**20,
             "top": tm.top_kernels(per, top)}  # fmt: skip
 
 
@@ -138,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                 s = r[side]
                 cells.append(f"{side} {s['kernel_ms']:.2f} ms / {s['launches']:.0f} launches / "
                              f"peak +{s['peak_step_mib']:.0f} MiB (forward "
-                             f"+{s['after_forward_mib']:.0f})")  # fmt: skip
+                             f"+{s['after_forward_mib']:.0f}, held after the backward "
+                             f"{s['held_after_backward_mib']:.0f})")  # fmt: skip
         ours = r["pycudnn"]
         for side in ("torch", "inductor"):
             if side in r:

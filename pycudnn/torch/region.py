@@ -462,8 +462,9 @@ class FusedRegion(nn.Module):
 
     def rerun_forward(self, b: _Bound, inputs: tuple) -> tuple:
         """The forward program once more for a second backward of one forward
-        (``retain_graph=True``): the first backward ran in the forward's arena and wrote over
-        the results it had read last (:func:`~.program.held`). Returns what the backward reads
+        (``retain_graph=True``): the first backward ran in the forward's arena, wrote over the
+        results it had read last (:func:`~.program.held`) and gave the arena back. Returns what
+        the backward reads
         (``_run_forward``'s second result); the running averages and batch counts are left as
         the forward left them."""
         x = inputs[0]
@@ -567,6 +568,7 @@ class _RegionFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, region: FusedRegion, b: _Bound, n_in: int, *flat: torch.Tensor):
         inputs = flat[:n_in]
+        # (spent: a binding run's first backward has run)
         ctx.region, ctx.b, ctx.n_in, ctx.spent = region, b, n_in, False
         if b.fwd is not None and b.bwd is not None:
             outs, run = region._run_forward(b, inputs)
@@ -585,19 +587,21 @@ class _RegionFn(torch.autograd.Function):
         flat = ctx.saved_tensors  # the version checks: nothing saved was changed in place
         need = ctx.needs_input_grad[3:]
         douts = tuple(like_layout(d, *m) for d, m in zip(douts, ctx.out_meta, strict=True))
-        if ctx.run is not None:
-            if ctx.spent:  # a second backward (retain_graph): the first wrote over the arena
-                ctx.run = region.rerun_forward(b, flat[:n_in])
-            arena, slots = ctx.run[0], ctx.run[2]
+        if ctx.bind is None:  # programs: this forward's results, or a rerun's (retain_graph)
+            run = ctx.run if ctx.run is not None else region.rerun_forward(b, flat[:n_in])
+            # the arena goes back as this backward ends (before autograd casts the gradients
+            # this node returns), not when the graph is dropped: the results a backward read
+            # are no more, as autograd frees saved tensors; a second backward reruns the forward
+            ctx.run = None
+            arena, slots = run[0], run[2]
             x = douts[0]
             ptrs = [d.data_ptr() for d in douts] + slots
             _, grads, _ = b.bwd.run(ptrs, x.device, stream_of(x), arena)
-            ctx.spent = True
             it = iter(grads)
             return (None, None, None, *(next(it) if n else None for n in b.pattern))
         recs, got = ctx.bind
         results, launches = region.bind_backward(flat[:n_in], recs, douts, need)
-        if ctx.spent:  # a second backward (retain_graph): recorded by the first already
+        if ctx.spent:  # a second backward (retain_graph) where the first recorded nothing
             return (None, None, None, *results)
         ctx.spent = True
         # (gradients of cast operands, a float32 dgamma or a bfloat16 dw, go back in their
@@ -610,6 +614,8 @@ class _RegionFn(torch.autograd.Function):
             why = region.bind_programs(b, got, launches, douts, results)
             if why:
                 b.reason = why
+            else:  # the chains' records go: a second backward reruns the programs
+                ctx.bind = None
         return (None, None, None, *results)
 
 

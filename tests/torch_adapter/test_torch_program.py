@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import gc
 import re
 import threading
+import weakref
 
 import pytest
 
@@ -311,6 +313,33 @@ def test_a_second_backward_of_one_forward_reruns_it(monkeypatch):
         for a, b in zip(*stats, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
     assert all("backward program" in w for w in _programs(mine)), _programs(mine)
+
+
+@pytest.mark.usefixtures("lean")
+def test_the_arena_goes_back_when_the_backward_ends(monkeypatch):
+    """A step's arena is freed as its backward ends, while the graph (the output) is still
+    held, as autograd frees saved tensors: a training loop that keeps last step's loss while
+    the next forward runs must not hold two arenas."""
+    arenas = []
+    run = program.Program.run
+
+    def spy(self, *args, **kwargs):
+        got = run(self, *args, **kwargs)
+        if got[0] is not None:
+            arenas.append(weakref.ref(got[0]))
+        return got
+
+    monkeypatch.setattr(program.Program, "run", spy)
+    _, mine = tf._pair(Two)
+    for step in range(3):
+        for p in mine.parameters():
+            p.grad = None
+        y = mine(_x(3).requires_grad_())
+        y.backward(torch.ones_like(y))
+        gc.collect()
+        if step:  # (the first step records the programs: no arena yet)
+            assert arenas and all(a() is None for a in arenas), step  # y still holds the graph
+        del y
 
 
 def test_tapes_do_not_nest():
