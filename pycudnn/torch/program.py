@@ -91,8 +91,8 @@ class Program:
         arena and the outputs must live until the launches that read them have run (the
         stream orders their reuse), *slots* are every slot's pointer (a backward program's
         external slots). *arena*: an arena to place the intermediate results in instead of a
-        new one (a backward program recorded with ``held=`` runs in its forward's arena),
-        used where it has :attr:`arena_bytes`."""
+        new one (a backward program recorded with :func:`record`'s *busy* runs in its
+        forward's arena), used where it has :attr:`arena_bytes`."""
         for h in self.handles:
             h.set_stream(stream)  # no C call when bound to it already
         if not self.arena_bytes:

@@ -464,9 +464,8 @@ class FusedRegion(nn.Module):
         """The forward program once more for a second backward of one forward
         (``retain_graph=True``): the first backward ran in the forward's arena, wrote over the
         results it had read last (:func:`~.program.held`) and gave the arena back. Returns what
-        the backward reads
-        (``_run_forward``'s second result); the running averages and batch counts are left as
-        the forward left them."""
+        the backward reads (``_run_forward``'s second result); the running averages and batch
+        counts are left as the forward left them."""
         x = inputs[0]
         running = self._running()
         kept = [t.clone() for t in running]
