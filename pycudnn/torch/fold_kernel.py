@@ -31,7 +31,7 @@ stem), one element a thread otherwise; the arithmetic per element is the same.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -311,21 +311,35 @@ def fold_weights(
         else:
             left.append(i)
         at += c
+    launches = (
+        _weights_launch(name, jobs[start : start + MAX_JOBS], weights, outs, scale)
+        for name, jobs in groups.items()
+        for start in range(0, len(jobs), MAX_JOBS)
+    )
+    return left if _launch_all(dev.index, arch, stream, launches, capturing) else list(range(n))
+
+
+def _launch_all(index: int, arch: int, stream: int, launches: Iterable, capturing: bool) -> bool:
+    """Launch each ``(kernel name, grid, argument objects)`` of *launches* on *stream* in device
+    *index*'s context (the arguments by their addresses, as ``cuLaunchKernel`` takes them); a
+    kernel launched outside a capture is loaded there from then on (:data:`_WARM`). False where
+    a launch failed (no NVRTC, no driver support): the kernels are off from then on, and the
+    callers fold with torch's operations."""
     try:
-        with torch.cuda.device(dev.index):  # (the kernels launch in the current context)
-            for name, jobs in groups.items():
-                for start in range(0, len(jobs), MAX_JOBS):
-                    batch = jobs[start : start + MAX_JOBS]
-                    _launch(arch, name, batch, weights, outs, scale, stream)
+        with torch.cuda.device(index):  # (the kernels launch in the current context)
+            for name, grid, refs in launches:
+                args = (ctypes.c_void_p * len(refs))(*map(ctypes.addressof, refs))
+                SOURCE.launch(arch, name, grid, (_BLOCK, 1, 1), ctypes.addressof(args), stream)
                 if not capturing:
-                    _WARM.add((dev.index, name))
-    except Exception as exc:  # no NVRTC, no driver support: torch's multiply from now on
+                    _WARM.add((index, name))
+    except Exception as exc:
         SOURCE.failure(exc)
-        return list(range(n))
-    return left
+        return False
+    return True
 
 
-def _launch(arch, name, jobs, weights, outs, scale, stream) -> None:
+def _weights_launch(name, jobs, weights, outs, scale) -> tuple[str, tuple, tuple]:
+    """One launch of the weights' kernel *name* for *jobs* ``(chain, first row)``."""
     table = _Jobs()
     most = 0
     for slot, (i, at) in enumerate(jobs):
@@ -339,11 +353,8 @@ def _launch(arch, name, jobs, weights, outs, scale, stream) -> None:
         # vectors and both pointers aligned; else one a thread (a stem's 3x7x7 rows)
         e.vec8 = int((e.n | e.k) & 7 == 0 and (e.w | e.out) & 15 == 0)
         most = max(most, e.n // 8 if e.vec8 else e.n)
-    s = ctypes.c_uint64(scale.data_ptr())
-    args = (ctypes.c_void_p * 2)(ctypes.addressof(table), ctypes.addressof(s))
     blocks = min(_MAX_BLOCKS, -(-most // _BLOCK))
-    grid = (blocks, len(jobs), 1)
-    SOURCE.launch(arch, name, grid, (_BLOCK, 1, 1), ctypes.addressof(args), stream)
+    return name, (blocks, len(jobs), 1), (table, ctypes.c_uint64(scale.data_ptr()))
 
 
 def warm(device: torch.device) -> None:
@@ -366,19 +377,11 @@ def warm(device: torch.device) -> None:
     jobs, vecs = _Jobs(), _Vecs()  # (zeroed: no elements, no channels; nothing is read)
     zero = ctypes.c_uint64(0)
     flags = ctypes.c_uint32(0)
-    stream = torch.cuda.current_stream(index).cuda_stream
-    try:
-        with torch.cuda.device(index):
-            for name in names:
-                if name.startswith("fold_vectors_"):
-                    refs = (vecs, zero, zero, flags)
-                else:
-                    refs = (jobs, zero)
-                args = (ctypes.c_void_p * len(refs))(*map(ctypes.addressof, refs))
-                SOURCE.launch(arch, name, (1, 1, 1), (_BLOCK, 1, 1), ctypes.addressof(args), stream)
-                _WARM.add((index, name))
-    except Exception as exc:  # as fold_weights: torch's operations from now on
-        SOURCE.failure(exc)
+    launches = (
+        (name, (1, 1, 1), (vecs, zero, zero, flags) if "vectors" in name else (jobs, zero))
+        for name in names
+    )
+    _launch_all(index, arch, torch.cuda.current_stream(index).cuda_stream, launches, False)
 
 
 def _vector_ok(t: torch.Tensor | None, c: int, dev: torch.device) -> bool:
@@ -426,19 +429,14 @@ def fold_vectors(
     scale = torch.empty(sum(sizes), dtype=torch.float32, device=dev)
     flags = ctypes.c_uint32(any_)
     ptrs = ctypes.c_uint64(scale.data_ptr()), ctypes.c_uint64(bias.data_ptr())
-    try:
-        with torch.cuda.device(dev.index):
-            for start in range(0, len(chains), MAX_VECS):
-                table, most = _vec_table(chains, sizes, eps, start)
-                args = (ctypes.c_void_p * 4)(*map(ctypes.addressof, (table, *ptrs, flags)))
-                grid = (-(-most // _BLOCK), min(MAX_VECS, len(chains) - start), 1)
-                SOURCE.launch(arch, name, grid, (_BLOCK, 1, 1), ctypes.addressof(args), stream)
-            if not capturing:
-                _WARM.add((dev.index, name))
-    except Exception as exc:  # as fold_weights: torch's operations from now on
-        SOURCE.failure(exc)
-        return None
-    return scale
+
+    def launches():
+        for start in range(0, len(chains), MAX_VECS):
+            table, most = _vec_table(chains, sizes, eps, start)
+            grid = (-(-most // _BLOCK), min(MAX_VECS, len(chains) - start), 1)
+            yield name, grid, (table, *ptrs, flags)
+
+    return scale if _launch_all(dev.index, arch, stream, launches(), capturing) else None
 
 
 _FIELDS = ("var", "gamma", "mean", "cb", "beta")
