@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from .._nvrtc import Source
+from .._nvrtc import ELEMENTS, Source
 
 __all__ = [
     "ENABLED",
@@ -60,82 +60,12 @@ _MAX_BLOCKS = 512  # per weight: a grid-stride loop does the rest
 
 _KINDS = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
 
-_TEXT = r"""
-typedef unsigned short u16;
+_TEXT = (
+    ELEMENTS
+    + r"""
 /* vec8: n and k multiples of 8 and both pointers 16-byte aligned: 8 elements a thread */
 struct Job { unsigned long long w, out; unsigned n, k, at, vec8; };
 struct Jobs { Job job[MAX_JOBS]; };
-
-__device__ __forceinline__ float ld_f32(unsigned long long p, unsigned i) {
-    return ((const float *)p)[i];
-}
-__device__ __forceinline__ float half_f32(u16 v) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
-    return f;
-}
-__device__ __forceinline__ float ld_f16(unsigned long long p, unsigned i) {
-    return half_f32(((const u16 *)p)[i]);
-}
-__device__ __forceinline__ float ld_bf16(unsigned long long p, unsigned i) {
-    return __uint_as_float(((unsigned)((const u16 *)p)[i]) << 16);
-}
-__device__ __forceinline__ u16 f16_bits(float f) {
-    u16 v;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(v) : "f"(f));
-    return v;
-}
-/* round to nearest even, as torch's float -> bfloat16 (any architecture) */
-__device__ __forceinline__ u16 bf16_bits(float f) {
-    unsigned u = __float_as_uint(f);
-    return (f != f) ? (u16)0x7fc0 : (u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-__device__ __forceinline__ void st_f32(unsigned long long p, unsigned i, float f) {
-    ((float *)p)[i] = f;
-}
-__device__ __forceinline__ void st_f16(unsigned long long p, unsigned i, float f) {
-    ((u16 *)p)[i] = f16_bits(f);
-}
-__device__ __forceinline__ void st_bf16(unsigned long long p, unsigned i, float f) {
-    ((u16 *)p)[i] = bf16_bits(f);
-}
-
-/* 8 elements from i (a multiple of 8) in one or two 16-byte accesses; element 2q of a 32-bit
-   word is its low half (little-endian) */
-__device__ __forceinline__ void ld8_f32(unsigned long long p, unsigned i, float *x) {
-    const float4 *v = (const float4 *)((const float *)p + i);
-    float4 a = v[0], b = v[1];
-    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w; x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
-}
-__device__ __forceinline__ void ld8_f16(unsigned long long p, unsigned i, float *x) {
-    uint4 u = *(const uint4 *)((const u16 *)p + i);
-    unsigned w[4] = {u.x, u.y, u.z, u.w};
-    for (int q = 0; q < 4; ++q) {
-        x[2 * q] = half_f32((u16)(w[q] & 0xffffu));
-        x[2 * q + 1] = half_f32((u16)(w[q] >> 16));
-    }
-}
-__device__ __forceinline__ void ld8_bf16(unsigned long long p, unsigned i, float *x) {
-    uint4 u = *(const uint4 *)((const u16 *)p + i);
-    unsigned w[4] = {u.x, u.y, u.z, u.w};
-    for (int q = 0; q < 4; ++q) {
-        x[2 * q] = __uint_as_float(w[q] << 16);
-        x[2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
-    }
-}
-__device__ __forceinline__ void st8_f32(unsigned long long p, unsigned i, const float *y) {
-    float4 *v = (float4 *)((float *)p + i);
-    v[0] = make_float4(y[0], y[1], y[2], y[3]);
-    v[1] = make_float4(y[4], y[5], y[6], y[7]);
-}
-#define ST8_HALF(OUT)                                                                      \
-__device__ __forceinline__ void st8_##OUT(unsigned long long p, unsigned i, const float *y) { \
-    unsigned w[4];                                                                        \
-    for (int q = 0; q < 4; ++q)                                                           \
-        w[q] = (unsigned)OUT##_bits(y[2 * q]) | ((unsigned)OUT##_bits(y[2 * q + 1]) << 16); \
-    *(uint4 *)((u16 *)p + i) = make_uint4(w[0], w[1], w[2], w[3]);                        \
-}
-ST8_HALF(f16) ST8_HALF(bf16)
 
 /* the product is one float32 multiply, rounded to the output's dtype once, in both paths */
 #define FOLD(IN, OUT)                                                                      \
@@ -199,6 +129,7 @@ extern "C" __global__ void fold_vectors_##OUT(const __grid_constant__ Vecs vecs,
 }
 VECTORS(f16) VECTORS(bf16) VECTORS(f32)
 """.replace("MAX_JOBS", str(MAX_JOBS)).replace("MAX_VECS", str(MAX_VECS))
+)
 
 #: the kernels' source, compiled per architecture on first use
 SOURCE = Source("pycudnn_fold.cu", _TEXT)
