@@ -8,7 +8,8 @@ bfloat16 or float16 (``train-bf16``, ``train-fp16``), and float32 weights under
 ``torch.autocast`` (``autocast-bf16``, ``autocast-fp16``).
 
 Per side: the summed GPU kernel time per step and the launches (``torch.profiler`` over
-``--steps`` steps after three warm-up steps; ``--top N`` prints the N costliest kernels); the
+``--steps`` steps after three warm-up steps; per kernel family, :data:`FAMILIES`; ``--top N``
+prints the N costliest kernels); the
 peak memory of a step (torch's ``max_memory_allocated`` during one step less what was allocated
 before it), what the forward left allocated, and what a step's graph still holds once its
 backward has run (its loss kept, as a loop keeps it until the next forward has run). pycudnn's
@@ -62,6 +63,36 @@ def _step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ac: torch.dtype
     return step
 
 
+#: kernel families by name (first match): cuDNN's and cuBLAS's convolution and matmul kernels,
+#: batch norm's forward and backward (cuDNN's NHWC kernels, torch's), inductor's generated
+#: kernels (its fusions of batch norm, ReLU, the additions, pooling's backward), pooling,
+#: copies, torch's elementwise kernels (additions, ReLU and its backward, fills), and the rest
+FAMILIES = (
+    ("inductor (triton)", ("triton_",)),
+    ("conv/matmul", ("xmma", "nvjet", "cutlass", "gemm", "cask", "splitkreduce")),
+    ("batch norm forward", ("batchnorm_fw", "batch_norm_collect", "batch_norm_transform",
+                            "bn_fw", "batch_norm_elemt")),
+    ("batch norm backward", ("batchnorm_bw", "batchnorm_add_relu_bw", "batchnorm_relu_bw",
+                             "batch_norm_backward", "bn_bw")),
+    ("pooling", ("pool",)),
+    ("copies and casts", ("copy", "memcpy", "cat")),
+    ("memset", ("memset",)),
+    ("optimizer", ("multi_tensor_apply",)),
+    ("elementwise (torch)", ("elementwise_kernel",)),
+)  # fmt: skip
+
+
+def families(per: dict[str, list[float]]) -> dict[str, float]:
+    """:func:`~bench.torch_models.kernel_times`' table as ms per :data:`FAMILIES` (and
+    ``other``)."""
+    out = dict.fromkeys([f for f, _ in FAMILIES] + ["other"], 0.0)
+    for name, (_, us) in per.items():
+        low = name.lower()
+        fam = next((f for f, keys in FAMILIES if any(k in low for k in keys)), "other")
+        out[fam] += us / 1e3
+    return out
+
+
 def _measure(step, steps: int, top: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
@@ -90,7 +121,7 @@ def _measure(step, steps: int, top: int) -> dict:
     return {"kernel_ms": sum(us for _, us in per.values()) / 1e3,
             "launches": sum(c for c, _ in per.values()), "peak_step_mib": peak / 2**20,
             "after_forward_mib": (marks[0] - before) / 2**20, "resident_mib": before / 2**20,
-            "held_after_backward_mib": held / 2**20,
+            "held_after_backward_mib": held / 2**20, "families_ms": families(per),
             "top": tm.top_kernels(per, top)}  # fmt: skip
 
 
@@ -164,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
             f"(pycudnn's regions' arenas {ours['arenas_mib']:.0f} MiB)"
         )
         print(f"TRAINKERN {case}: " + "; ".join(cells), flush=True)
+        for side in ("torch", "inductor", "pycudnn"):
+            if side in r:
+                fam = ", ".join(f"{k} {v:.2f}" for k, v in r[side]["families_ms"].items() if v)
+                print(f"  families {side}: {fam} ms", flush=True)
         for side in ("torch", "inductor", "pycudnn") if args.top else ():
             tm.print_top(side, r[side]["top"] if side in r else [])
     if args.json:
