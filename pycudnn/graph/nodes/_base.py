@@ -10,7 +10,7 @@ from ... import errors
 from ...descriptors import BackendDescriptor
 from ...enums import BackendAttributeName, BackendDescriptorType
 
-__all__ = ["SCALING", "NodeKind", "Scalar", "cudnn_version"]
+__all__ = ["SCALING", "NodeKind", "Scalar", "channel_strides", "cudnn_version"]
 
 #: the type of a scalar attribute that carries a scaling factor (float, or double for double
 #: compute: ``pycudnn._types.scaling_type``)
@@ -34,6 +34,17 @@ class NodeKind(NamedTuple):
     descriptor: BackendDescriptorType
     sub: tuple[BackendAttributeName, Callable[[dict[str, Any]], BackendDescriptor]] | None
     scalars: tuple[Scalar, ...] = ()
+
+
+def channel_strides(t: Any) -> None:
+    """Describe the per-channel graph tensor *t* ``(1, C, 1, ...)`` with cudnn-frontend's
+    strides ``(C, 1, C, ...)``: the same memory (only size-1 dims' strides change). cuDNN's
+    batch-norm engines read per-channel tensors in that layout and compare them with each
+    other: ``Graph.tensor_like`` gives a ``(1, C, 1, 1)`` tensor every stride 1 (its size-1
+    dims address nothing), which BN finalize read 1 channel of and the norm forward refuses
+    beside its own statistics (``docs/graph.md``)."""
+    c = t._dim[1]
+    t._stride = (c, 1, *(c,) * (len(t._dim) - 2))
 
 
 _cached_version: int | None = None

@@ -20,7 +20,7 @@ from ...enums import BackendAttributeType as T
 from ...enums import BackendDescriptorType as D
 from ...enums import BnFinalizeStatsMode, DataType, GenStatsMode
 from .._tensor import GraphBase, Tensor
-from ._base import NodeKind, Scalar
+from ._base import NodeKind, Scalar, channel_strides
 
 __all__ = [
     "BN_FINALIZE_VERIFIED",
@@ -32,10 +32,10 @@ __all__ = [
 ]
 
 #: Whether the builder serves ``bn_finalize``: verified against torch on cuDNN 9.19 (H200) once
-#: its per-channel tensors are described with cudnn-frontend's strides (:func:`_nhwc`); with
-#: every stride 1 -- what ``Graph.tensor_like`` gives a ``(1, C, 1, 1)`` tensor, whose size-1
-#: dims address nothing -- its engine read and wrote 1 of C channels (docs/graph.md). Set it to
-#: False to refuse the operation again
+#: its per-channel tensors are described with cudnn-frontend's strides
+#: (:func:`~._base.channel_strides`); with every stride 1 -- what ``Graph.tensor_like`` gives a
+#: ``(1, C, 1, 1)`` tensor, whose size-1 dims address nothing -- its engine read and wrote 1 of
+#: C channels (docs/graph.md). Set it to False to refuse the operation again
 BN_FINALIZE_VERIFIED = True
 
 _F32 = DataType.FLOAT
@@ -44,14 +44,6 @@ _F32 = DataType.FLOAT
 def _channels_dim(x: Tensor) -> tuple[int, ...]:
     """The per-channel dims ``(1, C, 1, ...)`` of an ``(N, C, *spatial)`` tensor."""
     return (1, x._dim[1], *(1,) * (len(x._dim) - 2))
-
-
-def _nhwc(t: Tensor) -> None:
-    """Describe per-channel tensor *t* ``(1, C, 1, ...)`` with cudnn-frontend's strides ``(C,
-    1, C, ...)``: the same memory (only size-1 dims' strides change), the layout cuDNN's BN
-    finalize engine reads its per-channel tensors in."""
-    c = t._dim[1]
-    t._stride = (c, 1, *(c,) * (len(t._dim) - 2))
 
 
 def _check_activation(g: GraphBase, op: str, argument: str, x: Tensor) -> None:
@@ -136,7 +128,7 @@ def bn_finalize(
     for argument, t in (("accum_count", count), ("epsilon", eps), ("momentum", momentum)):
         _check_scalar(g, op, argument, t)
     for t in (total, sq, scale, bias, r_mean, r_var):
-        _nhwc(t)
+        channel_strides(t)
     if count._dtype != DataType.INT64:
         got = count._dtype.name if count._dtype is not None else "unset"
         raise TypeError(

@@ -13,7 +13,7 @@ from ...enums import BackendAttributeType as T
 from ...enums import BackendDescriptorType as D
 from ...enums import BackendNormFwdPhase, BackendNormMode, DataType
 from .._tensor import GraphBase, Tensor
-from ._base import NodeKind, Scalar
+from ._base import NodeKind, Scalar, channel_strides
 
 __all__ = ["KINDS", "MODES", "NormOperations", "backward", "forward", "phase"]
 
@@ -83,13 +83,25 @@ def _running(g: GraphBase, op: str, name: str | None, running: tuple) -> tuple[l
         ("OPERATION_NORM_FWD_INPUT_RUNNING_VAR_DESC", in_var),
         ("OPERATION_NORM_FWD_EXP_AVG_FACTOR_DESC", momentum),
     ]
-    nm = g._out(op, name and f"{name}::next_running_mean", in_mean._dim, in_mean)
-    nv = g._out(op, name and f"{name}::next_running_var", in_var._dim, in_var)
+    # (the next statistics in the previous ones' data type: an output's default, the graph's
+    # io type, made cuDNN refuse the graph as unlike the float32 mean)
+    nm = g._out(op, name and f"{name}::next_running_mean", in_mean._dim, in_mean, in_mean._dtype)
+    nv = g._out(op, name and f"{name}::next_running_var", in_var._dim, in_var, in_var._dtype)
     roles += [
         ("OPERATION_NORM_FWD_OUTPUT_RUNNING_MEAN_DESC", nm),
         ("OPERATION_NORM_FWD_OUTPUT_RUNNING_VAR_DESC", nv),
     ]
     return roles, [nm, nv]
+
+
+def _per_channel(roles: list, *data: str) -> None:
+    """Batch norm's per-channel tensors (every role but the data's *data*, and not the
+    scalars) in cudnn-frontend's strides (:func:`~._base.channel_strides`): with the
+    statistics packed and a ``tensor_like`` running mean every stride 1, cuDNN refused the
+    graph (``OUTPUT_RUNNING_MEAN`` not similar to ``MEAN``)."""
+    for role, t in roles:
+        if role not in data and len(t._dim) > 1 and math.prod(t._dim) == t._dim[1]:
+            channel_strides(t)
 
 
 def forward(
@@ -145,6 +157,8 @@ def forward(
         roles += more_roles
         outs += more_outs
     roles.append(("OPERATION_NORM_FWD_YDESC", y))
+    if mode == BackendNormMode.BATCH_NORM:
+        _per_channel(roles, "OPERATION_NORM_FWD_XDESC", "OPERATION_NORM_FWD_YDESC")
     g._node("norm_forward", name or op, {"mode": int(mode), "phase": int(ph)}, roles)
     return tuple(outs)
 
@@ -175,7 +189,10 @@ def backward(
     named = (("scale", scale, pdim), ("mean", mean, sdim), ("inv_variance", inv, sdim))
     _check_operands(g, op, mode, x, named)
     dx = g._out(op, name and f"{name}::dx", x._dim, x)
-    dscale = g._out(op, name and f"{name}::dscale", scale._dim, scale)
+    # batch norm's parameter gradients in the parameters' type (float32 beside half data, as
+    # its statistics); the other norms' keep the graph's io type
+    pdt = scale._dtype if mode == BackendNormMode.BATCH_NORM else None
+    dscale = g._out(op, name and f"{name}::dscale", scale._dim, scale, pdt)
     roles: list[tuple[str, Tensor]] = [("OPERATION_NORM_BWD_XDESC", x)]
     if mean is not None:
         roles.append(("OPERATION_NORM_BWD_MEAN_DESC", mean))
@@ -187,9 +204,12 @@ def backward(
     ]
     dbias = None
     if has_dbias:
-        dbias = g._out(op, name and f"{name}::dbias", scale._dim, scale)
+        dbias = g._out(op, name and f"{name}::dbias", scale._dim, scale, pdt)
         roles.append(("OPERATION_NORM_BWD_DBIAS_DESC", dbias))
     roles.append(("OPERATION_NORM_BWD_DXDESC", dx))
+    if mode == BackendNormMode.BATCH_NORM:
+        _per_channel(roles, "OPERATION_NORM_BWD_XDESC", "OPERATION_NORM_BWD_DYDESC",
+                     "OPERATION_NORM_BWD_DXDESC")  # fmt: skip
     g._node("norm_backward", name or op, {"mode": int(mode)}, roles)
     return dx, dscale, dbias
 
