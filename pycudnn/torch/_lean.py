@@ -36,6 +36,7 @@ __all__ = [
     "recording",
     "run",
     "set_device_getter",
+    "tape_append",
 ]
 
 _local = threading.local()  # the calling thread's tape
@@ -80,6 +81,16 @@ def launch_fresh(
         tape = getattr(_local, "tape", None)
         if tape is not None:
             tape.append((entry, inputs + outputs if outputs else inputs))
+
+
+def tape_append(entry: Any, tensors: tuple) -> None:
+    """Record a launch made outside :func:`launch` on the calling thread's tape, if one records:
+    one of pycudnn's own kernels, whose *entry* has what a program replays (``n_in``,
+    ``handle``, ``launch(pointers)``), *tensors* its operands, the inputs' then the outputs'."""
+    if _recording:
+        tape = getattr(_local, "tape", None)
+        if tape is not None:
+            tape.append((entry, tensors))
 
 
 def recording() -> bool:

@@ -1,9 +1,10 @@
-"""pycudnn's own fold kernel (``pycudnn.torch.fold_kernel``, ``pycudnn._nvrtc``) without a GPU:
-NVRTC compiles it (no GPU needed) for every architecture pycudnn runs on, a newer one than NVRTC
-knows gets PTX, a compilation error names NVRTC's call and its log, the parameter table fits
-the 4 KiB every driver takes, and which weights the kernel takes and which it leaves to torch.
-Its numbers (bit for bit torch's multiply, also inside a CUDA graph capture) are the GPU tier's
-(``test_torch_fold_kernel_gpu.py``)."""
+"""pycudnn's own kernels (``pycudnn.torch.fold_kernel``, ``pycudnn.torch.bn_kernel``,
+``pycudnn._nvrtc``) without a GPU: NVRTC compiles them (no GPU needed) for every architecture
+pycudnn runs on, a newer one than NVRTC knows gets PTX, a compilation error names NVRTC's call
+and its log, the fold kernel's parameter table fits the 4 KiB every driver takes, and which
+tensors each kernel takes and which it leaves to others. Their numbers (the fold kernel bit for
+bit torch's multiply, also inside a CUDA graph capture; batch norm against float64) are the GPU
+tier's (``test_torch_fold_kernel_gpu.py``, ``test_torch_bn_kernel_gpu.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from pycudnn import _nvrtc  # noqa: E402
 from pycudnn.errors import CudaError  # noqa: E402
-from pycudnn.torch import fold_kernel  # noqa: E402
+from pycudnn.torch import bn_kernel, fold_kernel  # noqa: E402
 
 
 def _nvrtc_or_skip() -> None:
@@ -99,3 +100,18 @@ def test_the_vectors_kernel_leaves_cpu_tensors_to_torch():
               torch.rand(4)]  # fmt: skip
     bias = torch.empty(4)
     assert fold_kernel.fold_vectors(params, [1e-5], [4], bias, 0, 6) is None
+
+
+# -- the batch-norm kernels (their numbers: test_torch_bn_kernel_gpu.py) -----------------------
+@pytest.mark.parametrize("arch", [75, 80, 86, 89, 90])
+def test_the_batch_norm_kernels_compile_to_a_cubin_for_each_architecture(arch):
+    _nvrtc_or_skip()
+    image, cubin = bn_kernel.SOURCE.compile(arch)
+    assert cubin and image[:4] == b"\x7fELF"
+
+
+def test_the_batch_norm_kernels_take_only_channels_last_half_cuda_data():
+    x = torch.empty(2, 64, 4, 4, dtype=torch.float16).to(memory_format=torch.channels_last)
+    assert not bn_kernel.takes(x)  # (a host tensor)
+    assert not bn_kernel.takes(torch.empty(2, 64, 4, 4, dtype=torch.float32))
+    assert not bn_kernel.takes(torch.empty(2, 64, 4, dtype=torch.float16))
