@@ -45,6 +45,7 @@ import pycudnn  # noqa: E402  (after torch: one libcudnn)
 from bench import torch_models as tm  # noqa: E402
 from pycudnn import errors  # noqa: E402
 from pycudnn.graph import Graph  # noqa: E402
+from pycudnn.torch import bn_kernel  # noqa: E402
 from pycudnn.torch.batchnorm import bn_act_grad_run, bn_act_train_run, reserve_bytes  # noqa: E402
 
 CL = torch.channels_last
@@ -54,8 +55,9 @@ STAGES = ((64, 56, 2), (128, 28, 3), (256, 14, 5), (512, 7, 2))
 EPS, MOMENTUM = 1e-5, 0.1
 
 
-def _gpu_us(fn, calls: int) -> float:
-    """GPU kernel µs per call of *fn* (every kernel it launches), after two warm-up calls."""
+def _gpu_us(fn, calls: int, detail: dict | None = None) -> float:
+    """GPU kernel µs per call of *fn* (every kernel it launches), after two warm-up calls;
+    *detail* gets each kernel's µs per call."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(2):
@@ -65,7 +67,10 @@ def _gpu_us(fn, calls: int) -> float:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    return sum(us for _, us in tm.kernel_times(prof, calls).values())
+    per = tm.kernel_times(prof, calls)
+    if detail is not None:
+        detail.update({name[:60]: round(us, 1) for name, (_, us) in per.items()})
+    return sum(us for _, us in per.values())
 
 
 def _nchw(t: torch.Tensor) -> tuple:
@@ -84,8 +89,8 @@ class _Runner:
         pack_of = make(g)
         try:
             g.build()
-        except errors.NotSupportedError as exc:
-            self.why[name] = str(exc)[:160]
+        except errors.CudnnError as exc:  # no engine, or cuDNN refused the graph's description
+            self.why[name] = str(exc)[:200]
             return None
         return g, pack_of
 
@@ -118,14 +123,20 @@ def stage_times(cm: int, side: int, batch: int, dtype: torch.dtype, calls: int) 
     w1, w2, w3 = weight(cm, co, 1), weight(cm, cm, 3), weight(co, cm, 1)
     t: dict[str, float | None] = {}
 
+    def image(g, xin, sbr):
+        """*xin* as a graph input, after the scale-bias-ReLU prologue with *sbr*: ``(the
+        convolution's image, the pack so far)``."""
+        tx = g.tensor_like(xin, name="x")
+        if not sbr:
+            return tx, {tx: xin}
+        s, b = (p.to(dtype) for p in _per_channel(xin.shape[1], dev))
+        ts, tb = g.tensor_like(s, name="s"), g.tensor_like(b, name="b")
+        return g.relu(g.add(g.mul(tx, ts), tb)), {tx: xin, ts: s, tb: b}
+
     def make_conv(g, math, xin, w, pad, gs, sbr):
-        tx, tw = g.tensor_like(xin, name="x"), g.tensor_like(w, name="w")
-        inp, pack = tx, {tx: xin, tw: w}
-        if sbr:
-            s, b = (p.to(dtype) for p in _per_channel(xin.shape[1], dev))
-            ts, tb = g.tensor_like(s, name="s"), g.tensor_like(b, name="b")
-            inp = g.relu(g.add(g.mul(tx, ts), tb))
-            pack |= {ts: s, tb: b}
+        inp, pack = image(g, xin, sbr)
+        tw = g.tensor_like(w, name="w")
+        pack[tw] = w
         ty = g.conv_fprop(inp, tw, padding=pad).set_output(True)
         yo = torch.empty(batch, w.shape[0], side, side, device=dev, dtype=dtype)
         pack[ty] = yo.to(memory_format=CL)
@@ -167,13 +178,9 @@ def stage_times(cm: int, side: int, batch: int, dtype: torch.dtype, calls: int) 
 
     def wgrad(name, xin, dy, w, pad, sbr=False):
         def make(g):
-            tx, tdy = g.tensor_like(xin, name="x"), g.tensor_like(dy, name="dy")
-            inp, pack = tx, {tx: xin, tdy: dy}
-            if sbr:
-                s, b = (p.to(dtype) for p in _per_channel(xin.shape[1], dev))
-                ts, tb = g.tensor_like(s, name="s"), g.tensor_like(b, name="b")
-                inp = g.relu(g.add(g.mul(tx, ts), tb))
-                pack |= {ts: s, tb: b}
+            inp, pack = image(g, xin, sbr)
+            tdy = g.tensor_like(dy, name="dy")
+            pack[tdy] = dy
             dw = g.conv_wgrad(inp, tdy, padding=pad, filter_dim=_nchw(w)).set_output(True)
             pack[dw] = torch.empty_like(w)
             return pack
@@ -241,7 +248,83 @@ def stage_times(cm: int, side: int, batch: int, dtype: torch.dtype, calls: int) 
     )
     out3 = torch.empty_like(y3)
     t["apply3_traffic"] = _gpu_us(lambda: torch.add(y3, z, out=out3), calls)
-    return {"times": t, "no_engine": r.why}
+    a3, m3, i3, res3 = bn_act_train_run(y3, g3, b3, z, run3, EPS, MOMENTUM, n3)
+    t["bn_add_relu_bwd"] = _gpu_us(
+        lambda: bn_act_grad_run(y3, a3, dy3, g3, b3, m3, i3, res3, EPS, True), calls
+    )
+    # the same batch norms in pycudnn's own kernels (pycudnn.torch.bn_kernel)
+    mask1 = bn_kernel.train_forward(y1, gamma, beta, None, running, EPS, MOMENTUM, True)[3]
+    mask3 = bn_kernel.train_forward(y3, g3, b3, z, run3, EPS, MOMENTUM, True)[3]
+    own = {
+        "own_bn_fwd": lambda: bn_kernel.train_forward(
+            y1, gamma, beta, None, running, EPS, MOMENTUM, True
+        ),
+        "own_bn_bwd": lambda: bn_kernel.train_backward(y2, mask1, y1, gamma, mean, invstd, False),
+        "own_bn3_fwd": lambda: bn_kernel.train_forward(y3, g3, b3, z, run3, EPS, MOMENTUM, True),
+        "own_bn3_bwd": lambda: bn_kernel.train_backward(dy3, mask3, y3, g3, m3, i3, True),
+    }
+    kernels: dict[str, dict] = {}
+    for name, fn in own.items():
+        t[name] = _gpu_us(fn, calls, kernels.setdefault(name, {}))
+    # the same batch norms as cuDNN's graph API builds them (NORM_FORWARD / NORM_BACKWARD,
+    # the addition and the ReLU as pointwise operations of the same graph)
+    for key, yy, zz, dd in (("", y1, None, y2), ("3", y3, z, dy3)):
+        fwd = f"graph_bn{key}_fwd"
+        t[fwd] = r.time(fwd, lambda g, x=yy, zz=zz: _bn_fwd(g, x, zz))
+        bwd = f"graph_bn{key}_bwd"
+        t[bwd] = r.time(bwd, lambda g, x=yy, d=dd, zz=zz: _bn_bwd(g, x, d, zz))
+        t[bwd + "_alone"] = r.time(bwd, lambda g, x=yy, d=dd: _bn_bwd(g, x, d, None, False))
+    return {"times": t, "no_engine": r.why, "own_kernels": kernels}
+
+
+def _stats(x: torch.Tensor) -> list[torch.Tensor]:
+    c = x.shape[1]
+    return [torch.rand(1, c, 1, 1, device=x.device) + 0.5 for _ in range(4)]
+
+
+def _bn_fwd(g: Graph, x: torch.Tensor, z: torch.Tensor | None) -> dict:
+    """``relu(batch_norm(x) [+ z])`` in training, running statistics updated, one graph."""
+    scale, bias, rm, rv = _stats(x)
+    tx, ts, tb, trm, trv = (g.tensor_like(v) for v in (x, scale, bias, rm, rv))
+    y, mean, inv, nrm, nrv = g.batchnorm(
+        tx, ts, tb, g.scalar(EPS), in_running_mean=trm, in_running_var=trv,
+        momentum=g.scalar(MOMENTUM),
+    )  # fmt: skip
+    pack = {tx: x, ts: scale, tb: bias, trm: rm, trv: rv}
+    if z is not None:
+        tz = g.tensor_like(z)
+        pack[tz] = z
+        y = g.add(y, tz)
+    out = g.relu(y).set_output(True)
+    pack[out] = torch.empty_like(x)
+    for t in (mean, inv, nrm, nrv):
+        t.set_output(True)
+        pack[t] = torch.empty_like(scale)
+    return pack
+
+
+def _bn_bwd(
+    g: Graph, x: torch.Tensor, dy: torch.Tensor, z: torch.Tensor | None, relu: bool = True
+) -> dict:
+    """The gradients of :func:`_bn_fwd` from its saved output and statistics, one graph
+    (*relu* False: the norm's backward alone, from the ReLU's gradient)."""
+    scale, mean, inv, _ = _stats(x)
+    out = torch.relu(x)
+    tdy, tx = g.tensor_like(dy), g.tensor_like(x)
+    ts, tm, ti = (g.tensor_like(v) for v in (scale, mean, inv))
+    pack = {tdy: dy, tx: x, ts: scale, tm: mean, ti: inv}
+    d = tdy
+    if relu:
+        tout = g.tensor_like(out)
+        pack[tout] = out
+        d = g.relu_backward(tdy, tout)
+    if z is not None and relu:
+        pack[d.set_output(True)] = torch.empty_like(x)
+    dx, ds, db = g.batchnorm_backward(d, tx, ts, tm, ti)
+    pack[dx.set_output(True)] = torch.empty_like(x)
+    for t in (ds, db):
+        pack[t.set_output(True)] = torch.empty_like(scale)
+    return pack
 
 
 def sums(t: dict) -> dict:
@@ -253,7 +336,10 @@ def sums(t: dict) -> dict:
         return None if any(v is None for v in vals) else sum(vals) + extra
 
     bn_f, bn_b, fin, app = t["bn_relu_fwd"], t["bn_relu_bwd"], t["bn_finalize"], "apply_traffic"
+    own = ["own_bn_fwd", "own_bn_bwd", "own_bn3_fwd", "own_bn3_bwd"]
     return {
+        "bn_today": 2 * (bn_f + bn_b) + t["bn_add_relu_fwd"] + t["bn_add_relu_bwd"],
+        "bn_own": 2 * (t[own[0]] + t[own[1]]) + t[own[2]] + t[own[3]],
         "bn3_today": t["bn_add_relu_fwd"],
         "bn3_fused": fin + t["apply3_traffic"],
         "fwd_today": total(["conv1", "conv2", "conv3"], 2 * bn_f),
@@ -282,9 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {meta['gpu']}, torch {meta['torch']}, cuDNN {meta['cudnn']}, batch {args.batch}")
     res = []
     for d in dts:
-        model = dict.fromkeys(
-            ("bn3_today", "bn3_fused", "fwd_today", "fwd_fused", "bwd_today", "bwd_fused"), 0.0
-        )
+        keys = ("bn_today", "bn_own", "bn3_today", "bn3_fused")
+        model = dict.fromkeys((*keys, "fwd_today", "fwd_fused", "bwd_today", "bwd_fused"), 0.0)
         for cm, side, blocks in STAGES:
             got = stage_times(cm, side, args.batch, DTYPES[d], args.calls)
             s = sums(got["times"])
@@ -297,12 +382,19 @@ def main(argv: list[str] | None = None) -> int:
                 model[k] = None if v is None or model[k] is None else model[k] + blocks * v
             for name, why in got["no_engine"].items():
                 print(f"    {name}: {why}")
+            for name, per in got["own_kernels"].items():
+                print(f"  {d} {cm}: {name} kernels: {per}")
         f = {k: "n/a" if v is None else f"{v / 1e3:.3f} ms" for k, v in model.items()}
         print(
             f"BNCHAIN {d}: forward today {f['fwd_today']}, fused {f['fwd_fused']}; "
             f"backward today {f['bwd_today']}, fused {f['bwd_fused']} "
             "(ResNet-50's 12 identity blocks, inner batch norms); bn3 forward today "
             f"{f['bn3_today']}, genstats-finalize-apply {f['bn3_fused']}",
+            flush=True,
+        )
+        print(
+            f"BNOWN {d}: the three batch norms of the 12 identity blocks, forward and backward: "
+            f"cuDNN's fused kernels {f['bn_today']}, pycudnn's kernels {f['bn_own']}",
             flush=True,
         )
     if args.json:
