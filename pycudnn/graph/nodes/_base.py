@@ -38,11 +38,10 @@ class NodeKind(NamedTuple):
 
 def channel_strides(t: Any) -> None:
     """Describe the per-channel graph tensor *t* ``(1, C, 1, ...)`` with cudnn-frontend's
-    strides ``(C, 1, C, ...)``: the same memory (only size-1 dims' strides change). cuDNN's
-    batch-norm engines read per-channel tensors in that layout and compare them with each
-    other: ``Graph.tensor_like`` gives a ``(1, C, 1, 1)`` tensor every stride 1 (its size-1
-    dims address nothing), which BN finalize read 1 channel of and the norm forward refuses
-    beside its own statistics (``docs/graph.md``)."""
+    strides ``(C, 1, C, ...)``: the same memory (only size-1 dims' strides change).
+    ``Graph.tensor_like`` gives a ``(1, C, 1, 1)`` tensor every stride 1 (its size-1 dims
+    address nothing), which cuDNN's BN finalize engine read 1 channel of
+    (``docs/graph.md``)."""
     c = t._dim[1]
     t._stride = (c, 1, *(c,) * (len(t._dim) - 2))
 

@@ -95,10 +95,11 @@ def _running(g: GraphBase, op: str, name: str | None, running: tuple) -> tuple[l
 
 
 def _per_channel(roles: list, *data: str) -> None:
-    """Batch norm's per-channel tensors (every role but the data's *data*, and not the
-    scalars) in cudnn-frontend's strides (:func:`~._base.channel_strides`): with the
-    statistics packed and a ``tensor_like`` running mean every stride 1, cuDNN refused the
-    graph (``OUTPUT_RUNNING_MEAN`` not similar to ``MEAN``)."""
+    """Batch norm's per-channel tensors (every role but the data's *data*; a scalar's strides
+    do not change) described as cudnn-frontend describes them
+    (:func:`~._base.channel_strides`), so that the statistics it makes and the running
+    statistics a caller gives (``tensor_like``: every stride 1) are alike, as cuDNN compares
+    them."""
     for role, t in roles:
         if role not in data and len(t._dim) > 1 and math.prod(t._dim) == t._dim[1]:
             channel_strides(t)
