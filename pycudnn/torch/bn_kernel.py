@@ -1,11 +1,14 @@
 """Batch norm's training forward and backward on channels-last half-precision data in pycudnn's
-own kernels (imports torch), at the memory traffic the work needs.
+own kernels (imports torch), written for the memory traffic the work needs. Not used by
+``convert`` (yet): the question they answer is whether a fused training step's batch norms can
+run faster than cuDNN's kernels (``bench/bn_chain.py``, docs/BENCHMARKS.md).
 
 cuDNN's fused batch-norm-(add-)ReLU training kernels (``batchnorm_fwtr_nhwc_semiPersist``,
 ``batchnorm_add_relu_bwtr_nhwc_semiPersist``) ran at about half the memory bandwidth of the
-H200 on ResNet-50's shapes (``bench/bn_chain.py``): 171 µs for a batch-64 256x56x56 forward
-with the residual, whose reads and writes take 71 µs at the rate torch's addition of two such
-tensors runs. These kernels do the same work in passes that each stream the data once:
+H200 on ResNet-50's shapes: 173 µs for a batch-64 256x56x56 forward with the residual, whose
+reads and writes take 71 µs at the rate torch's addition of two such tensors runs. These
+kernels do the work in passes that each stream the data once (a first cut, which loaded one
+row a step and added the partial sums up one thread per channel, was slower than cuDNN's):
 
 forward, ``out = act(x * scale + shift [+ z])``
     ``bn_stats``: per-channel sums of ``x - k`` and their squares (*k* the first row, a shift
