@@ -19,7 +19,7 @@ cuDNN's graph-API conv-BN training fusions (convolution with statistics generati
 the next convolution's scale-bias-ReLU prologue, data gradient with dReLU and batch norm's weight
 gradients) are not used: on an H200 with cuDNN 9.19 their convolution kernels are slower than
 the plain ones by more than the batch-norm kernels they replace (ResNet-50's identity blocks in
-float16: 1.06x forward, 1.23x backward), and bfloat16 has engines for conv -> genstats only
+float16: 1.06-1.07x forward, 1.23x backward), and bfloat16 has engines for conv -> genstats only
 (``bench/bn_chain.py``, docs/BENCHMARKS.md).
 """
 

@@ -4,7 +4,7 @@ residual addition and ReLU (marker ``gpu``; skipped without a device, torch or a
 against torch in float64 from the same rounded inputs.
 
 Run on the GPU machine:
-``PYTHONPATH=. python3 -m pytest -m gpu -q -s tests/graph/nodes/test_batchnorm_gpu.py``; each
+``PYTHONPATH=. python3 -m pytest -m gpu -q -s tests/graph/nodes/test_graph_batchnorm_gpu.py``; each
 case prints ``batchnorm graph NAME: ok|refused: ...``.
 """
 
