@@ -23,6 +23,13 @@ backward sums both ways, and over the model (identity blocks 2, 3, 5, 2 per stag
 block of each stage, strided, is left out). A pattern cuDNN has no engine for prints ``no
 engine``.
 
+Besides the fusions, the same run times the other ways to the batch norms' memory rate: bn3's
+traffic (``apply3_traffic``, torch's add of two such tensors) against its kernel today
+(``bn_add_relu_fwd`` / ``_bwd``); cuDNN's graph batch norm (``graph_bn*``: NORM_FORWARD with the
+addition and ReLU, NORM_BACKWARD through the ReLU's backward and alone); and pycudnn's own
+kernels (``own_*``, :mod:`pycudnn.torch.bn_kernel`, each kernel's µs in ``own_kernels``).
+``BNOWN`` sums the three batch norms of the identity blocks both ways.
+
 Run on the GPU machine from the repository root::
 
     PYTHONPATH=. python3 bench/bn_chain.py [--batch 64] [--dtypes fp16,bf16] [--json out.json]
