@@ -1111,6 +1111,32 @@ def test_batchnorm_builds_the_training_phase_only():
         g.batchnorm(x, sc, bi, g.scalar(1e-5), norm_forward_phase="inference")
 
 
+def test_batchnorm_describes_its_statistics_as_cudnn_compares_them():
+    """The next running statistics take the running statistics' data type (the graph's io type,
+    float16 beside the float32 mean, made cuDNN refuse every such graph at finalize), the
+    parameter gradients the scale's, and every per-channel tensor cudnn-frontend's strides."""
+    g = g16()
+    x = g.tensor((8, 4, 2, 2), (16, 1, 8, 4))
+    sc, bi = (g.tensor((1, 4, 1, 1), data_type="float32") for _ in range(2))
+    rm, rv = (g.tensor((1, 4, 1, 1), (1, 1, 1, 1), data_type="float32") for _ in range(2))
+    y, mean, inv, nrm, nrv = g.batchnorm(
+        x, sc, bi, g.scalar(1e-5), in_running_mean=rm, in_running_var=rv, momentum=g.scalar(0.1)
+    )
+    for t in (y, mean, inv, nrm, nrv):
+        t.set_output(True)
+    assert nrm.data_type == nrv.data_type == mean.data_type == F32
+    assert y.data_type is None and y.stride == x.stride  # (None: the graph's io type)
+    for t in (sc, bi, rm, rv, mean, inv, nrm, nrv):
+        assert t.stride == (4, 1, 4, 4)
+    dx, dscale, dbias = g.batchnorm_backward(x, x, sc, mean, inv)
+    assert dscale.data_type == dbias.data_type == F32 and dscale.stride == (4, 1, 4, 4)
+    assert dx.stride == x.stride
+    # the other norms keep their parameter gradients in the graph's io type
+    lm, li = (g.tensor((8, 1, 1, 1), data_type="float32") for _ in range(2))
+    _, ds, _ = g.layernorm_backward(x, x, g.tensor((1, 4, 2, 2)), lm, li)
+    assert ds.data_type is None
+
+
 @pytest.mark.parametrize("det", [False, True])
 def test_sdpa_backward_public_deterministic_flag(det):
     g = g16()
