@@ -65,16 +65,10 @@ EPS, MOMENTUM = 1e-5, 0.1
 def _gpu_us(fn, calls: int, detail: dict | None = None) -> float:
     """GPU kernel µs per call of *fn* (every kernel it launches), after two warm-up calls;
     *detail* gets each kernel's µs per call."""
-    from torch.profiler import ProfilerActivity, profile
-
     for _ in range(2):
         fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    per = tm.kernel_times(prof, calls)
+    per = tm.profiled_kernels(fn, calls)
     if detail is not None:
         detail.update({name[:60]: round(us, 1) for name, (_, us) in per.items()})
     return sum(us for _, us in per.values())

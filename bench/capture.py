@@ -94,13 +94,7 @@ def _captured(model: nn.Module, x: torch.Tensor, y: torch.Tensor, train: bool):
 
 def _kernels(g: torch.cuda.CUDAGraph, n: int = 10) -> dict[str, list[float]]:
     """``{kernel name: [launches, µs]}`` per replay of *g*."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n):
-            g.replay()
-        torch.cuda.synchronize()
-    return tm.kernel_times(prof, n)
+    return tm.profiled_kernels(g.replay, n)
 
 
 def run_case(case: tuple, quick: bool, device: torch.device, top: int = 0) -> dict:

@@ -27,6 +27,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import pycudnn.torch as pt  # noqa: E402
+from bench import torch_models as tm  # noqa: E402
 
 CL = torch.channels_last
 
@@ -45,19 +46,13 @@ def _stem(c: int) -> nn.Module:
 
 
 def _kernels(fn, calls: int) -> tuple[float, list[str]]:
-    from torch.profiler import ProfilerActivity, profile
-
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    us, names = 0.0, {}
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
-            us += ev.device_time
-            names[ev.name[:90]] = names.get(ev.name[:90], 0.0) + ev.device_time / calls
+    with torch.no_grad():
+        per = tm.profiled_kernels(fn, calls)
+    names: dict[str, float] = {}
+    for name, (_, us) in per.items():
+        names[name[:90]] = names.get(name[:90], 0.0) + us
     top = sorted(names.items(), key=lambda kv: -kv[1])[:3]
-    return us / calls, [f"{t:.1f} us {n}" for n, t in top]
+    return sum(names.values()), [f"{t:.1f} us {n}" for n, t in top]
 
 
 def main(argv: list[str] | None = None) -> int:

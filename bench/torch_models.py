@@ -242,6 +242,18 @@ def kernel_times(prof: Any, steps: int) -> dict[str, list[float]]:
     return got
 
 
+def profiled_kernels(fn: Callable[[], Any], calls: int) -> dict[str, list[float]]:
+    """:func:`kernel_times` of *calls* calls of *fn* under ``torch.profiler`` (CUDA activity),
+    the device synchronized before the profile ends."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return kernel_times(prof, calls)
+
+
 def top_kernels(per: dict[str, list[float]], k: int) -> list[list]:
     """The *k* costliest kernels of :func:`kernel_times`' table as ``[µs, launches, name]``."""
     rows = sorted(per.items(), key=lambda kv: -kv[1][1])[:k]

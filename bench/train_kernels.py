@@ -94,8 +94,6 @@ def families(per: dict[str, list[float]]) -> dict[str, float]:
 
 
 def _measure(step, steps: int, top: int) -> dict:
-    from torch.profiler import ProfilerActivity, profile
-
     for _ in range(3):
         step()
     torch.cuda.synchronize()
@@ -113,11 +111,7 @@ def _measure(step, steps: int, top: int) -> dict:
     del loss
     gc.collect()
     held -= torch.cuda.memory_allocated()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-    per = tm.kernel_times(prof, steps)
+    per = tm.profiled_kernels(step, steps)
     return {"kernel_ms": sum(us for _, us in per.values()) / 1e3,
             "launches": sum(c for c, _ in per.values()), "peak_step_mib": peak / 2**20,
             "after_forward_mib": (marks[0] - before) / 2**20, "resident_mib": before / 2**20,

@@ -77,17 +77,15 @@ def launch_fresh(
         ptrs.append(p)
         key.append(p & 15)
     entry = run(tuple(key), tuple(ptrs), stream, slow, *args)
-    if _recording:  # a module global: no thread-local lookup while no tape records
-        tape = getattr(_local, "tape", None)
-        if tape is not None:
-            tape.append((entry, inputs + outputs if outputs else inputs))
+    if _recording:  # a module global: no call while no tape records
+        tape_append(entry, inputs + outputs if outputs else inputs)
 
 
 def tape_append(entry: Any, tensors: tuple) -> None:
     """Record a launch made outside :func:`launch` on the calling thread's tape, if one records:
     one of pycudnn's own kernels, whose *entry* has what a program replays (``n_in``,
     ``handle``, ``launch(pointers)``), *tensors* its operands, the inputs' then the outputs'."""
-    if _recording:
+    if _recording:  # (no thread-local lookup while no tape records)
         tape = getattr(_local, "tape", None)
         if tape is not None:
             tape.append((entry, tensors))
