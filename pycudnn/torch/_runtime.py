@@ -31,6 +31,7 @@ __all__ = [
     "autocast_dtype",
     "cuda_ok",
     "dense",
+    "device_info",
     "format_of",
     "kept_bytes",
     "like",
@@ -69,6 +70,20 @@ def _device(index: int) -> torch.device:
     if dev is None:
         dev = _DEVICES[index] = torch.device("cuda", index)
     return dev
+
+
+_INFO: dict[int, tuple[int, int]] = {}
+
+
+def device_info(index: int) -> tuple[int, int]:
+    """``(compute capability as one number, e.g. 90; multiprocessors)`` of CUDA device *index*,
+    asked once per device (pycudnn's own kernels compile per architecture and size their
+    grids by the multiprocessors)."""
+    got = _INFO.get(index)
+    if got is None:
+        p = torch.cuda.get_device_properties(index)
+        got = _INFO[index] = (p.major * 10 + p.minor, p.multi_processor_count)
+    return got
 
 
 class _TorchBlock:

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from .._nvrtc import ELEMENTS, Source
+from ._runtime import device_info
 
 __all__ = [
     "ENABLED",
@@ -171,17 +172,8 @@ class _Vecs(ctypes.Structure):
 _CODES = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3}
 
 
-_ARCH: dict[int, int] = {}
 #: ``(device, kernel)`` pairs launched outside a capture (so loaded into that device's context)
 _WARM: set[tuple[int, str]] = set()
-
-
-def _arch(index: int) -> int:
-    a = _ARCH.get(index)
-    if a is None:
-        major, minor = torch.cuda.get_device_capability(index)
-        a = _ARCH[index] = major * 10 + minor
-    return a
 
 
 def rows(t: torch.Tensor) -> tuple[torch.Tensor, bool] | None:
@@ -224,7 +216,7 @@ def fold_weights(
     if scale.dtype != torch.float32 or not scale.is_contiguous():
         return list(range(n))
     dev = scale.device
-    arch = _arch(dev.index)
+    arch = device_info(dev.index)[0]
     if arch < 70:  # (__grid_constant__ needs Volta)
         return list(range(n))
     capturing = torch.cuda.is_current_stream_capturing()
@@ -302,7 +294,7 @@ def warm(device: torch.device) -> None:
     names += [f"fold_vectors_{k}" for k in _KINDS.values()]
     if all((index, n) in _WARM for n in names) or torch.cuda.is_current_stream_capturing():
         return
-    arch = _arch(index)
+    arch = device_info(index)[0]
     if arch < 70:
         return
     jobs, vecs = _Jobs(), _Vecs()  # (zeroed: no elements, no channels; nothing is read)
@@ -340,7 +332,7 @@ def fold_vectors(
     if not ENABLED or SOURCE.failed is not None or not bias.is_cuda or bias.dtype not in _KINDS:
         return None
     dev = bias.device
-    arch = _arch(dev.index)
+    arch = device_info(dev.index)[0]
     name = f"fold_vectors_{_KINDS[bias.dtype]}"
     capturing = torch.cuda.is_current_stream_capturing()
     if arch < 70 or (capturing and (dev.index, name) not in _WARM):
