@@ -56,9 +56,25 @@ class Program:
         The results allocated as tensors of their own, in *outputs* order.
     steps : sequence of (entry, slot indices)
         The launches.
+    scratch : sequence of int
+        Slots after the arena's in a scratch buffer of its own, made per run and dropped as the
+        run returns (the stream orders its reuse): each one's byte offset there. Where the
+        arena's layout is fixed (:func:`record`'s *places*), the results no later party reads
+        go there.
+    scratch_bytes : int
+        The scratch buffer's size.
     """
 
-    __slots__ = ("arena_bytes", "handles", "n_ext", "offsets", "outs", "steps")
+    __slots__ = (
+        "arena_bytes",
+        "handles",
+        "n_ext",
+        "offsets",
+        "outs",
+        "scratch",
+        "scratch_bytes",
+        "steps",
+    )
 
     def __init__(
         self,
@@ -67,10 +83,14 @@ class Program:
         arena_bytes: int,
         outs: Sequence[tuple],
         steps: Sequence[tuple[Any, Sequence[int]]],
+        scratch: Sequence[int] = (),
+        scratch_bytes: int = 0,
     ) -> None:
         self.n_ext = n_ext
         self.offsets = tuple(offsets)
         self.arena_bytes = arena_bytes
+        self.scratch = tuple(scratch)
+        self.scratch_bytes = scratch_bytes
         self.outs = tuple(outs)
         # itemgetter of two or more slots returns the tuple the launch takes, in C
         self.steps = tuple((entry.launch, operator.itemgetter(*idx)) for entry, idx in steps)
@@ -102,6 +122,9 @@ class Program:
                 arena = torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
             base = arena.data_ptr()
             ext = ext + [base + o for o in self.offsets]
+        if self.scratch_bytes:
+            base = torch.empty(self.scratch_bytes, dtype=torch.uint8, device=device).data_ptr()
+            ext = ext + [base + o for o in self.scratch]
         outs = [torch.empty_strided(s, st, dtype=dt, device=device) for s, st, dt in self.outs]
         slots = ext + [t.data_ptr() for t in outs]
         for launch, get in self.steps:
@@ -144,9 +167,10 @@ def record(
         results that a backward reads: only with *live*).
     places : dict, optional
         A fixed arena layout instead of one planned here: ``id(tensor) -> byte offset`` for
-        every intermediate result, in an arena of *arena_bytes* (a layout another party
-        computes too, e.g. a custom op's fake, which hands the arena on as one tensor); a
-        result with no place is refused.
+        the intermediate results a later party reads, in an arena of *arena_bytes* (a layout
+        another party computes too, e.g. a custom op's fake, which hands the arena on as one
+        tensor); the results with no place (read by later launches only: a kernel's partial
+        sums) go to the program's scratch buffer, sharing bytes by lifetime.
     arena_bytes : int
         The fixed layout's arena size (with *places*).
     busy : sequence of (offset, size, first, last)
@@ -201,12 +225,9 @@ def record(
             p[2] = len(launches)  # (past every launch: no later result takes its bytes)
     # arena places: first fit over the live intervals (or one after the other)
     inner = [k for k in order if k not in keep]
-    if places is not None:
-        for k in inner:
-            if k not in places:
-                t = produced[k][0]
-                what = f"{tuple(t.shape)} {t.dtype}"
-                return f"a launch produces a result ({what}) the layout has no place for"
+    spare = [] if places is None else [k for k in inner if k not in places]
+    if spare:
+        inner = [k for k in inner if k in places]
     placed: list[tuple[int, int, int, int]] = list(busy)  # (offset, size, first, last)
     offsets: dict[int, int] = {}
     top = max((o + n for o, n, _, _ in busy), default=0)
@@ -217,11 +238,7 @@ def record(
         if places is not None:
             off = places[k]
         elif reuse:
-            busy = sorted((o, s) for o, s, f, la in placed if not (la < first or last < f))
-            for o, s in busy:
-                if off + size <= o:
-                    break
-                off = max(off, o + s)
+            off = _first_fit(placed, size, first, last)
         else:
             off = top
         placed.append((off, size, first, last))
@@ -231,8 +248,15 @@ def record(
         if top > arena_bytes:
             return f"the fixed layout's arena ({arena_bytes} bytes) is smaller than its places"
         top = arena_bytes
+    scratch: list[tuple[int, int, int, int]] = []
+    for k in spare:
+        t, first, last = produced[k]
+        size = _up(_span(t) or 0)
+        off = _first_fit(scratch, size, first, last)
+        scratch.append((off, size, first, last))
+        offsets[k] = off
     tensors = list(ext)
-    for k in inner:
+    for k in inner + spare:
         slot[k] = len(tensors)
         tensors.append(produced[k][0])
     outs = []
@@ -248,8 +272,23 @@ def record(
         if len(idx) < 2:
             return "a launch with fewer than two operands"
         steps.append((entry, idx))
-    prog = Program(len(ext), [offsets[k] for k in inner], top, outs, steps)
+    spare_top = max((o + n for o, n, _, _ in scratch), default=0)
+    arena = [offsets[k] for k in inner]
+    prog = Program(len(ext), arena, top, outs, steps, [offsets[k] for k in spare], spare_top)
     return prog, tensors
+
+
+def _first_fit(
+    placed: Sequence[tuple[int, int, int, int]], size: int, first: int, last: int
+) -> int:
+    """The lowest offset where *size* bytes live from launch *first* to *last* overlap none of
+    the *placed* ``(offset, size, first, last)`` that live at the same time."""
+    off = 0
+    for o, s in sorted((o, s) for o, s, f, la in placed if not (la < first or last < f)):
+        if off + size <= o:
+            break
+        off = max(off, o + s)
+    return off
 
 
 def held(

@@ -256,6 +256,27 @@ def test_record_refuses_foreign_operands_and_plans_lifetimes():
     assert "not a bound" in program.record([(None, (a, b))], [a], [b], reuse=True)
 
 
+def test_a_fixed_layout_puts_unplaced_results_in_a_scratch_buffer():
+    """With *places* (a custom op's arena, laid out by its fake too), the results the layout
+    names go where it says; those it does not (a kernel's partial sums, read by the next launch
+    only) go to a scratch buffer of the program's own, sharing bytes by lifetime, made per run;
+    the arena keeps the layout's size."""
+    a = torch.empty(10)
+    part1, kept, part2, out = torch.empty(100), torch.empty(20), torch.empty(300), torch.empty(5)
+    chain = [(E(), (a, part1)), (E(), (part1, kept)), (E(), (kept, part2)), (E(), (part2, out))]
+    prog, tensors = program.record(chain, [a], [out], reuse=False, places={id(kept): 512},
+                                   arena_bytes=1024)  # fmt: skip
+    assert prog.arena_bytes == 1024 and prog.offsets == (512,)
+    assert prog.scratch == (0, 0)  # part1's last reader ran before part2 is written
+    assert prog.scratch_bytes == program._up(1200)
+    assert [id(t) for t in tensors] == [id(a), id(kept), id(part1), id(part2), id(out)]
+    arena, outs, slots = prog.run([a.data_ptr()], torch.device("cpu"), 0)
+    assert arena.numel() == 1024 and slots[1] == arena.data_ptr() + 512
+    assert slots[2] == slots[3] != slots[1] and outs[0].shape == out.shape
+    bare = program.record(chain[:2], [a], [kept], reuse=False, places={}, arena_bytes=0)[0]
+    assert bare.arena_bytes == 0 and bare.scratch_bytes == program._up(400)
+
+
 def test_a_backward_takes_the_forwards_bytes_after_their_last_reader():
     a, b, c, d = torch.empty(10), torch.empty(100), torch.empty(100), torch.empty(100)
     fwd, ftensors = program.record([(E(), (a, b)), (E(), (b, c)), (E(), (c, d))], [a], [d],
