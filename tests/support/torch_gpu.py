@@ -13,22 +13,26 @@ import torch
 import pycudnn
 import pycudnn.torch as pt
 from pycudnn import memory
+from pycudnn.torch._runtime import FIRST_USE
 
 
 @contextlib.contextmanager
 def exact_math() -> Iterator[None]:
     """TF32 off on torch's side (pycudnn computes float32 with FMA by default), torch's allocator
-    installed (the previous resource back afterwards), the handle back on the default stream."""
+    installed (the previous resource back afterwards, and the adapter's first-use choice with
+    it: where this was the process's first use, the next one still installs torch's allocator,
+    as a later CUDA-graph capture needs), the handle back on the default stream."""
     old = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    resource = memory.allocator.memory_resource()
+    resource, first = memory.allocator.memory_resource(), FIRST_USE[0]
     pt.use_torch_allocator()
     try:
         yield
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
         memory.allocator.set_memory_resource(resource)
+        FIRST_USE[0] = first
         pycudnn.get_handle().set_stream(0)
 
 
