@@ -1,7 +1,9 @@
 """Batch norm's training forward and backward on channels-last half-precision data in pycudnn's
-own kernels (imports torch), written for the memory traffic the work needs. Not used by
-``convert`` (yet): the question they answer is whether a fused training step's batch norms can
-run faster than cuDNN's kernels (``bench/bn_chain.py``, docs/BENCHMARKS.md).
+own kernels (imports torch), written for the memory traffic the work needs. A fused training
+chain with a residual and a ReLU runs its batch norm, addition and ReLU on them where
+:func:`~.fused_train.chain_path` says (large enough tensors: below, cuDNN's one fused kernel a
+direction beats their three launches); ``bench/bn_chain.py`` times them against cuDNN's
+(docs/BENCHMARKS.md).
 
 cuDNN's fused batch-norm-(add-)ReLU training kernels (``batchnorm_fwtr_nhwc_semiPersist``,
 ``batchnorm_add_relu_bwtr_nhwc_semiPersist``) ran at about half the memory bandwidth of the
@@ -13,7 +15,8 @@ row a step and added the partial sums up one thread per channel, was slower than
 forward, ``out = act(x * scale + shift [+ z])``
     ``bn_stats``: per-channel sums of ``x - k`` and their squares (*k* the first row, a shift
     that keeps the sum of squares exact enough where the mean is far from zero) over a grid of
-    row blocks, partial sums per block; ``bn_finalize``: the mean, the inverse standard
+    row blocks (four a multiprocessor: one kept too few loads in flight to stream), partial
+    sums per block; ``bn_finalize``: the mean, the inverse standard
     deviation (biased variance, as batch norm normalizes), the running statistics moved by the
     momentum with the unbiased variance (torch's), and ``scale = gamma * invstd``, ``shift =
     beta - mean * scale``; ``bn_apply``: one read of *x* (and *z*), one write, and the ReLU's
@@ -38,11 +41,23 @@ import torch
 from .. import _cuda
 from .._nvrtc import ELEMENTS, Source
 from . import _lean
-from ._runtime import stream_of
+from ._runtime import device_info, stream_of
 
-__all__ = ["SOURCE", "KernelLaunch", "takes", "train_backward", "train_forward"]
+__all__ = [
+    "SOURCE",
+    "KernelLaunch",
+    "fits",
+    "mask_bytes",
+    "takes",
+    "train_backward",
+    "train_forward",
+]
 
 _BLOCK = 256
+#: threads of a finalize block (each adds up every stats block's partial sums of 32 channels)
+_FBLOCK = 1024
+#: stats blocks per multiprocessor (four of 256 threads keep enough loads in flight)
+_PER_SM = 4
 _KINDS = {torch.float16: "f16", torch.bfloat16: "bf16"}
 #: the most channels a stats block covers (a thread per 8 channels of a row)
 MAX_C = 8 * _BLOCK
@@ -51,6 +66,7 @@ _TEXT = (
     ELEMENTS
     + r"""
 #define BLOCK 256
+#define FBLOCK 1024
 #define UNROLL 4
 
 /* per-channel partial sums of (a, b) over this block's rows into part[blockIdx.x][c] and
@@ -76,16 +92,17 @@ __device__ __forceinline__ void block_sums(const float *s, const float *t, float
     }
 }
 
-/* the partial sums of 32 channels from blockIdx.x * 32 (8 warps over the blocks' rows, then
-   warp 0): lane l of warp 0 gets channel's (s, t) in float64; false for the other threads */
+/* the partial sums of 32 channels from blockIdx.x * 32 (the FBLOCK / 32 warps over the
+   blocks' rows, then warp 0): lane l of warp 0 gets channel's (s, t) in float64; false for
+   the other threads */
 __device__ __forceinline__ bool channel_sums(const float *part, unsigned blocks, unsigned c,
                                              double *s, double *t, unsigned *ch) {
-    __shared__ double sh[2][BLOCK];
+    __shared__ double sh[2][FBLOCK];
     unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     *ch = blockIdx.x * 32 + lane;
     double a = 0.0, b = 0.0;
     if (*ch < c)
-        for (unsigned k = warp; k < blocks; k += BLOCK / 32) {
+        for (unsigned k = warp; k < blocks; k += FBLOCK / 32) {
             a += part[(size_t)k * c + *ch];
             b += part[(size_t)(blocks + k) * c + *ch];
         }
@@ -93,7 +110,7 @@ __device__ __forceinline__ bool channel_sums(const float *part, unsigned blocks,
     sh[1][threadIdx.x] = b;
     __syncthreads();
     if (warp != 0 || *ch >= c) return false;
-    for (unsigned w = 1; w < BLOCK / 32; ++w) {
+    for (unsigned w = 1; w < FBLOCK / 32; ++w) {
         a += sh[0][w * 32 + lane];
         b += sh[1][w * 32 + lane];
     }
@@ -306,17 +323,6 @@ GRAD_APPLY(f16) GRAD_APPLY(bf16)
 #: the kernels' source, compiled per architecture on first use
 SOURCE = Source("pycudnn_bn.cu", _TEXT)
 
-_DEVICES: dict[int, tuple[int, int]] = {}
-
-
-def _device(index: int) -> tuple[int, int]:
-    """``(compute capability as 90, multiprocessors)`` of device *index*."""
-    got = _DEVICES.get(index)
-    if got is None:
-        p = torch.cuda.get_device_properties(index)
-        got = _DEVICES[index] = (p.major * 10 + p.minor, p.multi_processor_count)
-    return got
-
 
 class _Stream:
     """The stream the kernel launches of one thread go to: a program sets it before it runs
@@ -354,20 +360,25 @@ class KernelLaunch:
     name : str
         The kernel.
     grid : tuple of int
-        Blocks (x, y, z) of :data:`_BLOCK` threads.
+        Blocks (x, y, z).
     params : sequence
         The kernel's parameters in order: an int is the operand whose pointer it takes (None:
         a null pointer), a ctypes value a constant.
     n_in : int
         How many operands are inputs (the rest are outputs).
+    block : int
+        Threads per block.
     """
 
-    __slots__ = ("_arr", "_cells", "_dr", "_fn", "_grid", "_refs", "handle", "n_in")
+    __slots__ = ("_arr", "_block", "_cells", "_dr", "_fn", "_grid", "_refs", "handle", "n_in")
 
-    def __init__(self, device: int, name: str, grid: tuple, params: list, n_in: int) -> None:
-        arch, _ = _device(device)
+    def __init__(
+        self, device: int, name: str, grid: tuple, params: list, n_in: int, block: int = _BLOCK
+    ) -> None:
+        arch, _ = device_info(device)
         self._fn = SOURCE.kernel(arch, name)
         self._grid = tuple(grid)
+        self._block = block
         self._refs = [ctypes.c_uint64(0) if p is None or isinstance(p, int) else p for p in params]
         self._cells = tuple((self._refs[k], p) for k, p in enumerate(params) if isinstance(p, int))
         self._arr = (ctypes.c_void_p * len(self._refs))(*map(ctypes.addressof, self._refs))
@@ -381,7 +392,7 @@ class KernelLaunch:
         dr = self._dr
         g = self._grid
         _cuda.check(
-            dr.cuLaunchKernel(self._fn, *g, _BLOCK, 1, 1, 0, dr.CUstream(self.handle.stream),
+            dr.cuLaunchKernel(self._fn, *g, self._block, 1, 1, 0, dr.CUstream(self.handle.stream),
                               ctypes.addressof(self._arr), 0),
             "cuLaunchKernel",
         )  # fmt: skip
@@ -393,18 +404,18 @@ _STORE_MAX = 512
 
 
 def _run(x: torch.Tensor, name: str, grid: tuple, params: list, ins: tuple, outs: tuple,
-         stream: int) -> None:  # fmt: skip
+         stream: int, block: int = _BLOCK) -> None:  # fmt: skip
     """Launch kernel *name* over the operands ``ins + outs`` (*params* as
-    :class:`KernelLaunch` takes them, constants as ctypes values) on *stream*, and record it
-    on the calling thread's tape."""
+    :class:`KernelLaunch` takes them, constants as ctypes values) on *stream*, *block* threads
+    a block, and record it on the calling thread's tape."""
     dev = x.device.index
     consts = tuple(getattr(p, "value", p) for p in params)
-    key = (threading.get_ident(), dev, name, grid, consts)
+    key = (threading.get_ident(), dev, name, grid, block, consts)
     entry = _STORE.get(key)
     if entry is None:
         if len(_STORE) >= _STORE_MAX:
             _STORE.clear()
-        entry = _STORE[key] = KernelLaunch(dev, name, grid, params, len(ins))
+        entry = _STORE[key] = KernelLaunch(dev, name, grid, params, len(ins), block)
     tensors = ins + outs
     entry.handle.set_stream(stream)
     with torch.cuda.device(dev):
@@ -412,32 +423,45 @@ def _run(x: torch.Tensor, name: str, grid: tuple, params: list, ins: tuple, outs
     _lean.tape_append(entry, tensors)
 
 
-def takes(x: torch.Tensor) -> bool:
-    """Whether these kernels take *x*: 4-D channels-last float16/bfloat16 CUDA data, channels a
-    multiple of 8 up to :data:`MAX_C`, 16-byte aligned, fewer than 2**31 elements."""
-    if x.dtype not in _KINDS or x.dim() != 4 or not x.is_cuda:
+def fits(shape: tuple, dtype: torch.dtype) -> bool:
+    """Whether these kernels take channels-last data of *shape* and *dtype* (from those alone:
+    fake and meta tensors too): 4-D float16/bfloat16, channels a multiple of 8 up to
+    :data:`MAX_C`, fewer than 2**31 elements."""
+    if dtype not in _KINDS or len(shape) != 4:
         return False
-    c = x.shape[1]
+    c = shape[1]
+    n = shape[0] * shape[1] * shape[2] * shape[3]
+    return c % 8 == 0 and 0 < c <= MAX_C and 0 < n < 2**31
+
+
+def mask_bytes(shape: tuple) -> int:
+    """The bytes of the ReLU's mask :func:`train_forward` gives for data of *shape* (a bit an
+    element)."""
+    return shape[0] * shape[1] * shape[2] * shape[3] // 8
+
+
+def takes(x: torch.Tensor) -> bool:
+    """Whether these kernels take *x*: CUDA data :func:`fits` takes, channels-last, 16-byte
+    aligned."""
     return (
-        c % 8 == 0
-        and 0 < c <= MAX_C
+        x.is_cuda
+        and fits(tuple(x.shape), x.dtype)
         and x.is_contiguous(memory_format=torch.channels_last)
         and x.data_ptr() % 16 == 0
-        and 0 < x.numel() < 2**31
     )
 
 
 def _grid(x: torch.Tensor, rows: int, c: int) -> int:
-    """Row blocks of a stats kernel: one per multiprocessor, each at least a few rows a
-    thread (its partial sums are what the finalize kernel adds up)."""
-    _, sms = _device(x.device.index)
+    """Row blocks of a stats kernel: :data:`_PER_SM` per multiprocessor, each at least a few
+    rows a thread (its partial sums are what the finalize kernel adds up)."""
+    _, sms = device_info(x.device.index)
     rpp = _BLOCK // (c // 8)
-    return max(1, min(sms, -(-rows // (rpp * 8))))
+    return max(1, min(_PER_SM * sms, -(-rows // (rpp * 8))))
 
 
 def _apply_grid(x: torch.Tensor, n8: int) -> int:
     """Blocks of an elementwise kernel: enough threads to keep every multiprocessor full."""
-    _, sms = _device(x.device.index)
+    _, sms = device_info(x.device.index)
     return max(1, min(8 * sms, -(-n8 // _BLOCK)))
 
 
@@ -483,7 +507,7 @@ def train_forward(
     _run(x, f"bn_finalize_{kind}", (-(-c // 32), 1, 1), [
         0, _u32(blocks), _u32(c), _u32(rows), 1, 2, 3, *r, k, k + 1, k + 2,
         ctypes.c_float(eps), ctypes.c_float(momentum)],
-        (part, x, gamma, beta, *run), (mean, invstd, ss), s)  # fmt: skip
+        (part, x, gamma, beta, *run), (mean, invstd, ss), s, _FBLOCK)  # fmt: skip
     n8 = x.numel() // 8
     zz = () if z is None else (z,)
     mm = () if mask is None else (mask,)
@@ -518,7 +542,7 @@ def train_backward(
         (dy, *oo, x, mean), (part,), s)  # fmt: skip
     _run(x, "bn_grad_finalize", (-(-c // 32), 1, 1), [
         0, _u32(blocks), _u32(c), _u32(rows), 1, 2, 3, 4, 5, 6],
-        (part, gamma, mean, invstd), (dgamma, dbeta, coef), s)  # fmt: skip
+        (part, gamma, mean, invstd), (dgamma, dbeta, coef), s, _FBLOCK)  # fmt: skip
     n8 = x.numel() // 8
     zz = () if dz is None else (dz,)
     _run(x, f"bn_grad_apply_{kind}", (_apply_grid(x, n8), 1, 1), [
