@@ -7,7 +7,7 @@ modules' own, or the op's arguments).
 *wiring* gives per chain where its input and residual come from (``i >= 0`` the output of chain
 *i*, ``-1 - j`` the region's input *j*); *outputs* the chains whose results leave the region.
 A walk's *records* are per chain ``(x, w, gamma, beta, z, block, saved)``, *saved*
-:func:`~.fused_train.block_forward`'s ``(fused, conv_out, mean, invstd, out, reserve)``.
+:func:`~.fused_train.block_forward`'s ``(path, conv_out, mean, invstd, out, reserve)``.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from typing import Any
 import torch
 
 from . import _lean
-from .activation import act_grad_run
-from .batchnorm import bn_act_grad_run, bn_grad_run
+from .bn_kernel import takes
 from .conv import conv_dgrad, conv_wgrad
-from .fused_train import block_forward
+from .fused_train import OWN, block_forward, bn_act_backward
 
 __all__ = ["chain_operands", "like_layout", "ref", "walk_backward", "walk_forward"]
 
@@ -74,6 +73,12 @@ def walk_forward(
             out, saved = block_forward(x, w, None, gamma, beta, z, running, blk)
             if not saved[0] and z is not None:
                 why = why or "a residual added by torch (no fused batch-norm kernel here)"
+            elif (
+                saved[0] == OWN
+                and z is not None
+                and not (z.stride() == saved[1].stride() and takes(z))
+            ):
+                why = why or "a residual copied to the layout pycudnn's batch-norm kernels read"
             recs.append((x, w, gamma, beta, z, blk, saved))
             vals.append(out)
     outs = [vals[i] for i in outputs]
@@ -104,21 +109,16 @@ def walk_backward(
     with _lean.Tape() as tape:
         for c in reversed(range(len(recs))):
             x, w, gamma, beta, z, blk, saved = recs[c]
-            fused, yc, mean, invstd, y, reserve = saved
+            path, yc, mean, invstd, y, reserve = saved
             dy = grads.get(id(y))
             if dy is None:
                 dy, replayable = torch.zeros_like(y), False
-            elif dy.stride() != y.stride() or dy.dtype != y.dtype:
+            elif dy.stride() != y.stride() or dy.dtype != y.dtype or dy.data_ptr() % 16:
                 dy, replayable = torch.empty_like(y).copy_(dy), False
-            if fused:
-                dyc, dgamma, dbeta, dz = bn_act_grad_run(
-                    yc, y, dy, gamma, beta, mean, invstd, reserve, blk.eps, z is not None
-                )
-            else:
-                d = dy if blk.act is None else act_grad_run(y, y, dy, (*blk.act, True))
-                dyc, dgamma, dbeta = bn_grad_run(yc, d, gamma, mean, invstd, blk.eps)
-                dz = d if z is not None else None
-                replayable = replayable and z is None
+            dyc, dgamma, dbeta, dz = bn_act_backward(
+                path, (yc, y, gamma, beta, mean, invstd, reserve), dy, blk, z is not None
+            )
+            replayable = replayable and (bool(path) or z is None)
             if z is not None:
                 g = grads.get(id(z))
                 if g is None:

@@ -6,14 +6,17 @@ Forward: the convolution (the lean path), then batch norm with the batch's stati
 averages updated in place, as the batch-norm module's), the residual added and the activation
 applied in place. Backward: the activation's and batch norm's gradients, then the convolution's
 data and weight gradients. Where the data is channels-last float16/bfloat16 and the activation a
-ReLU, batch norm, the addition and the ReLU are cuDNN's fused kernel
-(:func:`~pycudnn.highlevel.dnn_batch_normalization_act_train`, ``BN_ADD_ACTIVATION``) in both
-directions; otherwise they are the separate cuDNN calls of the converted modules (torch's add,
-and torch's ReLU backward for bfloat16, as there), still in the one node.
+ReLU, batch norm, the addition and the ReLU run fused in both directions (:func:`chain_path`
+picks per signature): with a residual on a large enough tensor, pycudnn's own kernels
+(:mod:`.bn_kernel`); otherwise cuDNN's fused kernel
+(:func:`~pycudnn.highlevel.dnn_batch_normalization_act_train`, ``BN_ADD_ACTIVATION``). The rest
+runs the separate cuDNN calls of the converted modules (torch's add, and torch's ReLU backward
+for bfloat16, as there), still in the one node.
 
 The chain's intermediate results that autograd keeps are the unfused chain's: the input, the
 weight, the convolution's output (batch norm's input), the block's output and batch norm's
-statistics (plus cuDNN's reserve space, a bit per element, for the fused residual form).
+statistics (plus, on the fused paths, the ReLU's mask: cuDNN's reserve space or pycudnn's, a
+bit per element).
 
 cuDNN's graph-API conv-BN training fusions (convolution with statistics generation, BN finalize,
 the next convolution's scale-bias-ReLU prologue, data gradient with dReLU and batch norm's weight
@@ -41,17 +44,23 @@ from .batchnorm import (
     bn_train_run,
     reserve_bytes,
 )
+from .bn_kernel import fits, mask_bytes, takes, train_backward, train_forward
 from .conv import conv_dgrad, conv_out_shape, conv_run, conv_wgrad
 
 __all__ = [
+    "CUDNN",
+    "OWN",
+    "OWN_MIN_ELEMENTS",
+    "SEPARATE",
     "TRAIN_ACTS",
     "TrainBlock",
     "TrainFn",
+    "bn_act_backward",
     "block_backward",
     "block_forward",
     "cfg_list",
     "cfg_of",
-    "fused_reserve",
+    "chain_path",
     "op_block_grad",
     "op_block_train",
     "op_lists",
@@ -75,35 +84,82 @@ class TrainBlock(NamedTuple):
     refused: set
 
 
-def fused_reserve(
-    y: torch.Tensor, act: tuple[str, float] | None, residual: bool, device: int | None = None
-) -> int | None:
-    """The reserve bytes of cuDNN's fused batch norm + [add +] ReLU for the convolution's output
-    *y* (its shape, dtype, layout and device only: fake tensors too; *device* instead of *y*'s
-    for a meta tensor), or None when the chain runs cuDNN's separate calls: not a ReLU, not
-    channels-last float16/bfloat16 4-D, or cuDNN's size query refuses it. The same answer every
-    time for one signature."""
+#: how a chain's batch norm (+ addition) + ReLU runs in training: cuDNN's separate calls (and
+#: torch's addition), cuDNN's fused kernel, or pycudnn's own kernels (:mod:`.bn_kernel`)
+SEPARATE, CUDNN, OWN = "", "cudnn", "own"
+#: the fewest elements of a convolution output whose residual form runs on pycudnn's kernels:
+#: below it their three launches a direction cost more than cuDNN's one (on an H200, ResNet-50
+#: at batch 8: 1.10-1.14x cuDNN's at 0.8-3.2 million elements, level at 6.4 million)
+OWN_MIN_ELEMENTS = 1 << 22
+
+
+def chain_path(
+    y: torch.Tensor,
+    pdt: torch.dtype,
+    act: tuple[str, float] | None,
+    residual: bool,
+    device: int | None = None,
+) -> tuple[str, int]:
+    """How the chain whose convolution gives *y* runs its batch norm, addition and ReLU in
+    training, and the bytes its backward reads besides the statistics (cuDNN's reserve space or
+    pycudnn's ReLU mask): ``(path, bytes)``. From *y*'s shape, dtype, layout and device alone
+    (fake tensors too; *device* instead of *y*'s for a meta tensor) and batch norm's parameter
+    dtype *pdt*: the same answer every time for one signature.
+
+    Channels-last float16/bfloat16 with a ReLU: with a residual, pycudnn's own kernels where
+    they take the shape and it has :data:`OWN_MIN_ELEMENTS` or more (on an H200 they run the
+    residual form at 0.75-0.95x cuDNN's fused kernels, forward and backward, over ResNet-50's
+    shapes at batch 64: docs/BENCHMARKS.md); else cuDNN's fused kernel where its size query
+    takes it (cuDNN's is faster on the plain form and on small tensors). The rest runs cuDNN's
+    separate calls (:data:`SEPARATE`, 0 bytes)."""
     if act is None or act[0] != "relu" or y.dtype not in HALVES or y.dim() != 4:
-        return None
+        return SEPARATE, 0
     if not y.is_contiguous(memory_format=torch.channels_last):
-        return None
+        return SEPARATE, 0
     # int(): a symbolic size (torch.compile's dynamic shapes) is specialized, as cuDNN's sizes are
+    shape = tuple(int(n) for n in y.shape)
     dev = y.get_device() if device is None else device
-    return reserve_bytes(tuple(int(n) for n in y.shape), y.dtype, dev, residual)
+    big = shape[0] * shape[1] * shape[2] * shape[3] >= OWN_MIN_ELEMENTS
+    if residual and big and dev >= 0 and pdt == torch.float32 and fits(shape, y.dtype):
+        return OWN, mask_bytes(shape)
+    n = reserve_bytes(shape, y.dtype, dev, residual)
+    return (SEPARATE, 0) if n is None else (CUDNN, n)
+
+
+def _aligned(t: torch.Tensor, like_: torch.Tensor) -> torch.Tensor:
+    """*t* in *like_*'s strides, 16-byte aligned, as pycudnn's kernels read it (a copy where
+    it is not)."""
+    if t.stride() == like_.stride() and takes(t):
+        return t
+    return torch.empty_like(like_).copy_(t)
 
 
 def block_forward(x, w, cb, gamma, beta, z, running, blk: TrainBlock, strict: bool = False):
-    """The chain's forward: ``(out, saved)``, *saved* what the backward reads. *strict*: a
-    fused launch cuDNN refuses raises (the compiled graph fixed the path) instead of running
-    the separate calls for this signature from then on."""
+    """The chain's forward: ``(out, saved)``, *saved* what the backward reads: ``(path,
+    conv_out, mean, invstd, out, reserve)`` (*path* :func:`chain_path`'s; *reserve* cuDNN's
+    reserve space or the ReLU's mask, None on the separate path). *strict*: a fused launch
+    cuDNN refuses raises (the compiled graph fixed the path) instead of running the separate
+    calls for this signature from then on."""
     yc = conv_run(x, w, cb, blk.cfg)
-    n = None if (yc.shape, yc.dtype) in blk.refused else fused_reserve(yc, blk.act, z is not None)
-    if n is not None:
+    path, n = chain_path(yc, gamma.dtype, blk.act, z is not None)
+    if path == OWN:
+        out, mean, invstd, mask = train_forward(
+            yc,
+            gamma,
+            beta,
+            None if z is None else _aligned(z, yc),
+            running,
+            blk.eps,
+            blk.factor,
+            True,
+        )
+        return out, (OWN, yc, mean, invstd, out, mask)
+    if path == CUDNN and (yc.shape, yc.dtype) not in blk.refused:
         try:
             out, mean, invstd, reserve = bn_act_train_run(
                 yc, gamma, beta, z, running, blk.eps, blk.factor, n
             )
-            return out, (True, yc, mean, invstd, out, reserve)
+            return out, (CUDNN, yc, mean, invstd, out, reserve)
         except errors.NotSupportedError:
             if strict:
                 raise
@@ -113,27 +169,40 @@ def block_forward(x, w, cb, gamma, beta, z, running, blk: TrainBlock, strict: bo
         out.add_(z)
     if blk.act is not None:
         act_run(out, blk.act[0], blk.act[1], True)
-    return out, (False, yc, mean, invstd, out, None)
+    return out, (SEPARATE, yc, mean, invstd, out, None)
 
 
-def block_backward(dy, saved: tuple, blk: TrainBlock, fused: bool, need: tuple) -> tuple:
+def bn_act_backward(path: str, saved: tuple, dy, blk: TrainBlock, dz: bool) -> tuple:
+    """Batch norm's, the addition's and the activation's gradients of a chain whose forward
+    took *path*: ``(dyc, dgamma, dbeta, dz)`` (*dz*, the residual's, None unless asked). *saved*
+    is ``(conv_out, out, gamma, beta, mean, invstd, reserve)``; *dy* dense, in the output's
+    dtype and (for the fused paths) its strides."""
+    yc, y, gamma, beta, mean, invstd, reserve = saved
+    if path == OWN:
+        if dy.data_ptr() % 16:
+            dy = dy.clone()  # (same strides: only the alignment pycudnn's kernels read at)
+        dyc, dgamma, dbeta, dzz = train_backward(dy, reserve, yc, gamma, mean, invstd, dz)
+        return dyc, dgamma, dbeta, dzz
+    if path == CUDNN:
+        return bn_act_grad_run(yc, y, dy, gamma, beta, mean, invstd, reserve, blk.eps, dz)
+    d = dy if blk.act is None else act_grad_run(y, y, dy, (*blk.act, True))
+    dyc, dgamma, dbeta = bn_grad_run(yc, dense(d), gamma, mean, invstd, blk.eps)
+    return dyc, dgamma, dbeta, d if dz else None
+
+
+def block_backward(dy, saved: tuple, blk: TrainBlock, path: str, need: tuple) -> tuple:
     """The chain's backward from *saved* ``(x, w, yc, gamma, beta, mean, invstd, out,
-    reserve)``: ``(dx, dw, dyc, dgamma, dbeta, dz)``; *need* ``(dx, dw, dz)`` wanted (None for
-    the others)."""
+    reserve)`` of a forward that took *path*: ``(dx, dw, dyc, dgamma, dbeta, dz)``; *need*
+    ``(dx, dw, dz)`` wanted (None for the others)."""
     x, w, yc, gamma, beta, mean, invstd, y, reserve = saved
     dy = dense(dy)
     if dy.dtype != y.dtype:
         dy = dy.to(y.dtype)
-    if fused:
-        if dy.stride() != y.stride():  # the fused kernel takes one layout for all four
-            dy = dy.contiguous(memory_format=torch.channels_last)
-        dyc, dgamma, dbeta, dz = bn_act_grad_run(
-            yc, y, dy, gamma, beta, mean, invstd, reserve, blk.eps, need[2]
-        )
-    else:
-        d = dy if blk.act is None else act_grad_run(y, y, dy, (*blk.act, True))
-        dz = d if need[2] else None
-        dyc, dgamma, dbeta = bn_grad_run(yc, dense(d), gamma, mean, invstd, blk.eps)
+    if path and dy.stride() != y.stride():  # the fused kernels take one layout for all
+        dy = dy.contiguous(memory_format=torch.channels_last)
+    dyc, dgamma, dbeta, dz = bn_act_backward(
+        path, (yc, y, gamma, beta, mean, invstd, reserve), dy, blk, need[2]
+    )
     dx = conv_dgrad(w, dyc, torch.empty_like(x), blk.cfg) if need[0] else None
     dw = conv_wgrad(x, dyc, w, blk.cfg) if need[1] else None
     return dx, dw, dyc, dgamma, dbeta, dz
@@ -203,8 +272,8 @@ def _op_train_fake(x, w, gamma, beta, z, running_mean, running_var, conv, params
     blk = _block(conv, params, act)
     x = dense(x)
     yc = like(conv_out_shape(x, w, blk.cfg), x)
-    n = fused_reserve(yc, blk.act, z is not None)
-    reserve = x.new_empty(n or 0, dtype=torch.uint8)
+    n = chain_path(yc, gamma.dtype, blk.act, z is not None)[1]
+    reserve = x.new_empty(n, dtype=torch.uint8)
     return torch.empty_like(yc), yc, torch.empty_like(gamma), torch.empty_like(gamma), reserve
 
 
@@ -220,9 +289,9 @@ def _op_grad(
     blk = _block(conv, params, act)
     has_z, need_dx, need_dw = (bool(f) for f in flags[:3])
     yc = saved[2]
-    fused = fused_reserve(yc, blk.act, has_z) is not None  # as the forward decided
+    path = chain_path(yc, saved[3].dtype, blk.act, has_z)[0]  # as the forward decided
     dx, dw, _dyc, dgamma, dbeta, dz = block_backward(
-        dy, tuple(saved), blk, fused, (need_dx, need_dw, has_z)
+        dy, tuple(saved), blk, path, (need_dx, need_dw, has_z)
     )
     if dz is not None and (dz is dy or dz.stride() != yc.stride()):
         dz = torch.empty_like(yc).copy_(dz)  # a new tensor in the layout the fake gives
@@ -266,12 +335,12 @@ def op_lists(blk: TrainBlock) -> tuple[list[int], list[float], str]:
     return cfg_list(blk.cfg), [float(blk.eps), float(blk.factor), float(coef or 0.0)], name
 
 
-def _eager_grad(fused: bool, blk: TrainBlock, dy, saved, _conv, _params, _act, flags) -> tuple:
-    """:data:`op_block_grad`'s eager twin for a node that ran eagerly: the fused/separate choice
-    its forward made (*fused*) and its *blk* kept, instead of their list forms."""
+def _eager_grad(path: str, blk: TrainBlock, dy, saved, _conv, _params, _act, flags) -> tuple:
+    """:data:`op_block_grad`'s eager twin for a node that ran eagerly: the path its forward
+    took (*path*) and its *blk* kept, instead of their list forms."""
     has_z, need_dx, need_dw, need_dcb = (bool(f) for f in flags)
     dx, dw, dyc, dgamma, dbeta, dz = block_backward(
-        dy, tuple(saved), blk, fused, (need_dx, need_dw, has_z)
+        dy, tuple(saved), blk, path, (need_dx, need_dw, has_z)
     )
     dcb = dyc.sum(dim=(0, *range(2, dyc.dim()))) if need_dcb else None
     return dx, dw, dcb, dgamma, dbeta, dz
@@ -288,7 +357,7 @@ class TrainFn(torch.autograd.Function):
     def forward(ctx, x, w, cb, gamma, beta, z, running_mean, running_var, blk, lists):
         if lists is None:
             running = None if running_mean is None else (running_mean, running_var)
-            out, (fused, yc, mean, invstd, y, reserve) = block_forward(
+            out, (path, yc, mean, invstd, y, reserve) = block_forward(
                 x, w, cb, gamma, beta, z, running, blk
             )
             ctx.lists = (None, None, None)
@@ -296,9 +365,9 @@ class TrainFn(torch.autograd.Function):
             out, yc, mean, invstd, reserve = op_block_train(
                 x, w, gamma, beta, z, running_mean, running_var, *lists
             )
-            fused, y, ctx.lists = False, out, lists
+            path, y, ctx.lists = SEPARATE, out, lists
         ctx.save_for_backward(x, w, yc, gamma, beta, mean, invstd, y, reserve)
-        ctx.blk, ctx.fused = blk, fused
+        ctx.blk, ctx.path = blk, path
         ctx.has_z, ctx.has_cb = z is not None, cb is not None
         return out
 
@@ -310,7 +379,7 @@ class TrainFn(torch.autograd.Function):
         if ctx.blk is None:
             eager, grad = _op_grad, gradient
         else:
-            eager, grad = partial(_eager_grad, ctx.fused, ctx.blk), eager_gradient
+            eager, grad = partial(_eager_grad, ctx.path, ctx.blk), eager_gradient
         saved = list(ctx.saved_tensors)
         dx, dw, dcb, dgamma, dbeta, dz = grad(op_block_grad, eager, dy, saved, *ctx.lists, flags)
         return (

@@ -46,7 +46,7 @@ from ._runtime import dense, format_of, like, ready, stream_of
 from .chains import chain_operands, like_layout, ref, walk_backward, walk_forward
 from .conv import conv_out_shape
 from .fused import conv_fused_call
-from .fused_train import TrainBlock, cfg_of, fused_reserve
+from .fused_train import CUDNN, SEPARATE, TrainBlock, cfg_of, chain_path
 from .program import ALIGN, Program, record
 from .region_folds import PER_CHAIN, fold
 
@@ -212,8 +212,8 @@ def saved_layout(
         mean, top = _place(stat, top)
         invstd, top = _place(stat, top)
         reserve = None
-        n = fused_reserve(yc, blks[c].act, zr is not None, dev)
-        if n is not None:
+        path, n = chain_path(yc, gammas[c].dtype, blks[c].act, zr is not None, dev)
+        if path:
             reserve, top = _place(torch.empty(n, dtype=torch.uint8, device="meta"), top)
         places.append((out, conv_out, mean, invstd, reserve))
     outs = [
@@ -418,8 +418,10 @@ def _walk_back(spec, places, douts, outs, inputs, weights, gammas, betas, arena,
     recs = []
     for c, (xr, zr) in enumerate(spec.wiring):
         _, yc, mean, invstd, reserve = views[c]
-        fused = reserve is not None and (yc.shape, yc.dtype) not in spec.refused[c]
-        saved = (fused, yc, mean, invstd, ys[c], reserve if fused else None)
+        path = chain_path(yc, gammas[c].dtype, blks[c].act, zr is not None)[0]  # the forward's
+        if path == CUDNN and (yc.shape, yc.dtype) in spec.refused[c]:
+            path = SEPARATE
+        saved = (path, yc, mean, invstd, ys[c], reserve if path else None)
         z = None if zr is None else ref(zr, ys, inputs)
         recs.append((ref(xr, ys, inputs), weights[c], gammas[c], betas[c], z, blks[c], saved))
     results, launches = walk_backward(spec.outputs, inputs, recs, douts, need)

@@ -563,6 +563,34 @@ def test_fused_bn_relu_refused_by_cudnn_runs_separate_calls(monkeypatch):
     assert base.CALLS.count("dnn_batch_normalization_train") == 2
 
 
+def test_chain_path_gives_the_residual_form_to_pycudnns_kernels(monkeypatch):
+    """Which kernels a training chain's batch norm (+ addition) + ReLU runs, from the shapes
+    alone: pycudnn's own for the residual form on CUDA channels-last half data they take, from
+    ``OWN_MIN_ELEMENTS`` elements (the ReLU's mask a bit an element), else cuDNN's fused kernel
+    (its reserve size), else cuDNN's separate calls."""
+    monkeypatch.setattr(batchnorm, "batch_normalization_act_reserve_size", _reserve_size)
+    monkeypatch.setattr(batchnorm, "_RESERVE", _plans.HostCache("test", 256))
+    cl, relu, f32 = torch.channels_last, ("relu", 0.0), torch.float32
+
+    def y(c=16, dtype=torch.float16, fmt=cl):
+        return torch.empty(2, c, 4, 6, dtype=dtype, device="meta").to(memory_format=fmt)
+
+    path = fused_train.chain_path
+    assert path(y(), f32, relu, True, 0) == ("cudnn", 16)  # too small: launch-bound
+    monkeypatch.setattr(fused_train, "OWN_MIN_ELEMENTS", 2 * 16 * 4 * 6)
+    assert path(y(), f32, relu, True, 0) == ("own", 2 * 16 * 4 * 6 // 8)
+    assert path(y(dtype=torch.bfloat16), f32, relu, True, 0) == ("own", 96)
+    assert path(y(), f32, relu, False, 0) == ("cudnn", 0)  # the plain form: cuDNN's kernel
+    monkeypatch.setattr(fused_train, "OWN_MIN_ELEMENTS", 0)
+    assert path(y(12), f32, relu, True, 0) == ("cudnn", 16)  # channels not a multiple of 8
+    assert path(y(4096), f32, relu, True, 0) == ("cudnn", 16)  # more than a block covers
+    assert path(y(), torch.float64, relu, True, 0) == ("cudnn", 16)
+    assert path(y(), f32, relu, True, -1) == ("cudnn", 16)  # not on a CUDA device
+    assert path(y(fmt=torch.contiguous_format), f32, relu, True, 0) == ("", 0)
+    assert path(y(), f32, ("silu", 0.0), True, 0) == ("", 0)
+    assert path(y(dtype=torch.float32), f32, relu, True, 0) == ("", 0)
+
+
 def _block_args(residual, dtype=torch.float64):
     torch.manual_seed(0)
     cl = torch.channels_last

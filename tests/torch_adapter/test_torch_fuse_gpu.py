@@ -226,25 +226,35 @@ def test_torchvision_models(name, dtype, fmt):
     _within_noise(pt.convert(copy.deepcopy(ref)), mine, x, floor)
 
 
-@pytest.mark.parametrize("make", [toys.Bottleneck, toys.BasicBlock], ids=["bottleneck", "basic"])
-def test_training_runs_cudnns_fused_bn_relu(make, monkeypatch):
-    """bfloat16 channels-last training: every conv -> bn -> [add ->] relu chain runs batch norm,
-    the addition and the ReLU as cuDNN's one kernel, forward and backward, one autograd node."""
-    from pycudnn.torch import chains, fused_train
+@pytest.mark.parametrize("own", [True, False], ids=["own", "cudnn"])
+@pytest.mark.parametrize(
+    "make", [toys.Bottleneck, lambda: toys.BasicBlock(8, 8)], ids=["bottleneck", "basic"]
+)
+def test_training_runs_one_kernel_path_per_chain(make, own, monkeypatch):
+    """bfloat16 channels-last training: every conv -> bn -> relu chain runs batch norm and the
+    ReLU as cuDNN's one kernel, every conv -> bn -> add -> relu chain pycudnn's own kernels
+    (:func:`~pycudnn.torch.fused_train.chain_path`; these toys are below its size threshold,
+    lowered here) or, below the threshold, cuDNN's fused kernel too; forward and backward, one
+    autograd node; the step within noise of torch's."""
+    from pycudnn.torch import fused_train
 
+    if own:
+        monkeypatch.setattr(fused_train, "OWN_MIN_ELEMENTS", 0)
     seen = []
-    for module in (fused_train, chains):  # a chain's own node, or a region's first run
-        for name in ("bn_act_train_run", "bn_act_grad_run"):
-            real = getattr(module, name, None)
-            if real is not None:
-                spy = lambda *a, _r=real, _n=name, **k: seen.append(_n) or _r(*a, **k)  # noqa: E731
-                monkeypatch.setattr(module, name, spy)
+    names = ("bn_act_train_run", "bn_act_grad_run", "train_forward", "train_backward")
+    for name in names:  # (a chain's own node and a region's first run both go through these)
+        real = getattr(fused_train, name)
+        spy = lambda *a, _r=real, _n=name, **k: seen.append(_n) or _r(*a, **k)  # noqa: E731
+        monkeypatch.setattr(fused_train, name, spy)
     ref, mine = _pair(make(), torch.bfloat16, torch.channels_last)
     x = _input(ref, torch.bfloat16, torch.channels_last)
     _train(ref, mine, x, torch.bfloat16)
-    chains = [r for _, r in fuse.fusions(mine) if r.pattern in ("conv_bn_act", "conv_bn_add_act")]
-    assert seen.count("bn_act_train_run") == len(chains) >= 2
-    assert seen.count("bn_act_grad_run") == len(chains)
+    pats = [r.pattern for _, r in fuse.fusions(mine)]
+    plain, added = pats.count("conv_bn_act"), pats.count("conv_bn_add_act")
+    assert added >= 1 and plain + added >= 2, pats
+    cudnn, mine = (plain, added) if own else (plain + added, 0)
+    assert seen.count("bn_act_train_run") == seen.count("bn_act_grad_run") == cudnn, seen
+    assert seen.count("train_forward") == seen.count("train_backward") == mine, seen
 
 
 def test_llama_mlp_eval():

@@ -26,11 +26,18 @@ nn = torch.nn
 import test_torch_fuse_gpu as fg  # noqa: E402  (tests/torch_adapter)
 
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn.torch import fuse, region  # noqa: E402
+from pycudnn.torch import fuse, fused_train, region  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
 CL = torch.channels_last
+
+
+@pytest.fixture(autouse=True)
+def _own_kernels(monkeypatch):
+    """The residual chains on pycudnn's batch-norm kernels at these test sizes too (below
+    ``fused_train.OWN_MIN_ELEMENTS`` they run cuDNN's fused kernel, as the fuse tests check)."""
+    monkeypatch.setattr(fused_train, "OWN_MIN_ELEMENTS", 0)
 
 
 def _models(name, bn_float=True, dtype=torch.bfloat16):
