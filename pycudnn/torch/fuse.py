@@ -539,8 +539,11 @@ def programs(model: nn.Module) -> list[tuple[str, Any, str]]:
         ``pycudnn.config``) and what runs for it, e.g. ``'forward program of 104 launches,
         backward program of 156 launches, one arena of N MiB'`` (N: the bytes of a step's
         intermediate results, allocated per run; in eval ``'forward program of 52 launches,
-        arena of N MiB'``) or ``'the chains one by one: <reason>'``.
-        Empty before a region's first run.
+        arena of N MiB'``) or ``'the chains one by one: <reason>'``; in training followed by
+        the kernels the chains' batch norms (with their addition and ReLU) run on, e.g.
+        ``'; batch norms: 4 on pycudnn's kernels, 9 on cuDNN's fused kernel, 4 on cuDNN's
+        separate calls'`` (``fused_train.chain_path`` chooses per signature). Empty before a
+        region's first run.
 
     Notes
     -----

@@ -44,7 +44,7 @@ from ._runtime import autocast_dtype, cuda_ok, dense, format_of, stream_of
 from .chains import chain_operands, like_layout, ref, walk_backward, walk_forward
 from .fold_kernel import warm
 from .fused import hooked
-from .fused_train import TRAIN_ACTS, cfg_list
+from .fused_train import CUDNN, OWN, SEPARATE, TRAIN_ACTS, cfg_list
 from .program import Program, held, record
 from .region_folds import fold
 from .region_ops import (
@@ -79,7 +79,7 @@ def use_programs(enabled: bool) -> None:
 class _Bound:
     """What a region keeps per signature: its programs, or why there are none."""
 
-    __slots__ = ("bwd", "casts", "ext", "fwd", "pattern", "reason", "versions")
+    __slots__ = ("bwd", "casts", "ext", "fwd", "kernels", "pattern", "reason", "versions")
 
     def __init__(self) -> None:
         self.fwd: Program | None = None
@@ -89,6 +89,24 @@ class _Bound:
         self.reason = ""
         self.ext: list[int] = []  # eval: the folded weights' and biases' pointers
         self.versions: list[Any] = []
+        self.kernels: tuple[str, ...] = ()  # training: each chain's batch-norm path
+
+
+#: how :meth:`FusedRegion.programs` names a chain's batch-norm path (``chain_path``'s)
+_PATHS = {
+    OWN: "pycudnn's kernels",
+    CUDNN: "cuDNN's fused kernel",
+    SEPARATE: "cuDNN's separate calls",
+}
+
+
+def _kernels(paths: tuple[str, ...]) -> str:
+    """``'; batch norms: 4 on pycudnn's kernels, 12 on cuDNN's fused kernel'`` (the chains per
+    path, in that order; '' without any: eval, or a signature not yet run)."""
+    if not paths:
+        return ""
+    counts = [f"{paths.count(p)} on {name}" for p, name in _PATHS.items() if p in paths]
+    return "; batch norms: " + ", ".join(counts)
 
 
 class FusedRegion(nn.Module):
@@ -213,7 +231,8 @@ class FusedRegion(nn.Module):
     def programs(self) -> list[tuple[Any, str]]:
         """Per recorded signature: ``(signature, what runs)``, e.g. ``'forward program of 104
         launches, backward program of 156 launches, one arena of N MiB'`` (N: the bytes of a
-        step's intermediate results, allocated per run) or why the chains run one by one."""
+        step's intermediate results, allocated per run) or why the chains run one by one; in
+        training then the kernels the chains' batch norms run on (:func:`_kernels`)."""
         out = []
         for sig, b in state(self).get("programs", {}).items():
             if b.reason:
@@ -227,7 +246,7 @@ class FusedRegion(nn.Module):
                 else:
                     what += ","
                 what += f" arena of {b.fwd.arena_bytes / 2**20:.1f} MiB"
-            out.append((sig, what))
+            out.append((sig, what + _kernels(b.kernels)))
         return out
 
     def _signature(self, inputs: tuple) -> tuple | None:
@@ -512,6 +531,7 @@ class FusedRegion(nn.Module):
         outs, recs, why, launches = walk_forward(
             self.wiring, self.outputs, inputs, operands, prepare
         )
+        b.kernels = tuple(r[6][0] for r in recs)
         self._write_back(b.casts, bufs)
         return outs, recs, why or (launches, ext, outs)
 

@@ -150,9 +150,19 @@ def test_training_region_replays_programs_exactly(make):
     # the step's one arena, as the programs hold it (bytes of the step's intermediate results)
     arenas = [b.fwd.arena_bytes for r in _regions(mine) for b in r._store().values()]
     assert all(n > 0 for n in arenas)
-    assert [re.search(r"one arena of ([\d.]+) MiB$", w).group(1) for w in progs] == [
+    assert [re.search(r"one arena of ([\d.]+) MiB;", w).group(1) for w in progs] == [
         f"{n / 2**20:.1f}" for n in arenas
     ]
+    # then the kernels the chains' batch norms ran on, per region: every conv -> bn -> [add ->]
+    # relu chain cuDNN's fused kernel (these CPU fakes), a chain without a ReLU its separate calls
+    chains = [r.pattern for _, r in fuse.fusions(mine) if r.pattern.startswith("conv")]
+    relu = sum(p in ("conv_bn_act", "conv_bn_add_act") for p in chains)
+    said: dict[str, int] = {}
+    for w in progs:
+        for n, path in re.findall(r"(\d+) on ([^,]+)", w.split("; batch norms: ")[1]):
+            said[path] = said.get(path, 0) + int(n)
+    want = {"cuDNN's fused kernel": relu, "cuDNN's separate calls": len(chains) - relu}
+    assert said == {k: v for k, v in want.items() if v}, (progs, chains)
     for a, b in zip(mine.buffers(), ref.buffers(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
 
@@ -498,6 +508,7 @@ def test_an_unreplayable_training_run_says_why(grad, monkeypatch):
             with torch.no_grad():
                 torch.testing.assert_close(mine(x), ref(x), rtol=1e-9, atol=1e-9)
     (what,) = _programs(mine)
-    assert (
-        what == "the chains one by one: a residual added by torch (no fused batch-norm kernel here)"
+    assert what == (
+        "the chains one by one: a residual added by torch (no fused batch-norm kernel here); "
+        "batch norms: 2 on cuDNN's separate calls"
     )
