@@ -197,7 +197,7 @@ def _rel(a, b):
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=str)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v2"])
 def test_torchvision_models(name, dtype, fmt):
     """Eval: the fused model's logits against a float32 copy of torch's, within twice torch's own
