@@ -41,7 +41,7 @@ import torch
 from .. import _cuda
 from .._nvrtc import ELEMENTS, Source
 from . import _lean
-from ._runtime import device_info, stream_of
+from ._runtime import bump_version, device_info, stream_of
 
 __all__ = [
     "SOURCE",
@@ -515,6 +515,8 @@ def train_forward(
     _run(x, f"bn_apply_{kind}", (_apply_grid(x, n8), 1, 1), [
         0, 1 if z is not None else None, 1 + k, 2 + k, 3 + k if mask is not None else None,
         _u32(n8), _u32(c // 8), _u32(int(relu))], (x, *zz, ss), (out, *mm), s)  # fmt: skip
+    for t in run:  # written in place: tell torch, as an in-place op does (the folds key on it)
+        bump_version(t)
     return out, mean, invstd, mask
 
 

@@ -257,6 +257,21 @@ def test_training_runs_one_kernel_path_per_chain(make, own, monkeypatch):
     assert seen.count("train_forward") == seen.count("train_backward") == mine, seen
 
 
+@pytest.mark.parametrize("make", [toys.Bottleneck, toys.Net], ids=["bottleneck", "net"])
+def test_eval_after_training_on_pycudnns_kernels_folds_the_new_statistics(make, monkeypatch):
+    """Eval, a training step with the residual chains on pycudnn's batch-norm kernels, eval
+    again: the second eval folds the running statistics the step moved (the kernels bump their
+    versions, which the folds' cache keys on; a stale fold otherwise)."""
+    from pycudnn.torch import fused_train
+
+    monkeypatch.setattr(fused_train, "OWN_MIN_ELEMENTS", 0)
+    ref, mine = _pair(make(), torch.bfloat16, torch.channels_last)
+    x = _input(ref, torch.bfloat16, torch.channels_last)
+    _eval(ref, mine, x, torch.bfloat16)
+    _train(ref, mine, x, torch.bfloat16)
+    _eval(ref, mine, x, torch.bfloat16)
+
+
 def test_llama_mlp_eval():
     transformers = pytest.importorskip("transformers")
     from transformers.models.llama.modeling_llama import LlamaMLP
