@@ -89,7 +89,9 @@ class TrainBlock(NamedTuple):
 SEPARATE, CUDNN, OWN = "", "cudnn", "own"
 #: the fewest elements of a convolution output whose residual form runs on pycudnn's kernels:
 #: below it their three launches a direction cost more than cuDNN's one (on an H200, ResNet-50
-#: at batch 8: 1.10-1.14x cuDNN's at 0.8-3.2 million elements, level at 6.4 million)
+#: at batch 8: 1.10-1.14x cuDNN's at 0.8-3.2 million elements, level at 6.4 million). A constant
+#: of the process: a compiled backward asks :func:`chain_path` again for the forward's choice
+#: (the tests lower it before they build a model)
 OWN_MIN_ELEMENTS = 1 << 22
 
 
