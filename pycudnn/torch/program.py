@@ -122,13 +122,16 @@ class Program:
                 arena = torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
             base = arena.data_ptr()
             ext = ext + [base + o for o in self.offsets]
-        if self.scratch_bytes:
-            base = torch.empty(self.scratch_bytes, dtype=torch.uint8, device=device).data_ptr()
+        scratch = None
+        if self.scratch_bytes:  # held until every launch is enqueued (the stream orders reuse)
+            scratch = torch.empty(self.scratch_bytes, dtype=torch.uint8, device=device)
+            base = scratch.data_ptr()
             ext = ext + [base + o for o in self.scratch]
         outs = [torch.empty_strided(s, st, dtype=dt, device=device) for s, st, dt in self.outs]
         slots = ext + [t.data_ptr() for t in outs]
         for launch, get in self.steps:
             launch(get(slots))
+        del scratch
         return arena, outs, slots
 
 
