@@ -327,9 +327,12 @@ def _train_impl(
         for t, p in zip((y, yc, mean, invstd, reserve), places[c], strict=True):
             if p is None or t is None:
                 continue
-            if (tuple(t.shape), t.stride(), t.dtype) != p[:3]:
-                why = why or "a saved result laid out otherwise than the layout says"
-                continue
+            got = (tuple(t.shape), t.stride(), t.dtype)
+            if got != p[:3]:  # the backward reads the arena: it would read what is not there
+                raise RuntimeError(
+                    f"pycudnn.torch: chain {c} of a compiled region saved {got} where the "
+                    f"region's layout has {p[:3]}; please report this"
+                )
             _view(arena, p).copy_(t)
             pins[id(t)] = p[3]
     if why:
