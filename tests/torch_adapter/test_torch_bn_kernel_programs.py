@@ -48,6 +48,13 @@ def _unbits(m: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return bits.reshape(n, h, w, c).permute(0, 3, 1, 2).bool()
 
 
+def _masked(ins: list, p: list) -> tuple:
+    """A gradient kernel's ``(dy masked by the ReLU's mask when given, x, last input)``."""
+    dy, *rest = ins
+    g = dy if p[1] is None else dy * _unbits(rest[0], dy)
+    return g, rest[-2], rest[-1]
+
+
 def _kernel(base: str, p: list, ins: list, outs: list) -> None:
     """What kernel *base* writes into *outs*, from *ins* and its parameters *p* (as
     ``bn_kernel.train_forward``/``train_backward`` pass them)."""
@@ -81,11 +88,8 @@ def _kernel(base: str, p: list, ins: list, outs: list) -> None:
         if p[4] is not None:
             outs[1].copy_(_bits(y))
     elif base == "bn_grad_stats":
-        dy, *rest = ins
-        mask = rest[0] if p[1] is not None else None
-        x, mean = rest[-2], rest[-1]
+        g, x, mean = _masked(ins, p)
         c = x.shape[1]
-        g = dy if mask is None else dy * _unbits(mask, dy)
         part = outs[0]
         blocks = part.numel() // (2 * c)
         part.zero_()
@@ -107,11 +111,8 @@ def _kernel(base: str, p: list, ins: list, outs: list) -> None:
         coef[c : 2 * c].copy_(kx)
         coef[2 * c :].copy_(-kg * s / n - kx * mean.double())
     elif base == "bn_grad_apply":
-        dy, *rest = ins
-        mask = rest[0] if p[1] is not None else None
-        x, coef = rest[-2], rest[-1]
+        g, x, coef = _masked(ins, p)
         c = x.shape[1]
-        g = dy if mask is None else dy * _unbits(mask, dy)
         if p[5] is not None:
             outs[1].copy_(g)
         k = [coef[i * c : (i + 1) * c].view(1, c, 1, 1) for i in range(3)]
