@@ -18,9 +18,8 @@ from typing import Any
 import torch
 
 from . import _lean
-from .bn_kernel import takes
 from .conv import conv_dgrad, conv_wgrad
-from .fused_train import OWN, block_forward, bn_act_backward
+from .fused_train import OWN, block_forward, bn_act_backward, reads_as_is
 
 __all__ = ["chain_operands", "like_layout", "ref", "walk_backward", "walk_forward"]
 
@@ -73,11 +72,7 @@ def walk_forward(
             out, saved = block_forward(x, w, None, gamma, beta, z, running, blk)
             if not saved[0] and z is not None:
                 why = why or "a residual added by torch (no fused batch-norm kernel here)"
-            elif (
-                saved[0] == OWN
-                and z is not None
-                and not (z.stride() == saved[1].stride() and takes(z))
-            ):
+            elif saved[0] == OWN and z is not None and not reads_as_is(z, saved[1]):
                 why = why or "a residual copied to the layout pycudnn's batch-norm kernels read"
             recs.append((x, w, gamma, beta, z, blk, saved))
             vals.append(out)

@@ -64,6 +64,7 @@ __all__ = [
     "op_block_grad",
     "op_block_train",
     "op_lists",
+    "reads_as_is",
     "train_block",
 ]
 
@@ -128,12 +129,16 @@ def chain_path(
     return (SEPARATE, 0) if n is None else (CUDNN, n)
 
 
+def reads_as_is(t: torch.Tensor, like_: torch.Tensor) -> bool:
+    """Whether pycudnn's kernels read *t* beside *like_* as it is: *like_*'s strides, 16-byte
+    aligned (else :func:`block_forward` reads a copy)."""
+    return t.stride() == like_.stride() and takes(t)
+
+
 def _aligned(t: torch.Tensor, like_: torch.Tensor) -> torch.Tensor:
-    """*t* in *like_*'s strides, 16-byte aligned, as pycudnn's kernels read it (a copy where
-    it is not)."""
-    if t.stride() == like_.stride() and takes(t):
-        return t
-    return torch.empty_like(like_).copy_(t)
+    """*t* as pycudnn's kernels read it beside *like_* (:func:`reads_as_is`; a copy where
+    not)."""
+    return t if reads_as_is(t, like_) else torch.empty_like(like_).copy_(t)
 
 
 def block_forward(x, w, cb, gamma, beta, z, running, blk: TrainBlock, strict: bool = False):

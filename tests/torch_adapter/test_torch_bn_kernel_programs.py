@@ -28,7 +28,7 @@ import test_torch_program as tp  # noqa: E402
 from test_torch_fuse import bn_act, fakes  # noqa: E402, F401  (fixtures)
 from test_torch_program import lean  # noqa: E402, F401  (fixture)
 
-from pycudnn.torch import _lean, bn_kernel, chains, fuse, fused_train, region_ops  # noqa: E402
+from pycudnn.torch import _lean, bn_kernel, fuse, fused_train, region_ops  # noqa: E402
 
 #: the kernels launched while a fake was bound (replays do not add to it)
 CALLS: list[str] = []
@@ -176,8 +176,7 @@ def own(lean, monkeypatch):  # noqa: F811
 
     for module in (fused_train, region_ops):
         monkeypatch.setattr(module, "chain_path", path)
-    for module in (fused_train, chains):
-        monkeypatch.setattr(module, "takes", _cpu_takes)
+    monkeypatch.setattr(fused_train, "takes", _cpu_takes)
     CALLS.clear()
     yield
 
