@@ -1,10 +1,16 @@
 """GPU test of a fused model's training over a few hundred steps (marker ``gpu``; skipped without
 a device, torch or torchvision): torchvision's ResNet-18 (random init, bfloat16 channels-last,
 batch norm in float32) converted with ``fuse=True`` trains on a small synthetic task from the
-same initial weights as torch's model, and its loss curve stays within torch's own
-seed-to-seed spread (torch's model trained from three initializations). Both batch-norm paths
-of the residual chains are taken: pycudnn's own kernels (the size threshold lowered to 0 for
-these 32x32 images) and cuDNN's fused kernel. A ``FUSECURVE`` line prints the curves' ends.
+same initial weights as torch's model seeded 0, and its loss curve lands within torch's own
+seed-to-seed spread (torch's model trained from :data:`SEEDS` initializations on the same
+batches). Both batch-norm paths of the residual chains are taken: pycudnn's own kernels (the
+size threshold lowered to 0 for these 32x32 images) and cuDNN's fused kernel.
+
+A few hundred steps of SGD in bfloat16 are chaotic: two runs whose first steps agree to a few
+units in the last place part ways step by step (as torch's own runs from different seeds do),
+so the curves are compared as levels, not point by point: the mean loss over the whole run and
+over its last :data:`TAIL` steps must lie within the range torch's seeds span, widened by that
+range on each side. A ``FUSECURVE`` line prints the levels and the curves every 20 steps.
 
 Run on the GPU machine:
 ``PYTHONPATH=. python3 -m pytest -m gpu -q -s tests/torch_adapter/test_torch_fuse_curve_gpu.py``.
@@ -28,6 +34,8 @@ pytestmark = pytest.mark.gpu
 DEV = "cuda"
 CL = torch.channels_last
 STEPS = 200
+TAIL = 50
+SEEDS = (0, 1, 2, 3)
 BATCH = 32
 CLASSES = 10
 
@@ -62,7 +70,7 @@ def _model(seed: int) -> nn.Module:
 
 
 def _curve(model: nn.Module, batches) -> torch.Tensor:
-    """The loss per step of SGD with momentum over *batches*, smoothed over 10 steps."""
+    """The loss per step of SGD with momentum over *batches*."""
     opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     losses = []
     for x, y in batches:
@@ -71,33 +79,56 @@ def _curve(model: nn.Module, batches) -> torch.Tensor:
         loss.backward()
         opt.step()
         losses.append(loss.detach())
-    raw = torch.stack(losses).float().cpu()
-    return F.avg_pool1d(raw[None, None], 10, 1)[0, 0]
+    return torch.stack(losses).float().cpu()
+
+
+def _levels(curve: torch.Tensor) -> tuple[float, float]:
+    """The mean loss over the whole run and over its last :data:`TAIL` steps."""
+    return float(curve.mean()), float(curve[-TAIL:].mean())
+
+
+def _within(value: float, spread: list[float]) -> bool:
+    """Whether *value* lies in *spread*'s range widened by that range on each side."""
+    lo, hi = min(spread), max(spread)
+    return lo - (hi - lo) <= value <= hi + (hi - lo)
+
+
+@pytest.fixture(scope="module")
+def torch_curves() -> list[torch.Tensor]:
+    batches = _task()
+    return [_curve(_model(seed), batches) for seed in SEEDS]
+
+
+def _every20(curve: torch.Tensor) -> str:
+    smooth = F.avg_pool1d(curve[None, None], 10, 1)[0, 0]
+    return " ".join(f"{v:.3f}" for v in smooth[::20])
 
 
 @pytest.mark.parametrize("own", [True, False], ids=["own_kernels", "cudnn_kernel"])
-def test_fused_resnet18_tracks_torchs_loss_curve(own, monkeypatch):
+def test_fused_resnet18_tracks_torchs_loss_curve(own, torch_curves, monkeypatch):
     if own:
         monkeypatch.setattr(fused_train, "OWN_MIN_ELEMENTS", 0)
-    batches = _task()
-    curves = [_curve(_model(seed), batches) for seed in (0, 1, 2)]
     mine = pt.convert(copy.deepcopy(_model(0)), fuse=True)
     kernels = []
     real = fused_train.train_forward
     monkeypatch.setattr(
         fused_train, "train_forward", lambda *a, **k: kernels.append(1) or real(*a, **k)
     )
-    ours = _curve(mine, batches)
-    twin = curves[0]
-    spread = (torch.stack(curves).amax(0) - torch.stack(curves).amin(0)).clamp_min(0.05)
-    gap = (ours - twin).abs()
+    ours = _curve(mine, _task())
+    means, tails = zip(*(_levels(c) for c in torch_curves), strict=True)
+    mean, tail = _levels(ours)
     print(
-        f"FUSECURVE {'own' if own else 'cudnn'}: first loss {twin[0]:.4f} torch / {ours[0]:.4f} "
-        f"pycudnn, after {STEPS} steps {twin[-1]:.4f} / {ours[-1]:.4f}; max |gap| "
-        f"{gap.max():.4f}, torch's seed spread at the end {spread[-1]:.4f}"
+        f"FUSECURVE {'own' if own else 'cudnn'}: mean loss {mean:.4f} pycudnn, torch's seeds "
+        f"{' '.join(f'{m:.4f}' for m in means)}; last {TAIL} steps {tail:.4f} pycudnn, torch's "
+        f"{' '.join(f'{t:.4f}' for t in tails)}\n  pycudnn every 20 steps: {_every20(ours)}\n"
+        + "".join(
+            f"  torch seed {s}: {_every20(c)}\n" for s, c in zip(SEEDS, torch_curves, strict=True)
+        )
     )
     assert bool(kernels) == own  # the residual chains ran the path asked for
     assert torch.isfinite(ours).all()
-    assert ours[-1] < 0.5 * ours[0]  # it learns
-    assert gap[0] < 0.05  # same weights, same first batches
-    assert bool((gap <= 2 * spread).all()), (gap.max(), spread.min())
+    assert tail < 0.5 * float(ours[:10].mean())  # it learns
+    # same weights and batches: the first steps agree before the runs part ways
+    assert abs(float(ours[:5].mean()) - float(torch_curves[0][:5].mean())) < 0.05
+    assert _within(mean, list(means)), (mean, means)
+    assert _within(tail, list(tails)), (tail, tails)
