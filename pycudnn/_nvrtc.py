@@ -33,7 +33,7 @@ from typing import Any
 from . import _cuda
 from .errors import CudaError
 
-__all__ = ["ELEMENTS", "Source", "nvrtc", "nvrtc_version"]
+__all__ = ["ELEMENTS", "Source", "launch", "nvrtc", "nvrtc_version"]
 
 #: device functions the kernels' sources begin with: a float32, float16 or bfloat16 element
 #: (``ld_*``/``st_*``, index *i* of the pointer *p*) or 8 of them in 16-byte accesses
@@ -153,6 +153,16 @@ def _target(arch: int) -> tuple[str, bool]:
     return f"compute_{below[-1]}", False
 
 
+def launch(fn: Any, grid: tuple, block: tuple, params: int, stream: int) -> None:
+    """Launch ``CUfunction`` *fn* (:meth:`Source.kernel`) over *grid* blocks of *block* threads
+    on *stream* (``cudaStream_t``) in the current context, *params* the address of its
+    ``void *[]`` of argument addresses: the one launch every kernel of pycudnn's goes through."""
+    dr = _cuda.driver()
+    _cuda.check(
+        dr.cuLaunchKernel(fn, *grid, *block, 0, dr.CUstream(stream), params, 0), "cuLaunchKernel"
+    )
+
+
 class Source:
     """One CUDA C++ translation unit of ``extern "C"`` kernels: compiled per architecture and
     loaded once, its kernels looked up by name.
@@ -238,12 +248,7 @@ class Source:
         """Launch kernel *name* on *stream* (``cudaStream_t``), *params* the address of its
         ``void *[]`` of argument addresses, on the current device (whose compute capability is
         *arch*)."""
-        f = self.kernel(arch, name)
-        dr = _cuda.driver()
-        _cuda.check(
-            dr.cuLaunchKernel(f, *grid, *block, 0, dr.CUstream(stream), params, 0),
-            "cuLaunchKernel",
-        )
+        launch(self.kernel(arch, name), grid, block, params, stream)
 
     def failure(self, exc: BaseException) -> str:
         """Record that a caller gave up on this source because of *exc*; returns (and keeps in

@@ -38,8 +38,8 @@ import threading
 
 import torch
 
-from .. import _cuda
 from .._nvrtc import ELEMENTS, Source
+from .._nvrtc import launch as launch_kernel
 from . import _lean
 from ._runtime import bump_version, device_info, stream_of
 
@@ -186,20 +186,14 @@ extern "C" __global__ void bn_finalize_##T(                                     
 }
 FINALIZE(f16) FINALIZE(bf16)
 
-/* 8 float32 per-channel values from v + ch (ch a multiple of 8, v 32-byte aligned) */
-__device__ __forceinline__ void ld8c(const float *v, unsigned ch, float *o) {
-    float4 a = ((const float4 *)(v + ch))[0], b = ((const float4 *)(v + ch))[1];
-    o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w; o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
-}
-
 /* out = act(x * scale + shift [+ z]), 8 channels a thread, two vectors a step (v[U] with a
    constant U: the arrays stay in registers); mask (if given): a byte per 8 elements, bit q
    set where element q of them is above 0 (the ReLU's backward reads it) */
 #define APPLY_ONE(T, I, U)                                                                 \
     {                                                                                     \
         unsigned ch = ((I) % c8) * 8;                                                     \
-        ld8c(ss, ch, sc);                                                                 \
-        ld8c(ss + c, ch, sh);                                                             \
+        ld8_f32((unsigned long long)(ss), ch, sc);                                        \
+        ld8_f32((unsigned long long)(ss + c), ch, sh);                                    \
         _Pragma("unroll") for (int q = 0; q < 8; ++q) {                                   \
             float y = v[U][q] * sc[q] + sh[q];                                            \
             if (z) y += w[U][q];                                                          \
@@ -256,7 +250,7 @@ extern "C" __global__ void bn_grad_stats_##T(unsigned long long dy,             
     ROWS                                                                                  \
     float m[8], s[8], t[8], g[2][8], v[2][8];                                             \
     unsigned o[2];                                                                        \
-    ld8c(mean, lane * 8, m);                                                              \
+    ld8_f32((unsigned long long)(mean), lane * 8, m);                                     \
     for (int q = 0; q < 8; ++q) s[q] = t[q] = 0.f;                                        \
     if (sub < rpp) {                                                                      \
         unsigned r = r0 + sub;                                                            \
@@ -305,9 +299,9 @@ extern "C" __global__ void bn_grad_apply_##T(unsigned long long dy,             
         ld8_##T(dy, i * 8, g);                                                            \
         ld8_##T(x, i * 8, v);                                                             \
         unsigned o = mask ? mask[i] : 0xffu;                                              \
-        ld8c(coef, ch, kg);                                                               \
-        ld8c(coef + c, ch, kx);                                                           \
-        ld8c(coef + 2 * c, ch, k0);                                                       \
+        ld8_f32((unsigned long long)(coef), ch, kg);                                      \
+        ld8_f32((unsigned long long)(coef + c), ch, kx);                                  \
+        ld8_f32((unsigned long long)(coef + 2 * c), ch, k0);                              \
         _Pragma("unroll") for (int q = 0; q < 8; ++q)                                     \
             if (!((o >> q) & 1u)) g[q] = 0.f;                                             \
         if (dz) st8_##T(dz, i * 8, g);                                                    \
@@ -370,7 +364,7 @@ class KernelLaunch:
         Threads per block.
     """
 
-    __slots__ = ("_arr", "_block", "_cells", "_dr", "_fn", "_grid", "_refs", "handle", "n_in")
+    __slots__ = ("_args", "_block", "_cells", "_fn", "_grid", "_refs", "handle", "n_in")
 
     def __init__(
         self, device: int, name: str, grid: tuple, params: list, n_in: int, block: int = _BLOCK
@@ -378,24 +372,18 @@ class KernelLaunch:
         arch, _ = device_info(device)
         self._fn = SOURCE.kernel(arch, name)
         self._grid = tuple(grid)
-        self._block = block
+        self._block = (block, 1, 1)
         self._refs = [ctypes.c_uint64(0) if p is None or isinstance(p, int) else p for p in params]
         self._cells = tuple((self._refs[k], p) for k, p in enumerate(params) if isinstance(p, int))
-        self._arr = (ctypes.c_void_p * len(self._refs))(*map(ctypes.addressof, self._refs))
+        arr = (ctypes.c_void_p * len(self._refs))(*map(ctypes.addressof, self._refs))
+        self._args = (arr, ctypes.addressof(arr))  # (the array kept alive with its address)
         self.handle = _stream_box()
         self.n_in = n_in
-        self._dr = _cuda.driver()
 
     def launch(self, ptrs: tuple) -> None:
         for cell, i in self._cells:
             cell.value = ptrs[i]
-        dr = self._dr
-        g = self._grid
-        _cuda.check(
-            dr.cuLaunchKernel(self._fn, *g, self._block, 1, 1, 0, dr.CUstream(self.handle.stream),
-                              ctypes.addressof(self._arr), 0),
-            "cuLaunchKernel",
-        )  # fmt: skip
+        launch_kernel(self._fn, self._grid, self._block, self._args[1], self.handle.stream)
 
 
 #: bound launches per (thread, kernel, grid, constants): the eager calls' store
