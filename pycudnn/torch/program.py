@@ -175,14 +175,16 @@ def record(
         tensor); the results with no place (read by later launches only: a kernel's partial
         sums) go to the program's scratch buffer, sharing bytes by lifetime.
     arena_bytes : int
-        The fixed layout's arena size (with *places*).
+        The fixed layout's arena size (with *places*); with *busy*, the size of the arena the
+        program runs in (the forward's).
     busy : sequence of (offset, size, first, last)
         Arena bytes already in use during launches *first* to *last* (with *reuse*): a
         backward's forward results, from :func:`held`, so that the backward's intermediate
         results take the bytes of the forward's once their last reader has run, and the
         program runs in the forward's arena (:meth:`Program.run`'s *arena*), as autograd
-        frees a saved tensor after its last use. The arena is then at least as large as
-        every busy place.
+        frees a saved tensor after its last use. A result that fits nowhere below
+        *arena_bytes* goes to the scratch buffer instead (made as the backward runs), so the
+        forward's arena is never grown for what only its backward needs.
     live : collection of int
         The ``id`` of each intermediate result that must outlive the last launch (with *reuse*: a
         forward's results that its backward reads); the others share bytes by lifetime.
@@ -226,7 +228,9 @@ def record(
         p = produced.get(k)
         if p is not None:
             p[2] = len(launches)  # (past every launch: no later result takes its bytes)
-    # arena places: first fit over the live intervals (or one after the other)
+    # arena places: first fit over the live intervals (or one after the other); the results a
+    # fixed layout does not place, or that a backward cannot fit into its forward's arena, go
+    # to the scratch buffer
     inner = [k for k in order if k not in keep]
     spare = [] if places is None else [k for k in inner if k not in places]
     if spare:
@@ -242,11 +246,18 @@ def record(
             off = places[k]
         elif reuse:
             off = _first_fit(placed, size, first, last)
+            if busy and off + size > arena_bytes:
+                spare.append(k)
+                continue
         else:
             off = top
         placed.append((off, size, first, last))
         offsets[k] = off
         top = max(top, off + size)
+    if busy:
+        if top > arena_bytes:
+            return f"the forward's arena ({arena_bytes} bytes) is smaller than its busy places"
+        inner = [k for k in inner if k in offsets]
     if places is not None:
         if top > arena_bytes:
             return f"the fixed layout's arena ({arena_bytes} bytes) is smaller than its places"

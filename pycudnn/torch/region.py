@@ -16,7 +16,9 @@ launches; later runs replay them as one program:
   ``num_batches_tracked`` counted, as the modules would) and its backward another (per chain,
   batch norm's fused gradient, then the data gradient accumulated in place where a tensor feeds
   several chains, then the weight gradient), both in one arena (the backward's gradients take
-  the bytes of forward results it has read for the last time).
+  the bytes of forward results it has read for the last time; what does not fit there goes to
+  a buffer the backward makes as it runs, so the arena held through the forward is the
+  forward's own size).
 
 Programs are per thread (their entries hold the thread's cuDNN handle, as the lean path's do).
 A region whose run cannot become a program (a chain that runs unfused for that signature: hooks,
@@ -246,6 +248,8 @@ class FusedRegion(nn.Module):
                 else:
                     what += ","
                 what += f" arena of {b.fwd.arena_bytes / 2**20:.1f} MiB"
+                if b.bwd is not None and b.bwd.scratch_bytes:
+                    what += f" (and {b.bwd.scratch_bytes / 2**20:.1f} MiB as the backward runs)"
             out.append((sig, what + _kernels(b.kernels)))
         return out
 
@@ -543,17 +547,20 @@ class FusedRegion(nn.Module):
         forward's results that the backward reads live on to the end of the forward, the others
         share bytes; the backward's intermediate results take the bytes of the forward's once
         their last reader has run (:func:`~.program.held`): one arena for the step, given back
-        as the backward ends, where autograd frees each saved tensor after its last use."""
+        as the backward ends, where autograd frees each saved tensor after its last use. What
+        the backward cannot fit into the forward's arena goes to a buffer the backward makes as
+        it runs: the forward's arena is not grown (held through the forward, its bytes would
+        add to the step's peak) for bytes only the backward uses."""
         read = {id(t) for _, ts in launches for t in ts}
         got = record(*taped, reuse=True, live=read)
         if isinstance(got, str):
             return got
         prog, tensors = got
         busy = held(prog, tensors, launches)
-        bwd = record(launches, [*douts, *tensors], results, reuse=True, busy=busy)
+        bwd = record(launches, [*douts, *tensors], results, reuse=True, busy=busy,
+                     arena_bytes=prog.arena_bytes)  # fmt: skip
         if isinstance(bwd, str):
             return bwd
-        prog.arena_bytes = max(prog.arena_bytes, bwd[0].arena_bytes)
         b.fwd, b.bwd = prog, bwd[0]
         b.pattern = [r is not None for r in results]
         return ""

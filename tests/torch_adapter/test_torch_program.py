@@ -150,7 +150,7 @@ def test_training_region_replays_programs_exactly(make):
     # the step's one arena, as the programs hold it (bytes of the step's intermediate results)
     arenas = [b.fwd.arena_bytes for r in _regions(mine) for b in r._store().values()]
     assert all(n > 0 for n in arenas)
-    assert [re.search(r"one arena of ([\d.]+) MiB;", w).group(1) for w in progs] == [
+    assert [re.search(r"one arena of ([\d.]+) MiB[;( ]", w).group(1) for w in progs] == [
         f"{n / 2**20:.1f}" for n in arenas
     ]
     # then the kernels the chains' batch norms ran on, per region: every conv -> bn -> [add ->]
@@ -299,21 +299,32 @@ def test_a_backward_takes_the_forwards_bytes_after_their_last_reader():
     busy = program.held(fwd, ftensors, launches)
     up = program._up(400)
     assert sorted(busy) == [(0, up, 0, 3), (up, up, 0, 1)]
-    bwd, _ = program.record(launches, [dd, *ftensors], [g4], reuse=True, busy=busy)
-    assert bwd.offsets == (2 * up, 3 * up, up)  # g1, g2 past b and c; g3 in c's place
-    assert bwd.arena_bytes == 4 * up
+    bwd, btensors = program.record(launches, [dd, *ftensors], [g4], reuse=True, busy=busy,
+                                   arena_bytes=fwd.arena_bytes)  # fmt: skip
+    # g3 in c's place; g1 and g2 fit nowhere in the forward's arena: the backward's scratch
+    # buffer takes them (the arena is not grown for them)
+    assert bwd.offsets == (up,) and bwd.arena_bytes == fwd.arena_bytes == 2 * up
+    assert bwd.scratch == (0, up) and bwd.scratch_bytes == 2 * up  # g1 and g2 meet at launch 1
+    n = 1 + len(ftensors)
+    assert [id(t) for t in btensors[n:]] == [id(g3), id(g1), id(g2), id(g4)]
+    # a forward's arena smaller than the places it holds is a planning error, said
+    why = program.record(launches, [dd, *ftensors], [g4], reuse=True, busy=busy, arena_bytes=up)
+    assert isinstance(why, str) and "smaller than its busy places" in why
     # a result the backward reads outlives the forward; the others share bytes by lifetime
     e = torch.empty(100)
     chain = [(E(), (a, b)), (E(), (b, c)), (E(), (c, d)), (E(), (d, e))]
     assert program.record(chain, [a], [e], reuse=True)[0].arena_bytes == 2 * up  # d in b's place
     kept = program.record(chain, [a], [e], reuse=True, live={id(b)})[0]
     assert kept.arena_bytes == 3 * up and kept.offsets[0] not in kept.offsets[1:]
-    # run in the forward's arena (grown to the backward's size), or in one of its own
-    arena = torch.empty(bwd.arena_bytes, dtype=torch.uint8)
-    got, _, slots = bwd.run([0] * (1 + len(ftensors)), torch.device("cpu"), 0, arena)
-    assert got is arena and slots[len(ftensors) + 1] == arena.data_ptr() + 2 * up
+    # run in the forward's arena, or in one of its own
+    arena = torch.empty(fwd.arena_bytes, dtype=torch.uint8)
+    got, _, slots = bwd.run([0] * n, torch.device("cpu"), 0, arena)
+    assert got is arena and slots[n] == arena.data_ptr() + up
+    assert slots[n + 2] - slots[n + 1] == up and not arena.data_ptr() <= slots[n + 1] < (
+        arena.data_ptr() + arena.numel()
+    )  # g1 and g2 in the scratch buffer
     small = torch.empty(8, dtype=torch.uint8)
-    own, _, _ = bwd.run([0] * (1 + len(ftensors)), torch.device("cpu"), 0, small)
+    own, _, _ = bwd.run([0] * n, torch.device("cpu"), 0, small)
     assert own is not small and own.numel() == bwd.arena_bytes
 
 
