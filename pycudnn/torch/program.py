@@ -7,13 +7,19 @@ the positions of its operands in a table of pointer *slots*:
 
 * the external tensors' pointers (the region's inputs, the modules' parameters and buffers, a
   backward's incoming gradients and the forward's slots), filled by the caller on each run;
-* places in one *arena*, a single ``torch.empty`` per run on torch's current stream, for every
-  intermediate result; where lifetimes allow (``reuse=True``), results whose last reader has run
-  share bytes, as a compiler's memory planner would;
+* places in one *arena*, a ``torch.empty`` per run on torch's current stream (or a few: its
+  *chunks*), for every intermediate result; where lifetimes allow (``reuse=True``), results
+  whose last reader has run share bytes, as a compiler's memory planner would;
 * the results that leave the program (returned to autograd, read by torch), allocated each run
   as tensors of their own.
 
-Running a program is one allocation, the pointer arithmetic, and per step one tuple and the
+A backward program runs in its forward's arena (:func:`held`): its results take the bytes of
+forward results it has read for the last time, and it gives each of the forward's chunks back
+after the last launch that uses it while making its gradients as it first writes them, as
+autograd frees saved tensors and allocates gradients as it goes, so that a training step's
+peak is not the whole arena plus every gradient (:attr:`Program.plan`).
+
+Running a program is a few allocations, the pointer arithmetic, and per step one tuple and the
 entry's launch: no key, no lookup, no validation, no output object. Everything the validation
 read is pinned by the caller's signature (shapes, strides, dtypes, devices, alignments, modes),
 and a new signature records a new program. :func:`record` builds one from a :class:`~._lean.Tape`
@@ -24,13 +30,15 @@ program would not replay).
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["ALIGN", "Program", "held", "record"]
+__all__ = ["ALIGN", "Held", "Program", "held", "record"]
 
 #: arena places are aligned to this many bytes (cuDNN's plans were chosen for 16-byte aligned
 #: operands; torch's own allocations are 512-byte aligned)
@@ -57,23 +65,41 @@ class Program:
     steps : sequence of (entry, slot indices)
         The launches.
     scratch : sequence of int
-        Slots after the arena's in a scratch buffer of its own, made per run and dropped as the
-        run returns (the stream orders its reuse): each one's byte offset there. Where the
-        arena's layout is fixed (:func:`record`'s *places*), the results no later party reads
-        go there.
+        Slots after the arena's in a scratch buffer of its own, made per run (the stream orders
+        its reuse): each one's byte offset there. Where the arena's layout is fixed
+        (:func:`record`'s *places*), the results no later party reads go there; in a backward,
+        those that fit nowhere in its forward's arena.
     scratch_bytes : int
         The scratch buffer's size.
+    cuts : sequence of int
+        Where the arena's chunks start (0 first): each chunk is a ``torch.empty`` of its own,
+        so that a backward can give back the ones it has done with (no place straddles a cut).
+    plan : dict, optional
+        A backward's schedule (:func:`record` with *busy*), ``step -> (chunks given back,
+        results given back, results made, outputs made)`` before that step: the forward's
+        chunks go back after the last launch that uses them; the results it keeps outside the
+        arena (*temps*) and the outputs are made just before the launch that first writes
+        them, as autograd frees saved tensors and allocates gradients as it goes. Without it
+        everything is made as the run starts.
+    temps : sequence of int
+        With *plan*: the bytes of each result kept in a tensor of its own (the slots after
+        the arena's).
     """
 
     __slots__ = (
         "arena_bytes",
+        "chunk_bytes",
+        "cuts",
         "handles",
         "n_ext",
         "offsets",
         "outs",
+        "places",
+        "plan",
         "scratch",
         "scratch_bytes",
         "steps",
+        "temps",
     )
 
     def __init__(
@@ -85,13 +111,25 @@ class Program:
         steps: Sequence[tuple[Any, Sequence[int]]],
         scratch: Sequence[int] = (),
         scratch_bytes: int = 0,
+        cuts: Sequence[int] = (0,),
+        plan: dict[int, tuple] | None = None,
+        temps: Sequence[int] = (),
     ) -> None:
         self.n_ext = n_ext
         self.offsets = tuple(offsets)
         self.arena_bytes = arena_bytes
+        self.cuts = tuple(cuts)
+        ends = (*self.cuts[1:], arena_bytes)
+        self.chunk_bytes = tuple(e - c for c, e in zip(self.cuts, ends, strict=True))
+        # each arena slot as (chunk, offset in it)
+        self.places = tuple(
+            (c, o - self.cuts[c]) for o in self.offsets for c in (bisect.bisect(self.cuts, o) - 1,)
+        )
         self.scratch = tuple(scratch)
         self.scratch_bytes = scratch_bytes
         self.outs = tuple(outs)
+        self.plan = plan or {}
+        self.temps = tuple(temps)
         # itemgetter of two or more slots returns the tuple the launch takes, in C
         self.steps = tuple((entry.launch, operator.itemgetter(*idx)) for entry, idx in steps)
         self.handles = tuple({id(e.handle): e.handle for e, _ in steps}.values())
@@ -104,24 +142,62 @@ class Program:
         ext: list[int],
         device: torch.device,
         stream: int,
-        arena: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor | None, list[torch.Tensor], list[int]]:
+        arena: list[torch.Tensor | None] | None = None,
+    ) -> tuple[list[torch.Tensor | None], list[torch.Tensor], list[int]]:
         """Launch every step on *stream* (torch's current stream on *device*, the entries'
         device) with the external pointers *ext*; returns ``(arena, outputs, slots)``: the
-        arena and the outputs must live until the launches that read them have run (the
-        stream orders their reuse), *slots* are every slot's pointer (a backward program's
-        external slots). *arena*: an arena to place the intermediate results in instead of a
-        new one (a backward program recorded with :func:`record`'s *busy* runs in its
-        forward's arena), used where it has :attr:`arena_bytes`."""
+        arena's chunks and the outputs must live until the launches that read them have run
+        (the stream orders their reuse), *slots* are every slot's pointer (a backward
+        program's external slots). *arena*: the chunks to place the intermediate results in
+        instead of new ones (a backward program recorded with :func:`record`'s *busy* runs in
+        its forward's arena, and with a :attr:`plan` sets each chunk to None as it gives it
+        back), used where they have :attr:`chunk_bytes`."""
         for h in self.handles:
             h.set_stream(stream)  # no C call when bound to it already
+        sizes = self.chunk_bytes
         if not self.arena_bytes:
-            arena = None
-        else:
-            if arena is None or arena.numel() < self.arena_bytes:
-                arena = torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
-            base = arena.data_ptr()
-            ext = ext + [base + o for o in self.offsets]
+            arena = []
+        elif (
+            arena is None
+            or len(arena) != len(sizes)
+            or any(t is None or t.numel() < n for t, n in zip(arena, sizes, strict=True))
+        ):
+            arena = [torch.empty(n, dtype=torch.uint8, device=device) for n in sizes]
+        if arena:
+            bases = [t.data_ptr() for t in arena]
+            ext = ext + [bases[c] + o for c, o in self.places]
+        plan = self.plan
+        if not plan:
+            return self._run_all(ext, device, arena)
+        n = len(ext)
+        m = n + len(self.temps)
+        slots = ext + [0] * (len(self.temps) + len(self.outs))
+        temps: list[torch.Tensor | None] = [None] * len(self.temps)
+        outs: list[torch.Tensor] = [None] * len(self.outs)  # type: ignore[list-item]
+        u8 = torch.uint8
+        for i, (launch, get) in enumerate(self.steps):
+            todo = plan.get(i)
+            if todo is not None:  # (given back first: what is made next may take the bytes)
+                chunks, gone, make, out = todo
+                for c in chunks:
+                    arena[c] = None
+                for j in gone:
+                    temps[j] = None
+                for j in make:
+                    t = temps[j] = torch.empty(self.temps[j], dtype=u8, device=device)
+                    slots[n + j] = t.data_ptr()
+                for j in out:
+                    s, st, dt = self.outs[j]
+                    t = outs[j] = torch.empty_strided(s, st, dtype=dt, device=device)
+                    slots[m + j] = t.data_ptr()
+            launch(get(slots))
+        del temps  # (after every launch is enqueued: the stream orders their reuse)
+        return arena, outs, slots
+
+    def _run_all(
+        self, ext: list[int], device: torch.device, arena: list
+    ) -> tuple[list, list[torch.Tensor], list[int]]:
+        """:meth:`run` with everything made as the run starts."""
         scratch = None
         if self.scratch_bytes:  # held until every launch is enqueued (the stream orders reuse)
             scratch = torch.empty(self.scratch_bytes, dtype=torch.uint8, device=device)
@@ -143,6 +219,26 @@ def _span(t: torch.Tensor) -> int | None:
     return st.nbytes()
 
 
+@dataclass(frozen=True)
+class Held:
+    """The forward's arena a backward program runs in (:func:`held`, :func:`record`'s *busy*).
+
+    Attributes
+    ----------
+    places : tuple of (offset, size, first, last)
+        The forward's places the backward's launches read or write, busy from launch 0 to
+        *last*, the last of them using it.
+    arena_bytes : int
+        The forward's arena size.
+    cuts : tuple of int
+        Where the forward's arena chunks start (:attr:`Program.cuts`).
+    """
+
+    places: tuple[tuple[int, int, int, int], ...]
+    arena_bytes: int
+    cuts: tuple[int, ...] = (0,)
+
+
 def record(
     launches: Sequence[tuple[Any, tuple]],
     ext: Sequence[torch.Tensor],
@@ -150,8 +246,9 @@ def record(
     reuse: bool,
     places: dict[int, int] | None = None,
     arena_bytes: int = 0,
-    busy: Sequence[tuple[int, int, int, int]] = (),
+    busy: Held | None = None,
     live: Collection[int] = (),
+    chunks: int = 1,
 ) -> tuple[Program, list[torch.Tensor]] | str:
     """A :class:`Program` replaying *launches* (a tape's ``(entry, tensors)``), or why not.
 
@@ -175,25 +272,27 @@ def record(
         tensor); the results with no place (read by later launches only: a kernel's partial
         sums) go to the program's scratch buffer, sharing bytes by lifetime.
     arena_bytes : int
-        The fixed layout's arena size (with *places*); with *busy*, the size of the arena the
-        program runs in (the forward's).
-    busy : sequence of (offset, size, first, last)
-        Arena bytes already in use during launches *first* to *last* (with *reuse*): a
-        backward's forward results, from :func:`held`, so that the backward's intermediate
-        results take the bytes of the forward's once their last reader has run, and the
-        program runs in the forward's arena (:meth:`Program.run`'s *arena*), as autograd
-        frees a saved tensor after its last use. A result that fits nowhere below
-        *arena_bytes* goes to the scratch buffer instead (made as the backward runs), so the
+        The fixed layout's arena size (with *places*).
+    busy : Held, optional
+        The forward's arena this program (a backward, with *reuse*) runs in
+        (:meth:`Program.run`'s *arena*): its intermediate results take the bytes of the
+        forward's once their last reader has run, within a chunk the forward's results keep
+        anyway, or else are made as tensors of their own as they are first written and given
+        back after their last reader; the program gets a :attr:`Program.plan` that gives each
+        forward chunk back after its last reader and makes the outputs as they are first
+        written, as autograd frees saved tensors and allocates gradients as it goes. The
         forward's arena is never grown for what only its backward needs.
     live : collection of int
         The ``id`` of each intermediate result that must outlive the last launch (with *reuse*: a
         forward's results that its backward reads); the others share bytes by lifetime.
+    chunks : int
+        Split the arena into up to this many chunks (a forward whose backward gives them back).
 
     Returns
     -------
     (Program, slots) or str
-        The program and the tensors of its slots in slot order (external, arena, outputs),
-        or the reason it cannot replay the tape.
+        The program and the tensors of its slots in slot order (external, arena, scratch or
+        own results, outputs), or the reason it cannot replay the tape.
     """
     slot: dict[int, int] = {id(t): i for i, t in enumerate(ext)}
     keep = {id(t) for t in outputs if t is not None and id(t) not in slot}
@@ -228,68 +327,186 @@ def record(
         p = produced.get(k)
         if p is not None:
             p[2] = len(launches)  # (past every launch: no later result takes its bytes)
-    # arena places: first fit over the live intervals (or one after the other); the results a
-    # fixed layout does not place, or that a backward cannot fit into its forward's arena, go
-    # to the scratch buffer
     inner = [k for k in order if k not in keep]
-    spare = [] if places is None else [k for k in inner if k not in places]
-    if spare:
-        inner = [k for k in inner if k in places]
-    placed: list[tuple[int, int, int, int]] = list(busy)  # (offset, size, first, last)
-    offsets: dict[int, int] = {}
-    top = max((o + n for o, n, _, _ in busy), default=0)
-    for k in inner:
-        t, first, last = produced[k]
-        size = _up(_span(t) or 0)
-        off = 0
-        if places is not None:
-            off = places[k]
-        elif reuse:
-            off = _first_fit(placed, size, first, last)
-            if busy and off + size > arena_bytes:
-                spare.append(k)
-                continue
-        else:
-            off = top
-        placed.append((off, size, first, last))
-        offsets[k] = off
-        top = max(top, off + size)
-    if busy:
-        if top > arena_bytes:
-            return f"the forward's arena ({arena_bytes} bytes) is smaller than its busy places"
-        inner = [k for k in inner if k in offsets]
-    if places is not None:
-        if top > arena_bytes:
-            return f"the fixed layout's arena ({arena_bytes} bytes) is smaller than its places"
-        top = arena_bytes
+    sized = {k: (_up(_span(produced[k][0]) or 0), *produced[k][1:]) for k in inner}
+    got = _place(inner, sized, reuse, places, arena_bytes, busy)
+    if isinstance(got, str):
+        return got
+    offsets, spare, top, placed = got
+    inner = [k for k in inner if k in offsets]
     scratch: list[tuple[int, int, int, int]] = []
-    for k in spare:
-        t, first, last = produced[k]
-        size = _up(_span(t) or 0)
-        off = _first_fit(scratch, size, first, last)
-        scratch.append((off, size, first, last))
-        offsets[k] = off
+    if busy is None:  # the scratch buffer (a fixed layout's unplaced results)
+        for k in spare:
+            size, first, last = sized[k]
+            off = _first_fit(scratch, size, first, last)
+            scratch.append((off, size, first, last))
+            offsets[k] = off
     tensors = list(ext)
     for k in inner + spare:
         slot[k] = len(tensors)
         tensors.append(produced[k][0])
-    outs = []
+    outs, made = [], []
     for t in outputs:
         if t is None or id(t) in slot:
             continue
         slot[id(t)] = len(tensors)
         tensors.append(t)
         outs.append((tuple(t.shape), t.stride(), t.dtype))
+        made.append(produced[id(t)][1])
     steps = []
     for entry, ts in launches:
         idx = [slot[id(t)] for t in ts]
         if len(idx) < 2:
             return "a launch with fewer than two operands"
         steps.append((entry, idx))
-    spare_top = max((o + n for o, n, _, _ in scratch), default=0)
     arena = [offsets[k] for k in inner]
-    prog = Program(len(ext), arena, top, outs, steps, [offsets[k] for k in spare], spare_top)
-    return prog, tensors
+    if busy is not None:
+        own = [sized[k] for k in spare]
+        plan = _plan(busy, placed, own, made, len(launches))
+        temps = [n for n, _, _ in own]
+        prog = Program(len(ext), arena, top, outs, steps, cuts=busy.cuts, plan=plan, temps=temps)
+        return prog, tensors
+    cuts = _cuts(placed, top, chunks) if reuse and chunks > 1 else (0,)
+    spare_top = max((o + n for o, n, _, _ in scratch), default=0)
+    offs = [offsets[k] for k in spare]
+    return Program(len(ext), arena, top, outs, steps, offs, spare_top, cuts), tensors
+
+
+def _place(
+    inner: list[int],
+    sized: dict[int, tuple[int, int, int]],
+    reuse: bool,
+    places: dict[int, int] | None,
+    arena_bytes: int,
+    busy: Held | None,
+) -> tuple[dict[int, int], list[int], int, list[tuple[int, int, int, int]]] | str:
+    """Arena places for the results *inner* (``sized``: their bytes, first and last launch):
+    ``(offsets, the results left to the scratch buffer or to tensors of their own, the arena's
+    size, every place as (offset, size, first, last))``, or why not."""
+    placed: list[tuple[int, int, int, int]] = list(busy.places) if busy is not None else []
+    offsets: dict[int, int] = {}
+    spare: list[int] = []
+    top = max((o + n for o, n, _, _ in placed), default=0)
+    lives = _lives(busy) if busy is not None else []
+    for k in inner:
+        size, first, last = sized[k]
+        if places is not None:
+            if k not in places:
+                spare.append(k)
+                continue
+            off = places[k]
+        elif busy is not None:
+            fit = _fit_chunks(placed, size, first, last, busy, lives)
+            if fit is None:
+                spare.append(k)
+                continue
+            off = fit
+        elif reuse:
+            off = _first_fit(placed, size, first, last)
+        else:
+            off = top
+        placed.append((off, size, first, last))
+        offsets[k] = off
+        top = max(top, off + size)
+    if places is not None:
+        if top > arena_bytes:
+            return f"the fixed layout's arena ({arena_bytes} bytes) is smaller than its places"
+        top = arena_bytes
+    if busy is not None:
+        if top > busy.arena_bytes:
+            return f"the forward's arena ({busy.arena_bytes} bytes) is smaller than its places"
+        top = busy.arena_bytes
+    return offsets, spare, top, placed
+
+
+def _cuts(placed: Sequence[tuple[int, int, int, int]], top: int, n: int) -> tuple[int, ...]:
+    """Up to *n* chunk starts (0 first) that split ``[0, top)`` where no place straddles, each
+    the allowed offset nearest an n-th of the arena."""
+    ok, end = [], 0
+    for o, size in sorted((o, size) for o, size, _, _ in placed):
+        if 0 < o >= end:
+            ok.append(o)
+        end = max(end, o + size)
+    cuts = [0]
+    for i in range(1, n):
+        want = top * i // n
+        c = min((o for o in ok if cuts[-1] < o < top), key=lambda o: abs(o - want), default=0)
+        if c:
+            cuts.append(c)
+    return tuple(sorted(set(cuts)))
+
+
+def _lives(busy: Held) -> list[int]:
+    """Per chunk of *busy*'s arena, the last launch that uses one of its forward places (-1:
+    none); the chunk given back last keeps the run's whole length."""
+    lives = [-1] * len(busy.cuts)
+    for o, _, _, last in busy.places:
+        c = bisect.bisect(busy.cuts, o) - 1
+        lives[c] = max(lives[c], last)
+    longest = max(range(len(lives)), key=lives.__getitem__)
+    lives[longest] = 2**62
+    return lives
+
+
+def _fit_chunks(
+    placed: Sequence[tuple[int, int, int, int]],
+    size: int,
+    first: int,
+    last: int,
+    busy: Held,
+    lives: list[int],
+) -> int | None:
+    """The lowest offset of *busy*'s arena where *size* bytes fit from launch *first* to *last*
+    within one chunk that its forward places keep at least that long, or None."""
+    ends = (*busy.cuts[1:], busy.arena_bytes)
+    for lo, hi, life in zip(busy.cuts, ends, lives, strict=True):
+        if life < last or hi - lo < size:
+            continue
+        off = lo
+        # (no place straddles a cut: the forward's were cut around, the backward's fit within)
+        for o, n in sorted(
+            (o, n) for o, n, f, la in placed if lo <= o < hi and not (la < first or last < f)
+        ):
+            if off + size <= o:
+                break
+            off = max(off, o + n)
+        if off + size <= hi:
+            return off
+    return None
+
+
+def _plan(
+    busy: Held,
+    placed: Sequence[tuple[int, int, int, int]],
+    own: Sequence[tuple[int, int, int]],
+    made: Sequence[int],
+    n: int,
+) -> dict[int, tuple]:
+    """A backward's :attr:`Program.plan`: each forward chunk given back after the last launch
+    using one of its places (*placed*, the backward's own places too), each of its *own*
+    results ``(bytes, first, last)`` made before its first launch and given back after its
+    last, each output made before the launch *made* that writes it first."""
+    todo: dict[int, tuple[list, list, list, list]] = {}
+
+    def at(i: int) -> tuple[list, list, list, list]:
+        return todo.setdefault(i, ([], [], [], []))
+
+    cuts = busy.cuts
+    if len(cuts) > 1:
+        lives = [-1] * len(cuts)
+        for o, _, _, last in placed:
+            c = bisect.bisect(cuts, o) - 1
+            lives[c] = max(lives[c], last)
+        for c, life in enumerate(lives):
+            if life + 1 < n:
+                at(life + 1)[0].append(c)
+    for j, (_, first, last) in enumerate(own):
+        at(first)[2].append(j)
+        if last + 1 < n:
+            at(last + 1)[1].append(j)
+    for j, first in enumerate(made):
+        at(first)[3].append(j)
+    return {i: tuple(map(tuple, v)) for i, v in sorted(todo.items())}
 
 
 def _first_fit(
@@ -307,11 +524,11 @@ def _first_fit(
 
 def held(
     forward: Program, tensors: Sequence[torch.Tensor], launches: Sequence[tuple[Any, tuple]]
-) -> list[tuple[int, int, int, int]]:
-    """The *forward* program's arena places that a backward's *launches* (a tape's) read or
-    write, as :func:`record`'s *busy*: ``(offset, size, 0, last launch using it)``. *tensors*
-    are the forward's slot tensors (``record``'s second result); a place no launch uses is
-    free from the backward's start."""
+) -> Held:
+    """The *forward* program's arena as a backward's *launches* (a tape's) find it, for
+    :func:`record`'s *busy*: the places they read or write, each ``(offset, size, 0, last
+    launch using it)`` (a place no launch uses is free from the backward's start), the arena's
+    size and chunks. *tensors* are the forward's slot tensors (``record``'s second result)."""
     inner = tensors[forward.n_ext : forward.n_ext + len(forward.offsets)]
     last: dict[int, int] = {}
     ids = {id(t) for t in inner}
@@ -324,4 +541,4 @@ def held(
         i = last.get(id(t))
         if i is not None:
             out.append((off, _up(_span(t) or 0), 0, i))
-    return out
+    return Held(tuple(out), forward.arena_bytes, forward.cuts)

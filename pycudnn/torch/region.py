@@ -61,6 +61,11 @@ __all__ = ["MAX_SIGNATURES", "FusedRegion", "use_programs"]
 
 #: input signatures whose programs a region keeps (the oldest is dropped for a new one)
 MAX_SIGNATURES = 8
+
+#: chunks a training forward's arena is made of (a ``torch.empty`` each, per run): its backward
+#: gives each back after the last launch that reads it, so the step's peak is not the whole
+#: arena plus every gradient (a few: each costs an allocation per run)
+ARENA_CHUNKS = 8
 _ENABLED = [True]
 
 
@@ -248,8 +253,9 @@ class FusedRegion(nn.Module):
                 else:
                     what += ","
                 what += f" arena of {b.fwd.arena_bytes / 2**20:.1f} MiB"
-                if b.bwd is not None and b.bwd.scratch_bytes:
-                    what += f" (and {b.bwd.scratch_bytes / 2**20:.1f} MiB as the backward runs)"
+                own = 0 if b.bwd is None else sum(b.bwd.temps)
+                if own:  # (the backward's results outside the arena, made as it goes)
+                    what += f" (and {own / 2**20:.1f} MiB as the backward runs)"
             out.append((sig, what + _kernels(b.kernels)))
         return out
 
@@ -552,13 +558,12 @@ class FusedRegion(nn.Module):
         it runs: the forward's arena is not grown (held through the forward, its bytes would
         add to the step's peak) for bytes only the backward uses."""
         read = {id(t) for _, ts in launches for t in ts}
-        got = record(*taped, reuse=True, live=read)
+        got = record(*taped, reuse=True, live=read, chunks=ARENA_CHUNKS)
         if isinstance(got, str):
             return got
         prog, tensors = got
         busy = held(prog, tensors, launches)
-        bwd = record(launches, [*douts, *tensors], results, reuse=True, busy=busy,
-                     arena_bytes=prog.arena_bytes)  # fmt: skip
+        bwd = record(launches, [*douts, *tensors], results, reuse=True, busy=busy)
         if isinstance(bwd, str):
             return bwd
         b.fwd, b.bwd = prog, bwd[0]

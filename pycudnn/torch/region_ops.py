@@ -308,8 +308,8 @@ def _train_impl(
     running = running.clone()  # updated below and returned: an op that mutates returns no list
     if b.fwd is not None:
         ptrs = _train_ptrs(inputs, weights, gammas, betas, running)
-        arena, outs, _ = b.fwd.run(ptrs, x.device, stream_of(x))
-        return [*outs, arena, running]
+        chunks, outs, _ = b.fwd.run(ptrs, x.device, stream_of(x))
+        return [*outs, chunks[0], running]  # (a fixed layout: one chunk)
     ready()
     ext = _train_ext(inputs, weights, gammas, betas, running)
     places, nbytes, _ = _layout(b, spec, inputs, weights, gammas, params)

@@ -153,6 +153,13 @@ def test_training_region_replays_programs_exactly(make):
     assert [re.search(r"one arena of ([\d.]+) MiB[;( ]", w).group(1) for w in progs] == [
         f"{n / 2**20:.1f}" for n in arenas
     ]
+    # and the bytes the backward makes outside it as it runs, where it does
+    owns = [sum(b.bwd.temps) for r in _regions(mine) for b in r._store().values()]
+    assert any(owns)  # (the stem's batch-norm gradient: its forward's arena is all busy)
+    assert [
+        (m.group(1) if (m := re.search(r"\(and ([\d.]+) MiB as the backward runs\)", w)) else 0)
+        for w in progs
+    ] == [f"{n / 2**20:.1f}" if n else 0 for n in owns]
     # then the kernels the chains' batch norms ran on, per region: every conv -> bn -> [add ->]
     # relu chain cuDNN's fused kernel (these CPU fakes), a chain without a ReLU its separate calls
     chains = [r.pattern for _, r in fuse.fusions(mine) if r.pattern.startswith("conv")]
@@ -280,7 +287,7 @@ def test_a_fixed_layout_puts_unplaced_results_in_a_scratch_buffer():
     assert prog.scratch == (0, 0)  # part1's last reader ran before part2 is written
     assert prog.scratch_bytes == program._up(1200)
     assert [id(t) for t in tensors] == [id(a), id(kept), id(part1), id(part2), id(out)]
-    arena, outs, slots = prog.run([a.data_ptr()], torch.device("cpu"), 0)
+    (arena,), outs, slots = prog.run([a.data_ptr()], torch.device("cpu"), 0)
     assert arena.numel() == 1024 and slots[1] == arena.data_ptr() + 512
     assert slots[2] == slots[3] != slots[1] and outs[0].shape == out.shape
     bare = program.record(chain[:2], [a], [kept], reuse=False, places={}, arena_bytes=0)[0]
@@ -298,34 +305,69 @@ def test_a_backward_takes_the_forwards_bytes_after_their_last_reader():
     launches = [(E(), (dd, g1)), (E(), (g1, c, g2)), (E(), (g2, g3)), (E(), (g3, b, g4))]
     busy = program.held(fwd, ftensors, launches)
     up = program._up(400)
-    assert sorted(busy) == [(0, up, 0, 3), (up, up, 0, 1)]
-    bwd, btensors = program.record(launches, [dd, *ftensors], [g4], reuse=True, busy=busy,
-                                   arena_bytes=fwd.arena_bytes)  # fmt: skip
-    # g3 in c's place; g1 and g2 fit nowhere in the forward's arena: the backward's scratch
-    # buffer takes them (the arena is not grown for them)
+    assert sorted(busy.places) == [(0, up, 0, 3), (up, up, 0, 1)]
+    assert busy.arena_bytes == 2 * up and busy.cuts == (0,)
+    bwd, btensors = program.record(launches, [dd, *ftensors], [g4], reuse=True, busy=busy)
+    # g3 in c's place; g1 and g2 fit nowhere in the forward's arena: tensors of their own, made
+    # as they are first written, given back after their last reader (the arena is not grown)
     assert bwd.offsets == (up,) and bwd.arena_bytes == fwd.arena_bytes == 2 * up
-    assert bwd.scratch == (0, up) and bwd.scratch_bytes == 2 * up  # g1 and g2 meet at launch 1
+    assert bwd.temps == (up, up) and not bwd.scratch_bytes
     n = 1 + len(ftensors)
     assert [id(t) for t in btensors[n:]] == [id(g3), id(g1), id(g2), id(g4)]
-    # a forward's arena smaller than the places it holds is a planning error, said
-    why = program.record(launches, [dd, *ftensors], [g4], reuse=True, busy=busy, arena_bytes=up)
-    assert isinstance(why, str) and "smaller than its busy places" in why
+    # before launch 0: g1 made; 1: g2; 2: g1 given back; 3: g2 given back, the output made
+    assert bwd.plan == {0: ((), (), (0,), ()), 1: ((), (), (1,), ()), 2: ((), (0,), (), ()),
+                        3: ((), (1,), (), (0,))}  # fmt: skip
+    # run in the forward's arena, or in one of its own
+    arena = [torch.empty(fwd.arena_bytes, dtype=torch.uint8)]
+    got, (out,), slots = bwd.run([0] * n, torch.device("cpu"), 0, arena)
+    assert got is arena and slots[n] == arena[0].data_ptr() + up
+    assert out.shape == g4.shape and slots[-1] == out.data_ptr()
+    assert slots[n + 1] and slots[n + 2]  # g1 and g2 were made
+    small = [torch.empty(8, dtype=torch.uint8)]
+    own, _, _ = bwd.run([0] * n, torch.device("cpu"), 0, small)
+    assert own is not small and own[0].numel() == bwd.arena_bytes
     # a result the backward reads outlives the forward; the others share bytes by lifetime
     e = torch.empty(100)
     chain = [(E(), (a, b)), (E(), (b, c)), (E(), (c, d)), (E(), (d, e))]
     assert program.record(chain, [a], [e], reuse=True)[0].arena_bytes == 2 * up  # d in b's place
     kept = program.record(chain, [a], [e], reuse=True, live={id(b)})[0]
     assert kept.arena_bytes == 3 * up and kept.offsets[0] not in kept.offsets[1:]
-    # run in the forward's arena, or in one of its own
-    arena = torch.empty(fwd.arena_bytes, dtype=torch.uint8)
-    got, _, slots = bwd.run([0] * n, torch.device("cpu"), 0, arena)
-    assert got is arena and slots[n] == arena.data_ptr() + up
-    assert slots[n + 2] - slots[n + 1] == up and not arena.data_ptr() <= slots[n + 1] < (
-        arena.data_ptr() + arena.numel()
-    )  # g1 and g2 in the scratch buffer
-    small = torch.empty(8, dtype=torch.uint8)
-    own, _, _ = bwd.run([0] * n, torch.device("cpu"), 0, small)
-    assert own is not small and own.numel() == bwd.arena_bytes
+
+
+def test_a_backward_gives_the_forwards_chunks_back_as_it_goes():
+    """A forward's arena in chunks (no place straddles a cut); its backward gives each back
+    after the last launch using it, and keeps its own results within a chunk only where that
+    chunk's forward places keep it anyway (elsewhere: tensors of their own)."""
+    x = torch.empty(10)
+    r = [torch.empty(100) for _ in range(4)]  # the forward's results, all read by the backward
+    fwd_l = [(E(), (x, r[0]))] + [(E(), (r[i], r[i + 1])) for i in range(3)]
+    fwd, ft = program.record(fwd_l, [x], [], reuse=True, live={id(t) for t in r}, chunks=4)
+    up = program._up(400)
+    assert fwd.offsets == (0, up, 2 * up, 3 * up) and fwd.cuts == (0, up, 2 * up, 3 * up)
+    assert fwd.chunk_bytes == (up,) * 4 and fwd.places == ((0, 0), (1, 0), (2, 0), (3, 0))
+    # the backward reads r3, r2, r1, r0 in turn (as a backward reads a forward's results)
+    dd = torch.empty(100)
+    g = [torch.empty(100) for _ in range(4)]
+    bwd_l = [(E(), (dd, r[3], g[0])), (E(), (g[0], r[2], g[1])), (E(), (g[1], r[1], g[2])),
+             (E(), (g[2], r[0], g[3]))]  # fmt: skip
+    busy = program.held(fwd, ft, bwd_l)
+    bwd, _ = program.record(bwd_l, [dd, *ft], [g[3]], reuse=True, busy=busy)
+    assert bwd.cuts == fwd.cuts and bwd.arena_bytes == fwd.arena_bytes
+    # g0 (launches 0-1), g1 (1-2), g2 (2-3) fit in no chunk: r0's is full to the end, and the
+    # others are given back before their last readers: tensors of their own
+    assert bwd.offsets == () and bwd.temps == (up, up, up)
+    # r3's chunk (3) goes back before launch 1, r2's (2) before 2, r1's (1) before 3
+    drops = {i: todo[0] for i, todo in bwd.plan.items() if todo[0]}
+    assert drops == {1: (3,), 2: (2,), 3: (1,)}
+    arena = [torch.empty(up, dtype=torch.uint8) for _ in range(4)]
+    kept = list(arena)
+    got, _, slots = bwd.run([0] * len([dd, *ft]), torch.device("cpu"), 0, arena)
+    assert got is arena and got[0] is kept[0] and got[1:] == [None, None, None]
+    n = 1 + len(ft)
+    assert len(set(slots[n : n + 3])) == 3 and all(slots[n : n + 4])  # g0-g2, the output
+    # a forward laid out in one piece when asked for no chunks
+    one, _ = program.record(fwd_l, [x], [], reuse=True, live={id(t) for t in r})
+    assert one.cuts == (0,) and one.chunk_bytes == (4 * up,)
 
 
 @pytest.mark.usefixtures("lean")
@@ -367,8 +409,7 @@ def test_the_arena_goes_back_when_the_backward_ends(monkeypatch):
 
     def spy(self, *args, **kwargs):
         got = run(self, *args, **kwargs)
-        if got[0] is not None:
-            arenas.append(weakref.ref(got[0]))
+        arenas.extend(weakref.ref(t) for t in got[0] if t is not None)  # (its chunks)
         return got
 
     monkeypatch.setattr(program.Program, "run", spy)
