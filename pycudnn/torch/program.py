@@ -67,8 +67,7 @@ class Program:
     scratch : sequence of int
         Slots after the arena's in a scratch buffer of its own, made per run (the stream orders
         its reuse): each one's byte offset there. Where the arena's layout is fixed
-        (:func:`record`'s *places*), the results no later party reads go there; in a backward,
-        those that fit nowhere in its forward's arena.
+        (:func:`record`'s *places*), the results no later party reads go there.
     scratch_bytes : int
         The scratch buffer's size.
     cuts : sequence of int

@@ -317,6 +317,10 @@ def test_a_backward_takes_the_forwards_bytes_after_their_last_reader():
     # before launch 0: g1 made; 1: g2; 2: g1 given back; 3: g2 given back, the output made
     assert bwd.plan == {0: ((), (), (0,), ()), 1: ((), (), (1,), ()), 2: ((), (0,), (), ()),
                         3: ((), (1,), (), (0,))}  # fmt: skip
+    # a forward's arena smaller than the places it holds is a planning error, said
+    small_fwd = program.Held(busy.places, up, busy.cuts)
+    why = program.record(launches, [dd, *ftensors], [g4], reuse=True, busy=small_fwd)
+    assert isinstance(why, str) and "smaller than its places" in why
     # run in the forward's arena, or in one of its own
     arena = [torch.empty(fwd.arena_bytes, dtype=torch.uint8)]
     got, (out,), slots = bwd.run([0] * n, torch.device("cpu"), 0, arena)
