@@ -136,6 +136,15 @@ class Program:
     def __len__(self) -> int:
         return len(self.steps)
 
+    def own_peak(self) -> int:
+        """The most bytes of the results a backward keeps outside the arena (:attr:`temps`)
+        alive at once, as its :attr:`plan` makes and gives them back."""
+        alive = peak = 0
+        for _, gone, make, _ in self.plan.values():
+            alive += sum(self.temps[j] for j in make) - sum(self.temps[j] for j in gone)
+            peak = max(peak, alive)
+        return peak
+
     def run(
         self,
         ext: list[int],

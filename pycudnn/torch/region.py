@@ -253,9 +253,9 @@ class FusedRegion(nn.Module):
                 else:
                     what += ","
                 what += f" arena of {b.fwd.arena_bytes / 2**20:.1f} MiB"
-                own = 0 if b.bwd is None else sum(b.bwd.temps)
+                own = 0 if b.bwd is None else b.bwd.own_peak()
                 if own:  # (the backward's results outside the arena, made as it goes)
-                    what += f" (and {own / 2**20:.1f} MiB as the backward runs)"
+                    what += f" (and up to {own / 2**20:.1f} MiB as the backward runs)"
             out.append((sig, what + _kernels(b.kernels)))
         return out
 
