@@ -444,13 +444,20 @@ def _cuts(placed: Sequence[tuple[int, int, int, int]], top: int, n: int) -> tupl
     return tuple(sorted(set(cuts)))
 
 
-def _lives(busy: Held) -> list[int]:
-    """Per chunk of *busy*'s arena, the last launch that uses one of its forward places (-1:
-    none); the chunk given back last keeps the run's whole length."""
-    lives = [-1] * len(busy.cuts)
-    for o, _, _, last in busy.places:
-        c = bisect.bisect(busy.cuts, o) - 1
+def _chunk_lives(places: Sequence[tuple[int, int, int, int]], cuts: Sequence[int]) -> list[int]:
+    """Per chunk (starting at *cuts*), the last launch that uses one of *places* in it (-1:
+    none)."""
+    lives = [-1] * len(cuts)
+    for o, _, _, last in places:
+        c = bisect.bisect(cuts, o) - 1
         lives[c] = max(lives[c], last)
+    return lives
+
+
+def _lives(busy: Held) -> list[int]:
+    """:func:`_chunk_lives` of *busy*'s forward places, where the chunk given back last keeps
+    the run's whole length (a backward result placed there holds nothing longer)."""
+    lives = _chunk_lives(busy.places, busy.cuts)
     longest = max(range(len(lives)), key=lives.__getitem__)
     lives[longest] = 2**62
     return lives
@@ -499,13 +506,8 @@ def _plan(
     def at(i: int) -> tuple[list, list, list, list]:
         return todo.setdefault(i, ([], [], [], []))
 
-    cuts = busy.cuts
-    if len(cuts) > 1:
-        lives = [-1] * len(cuts)
-        for o, _, _, last in placed:
-            c = bisect.bisect(cuts, o) - 1
-            lives[c] = max(lives[c], last)
-        for c, life in enumerate(lives):
+    if len(busy.cuts) > 1:
+        for c, life in enumerate(_chunk_lives(placed, busy.cuts)):
             if life + 1 < n:
                 at(life + 1)[0].append(c)
     for j, (_, first, last) in enumerate(own):

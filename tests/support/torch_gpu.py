@@ -1,6 +1,7 @@
 """What the adapter's GPU test files share (imports torch: import it after
 ``pytest.importorskip("torch")``): the exact-math setting every comparison with torch runs under,
-and the comparison of a language model's logits and gradients with torch's own error."""
+the comparison of a language model's logits and gradients with torch's own error, and the
+``own_kernels`` fixture."""
 
 from __future__ import annotations
 
@@ -8,12 +9,22 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import torch
 
 import pycudnn
 import pycudnn.torch as pt
 from pycudnn import memory
+from pycudnn.torch import fused_train
 from pycudnn.torch._runtime import FIRST_USE
+
+
+@pytest.fixture
+def own_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The residual chains on pycudnn's batch-norm kernels at test sizes too (below
+    ``fused_train.OWN_MIN_ELEMENTS`` they run cuDNN's fused kernel, as the fuse tests check):
+    ``pytest.mark.usefixtures("own_kernels")``, the fixture imported."""
+    monkeypatch.setattr(fused_train, "OWN_MIN_ELEMENTS", 0)
 
 
 @contextlib.contextmanager

@@ -29,19 +29,14 @@ torchvision = pytest.importorskip("torchvision")
 nn = torch.nn
 F = nn.functional
 
-import pycudnn.torch as pt  # noqa: E402
-from pycudnn.torch import fold_kernel, fused_train  # noqa: E402
+from torch_gpu import own_kernels  # noqa: E402, F401  (tests/support; fixture)
 
-pytestmark = pytest.mark.gpu
+import pycudnn.torch as pt  # noqa: E402
+from pycudnn.torch import fold_kernel  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("own_kernels")]
 DEV = "cuda"
 CL = torch.channels_last
-
-
-@pytest.fixture(autouse=True)
-def _own_kernels(monkeypatch):
-    """The residual chains on pycudnn's batch-norm kernels at these test sizes too (below
-    ``fused_train.OWN_MIN_ELEMENTS`` they run cuDNN's fused kernel, as the fuse tests check)."""
-    monkeypatch.setattr(fused_train, "OWN_MIN_ELEMENTS", 0)
 
 
 @pytest.fixture(autouse=True)

@@ -24,20 +24,14 @@ torchvision = pytest.importorskip("torchvision")
 nn = torch.nn
 
 import test_torch_fuse_gpu as fg  # noqa: E402  (tests/torch_adapter)
+from torch_gpu import own_kernels  # noqa: E402, F401  (tests/support; fixture)
 
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn.torch import fuse, fused_train, region  # noqa: E402
+from pycudnn.torch import fuse, region  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("own_kernels")]
 DEV = "cuda"
 CL = torch.channels_last
-
-
-@pytest.fixture(autouse=True)
-def _own_kernels(monkeypatch):
-    """The residual chains on pycudnn's batch-norm kernels at these test sizes too (below
-    ``fused_train.OWN_MIN_ELEMENTS`` they run cuDNN's fused kernel, as the fuse tests check)."""
-    monkeypatch.setattr(fused_train, "OWN_MIN_ELEMENTS", 0)
 
 
 def _models(name, bn_float=True, dtype=torch.bfloat16):

@@ -24,19 +24,13 @@ nn = torch.nn
 
 import test_torch_fuse_gpu as fg  # noqa: E402  (tests/torch_adapter)
 import test_torch_program_gpu as pg  # noqa: E402
+from torch_gpu import own_kernels  # noqa: E402, F401  (tests/support; fixture)
 
-from pycudnn.torch import fuse, fused_train, region_ops  # noqa: E402
+from pycudnn.torch import fuse, region_ops  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("own_kernels")]
 DEV = "cuda"
 CL = torch.channels_last
-
-
-@pytest.fixture(autouse=True)
-def _own_kernels(monkeypatch):
-    """The residual chains on pycudnn's batch-norm kernels at these test sizes too (below
-    ``fused_train.OWN_MIN_ELEMENTS`` they run cuDNN's fused kernel, as the fuse tests check)."""
-    monkeypatch.setattr(fused_train, "OWN_MIN_ELEMENTS", 0)
 
 
 def _programs(model):
