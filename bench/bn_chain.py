@@ -33,6 +33,11 @@ kernels (``own_*``, :mod:`pycudnn.torch.bn_kernel`, each kernel's µs in ``own_k
 Run on the GPU machine from the repository root::
 
     PYTHONPATH=. python3 bench/bn_chain.py [--batch 64] [--dtypes fp16,bf16] [--json out.json]
+        [--policy autotune] [--heur-mode a,b,fallback]
+
+``--policy autotune`` builds every graph (today's convolutions and the fused patterns alike) on
+the fastest of the engines its heuristics modes list, timed by cuDNN's plans on scratch
+buffers, where the default takes the first that builds.
 """
 
 from __future__ import annotations
@@ -81,15 +86,15 @@ def _nchw(t: torch.Tensor) -> tuple:
 class _Runner:
     """Builds one graph per pattern and times it; a pattern without an engine is None."""
 
-    def __init__(self, dtype: torch.dtype, calls: int) -> None:
-        self.dtype, self.calls = dtype, calls
+    def __init__(self, dtype: torch.dtype, calls: int, build: dict) -> None:
+        self.dtype, self.calls, self.build = dtype, calls, build
         self.why: dict[str, str] = {}
 
     def graph(self, name: str, make) -> tuple | None:
         g = Graph(io_data_type=self.dtype, name=name)
         pack_of = make(g)
         try:
-            g.build()
+            g.build(**self.build)
         except errors.CudnnError as exc:  # no engine, or cuDNN refused the graph's description
             self.why[name] = str(exc)[:200]
             return None
@@ -108,11 +113,14 @@ def _per_channel(c: int, device) -> list[torch.Tensor]:
     return [torch.rand(1, c, 1, 1, device=device) + 0.5 for _ in range(2)]
 
 
-def stage_times(cm: int, side: int, batch: int, dtype: torch.dtype, calls: int) -> dict:
-    """Each launch's GPU µs for one identity bottleneck of *cm* middle channels."""
+def stage_times(
+    cm: int, side: int, batch: int, dtype: torch.dtype, calls: int, build: dict | None = None
+) -> dict:
+    """Each launch's GPU µs for one identity bottleneck of *cm* middle channels; *build*: the
+    keywords every graph is built with (``Graph.build``'s *policy* and *heur_mode*)."""
     dev = torch.device("cuda")
     co = 4 * cm
-    r = _Runner(dtype, calls)
+    r = _Runner(dtype, calls, build or {})
 
     def act(c: int) -> torch.Tensor:
         return torch.randn(batch, c, side, side, device=dev).to(dtype, memory_format=CL)
@@ -357,22 +365,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--dtypes", default="fp16,bf16")
     p.add_argument("--calls", type=int, default=20)
+    p.add_argument(
+        "--policy", default="heuristics", choices=("heuristics", "autotune"),
+        help="how every graph picks its engine (autotune: the fastest of those that build)",
+    )  # fmt: skip
+    p.add_argument("--heur-mode", default="a,fallback", help="cuDNN heuristics modes, in order")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    build = {"policy": args.policy, "heur_mode": tuple(args.heur_mode.split(","))}
     dts = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     for d in dts:
         if d not in DTYPES:
             p.error(f"--dtypes: unknown dtype {d!r} (of {', '.join(DTYPES)})")
     torch.manual_seed(0)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "cudnn": pycudnn.version()}  # fmt: skip
-    print(f"# {meta['gpu']}, torch {meta['torch']}, cuDNN {meta['cudnn']}, batch {args.batch}")
+            "cudnn": pycudnn.version(), "build": build}  # fmt: skip
+    print(
+        f"# {meta['gpu']}, torch {meta['torch']}, cuDNN {meta['cudnn']}, batch {args.batch}, "
+        f"graphs built with {build}"
+    )
     res = []
     for d in dts:
         keys = ("bn_today", "bn_own", "bn3_today", "bn3_fused")
         model = dict.fromkeys((*keys, "fwd_today", "fwd_fused", "bwd_today", "bwd_fused"), 0.0)
         for cm, side, blocks in STAGES:
-            got = stage_times(cm, side, args.batch, DTYPES[d], args.calls)
+            got = stage_times(cm, side, args.batch, DTYPES[d], args.calls, build)
             s = sums(got["times"])
             res.append({"dtype": d, "mid": cm, "side": side, "blocks": blocks, **got, "sums": s})
             cells = ", ".join(
