@@ -34,18 +34,15 @@ aligned; the per-channel vectors float32.
 from __future__ import annotations
 
 import ctypes
-import threading
 
 import torch
 
 from .._nvrtc import ELEMENTS, Source
-from .._nvrtc import launch as launch_kernel
-from . import _lean
 from ._runtime import bump_version, device_info, stream_of
+from .kernel_launch import run_kernel
 
 __all__ = [
     "SOURCE",
-    "KernelLaunch",
     "fits",
     "mask_bytes",
     "takes",
@@ -318,97 +315,11 @@ GRAD_APPLY(f16) GRAD_APPLY(bf16)
 SOURCE = Source("pycudnn_bn.cu", _TEXT)
 
 
-class _Stream:
-    """The stream the kernel launches of one thread go to: a program sets it before it runs
-    (:meth:`~.program.Program.run` calls ``handle.set_stream``, as for a cuDNN handle)."""
-
-    __slots__ = ("stream",)
-
-    def __init__(self) -> None:
-        self.stream = 0
-
-    def set_stream(self, stream: int) -> None:
-        self.stream = stream
-
-
-_local = threading.local()
-
-
-def _stream_box() -> _Stream:
-    box = getattr(_local, "box", None)
-    if box is None:
-        box = _local.box = _Stream()
-    return box
-
-
-class KernelLaunch:
-    """One of these kernels bound to a signature, as a launch tape records it: ``n_in`` input
-    operands then the outputs, ``handle`` (the thread's stream box) and ``launch(pointers)``
-    (the operands' pointers in that order). The kernel's parameters are built once: per launch
-    only the pointers are written into them. Used by one thread (its programs are per thread).
-
-    Parameters
-    ----------
-    device : int
-        The CUDA device it launches on (the current one when it launches).
-    name : str
-        The kernel.
-    grid : tuple of int
-        Blocks (x, y, z).
-    params : sequence
-        The kernel's parameters in order: an int is the operand whose pointer it takes (None:
-        a null pointer), a ctypes value a constant.
-    n_in : int
-        How many operands are inputs (the rest are outputs).
-    block : int
-        Threads per block.
-    """
-
-    __slots__ = ("_args", "_block", "_cells", "_fn", "_grid", "_refs", "handle", "n_in")
-
-    def __init__(
-        self, device: int, name: str, grid: tuple, params: list, n_in: int, block: int = _BLOCK
-    ) -> None:
-        arch, _ = device_info(device)
-        self._fn = SOURCE.kernel(arch, name)
-        self._grid = tuple(grid)
-        self._block = (block, 1, 1)
-        self._refs = [ctypes.c_uint64(0) if p is None or isinstance(p, int) else p for p in params]
-        self._cells = tuple((self._refs[k], p) for k, p in enumerate(params) if isinstance(p, int))
-        arr = (ctypes.c_void_p * len(self._refs))(*map(ctypes.addressof, self._refs))
-        self._args = (arr, ctypes.addressof(arr))  # (the array kept alive with its address)
-        self.handle = _stream_box()
-        self.n_in = n_in
-
-    def launch(self, ptrs: tuple) -> None:
-        for cell, i in self._cells:
-            cell.value = ptrs[i]
-        launch_kernel(self._fn, self._grid, self._block, self._args[1], self.handle.stream)
-
-
-#: bound launches per (thread, kernel, grid, constants): the eager calls' store
-_STORE: dict[tuple, KernelLaunch] = {}
-_STORE_MAX = 512
-
-
 def _run(x: torch.Tensor, name: str, grid: tuple, params: list, ins: tuple, outs: tuple,
          stream: int, block: int = _BLOCK) -> None:  # fmt: skip
-    """Launch kernel *name* over the operands ``ins + outs`` (*params* as
-    :class:`KernelLaunch` takes them, constants as ctypes values) on *stream*, *block* threads
-    a block, and record it on the calling thread's tape."""
-    dev = x.device.index
-    consts = tuple(getattr(p, "value", p) for p in params)
-    key = (threading.get_ident(), dev, name, grid, block, consts)
-    entry = _STORE.get(key)
-    if entry is None:
-        if len(_STORE) >= _STORE_MAX:
-            _STORE.clear()
-        entry = _STORE[key] = KernelLaunch(dev, name, grid, params, len(ins), block)
-    tensors = ins + outs
-    entry.handle.set_stream(stream)
-    with torch.cuda.device(dev):
-        entry.launch(tuple(t.data_ptr() for t in tensors))
-    _lean.tape_append(entry, tensors)
+    """:func:`~.kernel_launch.run_kernel` of these kernels (one name, which the CPU tests
+    replace with float64 twins)."""
+    run_kernel(SOURCE, x, name, grid, params, ins, outs, stream, block)
 
 
 def fits(shape: tuple, dtype: torch.dtype) -> bool:

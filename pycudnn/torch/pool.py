@@ -1,5 +1,7 @@
 """Pooling (imports torch): ``MaxPool2d``/``3d`` and ``AvgPool2d``/``3d`` on ``dnn_pool`` /
-``dnn_pool_grad``, and the ``autograd.Function`` over them."""
+``dnn_pool_grad``, and the ``autograd.Function`` over them. 2-D max pooling of channels-last
+data that :mod:`.pool_kernel` takes runs on pycudnn's own kernels instead (its backward keeps a
+byte per pooled element, not the input and the output)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ import torch
 from torch import nn
 
 from ..highlevel import dnn_pool, dnn_pool_grad
-from . import _lean
-from ._compile import compiling, define, differentiable
+from . import _lean, pool_kernel
+from ._compile import compiling, constant, define, differentiable
 from ._module import Converted
 from ._runtime import FIRST_USE, as_tuple, cuda_ok, dense, like, ready, stream_of
 
@@ -20,7 +22,10 @@ __all__ = [
     "AvgPool3d",
     "MaxPool2d",
     "MaxPool3d",
+    "MaxPoolFn",
     "PoolFn",
+    "op_max_pool",
+    "op_max_pool_grad",
     "op_pool",
     "op_pool_grad",
     "pool_forward",
@@ -127,6 +132,90 @@ PoolFn, op_pool = differentiable(
 op_pool_grad = define("pool_grad", _op_grad, _op_grad_fake)
 
 
+# -- 2-D max pooling on pycudnn's kernels: pycudnn::max_pool and pycudnn::max_pool_grad ---------
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """*t* channels-last and 16-byte aligned, as the kernels read it (a copy where it is not)."""
+    if not t.is_contiguous(memory_format=torch.channels_last):
+        return t.contiguous(memory_format=torch.channels_last)
+    return t if t.data_ptr() % 16 == 0 else t.clone(memory_format=torch.channels_last)
+
+
+def _max_eager(x: torch.Tensor, cfg: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """The eager training forward (*x* as :func:`.pool_kernel.takes` says, the module's cfg)."""
+    return pool_kernel.forward(x, cfg, True)  # type: ignore[return-value]
+
+
+def _op_max_pool(
+    x: torch.Tensor, ws: list[int], stride: list[int], pad: list[int], train: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    ready()
+    y, idx = pool_kernel.forward(_aligned(x), _cfg(ws, stride, pad, "max"), train)
+    return y, x.new_empty((0,), dtype=torch.uint8) if idx is None else idx
+
+
+def _op_max_pool_fake(x, ws, stride, pad, train):
+    oshape = pool_kernel.out_shape(tuple(x.shape), _cfg(ws, stride, pad, "max"))
+    y = torch.empty(oshape, dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+    return y, x.new_empty((y.numel() if train else 0,), dtype=torch.uint8)
+
+
+def _max_setup(ctx, inputs, output) -> None:
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(output[1])
+    ctx.shape = tuple(inputs[0].shape)
+    ctx.cfg = inputs[1][:3] if len(inputs) == 2 else tuple(tuple(v) for v in inputs[1:4])
+
+
+def _max_grad(dy, idx, shape, ws, stride, pad) -> torch.Tensor:
+    """The gradient's eager function (a backward's: the options tuples)."""
+    return pool_kernel.backward(_aligned(dy), idx, tuple(shape), (ws, stride, pad, "max"))
+
+
+def _op_max_grad(
+    dy: torch.Tensor,
+    idx: torch.Tensor,
+    shape: list[int],
+    ws: list[int],
+    stride: list[int],
+    pad: list[int],
+) -> torch.Tensor:
+    if FIRST_USE[0]:  # the first use only (no call on the hot path)
+        ready()
+    return _max_grad(dy, idx, shape, tuple(ws), tuple(stride), tuple(pad))
+
+
+def _op_max_grad_fake(dy, idx, shape, ws, stride, pad):
+    return dy.new_empty(shape).contiguous(memory_format=torch.channels_last)
+
+
+def _max_backward(ctx, dy, _didx):
+    (idx,) = ctx.saved_tensors
+    dx = ctx.gradient(op_max_pool_grad, _max_grad, dy, idx, ctx.shape, *ctx.cfg)
+    return (dx,) + (None,) * (len(ctx.needs_input_grad) - 1)
+
+
+#: ``MaxPoolFn.apply(x, cfg) -> (y, idx)`` (eager; *x* as :func:`.pool_kernel.takes` says) and
+#: ``pycudnn::max_pool(x, window, stride, pad, train) -> (y, idx)``: pycudnn's kernel with each
+#: maximum's window position (a byte per element; empty unless *train*) for the one backward
+MaxPoolFn, op_max_pool = differentiable(
+    "max_pool",
+    _op_max_pool,
+    _op_max_pool_fake,
+    _max_setup,
+    _max_backward,
+    eager_run=_max_eager,
+    stats_outputs=1,
+)
+#: ``pycudnn::max_pool_grad(dy, idx, shape, window, stride, pad) -> dx``
+op_max_pool_grad = define("max_pool_grad", _op_max_grad, _op_max_grad_fake)
+
+
+@constant
+def _kernels_build(index: int) -> bool:
+    """:func:`.pool_kernel.usable` as traced code reads it: once, while dynamo traces."""
+    return pool_kernel.usable(index)
+
+
 def pool_forward(m: nn.Module, x: torch.Tensor, nd: int, mode: str, fallback: Callable) -> Any:
     """*m*'s forward on cuDNN for CUDA inputs it takes, else *fallback* (torch's). Pooling is
     not on autocast's lists: it runs in the input's dtype, as torch's."""
@@ -144,9 +233,20 @@ def pool_forward(m: nn.Module, x: torch.Tensor, nd: int, mode: str, fallback: Ca
     x = dense(x)
     cfg = (ws, stride, pad, mode)
     if traced:
-        y = op_pool(x, ws, stride, pad, mode)
+        if (
+            op_max_pool is not None
+            and pool_kernel.fits(tuple(x.shape), x.dtype, cfg)
+            and x.is_contiguous(memory_format=torch.channels_last)
+            and _kernels_build(x.get_device())
+        ):
+            grad = torch.is_grad_enabled() and x.requires_grad
+            y = op_max_pool(x, ws, stride, pad, grad)[0]
+        else:
+            y = op_pool(x, ws, stride, pad, mode)
     elif torch.is_grad_enabled() and x.requires_grad:
-        y = PoolFn.apply(x, cfg)
+        y = MaxPoolFn.apply(x, cfg)[0] if pool_kernel.takes(x, cfg, True) else PoolFn.apply(x, cfg)
+    elif pool_kernel.takes(x, cfg, False):
+        y = pool_kernel.forward(x, cfg, False)[0]
     else:
         y = pool_run(x, cfg)
     return y.squeeze(0) if unbatched else y

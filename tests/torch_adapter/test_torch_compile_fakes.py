@@ -25,6 +25,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 import test_torch_adapter_fakes as base  # noqa: E402  (tests/torch_adapter is on sys.path)
+import test_torch_pool_kernel as tpk  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch_compile_models import CNN, Block  # noqa: E402  (tests/support)
 
@@ -44,6 +45,7 @@ from pycudnn.torch import (  # noqa: E402
     lrn,
     norm,
     pool,
+    pool_kernel,
     rnn,
     softmax,
 )
@@ -267,6 +269,7 @@ def fakes(monkeypatch):
         for module in where:
             monkeypatch.setattr(module, name, fake)
     monkeypatch.setattr(_runtime, "raw_stream", lambda device: 0)
+    monkeypatch.setattr(pool_kernel, "_run", tpk.twin_run)  # pycudnn's pooling kernels' twins
     monkeypatch.setattr(_runtime, "_AUTO", [False])
     monkeypatch.setattr(attention, "_attention_capable", lambda t: True)
     monkeypatch.setattr(attention, "HALVES", (*_runtime.HALVES, torch.float32, torch.float64))
@@ -325,6 +328,21 @@ def _cases():
         ("layer_norm", (x3, _t(8, grad=True), _t(8, grad=True), [8], 1e-5, True)),
         ("layer_norm", (x3.detach(), None, None, [5, 8], 1e-5, False)),
         ("rms_norm", (x3, _t(8, grad=True), [8], 1e-6, True)),
+        # pycudnn's pooling kernels (their float64 twins): channels-last, 8 channels
+        (
+            "max_pool",
+            (
+                _t(2, 8, 7, 9, last=True, grad=True, dtype=torch.float32),
+                [3, 3],
+                [2, 2],
+                [1, 1],
+                True,
+            ),
+        ),
+        (
+            "max_pool",
+            (_t(2, 8, 6, 6, last=True, dtype=torch.float32), [2, 2], [2, 2], [0, 0], False),
+        ),
         ("act", (x3, "sigmoid", 0.0)),
         ("softmax", (x3, "accurate")),
     ]
@@ -354,6 +372,7 @@ def test_every_op_has_a_case_and_a_schema():
     assert {c[0] for c in CASES} >= set(OPS) - {
         "bn_grad",
         "pool_grad",
+        "max_pool_grad",
         "act_grad",
         "softmax_grad",
         "linear_dx",
