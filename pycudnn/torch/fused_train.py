@@ -51,6 +51,7 @@ __all__ = [
     "CUDNN",
     "OWN",
     "OWN_MIN_ELEMENTS",
+    "OWN_PLAIN_MIN_ELEMENTS",
     "SEPARATE",
     "TRAIN_ACTS",
     "TrainBlock",
@@ -94,6 +95,13 @@ SEPARATE, CUDNN, OWN = "", "cudnn", "own"
 #: of the process: a compiled backward asks :func:`chain_path` again for the forward's choice
 #: (the tests lower it before they build a model)
 OWN_MIN_ELEMENTS = 1 << 22
+#: the same for the plain form (batch norm + ReLU, no residual), where cuDNN's fused kernel is
+#: faster on ResNet-50's stage shapes at batch 64 (up to 12.8 million elements; docs/
+#: BENCHMARKS.md): from here (a ResNet stem's output at batch 32 and up) pycudnn's kernels, whose
+#: backward reads the ReLU's mask, not the chain's output, so that output can go as soon as its
+#: readers are done (the stem's, once the max pooling has run: pycudnn's pooling keeps its own
+#: byte per element instead)
+OWN_PLAIN_MIN_ELEMENTS = 1 << 24
 
 
 def chain_path(
@@ -109,12 +117,13 @@ def chain_path(
     (fake tensors too; *device* instead of *y*'s for a meta tensor) and batch norm's parameter
     dtype *pdt*: the same answer every time for one signature.
 
-    Channels-last float16/bfloat16 with a ReLU: with a residual, pycudnn's own kernels where
-    they take the shape and it has :data:`OWN_MIN_ELEMENTS` or more (on an H200 they run the
+    Channels-last float16/bfloat16 with a ReLU: pycudnn's own kernels where they take the
+    shape and it has :data:`OWN_MIN_ELEMENTS` or more with a residual (on an H200 they run the
     residual form at 0.75-0.95x cuDNN's fused kernels, forward and backward, over ResNet-50's
-    shapes at batch 64: docs/BENCHMARKS.md); else cuDNN's fused kernel where its size query
-    takes it (cuDNN's is faster on the plain form and on small tensors). The rest runs cuDNN's
-    separate calls (:data:`SEPARATE`, 0 bytes)."""
+    shapes at batch 64: docs/BENCHMARKS.md), :data:`OWN_PLAIN_MIN_ELEMENTS` or more without;
+    else cuDNN's fused kernel where its size query takes it (cuDNN's is faster on the plain
+    form at ResNet-50's stage shapes and on small tensors). The rest runs cuDNN's separate
+    calls (:data:`SEPARATE`, 0 bytes)."""
     if act is None or act[0] != "relu" or y.dtype not in HALVES or y.dim() != 4:
         return SEPARATE, 0
     if not y.is_contiguous(memory_format=torch.channels_last):
@@ -122,8 +131,9 @@ def chain_path(
     # int(): a symbolic size (torch.compile's dynamic shapes) is specialized, as cuDNN's sizes are
     shape = tuple(int(n) for n in y.shape)
     dev = y.get_device() if device is None else device
-    big = shape[0] * shape[1] * shape[2] * shape[3] >= OWN_MIN_ELEMENTS
-    if residual and big and dev >= 0 and pdt == torch.float32 and fits(shape, y.dtype):
+    least = OWN_MIN_ELEMENTS if residual else OWN_PLAIN_MIN_ELEMENTS
+    big = shape[0] * shape[1] * shape[2] * shape[3] >= least
+    if big and dev >= 0 and pdt == torch.float32 and fits(shape, y.dtype):
         return OWN, mask_bytes(shape)
     n = reserve_bytes(shape, y.dtype, dev, residual)
     return (SEPARATE, 0) if n is None else (CUDNN, n)

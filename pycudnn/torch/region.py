@@ -86,7 +86,17 @@ def use_programs(enabled: bool) -> None:
 class _Bound:
     """What a region keeps per signature: its programs, or why there are none."""
 
-    __slots__ = ("bwd", "casts", "ext", "fwd", "kernels", "pattern", "reason", "versions")
+    __slots__ = (
+        "bwd",
+        "casts",
+        "ext",
+        "fwd",
+        "kept",
+        "kernels",
+        "pattern",
+        "reason",
+        "versions",
+    )
 
     def __init__(self) -> None:
         self.fwd: Program | None = None
@@ -97,6 +107,9 @@ class _Bound:
         self.ext: list[int] = []  # eval: the folded weights' and biases' pointers
         self.versions: list[Any] = []
         self.kernels: tuple[str, ...] = ()  # training: each chain's batch-norm path
+        # training: which of the forward's outputs its backward reads (the others are not kept
+        # for it: they go when their readers are done, as a saved tensor's would)
+        self.kept: tuple[bool, ...] = ()
 
 
 #: how :meth:`FusedRegion.programs` names a chain's batch-norm path (``chain_path``'s)
@@ -487,7 +500,9 @@ class FusedRegion(nn.Module):
         arena, outs, slots = b.fwd.run(ext, x.device, stream_of(x))
         self._write_back(b.casts, bufs)
         _increment(self._running())  # cuDNN wrote them: as an in-place op would
-        return outs, (arena, outs, slots, bufs)
+        # (the outputs the backward reads, kept for it; none without a backward program)
+        keep = [] if b.bwd is None else [o for o, k in zip(outs, b.kept, strict=True) if k]
+        return outs, (arena, keep, slots, bufs)
 
     def rerun_forward(self, b: _Bound, inputs: tuple) -> tuple:
         """The forward program once more for a second backward of one forward
@@ -568,12 +583,26 @@ class FusedRegion(nn.Module):
             return bwd
         b.fwd, b.bwd = prog, bwd[0]
         b.pattern = [r is not None for r in results]
+        b.kept = _kept(taped[1], taped[2], read)
         return ""
 
     def bind_backward(self, inputs: tuple, recs: list, douts: tuple, need: tuple) -> tuple:
         """The first backward of a signature (:func:`~.chains.walk_backward`): ``(gradients of
         the inputs and parameters, launches or None)``."""
         return walk_backward(self.outputs, inputs, recs, douts, need)
+
+
+def _kept(ext: list, outs: list, read: set[int]) -> tuple[bool, ...]:
+    """For each output a forward program makes (``record`` skips the None and those the
+    caller gives), whether its backward reads it (``read``: the ``id`` of each tensor its
+    launches touch)."""
+    seen = {id(t) for t in ext}
+    kept = []
+    for o in outs:
+        if o is not None and id(o) not in seen:
+            seen.add(id(o))
+            kept.append(id(o) in read)
+    return tuple(kept)
 
 
 def _ptr(t: torch.Tensor) -> int:

@@ -15,6 +15,8 @@ float32). The kernels' own numerics are the GPU tier's
 from __future__ import annotations
 
 import ctypes
+import gc
+import weakref
 
 import pytest
 
@@ -227,12 +229,15 @@ def test_eager_regions_replay_pycudnns_kernels(make):
 
 
 @pytest.mark.usefixtures("own")
+@pytest.mark.parametrize("plain", [False, True], ids=["residual", "every"])
 @pytest.mark.parametrize("make", [tf.Bottleneck, tp.Two], ids=lambda f: f.__name__)
-def test_compiled_regions_replay_pycudnns_kernels_in_their_fixed_arena(make):
+def test_compiled_regions_replay_pycudnns_kernels_in_their_fixed_arena(make, plain, monkeypatch):
     """A compiled region's forward, whose arena the fake lays out, records and replays pycudnn's
     kernels (their partial sums in the program's scratch buffer), and its backward reads the
     ReLU's mask from that arena: torch's numbers at every step, no kernel bound after the
-    first."""
+    first; the residual chains on them, or (*plain*) every ReLU chain."""
+    if plain:
+        monkeypatch.setattr(fused_train, "OWN_PLAIN_MIN_ELEMENTS", 0)
     torch._dynamo.reset()
     ref, mine = tf._pair(make)
     compiled = torch.compile(mine, backend="aot_eager", fullgraph=True)
@@ -294,3 +299,44 @@ def test_the_fake_kernels_are_torchs_batch_norm():
     torch.testing.assert_close(dgamma.double(), gr.grad, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(dbeta.double(), br.grad, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(dz, dy * (want.detach() > 0))
+
+
+class _Stem(nn.Module):
+    """Two plain conv -> bn -> relu chains (no residual): one region whose output is a plain
+    chain's."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = tf.ConvBNAct(nn.ReLU(), c=8)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(self.a(x))))
+
+
+@pytest.mark.usefixtures("own")
+@pytest.mark.parametrize("plain_own", [True, False], ids=["own_kernels", "cudnn_kernel"])
+def test_plain_chains_on_pycudnns_kernels_keep_no_output_for_the_backward(plain_own, monkeypatch):
+    """From ``OWN_PLAIN_MIN_ELEMENTS`` a plain chain runs pycudnn's kernels too, whose backward
+    reads the ReLU's mask, not the chain's output: the region's program then keeps no output
+    for its backward, so the output goes once its readers are done (on cuDNN's fused kernel,
+    whose backward reads it, the region keeps it). Torch's numbers either way."""
+    if plain_own:
+        monkeypatch.setattr(fused_train, "OWN_PLAIN_MIN_ELEMENTS", 0)
+    ref, mine = tf._pair(_Stem)
+    x = tp._x(3)
+    for _ in range(3):  # the first step records, the later ones replay
+        _close_to_torch(ref, mine, x)
+    progs = tp._programs(mine)
+    assert progs and all("backward program" in w for w in progs), progs
+    assert any("2 on pycudnn's kernels" in w for w in progs) == plain_own, progs
+    y = mine(x.clone().requires_grad_())
+    gone = weakref.ref(y)
+    loss = y.sum()  # (its backward keeps no input)
+    del y
+    gc.collect()
+    assert (gone() is None) == plain_own
+    loss.backward()
+    for n, a in mine.named_parameters():
+        assert a.grad is not None, n

@@ -27,7 +27,7 @@ import test_torch_fuse_gpu as fg  # noqa: E402  (tests/torch_adapter)
 from torch_gpu import own_kernels  # noqa: E402, F401  (tests/support; fixture)
 
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn.torch import fuse, region  # noqa: E402
+from pycudnn.torch import fuse, fused_train, region  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("own_kernels")]
 DEV = "cuda"
@@ -51,8 +51,13 @@ def _zero(*models):
             p.grad = None
 
 
-@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
-def test_training_steps_replay_programs_within_noise(name):
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "resnet18-plain-own"])
+def test_training_steps_replay_programs_within_noise(name, monkeypatch):
+    """(``-plain-own``: every ReLU chain on pycudnn's kernels, the plain form too, whose
+    region outputs the backward does not keep.)"""
+    if name.endswith("-plain-own"):
+        monkeypatch.setattr(fused_train, "OWN_PLAIN_MIN_ELEMENTS", 0)
+        name = name.removesuffix("-plain-own")
     base, mine = _models(name)
     x = torch.randn(8, 3, 64, 64, device=DEV, dtype=torch.bfloat16).to(memory_format=CL)
     for _ in range(3):  # the first step records, the later ones replay
