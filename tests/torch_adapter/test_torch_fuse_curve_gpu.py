@@ -4,7 +4,8 @@ batch norm in float32) converted with ``fuse=True`` trains on a small synthetic 
 same initial weights as torch's model seeded 0, and its loss curve lands within torch's own
 seed-to-seed spread (torch's model trained from :data:`SEEDS` initializations on the same
 batches). Both batch-norm paths of the residual chains are taken: pycudnn's own kernels (the
-size threshold lowered to 0 for these 32x32 images) and cuDNN's fused kernel.
+size threshold lowered to 0 for these 32x32 images) and cuDNN's fused kernel; and every chain,
+the plain ones too, on pycudnn's kernels. The max pooling runs pycudnn's kernels throughout.
 
 A few hundred steps of SGD in bfloat16 are chaotic: two runs whose first steps agree to a few
 units in the last place part ways step by step (as torch's own runs from different seeds do),
@@ -104,10 +105,18 @@ def _every20(curve: torch.Tensor) -> str:
     return " ".join(f"{v:.3f}" for v in smooth[::20])
 
 
-@pytest.mark.parametrize("own", [True, False], ids=["own_kernels", "cudnn_kernel"])
-def test_fused_resnet18_tracks_torchs_loss_curve(own, torch_curves, monkeypatch):
+@pytest.mark.parametrize(
+    ("own", "plain"),
+    [(True, False), (False, False), (True, True)],
+    ids=["own_kernels", "cudnn_kernel", "every_chain_own"],
+)
+def test_fused_resnet18_tracks_torchs_loss_curve(own, plain, torch_curves, monkeypatch):
+    """(*plain*: the plain chains on pycudnn's kernels too, whose region outputs the backward
+    does not keep; the max pooling runs pycudnn's kernels in every case.)"""
     if own:
         monkeypatch.setattr(fused_train, "OWN_MIN_ELEMENTS", 0)
+    if plain:
+        monkeypatch.setattr(fused_train, "OWN_PLAIN_MIN_ELEMENTS", 0)
     mine = pt.convert(copy.deepcopy(_model(0)), fuse=True)
     kernels = []
     real = fused_train.train_forward
@@ -117,8 +126,9 @@ def test_fused_resnet18_tracks_torchs_loss_curve(own, torch_curves, monkeypatch)
     ours = _curve(mine, _task())
     means, tails = zip(*(_levels(c) for c in torch_curves), strict=True)
     mean, tail = _levels(ours)
+    which = "every chain own" if plain else "own" if own else "cudnn"
     print(
-        f"FUSECURVE {'own' if own else 'cudnn'}: mean loss {mean:.4f} pycudnn, torch's seeds "
+        f"FUSECURVE {which}: mean loss {mean:.4f} pycudnn, torch's seeds "
         f"{' '.join(f'{m:.4f}' for m in means)}; last {TAIL} steps {tail:.4f} pycudnn, torch's "
         f"{' '.join(f'{t:.4f}' for t in tails)}\n  pycudnn every 20 steps: {_every20(ours)}\n"
         + "".join(
