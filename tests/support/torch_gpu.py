@@ -1,7 +1,7 @@
 """What the adapter's GPU test files share (imports torch: import it after
 ``pytest.importorskip("torch")``): the exact-math setting every comparison with torch runs under,
-the comparison of a language model's logits and gradients with torch's own error, and the
-``own_kernels`` fixture."""
+the comparison of a language model's logits and gradients with torch's own error, the
+``own_kernels`` fixture and the ``-plain-own`` model names (:func:`model_named`)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,19 @@ def own_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     ``fused_train.OWN_MIN_ELEMENTS`` they run cuDNN's fused kernel, as the fuse tests check):
     ``pytest.mark.usefixtures("own_kernels")``, the fixture imported."""
     monkeypatch.setattr(fused_train, "OWN_MIN_ELEMENTS", 0)
+
+
+#: a test model's name suffix that puts every ReLU chain on pycudnn's kernels, the plain ones too
+PLAIN_OWN = "-plain-own"
+
+
+def model_named(name: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """*name* without :data:`PLAIN_OWN`; with it, every ReLU chain of the test's fused model on
+    pycudnn's batch-norm kernels, the plain ones too (whose region outputs the backward does not
+    keep): ``fused_train.OWN_PLAIN_MIN_ELEMENTS`` lowered to 0."""
+    if name.endswith(PLAIN_OWN):
+        monkeypatch.setattr(fused_train, "OWN_PLAIN_MIN_ELEMENTS", 0)
+    return name.removesuffix(PLAIN_OWN)
 
 
 @contextlib.contextmanager

@@ -29,10 +29,10 @@ torchvision = pytest.importorskip("torchvision")
 nn = torch.nn
 F = nn.functional
 
-from torch_gpu import own_kernels  # noqa: E402, F401  (tests/support; fixture)
+from torch_gpu import model_named, own_kernels  # noqa: E402, F401  (tests/support; fixture)
 
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn.torch import fold_kernel, fused_train  # noqa: E402
+from pycudnn.torch import fold_kernel  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("own_kernels")]
 DEV = "cuda"
@@ -158,11 +158,8 @@ def _agree(a: nn.Module, b: nn.Module, start: dict, losses_a: list, losses_b: li
 
 @pytest.mark.parametrize("name", ["resnet18", "resnet50", "resnet18-plain-own"])
 def test_a_captured_training_step_trains_as_the_eager_one(name, monkeypatch):
-    """(``-plain-own``: every ReLU chain on pycudnn's kernels, the plain form too, whose
-    region outputs the backward does not keep.)"""
-    if name.endswith("-plain-own"):
-        monkeypatch.setattr(fused_train, "OWN_PLAIN_MIN_ELEMENTS", 0)
-        name = name.removesuffix("-plain-own")
+    """(``-plain-own``: :func:`torch_gpu.model_named`.)"""
+    name = model_named(name, monkeypatch)
     model = _fused(name, train=True)
     eager = copy.deepcopy(model)
     opt, opt_e = _sgd(model), _sgd(eager)

@@ -24,10 +24,10 @@ torchvision = pytest.importorskip("torchvision")
 nn = torch.nn
 
 import test_torch_fuse_gpu as fg  # noqa: E402  (tests/torch_adapter)
-from torch_gpu import own_kernels  # noqa: E402, F401  (tests/support; fixture)
+from torch_gpu import model_named, own_kernels  # noqa: E402, F401  (tests/support; fixture)
 
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn.torch import fuse, fused_train, region  # noqa: E402
+from pycudnn.torch import fuse, region  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("own_kernels")]
 DEV = "cuda"
@@ -53,11 +53,8 @@ def _zero(*models):
 
 @pytest.mark.parametrize("name", ["resnet18", "resnet50", "resnet18-plain-own"])
 def test_training_steps_replay_programs_within_noise(name, monkeypatch):
-    """(``-plain-own``: every ReLU chain on pycudnn's kernels, the plain form too, whose
-    region outputs the backward does not keep.)"""
-    if name.endswith("-plain-own"):
-        monkeypatch.setattr(fused_train, "OWN_PLAIN_MIN_ELEMENTS", 0)
-        name = name.removesuffix("-plain-own")
+    """(``-plain-own``: :func:`torch_gpu.model_named`.)"""
+    name = model_named(name, monkeypatch)
     base, mine = _models(name)
     x = torch.randn(8, 3, 64, 64, device=DEV, dtype=torch.bfloat16).to(memory_format=CL)
     for _ in range(3):  # the first step records, the later ones replay
