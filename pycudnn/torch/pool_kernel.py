@@ -160,21 +160,28 @@ def fits(shape: tuple, dtype: torch.dtype, cfg: tuple) -> bool:
     )
 
 
+#: :func:`usable`'s answer per device (asked on every eager call)
+_USABLE: dict[int, bool] = {}
+
+
 def usable(index: int) -> bool:
     """Whether these kernels run on CUDA device *index*: compute capability 7.0 or newer, and
-    NVRTC compiled them for it (on the first call; a failure is kept in ``SOURCE.failed`` and
-    the callers stay on cuDNN's pooling)."""
-    if index < 0 or SOURCE.failed is not None:  # (a CPU tensor's device index is -1)
+    NVRTC compiled them for it (on the first call for the device; a failure is kept in
+    ``SOURCE.failed`` and the callers stay on cuDNN's pooling)."""
+    got = _USABLE.get(index)
+    if got is not None:
+        return got
+    if index < 0:  # (a CPU tensor's device index)
         return False
-    arch = device_info(index)[0]
-    if arch < 70:
-        return False
-    try:
-        SOURCE.compile(arch)
-    except Exception as exc:  # any failure to build: cuDNN's pooling runs
-        SOURCE.failure(exc)
-        return False
-    return True
+    ok = SOURCE.failed is None and device_info(index)[0] >= 70
+    if ok:
+        try:
+            SOURCE.compile(device_info(index)[0])
+        except Exception as exc:  # any failure to build: cuDNN's pooling runs
+            SOURCE.failure(exc)
+            ok = False
+    _USABLE[index] = ok
+    return ok
 
 
 def takes(x: torch.Tensor, cfg: tuple, grad: bool) -> bool:
