@@ -145,8 +145,10 @@ def fits(shape: tuple, dtype: torch.dtype, cfg: tuple) -> bool:
     (from those alone: fake and meta tensors too): 2-D max pooling of 4-D float16, bfloat16 or
     float32 data, channels a multiple of 8, a window of at most :data:`MAX_WINDOW` positions,
     fewer than 2**31 elements each side, a non-empty output."""
-    ws, _, pad, mode = cfg
+    ws, stride, pad, mode = cfg
     if mode != "max" or dtype not in _KINDS or len(shape) != 4 or len(ws) != 2:
+        return False
+    if min(ws) < 1 or min(stride) < 1:  # (cuDNN's pooling says what is wrong with them)
         return False
     n, c, h, w = shape
     oshape = out_shape(shape, cfg)

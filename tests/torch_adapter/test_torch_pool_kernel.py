@@ -211,6 +211,8 @@ def test_run_kernel_binds_once_and_records(monkeypatch):
         ((2, 8, 40, 40), torch.float16, ((16, 16), (1, 1), (0, 0)), "256 positions"),
         ((2, 8, 8, 8), torch.float16, ((3, 3), (2, 2), (2, 2)), "padding over half the window"),
         ((2, 8, 2, 2), torch.float16, ((3, 3), (1, 1), (0, 0)), "an empty output"),
+        ((2, 8, 8, 8), torch.float16, ((3, 3), (0, 2), (1, 1)), "a zero stride"),
+        ((2, 8, 8, 8), torch.float16, ((0, 3), (1, 1), (0, 0)), "an empty window"),
     ],
 )
 def test_fits_refuses(shape, dtype, cfg, why):
