@@ -55,6 +55,7 @@ from .region_ops import (
     op_region_train,
     op_region_train_grad,
     register,
+    spec_of,
 )
 
 __all__ = ["MAX_SIGNATURES", "FusedRegion", "use_programs"]
@@ -252,7 +253,9 @@ class FusedRegion(nn.Module):
         """Per recorded signature: ``(signature, what runs)``, e.g. ``'forward program of 104
         launches, backward program of 156 launches, one arena of N MiB'`` (N: the bytes of a
         step's intermediate results, allocated per run) or why the chains run one by one; in
-        training then the kernels the chains' batch norms run on (:func:`_kernels`)."""
+        training then the kernels the chains' batch norms run on (:func:`_kernels`). Then the
+        signatures its ops ran under ``torch.compile`` (``'compiled, training: ...'``,
+        :meth:`~.region_ops.Spec.describe`)."""
         out = []
         for sig, b in state(self).get("programs", {}).items():
             if b.reason:
@@ -270,7 +273,7 @@ class FusedRegion(nn.Module):
                 if own:  # (the backward's results outside the arena, made as it goes)
                     what += f" (and up to {own / 2**20:.1f} MiB as the backward runs)"
             out.append((sig, what + _kernels(b.kernels)))
-        return out
+        return out + spec_of(self.op_key).describe()
 
     def _signature(self, inputs: tuple) -> tuple | None:
         """The signature of this call, or None when no program can run it."""

@@ -80,6 +80,21 @@ class _Programs:
         self.bwd: dict[tuple, Any] = {}
 
 
+def _what(p: _Programs) -> str:
+    """What runs for one compiled signature (:meth:`Spec.describe`)."""
+    if p.reason:
+        return f"the chains one by one: {p.reason}"
+    if p.fwd is None:
+        return "binding"
+    what = f"forward program of {len(p.fwd)} launches"
+    for got in p.bwd.values():  # (per pattern of wanted gradients)
+        if isinstance(got, tuple):
+            what += f", backward program of {len(got[0])} launches"
+        else:
+            what += f", a backward of the chains one by one: {got}"
+    return what + f", arena of {p.fwd.arena_bytes / 2**20:.1f} MiB"
+
+
 class Spec:
     """What the region ops know of a region: per chain where its input and residual come from
     (*wiring*), which chains leave it (*outputs*), each chain's convolution (``cfg_list``
@@ -98,6 +113,16 @@ class Spec:
         self.eval: OrderedDict = OrderedDict()
         self.train: OrderedDict = OrderedDict()
         self.folds: OrderedDict = OrderedDict()
+
+    def describe(self) -> list[tuple[tuple, str]]:
+        """The compiled runs' programs per signature, as :meth:`FusedRegion.programs
+        <pycudnn.torch.region.FusedRegion.programs>` says them: ``(signature, 'compiled,
+        training: forward program of N launches, backward program of M launches, arena of X
+        MiB')``, eval's first."""
+        out = []
+        for mode, store in (("eval", self.eval), ("training", self.train)):
+            out += [(sig, f"compiled, {mode}: {_what(p)}") for sig, p in store.items()]
+        return out
 
     def programs(self, store: OrderedDict, sig: tuple) -> _Programs:
         got = store.get(sig)

@@ -258,6 +258,8 @@ def test_compiled_regions_replay_pycudnns_kernels_in_their_fixed_arena(make, pla
         for p in region_ops.spec_of(r.op_key).train.values()
     ]
     assert any(scratch), scratch  # the partial sums and scale/shift went there
+    compiled = [w for w in tp._programs(mine) if w.startswith("compiled, training: ")]
+    assert compiled and all("backward program of" in w for w in compiled), tp._programs(mine)
     torch._dynamo.reset()
 
 
