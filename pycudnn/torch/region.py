@@ -273,7 +273,11 @@ class FusedRegion(nn.Module):
                 if own:  # (the backward's results outside the arena, made as it goes)
                     what += f" (and up to {own / 2**20:.1f} MiB as the backward runs)"
             out.append((sig, what + _kernels(b.kernels)))
-        return out + spec_of(self.op_key).describe()
+        try:  # (a region unpickled in another process has no spec registered there)
+            compiled = spec_of(self.op_key).describe()
+        except KeyError:
+            compiled = []
+        return out + compiled
 
     def _signature(self, inputs: tuple) -> tuple | None:
         """The signature of this call, or None when no program can run it."""
