@@ -494,6 +494,29 @@ def test_half_batch_norm_parameters_are_cast_once_per_step(monkeypatch):
     x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
     a = _same_with_and_without_programs(Two, x, _half_bn)
     assert all("backward program" in w for w in _programs(a)), _programs(a)
+    # the programs' float32 batch-norm gradients were cast together, one concatenation and one
+    # cast, and autograd kept the bfloat16 views as the gradients (no copy a parameter)
+    bns = [m for m in a.modules() if isinstance(m, nn.BatchNorm2d)]
+    grads = [p.grad for m in bns for p in (m.weight, m.bias)]
+    assert all(g.dtype == torch.bfloat16 for g in grads)
+    assert len({g.untyped_storage().data_ptr() for g in grads}) < len(grads)
+
+
+def test_small_gradients_of_cast_inputs_are_cast_together():
+    """``_cast_small``: the small gradients whose dtype is not their input's become views of one
+    cast concatenation per kind (equal to casting each); large ones, those already in their
+    input's dtype and None are left as they are (autograd casts the large ones itself)."""
+    bf, f32 = torch.bfloat16, torch.float32
+    big = region.SMALL_GRAD + 1
+    ins = tuple(
+        torch.empty(n, dtype=d) for n, d in ((3, bf), (5, bf), (2, f32), (big, bf), (4, bf))
+    )
+    grads = [torch.randn(3), torch.randn(5), torch.randn(2), torch.randn(big), None]
+    got = region._cast_small(list(grads), ins)
+    assert got[0].dtype == got[1].dtype == bf
+    assert got[0].untyped_storage().data_ptr() == got[1].untyped_storage().data_ptr()
+    assert torch.equal(got[0], grads[0].to(bf)) and torch.equal(got[1], grads[1].to(bf))
+    assert got[2] is grads[2] and got[3] is grads[3] and got[4] is None
 
 
 @pytest.mark.usefixtures("lean")
