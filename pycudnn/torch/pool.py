@@ -49,11 +49,7 @@ def _backward_slow(x, y, dy, cfg, dx, s) -> None:
 def pool_run(x: torch.Tensor, cfg: tuple) -> torch.Tensor:
     """Pool dense *x* (*cfg* ``(window, stride, pad, mode)``) into a new tensor in *x*'s memory
     format, on the lean path (:mod:`._lean`)."""
-    ws, stride, pad, _ = cfg
-    spatial = (
-        (n + 2 * p - k) // s + 1 for n, k, s, p in zip(x.shape[2:], ws, stride, pad, strict=True)
-    )
-    y = like((x.shape[0], x.shape[1], *spatial), x)
+    y = like(pool_kernel.out_shape(tuple(x.shape), cfg), x)
     s = stream_of(x)
     _lean.launch((_FWD, cfg), (x, y), s, _forward_slow, x, cfg, y, s)
     return y
@@ -82,10 +78,7 @@ def _op_pool(
 
 
 def _op_pool_fake(x, ws, stride, pad, mode):
-    spatial = (
-        (n + 2 * p - k) // s + 1 for n, k, s, p in zip(x.shape[2:], ws, stride, pad, strict=True)
-    )
-    return like((x.shape[0], x.shape[1], *spatial), x)
+    return like(pool_kernel.out_shape(tuple(x.shape), (ws, stride, pad, mode)), x)
 
 
 def _grad(x, y, dy, ws, stride, pad, mode) -> torch.Tensor:

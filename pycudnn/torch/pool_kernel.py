@@ -129,15 +129,11 @@ class _Geo(ctypes.Structure):
 
 
 def out_shape(shape: tuple, cfg: tuple) -> tuple:
-    """``(n, c, oh, ow)`` of pooling data of *shape* (n, c, h, w) with *cfg* ``(window,
-    stride, pad, mode)`` (floor mode)."""
+    """The output shape of pooling data of *shape* (n, c, spatial...) with *cfg* ``(window,
+    stride, pad, mode)`` in floor mode (cuDNN's pooling too: every pooling of the adapter)."""
     ws, stride, pad, _ = cfg
-    n, c, h, w = shape
-    return (
-        n,
-        c,
-        *((d + 2 * p - k) // s + 1 for d, k, s, p in zip((h, w), ws, stride, pad, strict=True)),
-    )
+    spatial = zip(shape[2:], ws, stride, pad, strict=True)
+    return (shape[0], shape[1], *((d + 2 * p - k) // s + 1 for d, k, s, p in spatial))
 
 
 def fits(shape: tuple, dtype: torch.dtype, cfg: tuple) -> bool:
@@ -175,10 +171,11 @@ def usable(index: int) -> bool:
         return got
     if index < 0:  # (a CPU tensor's device index)
         return False
-    ok = SOURCE.failed is None and device_info(index)[0] >= 70
+    arch = device_info(index)[0]
+    ok = SOURCE.failed is None and arch >= 70
     if ok:
         try:
-            SOURCE.compile(device_info(index)[0])
+            SOURCE.compile(arch)
         except Exception as exc:  # any failure to build: cuDNN's pooling runs
             SOURCE.failure(exc)
             ok = False
