@@ -5,7 +5,10 @@ Cross-correlation, as ``lax.conv_general_dilated`` and PyTorch's ``conv2d`` comp
 ``(N, C, spatial...)`` images and ``(K, C / groups, kernel...)`` filters, or with
 ``channels_last=True`` ``(N, spatial..., C)`` and ``(K, kernel..., C / groups)`` (the layout
 cuDNN's channels-last engines read; Flax's ``HWIO`` kernels are ``w.transpose(3, 0, 1, 2)``).
-Symmetric padding only (cuDNN's); ``'SAME'`` where it is symmetric.
+cuDNN pads both sides of a dimension alike: asymmetric padding (``'SAME'`` with a stride or an
+even kernel, Flax's default, or ``(lo, hi)`` pairs) gives cuDNN the smaller side and pads the
+image's other side by the difference first (``jnp.pad``: one copy of the image per call, its
+gradient a slice).
 
 The gradient of the epilogue's activation comes from the output (``relu``, ``sigmoid``,
 ``tanh``: their gradients need only ``y``), then the data and filter gradients are cuDNN's
@@ -266,13 +269,13 @@ def _backward(request: ConvForward, residuals: Any, dy: Any) -> tuple:
 _conv = _ops.differentiable(_forward, _backward)
 
 
-def _padding(padding: Any, x: Any, w: Any, geo: dict[str, Any]) -> tuple[int, ...]:
-    """Symmetric padding per spatial dim from an int, ints, ``(lo, hi)`` pairs, ``'VALID'`` or
-    ``'SAME'`` (where its padding is symmetric)."""
+def _padding(padding: Any, x: Any, w: Any, geo: dict[str, Any]) -> tuple[tuple[int, int], ...]:
+    """``(lo, hi)`` zero padding per spatial dim from an int, ints, ``(lo, hi)`` pairs,
+    ``'VALID'`` or ``'SAME'`` (``lax.conv_general_dilated``'s: the odd one on the high side)."""
     nd = len(geo["strides"])
     if isinstance(padding, str):
         if padding.upper() == "VALID":
-            return (0,) * nd
+            return ((0, 0),) * nd
         if padding.upper() != "SAME":
             raise ValueError(f"{_FUNC}: padding={padding!r}; expected 'SAME', 'VALID' or ints")
         cl = geo["channels_last"]
@@ -283,22 +286,33 @@ def _padding(padding: Any, x: Any, w: Any, geo: dict[str, Any]) -> tuple[int, ..
             if not _request.known(n):
                 raise ValueError(f"{_FUNC}: padding='SAME' needs concrete spatial dims, got {n}")
             total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
-            if total % 2:
-                raise ValueError(
-                    f"{_FUNC}: padding='SAME' pads {total} in a spatial dim of {n}, which is not "
-                    "symmetric (cuDNN pads both sides alike): pad x yourself, or use ints"
-                )
-            pads.append(total // 2)
+            pads.append((total // 2, total - total // 2))
         return tuple(pads)
     if not isinstance(padding, (int, np.integer)) and all(isinstance(p, Sequence) for p in padding):
         pairs = [tuple(p) for p in padding]
-        if any(len(p) != 2 or p[0] != p[1] for p in pairs):
+        if len(pairs) != nd or any(len(p) != 2 for p in pairs):
             raise ValueError(
-                f"{_FUNC}: padding={padding!r}; (lo, hi) pairs must be symmetric "
-                "(cuDNN pads both sides alike)"
+                f"{_FUNC}: padding={padding!r}; expected {nd} (lo, hi) pairs, one per spatial dim"
             )
-        padding = [p[0] for p in pairs]
-    return _request.ints(padding, nd, "padding", _FUNC, 0)
+        try:
+            flat = _request.ints([v for p in pairs for v in p], 2 * nd, "padding", _FUNC, 0)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(
+                f"{_FUNC}: padding={padding!r}; expected {nd} (lo, hi) pairs of ints >= 0"
+            ) from None
+        return tuple(zip(flat[0::2], flat[1::2], strict=True))
+    return tuple((p, p) for p in _request.ints(padding, nd, "padding", _FUNC, 0))
+
+
+def _pad_extra(x: Any, pairs: Sequence[tuple[int, int]], channels_last: bool) -> tuple:
+    """*x* padded by what cuDNN's symmetric padding leaves of *pairs* (none: *x* itself), and
+    the symmetric padding per dim."""
+    sym = tuple(min(lo, hi) for lo, hi in pairs)
+    extra = [(lo - m, hi - m) for (lo, hi), m in zip(pairs, sym, strict=True)]
+    if any(e != (0, 0) for e in extra):
+        rows = [(0, 0), *extra, (0, 0)] if channels_last else [(0, 0), (0, 0), *extra]
+        x = jnp.pad(x, rows)
+    return x, sym
 
 
 def conv(
@@ -330,8 +344,9 @@ def conv(
         x's dtype. Its rank sets the convolution's.
     stride, dilation : int or tuple of int
         Per spatial dim.
-    padding : int, tuple of int, tuple of (lo, hi) pairs with lo == hi, 'VALID' or 'SAME'
-        Symmetric zero padding per spatial dim (``'SAME'`` where it is symmetric).
+    padding : int, tuple of int, tuple of (lo, hi) pairs, 'VALID' or 'SAME'
+        Zero padding per spatial dim (``'SAME'`` as ``lax.conv_general_dilated``'s). Where the
+        two sides differ, x is padded by the difference first (a copy of x per call).
     groups : int
         Grouped convolution (``C`` and ``K`` divisible by it; ``groups == C``: depthwise).
     bias : jax.Array, optional
@@ -350,13 +365,13 @@ def conv(
     -------
     jax.Array
         ``(N, K, out...)`` (channels-last: ``(N, out..., K)``),
-        ``out = (in + 2 * pad - dilation * (k - 1) - 1) // stride + 1``.
+        ``out = (in + lo + hi - dilation * (k - 1) - 1) // stride + 1``.
 
     Raises
     ------
     TypeError, ValueError
-        At trace time: mismatched ranks, channels, groups, dtypes or shapes, asymmetric
-        padding, an activation other than those above, a kernel larger than the padded input.
+        At trace time: mismatched ranks, channels, groups, dtypes or shapes, negative padding,
+        an activation other than those above, a kernel larger than the padded input.
     """
     x, w = jnp.asarray(x), jnp.asarray(w)
     nd = w.ndim - 2
@@ -367,7 +382,7 @@ def conv(
         "dilation": _request.ints(dilation, nd, "dilation", _FUNC, 1),
         "channels_last": bool(channels_last),
     }
-    pads = _padding(padding, x, w, geo)
+    x, pads = _pad_extra(x, _padding(padding, x, w, geo), geo["channels_last"])
     request = ConvForward(
         geo["strides"],
         pads,

@@ -98,8 +98,7 @@ def conv_layer(
         )
     if isinstance(padding, str) and padding.upper() not in ("SAME", "VALID"):
         raise NotImplementedError(
-            f"{layer}: padding={padding!r}; pycudnn takes 'SAME' (where symmetric), 'VALID', "
-            "ints or symmetric (lo, hi) pairs"
+            f"{layer}: padding={padding!r}; pycudnn takes 'SAME', 'VALID', ints or (lo, hi) pairs"
         )
     x, kernel, bias, residual = _promote(dtype, x, kernel, bias, residual)
     if x.ndim < nd + 1:

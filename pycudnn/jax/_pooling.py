@@ -2,10 +2,13 @@
 
 The window's length sets the rank (2: ``(N, C, H, W)``, 3: ``(N, C, D, H, W)``), or with
 ``channels_last=True`` ``(N, H, W, C)`` / ``(N, D, H, W, C)`` (Flax's layout; cuDNN reads it in
-place). Output size ``(in + 2 * pad - window) // stride + 1`` (no ceil mode); the padding must be
-smaller than the window (every window then covers an input element). Max pooling propagates
-NaN and padding never wins a max; average pooling counts the padding
-(``count_include_pad=True``, Flax's and PyTorch's default) or not.
+place). Output size ``(in + lo + hi - window) // stride + 1`` (no ceil mode). cuDNN pads both
+sides of a dimension alike, by less than the window; asymmetric padding (``(lo, hi)`` pairs:
+``flax.linen``'s ``'SAME'`` with a stride) gives cuDNN the smaller side and pads the input's
+other side by the difference first (``jnp.pad``, a copy of the input per call: with ``-inf``
+for max pooling, zeros for an average that counts the padding). Max pooling propagates NaN
+and padding never wins a max; average pooling counts the padding (``count_include_pad=True``,
+Flax's and PyTorch's default) or not (symmetric padding only).
 """
 
 from __future__ import annotations
@@ -142,26 +145,54 @@ def _backward(request: Pool, residuals: Any, dy: Any) -> tuple:
 _pool = _ops.differentiable(_forward, _backward)
 
 
-def _request_of(mode: str, window: Any, strides: Any, padding: Any, channels_last: bool) -> Pool:
+def _pairs(padding: Any, nd: int, func: str) -> tuple[tuple[int, int], ...]:
+    """``(lo, hi)`` per spatial dim from an int, ints or pairs."""
+    if isinstance(padding, Sequence) and any(isinstance(p, Sequence) for p in padding):
+        items = [tuple(p) if isinstance(p, Sequence) else None for p in padding]
+        if len(items) != nd or any(p is None or len(p) != 2 for p in items):
+            raise ValueError(
+                f"{func}: padding={padding!r}; expected {nd} (lo, hi) pairs, one per spatial dim"
+            )
+        try:
+            flat = _request.ints([v for p in items for v in p], 2 * nd, "padding", func, 0)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(
+                f"{func}: padding={padding!r}; expected {nd} (lo, hi) pairs of ints >= 0"
+            ) from None
+        return tuple(zip(flat[0::2], flat[1::2], strict=True))
+    return tuple((p, p) for p in _request.ints(padding, nd, "padding", func, 0))
+
+
+def _pooled(mode: str, x: Any, window: Any, strides: Any, padding: Any, cl: bool) -> jax.Array:
+    """The pooling of *x*: what cuDNN's symmetric padding leaves of asymmetric *padding* padded
+    onto *x* first (``-inf`` for max pooling, zeros for an average counting the padding)."""
     func = "pycudnn.jax.max_pool" if mode == "max" else "pycudnn.jax.avg_pool"
     if isinstance(window, int) or not isinstance(window, Sequence):
         raise TypeError(f"{func}: window={window!r}; expected a tuple of 2 or 3 ints (the rank)")
     nd = len(window)
     strides = window if strides is None else strides
-    return Pool(
-        mode,
-        tuple(window),
-        _request.ints(strides, nd, "strides", func, 1),
-        _request.ints(padding, nd, "padding", func, 0),
-        channels_last,
-    )
+    pairs = _pairs(padding, nd, func)
+    sym = tuple(min(p) for p in pairs)
+    extra = [(lo - m, hi - m) for (lo, hi), m in zip(pairs, sym, strict=True)]
+    x = jnp.asarray(x)
+    if any(e != (0, 0) for e in extra):
+        _request.check_dtype(func, "x", x)  # (before the pad: -inf is no int)
+        if mode == "average_exc_pad":
+            raise ValueError(
+                f"{func}: padding={padding!r} with count_include_pad=False; cuDNN excludes only "
+                "symmetric padding from the count: use equal (lo, hi) or count_include_pad=True"
+            )
+        rows = [(0, 0), *extra, (0, 0)] if cl else [(0, 0), (0, 0), *extra]
+        x = jnp.pad(x, rows, constant_values=-jnp.inf if mode == "max" else 0)
+    request = Pool(mode, tuple(window), _request.ints(strides, nd, "strides", func, 1), sym, cl)
+    return _pool(request, x)
 
 
 def max_pool(
     x: Any,
     window: Sequence[int],
     strides: int | Sequence[int] | None = None,
-    padding: int | Sequence[int] = 0,
+    padding: int | Sequence[int] | Sequence[tuple[int, int]] = 0,
     *,
     channels_last: bool = False,
 ) -> jax.Array:
@@ -176,15 +207,16 @@ def max_pool(
         The window; its length is the number of spatial dims.
     strides : int or tuple of int, optional
         Default: the window (PyTorch's and Keras' default; Flax's is 1).
-    padding : int or tuple of int
-        Symmetric padding per spatial dim, smaller than the window; it never wins a max.
+    padding : int, tuple of int or tuple of (lo, hi) pairs
+        Per spatial dim; it never wins a max. Equal sides must be smaller than the window;
+        unequal ones pad the input by their difference first (a copy of x per call).
     channels_last : bool
         The channels are the last dim.
 
     Returns
     -------
     jax.Array
-        ``(N, C, out...)`` (or channels-last), ``out = (in + 2 * pad - window) // stride + 1``.
+        ``(N, C, out...)`` (or channels-last), ``out = (in + lo + hi - window) // stride + 1``.
 
     Raises
     ------
@@ -192,22 +224,20 @@ def max_pool(
         At trace time: bad window/strides/padding, a rank that does not match the window, a
         window larger than the padded input, a dtype cuDNN does not take.
     """
-    request = _request_of("max", window, strides, padding, channels_last)
-    return _pool(request, jnp.asarray(x))
+    return _pooled("max", x, window, strides, padding, channels_last)
 
 
 def avg_pool(
     x: Any,
     window: Sequence[int],
     strides: int | Sequence[int] | None = None,
-    padding: int | Sequence[int] = 0,
+    padding: int | Sequence[int] | Sequence[tuple[int, int]] = 0,
     *,
     count_include_pad: bool = True,
     channels_last: bool = False,
 ) -> jax.Array:
     """Average pooling through cuDNN (``dnn_pool``), differentiable. Arguments as
     :func:`max_pool`, and *count_include_pad*: divide by the window's size (True, the default)
-    or by the number of input elements in it (False)."""
+    or by the number of input elements in it (False; symmetric padding only)."""
     mode = "average_inc_pad" if count_include_pad else "average_exc_pad"
-    request = _request_of(mode, window, strides, padding, channels_last)
-    return _pool(request, jnp.asarray(x))
+    return _pooled(mode, x, window, strides, padding, channels_last)

@@ -177,22 +177,26 @@ def _pool_args(
 ) -> tuple[tuple[int, ...], tuple[int, ...], Any]:
     window = tuple(window_shape)
     strides = (1,) * len(window) if strides is None else tuple(strides)
-    if isinstance(padding, str):
-        if padding.upper() != "VALID":
-            raise NotImplementedError(
-                f"{func}: padding={padding!r}; pycudnn takes 'VALID' or symmetric (lo, hi) pairs"
-            )
-        padding = 0
-    else:
-        pairs = tuple(tuple(p) for p in padding)
-        if any(lo != hi for lo, hi in pairs):
-            raise NotImplementedError(f"{func}: padding={padding!r} is not symmetric")
-        padding = tuple(lo for lo, _ in pairs)
     if x.ndim != len(window) + 2:
         raise ValueError(
             f"{func}: inputs of shape {x.shape}; expected (batch, {len(window)} spatial dims, "
             "features)"
         )
+    if isinstance(padding, str):
+        if padding.upper() not in ("VALID", "SAME"):
+            raise NotImplementedError(
+                f"{func}: padding={padding!r}; pycudnn takes 'SAME', 'VALID' or (lo, hi) pairs"
+            )
+        # Flax's (lax.padtype_to_pads'): the odd one on the high side
+        padding = tuple(
+            (t // 2, t - t // 2)
+            for t in (
+                max((-(-n // s) - 1) * s + w - n, 0) if padding.upper() == "SAME" else 0
+                for n, w, s in zip(x.shape[1:-1], window, strides, strict=True)
+            )
+        )
+    else:
+        padding = tuple(tuple(p) for p in padding)
     return window, strides, padding
 
 
@@ -203,7 +207,8 @@ def max_pool(
     padding: str | Sequence[tuple[int, int]] = "VALID",
 ) -> jax.Array:
     """``flax.linen.max_pool`` through cuDNN: *inputs* ``(batch, *spatial, features)``, 2-D or
-    3-D windows, strides default 1 (Flax's), ``'VALID'`` or symmetric padding pairs."""
+    3-D windows, strides default 1 (Flax's), ``'VALID'``, ``'SAME'`` or ``(lo, hi)`` pairs
+    (unequal sides pad the input by their difference first: a copy of it per call)."""
     w, s, p = _pool_args("pycudnn.jax.linen.max_pool", inputs, window_shape, strides, padding)
     return _max_pool(inputs, w, s, p, channels_last=True)
 

@@ -58,6 +58,11 @@ LINEN = [
      lambda: fl.Conv(4, (1, 3, 3), padding="VALID", use_bias=False), (1, 2, 6, 6, 2)),
     (lambda: pl.Conv(4, (3, 3), kernel_dilation=2, padding=2),
      lambda: fl.Conv(4, (3, 3), kernel_dilation=2, padding=2), (3, 2, 7, 7, 2)),  # 2 batch dims
+    (lambda: pl.Conv(4, (3, 3), strides=2), lambda: fl.Conv(4, (3, 3), strides=2),
+     (2, 8, 8, 3)),  # Flax's default 'SAME' with a stride: (0, 1) in each dim
+    (lambda: pl.Conv(4, (2, 2)), lambda: fl.Conv(4, (2, 2)), (2, 7, 8, 3)),  # an even kernel
+    (lambda: pl.Conv(4, (3, 3), padding=((0, 2), (1, 0))),
+     lambda: fl.Conv(4, (3, 3), padding=((0, 2), (1, 0))), (2, 6, 7, 3)),
     (lambda: pl.LayerNorm(), lambda: fl.LayerNorm(), (4, 6, 10)),
     (lambda: pl.LayerNorm(use_bias=False, epsilon=1e-3),
      lambda: fl.LayerNorm(use_bias=False, epsilon=1e-3), (4, 10)),
@@ -131,11 +136,31 @@ def test_what_cudnn_does_not_take_is_refused_naming_the_field(layer, shape, erro
         layer.init(jax.random.key(0), _rand(*shape))
 
 
+@pytest.mark.parametrize(
+    ("window", "strides", "padding"),
+    [
+        ((3, 3), (2, 2), "SAME"),  # a ResNet's pool in Flax: (0, 1) in each dim at 8x8
+        ((2, 2), None, "SAME"),
+        ((3, 3), (2, 1), ((1, 2), (0, 1))),
+        ((2, 2), (2, 2), ((0, 3), (0, 0))),  # windows wholly in the padding: -inf / 0
+    ],
+)
+def test_asymmetric_pool_padding_is_flaxs(window, strides, padding):
+    x = _rand(2, 8, 9, 3)
+    for ours, theirs in ((pl.max_pool, fl.max_pool), (pl.avg_pool, fl.avg_pool)):
+        _close(jax.jit(ours, static_argnums=(1, 2, 3))(x, window, strides, padding),
+               theirs(x, window, strides, padding))  # fmt: skip
+        t = _rand(*theirs(x, window, strides, padding).shape, seed=1)
+        g = jax.grad(lambda x, f=ours, t=t: (f(x, window, strides, padding) * t).sum())(x)
+        ref = jax.grad(lambda x, f=theirs, t=t: (f(x, window, strides, padding) * t).sum())(x)
+        _close(g, ref)
+
+
 def test_pool_padding_refused_naming_it():
-    with pytest.raises(NotImplementedError, match=r"padding='SAME'"):
-        pl.max_pool(_rand(2, 8, 8, 3), (2, 2), padding="SAME")
-    with pytest.raises(NotImplementedError, match=r"not symmetric"):
-        pl.avg_pool(_rand(2, 8, 8, 3), (2, 2), padding=((0, 1), (0, 1)))
+    with pytest.raises(NotImplementedError, match=r"padding='CIRCULAR'"):
+        pl.max_pool(_rand(2, 8, 8, 3), (2, 2), padding="CIRCULAR")
+    with pytest.raises(ValueError, match=r"count_include_pad=False; cuDNN excludes only"):
+        pl.avg_pool(_rand(2, 8, 8, 3), (2, 2), padding=((0, 1), (0, 1)), count_include_pad=False)
 
 
 NNX = [

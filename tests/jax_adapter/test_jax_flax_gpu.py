@@ -53,6 +53,10 @@ CASES = [
      (2, 6, 8, 8, 4), 2e-3),
     (lambda: pl.Conv(16, (3, 3), dtype=jnp.bfloat16),
      lambda: fl.Conv(16, (3, 3), dtype=jnp.bfloat16), (4, 16, 16, 8), 5e-2),
+    (lambda: pl.Conv(16, (3, 3), strides=2), lambda: fl.Conv(16, (3, 3), strides=2),
+     (4, 16, 16, 8), 2e-3),  # 'SAME' with a stride: asymmetric, (0, 1)
+    (lambda: pl.Conv(16, (2, 2), dtype=jnp.bfloat16),
+     lambda: fl.Conv(16, (2, 2), dtype=jnp.bfloat16), (4, 16, 15, 8), 5e-2),  # even kernel
     (lambda: pl.LayerNorm(), lambda: fl.LayerNorm(), (8, 64, 256), 1e-4),
     (lambda: pl.RMSNorm(), lambda: fl.RMSNorm(), (8, 64, 256), 1e-4),
 ]  # fmt: skip
@@ -70,6 +74,27 @@ def test_linen_layers_equal_flaxs_on_the_gpu(gpu, ours, theirs, shape, tol):
     g = jax.jit(jax.grad(lambda v, x: (m.apply(v, x) * t).sum(), argnums=(0, 1)))(v, x)
     gref = jax.jit(jax.grad(lambda v, x: (f.apply(v, x) * t).sum(), argnums=(0, 1)))(v, x)
     jax.tree.map(lambda a, b: _close(a, b, tol * 5), g, gref)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_same_padded_pools_equal_flaxs_on_the_gpu(gpu, dtype):
+    """A ResNet's 3x3 stride-2 'SAME' pooling in Flax: asymmetric, (0, 1) at an even size."""
+    x = _rand(gpu, 4, 16, 16, 8, dtype=dtype)
+    tol = 1e-6 if dtype == "float32" else 1e-2
+    t = _rand(gpu, 4, 8, 8, 8, dtype=dtype)
+    for ours, theirs in ((pl.max_pool, fl.max_pool), (pl.avg_pool, fl.avg_pool)):
+        y, d = _pool_and_grad(ours, x, t)
+        yref, dref = _pool_and_grad(theirs, x, t)
+        _close(y, yref, tol)
+        _close(d, dref, tol * 5)
+
+
+def _pool_and_grad(pool, x, t):
+    def f(x):
+        return pool(x, (3, 3), (2, 2), "SAME")
+
+    loss = jax.jit(jax.value_and_grad(lambda x: (f(x) * t).astype(jnp.float32).sum()))
+    return jax.jit(f)(x), loss(x)[1]
 
 
 def test_nnx_layers_equal_flaxs_on_the_gpu(gpu):

@@ -70,6 +70,21 @@ X4 = jax.ShapeDtypeStruct((2, 3, 8, 8), jnp.float32)
         (lambda x: pj.max_pool(x, (2, 2), 1, 2), ValueError, r"padding=\(2, 2\) must be smaller"),
         (lambda x: pj.max_pool(x, (2, 2, 2)), ValueError, r"a 3-D window needs 5 dims"),
         (lambda x: pj.avg_pool(x, (9, 9)), ValueError, r"window \(9, 9\) is larger than"),
+        (
+            lambda x: pj.max_pool(x, (2, 2), 1, ((0, 1), (1,))),
+            ValueError,
+            r"padding=\(\(0, 1\), \(1,\)\); expected 2 \(lo, hi\) pairs, one per",
+        ),
+        (
+            lambda x: pj.avg_pool(x, (2, 2), 1, ((0, 1), (0, 0)), count_include_pad=False),
+            ValueError,
+            r"count_include_pad=False; cuDNN excludes only symmetric padding",
+        ),
+        (
+            lambda x: pj.max_pool(x.astype(jnp.int32), (2, 2), 1, ((0, 1), (0, 0))),
+            TypeError,
+            r"x has dtype int32",
+        ),
         (lambda x: pj.max_pool(x, (2, 2), (0, 1)), ValueError, r"strides=\(0, 1\); expected"),
         (lambda x: pj.layer_norm(x, 7), ValueError, r"normalized_shape=\(7,\) must be trailing"),
         (lambda x: pj.layer_norm(x, (2, 3, 8, 8)), ValueError, r"at least one leading dim"),
@@ -79,14 +94,19 @@ X4 = jax.ShapeDtypeStruct((2, 3, 8, 8), jnp.float32)
         (lambda x: pj.conv(x, jnp.ones((4, 2, 3, 3))), ValueError, r"x has 3 channels and w"),
         (lambda x: pj.conv(x, jnp.ones((4, 3, 3))), ValueError, r"expected 4 \(2-D\) or 5"),
         (
-            lambda x: pj.conv(x, jnp.ones((4, 3, 3, 3)), padding=((1, 2), (1, 1))),
+            lambda x: pj.conv(x, jnp.ones((4, 3, 3, 3)), padding=((1, -1), (1, 1))),
             ValueError,
-            r"pairs must be symmetric",
+            r"padding=\(\(1, -1\), \(1, 1\)\); expected 2 \(lo, hi\) pairs of ints >= 0",
         ),
         (
-            lambda x: pj.conv(x, jnp.ones((4, 3, 2, 2)), padding="SAME"),
+            lambda x: pj.conv(x, jnp.ones((4, 3, 3, 3)), padding=((1, 2),)),
             ValueError,
-            r"padding='SAME' pads 1 .* not symmetric",
+            r"padding=\(\(1, 2\),\); expected 2 \(lo, hi\) pairs, one per spatial dim",
+        ),
+        (
+            lambda x: pj.conv(x, jnp.ones((4, 3, 3, 3)), padding=((1, 2.5), (1, 1))),
+            TypeError,
+            r"expected 2 \(lo, hi\) pairs of ints >= 0",
         ),
         (
             lambda x: pj.conv(x, jnp.ones((4, 3, 3, 3)), activation="gelu"),
@@ -124,6 +144,9 @@ def test_norms_refuse_float64_naming_the_types():
         (2, 1, 1, 3, (1, 6, 11, 7), (9, 2, 3, 3)),
         (1, 1, 1, 4, (2, 4, 5, 5), (4, 1, 3, 3)),  # depthwise
         ((1, 2, 2), 1, 1, 1, (1, 2, 5, 6, 7), (3, 2, 3, 3, 3)),  # 3-D
+        (2, ((0, 1), (2, 0)), 1, 1, (2, 3, 8, 8), (4, 3, 3, 3)),  # asymmetric
+        (2, "SAME", 1, 1, (2, 3, 8, 9), (4, 3, 3, 3)),  # SAME with a stride: asymmetric
+        (1, "SAME", (1, 2), 1, (2, 3, 8, 9), (4, 3, 2, 2)),  # SAME, an even kernel
     ],
 )
 def test_conv_shapes_are_lax_conv_general_dilateds(
@@ -133,11 +156,10 @@ def test_conv_shapes_are_lax_conv_general_dilateds(
     x, w = jax.ShapeDtypeStruct(x_shape, jnp.float32), jax.ShapeDtypeStruct(w_shape, jnp.float32)
     ours = jax.eval_shape(lambda x, w: pj.conv(x, w, stride, padding, dilation, groups), x, w)
     s = _request.ints(stride, nd, "s", "t", 1)
-    p = _request.ints(padding, nd, "p", "t", 0)
     d = _request.ints(dilation, nd, "d", "t", 1)
     theirs = jax.eval_shape(
         lambda x, w: lax.conv_general_dilated(
-            x, w, s, [(q, q) for q in p], rhs_dilation=d, feature_group_count=groups
+            x, w, s, _lax_pads(padding, nd), rhs_dilation=d, feature_group_count=groups
         ),
         x,
         w,
@@ -251,19 +273,20 @@ def test_softmax_over_any_axis_is_jaxs(ours, theirs, axis):
 
 
 def _reduce_window_pool(x, mode, window, strides, padding, channels_last=False):
+    pairs = [tuple(p) if isinstance(p, tuple) else (p, p) for p in padding]
     if channels_last:
         dims, st = (1, *window, 1), (1, *strides, 1)
-        pads = [(0, 0), *((p, p) for p in padding), (0, 0)]
+        pads = [(0, 0), *pairs, (0, 0)]
     else:
         dims, st = (1, 1, *window), (1, 1, *strides)
-        pads = [(0, 0), (0, 0), *((p, p) for p in padding)]
+        pads = [(0, 0), (0, 0), *pairs]
     if mode == "max":
         return lax.reduce_window(x, -jnp.inf, lax.max, dims, st, pads)
     s = lax.reduce_window(x, 0.0, lax.add, dims, st, pads)
     if mode == "inc":
         return s / np.prod(window)
     ones = jnp.ones(x.shape[1:-1] if channels_last else x.shape[2:], x.dtype)
-    count = lax.reduce_window(ones, 0.0, lax.add, window, strides, [(p, p) for p in padding])
+    count = lax.reduce_window(ones, 0.0, lax.add, window, strides, pairs)
     return s / (count[..., None] if channels_last else count)
 
 
@@ -277,6 +300,8 @@ def _reduce_window_pool(x, mode, window, strides, padding, channels_last=False):
         ("max", (2, 2, 2), (1, 2, 2), (1, 0, 1), (1, 2, 4, 5, 6), False),
         ("max", (3, 3), (2, 2), (1, 1), (2, 9, 7, 3), True),
         ("exc", (3, 3), (2, 2), (1, 1), (2, 9, 7, 3), True),
+        ("max", (3, 3), (2, 2), ((0, 1), (1, 2)), (2, 3, 8, 8), False),  # asymmetric
+        ("inc", (3, 3), (2, 1), ((0, 1), (2, 1)), (2, 8, 7, 3), True),
     ],
 )
 def test_pooling_value_and_gradient_are_reduce_windows(mode, window, strides, padding, shape, cl):
@@ -334,7 +359,7 @@ def _lax_conv(x, w, stride, padding, dilation, groups, cl=False):
         x,
         w,
         stride,
-        [(p, p) for p in padding],
+        _lax_pads(padding, nd),
         rhs_dilation=dilation,
         feature_group_count=groups,
         dimension_numbers=dn,
@@ -342,8 +367,20 @@ def _lax_conv(x, w, stride, padding, dilation, groups, cl=False):
     )
 
 
+def _lax_pads(padding, nd):
+    """``lax.conv_general_dilated``'s padding for pycudnn's: a string as it is, pairs as they
+    are, ints as symmetric pairs."""
+    if isinstance(padding, str):
+        return padding
+    if isinstance(padding, int):
+        padding = (padding,) * nd
+    return [tuple(p) if isinstance(p, tuple) else (p, p) for p in padding]
+
+
 CONVS = [
     ((1, 1), (1, 1), (1, 1), 1, (2, 3, 7, 7), (4, 3, 3, 3), False),
+    ((2, 2), ((0, 1), (2, 1)), (1, 1), 1, (2, 3, 8, 8), (4, 3, 3, 3), False),  # asymmetric
+    ((2, 2), "SAME", (1, 1), 1, (2, 8, 8, 3), (5, 3, 3, 3), True),  # Flax's stride-2 SAME
     ((2, 1), (1, 2), (1, 2), 2, (2, 4, 9, 9), (6, 2, 3, 3), False),
     ((1, 1), (1, 1), (1, 1), 4, (1, 4, 6, 6), (4, 1, 3, 3), False),
     ((2, 2), (1, 1), (1, 1), 1, (2, 7, 7, 3), (5, 3, 3, 3), True),
