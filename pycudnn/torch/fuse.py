@@ -36,7 +36,9 @@ from torch.nn import functional as F
 from . import activation, batchnorm, conv, linear
 from ._module import Converted
 from .fused import Act, Add, FusedConv, FusedLinear, Step
+from .pool import MaxPool2d
 from .region import FusedRegion
+from .region_pool import FusedPool, pools_after
 
 __all__ = [
     "FusedGraph",
@@ -379,6 +381,7 @@ def _fuse_root(root: nn.Module, leaves: tuple[nn.Module, ...]) -> None:
         for n in reversed(plan.nodes):
             graph.erase_node(n)
     _group(graph, fused)
+    _pool_stems(graph, fused, root)
     graph.lint()
     attrs: dict[str, Any] = {}
     for n in graph.nodes:
@@ -454,6 +457,32 @@ def _group(graph: fx.Graph, fused: dict[str, nn.Module]) -> None:
         for n in reversed(group):
             graph.erase_node(n)
             del fused[n.target]
+
+
+def _pool_stems(graph: fx.Graph, fused: dict[str, nn.Module], root: nn.Module) -> None:
+    """Replace each one-chain region whose output only a converted ``MaxPool2d`` reads (a
+    ResNet's stem) and that pooling with one :class:`FusedPool` node."""
+    for node in list(graph.nodes):
+        region = fused.get(node.target) if node.op == "call_module" else None
+        if not isinstance(region, FusedRegion) or len(node.users) != 1:
+            continue
+        (item,) = node.users
+        if item.target is not operator.getitem or item.args[1] != 0 or len(item.users) != 1:
+            continue
+        (p,) = item.users
+        if p.op != "call_module" or p.args != (item,) or p.kwargs:
+            continue
+        pool = _attr(root, p.target)
+        if not (isinstance(pool, MaxPool2d) and pools_after(region, pool)):
+            continue
+        name = f"pooled_{node.target}"
+        fused[name] = FusedPool(region, pool)
+        with graph.inserting_before(node):
+            new = graph.call_module(name, node.args)
+        p.replace_all_uses_with(new)
+        for n in (p, item, node):
+            graph.erase_node(n)
+        del fused[node.target]
 
 
 def _plain_leaf(m: nn.Module) -> bool:
@@ -553,6 +582,11 @@ def programs(model: nn.Module) -> list[tuple[str, Any, str]]:
     out = []
     for where, sub in regions(model):
         out.extend((where, sig, what) for sig, what in sub.programs())
+    for path, gm in _fused_graphs(model):
+        for name, sub in gm.named_children():
+            if isinstance(sub, FusedPool):
+                where = f"{path}.{name}" if path else name
+                out.extend((where, sig, what) for sig, what in sub.programs())
     return out
 
 
@@ -563,6 +597,8 @@ def regions(model: nn.Module) -> list[tuple[str, FusedRegion]]:
     out = []
     for path, gm in _fused_graphs(model):
         for name, sub in gm.named_children():
+            if isinstance(sub, FusedPool):  # (a stem's region, with the pooling after it)
+                name, sub = f"{name}.region", sub.region
             if isinstance(sub, FusedRegion):
                 out.append((f"{path}.{name}" if path else name, sub))
     return out

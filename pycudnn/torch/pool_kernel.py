@@ -15,6 +15,15 @@ once takes about 40 (docs/BENCHMARKS.md). These kernels stream the data once eac
     ``ceil(k/s)`` squared) windows whose maximum is this pixel, in float32, written once; no
     atomics, no zero fill.
 
+``max_pool_bn_fwd``
+    the forward of eval (no positions) with an eval-mode batch norm and a ReLU applied to each
+    element as it is read, ``relu(gamma * (x - mean) * invstd + beta)`` in float32 as torch's
+    batch norm computes it (``invstd = rsqrt(var + eps)`` from the running variance), rounded
+    to the data's dtype once: a ResNet stem's convolution then runs without an epilogue, on
+    the faster kernel cuDNN has for it, and its batch norm and ReLU cost no pass of their own
+    (:mod:`.region_pool`). The statistics and affine parameters are read as they are
+    (float32, float16 or bfloat16), so a CUDA-graph replay reads those of its moment.
+
 So a training step keeps a byte per pooled element for the backward instead of the input and
 the output (what cuDNN's backward reads). Data float16, bfloat16 or float32, 4-D channels-last,
 channels a multiple of 8, 16-byte aligned; window, stride and padding as ``nn.MaxPool2d``'s
@@ -31,9 +40,22 @@ from .._nvrtc import ELEMENTS, Source
 from ._runtime import device_info, stream_of
 from .kernel_launch import BLOCK, run_kernel, warm
 
-__all__ = ["SOURCE", "backward", "fits", "forward", "out_shape", "takes", "usable"]
+__all__ = [
+    "SOURCE",
+    "backward",
+    "bn_vectors_ok",
+    "fits",
+    "forward",
+    "forward_bn",
+    "out_shape",
+    "takes",
+    "takes_bn",
+    "usable",
+]
 
 _KINDS = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+#: the batch-norm kernel's per-channel vectors: their kind codes (0: absent)
+_VECTORS = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3}
 #: the most positions a window may have (a byte each, 255 is "none")
 MAX_WINDOW = 255
 
@@ -77,6 +99,55 @@ extern "C" __global__ void max_pool_fwd_##T(unsigned long long x, unsigned long 
     }                                                                                     \
 }
 FWD(f16) FWD(bf16) FWD(f32)
+
+/* 8 per-channel values from channel c8 * 8 of a vector of kind k (0: none, every value d;
+   1 float32, 2 float16, 3 bfloat16) */
+__device__ __forceinline__ void ld8_vec(unsigned long long p, unsigned k, unsigned i, float *v,
+                                        float d) {
+    if (k == 1) ld8_f32(p, i, v);
+    else if (k == 2) ld8_f16(p, i, v);
+    else if (k == 3) ld8_bf16(p, i, v);
+    else for (int q = 0; q < 8; ++q) v[q] = d;
+}
+
+/* kinds: 2 bits each for mean, var, gamma, beta (ld8_vec's k) */
+#define FWDBN(T)                                                                           \
+extern "C" __global__ void max_pool_bn_fwd_##T(unsigned long long x, unsigned long long y, \
+        unsigned long long mean, unsigned long long var, unsigned long long gamma,         \
+        unsigned long long beta, unsigned kinds, float eps, Geo g) {                       \
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;                                   \
+    if (i >= g.n * g.oh * g.ow * g.c8) return;                                            \
+    unsigned c8 = i % g.c8, p = i / g.c8;                                                 \
+    unsigned ow = p % g.ow; p /= g.ow;                                                    \
+    unsigned oh = p % g.oh, n = p / g.oh;                                                 \
+    int h0 = (int)(oh * g.sh) - (int)g.ph, w0 = (int)(ow * g.sw) - (int)g.pw;             \
+    float mu[8], is[8], ga[8], be[8], m[8], v[8];                                         \
+    ld8_vec(mean, kinds & 3u, c8 * 8, mu, 0.f);                                           \
+    ld8_vec(var, (kinds >> 2) & 3u, c8 * 8, is, 1.f);                                     \
+    ld8_vec(gamma, (kinds >> 4) & 3u, c8 * 8, ga, 1.f);                                   \
+    ld8_vec(beta, (kinds >> 6) & 3u, c8 * 8, be, 0.f);                                    \
+    for (int q = 0; q < 8; ++q) {                                                         \
+        is[q] = rsqrtf(is[q] + eps);                                                      \
+        m[q] = -__int_as_float(0x7f800000);                                               \
+    }                                                                                     \
+    for (unsigned r = 0; r < g.kh; ++r) {                                                 \
+        int hh = h0 + (int)r;                                                             \
+        if (hh < 0 || hh >= (int)g.h) continue;                                           \
+        for (unsigned s = 0; s < g.kw; ++s) {                                             \
+            int ww = w0 + (int)s;                                                         \
+            if (ww < 0 || ww >= (int)g.w) continue;                                       \
+            ld8_##T(x, (((n * g.h + hh) * g.w + ww) * g.c8 + c8) * 8, v);                \
+            _Pragma("unroll") for (int q = 0; q < 8; ++q) {                               \
+                float t = __fmul_rn(__fmul_rn(ga[q], __fsub_rn(v[q], mu[q])), is[q]);     \
+                t = __fadd_rn(t, be[q]);                                                  \
+                t = t < 0.f ? 0.f : t; /* (a NaN stays) */                                \
+                if (t > m[q] || t != t) m[q] = t;                                         \
+            }                                                                             \
+        }                                                                                 \
+    }                                                                                     \
+    st8_##T(y, i * 8, m);                                                                 \
+}
+FWDBN(f16) FWDBN(bf16) FWDBN(f32)
 
 #define BWD(T)                                                                             \
 extern "C" __global__ void max_pool_bwd_##T(unsigned long long dy, const unsigned char *idx, \
@@ -188,6 +259,16 @@ def takes(x: torch.Tensor, cfg: tuple, grad: bool) -> bool:
     data :func:`fits` takes, channels-last, 16-byte aligned, on a device they are
     :func:`usable` on; inside a stream capture only once the kernels the call needs have run on
     the device (a capture cannot load them)."""
+    names = ("max_pool_fwd_{}", "max_pool_bwd_{}") if grad else ("max_pool_fwd_{}",)
+    return _takes(x, cfg, names)
+
+
+def takes_bn(x: torch.Tensor, cfg: tuple) -> bool:
+    """:func:`takes` for :func:`forward_bn` (its vectors: :func:`bn_vectors_ok`)."""
+    return _takes(x, cfg, ("max_pool_bn_fwd_{}",))
+
+
+def _takes(x: torch.Tensor, cfg: tuple, names: tuple[str, ...]) -> bool:
     if not (
         x.is_cuda
         and fits(tuple(x.shape), x.dtype, cfg)
@@ -199,8 +280,29 @@ def takes(x: torch.Tensor, cfg: tuple, grad: bool) -> bool:
     if not torch.cuda.is_current_stream_capturing():
         return True
     kind = _KINDS[x.dtype]
-    names = (f"max_pool_fwd_{kind}", f"max_pool_bwd_{kind}") if grad else (f"max_pool_fwd_{kind}",)
-    return warm(SOURCE, x.device.index, names)
+    return warm(SOURCE, x.device.index, tuple(n.format(kind) for n in names))
+
+
+def bn_vectors_ok(vectors: tuple, x: torch.Tensor) -> bool:
+    """Whether :func:`forward_bn` reads *vectors* ``(mean, var, gamma, beta)`` for *x*: the
+    statistics present, *gamma* and *beta* may be None; each one 1-D, a value per channel of
+    *x*, contiguous, float32, float16 or bfloat16, 16-byte aligned, on *x*'s device."""
+    c = x.shape[1]
+    for k, v in enumerate(vectors):
+        if v is None:
+            if k < 2:
+                return False
+            continue
+        if (
+            v.dtype not in _VECTORS
+            or v.device != x.device
+            or v.dim() != 1
+            or v.numel() != c
+            or v.stride(0) != 1
+            or v.data_ptr() % 16
+        ):
+            return False
+    return True
 
 
 def _run(x: torch.Tensor, name: str, grid: tuple, params: list, ins: tuple, outs: tuple,
@@ -232,6 +334,30 @@ def forward(x: torch.Tensor, cfg: tuple, train: bool) -> tuple[torch.Tensor, tor
     _run(x, f"max_pool_fwd_{_KINDS[x.dtype]}", _grid(y.numel()),
          [0, 1, None if idx is None else 2, geo], (x,), outs, stream_of(x))  # fmt: skip
     return y, idx
+
+
+def forward_bn(x: torch.Tensor, cfg: tuple, vectors: tuple, eps: float) -> torch.Tensor:
+    """*x* (as :func:`takes_bn` says) through an eval-mode batch norm with *vectors* ``(mean,
+    var, gamma, beta)`` (as :func:`bn_vectors_ok` says) and *eps*, then a ReLU, max-pooled by
+    *cfg*: a new channels-last tensor. One launch, recorded on a launch tape when one
+    records."""
+    oshape = out_shape(tuple(x.shape), cfg)
+    y = torch.empty(oshape, dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+    ins: list[torch.Tensor] = [x]
+    at: list[int | None] = []
+    kinds = 0
+    for k, v in enumerate(vectors):
+        if v is None:
+            at.append(None)
+            continue
+        kinds |= _VECTORS[v.dtype] << (2 * k)
+        at.append(len(ins))
+        ins.append(v)
+    geo = _geo(tuple(x.shape), oshape, cfg)
+    params = [0, len(ins), *at, ctypes.c_uint32(kinds), ctypes.c_float(eps), geo]
+    _run(x, f"max_pool_bn_fwd_{_KINDS[x.dtype]}", _grid(y.numel()), params, tuple(ins), (y,),
+         stream_of(x))  # fmt: skip
+    return y
 
 
 def backward(dy: torch.Tensor, idx: torch.Tensor, shape: tuple, cfg: tuple) -> torch.Tensor:

@@ -49,3 +49,15 @@ def positions_of(idx: torch.Tensor, oshape: tuple) -> torch.Tensor:
     positions (n, c, oh, ow)."""
     n, c, oh, ow = oshape
     return idx.view(n, oh, ow, c).permute(0, 3, 1, 2).long()
+
+
+def bn_relu_ref(x: torch.Tensor, vectors: tuple, eps: float) -> torch.Tensor:
+    """float64 ``relu(gamma * (x - mean) / sqrt(var + eps) + beta)`` of *x* (n, c, h, w), the
+    vectors ``(mean, var, gamma, beta)`` (gamma, beta may be None), a NaN kept."""
+    mean, var, gamma, beta = (None if v is None else v.double().view(1, -1, 1, 1) for v in vectors)
+    y = (x.double() - mean) / torch.sqrt(var + eps)
+    if gamma is not None:
+        y = y * gamma
+    if beta is not None:
+        y = y + beta
+    return torch.where(y < 0, torch.zeros_like(y), y)

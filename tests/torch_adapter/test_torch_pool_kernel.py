@@ -8,6 +8,7 @@ themselves run on the GPU: ``test_torch_pool_kernel_gpu.py``."""
 from __future__ import annotations
 
 import contextlib
+import copy
 
 import pytest
 
@@ -19,7 +20,7 @@ import pool_reference as pr  # noqa: E402  (tests/support)
 
 import pycudnn.torch as pt  # noqa: E402
 from pycudnn import _nvrtc  # noqa: E402
-from pycudnn.torch import _lean, kernel_launch, pool, pool_kernel  # noqa: E402
+from pycudnn.torch import _lean, fuse, kernel_launch, pool, pool_kernel, region_pool  # noqa: E402
 
 CL = torch.channels_last
 #: (window, stride, pad): ResNet's stem pool, a plain 2x2, overlapping stride 1, wide padding
@@ -41,13 +42,21 @@ class _Twin:
     """A launch replaced by its float64 twin (what ``run_kernel`` records on a tape)."""
 
     def __init__(self, name: str, params: list, n_in: int) -> None:
-        self.name, self.geo, self.n_in = name, params[-1], n_in
+        self.name, self.geo, self.n_in, self.params = name, params[-1], n_in, params
         self.handle = None
 
     def run(self, tensors: tuple) -> None:
         g = self.geo
         cfg = ((g.kh, g.kw), (g.sh, g.sw), (g.ph, g.pw), "max")
-        if self.name.startswith("max_pool_fwd"):
+        if self.name.startswith("max_pool_bn_fwd"):
+            x, y = tensors[0], tensors[-1]
+            at, kinds, eps = self.params[2:6], self.params[6].value, self.params[7].value
+            vectors = tuple(None if k is None else tensors[k] for k in at)
+            for k, v in enumerate(vectors):  # the kinds the kernel reads each vector as
+                want = 0 if v is None else {torch.float32: 1, torch.float16: 2}.get(v.dtype, 3)
+                assert (kinds >> (2 * k)) & 3 == want, (k, kinds)
+            y.copy_(pr.max_pool_ref(pr.bn_relu_ref(x, vectors, eps), cfg)[0])
+        elif self.name.startswith("max_pool_fwd"):
             x, y, *idx = tensors
             ref, pos = pr.max_pool_ref(x, cfg)
             y.copy_(ref)
@@ -64,7 +73,9 @@ def twin_run(x, name, grid, params, ins, outs, stream):
     fakes use it too)."""
     # a thread per 8 elements of the output (forward) or of the input's gradient (backward)
     assert grid == (-(-(outs[0].numel() // 8) // 256), 1, 1), (name, grid)
-    if name.startswith("max_pool_fwd"):
+    if name.startswith("max_pool_bn_fwd"):
+        assert params[:2] == [0, len(ins)] and len(params) == 9, params
+    elif name.startswith("max_pool_fwd"):
         assert params[:2] == [0, 1] and params[2] == (2 if len(outs) == 2 else None), params
     else:
         assert params[:3] == [0, 1, 2], params
@@ -123,6 +134,101 @@ def test_forward_and_backward_through_the_wrappers(twins, c):
     y2, none = pool_kernel.forward(x, cfg, False)
     assert none is None and torch.equal(y2, y)
     assert CALLS == ["max_pool_fwd_f32", "max_pool_bwd_f32", "max_pool_fwd_f32"]
+
+
+def _bn_vectors(c: int, dtype=torch.float32, affine: bool = True) -> tuple:
+    g = torch.Generator().manual_seed(3)
+    mean = torch.randn(c, generator=g).to(dtype)
+    var = (torch.rand(c, generator=g) + 0.5).to(dtype)
+    if not affine:
+        return mean, var, None, None
+    return mean, var, torch.randn(c, generator=g).to(dtype), torch.randn(c, generator=g).to(dtype)
+
+
+@pytest.mark.parametrize("c", CFGS, ids=str)
+@pytest.mark.parametrize(("vdtype", "affine"), [(torch.float32, True), (torch.bfloat16, True),
+                                                (torch.float16, False)])  # fmt: skip
+def test_forward_bn_passes_the_vectors_and_gives_torchs_eval_stem(twins, c, vdtype, affine):
+    """``forward_bn`` passes the kernel the input, each vector (or a null pointer) with its
+    kind, and eps: the output is torch's eval batch norm, ReLU and max pooling."""
+    cfg = _cfg(c)
+    x = _ties((2, 16, 10, 7))
+    vectors = _bn_vectors(16, vdtype, affine)
+    assert pool_kernel.bn_vectors_ok(vectors, x)
+    y = pool_kernel.forward_bn(x, cfg, vectors, 1e-3)
+    assert y.is_contiguous(memory_format=CL) and y.dtype == x.dtype
+    mean, var, gamma, beta = (None if v is None else v.float() for v in vectors)
+    ref = F.max_pool2d(F.relu(F.batch_norm(x, mean, var, gamma, beta, False, 0.0, 1e-3)), *c)
+    torch.testing.assert_close(y, ref)
+    assert CALLS == ["max_pool_bn_fwd_f32"]
+
+
+def test_bn_vectors_ok_refuses():
+    x = _ties((2, 16, 10, 7))
+    mean, var, gamma, beta = _bn_vectors(16)
+    assert pool_kernel.bn_vectors_ok((mean, var, None, None), x)
+    for bad in (
+        (None, var, gamma, beta),  # no statistics
+        (mean, None, gamma, beta),
+        (mean.double(), var, gamma, beta),  # a dtype the kernel does not read
+        (mean, var, torch.ones(8), beta),  # not a value per channel
+        (mean, var, gamma, torch.ones(17)[1:]),  # off 16 bytes
+        (mean, var, torch.ones(32)[::2], beta),  # not contiguous
+    ):
+        assert not pool_kernel.bn_vectors_ok(bad, x)
+
+
+def _stem() -> nn.Module:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 16, 7, 2, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                      nn.MaxPool2d(3, 2, 1), nn.Conv2d(16, 8, 3, padding=1))  # fmt: skip
+    with torch.no_grad():
+        m[1].running_mean.normal_()
+        m[1].running_var.uniform_(0.5, 2)
+        m[1].weight.normal_()
+        m[1].bias.normal_()
+    return m.eval()
+
+
+def test_a_fused_stem_runs_the_convolution_then_the_bn_pool_kernel(twins, monkeypatch):
+    """``convert(fuse=True)`` makes a stem (a one-chain region and the max pooling that alone
+    reads it) one :class:`~pycudnn.torch.region_pool.FusedPool`; in eval without a gradient it
+    runs the plain convolution, then the batch norm, ReLU and pooling in one kernel, and gives
+    torch's result; with a gradient or in training the region and the pooling module run."""
+    ref = _stem()
+    m = pt.convert(copy.deepcopy(ref), fuse=True)
+    gm = m.__dict__["forward"].__self__
+    (fp,) = [c for c in gm.children() if isinstance(c, region_pool.FusedPool)]
+    assert fp.parts[0] is m[3] and len(fp.region.parts) == 1
+    convs = []
+
+    def conv_into(x, w, b, y, cfg):
+        convs.append(cfg)
+        return y.copy_(F.conv2d(x, w, b, cfg[2], cfg[1]))
+
+    monkeypatch.setattr(region_pool, "cuda_ok", lambda t: True)
+    monkeypatch.setattr(region_pool, "conv_into", conv_into)
+    monkeypatch.setattr(region_pool, "ready", lambda: None)
+    monkeypatch.setattr(pool_kernel, "takes_bn", lambda y, cfg: pool_kernel.fits(
+        tuple(y.shape), y.dtype, cfg))  # fmt: skip
+    x = torch.randn(2, 3, 32, 32).contiguous(memory_format=CL)
+    with torch.no_grad():
+        got, want = m(x), ref(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert CALLS == ["max_pool_bn_fwd_f32"] and convs == [(2, (3, 3), (2, 2), (1, 1), 1)]
+    (what,) = [w for _, _, w in fuse.programs(m) if "kernel" in w]
+    assert what.startswith("eval: the convolution without an epilogue")
+    CALLS.clear()
+    m(x).sum().backward()  # a gradient wanted: the region and the pooling module
+    with torch.no_grad():
+        pt.convert(copy.deepcopy(ref), fuse=True).train()(x)  # training: the same
+    assert CALLS == [] and len(convs) == 1
+    for hooked in (m[3], m[1]):  # a hook on the pooling or the batch norm: the modules run
+        h = hooked.register_forward_hook(lambda *a: None)
+        with torch.no_grad():
+            torch.testing.assert_close(m(x), ref(x), rtol=1e-4, atol=1e-4)
+        h.remove()
+    assert CALLS == []
 
 
 def test_autograd_function_keeps_only_the_positions(twins):

@@ -8,6 +8,8 @@ for kernels not yet loaded) and ``torch.compile``.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -177,3 +179,119 @@ def test_compiled_model_runs_the_kernels(monkeypatch):
     torch.testing.assert_close(y, yr, rtol=0, atol=0)
     torch.testing.assert_close(x.grad, xr.grad, rtol=2 * ULP[torch.float16], atol=1e-6)
     assert pool.op_max_pool is not None
+
+
+# -- the eval stem: batch norm and ReLU inside the pooling kernel (region_pool.FusedPool) -------
+def _vectors(c: int, dtype, affine: bool = True) -> tuple:
+    mean = torch.randn(c, device="cuda").to(dtype)
+    var = (torch.rand(c, device="cuda") + 0.25).to(dtype)
+    if not affine:
+        return mean, var, None, None
+    gamma, beta = torch.randn(2, c, device="cuda").to(dtype).unbind()
+    return mean, var, gamma.clone(), beta.clone()
+
+
+@pytest.mark.parametrize("c", CFGS[:4], ids=str)
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+@pytest.mark.parametrize("vdtype", [torch.float32, "data"], ids=["f32-vectors", "data-vectors"])
+def test_bn_kernel_against_torch_and_float64(c, dtype, vdtype):
+    """``forward_bn``: torch's eval batch norm, ReLU and max pooling (within one rounding of
+    the dtype: torch rounds the batch norm's output before its ReLU and pooling, the same
+    value) and the float64 twin; a NaN propagates; absent affine parameters are ones/zeros."""
+    cfg = (*c, "max")
+    x = _data((3, 24, 23, 17), dtype)
+    x[0, 5, 4, 4] = float("nan")
+    for affine in (True, False):
+        vectors = _vectors(24, dtype if vdtype == "data" else vdtype, affine)
+        assert pool_kernel.takes_bn(x, cfg) and pool_kernel.bn_vectors_ok(vectors, x)
+        _poison(4 * x.numel())
+        y = pool_kernel.forward_bn(x, cfg, vectors, 1e-5)
+        mean, var, gamma, beta = vectors
+        ref = F.max_pool2d(F.relu(F.batch_norm(x, mean, var, gamma, beta, False, 0.0, 1e-5)), *c)
+        tol = {"rtol": 2 * ULP[dtype], "atol": 2 * ULP[dtype], "equal_nan": True}
+        torch.testing.assert_close(y, ref, **tol)
+        want = pr.max_pool_ref(pr.bn_relu_ref(x, vectors, 1e-5), cfg)[0]
+        torch.testing.assert_close(y.double(), want, **tol)
+        assert y.isnan().sum() == ref.isnan().sum() > 0
+
+
+def _resnet_stem(dtype):
+    m = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
+                      nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1),
+                      nn.Conv2d(64, 64, 3, padding=1, bias=False))  # fmt: skip
+    with torch.no_grad():
+        m[1].running_mean.normal_()
+        m[1].running_var.uniform_(0.5, 2)
+        m[1].weight.normal_()
+        m[1].bias.normal_()
+    m = m.to("cuda", memory_format=CL).eval()
+    m[0].to(dtype)
+    m[4].to(dtype)
+    return m
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fused_stem_eval_eager_and_captured(dtype, monkeypatch):
+    """A converted stem (float32 batch norm, half convolutions) in eval: the plain convolution
+    and the batch-norm pooling kernel (2 launches: no fold), torch's result within the dtype's
+    rounding; captured with ``torch.cuda.graph`` its replay reads the statistics of its moment
+    (changed in place between replays), as torch's captured model does."""
+    ref = _resnet_stem(dtype)
+    m = pt.convert(copy.deepcopy(ref), fuse=True)
+    ran = []
+    real = pool_kernel.forward_bn
+    monkeypatch.setattr(pool_kernel, "forward_bn", lambda *a: ran.append(1) or real(*a))
+    x = torch.randn(8, 3, 64, 64, device="cuda").to(dtype).contiguous(memory_format=CL)
+    with torch.no_grad():
+        got, want = m(x), ref(x)
+    assert ran == [1]
+    assert [w for _, _, w in pt.programs(m) if "pooling kernel" in w]
+    tol = {"rtol": 4 * ULP[dtype], "atol": 4 * ULP[dtype] * want.abs().max().item()}
+    torch.testing.assert_close(got, want, **tol)
+    # captured: warm-up on a side stream, capture, change the statistics, replay
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(2):
+            m(x)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g), torch.no_grad():
+        y = m(x)
+    assert len(ran) == 4  # the capture took the kernel path too
+    bn = next(b for b in m.modules() if isinstance(b, nn.BatchNorm2d))
+    with torch.no_grad():
+        for b in (bn, ref[1]):
+            b.running_mean.add_(0.5)
+            b.weight.mul_(-1.0)
+        x.copy_(torch.randn_like(x))
+    g.replay()
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        want = ref(x)
+    torch.testing.assert_close(y, want, **tol)
+
+
+def test_torchvision_resnet_eval_takes_the_stem_kernel():
+    """torchvision's ResNet-18 (bfloat16 channels-last, float32 batch norms) converted and
+    fused: its stem becomes one FusedPool, the eval logits agree with torch's."""
+    tv = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    ref = tv.models.resnet18(weights=None).to("cuda", memory_format=CL).eval()
+    for mod in ref.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            with torch.no_grad():
+                mod.running_mean.normal_(0, 0.1)
+                mod.running_var.uniform_(0.5, 1.5)
+        elif isinstance(mod, (nn.Conv2d, nn.Linear)):
+            mod.to(torch.bfloat16)
+    m = pt.convert(copy.deepcopy(ref), fuse=True)
+    x = torch.randn(4, 3, 224, 224, device="cuda").to(torch.bfloat16)
+    x = x.contiguous(memory_format=CL)
+    with torch.no_grad():
+        got, want = m(x).float(), ref(x).float()
+    whats = [w for _, _, w in pt.programs(m)]
+    assert any("pooling kernel" in w for w in whats), whats
+    rel = ((got - want).abs().max() / want.abs().max()).item()
+    assert rel < 5e-2, rel
+    assert torch.equal(got.argmax(1), want.argmax(1))

@@ -27,7 +27,7 @@ from test_torch_fuse import bn_act, fakes  # noqa: E402, F401  (fixtures)
 
 import pycudnn.torch as pt  # noqa: E402
 from pycudnn.highlevel import _bound  # noqa: E402
-from pycudnn.torch import _lean, fuse, program, region  # noqa: E402
+from pycudnn.torch import _lean, fuse, program, region, region_pool  # noqa: E402
 
 # outputs of each lean tag (the operands are the inputs', then these)
 _N_OUT = {"conv_fwd": 1, "conv_dgrad": 1, "conv_wgrad": 1, "conv_fused": 1, "bn_train": 3}
@@ -542,7 +542,10 @@ def test_a_block_with_a_downsample_is_one_region():
     model = pt.convert(Two().double(), fuse=True)
     gm = model.__dict__["forward"].__self__
     sizes = [len(r.parts) for r in gm.children() if isinstance(r, region.FusedRegion)]
-    assert sizes == [1, 6]
+    assert sizes == [6]  # the stem's region is inside its pooling's module
+    stems = [m for m in gm.children() if isinstance(m, region_pool.FusedPool)]
+    assert len(stems) == 1 and len(stems[0].region.parts) == 1
+    assert [len(r.parts) for _, r in fuse.regions(model)] == [1, 6]
 
 
 @pytest.mark.parametrize("bad", [1, 0, "yes", None])
