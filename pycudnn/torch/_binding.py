@@ -15,8 +15,11 @@ anew. A backward binds its gradients' entries the same way, per thread (autograd
 device's backward on its own thread, whose handle the entries hold), keyed on the incoming
 gradient's signature.
 
-A module whose calls keep changing signature stops binding after :data:`COLD_LIMIT` bindings
-that were never reused (binding costs a tape and a signature per call). A signature includes
+A module keeps its last :data:`MAX_BINDINGS` signatures bound (the least recently used is
+dropped for a new one): a decoder's layers see one signature for a prompt and another for every
+token after it, generation after generation, and both stay bound. A module whose calls keep
+changing signature -- :data:`COLD_LIMIT` new bindings in a row while none of its bindings was
+ever reused -- stops binding (binding costs a tape and a signature per call). A signature includes
 how many times ``pycudnn.clear_caches()`` ran (``graph._plans.stats.clears``), so a
 clear sends the next call through the public function as it does for every other cache; until
 then a binding holds its entries, as a launch program does.
@@ -24,6 +27,7 @@ then a binding holds its entries, as a launch program does.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from threading import get_ident
 from typing import Any
@@ -32,10 +36,22 @@ from ..graph import _plans
 from ..highlevel import _bound, _call
 from . import _lean
 
-__all__ = ["COLD_LIMIT", "Binding", "backward", "keep", "launch", "record"]
+__all__ = [
+    "COLD_LIMIT",
+    "MAX_BINDINGS",
+    "Binding",
+    "backward",
+    "find",
+    "keep",
+    "latest",
+    "launch",
+    "record",
+]
 
-#: bindings a module may make without a reuse before it stops binding
+#: bindings a module may make in a row while none of its bindings was reused, before it stops
 COLD_LIMIT = 4
+#: signatures a module keeps bound at once
+MAX_BINDINGS = 4
 
 
 class Binding:
@@ -153,15 +169,36 @@ def backward(
     return out
 
 
+def find(bound: OrderedDict, sig: tuple) -> Binding | None:
+    """The binding of *sig* among a module's *bound* (``store["bound"]``), made the most
+    recently used, or None."""
+    bd = bound.get(sig)
+    if bd is not None:
+        bound.move_to_end(sig)
+    return bd
+
+
+def latest(store: dict) -> Binding | None:
+    """The module's most recently made or used binding in *store* (its side table), or None."""
+    bound = store.get("bound")
+    return next(reversed(bound.values())) if bound else None
+
+
 def keep(store: dict, sig: tuple, entry: Any, index: int, meta: Any) -> None:
-    """Make ``Binding(sig, entry, index, meta)`` the module's binding in *store* (its side
-    table), counting a replaced binding that was never reused; past :data:`COLD_LIMIT` of those
-    the module stops binding."""
-    old = store.get("bound")
-    if old is not None and not old.hits:
-        cold = store["cold"] = store.get("cold", 0) + 1
+    """Add ``Binding(sig, entry, index, meta)`` to the module's bindings in *store* (its side
+    table; the least recently used of :data:`MAX_BINDINGS` is dropped). A new binding while
+    the module has bindings none of which was ever reused counts as cold; :data:`COLD_LIMIT`
+    of those in a row and the module stops binding."""
+    bound = store.get("bound")
+    if bound is None:
+        bound = store["bound"] = OrderedDict()
+    elif bound:
+        cold = 0 if any(b.hits for b in bound.values()) else store.get("cold", 0) + 1
+        store["cold"] = cold
         if cold >= COLD_LIMIT:
             store["bound"] = None
             store["nobind"] = True
             return
-    store["bound"] = Binding(sig, entry, index, meta)
+    if len(bound) >= MAX_BINDINGS:
+        bound.popitem(last=False)
+    bound[sig] = Binding(sig, entry, index, meta)

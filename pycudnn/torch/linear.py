@@ -317,9 +317,9 @@ def linear_forward(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     # (dynamo must not read the side table: it would guard on the weak dict's contents)
     st = None if compiling() else STATE.get(m)
     if st is not None:
-        bd = st.get("bound")
-        if bd is not None:
-            y = _bound_forward(m, x, bd)
+        bound = st.get("bound")
+        if bound:
+            y = _bound_forward(m, x, bound)
             if y is not None:
                 return y
     w, b = m.weight, m.bias
@@ -360,9 +360,9 @@ def _linear_sig(x: torch.Tensor, w: torch.Tensor, b: Any, grad: bool) -> tuple:
     )  # fmt: skip
 
 
-def _bound_forward(m: nn.Linear, x: torch.Tensor, bd: Any) -> Any:
-    """The module's bound call for *x* when this call has the binding's signature, else None
-    (then :func:`linear_forward` goes its own way)."""
+def _bound_forward(m: nn.Linear, x: torch.Tensor, bound: Any) -> Any:
+    """The module's bound call for *x* when this call has the signature of one of its
+    bindings (*bound*), else None (then :func:`linear_forward` goes its own way)."""
     if autocast_dtype() is not None:  # (never called while dynamo traces: see the caller)
         return None
     p = m._parameters
@@ -378,7 +378,8 @@ def _bound_forward(m: nn.Linear, x: torch.Tensor, bd: Any) -> Any:
     ):
         return None
     grad = _wants_grad(x, w, b)
-    if _linear_sig(x, w, b, grad) != bd.sig:
+    bd = _binding.find(bound, _linear_sig(x, w, b, grad))
+    if bd is None:
         return None
     if grad:
         return LinearFn.apply(x, w, b, bd)

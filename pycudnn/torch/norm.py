@@ -335,9 +335,9 @@ def norm_forward(m: nn.Module, x: torch.Tensor, rms: bool, fallback: Callable) -
     # (dynamo must not read the side table: it would guard on the weak dict's contents)
     st = None if compiling() else STATE.get(m)
     if st is not None:
-        bd = st.get("bound")
-        if bd is not None:
-            y = _bound_forward(m, x, rms, bd)
+        bound = st.get("bound")
+        if bound:
+            y = _bound_forward(m, x, rms, bound)
             if y is not None:
                 return y
     ns = tuple(m.normalized_shape)  # type: ignore[attr-defined]
@@ -424,9 +424,9 @@ def _plain(x: Any, w: Any, b: Any) -> bool:
     )  # fmt: skip
 
 
-def _bound_forward(m: nn.Module, x: torch.Tensor, rms: bool, bd: Any) -> Any:
-    """The module's bound call for *x* when this call has the binding's signature, else None
-    (then :func:`norm_forward` goes its own way)."""
+def _bound_forward(m: nn.Module, x: torch.Tensor, rms: bool, bound: Any) -> Any:
+    """The module's bound call for *x* when this call has the signature of one of its
+    bindings (*bound*), else None (then :func:`norm_forward` goes its own way)."""
     if autocast_dtype() is not None:  # (never called while dynamo traces: see the caller)
         return None
     p = m._parameters
@@ -437,7 +437,8 @@ def _bound_forward(m: nn.Module, x: torch.Tensor, rms: bool, bd: Any) -> Any:
     grad = torch.is_grad_enabled() and (
         x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
     )
-    if _norm_sig(m, x, w, b, grad) != bd.sig:
+    bd = _binding.find(bound, _norm_sig(m, x, w, b, grad))
+    if bd is None:
         return None
     if grad:
         ns, eps = bd.meta[2], bd.meta[3]

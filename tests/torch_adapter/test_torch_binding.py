@@ -197,7 +197,8 @@ def _pair(**kw):
 
 
 def _bound(m):
-    return _module.state(m).get("bound")
+    """The module's most recently made or used binding."""
+    return _binding.latest(_module.state(m))
 
 
 def test_a_repeated_call_is_one_launch_of_the_bound_entry(pointer_entries):
@@ -292,6 +293,28 @@ def test_a_module_whose_signature_keeps_changing_stops_binding(pointer_entries):
         mine(torch.randn(2, 16))
     assert _module.state(mine).get("bound") is None
     assert len(pointer_entries["fwd"]) == made  # (the lean store still hits: no public call)
+
+
+@pytest.mark.parametrize("prompts", ["same", "varying"])
+def test_a_decoders_prompt_and_token_signatures_stay_bound(pointer_entries, prompts):
+    """A decoder's layer sees a prompt's signature once per generation and a token's at every
+    step after it: generation after generation the token's binding keeps launching (the
+    module never stops binding, prompts of one length hit their own binding too)."""
+    ref, mine = _pair()
+    with torch.no_grad():
+        for g in range(3 * _binding.COLD_LIMIT):
+            n = 7 if prompts == "same" else 7 + g  # the prompt's length
+            torch.testing.assert_close(mine(x := torch.randn(2, n, 16)), ref(x), rtol=1e-5,
+                                       atol=1e-5)  # fmt: skip
+            for _ in range(5):  # the tokens
+                torch.testing.assert_close(mine(x := torch.randn(2, 1, 16)), ref(x), rtol=1e-5,
+                                           atol=1e-5)  # fmt: skip
+    st = _module.state(mine)
+    assert not st.get("nobind") and len(st["bound"]) <= _binding.MAX_BINDINGS
+    token = _binding.latest(st)
+    assert token.sig[1] == (2, 1, 16) and token.hits == 3 * _binding.COLD_LIMIT * 5 - 1
+    prompt = [b for b in st["bound"].values() if b.sig[1] == (2, 7, 16)]
+    assert [b.hits for b in prompt] == ([3 * _binding.COLD_LIMIT - 1] if prompts == "same" else [])
 
 
 def test_a_gradient_the_family_copies_is_recorded_once(pointer_entries, monkeypatch):
