@@ -4,11 +4,13 @@ decode? (issue 37)
 Builds ``bench/llm_profile.py``'s Llama (``--arch gpt2``: its GPT-2; 4 layers, hidden 1024,
 bfloat16, random init) with
 ``attn_implementation="pycudnn"``, converts it, runs three training steps and one 32-token
-greedy decode, and prints per module class how many modules there are, how many hold a
-binding (:mod:`pycudnn.torch._binding`), their hits, their bound gradient entries, and how many
-stopped binding. Run on the GPU machine::
+greedy decodes, and prints per module class how many modules there are, how many hold a
+binding (:mod:`pycudnn.torch._binding`; ``bound`` counts their bound signatures), their hits,
+their bound gradient entries, and how many stopped binding; then the same after each of
+``--decodes`` decodes (a prompt's signature, then a token's, each time). Run on the GPU
+machine::
 
-    PYTHONPATH=. python3 bench/binding_hits.py [--arch llama|gpt2]
+    PYTHONPATH=. python3 bench/binding_hits.py [--arch llama|gpt2] [--decodes 6]
 
 First run (sixth session, H200): after 3 training steps the 29 ``Linear`` modules held 29
 bindings, 58 hits and 58 gradient entries; a 32-token decode added 870 hits. transformers'
@@ -42,8 +44,7 @@ def report(model: Any, tag: str) -> None:
             continue
         if st.get("nobind"):
             c[name, "nobind"] += 1
-        bd = st.get("bound")
-        if bd is not None:
+        for bd in (st.get("bound") or {}).values():  # (a module's bound signatures)
             c[name, "bound"] += 1
             c[name, "hits"] += bd.hits
             c[name, "grad_entries"] += len(bd.grads)
@@ -53,7 +54,9 @@ def report(model: Any, tag: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default="llama", choices=("llama", "gpt2"))
-    arch = ap.parse_args().arch
+    ap.add_argument("--decodes", type=int, default=6, help="decodes after the training steps")
+    args = ap.parse_args()
+    arch = args.arch
     import torch
     import transformers as tf
 
@@ -70,9 +73,11 @@ def main() -> None:
         step(model)
     torch.cuda.synchronize()
     report(model, "after 3 training steps")
-    L._steps(arch, "decode", cfg.vocab_size)(model)
-    torch.cuda.synchronize()
-    report(model, "after a 32-token decode")
+    decode = L._steps(arch, "decode", cfg.vocab_size)
+    for k in range(1, args.decodes + 1):
+        decode(model)
+        torch.cuda.synchronize()
+        report(model, f"after {k} 32-token decode{'s' if k > 1 else ''}")
     print(f"done in {time.perf_counter() - t0:.0f} s")
 
 

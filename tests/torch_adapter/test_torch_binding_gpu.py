@@ -27,7 +27,7 @@ import torch_gpu  # noqa: E402  (tests/support)
 
 import pycudnn  # noqa: E402  (torch first: both then use the same libcudnn)
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn.torch import _module  # noqa: E402
+from pycudnn.torch import _binding, _module  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -88,21 +88,24 @@ def test_bound_calls_give_torchs_results(kind, dt):
     ref, mine = _pair(kind, dt)
     for _ in range(5):
         _step(ref, mine, 4, dt)
-    bd = _module.state(mine)["bound"]
+    bd = _binding.latest(_module.state(mine))
     assert bd is not None and bd.hits == 4  # every call after the first
     assert bd.grads, "the backward bound no entry"
     with torch.no_grad():
         for _ in range(3):
             x = torch.randn(4, 8, 512, device=DEV, dtype=dt)
             _close(mine(x), ref(x))
-    assert _module.state(mine)["bound"].hits == 2
+    assert _binding.latest(_module.state(mine)).hits == 2
 
 
 @pytest.mark.parametrize("kind", ["layer_norm", "linear"])
-def test_a_new_signature_rebinds_and_the_old_one_runs_right_again(kind):
+def test_a_new_signature_binds_too_and_the_old_one_runs_right_again(kind):
+    """A second signature binds beside the first; back at the first, its binding launches
+    again (every call right, torch's results)."""
     dt = torch.bfloat16
     ref, mine = _pair(kind, dt)
     for rows in (4, 4, 4, 2, 2, 2, 4, 4, 4):
         _step(ref, mine, rows, dt)
-    bd = _module.state(mine)["bound"]
-    assert bd.hits == 2 and bd.sig[1][0] == 4
+    bound = _module.state(mine)["bound"]
+    assert [b.sig[1][0] for b in bound.values()] == [2, 4]  # least recently used first
+    assert [b.hits for b in bound.values()] == [2, 5]

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import pycudnn.torch as pt  # noqa: E402
-from pycudnn.torch import _module  # noqa: E402
+from pycudnn.torch import _binding, _module  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -61,4 +61,4 @@ def test_the_twin_is_within_transformers_own_distance_to_float64(dtype, shape):
     with torch.no_grad():
         for _ in range(2):
             torch.testing.assert_close(mine(x), got["pycudnn"][0])
-    assert _module.state(mine)["bound"].hits >= 1  # the repeated call is the bound launch
+    assert _binding.latest(_module.state(mine)).hits >= 1  # the repeated call is the bound launch
