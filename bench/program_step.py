@@ -13,6 +13,10 @@ steps, each block synchronised) with its interquartile range, and, with ``--prof
 kernel time per step and the host time until the step's last launch was enqueued
 (``torch.profiler``), which tells a GPU-bound step from a host-bound one.
 
+``--stem-ab`` adds a side with the stems' pooling kernel off
+(``region_pool.use_pool_kernel(False)``: the stem's region and pooling module, as before the
+sixteenth session).
+
 ``--per-launch`` adds the host cost of one launch inside a program (a program of 200 launches
 of a bound 3x3 64->64 convolution, bfloat16 channels-last, batch 8, 56x56, enqueued while the
 GPU is kept busy: ``bench/launch_floor.py``'s ``enqueue_time``), to set beside that script's
@@ -45,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--per-launch", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument(
+        "--stem-ab", action="store_true",
+        help="a fourth side: programs with the stem's pooling kernel off (region_pool)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     results = []
     if args.per_launch:
@@ -54,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     import torchvision
 
     import pycudnn.torch as pt
-    from pycudnn.torch import fuse, region
+    from pycudnn.torch import fuse, region, region_pool
 
     dev = "cuda"
     cl = torch.channels_last
@@ -73,11 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         x = torch.randn(batch, 3, 224, 224, device=dev, dtype=wdt).to(memory_format=cl)
         target = torch.randint(0, 1000, (batch,), device=dev)
 
-        def make(model, programs, mode=mode, x=x, target=target):
+        def make(model, programs, mode=mode, x=x, target=target, stem=True):
             opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
             def step():
                 region.use_programs(programs)
+                region_pool.use_pool_kernel(stem)
                 if mode == "eval":
                     model.eval()
                     with torch.no_grad():
@@ -97,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
             "programs": make(fused, True),
             "chains": make(pt.convert(copy.deepcopy(base), fuse=True), False),
         }
+        if args.stem_ab:
+            sides["no-stem-kernel"] = make(
+                pt.convert(copy.deepcopy(base), fuse=True), True, stem=False
+            )
         for fn in sides.values():
             for _ in range(3):
                 fn()
@@ -118,10 +131,11 @@ def main(argv: list[str] | None = None) -> int:
             row["profile"] = {k: _profile(torch, fn) for k, fn in sides.items()}
         row["program_status"] = sorted({w for _, _, w in fuse.programs(fused)})
         region.use_programs(True)
+        region_pool.use_pool_kernel(True)
         results.append(row)
         t = row["torch"]["median_ms"]
         line = f"{case:14s} torch {t:7.2f} ms"
-        for k in ("programs", "chains"):
+        for k in [k for k in sides if k != "torch"]:
             m = row[k]["median_ms"]
             line += f" | {k} {m:7.2f} ms ({m / t:.2f}x, IQR {row[k]['iqr_ms']:.2f})"
         if args.profile:

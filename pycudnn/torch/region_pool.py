@@ -32,7 +32,7 @@ from .fused import hooked
 from .pool import MaxPool2d
 from .region import FusedRegion
 
-__all__ = ["FusedPool", "pools_after"]
+__all__ = ["FusedPool", "pools_after", "use_pool_kernel"]
 
 #: the eval signatures a module remembers as run (the oldest is dropped for a new one)
 MAX_SIGNATURES = 8
@@ -40,6 +40,17 @@ _WHAT = (
     "eval: the convolution without an epilogue, then batch norm and ReLU inside pycudnn's "
     "max-pooling kernel (2 launches)"
 )
+
+
+_ENABLED = [True]
+
+
+def use_pool_kernel(enabled: bool) -> None:
+    """Run stems' eval on the plain convolution and pycudnn's pooling kernel (True, the
+    default) or as the region and then the pooling module (False: for comparisons)."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"use_pool_kernel: enabled must be a bool, got {enabled!r}")
+    _ENABLED[0] = enabled
 
 
 def pools_after(region: FusedRegion, pool: nn.Module) -> bool:
@@ -80,7 +91,7 @@ class FusedPool(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``pool(region(x))``: in eval without a gradient on the convolution and pycudnn's
         pooling kernel with the batch norm and ReLU inside (where it takes the data)."""
-        if not compiling():
+        if _ENABLED[0] and not compiling():
             y = self._eval(x)
             if y is not None:
                 return y

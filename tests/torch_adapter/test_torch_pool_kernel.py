@@ -218,6 +218,13 @@ def test_a_fused_stem_runs_the_convolution_then_the_bn_pool_kernel(twins, monkey
     assert CALLS == ["max_pool_bn_fwd_f32"] and convs == [(2, (3, 3), (2, 2), (1, 1), 1)]
     (what,) = [w for _, _, w in fuse.programs(m) if "kernel" in w]
     assert what.startswith("eval: the convolution without an epilogue")
+    region_pool.use_pool_kernel(False)  # switched off: the region and the pooling module
+    try:
+        with torch.no_grad():
+            torch.testing.assert_close(m(x), want, rtol=1e-4, atol=1e-4)
+    finally:
+        region_pool.use_pool_kernel(True)
+    assert CALLS == ["max_pool_bn_fwd_f32"]
     CALLS.clear()
     m(x).sum().backward()  # a gradient wanted: the region and the pooling module
     with torch.no_grad():
@@ -229,6 +236,12 @@ def test_a_fused_stem_runs_the_convolution_then_the_bn_pool_kernel(twins, monkey
             torch.testing.assert_close(m(x), ref(x), rtol=1e-4, atol=1e-4)
         h.remove()
     assert CALLS == []
+
+
+@pytest.mark.parametrize("bad", [1, "yes", None])
+def test_use_pool_kernel_takes_a_bool_only(bad):
+    with pytest.raises(TypeError, match="use_pool_kernel: enabled must be a bool"):
+        region_pool.use_pool_kernel(bad)
 
 
 def test_autograd_function_keeps_only_the_positions(twins):
