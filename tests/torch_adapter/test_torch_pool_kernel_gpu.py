@@ -197,12 +197,18 @@ def _vectors(c: int, dtype, affine: bool = True) -> tuple:
 def test_bn_kernel_against_torch_and_float64(c, dtype, vdtype):
     """``forward_bn``: torch's eval batch norm, ReLU and max pooling (within one rounding of
     the dtype: torch rounds the batch norm's output before its ReLU and pooling, the same
-    value) and the float64 twin; a NaN propagates; absent affine parameters are ones/zeros."""
+    value) and the float64 twin, with gammas of both signs and one of 0; a NaN propagates,
+    infinities go through as torch's (0 * inf a NaN); absent affine parameters are
+    ones/zeros."""
     cfg = (*c, "max")
     x = _data((3, 24, 23, 17), dtype)
     x[0, 5, 4, 4] = float("nan")
+    x[1, 3, 2, 2] = float("inf")  # with gamma 0 below: 0 * inf, a NaN as torch's
+    x[2, 7, 5, 5] = x[2, 9, 6, 6] = float("-inf")
     for affine in (True, False):
         vectors = _vectors(24, dtype if vdtype == "data" else vdtype, affine)
+        if affine:
+            vectors[2][3] = 0.0
         assert pool_kernel.takes_bn(x, cfg) and pool_kernel.bn_vectors_ok(vectors, x)
         _poison(4 * x.numel())
         y = pool_kernel.forward_bn(x, cfg, vectors, 1e-5)
