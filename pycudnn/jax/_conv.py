@@ -36,6 +36,7 @@ from ..highlevel import (
 )
 from . import _activation, _ops, _request
 from ._operands import views
+from ._padding import pairs, split
 
 __all__ = ["ConvBackwardData", "ConvBackwardFilter", "ConvForward", "conv"]
 
@@ -288,31 +289,7 @@ def _padding(padding: Any, x: Any, w: Any, geo: dict[str, Any]) -> tuple[tuple[i
             total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
             pads.append((total // 2, total - total // 2))
         return tuple(pads)
-    if not isinstance(padding, (int, np.integer)) and all(isinstance(p, Sequence) for p in padding):
-        pairs = [tuple(p) for p in padding]
-        if len(pairs) != nd or any(len(p) != 2 for p in pairs):
-            raise ValueError(
-                f"{_FUNC}: padding={padding!r}; expected {nd} (lo, hi) pairs, one per spatial dim"
-            )
-        try:
-            flat = _request.ints([v for p in pairs for v in p], 2 * nd, "padding", _FUNC, 0)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(
-                f"{_FUNC}: padding={padding!r}; expected {nd} (lo, hi) pairs of ints >= 0"
-            ) from None
-        return tuple(zip(flat[0::2], flat[1::2], strict=True))
-    return tuple((p, p) for p in _request.ints(padding, nd, "padding", _FUNC, 0))
-
-
-def _pad_extra(x: Any, pairs: Sequence[tuple[int, int]], channels_last: bool) -> tuple:
-    """*x* padded by what cuDNN's symmetric padding leaves of *pairs* (none: *x* itself), and
-    the symmetric padding per dim."""
-    sym = tuple(min(lo, hi) for lo, hi in pairs)
-    extra = [(lo - m, hi - m) for (lo, hi), m in zip(pairs, sym, strict=True)]
-    if any(e != (0, 0) for e in extra):
-        rows = [(0, 0), *extra, (0, 0)] if channels_last else [(0, 0), (0, 0), *extra]
-        x = jnp.pad(x, rows)
-    return x, sym
+    return pairs(padding, nd, _FUNC)
 
 
 def conv(
@@ -382,7 +359,7 @@ def conv(
         "dilation": _request.ints(dilation, nd, "dilation", _FUNC, 1),
         "channels_last": bool(channels_last),
     }
-    x, pads = _pad_extra(x, _padding(padding, x, w, geo), geo["channels_last"])
+    x, pads, _ = split(x, _padding(padding, x, w, geo), geo["channels_last"])
     request = ConvForward(
         geo["strides"],
         pads,

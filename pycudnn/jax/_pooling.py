@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from ..highlevel import dnn_pool, dnn_pool_grad
 from . import _ops, _request
 from ._operands import views
+from ._padding import pairs, split
 
 __all__ = ["Pool", "PoolGrad", "avg_pool", "max_pool"]
 
@@ -145,24 +146,6 @@ def _backward(request: Pool, residuals: Any, dy: Any) -> tuple:
 _pool = _ops.differentiable(_forward, _backward)
 
 
-def _pairs(padding: Any, nd: int, func: str) -> tuple[tuple[int, int], ...]:
-    """``(lo, hi)`` per spatial dim from an int, ints or pairs."""
-    if isinstance(padding, Sequence) and any(isinstance(p, Sequence) for p in padding):
-        items = [tuple(p) if isinstance(p, Sequence) else None for p in padding]
-        if len(items) != nd or any(p is None or len(p) != 2 for p in items):
-            raise ValueError(
-                f"{func}: padding={padding!r}; expected {nd} (lo, hi) pairs, one per spatial dim"
-            )
-        try:
-            flat = _request.ints([v for p in items for v in p], 2 * nd, "padding", func, 0)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(
-                f"{func}: padding={padding!r}; expected {nd} (lo, hi) pairs of ints >= 0"
-            ) from None
-        return tuple(zip(flat[0::2], flat[1::2], strict=True))
-    return tuple((p, p) for p in _request.ints(padding, nd, "padding", func, 0))
-
-
 def _pooled(mode: str, x: Any, window: Any, strides: Any, padding: Any, cl: bool) -> jax.Array:
     """The pooling of *x*: what cuDNN's symmetric padding leaves of asymmetric *padding* padded
     onto *x* first (``-inf`` for max pooling, zeros for an average counting the padding)."""
@@ -171,19 +154,16 @@ def _pooled(mode: str, x: Any, window: Any, strides: Any, padding: Any, cl: bool
         raise TypeError(f"{func}: window={window!r}; expected a tuple of 2 or 3 ints (the rank)")
     nd = len(window)
     strides = window if strides is None else strides
-    pairs = _pairs(padding, nd, func)
-    sym = tuple(min(p) for p in pairs)
-    extra = [(lo - m, hi - m) for (lo, hi), m in zip(pairs, sym, strict=True)]
+    pads = pairs(padding, nd, func)
     x = jnp.asarray(x)
-    if any(e != (0, 0) for e in extra):
+    if any(lo != hi for lo, hi in pads):
         _request.check_dtype(func, "x", x)  # (before the pad: -inf is no int)
         if mode == "average_exc_pad":
             raise ValueError(
                 f"{func}: padding={padding!r} with count_include_pad=False; cuDNN excludes only "
                 "symmetric padding from the count: use equal (lo, hi) or count_include_pad=True"
             )
-        rows = [(0, 0), *extra, (0, 0)] if cl else [(0, 0), (0, 0), *extra]
-        x = jnp.pad(x, rows, constant_values=-jnp.inf if mode == "max" else 0)
+    x, sym, _ = split(x, pads, cl, -jnp.inf if mode == "max" else 0.0)
     request = Pool(mode, tuple(window), _request.ints(strides, nd, "strides", func, 1), sym, cl)
     return _pool(request, x)
 
