@@ -359,7 +359,7 @@ def conv(
         "dilation": _request.ints(dilation, nd, "dilation", _FUNC, 1),
         "channels_last": bool(channels_last),
     }
-    x, pads, _ = split(x, _padding(padding, x, w, geo), geo["channels_last"])
+    x, pads = split(x, _padding(padding, x, w, geo), geo["channels_last"])
     request = ConvForward(
         geo["strides"],
         pads,

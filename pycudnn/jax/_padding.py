@@ -37,13 +37,12 @@ def pairs(padding: Any, nd: int, func: str) -> tuple[tuple[int, int], ...]:
 
 def split(
     x: Any, pads: Sequence[tuple[int, int]], channels_last: bool, value: float = 0.0
-) -> tuple[Any, tuple[int, ...], bool]:
-    """``(x, symmetric, padded)``: *x* padded with *value* by what cuDNN's symmetric padding
-    leaves of *pads* (*x* itself where the sides are equal), the symmetric padding per dim, and
-    whether *x* was padded."""
+) -> tuple[Any, tuple[int, ...]]:
+    """``(x, symmetric)``: *x* padded with *value* by what cuDNN's symmetric padding leaves of
+    *pads* (*x* itself where the sides are equal), and the symmetric padding per dim."""
     sym = tuple(min(lo, hi) for lo, hi in pads)
     extra = [(lo - m, hi - m) for (lo, hi), m in zip(pads, sym, strict=True)]
     if all(e == (0, 0) for e in extra):
-        return x, sym, False
+        return x, sym
     rows = [(0, 0), *extra, (0, 0)] if channels_last else [(0, 0), (0, 0), *extra]
-    return jnp.pad(x, rows, constant_values=value), sym, True
+    return jnp.pad(x, rows, constant_values=value), sym

@@ -163,7 +163,7 @@ def _pooled(mode: str, x: Any, window: Any, strides: Any, padding: Any, cl: bool
                 f"{func}: padding={padding!r} with count_include_pad=False; cuDNN excludes only "
                 "symmetric padding from the count: use equal (lo, hi) or count_include_pad=True"
             )
-    x, sym, _ = split(x, pads, cl, -jnp.inf if mode == "max" else 0.0)
+    x, sym = split(x, pads, cl, -jnp.inf if mode == "max" else 0.0)
     request = Pool(mode, tuple(window), _request.ints(strides, nd, "strides", func, 1), sym, cl)
     return _pool(request, x)
 

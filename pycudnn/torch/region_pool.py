@@ -8,7 +8,9 @@ H200: 218.7 µs against 194.7, and slower still with the batch norm's scale in t
 docs/BENCHMARKS.md). So here the plain convolution runs with the model's own weight, and the
 batch norm and the ReLU are applied inside pycudnn's max-pooling kernel as it reads each element
 (:func:`.pool_kernel.forward_bn`): two launches, no folded copy of anything, and a CUDA-graph
-replay reads the statistics and parameters of its moment.
+replay reads the statistics and parameters of its moment. A signature's first call checks
+everything and records the two launches as a launch program (:mod:`.program`), which later calls
+replay, as a region's are.
 
 Everything else -- training, a gradient wanted, ``torch.compile``, hooks, a convolution bias,
 data the kernel does not take -- runs the region and then the pooling module, as before.
