@@ -579,14 +579,20 @@ def programs(model: nn.Module) -> list[tuple[str, Any, str]]:
     :func:`fusions` lists the chains the pass found; ``use_programs(False)`` turns replays
     off (the chains then run one by one).
     """
-    out = []
-    for where, sub in regions(model):
-        out.extend((where, sig, what) for sig, what in sub.programs())
+    return [(where, sig, what) for where, sub in _runners(model) for sig, what in sub.programs()]
+
+
+def _runners(model: nn.Module) -> list[tuple[str, FusedRegion | FusedPool]]:
+    """Every fused region of *model* and every stem (:class:`FusedPool`) with its region
+    first, ``(path, module)`` in model then graph order."""
+    out: list[tuple[str, Any]] = []
     for path, gm in _fused_graphs(model):
         for name, sub in gm.named_children():
-            if isinstance(sub, FusedPool):
-                where = f"{path}.{name}" if path else name
-                out.extend((where, sig, what) for sig, what in sub.programs())
+            where = f"{path}.{name}" if path else name
+            if isinstance(sub, FusedPool):  # (a stem's region, with the pooling after it)
+                out += [(f"{where}.region", sub.region), (where, sub)]
+            elif isinstance(sub, FusedRegion):
+                out.append((where, sub))
     return out
 
 
@@ -594,14 +600,7 @@ def regions(model: nn.Module) -> list[tuple[str, FusedRegion]]:
     """The fused regions of *model* (``convert(model, fuse=True)``): ``(path, region)`` in
     model then graph order, the path as :func:`programs` gives it (an empty list for a model
     without regions)."""
-    out = []
-    for path, gm in _fused_graphs(model):
-        for name, sub in gm.named_children():
-            if isinstance(sub, FusedPool):  # (a stem's region, with the pooling after it)
-                name, sub = f"{name}.region", sub.region
-            if isinstance(sub, FusedRegion):
-                out.append((f"{path}.{name}" if path else name, sub))
-    return out
+    return [(w, sub) for w, sub in _runners(model) if isinstance(sub, FusedRegion)]
 
 
 def fusions(model: nn.Module) -> list[tuple[str, Match]]:
