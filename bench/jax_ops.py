@@ -9,8 +9,11 @@ own), interleaved over the repeats; medians. ``fwd+bwd`` steps take the gradient
 ``sum(op(x) * t)`` and feed ``x - 1e-3 * dx`` (and the weights' gradient where there are
 weights) to the next step.
 
-    PYTHONPATH=. python3 bench/jax_ops.py [--steps 50] [--repeats 7] [--json FILE]
-                                [--only conv,norm,softmax,attention,matmul,lrn,spatialtf,lstm,ctc]
+    PYTHONPATH=. python3 bench/jax_ops.py [--steps 50] [--repeats 7] [--json FILE] [--plain]
+        [--only conv,norm,small,softmax,attention,matmul,lrn,spatialtf,lstm,ctc]
+
+``--plain`` adds a third side: pycudnn's loop traced with ``pycudnn.jax.use_command_buffers(False)``
+(every call outside XLA's command buffers, as before they could capture pycudnn's calls).
 
 Needs JAX with CUDA; cases whose pycudnn.jax function does not exist in this tree are skipped.
 """
@@ -107,6 +110,23 @@ def cases(dt: Any) -> list[Case]:
         return (lambda x, g, b: pj.layer_norm(x, (1024,), g, b)), theirs, (x, g, b)
 
     out.append(("layer_norm 8192x1024", ln, "norm"))
+
+    def small_relu() -> tuple:  # host-bound: a few us of GPU work per call
+        return pj.relu, jax.nn.relu, (_rand((64, 256), dt, 7),)
+
+    def small_ln() -> tuple:
+        x = _rand((64, 1024), dt, 8)
+        g, b = jnp.ones(1024, jnp.float32), jnp.zeros(1024, jnp.float32)
+
+        def theirs(x: jax.Array, g: jax.Array, b: jax.Array) -> jax.Array:
+            xf = x.astype(jnp.float32)
+            m = xf.mean(-1, keepdims=True)
+            v = ((xf - m) ** 2).mean(-1, keepdims=True)
+            return ((xf - m) * lax.rsqrt(v + 1e-5) * g + b).astype(x.dtype)
+
+        return (lambda x, g, b: pj.layer_norm(x, (1024,), g, b)), theirs, (x, g, b)
+
+    out += [("relu 64x256", small_relu, "small"), ("layer_norm 64x1024", small_ln, "small")]
 
     def sm() -> tuple:
         x = _rand((8192, 1024), dt, 4)
@@ -242,12 +262,28 @@ def _measure(
     ratio = us["pycudnn"] / us["XLA"]
     row = {"case": name, "mode": mode, "pycudnn_us": round(us["pycudnn"], 2),
            "xla_us": round(us["XLA"], 2), "ratio": round(ratio, 3)}  # fmt: skip
+    plain = ""
+    if "plain" in us:
+        row["plain_us"] = round(us["plain"], 2)
+        row["plain_ratio"] = round(us["plain"] / us["XLA"], 3)
+        plain = f"  (outside command buffers {row['plain_us']:9.2f} us {row['plain_ratio']:.3f}x)"
     print(f"JAXOPS {name:52s} {mode:8s} pycudnn {row['pycudnn_us']:9.2f} us  XLA "
-          f"{row['xla_us']:9.2f} us  {row['ratio']:.3f}x", flush=True)  # fmt: skip
+          f"{row['xla_us']:9.2f} us  {row['ratio']:.3f}x{plain}", flush=True)  # fmt: skip
     return row
 
 
-def run(steps: int, repeats: int, only: set[str] | None, dt: Any) -> list[dict[str, Any]]:
+def _plain(f: Callable, args: tuple) -> Callable:
+    """*f* compiled with pycudnn's calls kept out of XLA's command buffers."""
+    before = pj.use_command_buffers(False)
+    try:
+        return f.lower(*args).compile()
+    finally:
+        pj.use_command_buffers(before)
+
+
+def run(
+    steps: int, repeats: int, only: set[str] | None, dt: Any, plain: bool = False
+) -> list[dict[str, Any]]:
     rows = []
     for name, make, kind in cases(dt):
         if only and kind not in only:
@@ -264,6 +300,9 @@ def run(steps: int, repeats: int, only: set[str] | None, dt: Any) -> list[dict[s
                 sides = {"pycudnn": _loop(_train_loop(ours, n_diff), steps),
                          "XLA": _loop(_train_loop(theirs, n_diff), steps)}  # fmt: skip
                 a = (t, *args)
+            if plain and hasattr(pj, "use_command_buffers"):
+                loop = _train_loop(ours, n_diff) if mode != "fwd" else _fwd_loop(ours)
+                sides["plain"] = _plain(_loop(loop, steps), a)
             rows.append(_measure(name, mode, sides, a, steps, repeats))
     return rows
 
@@ -275,13 +314,14 @@ def main() -> None:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--only", default="")
     p.add_argument("--json", default=None)
+    p.add_argument("--plain", action="store_true", help="also pycudnn outside command buffers")
     a = p.parse_args()
     only = set(a.only.split(",")) if a.only else None
     dev = jax.devices()[0]
     print(f"jax {jax.__version__} on {dev.device_kind}; cuDNN {pycudnn.version(raises=False)}; "
           f"Python {platform.python_version()}; {a.steps} steps x {a.repeats} repeats, "
           f"{a.dtype}")  # fmt: skip
-    rows = run(a.steps, a.repeats, only, jnp.dtype(a.dtype))
+    rows = run(a.steps, a.repeats, only, jnp.dtype(a.dtype), a.plain)
     if not only or "ctc" in only:
         rows += ctc_case(a.steps, a.repeats)
     if a.json:

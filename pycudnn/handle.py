@@ -24,7 +24,10 @@ Design decisions
   per stream of the handle (uncached allocations of :mod:`pycudnn.memory.allocator`, or blocks of
   the resource :func:`~pycudnn.memory.allocator.set_memory_resource` installed), bounded by
   ``pycudnn.config.workspace_limit``; ``close()`` frees them. ``pycudnn.memory.get_workspace`` and
-  friends are the documented functions over these methods.
+  friends are the documented functions over these methods. A framework that owns the memory of a
+  call (XLA, whose CUDA graphs must replay a workspace whose life XLA manages) gives it for the
+  calls it makes through :data:`workspace_scope`, per thread; the same scope measures what a call
+  asks for.
 * **CUDA access** (no GPU -> :class:`CudaUnavailableError`, device switches, stream coercion)
   lives in :mod:`pycudnn._cuda`; this module re-exports its public names, so the documented paths
   (``pycudnn.handle.CudaUnavailableError``, ``pycudnn.handle.coerce_stream``...) keep working.
@@ -59,16 +62,41 @@ __all__ = [
     "CudaUnavailableError",
     "DeviceContext",
     "Handle",
+    "WorkspaceScope",
     "coerce_stream",
     "current_device",
     "device_count",
     "get_handle",
     "gpu_unavailable_reason",
     "require_gpu",
+    "workspace_scope",
 ]
 
 _create_lock = threading.Lock()
 _WORKSPACE_GRANULE = 1 << 20  # workspaces grow in whole MiB (capped at the limit)
+
+
+class WorkspaceScope(threading.local):
+    """Per thread: where :meth:`Handle.workspace` takes the workspaces of the calls made now.
+
+    Attributes
+    ----------
+    given : tuple of int or None
+        ``(ptr, nbytes)``: device memory the caller owns (XLA's, for a call it may capture in a
+        CUDA graph), which serves every request of the thread's handles until reset to None; a
+        request larger than it raises :class:`~pycudnn.errors.AllocationError` (nothing is
+        allocated). None (default): the handles' own per-stream workspaces.
+    peak : int
+        While >= 0, each request raises it to at least the bytes asked for (a caller measures
+        the workspace a call needs); -1 (default): not measuring.
+    """
+
+    given: tuple[int, int] | None = None
+    peak: int = -1
+
+
+#: the calling thread's :class:`WorkspaceScope`
+workspace_scope = WorkspaceScope()
 
 
 def _destroy(rt: Any, destroy: Any, ptr: int) -> int:
@@ -224,7 +252,9 @@ class Handle(Resource):
         queued on *stream* until the next larger request for the same stream, or until the
         handle is closed. While *stream* captures a CUDA graph, a request the buffer cannot
         serve takes a block of the installed memory resource for that launch instead (torch's
-        allocator: the graph's private pool), and the buffer is neither freed nor grown.
+        allocator: the graph's private pool), and the buffer is neither freed nor grown. While
+        the thread's :data:`workspace_scope` has memory ``given``, every request is served from
+        it instead (the same ``(ptr, size)``), and nothing is allocated.
 
         Parameters
         ----------
@@ -238,13 +268,24 @@ class Handle(Resource):
             A ``MemoryError`` when *nbytes* exceeds ``pycudnn.config.workspace_limit`` or the
             device is out of memory; the message names the bytes asked for and free, and the
             exception has ``requested``, ``free`` and ``total`` attributes. Catch it to fall
-            back to an algorithm with a smaller workspace.
+            back to an algorithm with a smaller workspace. Also a request larger than the
+            scope's ``given`` memory.
         ValueError
             For a negative size.
         """
         nbytes = int(nbytes)
         if nbytes < 0:
             raise ValueError(f"workspace size {nbytes} is negative")
+        scope = workspace_scope
+        if scope.peak >= 0 and nbytes > scope.peak:
+            scope.peak = nbytes
+        given = scope.given
+        if given is not None:
+            if nbytes > given[1]:
+                raise allocator.allocation_error(
+                    nbytes, self._device, "workspace", f"more than the {given[1]} bytes given"
+                )
+            return given
         table = self._workspaces
         sid = self._stream if stream is None else coerce_stream(stream)
         ws = table.get(sid)

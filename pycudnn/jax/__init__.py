@@ -73,7 +73,9 @@ function asks), :mod:`._handler` is the callback, the registration and the ``ffi
 The operations, one way up: :mod:`._request` (a call's static options as one frozen request,
 carried as the call's one string attribute), :mod:`._operands` (XLA's buffers as the high
 level's operands), :mod:`._bound` (the per-call path: bound launches per call signature),
-:mod:`._ops` (the one mechanism: registration, the batching-aware call, ``custom_vjp``), then
+:mod:`._capture` (which calls XLA may capture in its command buffers, and the workspace it
+gives them), :mod:`._ops` (the one mechanism: registration, the batching-aware call,
+``custom_vjp``), then
 one module per family (:mod:`._activation`, :mod:`._softmax`, :mod:`._pooling`,
 :mod:`._norms`, :mod:`._conv`, :mod:`._attention`, :mod:`._ctc`,
 :mod:`._spatialtf`). Only :mod:`._ops` and the family modules import JAX at their

@@ -13,6 +13,7 @@ from ._activation import (
 )
 from ._attention import dot_product_attention as dot_product_attention
 from ._batchnorm import batch_norm as batch_norm
+from ._capture import use_command_buffers as use_command_buffers
 from ._conv import conv as conv
 from ._ctc import ctc_loss as ctc_loss
 from ._dropout import dropout as dropout

@@ -31,19 +31,35 @@ and emptied by ``pycudnn.clear_caches()``. The workspace a plan needs is pycudnn
 workspace of the handle (allocated once per stream and grown when a larger plan needs it), not
 XLA's memory.
 
+A family's *capturable* target (:mod:`._capture`) runs a :class:`CaptureExecutor`: its calls'
+last result is their workspace, XLA's memory, which serves every workspace request of the call
+(:data:`pycudnn.handle.workspace_scope`), and its launches are keyed on the current device, not
+the stream: XLA records a command buffer by calling the handler on a stream of its own that
+captures a CUDA graph, after a first execution on its compute stream bound the launches, so the
+capture hits them and records one launch, allocating nothing.
+
 No JAX here: this runs inside XLA's call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
+from .. import _cuda, errors, handle
 from ..highlevel import _bound, _call
 from . import _frame, _request
 from ._frame import Call
 
-__all__ = ["ATTR", "Executor", "bound_count", "run_request", "xla_stream"]
+__all__ = [
+    "ATTR",
+    "CaptureExecutor",
+    "Executor",
+    "Operands",
+    "bound_count",
+    "run_request",
+    "xla_stream",
+]
 
 #: the one attribute of every operation's FFI call: the request's text
 ATTR = "op"
@@ -67,7 +83,14 @@ def xla_stream(call: Call) -> int:
     return call.stream
 
 
-def run_request(request: _request.Request, call: Call, stream: int) -> None:
+class Operands(NamedTuple):
+    """A capturable call's buffers without its workspace: what its slow path computes on."""
+
+    args: tuple
+    rets: tuple
+
+
+def run_request(request: _request.Request, call: Call | Operands, stream: int) -> None:
     """The slow path's computation: the request's pycudnn call on XLA's buffers."""
     request.run(call.args, call.rets, stream)
 
@@ -153,3 +176,81 @@ class Executor(_frame.FrameFunction):
 
     def _slow(self, text: bytes, call: Call, stream: int) -> None:
         self.run(_request.decode(text), call, stream)
+
+
+_SCOPE = handle.workspace_scope
+
+
+class CaptureExecutor(Executor):
+    """The function of a family's capturable target: :class:`Executor`'s, for calls whose last
+    result is their workspace (see the module's docstring).
+
+    Its *run* gets the call's buffers without the workspace (:class:`Operands`).
+    """
+
+    __slots__ = ()
+
+    def __call__(self, call: Call) -> None:
+        text = call.sole_string()
+        ptrs, sig = call.signature()
+        stream = self.stream if type(self.stream) is int else self.stream(call)
+        ws = call.rets[-1]
+        self._launch(text, ptrs, sig, stream, ws.nbytes, self._slow, text, call, stream)
+
+    def on_frame(self, handler: Any, frame_addr: int, f: tuple) -> None:
+        """:meth:`Executor.on_frame`'s reads, then :meth:`_launch`."""
+        stream = self.stream
+        if (
+            f[8] != 1
+            or _INT32(_MEMORY, f[9])[0] != _STRING
+            or (stream is not xla_stream and type(stream) is not int)
+        ):
+            handler.run_call(frame_addr, f)
+            return
+        ptr, length = _SPAN(_MEMORY, _ADDRESS(_MEMORY, f[10])[0])
+        text = _MEMORY[ptr : ptr + length].tobytes()
+        try:
+            decode = _DECODERS[f[4], f[6]]
+        except KeyError:
+            decode = _frame.decoder(f[4], f[6])
+        ptrs, sig = decode(f[5], f[7])
+        if stream is xla_stream:
+            stream = handler.stream_of(f[2])
+        # the workspace: a 1-D uint8 result, its one dim the last signature entry's dims
+        nbytes = int.from_bytes(sig[-2], "little")
+        self._launch(text, ptrs, sig, stream, nbytes, self._miss, handler, frame_addr, f, text,
+                     stream)  # fmt: skip
+
+    def _launch(
+        self,
+        text: bytes,
+        ptrs: tuple,
+        sig: tuple,
+        stream: int,
+        nbytes: int,
+        slow: Callable[..., Any],
+        *args: Any,
+    ) -> None:
+        _SCOPE.given = (ptrs[-1], nbytes)
+        try:
+            # the device, not the stream: a capture's stream is not the one that bound the call
+            device = None if _call.one_device else _bound.current_device()
+            key = (text, sig, device, _snapshot())
+            _bound.run(key, ptrs[:-1], stream, slow, *args)
+        finally:
+            _SCOPE.given = None
+
+    def _slow(self, text: bytes, call: Call, stream: int) -> None:
+        request = _request.decode(text)
+        if stream and _cuda.is_capturing(stream):  # (a miss only: the launch was not bound)
+            raise errors.StreamCaptureError(
+                f"pycudnn.jax: XLA is recording its command buffer (a CUDA graph) on stream "
+                f"0x{stream:x}, and this {type(request).__name__} call has no bound launch to "
+                "record (pycudnn.clear_caches() ran, or the binding was evicted, since XLA's "
+                "first run of the computation); planning it would be CUDA work a capture "
+                "cannot record. Keep pycudnn's caches while XLA may record (no clear_caches(); "
+                "PYCUDNN_PLAN_CACHE_SIZE above the calls' count), or trace the function anew "
+                "with pycudnn.jax.use_command_buffers(False)"
+            )
+        rets = call.rets
+        self.run(request, Operands(call.args, rets[:-1]), stream)

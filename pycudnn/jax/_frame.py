@@ -37,6 +37,7 @@ __all__ = [
     "decoder",
     "numpy_dtype",
     "read_attrs",
+    "ffi_code",
     "read_buffers",
     "signature",
     "sole_string",
@@ -66,6 +67,15 @@ _NAMES = {
     _capi.DataType.F8E4M3FN: "float8_e4m3fn",
 }
 _DTYPES: dict[int, np.dtype | None] = {}
+
+
+def ffi_code(dtype: Any) -> int:
+    """The ``XLA_FFI_DataType`` of a numpy dtype (``ValueError`` when XLA's FFI has none)."""
+    name = np.dtype(dtype).name
+    for code, n in _NAMES.items():
+        if n == name:
+            return int(code)
+    raise ValueError(f"numpy dtype {name} has no XLA_FFI_DataType")
 
 
 def numpy_dtype(code: int) -> np.dtype | None:

@@ -2,10 +2,12 @@
 
 Three pieces, one each:
 
-* **Registration** (:func:`target`): one FFI target per operation family,
-  ``pycudnn_jax_<family>``, registered for the CUDA platform through the one handler
-  (:func:`~._handler.register_handler`) with an :class:`~._bound.Executor` as its function,
-  the first time a request of the family is traced.
+* **Registration** (:func:`target`): two FFI targets per operation family, registered for the
+  CUDA platform through the one handler (:func:`~._handler.register_handler`) the first time a
+  request of the family is traced: ``pycudnn_jax_<family>`` with an :class:`~._bound.Executor`,
+  and ``pycudnn_jax_<family>_cb``, marked compatible with XLA's command buffers, with a
+  :class:`~._bound.CaptureExecutor`. A call goes to the second when its workspace could be
+  measured at trace time (:mod:`._capture`), which it then gets from XLA as one more result.
 * **The call** (:func:`call`): ``jax.ffi.ffi_call`` of the family's target with the request's
   text as the ``op`` attribute and the result shapes the request computes (or the caller
   gives), wrapped in ``jax.custom_batching.custom_vmap``: under ``vmap`` a batch that lands on
@@ -30,32 +32,38 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import custom_batching, lax
 
-from . import _bound, _handler, _request
+from . import _bound, _capture, _handler, _request
 
 __all__ = ["Results", "call", "differentiable", "register_twin", "target", "target_name"]
 
 _LOCK = threading.Lock()
-_TARGETS: dict[str, str] = {}  # family -> target name, registered for CUDA
+_TARGETS: dict[tuple[str, bool], str] = {}  # (family, capturable) -> name, for CUDA
+_WORKSPACE = np.dtype(np.uint8)
 
 
-def target_name(family: str) -> str:
-    """The FFI target of an operation family."""
-    return f"pycudnn_jax_{family}"
+def target_name(family: str, capturable: bool = False) -> str:
+    """The FFI target of an operation family (its capturable one: see the module docstring)."""
+    return f"pycudnn_jax_{family}_cb" if capturable else f"pycudnn_jax_{family}"
 
 
-def target(family: str) -> str:
-    """The FFI target of *family*, registered for the CUDA platform on first use."""
-    name = _TARGETS.get(family)
+def target(family: str, capturable: bool = False) -> str:
+    """The FFI target of *family* (its capturable one), registered for CUDA on first use."""
+    key = (family, capturable)
+    name = _TARGETS.get(key)
     if name is not None:
         return name
     with _LOCK:
-        if family not in _TARGETS:
-            name = target_name(family)
-            _handler.register_handler(name, _bound.Executor(), platform="CUDA")
-            _TARGETS[family] = name
-    return _TARGETS[family]
+        if key not in _TARGETS:
+            name = target_name(family, capturable)
+            executor = _bound.CaptureExecutor() if capturable else _bound.Executor()
+            _handler.register_handler(
+                name, executor, platform="CUDA", command_buffer_compatible=capturable
+            )
+            _TARGETS[key] = name
+    return _TARGETS[key]
 
 
 def register_twin(
@@ -63,9 +71,13 @@ def register_twin(
     run: Callable[[_request.Request, Any, int], None],
     platform: str = "cpu",
 ) -> _handler.FfiTarget:
-    """Register *family*'s target for another platform (JAX's CPU: the tests' host twins) with
-    ``run(request, call, stream)`` as the slow path's computation and no stream, so the same
-    calls, attributes, batching and gradients run there."""
+    """Register *family*'s targets (plain and capturable) for another platform (JAX's CPU: the
+    tests' host twins) with ``run(request, call, stream)`` as the slow path's computation and
+    no stream, so the same calls, attributes, batching and gradients run there; returns the
+    plain one."""
+    _handler.register_handler(
+        target_name(family, True), _bound.CaptureExecutor(run, 0), platform=platform
+    )
     return _handler.register_handler(
         target_name(family), _bound.Executor(run, 0), platform=platform
     )
@@ -81,7 +93,8 @@ def call(request: _request.Request, *operands: Any, results: Results | None = No
     whose result shapes the operands do not fix (a convolution's input gradient); by default
     the request computes them (:meth:`~._request.Request.results`, which checks the operands).
     """
-    return _varying(_primitive(request, results)(*operands), operands)
+    # the switch is part of the primitive's identity: JAX caches what it traced per function
+    return _varying(_primitive(request, results, _capture.enabled())(*operands), operands)
 
 
 def _vma(x: Any) -> frozenset:
@@ -123,20 +136,28 @@ def _match(ct: Any, like: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=4096)
-def _primitive(request: _request.Request, results: Results | None) -> Callable[..., tuple]:
-    """The batching-aware call of *request* (one per request and given results: JAX caches
-    traces by function)."""
-    name = target(request.family)
+def _primitive(
+    request: _request.Request, results: Results | None, capture: bool
+) -> Callable[..., tuple]:
+    """The batching-aware call of *request* (one per request, given results and command-buffer
+    setting: JAX caches traces by function, so a call traced with the setting off is not
+    reused with it on)."""
     text = request.encode()
 
     def shapes(operands: Sequence[Any]) -> Results:
         return results if results is not None else request.results(*operands)
 
     def raw(*operands: Any) -> tuple:
-        out = [jax.ShapeDtypeStruct(s, d) for s, d in shapes(operands)]
+        res = shapes(operands)
+        out = [jax.ShapeDtypeStruct(s, d) for s, d in res]
+        nbytes = _workspace(request, operands, res) if capture else None
+        if nbytes is not None:  # the capturable target, its workspace one more result
+            out.append(jax.ShapeDtypeStruct((nbytes,), _WORKSPACE))
+        name = target(request.family, nbytes is not None)
         aliases = dict(request.aliases) or None
         ffi = jax.ffi.ffi_call(name, out, vmap_method="sequential", input_output_aliases=aliases)
-        return tuple(ffi(*operands, **{_bound.ATTR: text}))
+        outs = tuple(ffi(*operands, **{_bound.ATTR: text}))
+        return outs if nbytes is None else outs[:-1]
 
     prim = custom_batching.custom_vmap(raw)
 
@@ -163,12 +184,31 @@ def _primitive(request: _request.Request, results: Results | None) -> Callable[.
             out = prim(*folded)  # under an outer vmap, this rule folds again
         else:  # the given shapes, for the folded batch
             grown = tuple(((axis_size * s[0], *s[1:]), d) for s, d in per)
-            out = _primitive(request, grown)(*folded)
+            out = _primitive(request, grown, capture)(*folded)
         out = tuple(y.reshape((axis_size, *s)) for y, (s, _d) in zip(out, per, strict=True))
         return out, (True,) * len(out)
 
     prim.def_vmap(rule)
     return prim
+
+
+def _workspace(request: _request.Request, operands: Sequence[Any], res: Results) -> int | None:
+    """The workspace bytes of a capturable call of *request* (:mod:`._capture`), or None: not
+    capturable, shapes not concrete, or not traced for a GPU."""
+    if not _on_gpu():
+        return None
+    ops = [(tuple(x.shape), x.dtype) for x in operands]
+    if not all(_request.known(*s) for s, _d in (*ops, *res)):
+        return None
+    return _capture.workspace_bytes(request, ops, res)
+
+
+def _on_gpu() -> bool:
+    """Whether JAX computes on a GPU by default (the default device's platform)."""
+    device = jax.config.jax_default_device
+    if device is None:
+        return jax.default_backend() == "gpu"
+    return (device if isinstance(device, str) else device.platform) in ("gpu", "cuda")
 
 
 def differentiable(
@@ -177,25 +217,31 @@ def differentiable(
 ) -> Callable[..., Any]:
     """``jax.custom_vjp`` of ``f(request, *operands)``: ``forward(request, *operands)`` returns
     ``(result, residuals)``, ``backward(request, residuals, cotangent)`` one cotangent per
-    operand. The request is static (hashable, never differentiated)."""
+    operand. The request is static (hashable, never differentiated), and so is the
+    command-buffer setting the call is traced under (JAX caches a custom_vjp's traces by its
+    static arguments: a call traced with the setting off is not reused with it on)."""
 
-    def primal(request: _request.Request, *operands: Any) -> Any:
+    def primal(request: _request.Request, _capture_on: bool, *operands: Any) -> Any:
         return forward(request, *operands)[0]
 
-    def fwd(request: _request.Request, *operands: Any) -> tuple[Any, Any]:
+    def fwd(request: _request.Request, _capture_on: bool, *operands: Any) -> tuple[Any, Any]:
         out, res = forward(request, *operands)
         if not any(_vma(o) for o in operands):
             return out, (res, None)
         # inside shard_map: the operands' types, as zero-size slices, for the cotangents
         return out, (res, tuple(o.reshape(-1)[:0] for o in operands))
 
-    def bwd(request: _request.Request, saved: Any, ct: Any) -> tuple:
+    def bwd(request: _request.Request, _capture_on: bool, saved: Any, ct: Any) -> tuple:
         res, likes = saved
         cts = backward(request, res, ct)
         if likes is None:
             return cts
         return tuple(_match(c, o) for c, o in zip(cts, likes, strict=True))
 
-    f = jax.custom_vjp(primal, nondiff_argnums=(0,))
+    f = jax.custom_vjp(primal, nondiff_argnums=(0, 1))
     f.defvjp(fwd, bwd)
-    return f
+
+    def call(request: _request.Request, *operands: Any) -> Any:
+        return f(request, _capture.enabled(), *operands)
+
+    return call

@@ -1,9 +1,9 @@
 """``pycudnn.jax`` under JAX's framework modes on the GPU (issue 41, build item 4): buffer
 donation, ``shard_map`` and ``pmap`` over the host's GPUs (each device runs its calls on its own
 handle; on a one-GPU machine a mesh of one), and XLA's command buffers (CUDA graphs) enabled for
-the operations around pycudnn's calls, which XLA runs outside the buffers (the targets are
-registered without the command-buffer trait). Markers ``gpu`` and ``jax``; the several-GPU case
-also ``multigpu``."""
+fusions and custom calls, pycudnn's calls among them (``test_jax_capture_gpu.py`` checks the
+recording and the replays themselves). Markers ``gpu`` and ``jax``; the several-GPU case also
+``multigpu``."""
 
 from __future__ import annotations
 
