@@ -35,7 +35,7 @@ from . import _frame, _request
 
 __all__ = ["enabled", "use_command_buffers", "workspace_bytes"]
 
-_ALIGN = 256  # the scratch buffers' alignment (XLA's buffers are at least this aligned)
+_ALIGN = 256  # the scratch buffers' alignment (plans depend on the pointers' residue mod 16)
 _LOCK = threading.Lock()
 _enabled = True
 _MEASURED: dict[tuple, int | None] = {}
@@ -65,6 +65,11 @@ def use_command_buffers(enabled: bool) -> bool:
     -------
     bool
         The previous setting.
+
+    Raises
+    ------
+    TypeError
+        *enabled* is not a bool.
     """
     global _enabled
     if type(enabled) is not bool:
@@ -102,10 +107,13 @@ def _stream(device: int) -> int:
     process)."""
     s = _STREAMS.get(device)
     if s is None:
-        with _cuda.DeviceContext(device):
-            rt = _cuda.runtime()
-            s = int(_cuda.check(rt.cudaStreamCreateWithFlags(1), "cudaStreamCreateWithFlags"))
-        _STREAMS[device] = s
+        with _LOCK:
+            s = _STREAMS.get(device)
+            if s is None:
+                with _cuda.DeviceContext(device):
+                    rt = _cuda.runtime()
+                    made = rt.cudaStreamCreateWithFlags(1)  # cudaStreamNonBlocking
+                    s = _STREAMS[device] = int(_cuda.check(made, "cudaStreamCreateWithFlags"))
     return s
 
 
