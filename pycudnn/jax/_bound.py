@@ -128,9 +128,7 @@ class Executor(_frame.FrameFunction):
         text = call.sole_string()
         ptrs, sig = call.signature()
         stream = self.stream if type(self.stream) is int else self.stream(call)
-        # the high level's one store of bound launches (pycudnn.torch's lean path's too): a hit
-        # launches; a miss decodes the request and runs it, and binds its entry when lean
-        _bound.run((text, sig, stream, _snapshot()), ptrs, stream, self._slow, text, call, stream)
+        self._run(text, ptrs, sig, stream, self._slow, text, call, stream)
 
     def on_frame(self, handler: Any, frame_addr: int, f: tuple) -> None:
         """:meth:`__call__` on the frame's header *f* (the handler's one read of it): the op
@@ -155,17 +153,20 @@ class Executor(_frame.FrameFunction):
         ptrs, sig = decode(f[5], f[7])
         if stream is xla_stream:
             stream = handler.stream_of(f[2])
-        _bound.run(
-            (text, sig, stream, _snapshot()),
-            ptrs,
-            stream,
-            self._miss,
-            handler,
-            frame_addr,
-            f,
-            text,
-            stream,
-        )
+        self._run(text, ptrs, sig, stream, self._miss, handler, frame_addr, f, text, stream)
+
+    def _run(
+        self,
+        text: bytes,
+        ptrs: tuple,
+        sig: tuple,
+        stream: int,
+        slow: Callable[..., Any],
+        *args: Any,
+    ) -> None:
+        # the high level's one store of bound launches (pycudnn.torch's lean path's too): a hit
+        # launches; a miss runs ``slow(*args)`` (the request), and binds its entry when lean
+        _bound.run((text, sig, stream, _snapshot()), ptrs, stream, slow, *args)
 
     def _miss(self, handler: Any, frame_addr: int, f: tuple, text: bytes, stream: int) -> None:
         call = handler.call(frame_addr, f)
@@ -190,53 +191,13 @@ class CaptureExecutor(Executor):
 
     __slots__ = ()
 
-    def __call__(self, call: Call) -> None:
-        text = call.sole_string()
-        ptrs, sig = call.signature()
-        stream = self.stream if type(self.stream) is int else self.stream(call)
-        ws = call.rets[-1]
-        self._launch(text, ptrs, sig, stream, ws.nbytes, self._slow, text, call, stream)
-
-    def on_frame(self, handler: Any, frame_addr: int, f: tuple) -> None:
-        """:meth:`Executor.on_frame`'s reads, then :meth:`_launch`."""
-        stream = self.stream
-        if (
-            f[8] != 1
-            or _INT32(_MEMORY, f[9])[0] != _STRING
-            or (stream is not xla_stream and type(stream) is not int)
-        ):
-            handler.run_call(frame_addr, f)
-            return
-        ptr, length = _SPAN(_MEMORY, _ADDRESS(_MEMORY, f[10])[0])
-        text = _MEMORY[ptr : ptr + length].tobytes()
-        try:
-            decode = _DECODERS[f[4], f[6]]
-        except KeyError:
-            decode = _frame.decoder(f[4], f[6])
-        ptrs, sig = decode(f[5], f[7])
-        if stream is xla_stream:
-            stream = handler.stream_of(f[2])
-        # the workspace: a 1-D uint8 result, its one dim the last signature entry's dims
-        nbytes = int.from_bytes(sig[-2], "little")
-        self._launch(text, ptrs, sig, stream, nbytes, self._miss, handler, frame_addr, f, text,
-                     stream)  # fmt: skip
-
-    def _launch(
-        self,
-        text: bytes,
-        ptrs: tuple,
-        sig: tuple,
-        stream: int,
-        nbytes: int,
-        slow: Callable[..., Any],
-        *args: Any,
-    ) -> None:
-        _SCOPE.given = (ptrs[-1], nbytes)
+    def _run(self, text: bytes, ptrs: tuple, sig: tuple, stream: int, *slow: Any) -> None:
+        # the workspace: the last result, 1-D uint8, its one dim the signature's last dims
+        _SCOPE.given = (ptrs[-1], int.from_bytes(sig[-2], "little"))
         try:
             # the device, not the stream: a capture's stream is not the one that bound the call
             device = None if _call.one_device else _bound.current_device()
-            key = (text, sig, device, _snapshot())
-            _bound.run(key, ptrs[:-1], stream, slow, *args)
+            _bound.run((text, sig, device, _snapshot()), ptrs[:-1], stream, *slow)
         finally:
             _SCOPE.given = None
 
