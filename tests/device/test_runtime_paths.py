@@ -20,6 +20,8 @@ HANDLE_NAMES = [
     "get_handle",
     "gpu_unavailable_reason",
     "require_gpu",
+    "WorkspaceScope",
+    "workspace_scope",
 ]
 MEMORY_NAMES = [
     "DeviceArray",
