@@ -40,6 +40,16 @@ def test_switch_is_strict_and_returns_the_previous_setting():
         pj.use_command_buffers(before)
 
 
+def test_ffi_codes_of_numpy_dtypes():
+    from pycudnn.jax import _capi, _frame
+
+    assert _frame.ffi_code(np.float32) == int(_capi.DataType.F32)
+    assert _frame.ffi_code(jnp.bfloat16) == int(_capi.DataType.BF16)
+    assert _frame.numpy_dtype(_frame.ffi_code(np.uint8)) == np.uint8
+    with pytest.raises(ValueError, match="has no XLA_FFI_DataType"):
+        _frame.ffi_code(np.dtype("U3"))
+
+
 def test_layout_aligns_every_buffer():
     offsets, total = _capture._layout([1, 0, 300, 256])
     assert offsets == [0, 256, 256, 768]
