@@ -50,19 +50,20 @@ def target_name(family: str, capturable: bool = False) -> str:
 
 
 def target(family: str, capturable: bool = False) -> str:
-    """The FFI target of *family* (its capturable one), registered for CUDA on first use."""
+    """The FFI target of *family* (its capturable one), registered for CUDA on first use, with
+    the family's other one (an exported program may name either)."""
     key = (family, capturable)
     name = _TARGETS.get(key)
     if name is not None:
         return name
     with _LOCK:
         if key not in _TARGETS:
-            name = target_name(family, capturable)
-            executor = _bound.CaptureExecutor() if capturable else _bound.Executor()
-            _handler.register_handler(
-                name, executor, platform="CUDA", command_buffer_compatible=capturable
-            )
-            _TARGETS[key] = name
+            for cb in (False, True):
+                executor = _bound.CaptureExecutor() if cb else _bound.Executor()
+                _handler.register_handler(
+                    target_name(family, cb), executor, platform="CUDA", command_buffer_compatible=cb
+                )
+                _TARGETS[family, cb] = target_name(family, cb)
     return _TARGETS[key]
 
 

@@ -148,6 +148,18 @@ _FAMILIES = textwrap.dedent(
         print("MISS clear error:", type(exc).__name__, flush=True)
     np.testing.assert_allclose(np.asarray(jax.jit(lambda x: pj.relu(x))(x4)),
                                np.maximum(np.asarray(x4), 0))  # the process goes on
+
+    # exported with concrete shapes: the capturable target named, its workspace a result
+    w = rand((8, 8, 3, 3), 1) * 0.2
+    conv = lambda x: pj.conv(x, w, padding=1, activation="relu")
+    checks = [jax.export.DisabledSafetyCheck.custom_call(n)
+              for n in ("pycudnn_jax_conv", "pycudnn_jax_conv_cb")]
+    exp = jax.export.export(jax.jit(conv), disabled_checks=checks)(x4)
+    assert "pycudnn_jax_conv_cb" in exp.mlir_module()
+    back = jax.export.deserialize(exp.serialize())
+    np.testing.assert_allclose(np.asarray(back.call(x4)), np.asarray(jax.jit(conv)(x4)),
+                               rtol=1e-6, atol=1e-6)
+    print("EXPORT ok", flush=True)
     print("FAMILIES ok")
     """
 )
