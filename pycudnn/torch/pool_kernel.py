@@ -67,18 +67,17 @@ struct Geo {
     unsigned n, c8, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
 };
 
-#define FWD(T)                                                                             \
-extern "C" __global__ void max_pool_fwd_##T(unsigned long long x, unsigned long long y,    \
-                                            unsigned char *idx, Geo g) {                   \
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;                                   \
-    if (i >= g.n * g.oh * g.ow * g.c8) return;                                            \
+/* a forward thread's output pixel (thread i): image n, 8 channels from c8 * 8, and its
+   window's top-left corner (h0, w0) in the input (negative in the padding) */
+#define OUT_PIXEL                                                                          \
     unsigned c8 = i % g.c8, p = i / g.c8;                                                 \
     unsigned ow = p % g.ow; p /= g.ow;                                                    \
     unsigned oh = p % g.oh, n = p / g.oh;                                                 \
-    int h0 = (int)(oh * g.sh) - (int)g.ph, w0 = (int)(ow * g.sw) - (int)g.pw;             \
-    float m[8], v[8];                                                                     \
-    unsigned char a[8];                                                                   \
-    for (int q = 0; q < 8; ++q) { m[q] = -__int_as_float(0x7f800000); a[q] = 255; }      \
+    int h0 = (int)(oh * g.sh) - (int)g.ph, w0 = (int)(ow * g.sw) - (int)g.pw;
+
+/* for each position (r, s) of that window inside the input: v = its 8 values (data of kind
+   T), then the statements that follow T */
+#define WINDOW(T, ...)                                                                     \
     for (unsigned r = 0; r < g.kh; ++r) {                                                 \
         int hh = h0 + (int)r;                                                             \
         if (hh < 0 || hh >= (int)g.h) continue;                                           \
@@ -86,11 +85,24 @@ extern "C" __global__ void max_pool_fwd_##T(unsigned long long x, unsigned long 
             int ww = w0 + (int)s;                                                         \
             if (ww < 0 || ww >= (int)g.w) continue;                                       \
             ld8_##T(x, (((n * g.h + hh) * g.w + ww) * g.c8 + c8) * 8, v);                \
-            unsigned char pos = (unsigned char)(r * g.kw + s);                            \
-            _Pragma("unroll") for (int q = 0; q < 8; ++q)                                 \
-                if (a[q] == 255 || v[q] > m[q] || v[q] != v[q]) { m[q] = v[q]; a[q] = pos; } \
+            __VA_ARGS__                                                                   \
         }                                                                                 \
-    }                                                                                     \
+    }
+
+#define FWD(T)                                                                             \
+extern "C" __global__ void max_pool_fwd_##T(unsigned long long x, unsigned long long y,    \
+                                            unsigned char *idx, Geo g) {                   \
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;                                   \
+    if (i >= g.n * g.oh * g.ow * g.c8) return;                                            \
+    OUT_PIXEL                                                                             \
+    float m[8], v[8];                                                                     \
+    unsigned char a[8];                                                                   \
+    for (int q = 0; q < 8; ++q) { m[q] = -__int_as_float(0x7f800000); a[q] = 255; }      \
+    WINDOW(T,                                                                             \
+        unsigned char pos = (unsigned char)(r * g.kw + s);                                \
+        _Pragma("unroll") for (int q = 0; q < 8; ++q)                                     \
+            if (a[q] == 255 || v[q] > m[q] || v[q] != v[q]) { m[q] = v[q]; a[q] = pos; }  \
+    )                                                                                     \
     st8_##T(y, i * 8, m);                                                                 \
     if (idx) {                                                                            \
         unsigned lo = a[0] | (a[1] << 8) | (a[2] << 16) | ((unsigned)a[3] << 24);        \
@@ -117,10 +129,7 @@ extern "C" __global__ void max_pool_bn_fwd_##T(unsigned long long x, unsigned lo
         unsigned long long beta, unsigned kinds, float eps, Geo g) {                       \
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;                                   \
     if (i >= g.n * g.oh * g.ow * g.c8) return;                                            \
-    unsigned c8 = i % g.c8, p = i / g.c8;                                                 \
-    unsigned ow = p % g.ow; p /= g.ow;                                                    \
-    unsigned oh = p % g.oh, n = p / g.oh;                                                 \
-    int h0 = (int)(oh * g.sh) - (int)g.ph, w0 = (int)(ow * g.sw) - (int)g.pw;             \
+    OUT_PIXEL                                                                             \
     float mu[8], is[8], ga[8], be[8], m[8], v[8];                                         \
     ld8_vec(mean, kinds & 3u, c8 * 8, mu, 0.f);                                           \
     ld8_vec(var, (kinds >> 2) & 3u, c8 * 8, is, 1.f);                                     \
@@ -130,21 +139,14 @@ extern "C" __global__ void max_pool_bn_fwd_##T(unsigned long long x, unsigned lo
         is[q] = rsqrtf(is[q] + eps);                                                      \
         m[q] = -__int_as_float(0x7f800000);                                               \
     }                                                                                     \
-    for (unsigned r = 0; r < g.kh; ++r) {                                                 \
-        int hh = h0 + (int)r;                                                             \
-        if (hh < 0 || hh >= (int)g.h) continue;                                           \
-        for (unsigned s = 0; s < g.kw; ++s) {                                             \
-            int ww = w0 + (int)s;                                                         \
-            if (ww < 0 || ww >= (int)g.w) continue;                                       \
-            ld8_##T(x, (((n * g.h + hh) * g.w + ww) * g.c8 + c8) * 8, v);                \
-            _Pragma("unroll") for (int q = 0; q < 8; ++q) {                               \
-                float t = __fmul_rn(__fmul_rn(ga[q], __fsub_rn(v[q], mu[q])), is[q]);     \
-                t = __fadd_rn(t, be[q]);                                                  \
-                t = t < 0.f ? 0.f : t; /* (a NaN stays) */                                \
-                if (t > m[q] || t != t) m[q] = t;                                         \
-            }                                                                             \
+    WINDOW(T,                                                                             \
+        _Pragma("unroll") for (int q = 0; q < 8; ++q) {                                   \
+            float t = __fmul_rn(__fmul_rn(ga[q], __fsub_rn(v[q], mu[q])), is[q]);         \
+            t = __fadd_rn(t, be[q]);                                                      \
+            t = t < 0.f ? 0.f : t; /* (a NaN stays) */                                    \
+            if (t > m[q] || t != t) m[q] = t;                                             \
         }                                                                                 \
-    }                                                                                     \
+    )                                                                                     \
     st8_##T(y, i * 8, m);                                                                 \
 }
 FWDBN(f16) FWDBN(bf16) FWDBN(f32)
