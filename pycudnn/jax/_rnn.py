@@ -43,7 +43,7 @@ from ..highlevel.rnn_layout import (
     torch_params,
     torch_shape,
 )
-from . import _ops, _request
+from . import _capture, _ops, _request
 from ._operands import device_of
 
 __all__ = [
@@ -363,11 +363,11 @@ def _split(request: RNN, operands: tuple[Any, ...]) -> tuple[Any, Any, Any, Any]
     return x, h0, None, w
 
 
-def _primal(request: RNN, *operands: Any) -> tuple[Any, ...]:
+def _primal(request: RNN, _capture_on: bool, *operands: Any) -> tuple[Any, ...]:
     return tuple(_ops.call(request, *operands))
 
 
-def _forward(request: RNN, *operands: Any) -> tuple[tuple[Any, ...], Any]:
+def _forward(request: RNN, _capture_on: bool, *operands: Any) -> tuple[tuple[Any, ...], Any]:
     x = operands[0]
     for d in x.shape:
         if not _request.known(d):
@@ -381,7 +381,9 @@ def _forward(request: RNN, *operands: Any) -> tuple[tuple[Any, ...], Any]:
     return tuple(outs), (operands, outs[0], reserve)
 
 
-def _backward(request: RNN, residuals: Any, cotangents: tuple[Any, ...]) -> tuple[Any, ...]:
+def _backward(
+    request: RNN, _capture_on: bool, residuals: Any, cotangents: tuple[Any, ...]
+) -> tuple[Any, ...]:
     operands, y, reserve = residuals
     fields = {f.name: getattr(request, f.name) for f in dataclasses.fields(RNN)}
     fields.update(training=True, reserve=int(reserve.shape[-1]))  # the size the forward had
@@ -393,7 +395,9 @@ def _backward(request: RNN, residuals: Any, cotangents: tuple[Any, ...]) -> tupl
     return tuple(grads)
 
 
-_rnn = jax.custom_vjp(_primal, nondiff_argnums=(0,))
+# the command-buffer setting a static argument, as _ops.differentiable's: JAX caches a
+# custom_vjp's traces by its static arguments (the primal here is inference, not the forward)
+_rnn = jax.custom_vjp(_primal, nondiff_argnums=(0, 1))
 _rnn.defvjp(_forward, _backward)
 
 
@@ -509,7 +513,7 @@ def rnn(
         operands.append(jnp.asarray(c0))
     operands.append(jnp.asarray(weights))
     request.check(*_split(request, tuple(operands)))
-    out = _rnn(request, *operands)
+    out = _rnn(request, _capture.enabled(), *operands)
     return (out[0], out[1], out[2] if request.lstm else None)
 
 
