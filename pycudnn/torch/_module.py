@@ -78,6 +78,13 @@ class CodeTwin(Converted):
     #: the code objects of the ``forward`` functions this mixin stands in for
     references: ClassVar[tuple[CodeType, ...]] = ()
 
+    @classmethod
+    def recognizes(cls, forward: Any) -> bool:
+        """Whether a class whose ``forward`` is *forward* gets this mixin's twin, beyond the
+        code of :attr:`references` (a mixin that knows its classes by other means says so
+        here; by default none)."""
+        return False
+
 
 def float_params(m: nn.Module, allowed: tuple = FLOATS) -> str | None:
     """The rule for a module's own parameters: each of a dtype in *allowed*."""

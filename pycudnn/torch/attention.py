@@ -41,6 +41,8 @@ __all__ = [
     "op_sdpa",
     "op_sdpa_grad",
     "scaled_dot_product_attention",
+    "sdpa_grad_outputs",
+    "sdpa_grad_run",
     "sdpa_run",
 ]
 
@@ -210,7 +212,7 @@ def _op_sdpa_fake(q, k, v, mask, causal, scale, p, seed, training):
     return out, torch.empty(dims, dtype=torch.float32, device=q.device)
 
 
-def _op_grad(
+def sdpa_grad_run(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -245,8 +247,10 @@ def _op_grad(
     return _like(r[0], q), _like(r[1], k), _like(r[2], v), dbias
 
 
-def _grads(_bd: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *_: Any) -> tuple:
-    """A bound backward's new ``(dq, dk, dv)``, as :func:`_op_grad` makes them."""
+def sdpa_grad_outputs(
+    _bd: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *_: Any
+) -> tuple:
+    """A bound backward's new ``(dq, dk, dv)``, as :func:`sdpa_grad_run` makes them."""
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -273,15 +277,15 @@ def _backward(ctx, dout, _dstats):
         )
     need = ctx.needs_input_grad
     bias_grad = bool(need[3])
-    args = (op_sdpa_grad, _op_grad, q, k, v, out, dout, stats, mask, *ctx.cfg, seed, bias_grad)
+    args = (op_sdpa_grad, sdpa_grad_run, q, k, v, out, dout, stats, mask, *ctx.cfg, seed, bias_grad)
     bd = ctx.bound if type(dout) in PLAIN else None  # (compiled autograd's are not)
     if bd is None:
         dq, dk, dv, dbias = ctx.gradient(*args)
     else:  # the binding's gradient entry (bound by this thread's first backward), per mode
         det = True if torch.are_deterministic_algorithms_enabled() else None
         ops = (q, k, v, out, dout, stats)
-        r = _binding.backward(bd, det, dout, raw_stream(bd.index), ops, _grads, ctx.gradient,
-                              *args)  # fmt: skip
+        r = _binding.backward(bd, det, dout, raw_stream(bd.index), ops, sdpa_grad_outputs,
+                              ctx.gradient, *args)  # fmt: skip
         dq, dk, dv, dbias = *r[:3], None
     return (
         dq if need[0] else None,
@@ -302,7 +306,7 @@ SDPAFn, op_sdpa = differentiable(
 )
 #: ``pycudnn::sdpa_grad(q, k, v, out, dout, stats, mask?, causal, scale?, p, seed?, bias_grad)
 #: -> (dq, dk, dv, dbias)``
-op_sdpa_grad = define("sdpa_grad", _op_grad, _op_grad_fake)
+op_sdpa_grad = define("sdpa_grad", sdpa_grad_run, _op_grad_fake)
 
 
 _CAPABLE: dict[int, bool] = {}

@@ -35,6 +35,7 @@ __all__ = [
     "AttentionCalls",
     "AttentionRoute",
     "attention_calls",
+    "count_transformers_call",
     "register_transformers",
     "transformers_attention",
     "use_cudnn_attention",
@@ -89,6 +90,13 @@ class AttentionRoute:
 #: threads counting at the same moment may lose an increment)
 _SCOPE = AttentionRoute()
 _TRANSFORMERS = AttentionRoute()
+
+
+def count_transformers_call() -> None:
+    """Count one ``attn_implementation="pycudnn"`` call on cuDNN that did not pass through
+    :func:`transformers_attention`: a transformer block's launch program runs its attention
+    itself (:mod:`.transformers_block`)."""
+    _TRANSFORMERS.cudnn += 1
 
 
 @dataclass(frozen=True, repr=False)

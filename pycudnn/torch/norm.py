@@ -35,6 +35,8 @@ __all__ = [
     "LayerNormFn",
     "RMSNorm",
     "RMSNormFn",
+    "layer_norm_grad_outputs",
+    "layer_norm_grad_run",
     "layer_norm_run",
     "norm_forward",
     "op_layer_norm",
@@ -158,7 +160,7 @@ def _op_ln_fake(x, w, b, shape, eps, training):
     return y, _stats(x, shape, training), _stats(x, shape, training)
 
 
-def _op_ln_grad(
+def layer_norm_grad_run(
     dy: torch.Tensor,
     x: torch.Tensor,
     mean: torch.Tensor,
@@ -195,14 +197,14 @@ def _ln_setup(ctx, inputs, output) -> None:
 
 def _ln_backward(ctx, dy, _dmean, _dinvstd):
     x, w, b, mean, invstd = ctx.saved_tensors
-    args = (op_layer_norm_grad, _op_ln_grad, dy, x, mean, invstd, ctx.shape, w, b)
+    args = (op_layer_norm_grad, layer_norm_grad_run, dy, x, mean, invstd, ctx.shape, w, b)
     bd = ctx.bound if type(dy) in PLAIN else None  # (compiled autograd's are not)
     if bd is None:
         dx, dw, db = ctx.gradient(*args)
     else:  # the binding's gradient entry (bound by this thread's first backward)
         ops = (dy, x, w, mean, invstd)
         dx, dw, db = _binding.backward(
-            bd, 0, dy, raw_stream(bd.index), ops, _ln_grads, ctx.gradient, *args
+            bd, 0, dy, raw_stream(bd.index), ops, layer_norm_grad_outputs, ctx.gradient, *args
         )
     need = ctx.needs_input_grad
     dw = dw if need[1] and w is not None else None
@@ -210,8 +212,11 @@ def _ln_backward(ctx, dy, _dmean, _dinvstd):
     return (dx if need[0] else None, dw, db) + (None,) * (len(need) - 3)
 
 
-def _ln_grads(_bd: Any, _dy: Any, x: torch.Tensor, w: torch.Tensor, *_stats: Any) -> tuple:
-    """A bound layer norm backward's new ``(dx, dw, db)``, as :func:`_op_ln_grad` makes them."""
+def layer_norm_grad_outputs(
+    _bd: Any, _dy: Any, x: torch.Tensor, w: torch.Tensor, *_stats: Any
+) -> tuple:
+    """A bound layer norm backward's new ``(dx, dw, db)``, as :func:`layer_norm_grad_run` makes
+    them."""
     return _out(x), torch.empty_like(w), torch.empty_like(w)
 
 
@@ -311,7 +316,7 @@ LayerNormFn, op_layer_norm = differentiable(
 )
 #: ``pycudnn::layer_norm_grad(dy, x, mean, invstd, shape, w?, b?) -> (dx, dw, db)`` (empty for
 #: an absent parameter)
-op_layer_norm_grad = define("layer_norm_grad", _op_ln_grad, _op_ln_grad_fake)
+op_layer_norm_grad = define("layer_norm_grad", layer_norm_grad_run, _op_ln_grad_fake)
 #: ``RMSNormFn.apply`` (eager) and ``pycudnn::rms_norm(x, w?, shape, eps, training) -> (y,
 #: invrms)``: one backward
 RMSNormFn, op_rms_norm = differentiable(

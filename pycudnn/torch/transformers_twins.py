@@ -30,12 +30,13 @@ from torch import nn
 
 from ._module import CodeTwin, Converted
 from .transformers_act import TransformersGELU
+from .transformers_block import TransformersGPT2Block
 from .transformers_norm import TransformersRMSNorm
 
 __all__ = ["MIXINS", "mixin_of", "same_code", "twin_of"]
 
 #: the mixins a twin can have, in the order :func:`twin_of` tries them
-MIXINS: tuple[type[CodeTwin], ...] = (TransformersRMSNorm, TransformersGELU)
+MIXINS: tuple[type[CodeTwin], ...] = (TransformersRMSNorm, TransformersGELU, TransformersGPT2Block)
 
 
 def same_code(a: CodeType | None, b: CodeType) -> bool:
@@ -64,8 +65,16 @@ def _name(cls: type) -> str:
 def _mixin_for(cls: type) -> type[CodeTwin] | None:
     if not issubclass(cls, nn.Module) or issubclass(cls, Converted):
         return None
-    code = getattr(getattr(cls, "forward", None), "__code__", None)
-    return next((m for m in MIXINS if any(same_code(code, ref) for ref in m.references)), None)
+    forward = getattr(cls, "forward", None)
+    code = getattr(forward, "__code__", None)
+    return next(
+        (
+            m
+            for m in MIXINS
+            if any(same_code(code, ref) for ref in m.references) or m.recognizes(forward)
+        ),
+        None,
+    )
 
 
 def twin_of(cls: type) -> type | None:

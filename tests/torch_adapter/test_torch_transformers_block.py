@@ -1,0 +1,105 @@
+"""transformers' GPT-2 block converted (:mod:`pycudnn.torch.transformers_block`) on the CPU.
+
+The recognition by source text (:func:`~pycudnn.torch.transformers_block.source_digest`): a
+digest ignores indentation and trailing spaces but no other change of the text; transformers'
+own ``GPT2Block`` (where transformers is installed) converts to the twin and back, and a subclass
+whose ``forward`` differs does not. On the CPU the twin runs the class's own ``forward``: a
+converted GPT-2's loss and gradients equal those of the same conversion with its blocks kept.
+"""
+
+from __future__ import annotations
+
+import copy
+import textwrap
+
+import pytest
+
+pytest.importorskip("torch")
+import torch
+
+from pycudnn import torch as pt
+from pycudnn.torch import transformers_block, transformers_twins
+
+
+def _f(x):
+    return x + 1
+
+
+def test_a_digest_ignores_indentation_and_trailing_spaces_only():
+    d = transformers_block.source_digest(_f)
+    assert isinstance(d, str) and len(d) == 16
+    assert transformers_block.source_digest(_f) == d  # cached
+    ns: dict = {}
+    src = "class A:\n    def f(x):   \n        return x + 1\n"
+    path = "<test>"
+    exec(compile(src, path, "exec"), ns)  # no source file: no digest
+    assert transformers_block.source_digest(ns["A"].f) is None
+    assert transformers_block.source_digest(len) is None
+
+
+def test_known_digests_name_each_part():
+    assert set(transformers_block.DIGESTS) == {"block", "attention", "mlp", "conv1d"}
+    for part, known in transformers_block.DIGESTS.items():
+        assert known and all(len(d) == 16 for d in known), part
+
+
+class NotABlock(torch.nn.Module):
+    def forward(self, hidden_states, *args, **kwargs):
+        return hidden_states
+
+
+def test_a_class_of_other_text_is_no_block_twin():
+    assert transformers_twins.twin_of(NotABlock) is None
+    assert not transformers_block.TransformersGPT2Block.recognizes(NotABlock.forward)
+    assert not transformers_block.TransformersGPT2Block.recognizes(None)
+
+
+def _gpt2():
+    tf = pytest.importorskip("transformers")
+    cfg = tf.GPT2Config(
+        vocab_size=128, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    pt.register_transformers()
+    return tf.GPT2LMHeadModel._from_config(cfg, attn_implementation="pycudnn")
+
+
+def test_transformers_gpt2_block_converts_and_runs_its_own_forward_on_the_cpu():
+    ref = _gpt2()
+    from transformers.models.gpt2 import modeling_gpt2
+
+    if not transformers_block.TransformersGPT2Block.recognizes(modeling_gpt2.GPT2Block.forward):
+        pytest.skip("this transformers' GPT2Block.forward is not a version the twin knows")
+    mine = pt.convert(copy.deepcopy(ref))
+    # the same conversion with the blocks kept (the GELU twin computes torch's fused GELU)
+    ref = pt.convert(ref, exclude=lambda m: type(m).__name__ == "GPT2Block")
+    blocks = [m for m in mine.modules() if isinstance(m, transformers_block.TransformersGPT2Block)]
+    assert len(blocks) == 2 and type(blocks[0]).__name__ == "GPT2Block"
+    assert isinstance(blocks[0], modeling_gpt2.GPT2Block)
+    ids = torch.randint(0, 128, (2, 16))
+    a, b = mine(input_ids=ids, labels=ids), ref(input_ids=ids, labels=ids)
+    a.loss.backward()
+    b.loss.backward()
+    assert torch.equal(a.logits, b.logits)
+    for (n, p), (_, q) in zip(mine.named_parameters(), ref.named_parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad), n
+    assert transformers_block.block_hits(blocks[0]) == 0  # the CPU: the class's own forward
+    pt.convert(mine, back=True)
+    assert type(mine.transformer.h[0]) is modeling_gpt2.GPT2Block
+
+
+def test_an_edited_block_forward_is_not_recognised():
+    pytest.importorskip("transformers")
+    import inspect
+
+    from transformers.models.gpt2 import modeling_gpt2
+
+    src = textwrap.dedent(inspect.getsource(modeling_gpt2.GPT2Block.forward))
+    assert transformers_block.source_digest(modeling_gpt2.GPT2Block.forward) is not None
+    edited = src.replace("attn_output + residual", "attn_output * 2 + residual")
+    assert edited != src
+    import hashlib
+
+    text = "\n".join(line.rstrip() for line in edited.strip().splitlines())
+    assert hashlib.sha256(text.encode()).hexdigest()[:16] not in transformers_block.DIGESTS["block"]
