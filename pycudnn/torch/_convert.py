@@ -193,9 +193,10 @@ def convert(
     override ``forward``, are left alone) gets the pycudnn class: the object, its parameters,
     buffers, hooks and ``state_dict`` stay the same, only ``forward`` changes. So do
     transformers' RMS norms whose ``forward`` is ``LlamaRMSNorm``'s (Llama, Mistral, Qwen...:
-    :class:`~pycudnn.torch.transformers_norm.TransformersRMSNorm`) and its tanh GELUs
+    :class:`~pycudnn.torch.transformers_norm.TransformersRMSNorm`), its tanh GELUs
     (``gelu_new``, ``gelu_fast``: GPT-2's family;
-    :class:`~pycudnn.torch.transformers_act.TransformersGELU`).
+    :class:`~pycudnn.torch.transformers_act.TransformersGELU`) and GPT-2's block, which runs as
+    one launch program (:class:`~pycudnn.torch.transformers_block.TransformersGPT2Block`).
 
     Parameters
     ----------

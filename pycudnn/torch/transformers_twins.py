@@ -3,13 +3,15 @@
 
 transformers defines some layers as its own modules rather than ``torch.nn`` ones, and its model
 families copy them unchanged: Llama's RMS norm (:mod:`.transformers_norm`) and the tanh GELU of
-GPT-2's family (:mod:`.transformers_act`). A class is recognised by its ``forward``'s compiled
-code, not its name: :func:`twin_of` compares it with each mixin's
-:attr:`~._module.CodeTwin.references`, instruction for instruction, with the same names and
-constants (a formula that differs, as Gemma's ``1 + weight`` RMS norm, does not match and stays
-the class's own). The twin is a subclass with the mixin first, so it keeps the class's name
-(``repr`` is unchanged), ``isinstance`` holds and ``convert(model, back=True)`` restores the
-class.
+GPT-2's family (:mod:`.transformers_act`); GPT-2's block is a launch program
+(:mod:`.transformers_block`). A class is recognised by its ``forward``'s compiled code, not its
+name: :func:`twin_of` compares it with each mixin's :attr:`~._module.CodeTwin.references`,
+instruction for instruction, with the same names and constants (a formula that differs, as
+Gemma's ``1 + weight`` RMS norm, does not match and stays the class's own); a mixin that knows
+its classes by other means says so in :meth:`~._module.CodeTwin.recognizes` (the block: the
+source text of its ``forward``, per known transformers version). The twin is a subclass with
+the mixin first, so it keeps the class's name (``repr`` is unchanged), ``isinstance`` holds and
+``convert(model, back=True)`` restores the class.
 
 The comparison is of compiled code, so it depends on how the copy was compiled as well as on
 its text: a copy in a module where ``torch`` is not bound by an ``import`` statement compiles
