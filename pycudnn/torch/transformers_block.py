@@ -27,9 +27,12 @@ would; everything else runs the class's own ``forward``:
 * a CUDA float16/bfloat16 input, contiguous, no autocast, no ``torch.compile`` tracing or
   ``torch.func`` transform;
 * no attention mask (causal attention without padding: transformers passes none), no encoder
-  states; a cache only where this layer's is still empty (a training step, a prompt): the keys
-  and values are then given to the cache as transformers gives them, as outputs of the block's
-  node (a gradient reaching them through the cache is added to the block's).
+  states; a ``DynamicCache`` or none. While this layer's cache is empty (a training step, a
+  prompt) the keys and values are given to it as transformers gives them, as outputs of the
+  block's node (a gradient reaching them through the cache is added to the block's). After
+  that (a decode's tokens: one query, no gradient) they are appended first and the attention
+  reads the whole cache, its launch bound per key length by the attention route's own store
+  (:func:`~.attention.bound_attention`), not by the block's program.
 
 The outputs are transformers' (the same launches on the same operands; the products' gradients
 come from the same torch operations autograd would run). The first call of a signature records
@@ -56,7 +59,16 @@ from . import _binding
 from ._compile import PLAIN, compiling
 from ._module import STATE, CodeTwin, state
 from ._runtime import autocast_dtype, raw_stream, transforming
-from .attention import attention_out, cudnn_operands, sdpa_grad_outputs, sdpa_grad_run, sdpa_run
+from .attention import (
+    attention_out,
+    attention_sig,
+    bound_attention,
+    cudnn_attention,
+    cudnn_operands,
+    sdpa_grad_outputs,
+    sdpa_grad_run,
+    sdpa_run,
+)
 from .attention_scope import count_transformers_call
 from .norm import LayerNorm, layer_norm_grad_outputs, layer_norm_grad_run, layer_norm_run
 from .transformers_act import TransformersGELU
@@ -167,6 +179,11 @@ def _fresh_cache(cache: Any, layer: Any) -> bool:
         return False
 
 
+def _cache_kind(cache: Any, layer: Any) -> bool:
+    """A ``DynamicCache`` (its update concatenates: keys and values packed, all of them read)."""
+    return type(cache).__name__ == "DynamicCache" and isinstance(layer, int)
+
+
 def _sig(x: torch.Tensor, lns: tuple, wqkv: torch.Tensor, grad: bool, cfg: tuple) -> tuple:
     """The block call's signature (:mod:`._binding`): what the bound launches' operands depend
     on -- the input, the norms' parameters, the products' widths -- the mode, the thread."""
@@ -232,9 +249,31 @@ def _attend(r: _Run, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     return (o[0], None) if len(o) == 1 else o
 
 
-def _forward(r: _Run, x: torch.Tensor, p: tuple, cfg: tuple, grad: bool) -> tuple:
-    """The block's forward as transformers computes it: ``(out, saved)``, *saved* what the
-    backward reads (None without *grad*)."""
+def _attend_cached(r: _Run, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                   cache: Any, layer: int) -> torch.Tensor:  # fmt: skip
+    """A decode token's attention: the keys and values appended to *cache* first, as
+    transformers' attention does, then attention over all of them through the attention
+    route's own store (:func:`~.attention.bound_attention`: the keys' length grows each token,
+    so the launch is bound per length there, not in the block's program)."""
+    k, v = cache.update(k, v, layer)
+    r.entries.append(None)  # (the program's attention site stays empty)
+    sig = attention_sig(q, k, v, 0.0, False, scale, False)
+    if sig is not None:
+        out = bound_attention(sig, q, k, v)
+        if out is not None:
+            return out
+    ops = cudnn_operands(q, k, v, None, 0.0, False)
+    if ops is None:  # (asked before the cache changed, on the block's shapes: not expected)
+        raise RuntimeError("pycudnn: cuDNN's attention refused a GPT-2 block's decode operands")
+    return cudnn_attention(*ops, None, 0.0, False, scale, sig, (q, k, v))
+
+
+def _forward(
+    r: _Run, x: torch.Tensor, p: tuple, cfg: tuple, grad: bool, cache: Any = None, layer: int = 0
+) -> tuple:
+    """The block's forward as transformers computes it: ``(out, q, k, v, saved)``, *saved* what
+    the backward reads (None without *grad*). With a *cache* (a decode token, no gradient) the
+    keys and values go to the cache before the attention, which reads all of it."""
     g1, b1, wqkv, bqkv, wo, bo, g2, b2, wf, bf, wp, bp = p
     heads, causal, scale, eps1, eps2 = cfg
     bsz, t, c = x.shape
@@ -242,7 +281,10 @@ def _forward(r: _Run, x: torch.Tensor, p: tuple, cfg: tuple, grad: bool) -> tupl
     y1, m1, r1 = _ln(r, 0, x, g1, b1, eps1, grad)
     qkv = torch.addmm(bqkv, y1.view(n, c), wqkv).view(bsz, t, 3 * c)
     q, k, v = (z.view(bsz, t, heads, d).transpose(1, 2) for z in qkv.split(c, dim=2))
-    o, st = _attend(r, q, k, v, causal, scale, grad)
+    if cache is not None:
+        o, st = _attend_cached(r, q, k, v, scale, cache, layer), None
+    else:
+        o, st = _attend(r, q, k, v, causal, scale, grad)
     o2 = o.transpose(1, 2).reshape(n, c)
     hm = torch.addmm(bo, o2, wo).view(bsz, t, c).add_(x)
     y2, m2, r2 = _ln(r, 2, hm, g2, b2, eps2, grad)
@@ -355,23 +397,28 @@ def _program(m: nn.Module, x: Any, args: tuple, kwargs: dict) -> Any:
     if parts is None:
         return None
     ln1, attn, ln2, mlp = parts
+    grad = torch.is_grad_enabled()
+    decode = False
     if cache is not None and not _fresh_cache(cache, attn.layer_idx):
-        return None
+        # a token after the prompt: no gradient, one query (a longer one would need a mask)
+        if grad or x.shape[1] != 1 or not _cache_kind(cache, attn.layer_idx):
+            return None
+        decode = True
     p = _params(ln1, attn, ln2, mlp)
     if p is None or x.shape[2] != attn.embed_dim:
         return None
-    grad = torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in p))
+    grad = grad and (x.requires_grad or any(t.requires_grad for t in p))
     causal = bool(x.shape[1] > 1 and attn.is_causal)
     cfg = (attn.num_heads, causal, float(attn.scaling), float(ln1.eps), float(ln2.eps))
     st = STATE.get(m)
     if st is not None and st.get("nobind"):
         return None
-    sig = _sig(x, (p[0], p[1], p[6], p[7]), p[2], grad, cfg)
+    sig = _sig(x, (p[0], p[1], p[6], p[7]), p[2], grad, (cfg, decode))
     bound = None if st is None else st.get("bound")
     bd = None if not bound else _binding.find(bound, sig)
     if bd is None and not _first_call_runs(x, attn, grad):
         return None
-    kv = cache is not None
+    kv = cache is not None and not decode
     count_transformers_call()
     if grad:
         sink: list = []
@@ -379,7 +426,8 @@ def _program(m: nn.Module, x: Any, args: tuple, kwargs: dict) -> Any:
         out, k, v = res if kv else (res, None, None)
     else:
         r = _Run(bd)
-        out, _q, k, v, _ = _forward(r, x, p, cfg, False)
+        out, _q, k, v, _ = _forward(r, x, p, cfg, False, cache if decode else None,
+                                    attn.layer_idx)  # fmt: skip
         sink = r.entries
     if bd is None:
         entries = (*sink, None, None, None)[:3]

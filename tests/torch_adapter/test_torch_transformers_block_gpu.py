@@ -12,8 +12,9 @@ unconverted model with ``"sdpa"`` and a float32 copy:
   (the same launches; the products' gradients by the same torch operations), and are within
   twice torch's own bfloat16 distance to float32;
 * the cache the model returns holds the transformers-block copy's keys and values;
-* evaluation without a gradient, then a greedy decode (its tokens after the prompt leave the
-  program: the cache is no longer empty) give the transformers-block copy's outputs and tokens;
+* evaluation without a gradient, then a greedy decode (each token after the prompt a program
+  too: the keys appended to the cache first, the attention over all of them by the route's
+  store) give the transformers-block copy's outputs and tokens, the tokens replaying;
 * a padding mask, and dropout in training, run transformers' own ``forward`` (no hit).
 
 Run on the GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu -q
@@ -135,7 +136,7 @@ def test_evaluation_and_a_decode_give_the_transformers_blocks_outputs():
     mine.eval()
     plain.eval()
     torch.manual_seed(3)
-    ids = torch.randint(0, 256, (4, 48), device=DEV)
+    ids = torch.randint(1, 256, (4, 48), device=DEV)  # (no pad token: generate would mask it)
     with torch.no_grad():
         for i in range(2):
             a = mine(input_ids=ids, use_cache=False).logits
@@ -146,6 +147,8 @@ def test_evaluation_and_a_decode_give_the_transformers_blocks_outputs():
         ta = mine.generate(ids[:, :16], **kw)
         tb = plain.generate(ids[:, :16], **kw)
     assert (ta == tb).float().mean().item() >= 0.9, (ta, tb)  # bfloat16 ties may differ late
+    # the prompt and the first token record; each later token replays, per block
+    assert _hits(mine) >= 2 + 2 * 9, _hits(mine)
 
 
 def test_a_padding_mask_and_dropout_run_transformers_own_forward():
