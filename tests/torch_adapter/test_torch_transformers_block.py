@@ -4,7 +4,9 @@ The recognition by source text (:func:`~pycudnn.torch.transformers_block.source_
 digest ignores indentation and trailing spaces but no other change of the text; transformers'
 own ``GPT2Block`` (where transformers is installed) converts to the twin and back, and a subclass
 whose ``forward`` differs does not. On the CPU the twin runs the class's own ``forward``: a
-converted GPT-2's loss and gradients equal those of the same conversion with its blocks kept.
+converted GPT-2's loss and gradients equal those of the same conversion with its blocks kept;
+dynamo traces it without a graph break (the twin runs the class's ``forward`` while tracing);
+copies and pickles keep the twin.
 """
 
 from __future__ import annotations
@@ -103,3 +105,29 @@ def test_an_edited_block_forward_is_not_recognised():
 
     text = "\n".join(line.rstrip() for line in edited.strip().splitlines())
     assert hashlib.sha256(text.encode()).hexdigest()[:16] not in transformers_block.DIGESTS["block"]
+
+
+def test_dynamo_traces_the_converted_gpt2_without_graph_breaks():
+    ref = _gpt2()
+    mine = pt.convert(copy.deepcopy(ref))
+    if not any(isinstance(m, transformers_block.TransformersGPT2Block) for m in mine.modules()):
+        pytest.skip("this transformers' GPT2Block.forward is not a version the twin knows")
+    ids = torch.randint(0, 128, (2, 16))
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(mine)(input_ids=ids)
+    assert explained.graph_break_count == 0, explained.break_reasons
+
+
+def test_copies_and_pickles_keep_the_twin():
+    import pickle
+
+    mine = pt.convert(_gpt2())
+    if not any(isinstance(m, transformers_block.TransformersGPT2Block) for m in mine.modules()):
+        pytest.skip("this transformers' GPT2Block.forward is not a version the twin knows")
+    for other in (copy.deepcopy(mine), pickle.loads(pickle.dumps(mine))):
+        blocks = [
+            m for m in other.modules() if isinstance(m, transformers_block.TransformersGPT2Block)
+        ]
+        assert len(blocks) == 2
+        ids = torch.randint(0, 128, (2, 16))
+        assert torch.equal(other(input_ids=ids).logits, mine(input_ids=ids).logits)
