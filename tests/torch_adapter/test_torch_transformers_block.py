@@ -6,7 +6,10 @@ own ``GPT2Block`` (where transformers is installed) converts to the twin and bac
 whose ``forward`` differs does not. On the CPU the twin runs the class's own ``forward``: a
 converted GPT-2's loss and gradients equal those of the same conversion with its blocks kept;
 dynamo traces it without a graph break (the twin runs the class's ``forward`` while tracing);
-copies and pickles keep the twin.
+copies and pickles keep the twin. The program's own arithmetic -- the forward between its cuDNN
+launches and the hand-written backward, with and without the cache's keys and values as outputs
+-- equals torch's autograd of the same block in float64, the launches stood in by torch's
+operations (the GPU tests run the real ones).
 """
 
 from __future__ import annotations
@@ -131,3 +134,77 @@ def test_copies_and_pickles_keep_the_twin():
         assert len(blocks) == 2
         ids = torch.randint(0, 128, (2, 16))
         assert torch.equal(other(input_ids=ids).logits, mine(input_ids=ids).logits)
+
+
+# -- the program's own arithmetic, its cuDNN launches stood in by torch's operations -----------
+B, T, H, D = 2, 6, 4, 8
+C = H * D
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    """The block program's cuDNN sites as float64 torch operations (autograd for gradients)."""
+    F = torch.nn.functional
+
+    def ln(r, i, x, w, b, eps, grad):
+        mean = x.mean(-1, keepdim=True)
+        inv = torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+        return (x - mean) * inv * w + b, mean, inv
+
+    def attend(r, q, k, v, causal, scale, grad):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale), None
+
+    def attend_grad(bd, q, k, v, o, do, st, causal, scale):
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        with torch.enable_grad():  # (a backward runs without)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+            return torch.autograd.grad(o, (q, k, v), do)
+
+    def ln_grad(bd, tag, dy, x, w, b, mean, inv):
+        x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
+        with torch.enable_grad():
+            y = F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+            return torch.autograd.grad(y, (x, w, b), dy)
+
+    monkeypatch.setattr(transformers_block, "_ln", ln)
+    monkeypatch.setattr(transformers_block, "_attend", attend)
+    monkeypatch.setattr(transformers_block, "_attend_grad", attend_grad)
+    monkeypatch.setattr(transformers_block, "_ln_grad", ln_grad)
+
+
+def _plain_block(x, p, scale):
+    """GPT-2's block as transformers computes it (with the converted GELU), plain torch."""
+    F = torch.nn.functional
+    g1, b1, wqkv, bqkv, wo, bo, g2, b2, wf, bf, wp, bp = p
+    y1 = F.layer_norm(x, (C,), g1, b1, 1e-5)
+    q, k, v = torch.addmm(bqkv, y1.view(-1, C), wqkv).view(B, T, 3 * C).split(C, dim=2)
+    q, k, v = (z.view(B, T, H, D).transpose(1, 2) for z in (q, k, v))
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    h = torch.addmm(bo, o.transpose(1, 2).reshape(-1, C), wo).view(B, T, C) + x
+    y2 = F.layer_norm(h, (C,), g2, b2, 1e-5)
+    f = F.gelu(torch.addmm(bf, y2.view(-1, C), wf), approximate="tanh")
+    return h + torch.addmm(bp, f, wp).view(B, T, C), k, v
+
+
+@pytest.mark.parametrize("kv", [False, True], ids=["no-cache", "cache"])
+def test_the_block_programs_backward_is_autograds(stand_ins, kv):
+    g = torch.Generator().manual_seed(0)
+
+    def rnd(*shape):
+        return (torch.randn(*shape, generator=g, dtype=torch.float64) / 3).requires_grad_()
+
+    p = [rnd(C), rnd(C), rnd(C, 3 * C), rnd(3 * C), rnd(C, C), rnd(C), rnd(C), rnd(C),
+         rnd(C, 4 * C), rnd(4 * C), rnd(4 * C, C), rnd(C)]  # fmt: skip
+    x = rnd(B, T, C)
+    scale = D**-0.5
+    cfg = (H, True, scale, 1e-5, 1e-5)
+    got = transformers_block._BlockFn.apply(None, cfg, kv, [], x, *p)
+    want = _plain_block(x, p, scale)
+    if not kv:
+        got, want = (got,), want[:1]
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    weights = [torch.randn(t.shape, generator=g, dtype=torch.float64) for t in want]
+    ga = torch.autograd.grad(got, [x, *p], weights)
+    gb = torch.autograd.grad(want, [x, *p], weights)
+    for a, b in zip(ga, gb, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
