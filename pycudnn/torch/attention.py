@@ -43,6 +43,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "sdpa_grad_outputs",
     "sdpa_grad_run",
+    "sdpa_outputs",
     "sdpa_run",
 ]
 
@@ -62,6 +63,16 @@ def attention_out(q: torch.Tensor, dv: int) -> torch.Tensor:
 _FWD, _BWD = "sdpa", "sdpa_grad"  # the lean path's tags
 
 
+def sdpa_outputs(q: torch.Tensor, dv: int, grad: bool) -> tuple:
+    """A mask-free call's new outputs as the lean path lays them out (a bound entry launches on
+    exactly that layout): ``(out, stats)`` for the training variant (*grad*), else ``(out,)``."""
+    out = attention_out(q, dv)
+    if not grad:
+        return (out,)
+    b, h, sq = q.shape[:3]
+    return out, torch.empty((b, h, sq, 1), dtype=torch.float32, device=q.device)
+
+
 def _forward_slow(q, k, v, causal, scale, out, stats, s) -> None:
     dnn_sdpa(q, k, v, None, causal, scale, 0.0, None, stats is not None, out=out,
              out_stats=stats, stream=s)  # fmt: skip
@@ -77,20 +88,15 @@ def sdpa_run(q, k, v, mask, causal, scale, p, seed, grad) -> tuple[torch.Tensor,
     dropout (a causal LLM's attention) the call takes the lean path (:mod:`._lean`: every
     output allocated here, the entry bound to the operands' signature)."""
     ready()
-    out = attention_out(q, v.shape[3])
     s = stream_of(q)
     if mask is None and p == 0.0:
-        stats = None
-        if grad:
-            b, h, sq = q.shape[:3]
-            stats = torch.empty((b, h, sq, 1), dtype=torch.float32, device=q.device)
-            outs: tuple = (out, stats)
-        else:
-            outs = (out,)
+        outs = sdpa_outputs(q, v.shape[3], grad)
+        out, stats = outs[0], (outs[1] if grad else None)
         tag = (_FWD, causal, scale, grad)
         _lean.launch_fresh(tag, (q, k, v), outs, s, _forward_slow, q, k, v, causal, scale, out,
                            stats, s)  # fmt: skip
         return out, stats
+    out = attention_out(q, v.shape[3])
     r = dnn_sdpa(q, k, v, mask, causal, scale, p, seed, grad or p > 0.0, out=out, stream=s)
     return out, (to_torch(r[1]) if grad else None)
 
@@ -193,12 +199,7 @@ def _bound_launch(bd: Any, q: Any, k: Any, v: Any, stats: bool) -> tuple | None:
     """``(out,)``, or ``(out, stats)`` for the training variant, of the binding's launch on
     *q*, *k*, *v*, laid out as :func:`sdpa_run` lays them out; None where it could not launch.
     Counts the hit."""
-    out = attention_out(q, bd.meta)
-    if stats:
-        b, h, sq = q.shape[:3]
-        outs: tuple = (out, torch.empty((b, h, sq, 1), dtype=torch.float32, device=q.device))
-    else:
-        outs = (out,)
+    outs = sdpa_outputs(q, bd.meta, stats)
     if not _binding.launch(bd.entry, (q, k, v), outs, raw_stream(bd.index)):
         return None
     bd.hits += 1

@@ -37,6 +37,7 @@ __all__ = [
     "RMSNormFn",
     "layer_norm_grad_outputs",
     "layer_norm_grad_run",
+    "layer_norm_outputs",
     "layer_norm_run",
     "norm_forward",
     "op_layer_norm",
@@ -67,22 +68,25 @@ def _rms_grad_slow(dy, x, inv, shape, w, grads, s) -> None:
     dnn_rms_norm_grad(dy, x, inv, shape, w, out_grads=grads, stream=s)
 
 
+def layer_norm_outputs(x: torch.Tensor, shape: Any, grad: bool) -> tuple:
+    """A layer norm call's new outputs as the lean path lays them out (a bound entry launches on
+    exactly that layout): ``(y, mean, invstd)`` for the training phase (*grad*), else ``(y,)``."""
+    y = _out(x)
+    return (y, _stats(x, shape, True), _stats(x, shape, True)) if grad else (y,)
+
+
 def layer_norm_run(x, w, b, shape, eps, grad) -> tuple[torch.Tensor, Any, Any]:
     """``(y, mean, invstd)`` of ``dnn_layer_norm`` (the statistics None unless *grad*). With
     both parameters given every output is allocated here and the call is bound to its
     signature (:mod:`._lean`); without one, the public function's stand-ins run it."""
     ready()
-    y = _out(x)
     s = stream_of(x)
     if w is None or b is None:
+        y = _out(x)
         _, mean, inv = dnn_layer_norm(x, shape, w, b, eps, training=grad, out=y, stream=s)
         return y, (to_torch(mean) if grad else None), (to_torch(inv) if grad else None)
-    mean = inv = None
-    if grad:
-        mean, inv = _stats(x, shape, True), _stats(x, shape, True)
-        outs: tuple = (y, mean, inv)
-    else:
-        outs = (y,)
+    outs = layer_norm_outputs(x, shape, grad)
+    y, mean, inv = outs if grad else (outs[0], None, None)
     _lean.launch_fresh((_LN, shape, eps, grad), (x, w, b), outs, s, _ln_slow, x, shape, w, b,
                        eps, grad, y, mean, inv, s)  # fmt: skip
     return y, mean, inv

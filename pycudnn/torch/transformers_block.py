@@ -60,17 +60,23 @@ from ._compile import PLAIN, compiling
 from ._module import STATE, CodeTwin, state
 from ._runtime import autocast_dtype, raw_stream, transforming
 from .attention import (
-    attention_out,
     attention_sig,
     bound_attention,
     cudnn_attention,
     cudnn_operands,
     sdpa_grad_outputs,
     sdpa_grad_run,
+    sdpa_outputs,
     sdpa_run,
 )
 from .attention_scope import count_transformers_call
-from .norm import LayerNorm, layer_norm_grad_outputs, layer_norm_grad_run, layer_norm_run
+from .norm import (
+    LayerNorm,
+    layer_norm_grad_outputs,
+    layer_norm_grad_run,
+    layer_norm_outputs,
+    layer_norm_run,
+)
 from .transformers_act import TransformersGELU
 
 __all__ = ["DIGESTS", "TransformersGPT2Block", "block_hits", "source_digest"]
@@ -85,7 +91,6 @@ DIGESTS: dict[str, frozenset[str]] = {
 }
 
 _HALVES = (torch.float16, torch.bfloat16)
-_F32 = torch.float32
 # the block's keyword arguments (both spellings of the cache's) and where the program takes them
 _KNOWN_KW = frozenset(
     ("past_key_values", "cache", "attention_mask", "encoder_hidden_states",
@@ -171,7 +176,7 @@ def _cache_of(args: tuple, kwargs: dict) -> tuple[bool, Any]:
 def _fresh_cache(cache: Any, layer: Any) -> bool:
     """A ``DynamicCache`` whose layer *layer* holds nothing yet (its update returns the keys and
     values given, concatenated to nothing)."""
-    if type(cache).__name__ != "DynamicCache" or not isinstance(layer, int):
+    if not _cache_kind(cache, layer):
         return False
     try:
         return cache.get_seq_length(layer) == 0
@@ -221,31 +226,16 @@ class _Run:
 
 def _ln(r: _Run, i: int, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float,
         grad: bool) -> tuple:  # fmt: skip
-    def outs() -> tuple:
-        y = torch.empty_like(x)
-        if not grad:
-            return (y,)
-        dims = (*x.shape[:-1], 1)
-        return (
-            y,
-            torch.empty(dims, dtype=_F32, device=x.device),
-            torch.empty(dims, dtype=_F32, device=x.device),
-        )
-
-    o = r.site(i, (x, w, b), outs, layer_norm_run, x, w, b, (x.shape[-1],), eps, grad)
+    shape = (x.shape[-1],)
+    o = r.site(i, (x, w, b), lambda: layer_norm_outputs(x, shape, grad), layer_norm_run, x, w,
+               b, shape, eps, grad)  # fmt: skip
     return (o[0], None, None) if len(o) == 1 else o
 
 
 def _attend(r: _Run, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
             scale: float, grad: bool) -> tuple:  # fmt: skip
-    def outs() -> tuple:
-        out = attention_out(q, v.shape[3])
-        if not grad:
-            return (out,)
-        b, h, s = q.shape[:3]
-        return out, torch.empty((b, h, s, 1), dtype=_F32, device=q.device)
-
-    o = r.site(1, (q, k, v), outs, sdpa_run, q, k, v, None, causal, scale, 0.0, None, grad)
+    o = r.site(1, (q, k, v), lambda: sdpa_outputs(q, v.shape[3], grad), sdpa_run, q, k, v,
+               None, causal, scale, 0.0, None, grad)  # fmt: skip
     return (o[0], None) if len(o) == 1 else o
 
 
