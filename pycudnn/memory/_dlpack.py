@@ -165,24 +165,24 @@ def dtype_from_dl(code: int, bits: int, lanes: int) -> np.dtype:
 
 
 # -- Python C-API through ctypes ---------------------------------------------------------------
-_api = ctypes.pythonapi
-_PyCapsule_New = _api.PyCapsule_New
-_PyCapsule_New.restype = ctypes.py_object
-_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+# Our own function objects, prototypes fixed here: ``ctypes.pythonapi.X`` is one object per
+# process, whose ``argtypes`` any library may set (``jax.ffi.pycapsule`` sets PyCapsule_New's
+# third argument to a CFUNCTYPE, which made every export here raise ctypes.ArgumentError).
+def _c_api(name: str, restype: Any, *argtypes: Any) -> Any:
+    return ctypes.PYFUNCTYPE(restype, *argtypes)((name, ctypes.pythonapi))
+
+
+_PyCapsule_New = _c_api("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
+                        ctypes.c_void_p)  # fmt: skip
 # capsules are passed as raw addresses: the destructor runs while the capsule is being freed, so
 # no py_object (which would touch its reference count) may be made from it there.
-_PyCapsule_IsValid = _api.PyCapsule_IsValid
-_PyCapsule_IsValid.restype = ctypes.c_int
-_PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_PyCapsule_GetPointer = _api.PyCapsule_GetPointer
-_PyCapsule_GetPointer.restype = ctypes.c_void_p
-_PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_PyCapsule_SetName = _api.PyCapsule_SetName
-_PyCapsule_SetName.restype = ctypes.c_int
-_PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_PyCapsule_GetName = _api.PyCapsule_GetName
-_PyCapsule_GetName.restype = ctypes.c_char_p
-_PyCapsule_GetName.argtypes = [ctypes.py_object]
+_PyCapsule_IsValid = _c_api("PyCapsule_IsValid", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
+_PyCapsule_GetPointer = _c_api(
+    "PyCapsule_GetPointer", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p
+)
+_PyCapsule_SetName = _c_api("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+_PyCapsule_GetName = _c_api("PyCapsule_GetName", ctypes.c_char_p, ctypes.py_object)
+_Py_IncRef = _c_api("Py_IncRef", None, ctypes.py_object)
 
 # capsule names must outlive every capsule: module-level bytes objects are never freed
 _NAME = b"dltensor"
@@ -240,7 +240,7 @@ def _capsule_destructor(capsule: int) -> None:  # pragma: no cover - exercised t
 # shuts down (after this module's globals are cleared): give each an extra, never-released
 # reference so its thunk is never freed.
 for _callback in (_deleter, _deleter_versioned, _capsule_destructor):
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_callback))
+    _Py_IncRef(_callback)
 del _callback
 
 

@@ -148,12 +148,14 @@ def test_dlpack_device_of_a_cai_producer_is_checked():
 
 
 # -- DLPack import: hand-built capsules ------------------------------------------------------------
-_New = ctypes.pythonapi.PyCapsule_New
-_New.restype = ctypes.py_object
-_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_GetName = ctypes.pythonapi.PyCapsule_GetName
-_GetName.restype = ctypes.c_char_p
-_GetName.argtypes = [ctypes.py_object]
+# our own prototypes: ctypes.pythonapi's function objects are shared, and jax.ffi.pycapsule
+# sets PyCapsule_New's argument types on the shared one
+_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi)
+)
+_GetName = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
+    ("PyCapsule_GetName", ctypes.pythonapi)
+)
 
 
 class Capsule:

@@ -634,6 +634,29 @@ def test_bare_capsule_is_consumed_once():
         pycudnn.asarray(cap)
 
 
+def test_dlpack_survives_another_library_setting_pythonapis_argtypes(monkeypatch):
+    """``ctypes.pythonapi``'s function objects are one per process; ``jax.ffi.pycapsule`` sets
+    ``PyCapsule_New.argtypes`` to a CFUNCTYPE destructor on the shared one (before, every
+    DLPack export here then raised ``ctypes.ArgumentError``). pycudnn's capsule calls use their
+    own prototypes."""
+    import ctypes
+
+    shared = ctypes.pythonapi.PyCapsule_New
+    monkeypatch.setattr(shared, "restype", ctypes.py_object)
+    monkeypatch.setattr(
+        shared,
+        "argtypes",
+        (ctypes.c_void_p, ctypes.c_char_p, ctypes.CFUNCTYPE(None, ctypes.py_object)),
+    )  # what jax.ffi.pycapsule does
+    getname = ctypes.pythonapi.PyCapsule_GetName
+    monkeypatch.setattr(getname, "argtypes", (ctypes.c_void_p,))  # another library's choice
+    a = fake((3, 4), np.float16, strides=(2, 6))
+    cap = a.__dlpack__()
+    v = pycudnn.asarray(cap)
+    assert (v.ptr, v.shape, v.strides, v.dtype) == (a.ptr, a.shape, a.strides, a.dtype)
+    assert "used_dltensor" in repr(cap)
+
+
 # -- views: indexing and transposes match numpy (metadata only: host memory as the fake address) --
 def _mirror(host: np.ndarray) -> DeviceArray:
     return DeviceArray.from_ptr(

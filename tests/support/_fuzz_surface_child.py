@@ -698,9 +698,11 @@ def fuzz_cai(data):
             WRONG.append(f"CAI {cai!r:.200} gave readonly={a.readonly} dtype={a.dtype}")
 
 
-_New = ctypes.pythonapi.PyCapsule_New
-_New.restype = ctypes.py_object
-_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+# our own prototypes: ctypes.pythonapi's function objects are shared, and jax.ffi.pycapsule
+# sets PyCapsule_New's argument types on the shared one
+_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi)
+)
 
 
 @SETTINGS
