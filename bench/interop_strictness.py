@@ -152,8 +152,11 @@ def build(mod: Any, kind: str, spec: Any, base: int) -> Any:
         if kind != "dlpack_null_deleter":
             cap.managed.deleter = _noop_deleter()
         if kind == "dlpack_used":
-            set_name = ctypes.pythonapi.PyCapsule_SetName  # marked used, as a consumer does
-            set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
+            # marked used, as a consumer does (our own prototype: ctypes.pythonapi's function
+            # objects are shared by the process, and other libraries set their argtypes)
+            set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+                ("PyCapsule_SetName", ctypes.pythonapi)
+            )
             set_name(cap.capsule, _USED[cap.name])
         return Producer(cap, tuple(spec.get("device", (2, 0))))
     if kind == "numpy":
